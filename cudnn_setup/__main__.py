@@ -1,0 +1,3 @@
+from cudnn_setup.cli import main
+
+main()

@@ -1,0 +1,433 @@
+"""Read a cuDNN archive once, as a stream, judging each member before any byte of it is written.
+
+Members are never extracted with tarfile's own extract: only regular files that pass every check
+are written, under names this module builds, into a staging directory the caller owns. Archive
+symlinks are kept as records (name → target) and never created, so no chain of links can lead a
+write outside the staging directory.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import lzma
+import os
+import posixpath
+import shutil
+import stat
+import subprocess
+import tarfile
+import threading
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, IO, Iterator
+
+from cudnn_setup.errors import ArchiveRejected, InstallFailed
+from cudnn_setup.problems import Problem, escape
+
+CHUNK = 1 << 20
+MAX_MEMBERS = 5000
+# The largest library NVIDIA ships (libcudnn_engines_precompiled.so.9) is under 1 GiB.
+MAX_MEMBER_BYTES = 4 << 30
+MAX_TOTAL_BYTES = 16 << 30
+MAX_HEADER_BYTES = 16 << 20
+MAX_NAME_LENGTH = 1024
+
+GZIP, XZ, BZIP2, PLAIN_TAR, ZIP = "gzip", "xz", "bzip2", "tar", "zip"
+
+
+@dataclass
+class Member:
+    path: str  # relative to the archive root, normalised ("cuda/lib64/libcudnn.so.7")
+    kind: str  # file | symlink | dir
+    size: int = 0
+    mode: int = 0o644
+    sha256: str | None = None
+    target: str | None = None  # symlink target, as stored
+    staged: Path | None = None  # where the bytes were written, for staged files
+    head: bytes = b""  # first bytes of a file, to tell ELF from anything else
+    text: str | None = None  # whole content of headers, kept for version parsing
+
+    @property
+    def name(self) -> str:
+        return posixpath.basename(self.path)
+
+    @property
+    def parent(self) -> str:
+        return posixpath.dirname(self.path)
+
+
+@dataclass
+class Listing:
+    """Everything one pass over an archive learned."""
+
+    compression: str
+    sha256: str | None = None  # of the archive file, when it was read to the end
+    size: int = 0
+    members: list[Member] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+
+    def files(self) -> Iterator[Member]:
+        return (m for m in self.members if m.kind == "file")
+
+    def by_path(self) -> dict[str, Member]:
+        return {m.path: m for m in self.members}
+
+
+def sniff(path: Path) -> str:
+    with open(path, "rb") as f:
+        head = f.read(512)
+    if head.startswith(b"\x1f\x8b"):
+        return GZIP
+    if head.startswith(b"\xfd7zXZ\x00"):
+        return XZ
+    if head.startswith(b"BZh"):
+        return BZIP2
+    if head.startswith(b"PK\x03\x04") or head.startswith(b"PK\x05\x06"):
+        return ZIP
+    if len(head) >= 262 and head[257:262] == b"ustar":
+        return PLAIN_TAR
+    raise ArchiveRejected(
+        f"{escape(path.name)} is not a tar archive (nor gzip, xz or bzip2 compressed)",
+        "pass the .tgz or .tar.xz file NVIDIA distributes",
+    )
+
+
+class _HashingReader(io.RawIOBase):
+    """The raw archive file, hashed and counted as the decoder reads it: one read serves both."""
+
+    def __init__(self, path: Path, on_read: Callable[[int], None] | None = None):
+        self.file = open(path, "rb")
+        self.digest = hashlib.sha256()
+        self.count = 0
+        self.on_read = on_read
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        n = self.file.readinto(buffer)
+        if n:
+            self.digest.update(memoryview(buffer)[:n])
+            self.count += n
+            if self.on_read:
+                self.on_read(self.count)
+        return n or 0
+
+    def drain(self) -> None:
+        buf = bytearray(CHUNK)
+        while self.readinto(buf):
+            pass
+
+    def close(self) -> None:
+        self.file.close()
+        super().close()
+
+
+class _Decoder:
+    """A readable stream of the decompressed tar, from the fastest decoder at hand.
+
+    xz goes through the `xz` binary when present: it decodes multi-block files on all cores and,
+    being another process, overlaps decoding with our writing even for single-block files. A
+    thread feeds it the file, hashing the bytes on the way.
+    """
+
+    def __init__(self, path: Path, compression: str, on_read: Callable[[int], None] | None):
+        self.proc: subprocess.Popen | None = None
+        self.feeder: threading.Thread | None = None
+        self.raw = _HashingReader(path, on_read)
+        self.stream: IO[bytes]
+        xz = shutil.which("xz")
+        if compression == XZ and xz:
+            self.proc = subprocess.Popen(
+                [xz, "-dc", "-T0", "-q"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE, bufsize=CHUNK,
+            )
+            self.stream = self.proc.stdout  # type: ignore[assignment]
+            self.feeder = threading.Thread(target=self._feed, daemon=True)
+            self.feeder.start()
+        elif compression == XZ:
+            self.stream = lzma.open(self.raw, "rb")
+        elif compression == GZIP:
+            self.stream = _open_gzip(self.raw)
+        elif compression == BZIP2:
+            import bz2
+
+            self.stream = bz2.open(self.raw, "rb")
+        else:
+            self.stream = io.BufferedReader(self.raw, CHUNK)
+
+    def _feed(self) -> None:
+        assert self.proc is not None and self.proc.stdin is not None
+        buf = bytearray(CHUNK)
+        try:
+            while True:
+                n = self.raw.readinto(buf)
+                if not n:
+                    break
+                self.proc.stdin.write(memoryview(buf)[:n])
+        except (BrokenPipeError, ValueError, OSError):
+            pass  # the decoder stopped early; finish() reports why
+        finally:
+            try:
+                self.proc.stdin.close()
+            except OSError:
+                pass
+
+    @property
+    def sha256(self) -> str:
+        return self.raw.digest.hexdigest()
+
+    @property
+    def size(self) -> int:
+        return self.raw.count
+
+    def finish(self, complete: bool) -> str | None:
+        """Close the decoder; return the decoder's complaint if it found the input damaged."""
+        if self.proc is None:
+            try:
+                if complete:
+                    while self.stream.read(CHUNK):  # padding after the tar's end marker
+                        pass
+                    self.raw.drain()
+            finally:
+                self.stream.close()
+                self.raw.close()
+            return None
+        if complete:
+            while self.proc.stdout.read(CHUNK):
+                pass
+        else:
+            self.proc.kill()
+        self.proc.stdout.close()
+        self.feeder.join()
+        err = self.proc.stderr.read().decode(errors="replace").strip()
+        self.proc.stderr.close()
+        rc = self.proc.wait()
+        self.raw.close()
+        if complete and rc != 0:
+            return err.splitlines()[-1] if err else f"xz exited with status {rc}"
+        return None
+
+
+def _open_gzip(raw: IO[bytes]) -> IO[bytes]:
+    try:
+        from isal import igzip  # ISA-L: about twice as fast as zlib where it is installed
+
+        return igzip.open(raw, "rb")
+    except ImportError:
+        import gzip
+
+        return gzip.open(raw, "rb")
+
+
+def _check_name(raw: str) -> tuple[str | None, Problem | None]:
+    if any(ord(c) < 32 or ord(c) == 127 for c in raw):
+        return None, Problem("bad-name", f"member {escape(raw)} has control characters in its name",
+                             "real cuDNN archives never do; the file is damaged or hostile")
+    if len(raw) > MAX_NAME_LENGTH:
+        return None, Problem("bad-name", f"member name longer than {MAX_NAME_LENGTH} characters",
+                             "real cuDNN archives never have such names")
+    if raw.startswith("/"):
+        return None, Problem("unsafe-path", f"member {escape(raw)} has an absolute path",
+                             "the archive tries to write outside its directory; do not use it")
+    parts = [p for p in raw.split("/") if p not in ("", ".")]
+    if ".." in parts:
+        return None, Problem("unsafe-path", f"member {escape(raw)} climbs out with '..'",
+                             "the archive tries to write outside its directory; do not use it")
+    if not parts:
+        return None, None  # "./" itself
+    return "/".join(parts), None
+
+
+def _check_link(member: Member) -> Problem | None:
+    target = member.target or ""
+    shown = f"{escape(member.path)} -> {escape(target)}"
+    if target.startswith("/"):
+        return Problem("unsafe-link", f"symlink {shown} points to an absolute path",
+                       "cuDNN archives only link a library name to a library beside it")
+    if "/" in target or target in ("", ".", ".."):
+        return Problem("unsafe-link", f"symlink {shown} points outside its directory",
+                       "cuDNN archives only link a library name to a library beside it")
+    return None
+
+
+Sink = Callable[[Member], bool]
+"""Decides whether a regular file's bytes are written to the staging directory."""
+
+
+class StagingWriteFailed(Exception):
+    """Writing the staging dir failed (disk full…): the machine's fault, not the archive's."""
+
+
+def read(path: Path, staging: Path, want: Sink, limits: dict | None = None,
+         on_read: Callable[[int], None] | None = None) -> Listing:
+    """Stream `path` once; write the members `want` accepts under `staging`; record everything.
+
+    Problems with single members are all collected; a stream that cannot be decoded ends the pass
+    with one more problem. The caller judges the listing and decides what to do with the staging
+    directory.
+    """
+    lim = {"members": MAX_MEMBERS, "member_bytes": MAX_MEMBER_BYTES, "total_bytes": MAX_TOTAL_BYTES}
+    lim.update(limits or {})
+    compression = sniff(path)
+    if compression == ZIP:
+        raise ArchiveRejected(
+            f"{escape(path.name)} is a .zip archive, the format of cuDNN for Windows",
+            "download the Linux archive (.tgz or .tar.xz) for this machine",
+        )
+    listing = Listing(compression=compression)
+    decoder = _Decoder(path, compression, on_read)
+    complete = False
+    try:
+        _walk(decoder.stream, staging, want, lim, listing)
+        complete = True
+    except StagingWriteFailed as exc:
+        raise InstallFailed(f"cannot write the staging copy under {staging.parent}: "
+                            f"{exc.__cause__}", "free some space (or quota) on the CUDA root's "
+                            "filesystem, then run again") from None
+    except (tarfile.TarError, EOFError, lzma.LZMAError, zlib.error, OSError) as exc:
+        listing.problems.append(_corrupt(str(exc) or type(exc).__name__))
+    finally:
+        complaint = decoder.finish(complete)
+    if complaint:
+        listing.problems.append(_corrupt(complaint))
+    if complete and not complaint:
+        listing.sha256, listing.size = decoder.sha256, decoder.size
+    return listing
+
+
+def _corrupt(detail: str) -> Problem:
+    return Problem("corrupt", f"the archive is truncated or corrupt ({escape(detail)})",
+                   "download it again and compare its sha256 with NVIDIA's")
+
+
+def _walk(stream: IO[bytes], staging: Path, want: Sink, lim: dict, listing: Listing) -> None:
+    seen: set[str] = set()
+    not_dirs: set[str] = set()
+    total = 0
+    count = 0
+    problems = listing.problems
+    with tarfile.open(fileobj=stream, mode="r|") as tar:
+        for info in tar:
+            count += 1
+            if count > lim["members"]:
+                problems.append(Problem("too-many-members",
+                                        f"the archive has more than {lim['members']} members",
+                                        "real cuDNN archives have fewer than 200"))
+                return
+            rel, problem = _check_name(info.name)
+            if problem:
+                problems.append(problem)
+                continue
+            if rel is None:
+                continue
+            if rel in seen:
+                problems.append(Problem("duplicate", f"member {escape(rel)} appears twice",
+                                        "a later copy would overwrite the first; do not use it"))
+                continue
+            seen.add(rel)
+            if any(parent in not_dirs for parent in _parents(rel)):
+                problems.append(Problem("unsafe-path",
+                                        f"member {escape(rel)} lies under a file or symlink",
+                                        "the archive is damaged or hostile; do not use it"))
+                continue
+            if not info.isdir():
+                not_dirs.add(rel)
+            mode = info.mode & 0o7777
+            if mode & (stat.S_ISUID | stat.S_ISGID) and not info.isdir():
+                problems.append(Problem("setuid", f"member {escape(rel)} is setuid or setgid",
+                                        "real cuDNN archives never are; do not use it"))
+                continue
+            if info.isdir():
+                listing.members.append(Member(rel, "dir", mode=mode))
+            elif info.issym():
+                member = Member(rel, "symlink", mode=mode, target=info.linkname)
+                bad = _check_link(member)
+                if bad:
+                    problems.append(bad)
+                else:
+                    listing.members.append(member)
+            elif info.islnk():
+                problems.append(Problem("hard-link",
+                                        f"member {escape(rel)} is a hard link to "
+                                        f"{escape(info.linkname)}",
+                                        "cuDNN archives use symlinks only; do not use it"))
+            elif info.isreg():
+                if info.size > lim["member_bytes"]:
+                    problems.append(Problem(
+                        "too-large",
+                        f"member {escape(rel)} claims {info.size} bytes, more than any real "
+                        f"cuDNN file ({lim['member_bytes']} at most)",
+                        "a decompression bomb or a damaged archive; do not use it"))
+                    continue
+                total += info.size
+                if total > lim["total_bytes"]:
+                    problems.append(Problem("too-large",
+                                            f"the archive unpacks to more than "
+                                            f"{lim['total_bytes']} bytes",
+                                            "a decompression bomb or a damaged archive"))
+                    return
+                member = Member(rel, "file", size=info.size, mode=mode)
+                fileobj = tar.extractfile(info)
+                _consume(fileobj, member, staging if want(member) else None)
+                listing.members.append(member)
+            else:
+                kind = ("a device file" if info.ischr() or info.isblk()
+                        else "a fifo" if info.isfifo() else "of an unsupported type")
+                problems.append(Problem("special-file", f"member {escape(rel)} is {kind}",
+                                        "cuDNN archives hold files and symlinks only"))
+
+
+def _parents(rel: str) -> Iterator[str]:
+    parts = rel.split("/")
+    for i in range(1, len(parts)):
+        yield "/".join(parts[:i])
+
+
+def _consume(fileobj: IO[bytes], member: Member, staging: Path | None) -> None:
+    """Read one member's bytes once: hash them, keep the head, and write them if staged."""
+    digest = hashlib.sha256()
+    keep_text = member.name.endswith(".h") and member.size <= MAX_HEADER_BYTES
+    chunks: list[bytes] = []
+    out = None
+    if staging is not None:
+        dest = staging / member.path
+        try:
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            out = open(dest, "xb")
+        except OSError as exc:
+            raise StagingWriteFailed() from exc
+        member.staged = dest
+    try:
+        first = True
+        while True:
+            chunk = fileobj.read(CHUNK)
+            if not chunk:
+                break
+            if first:
+                member.head = chunk[:64]
+                first = False
+            digest.update(chunk)
+            if keep_text:
+                chunks.append(chunk)
+            if out is not None:
+                _write(out, chunk)
+    finally:
+        if out is not None:
+            try:
+                out.close()
+                # World-readable, never group/other-writable; set-id bits were refused earlier.
+                os.chmod(out.name, (member.mode & 0o755) | 0o444)
+            except OSError as exc:
+                raise StagingWriteFailed() from exc
+    member.sha256 = digest.hexdigest()
+    if keep_text:
+        member.text = b"".join(chunks).decode("utf-8", errors="replace")
+
+
+def _write(out: IO[bytes], chunk: bytes) -> None:
+    try:
+        out.write(chunk)
+    except OSError as exc:
+        raise StagingWriteFailed() from exc

@@ -1,0 +1,1 @@
+"""Verification layers, one module each; every check returns a report.Check."""

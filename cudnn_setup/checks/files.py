@@ -1,0 +1,106 @@
+"""Layers that read files only: files, elf, versions."""
+from __future__ import annotations
+
+import os
+import stat
+
+from cudnn_setup import generations as gen
+from cudnn_setup.checks.context import Installation, library_version
+from cudnn_setup.elf import NotElf, read_elf
+from cudnn_setup.install import describe, same_content
+from cudnn_setup.report import FAIL, PASS, SKIP, WARN, Check
+
+
+def check_files(inst: Installation) -> Check:
+    root = inst.root.path
+    if inst.header_file is None and not inst.libraries:
+        return Check("files", FAIL, f"no cuDNN in {root}: neither include/cudnn.h nor "
+                     f"{inst.lib_dir.name}/libcudnn.so.* exists",
+                     {"hint": "run `cudnn-setup install ARCHIVE`"})
+    problems: list[str] = []
+    changed: list[str] = []
+    entries = inst.manifest["files"] if inst.manifest else []
+    for entry in entries:
+        path = root / entry["path"]
+        current = describe(path)
+        if current is None:
+            problems.append(f"{entry['path']} is missing")
+        elif not same_content(current, entry):
+            changed.append(entry["path"])
+        elif entry["type"] == "file" and (current["mode"] & 0o444) != 0o444:
+            problems.append(f"{entry['path']} is not readable by everyone")
+        elif entry["type"] == "symlink" and not path.exists():
+            problems.append(f"{entry['path']} -> {entry['target']} is a broken link")
+    if inst.header_file is None:
+        problems.append("include/cudnn.h is missing")
+    if inst.generation:
+        for stem in gen.shared_libs_of(inst.generation):
+            if inst.library(stem) is None:
+                problems.append(f"{stem} is missing from {inst.lib_dir}")
+    for lib in inst.libraries:
+        mode = stat.S_IMODE(os.stat(lib).st_mode)
+        if mode & 0o444 != 0o444 and not any(lib.name in p for p in problems):
+            problems.append(f"{lib.name} is not readable by everyone")
+    for link in sorted(inst.lib_dir.glob("libcudnn*.so*")) if inst.lib_dir.is_dir() else []:
+        if link.is_symlink() and not link.exists():
+            problems.append(f"{link.name} -> {os.readlink(link)} is a broken link")
+    problems = list(dict.fromkeys(problems))
+    data = {"changed_since_install": changed, "problems": problems,
+            "managed": inst.manifest is not None}
+    if changed:
+        problems.append("changed since cudnn-setup installed them: " + ", ".join(changed))
+    if problems:
+        return Check("files", FAIL, "; ".join(problems), data)
+    origin = (f"{len(entries)} files and links as installed by cudnn-setup" if inst.manifest
+              else f"headers and {len(inst.libraries)} libraries present (not installed by "
+                   "cudnn-setup: no manifest to compare against)")
+    return Check("files", PASS if inst.manifest else WARN, origin, data)
+
+
+def check_elf(inst: Installation, host: str) -> Check:
+    if not inst.libraries:
+        return Check("elf", SKIP, "no library to examine")
+    problems = []
+    for lib in inst.libraries:
+        try:
+            info = read_elf(lib)
+        except NotElf as exc:
+            problems.append(f"{lib.name} is {exc}")
+            continue
+        if info.machine != host:
+            problems.append(f"{lib.name} is built for {info.machine}; this machine is {host}")
+        if info.bits != 64 or not info.is_shared_object:
+            problems.append(f"{lib.name} is a {info.bits}-bit {info.kind}, not a 64-bit shared object")
+        parts = (library_version(lib) or "").split(".")
+        keep = 2 if inst.generation and gen.version_follows_cuda(inst.generation) else 1
+        stem = lib.name.split(".so")[0]
+        expected = f"{stem}.so.{'.'.join(parts[:keep])}"
+        if info.soname != expected:
+            problems.append(f"{lib.name} has SONAME {info.soname}, expected {expected}")
+    if problems:
+        return Check("elf", FAIL, "; ".join(problems))
+    return Check("elf", PASS, f"{len(inst.libraries)} libraries: {host} ELF shared objects with "
+                 "the expected SONAMEs")
+
+
+def check_versions(inst: Installation) -> Check:
+    header = inst.header_version
+    main = inst.library("libcudnn")
+    if header is None or main is None:
+        return Check("versions", SKIP, "no header or no libcudnn to compare")
+    found = {"header": header, "library file": library_version(main)}
+    if inst.manifest:
+        found["manifest"] = inst.manifest.get("cudnn_version")
+    problems = []
+    if inst.manifest and found["manifest"] != header:
+        problems.append(f"the manifest says {found['manifest']}, the header {header}")
+    follows_cuda = inst.generation and gen.version_follows_cuda(inst.generation)
+    lib_version = found["library file"] or ""
+    if not follows_cuda and not (header + ".").startswith(lib_version + "."):
+        problems.append(f"the header says {header}, the library file is {main.name}")
+    if problems:
+        return Check("versions", FAIL, "; ".join(problems) + " (Theano: 'Mixed dnn version')",
+                     found)
+    extra = f" (library named for CUDA {lib_version})" if follows_cuda else ""
+    return Check("versions", PASS, f"cuDNN {header} in header, library file"
+                 + (" and manifest" if inst.manifest else "") + extra, found)

@@ -1,0 +1,161 @@
+"""Layers that run native code, each in a child process with a time limit: load, compile, gpu."""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Mapping
+
+from cudnn_setup import gpus
+from cudnn_setup.checks.context import Installation, ProbeResult, child_env, probe_module, run_probe
+from cudnn_setup.report import FAIL, PASS, SKIP, WARN, Check
+
+LOAD_TIMEOUT = 60.0
+GPU_TIMEOUT = 120.0
+_MISSING_LIB = re.compile(r"(?:Could not load library|cannot open shared object file)\D*?"
+                          r"(?P<lib>lib[\w.+-]+\.so[\w.]*)")
+
+
+def version_number(version: str) -> int:
+    """CUDNN_VERSION of a "M.m.p" version: M*1000+m*100+p up to 8, M*10000+… from 9."""
+    major, minor, patch = (int(x) for x in version.split("."))
+    return major * (10000 if major >= 9 else 1000) + minor * 100 + patch
+
+
+def _crash_detail(result: ProbeResult, inst: Installation) -> str:
+    err = result.stderr
+    m = _MISSING_LIB.search(err)
+    missing = m["lib"] if m else None
+    if missing is None:
+        from cudnn_setup import generations as gen
+
+        stems = gen.shared_libs_of(inst.generation) if inst.generation else ()
+        absent = [s for s in stems if inst.library(s) is None]
+        missing = absent[0] if absent else None
+    what = f"died of {result.crashed}" if result.crashed else f"exited with {result.returncode}"
+    detail = f"loading libcudnn {what}"
+    if missing:
+        detail += f": {missing} is missing or cannot be loaded"
+    last = result.last_error_line()
+    if last:
+        detail += f" (stderr: {last[:200]})"
+    return detail
+
+
+def check_load(inst: Installation, env: Mapping[str, str]) -> tuple[Check, dict | None]:
+    target = inst.soname_path()
+    if target is None:
+        return Check("load", SKIP, "no libcudnn to load"), None
+    result = run_probe(probe_module("load") + [str(target)], LOAD_TIMEOUT,
+                       child_env(inst.lib_dir, env))
+    if result.timed_out:
+        return Check("load", FAIL, f"loading {target.name} did not finish in {LOAD_TIMEOUT:.0f} s"), None
+    if result.data is None:
+        return Check("load", FAIL, _crash_detail(result, inst)), None
+    data = result.data
+    got = data.get("cudnnGetVersion")
+    if got is None:
+        return Check("load", WARN, f"{target.name} loads but has no cudnnGetVersion (R1)", data), data
+    if inst.header_version and inst.header_version != "1.0.0":
+        expected = version_number(inst.header_version)
+        if got != expected:
+            return Check("load", FAIL, f"cudnnGetVersion() = {got} but the header says "
+                         f"{expected}: Theano would stop with 'Mixed dnn version'", data), data
+    return Check("load", PASS, f"{target.name} loads; cudnnGetVersion() = {got}, "
+                 f"cudnnGetCudartVersion() = {data.get('cudnnGetCudartVersion')}", data), data
+
+
+PROGRAM = r"""
+#include <stdio.h>
+#include <cudnn.h>
+int main(void) {
+#ifdef CUDNN_VERSION
+    printf("%d %zu\n", (int)CUDNN_VERSION, (size_t)cudnnGetVersion());
+    return (size_t)CUDNN_VERSION == cudnnGetVersion() ? 0 : 3;
+#else
+    printf("0 %zu\n", (size_t)cudnnGetVersion());
+    return 0;
+#endif
+}
+"""
+
+
+def check_compile(inst: Installation, env: Mapping[str, str], cc: str | None = None) -> Check:
+    compiler = cc or env.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if not compiler:
+        return Check("compile", SKIP, "no C compiler (cc) on PATH")
+    if inst.header_file is None or inst.library("libcudnn") is None:
+        return Check("compile", SKIP, "no cudnn.h or libcudnn to build against")
+    with tempfile.TemporaryDirectory(prefix="cudnn-setup-compile-") as tmp:
+        src, exe = Path(tmp) / "check.c", Path(tmp) / "check"
+        src.write_text(PROGRAM)
+        cmd = [compiler, str(src), "-o", str(exe), f"-I{inst.include_dir}", f"-L{inst.lib_dir}",
+               "-lcudnn", f"-Wl,-rpath,{inst.lib_dir}"]
+        try:
+            built = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        except subprocess.TimeoutExpired:
+            return Check("compile", FAIL, "the compiler did not finish in 120 s")
+        if built.returncode != 0:
+            first = next((ln for ln in built.stderr.splitlines() if "error" in ln),
+                         built.stderr.strip().splitlines()[0] if built.stderr.strip() else "")
+            hint = ""
+            if "cuda_runtime.h" in built.stderr:
+                hint = (f" — cudnn.h includes cuda_runtime.h, which is not in {inst.include_dir}; "
+                        "the CUDA root's own headers are missing")
+            elif "cannot find -lcudnn" in built.stderr:
+                hint = f" — no libcudnn.so development link in {inst.lib_dir}"
+            return Check("compile", FAIL, f"{' '.join(cmd[:1])} failed: {first.strip()}{hint}",
+                         {"command": cmd, "stderr": built.stderr[-2000:]})
+        try:
+            ran = subprocess.run([str(exe)], capture_output=True, text=True, timeout=LOAD_TIMEOUT,
+                                 env=child_env(inst.lib_dir, env))
+        except subprocess.TimeoutExpired:
+            return Check("compile", FAIL, "the test program did not finish")
+    if ran.returncode != 0:
+        why = ("header and library versions differ: " + ran.stdout.strip()
+               if ran.returncode == 3 else f"exit status {ran.returncode}: {ran.stderr.strip()[-200:]}")
+        return Check("compile", FAIL, f"the program built against cuDNN failed: {why}")
+    return Check("compile", PASS, f"compiled and linked a program with -lcudnn against "
+                 f"{inst.include_dir} and {inst.lib_dir}; it ran (versions {ran.stdout.strip()})",
+                 {"command": cmd})
+
+
+def find_cudart(inst: Installation) -> str | None:
+    for directory in (inst.lib_dir, inst.root.lib_dir()):
+        found = sorted(directory.glob("libcudart.so*")) if directory.is_dir() else []
+        if found:
+            return str(found[0])
+    return None
+
+
+def check_gpu(inst: Installation, env: Mapping[str, str]) -> Check:
+    target = inst.soname_path()
+    if target is None:
+        return Check("gpu", SKIP, "no libcudnn to run")
+    args = probe_module("gpu") + [str(target)]
+    cudart = find_cudart(inst)
+    if cudart:
+        args.append(cudart)
+    result = run_probe(args, GPU_TIMEOUT, child_env(inst.lib_dir, env))
+    if result.data is None:
+        detail = ("timed out" if result.timed_out else
+                  f"the GPU probe died ({result.crashed or result.returncode}): {result.last_error_line()}")
+        return Check("gpu", FAIL, detail)
+    data = result.data
+    status = data.get("status")
+    if status == "skip":
+        return Check("gpu", SKIP, data.get("reason", "no GPU"), data)
+    gpu = f"{data.get('gpu')} (compute capability {data.get('compute_capability')})"
+    cc = data.get("compute_capability")
+    if cc and inst.major and not gpus.cudnn_supports(inst.major, cc):
+        data["supported"] = False
+        return Check("gpu", FAIL, f"{gpu}: cuDNN {inst.major} needs compute capability "
+                     f"{gpus.CUDNN_MIN_CC[inst.major]} or newer", data)
+    if status != "pass":
+        return Check("gpu", FAIL, f"{gpu}: {data.get('reason')}", data)
+    data["supported"] = True
+    return Check("gpu", PASS, f"a {data['shape']} convolution ran through cuDNN on {gpu} and "
+                 f"matched numpy (max error {data['max_abs_error']:.2g})", data)

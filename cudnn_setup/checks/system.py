@@ -1,0 +1,83 @@
+"""Layers about the machine around the root: which copy the loader picks, and CUDA versions."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Mapping
+
+from cudnn_setup import loader
+from cudnn_setup.checks.context import Installation, library_version
+from cudnn_setup.report import FAIL, PASS, SKIP, WARN, Check
+
+
+def _resolve_version(path: Path) -> str | None:
+    return library_version(Path(os.path.realpath(path)))
+
+
+def cudnn_copies(name: str, env: Mapping[str, str], conf: Path = Path("/etc/ld.so.conf"),
+                 cache: list[tuple[str, str]] | None = None) -> list[dict]:
+    """Every place the loader would consider for `name`, in its search order."""
+    found: list[dict] = []
+    seen: set[str] = set()
+
+    def add(path: Path, via: str) -> None:
+        real = os.path.realpath(path)
+        if os.path.exists(path) and real not in seen:
+            seen.add(real)
+            found.append({"path": str(path), "real": real, "via": via,
+                          "version": _resolve_version(path)})
+
+    for d in [d for d in env.get("LD_LIBRARY_PATH", "").split(":") if d]:
+        add(Path(d) / name, "LD_LIBRARY_PATH")
+    entries = cache if cache is not None else loader.cache_entries("libcudnn")
+    for soname, path in entries:
+        if soname == name:
+            add(Path(path), "ldconfig cache")
+    for d in loader.search_dirs(conf):
+        add(Path(d) / name, "ld.so.conf / default dirs (not in cache)")
+    return found
+
+
+def check_loader(inst: Installation, env: Mapping[str, str],
+                 conf: Path = Path("/etc/ld.so.conf")) -> Check:
+    ours = inst.soname_path()
+    if ours is None:
+        return Check("loader", SKIP, "no libcudnn installed")
+    copies = cudnn_copies(ours.name, env, conf)
+    ours_real = os.path.realpath(ours)
+    data = {"name": ours.name, "ours": str(ours), "copies": copies}
+    fix = loader.ld_library_path_line(inst.lib_dir)
+    if not copies:
+        return Check("loader", WARN, f"a program started without help would not find "
+                     f"{ours.name}: {inst.lib_dir} is not on the loader path; fix: {fix} "
+                     "(or install with --ldconfig)", data)
+    first = copies[0]
+    others = [c for c in copies if c["real"] != ours_real]
+    listing = "; ".join(f"{c['path']} ({c['version'] or '?'}, via {c['via']})" for c in others)
+    if first["real"] != ours_real:
+        return Check("loader", WARN, f"programs would load {first['path']} (cuDNN "
+                     f"{first['version'] or '?'}, via {first['via']}), not ours in {inst.lib_dir}; "
+                     f"fix: {fix}" + (f"; other copies: {listing}" if listing else ""), data)
+    detail = f"programs load ours ({first['path']}, via {first['via']})"
+    if others:
+        detail += f"; other copies on this machine: {listing}"
+    return Check("loader", PASS, detail, data)
+
+
+def check_cuda(inst: Installation, load_data: dict | None) -> Check:
+    root_version = inst.root.version
+    built_for = (inst.manifest or {}).get("cuda_version")
+    source = "archive name"
+    if not built_for and load_data and load_data.get("cudnnGetCudartVersion"):
+        v = load_data["cudnnGetCudartVersion"]
+        built_for, source = f"{v // 1000}.{(v % 1000) // 10}", "cudnnGetCudartVersion()"
+    if not root_version or not built_for:
+        return Check("cuda", SKIP, "CUDA version of the root or of cuDNN's build unknown",
+                     {"root": root_version, "cudnn_built_for": built_for})
+    data = {"root": root_version, "cudnn_built_for": built_for, "source": source}
+    if built_for.split(".")[0] != root_version.split(".")[0]:
+        return Check("cuda", FAIL, f"this cuDNN was built for CUDA {built_for} ({source}) but the "
+                     f"root is CUDA {root_version}", dict(data, hint=f"install the cuDNN archive "
+                     f"for CUDA {root_version.split('.')[0]}"))
+    return Check("cuda", PASS, f"built for CUDA {built_for} ({source}); root is CUDA "
+                 f"{root_version}", data)

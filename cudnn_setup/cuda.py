@@ -1,0 +1,205 @@
+"""Find the CUDA toolkit to install into, and tell which CUDA version it is.
+
+Discovery is a list of small steps, each returning a candidate path and how it was found; the
+first candidate that looks like a toolkit wins, and when none does, the error lists every step.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Mapping
+
+from cudnn_setup.errors import NoCudaRoot
+
+TARGET_TRIPLES = ("x86_64-linux", "ppc64le-linux", "sbsa-linux", "aarch64-linux")
+_CUDA_HEADERS = ("cuda.h", "cuda_runtime.h", "cuda_runtime_api.h")
+_EXEC_LINE = re.compile(r"^\s*exec\s+(?P<path>/\S+/bin/nvcc)\b", re.M)
+
+
+@dataclass(frozen=True)
+class CudaRoot:
+    path: Path
+    found_via: str
+    version: str | None
+    version_source: str | None
+
+    @property
+    def major(self) -> int | None:
+        return int(self.version.split(".")[0]) if self.version else None
+
+    @property
+    def include_dir(self) -> Path:
+        return self.path / "include"
+
+    def lib_dir(self) -> Path:
+        return library_dir(self.path)
+
+    def to_dict(self) -> dict:
+        return {"path": str(self.path), "found_via": self.found_via, "version": self.version,
+                "version_source": self.version_source, "lib_dir": str(self.lib_dir())}
+
+
+def library_dir(root: Path) -> Path:
+    """lib64 (through its symlink), else lib, else targets/<triple>/lib, else lib64 to create."""
+    for name in ("lib64", "lib"):
+        candidate = root / name
+        if candidate.is_dir():
+            return candidate.resolve() if candidate.is_symlink() else candidate
+    for triple in TARGET_TRIPLES:
+        candidate = root / "targets" / triple / "lib"
+        if candidate.is_dir():
+            return candidate
+    return root / "lib64"
+
+
+def why_not_toolkit(path: Path) -> str | None:
+    """None when `path` looks like a CUDA toolkit, else the reason it does not."""
+    if not path.exists():
+        return f"{path} does not exist"
+    if not path.is_dir():
+        return f"{path} is not a directory"
+    include = path / "include"
+    if not include.is_dir():
+        return f"{path} has no include/ directory"
+    if not any((include / h).is_file() for h in _CUDA_HEADERS):
+        return f"{include} has no CUDA headers (cuda.h, cuda_runtime.h)"
+    libs = [path / "lib64", path / "lib"] + [path / "targets" / t / "lib" for t in TARGET_TRIPLES]
+    if not any(p.is_dir() for p in libs):
+        return f"{path} has no lib64/, lib/ or targets/<triple>/lib directory"
+    return None
+
+
+Step = Callable[[], "tuple[Path | None, str, str | None]"]
+"""A discovery step: (candidate or None, found_via, why there is no candidate)."""
+
+
+def _env_step(env: Mapping[str, str], name: str) -> Step:
+    def step():
+        value = env.get(name)
+        if not value:
+            return None, f"${name}", f"${name} is not set"
+        return Path(value), f"${name}", None
+    return step
+
+
+def nvcc_toolkit(nvcc: Path) -> Path | None:
+    """The toolkit an nvcc belongs to, through symlinks and `exec …/bin/nvcc` wrapper scripts."""
+    real = nvcc.resolve()
+    if real.parent.name == "bin" and why_not_toolkit(real.parent.parent) is None:
+        return real.parent.parent
+    try:
+        with open(real, "rb") as f:
+            head = f.read(4096)
+    except OSError:
+        return None
+    if head.startswith(b"#!"):
+        m = _EXEC_LINE.search(head.decode(errors="replace"))
+        if m:
+            return Path(m["path"]).resolve().parent.parent
+    return real.parent.parent
+
+
+def _nvcc_step(env: Mapping[str, str]) -> Step:
+    def step():
+        found = shutil.which("nvcc", path=env.get("PATH", ""))
+        if not found:
+            return None, "nvcc on PATH", "no nvcc on PATH"
+        toolkit = nvcc_toolkit(Path(found))
+        if toolkit is None:
+            return None, "nvcc on PATH", f"cannot tell which toolkit {found} belongs to"
+        return toolkit, f"nvcc on PATH ({found})", None
+    return step
+
+
+def _fixed_step(path: Path) -> Step:
+    return lambda: (path, str(path), None)
+
+
+def _newest_versioned_step(base: Path) -> Step:
+    def step():
+        found = []
+        for p in base.glob("cuda-*"):
+            m = re.fullmatch(r"cuda-(\d+)\.(\d+)", p.name)
+            if m and p.is_dir():
+                found.append(((int(m[1]), int(m[2])), p))
+        if not found:
+            return None, f"newest {base}/cuda-X.Y", f"no {base}/cuda-X.Y directory"
+        best = max(found)[1]
+        return best, f"newest {base}/cuda-X.Y", None
+    return step
+
+
+def discovery_steps(env: Mapping[str, str], explicit: Path | None = None,
+                    prefix: Path = Path("/")) -> list[Step]:
+    """DESIGN §4 order. `prefix` relocates the fixed locations, for tests."""
+    steps: list[Step] = []
+    if explicit is not None:
+        steps.append(lambda: (explicit, "--cuda-root", None))
+    steps += [_env_step(env, n) for n in ("CUDA_ROOT", "CUDA_PATH", "CUDA_HOME")]
+    steps.append(_nvcc_step(env))
+    local = prefix / "usr" / "local"
+    steps += [_fixed_step(local / "cuda"), _newest_versioned_step(local),
+              _fixed_step(prefix / "opt" / "cuda")]
+    return steps
+
+
+def find_cuda_root(env: Mapping[str, str], explicit: Path | None = None,
+                   prefix: Path = Path("/")) -> CudaRoot:
+    tried: list[str] = []
+    for step in discovery_steps(env, explicit, prefix):
+        path, via, why = step()
+        if path is not None:
+            why = why_not_toolkit(path)
+            if why is None:
+                version, source = cuda_version(path)
+                return CudaRoot(path=path, found_via=via, version=version, version_source=source)
+        tried.append(f"{via}: {why}")
+        if explicit is not None and via == "--cuda-root":
+            raise NoCudaRoot(f"--cuda-root {explicit} is not a CUDA toolkit: {why}",
+                             "point --cuda-root at the directory holding include/ and lib64/")
+    raise NoCudaRoot("no CUDA toolkit found; tried " + "; ".join(tried),
+                     "install the CUDA toolkit, or pass --cuda-root DIR (or set $CUDA_ROOT)")
+
+
+def cuda_version(root: Path) -> tuple[str | None, str | None]:
+    """CUDA version of a toolkit from version.json, version.txt, cuda.h or nvcc --version."""
+    vj = root / "version.json"
+    if vj.is_file():
+        try:
+            data = json.loads(vj.read_text())
+            version = data.get("cuda", {}).get("version") or data.get("cuda_cudart", {}).get("version")
+            if version:
+                return _short(version), str(vj)
+        except (ValueError, AttributeError, OSError):
+            pass
+    vt = root / "version.txt"
+    if vt.is_file():
+        m = re.search(r"CUDA Version\s+(\d+\.\d+(?:\.\d+)?)", vt.read_text(errors="replace"))
+        if m:
+            return _short(m[1]), str(vt)
+    header = root / "include" / "cuda.h"
+    if header.is_file():
+        m = re.search(r"^#define\s+CUDA_VERSION\s+(\d+)", header.read_text(errors="replace"), re.M)
+        if m:
+            v = int(m[1])
+            return f"{v // 1000}.{(v % 1000) // 10}", f"CUDA_VERSION in {header}"
+    nvcc = root / "bin" / "nvcc"
+    if nvcc.is_file() and os.access(nvcc, os.X_OK):
+        try:
+            out = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True,
+                                 timeout=30).stdout
+        except (OSError, subprocess.TimeoutExpired):
+            out = ""
+        m = re.search(r"release (\d+\.\d+)", out)
+        if m:
+            return m[1], f"{nvcc} --version"
+    return None, None
+
+
+def _short(version: str) -> str:
+    return ".".join(version.split(".")[:2])
