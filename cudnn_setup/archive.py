@@ -190,6 +190,8 @@ class _Decoder:
                     while self.stream.read(CHUNK):  # padding after the tar's end marker
                         pass
                     self.raw.drain()
+            except (OSError, EOFError, lzma.LZMAError, zlib.error) as exc:
+                return str(exc) or type(exc).__name__
             finally:
                 self.stream.close()
                 self.raw.close()

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Install the bundled sample cuDNN into a sandbox CUDA root, write a sandbox .theanorc, verify.
+# No sudo: everything lands under ./sandbox (delete it to start over).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup-venv.sh theano
+root=sandbox/cuda-10.2
+if [ ! -d "$root" ]; then
+  .venv/bin/python -m fixtures.generate cuda-root "$root" --version 10.2 >/dev/null
+fi
+mkdir -p sandbox/home
+export HOME="$PWD/sandbox/home"
+.venv/bin/cudnn-setup install fixtures/samples/cudnn-10.2-linux-x64-v7.6.5.32.tgz \
+  --cuda-root "$root" --theanorc sandbox/home/.theanorc "$@"

@@ -1,0 +1,83 @@
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from fixtures.generate import Compiler, build, make_cuda_root  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def compiler(tmp_path_factory):
+    return Compiler(tmp_path_factory.mktemp("cc"))
+
+
+@pytest.fixture(scope="session")
+def archives(tmp_path_factory, compiler) -> dict[str, Path]:
+    """Every generated sample archive, by file name."""
+    out = tmp_path_factory.mktemp("archives")
+    return {p.name: p for p in build(out, cc=compiler)}
+
+
+@pytest.fixture
+def home(tmp_path) -> Path:
+    h = tmp_path / "home"
+    h.mkdir()
+    return h
+
+
+@pytest.fixture
+def cuda_root(tmp_path, compiler):
+    """Factory: a fresh minimal CUDA root under tmp_path."""
+    count = [0]
+
+    def make(version="10.2", layout="lib64", version_file="txt") -> Path:
+        count[0] += 1
+        return make_cuda_root(tmp_path / f"cuda{count[0]}", version, layout, version_file, cc=compiler)
+
+    return make
+
+
+def clean_env(home: Path, **extra) -> dict:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("CUDA_", "THEANO", "LD_LIBRARY_PATH"))}
+    env.update(HOME=str(home), PYTHONPATH=str(REPO), **extra)
+    return env
+
+
+def run_cli(args, home: Path, env_extra=None, timeout=600, **kw) -> subprocess.CompletedProcess:
+    env = clean_env(home, **(env_extra or {}))
+    return subprocess.run([sys.executable, "-m", "cudnn_setup", *map(str, args)], env=env,
+                          capture_output=True, text=True, timeout=timeout, **kw)
+
+
+def run_json(args, home: Path, env_extra=None, **kw):
+    done = run_cli([*args, "--json"], home, env_extra, **kw)
+    lines = done.stdout.strip().splitlines()
+    assert len(lines) == 1, f"expected one JSON line on stdout, got: {done.stdout!r} {done.stderr}"
+    return done, json.loads(lines[0])
+
+
+def tree_state(root: Path) -> dict:
+    """Everything that makes two trees byte-for-byte equal: types, bytes, modes, link targets."""
+    out = {}
+    if not root.exists():
+        return out
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in sorted(dirnames + filenames):
+            p = Path(dirpath) / name
+            rel = str(p.relative_to(root))
+            st = p.lstat()
+            if p.is_symlink():
+                out[rel] = ("link", os.readlink(p))
+            elif p.is_dir():
+                out[rel] = ("dir", oct(st.st_mode & 0o7777))
+            else:
+                out[rel] = ("file", oct(st.st_mode & 0o7777), hashlib.sha256(p.read_bytes()).hexdigest())
+    return out

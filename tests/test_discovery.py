@@ -1,0 +1,133 @@
+"""CUDA root discovery follows DESIGN §4, says how it found the root, and explains failures."""
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from conftest import run_json
+from cudnn_setup.cuda import cuda_version, find_cuda_root, library_dir, nvcc_toolkit
+from cudnn_setup.errors import NoCudaRoot
+
+
+@pytest.fixture
+def prefix(tmp_path):
+    """An empty stand-in for / so the fixed locations (/usr/local/cuda…) can be staged."""
+    p = tmp_path / "prefix"
+    (p / "usr" / "local").mkdir(parents=True)
+    (p / "opt").mkdir()
+    return p
+
+
+def test_order_explicit_then_env_vars(cuda_root, prefix):
+    a, b, c, d = (cuda_root() for _ in range(4))
+    env = {"CUDA_ROOT": str(b), "CUDA_PATH": str(c), "CUDA_HOME": str(d), "PATH": ""}
+    assert find_cuda_root(env, a, prefix).found_via == "--cuda-root"
+    found = find_cuda_root(env, None, prefix)
+    assert (found.path, found.found_via) == (b, "$CUDA_ROOT")
+    del env["CUDA_ROOT"]
+    assert find_cuda_root(env, None, prefix).found_via == "$CUDA_PATH"
+    del env["CUDA_PATH"]
+    assert find_cuda_root(env, None, prefix).path == d
+
+
+def test_env_var_that_is_not_a_toolkit_is_skipped(cuda_root, prefix, tmp_path):
+    good = cuda_root()
+    env = {"CUDA_ROOT": str(tmp_path / "missing"), "CUDA_HOME": str(good), "PATH": ""}
+    assert find_cuda_root(env, None, prefix).found_via == "$CUDA_HOME"
+
+
+def test_nvcc_wrapper_script_on_path(cuda_root, prefix, tmp_path):
+    root = cuda_root()
+    (root / "bin").mkdir()
+    real = root / "bin" / "nvcc"
+    real.write_text("#!/bin/sh\necho 'Cuda compilation tools, release 10.2, V10.2.89'\n")
+    real.chmod(0o755)
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    wrapper = bindir / "nvcc"
+    wrapper.write_text(f"#!/bin/sh\nexec {real} \"$@\"\n")
+    wrapper.chmod(0o755)
+    found = find_cuda_root({"PATH": str(bindir)}, None, prefix)
+    assert found.path == root and found.found_via.startswith("nvcc on PATH")
+
+
+def test_fixed_locations_in_order(prefix, compiler):
+    from fixtures.generate import make_cuda_root
+
+    local = prefix / "usr" / "local"
+    make_cuda_root(local / "cuda-11.8", "11.8", cc=compiler)
+    make_cuda_root(local / "cuda-12.4", "12.4", cc=compiler)
+    make_cuda_root(local / "cuda-9.2", "9.2", cc=compiler)
+    found = find_cuda_root({"PATH": ""}, None, prefix)
+    assert found.path == local / "cuda-12.4"  # newest, numerically, not by string
+    assert "newest" in found.found_via
+    (local / "cuda").symlink_to("cuda-11.8")
+    assert find_cuda_root({"PATH": ""}, None, prefix).path == local / "cuda"
+
+
+def test_opt_cuda_last(prefix, compiler):
+    from fixtures.generate import make_cuda_root
+
+    make_cuda_root(prefix / "opt" / "cuda", "12.0", cc=compiler)
+    assert find_cuda_root({"PATH": ""}, None, prefix).found_via.endswith("opt/cuda")
+
+
+def test_nothing_found_lists_every_step(prefix, tmp_path):
+    (prefix / "usr" / "local" / "cuda").mkdir()  # exists, but has no include/
+    env = {"CUDA_ROOT": str(tmp_path / "gone"), "PATH": ""}
+    with pytest.raises(NoCudaRoot) as info:
+        find_cuda_root(env, None, prefix)
+    msg = info.value.message
+    for step in ("$CUDA_ROOT", "$CUDA_PATH: $CUDA_PATH is not set", "$CUDA_HOME", "nvcc on PATH",
+                 "has no include/", "cuda-X.Y", "opt/cuda"):
+        assert step in msg, step
+    assert info.value.exit_code == 4
+
+
+def test_explicit_root_that_is_not_a_toolkit(tmp_path, home):
+    done, out = run_json(["verify", "--cuda-root", tmp_path, "--no-theano"], home)
+    assert done.returncode == 4
+    assert "is not a CUDA toolkit" in out["error"]["message"]
+
+
+def test_cli_reports_discovery_failure_exit_4(home, tmp_path):
+    env = {"CUDA_ROOT": str(tmp_path / "none"), "PATH": "/usr/bin:/bin"}
+    done, out = run_json(["verify", "--no-theano"], home, env_extra=env)
+    # /usr/local/cuda exists on this machine, so discovery ends there instead
+    if Path("/usr/local/cuda/include/cuda.h").exists():
+        assert out["cuda_root"] == "/usr/local/cuda"
+    else:
+        assert done.returncode == 4
+
+
+@pytest.mark.parametrize("layout,expected", [("lib64", "lib64"), ("lib", "lib"),
+                                             ("lib64-link", "lib"), ("targets", "targets/x86_64-linux/lib")])
+def test_library_dir_rules(cuda_root, layout, expected):
+    root = cuda_root(layout=layout)
+    assert library_dir(root) == (root / expected).resolve() or library_dir(root) == root / expected
+
+
+@pytest.mark.parametrize("version_file,source", [("txt", "version.txt"), ("json", "version.json"),
+                                                 ("none", "CUDA_VERSION")])
+def test_cuda_version_sources(cuda_root, version_file, source):
+    root = cuda_root(version="11.8", version_file=version_file)
+    version, where = cuda_version(root)
+    assert version == "11.8" and source in where
+
+
+REAL = Path("/usr/local/cuda")
+
+
+@pytest.mark.skipif(not (REAL / "include" / "cuda.h").exists(), reason="no CUDA toolkit here")
+def test_real_toolkit_read_only():
+    before = os.stat(REAL)
+    found = find_cuda_root({"PATH": "/usr/local/bin:/usr/bin:/bin"}, None)
+    # nvcc on PATH is a wrapper script in /usr/local/bin that execs the real toolkit's nvcc
+    assert found.found_via.startswith("nvcc on PATH")
+    assert found.path.resolve() == REAL.resolve()
+    assert found.version == "13.0"
+    assert library_dir(REAL) == (REAL / "lib").resolve()  # lib64 is a symlink to lib
+    assert nvcc_toolkit(Path("/usr/local/bin/nvcc")).resolve() == REAL.resolve()
+    assert os.stat(REAL).st_mtime == before.st_mtime
+    assert not (REAL / ".cudnn-setup").exists()

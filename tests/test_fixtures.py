@@ -1,0 +1,61 @@
+"""The sample archives are real, deterministic, and the committed README sample is current."""
+import tarfile
+
+from elftools.elf.elffile import ELFFile
+
+from fixtures.generate import GENERATION_SAMPLES, SAMPLE_NAME, SAMPLES, SPECS, build
+
+
+def test_build_is_deterministic(tmp_path, archives, compiler):
+    again = build(tmp_path, cc=None)  # a fresh compiler: nothing cached
+    for path in again:
+        assert path.read_bytes() == archives[path.name].read_bytes(), path.name
+
+
+def test_committed_sample_is_what_the_generator_makes(archives):
+    committed = SAMPLES / SAMPLE_NAME
+    assert committed.read_bytes() == archives[SAMPLE_NAME].read_bytes(), (
+        "run `python -m fixtures.generate sample` and commit the result")
+
+
+def _members(path):
+    with tarfile.open(path) as tar:
+        return {m.name: (m, tar.extractfile(m).read() if m.isreg() else None)
+                for m in tar.getmembers()}
+
+
+def test_libraries_are_real_elf_with_sonames_and_exports(archives, tmp_path):
+    for generation, name in GENERATION_SAMPLES.items():
+        spec = SPECS[name]
+        members = _members(archives[name])
+        libs = {n: data for n, (m, data) in members.items() if m.isreg() and ".so." in n}
+        assert len(libs) == len(spec.stems()), (generation, sorted(libs))
+        for member_name, data in libs.items():
+            path = tmp_path / member_name.replace("/", "_")
+            path.write_bytes(data)
+            with open(path, "rb") as f:
+                elf = ELFFile(f)
+                assert elf.header["e_type"] == "ET_DYN"
+                dyn = elf.get_section_by_name(".dynamic")
+                sonames = [t.soname for t in dyn.iter_tags("DT_SONAME")]
+                stem = member_name.rsplit("/", 1)[-1].split(".so")[0]
+                assert sonames == [f"{stem}.so.{spec.soname_version}"]
+                symbols = {s.name for s in elf.get_section_by_name(".dynsym").iter_symbols()}
+            if stem == "libcudnn":
+                assert {"cudnnGetVersion", "cudnnGetCudartVersion", "cudnnGetErrorString",
+                        "cudnnCreate", "cudnnDestroy"} <= symbols
+
+
+def test_links_only_where_the_generation_shipped_them(archives):
+    v2 = _members(archives["cudnn-6.5-linux-x64-v2.tgz"])
+    assert not any(m.issym() for m, _ in v2.values())
+    v9 = _members(archives["cudnn-linux-x86_64-9.3.0.75_cuda12-archive.tar.xz"])
+    top = "cudnn-linux-x86_64-9.3.0.75_cuda12-archive/lib/"
+    assert v9[top + "libcudnn_ops.so.9"][0].linkname == "libcudnn_ops.so.9.3.0"
+    assert v9[top + "libcudnn_ops.so"][0].linkname == "libcudnn_ops.so.9"
+    assert top + "libcudnn_ops_static.a" in v9
+
+
+def test_static_libraries_are_ar_archives(archives):
+    members = _members(archives["cudnn-7.0-linux-x64-v3.0-prod.tgz"])
+    assert members["cuda/lib64/libcudnn_static.a"][1].startswith(b"!<arch>\n")

@@ -1,0 +1,133 @@
+"""`inspect` describes every generation correctly and refuses every bad archive, all problems listed."""
+import pytest
+
+from conftest import run_cli, run_json
+from fixtures.generate import GENERATION_SAMPLES, OSX_NAME, SPECS, WINDOWS_NAME
+from fixtures.hostile import CASES, build_case, damaged, truncated_xz
+
+EXPECTED = {
+    # generation: (cudnn version, layout, library, soname, cuda, static count)
+    "R1": ("1.0.0", "flat", "libcudnn.so.6.5.18", "libcudnn.so.6.5", "6.5", 1),
+    "v2": ("2.0.0", "flat", "libcudnn.so.6.5.48", "libcudnn.so.6.5", "6.5", 1),
+    "v3": ("3.0.7", "cuda", "libcudnn.so.7.0.64", "libcudnn.so.7.0", "7.0", 1),
+    "v4-v7": ("7.6.5", "cuda", "libcudnn.so.7.6.5", "libcudnn.so.7", "10.2", 1),
+    "8.0-8.3.0": ("8.1.1", "cuda", "libcudnn.so.8.1.1", "libcudnn.so.8", "11.2", 7),
+    "8.3.1+": ("8.9.7", "archive", "libcudnn.so.8.9.7", "libcudnn.so.8", "12", 7),
+    "9.x": ("9.3.0", "archive", "libcudnn.so.9.3.0", "libcudnn.so.9", "12", 8),
+}
+
+
+@pytest.mark.parametrize("generation", list(GENERATION_SAMPLES))
+def test_every_generation_is_described(generation, archives, home):
+    done, out = run_json(["inspect", archives[GENERATION_SAMPLES[generation]]], home)
+    assert done.returncode == 0, done.stderr
+    pkg = out["package"]
+    version, layout, lib, soname, cuda, statics = EXPECTED[generation]
+    assert out["ok"] is True and out["command"] == "inspect" and out["error"] is None
+    assert out["cudnn_version"] == version == pkg["cudnn_version"]
+    assert pkg["generation"] == generation
+    assert pkg["layout"] == layout
+    assert pkg["cuda_version"] == cuda
+    assert pkg["complete"] is True and pkg["installable"] is True
+    assert pkg["platform"]["elf_machines"] == ["x86_64"]
+    main = next(x for x in pkg["libraries"] if x["name"].startswith("libcudnn.so."))
+    assert (main["name"], main["soname"]) == (lib, soname)
+    assert len(pkg["libraries"]) == len(SPECS[GENERATION_SAMPLES[generation]].stems())
+    assert len(pkg["static_libraries"]) == statics
+    assert "cudnn.h" in pkg["headers"]
+    assert {"name": "libcudnn.so", "target": soname} in pkg["install_links"]
+    assert len(pkg["sha256"]) == 64
+
+
+def test_r1_says_where_its_version_comes_from(archives, home):
+    _, out = run_json(["inspect", archives["cudnn-6.5-linux-R1.tgz"]], home)
+    assert "no version macros" in out["package"]["version_source"]
+
+
+def test_human_output_names_chain_and_verdict(archives, home):
+    done = run_cli(["inspect", archives[GENERATION_SAMPLES["v3"]]], home)
+    assert done.returncode == 0
+    assert "libcudnn.so.7.0.64 <- libcudnn.so.7.0 <- libcudnn.so" in done.stdout
+    assert "installable on this machine" in done.stdout
+
+
+@pytest.mark.parametrize("name,expect", [
+    ("cudnn-11.2-linux-ppc64le-v8.1.1.33.tgz", "this archive is for ppc64le; this machine is x86_64"),
+    ("cudnn-linux-sbsa-8.9.7.29_cuda12-archive.tar.xz", "this archive is for aarch64; this machine is x86_64"),
+    (OSX_NAME, "this archive is for macOS"),
+    (WINDOWS_NAME, "the format of cuDNN for Windows"),
+])
+def test_other_platforms_are_refused(name, expect, archives, home):
+    done, out = run_json(["inspect", archives[name]], home)
+    assert done.returncode == 3
+    assert out["ok"] is False and out["error"]["exit_code"] == 3
+    assert expect in done.stderr
+    assert out["error"]["hint"]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_hostile_archives_are_refused(case, tmp_path, compiler, home):
+    path = build_case(case, tmp_path, compiler)
+    done, out = run_json(["inspect", path], home)
+    assert done.returncode == 3, (done.stdout, done.stderr)
+    assert out["ok"] is False and out["error"]["exit_code"] == 3
+    messages = [p["message"] for p in out["package"]["problems"]]
+    assert any(case.expect in m for m in messages), messages
+    assert case.expect in done.stdout  # every problem is listed for people too
+    assert "\x1b" not in done.stdout + done.stderr and "two\nlines" not in done.stdout
+
+
+def test_all_problems_are_reported_not_only_the_first(tmp_path, compiler, home):
+    from fixtures.hostile import Case, LIB, _without
+    from fixtures.generate import Entry
+
+    case = Case("many", "", lambda e: _without(e, "cuda/include/cudnn.h")
+                + [Entry("/abs", b"x"), Entry("cuda/../up", b"x")])
+    done, out = run_json(["inspect", build_case(case, tmp_path, compiler)], home)
+    codes = {p["code"] for p in out["package"]["problems"]}
+    assert {"no-header", "unsafe-path"} <= codes
+    assert sum(p["code"] == "unsafe-path" for p in out["package"]["problems"]) == 2
+
+
+def test_names_with_escapes_are_printed_escaped(tmp_path, compiler, home):
+    case = next(c for c in CASES if c.name == "control-chars")
+    done = run_cli(["inspect", build_case(case, tmp_path, compiler)], home)
+    assert "evil\\e[31mred.h" in done.stdout
+    assert "\x1b" not in done.stdout
+
+
+@pytest.mark.parametrize("kind,expect", [
+    ("truncated", "truncated or corrupt"),
+    ("corrupt", "truncated or corrupt"),
+    ("random", "is not a tar archive"),
+    ("empty", "is not a tar archive"),
+    ("bomb", "more than any real cuDNN file"),
+])
+def test_damaged_files_are_refused(kind, expect, archives, tmp_path, home):
+    path = damaged(archives[GENERATION_SAMPLES["v4-v7"]], tmp_path)[kind]
+    done, out = run_json(["inspect", path], home)
+    assert done.returncode == 3, done.stderr
+    assert expect in done.stdout + done.stderr
+
+
+def test_truncated_xz_is_refused(archives, tmp_path, home):
+    path = truncated_xz(archives[GENERATION_SAMPLES["9.x"]], tmp_path)
+    done, out = run_json(["inspect", path], home)
+    assert done.returncode == 3
+    assert "truncated or corrupt" in done.stdout + done.stderr
+
+
+def test_missing_file_is_a_usage_error(tmp_path, home):
+    done, out = run_json(["inspect", tmp_path / "nope.tgz"], home)
+    assert done.returncode == 2
+    assert "does not exist" in out["error"]["message"]
+
+
+def test_inspect_of_a_plain_tar(archives, tmp_path, home):
+    import gzip
+
+    raw = gzip.decompress(archives[GENERATION_SAMPLES["v3"]].read_bytes())
+    plain = tmp_path / "cudnn-7.0-linux-x64-v3.0-prod.tar"
+    plain.write_bytes(raw)
+    done, out = run_json(["inspect", plain], home)
+    assert done.returncode == 0 and out["package"]["compression"] == "tar"
