@@ -154,6 +154,7 @@ def find_cuda_root(env: Mapping[str, str], explicit: Path | None = None,
     for step in discovery_steps(env, explicit, prefix):
         path, via, why = step()
         if path is not None:
+            path = Path(os.path.abspath(path))
             why = why_not_toolkit(path)
             if why is None:
                 version, source = cuda_version(path)
