@@ -92,6 +92,15 @@ def _progress(enabled: bool, total: int, label: str):
     return progress, (lambda done: progress.update(task, completed=done))
 
 
+def _recover(result: Result, root: CudaRoot) -> None:
+    from cudnn_setup.install import recover_pending
+
+    said = recover_pending(root)
+    if said:
+        result.lines.append(said)
+        result.extra["recovered"] = said
+
+
 def _theanorc_path(explicit: Optional[Path]) -> Path:
     from cudnn_setup.theanorc import default_path
 
@@ -309,6 +318,7 @@ def theanorc(cuda_root: Optional[Path] = CudaRootOpt, theanorc: Optional[Path] =
     def body(result: Result) -> None:
         root = _root(cuda_root)
         result.cuda_root = str(root.path)
+        _recover(result, root)
         manifest = StateDir(root.path).manifest()
         result.cudnn_version = manifest.get("cudnn_version") if manifest else None
         lib_dir = root.path / manifest["lib_dir"] if manifest else root.lib_dir()
@@ -332,6 +342,7 @@ def verify(cuda_root: Optional[Path] = CudaRootOpt, theanorc: Optional[Path] = T
     def body(result: Result) -> None:
         root = _root(cuda_root)
         result.cuda_root = str(root.path)
+        _recover(result, root)
         result.checks += run_verify(root, python=python, theanorc=_theanorc_path(theanorc),
                                     theano=not no_theano)
         manifest = StateDir(root.path).manifest()

@@ -169,7 +169,7 @@ def make_plan(root: Path, state: StateDir, desired: list[Desired], force: bool) 
         if same_content(current, record) and current.get("mode", d.mode) == d.mode and not force:
             plan.unchanged.append(d.path)
             continue
-        source = str(d.source.relative_to(root)) if d.source else None
+        source = os.path.relpath(d.source, root) if d.source else None
         if current is None:
             plan.ops.append(Op(PUT, d.path, source))
             continue
@@ -299,6 +299,21 @@ def install(archive: Path, root: CudaRoot, *, force: bool = False, dry_run: bool
     return Outcome(plan.changed, plan, pkg, manifest, recovered, lib_dir=root.path / lib_rel)
 
 
+def recover_pending(root: CudaRoot, lock_timeout: float = 300.0) -> str | None:
+    """Finish a transaction a killed run left behind, before anything else looks at the root."""
+    state = StateDir(root.path)
+    if not state.journal_path.exists() and not (state.path / "tx").exists():
+        return None
+    try:
+        with state.locked(lock_timeout):
+            said = recover(state)
+            state.tidy()
+            return said
+    except PermissionError as exc:
+        raise InstallFailed(f"an interrupted transaction in {root.path} needs rolling back, but: "
+                            f"permission denied ({exc.filename})", permission_hint(root.path)) from None
+
+
 def uninstall(root: CudaRoot, *, force: bool = False, dry_run: bool = False,
               fs: Filesystem | None = None, lock_timeout: float = 300.0) -> Outcome:
     state = StateDir(root.path)
@@ -314,9 +329,13 @@ def uninstall(root: CudaRoot, *, force: bool = False, dry_run: bool = False,
             plan = _uninstall_plan(root.path, state, force)
             if plan.conflicts:
                 raise _conflict_error(plan.conflicts, root.path, "removed")
-            if manifest is not None:
-                Transaction(state, uuid.uuid4().hex[:12], fs).run(
-                    plan.ops, lambda f: f.unlink(state.manifest_path), {"manifest_absent": True})
+            try:
+                if manifest is not None:
+                    Transaction(state, uuid.uuid4().hex[:12], fs).run(
+                        plan.ops, lambda f: f.unlink(state.manifest_path),
+                        {"manifest_absent": True})
+            finally:
+                state.tidy()
             state.remove_if_empty()
     except PermissionError as exc:
         raise InstallFailed(f"permission denied: {exc.filename or exc}",

@@ -35,6 +35,7 @@ def write_json_atomic(path: Path, data: dict) -> None:
             f.write("\n")
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)  # anyone may read what is installed; only the writer may change it
         os.replace(tmp, path)
     except BaseException:
         if os.path.lexists(tmp):

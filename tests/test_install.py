@@ -1,0 +1,452 @@
+"""install / uninstall: one atomic, reversible, idempotent transaction per run."""
+import json
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, clean_env, run_cli, run_json, tree_state
+from cudnn_setup import install as inst
+from cudnn_setup.cuda import find_cuda_root
+from cudnn_setup.errors import ArchiveRejected, InstallFailed
+from cudnn_setup.transaction import Filesystem
+from fixtures.generate import GENERATION_SAMPLES
+from fixtures.hostile import CASES, build_case, damaged
+
+V7 = GENERATION_SAMPLES["v4-v7"]
+V8 = GENERATION_SAMPLES["8.0-8.3.0"]
+V9 = GENERATION_SAMPLES["9.x"]
+
+
+def _root(path: Path):
+    return find_cuda_root({}, path)
+
+
+def _install(archives, name, root, home, *extra, verify=False):
+    args = ["install", archives[name], "--cuda-root", root, "--theanorc", home / ".theanorc", *extra]
+    if not verify:
+        args.append("--no-verify")
+    return run_json(args, home)
+
+
+@pytest.mark.parametrize("generation", list(GENERATION_SAMPLES))
+def test_every_generation_installs_with_resolving_chains(generation, archives, cuda_root, home):
+    root = cuda_root(layout="lib64-link" if generation == "9.x" else "lib64")
+    done, out = _install(archives, GENERATION_SAMPLES[generation], root, home)
+    assert done.returncode == 0, done.stderr
+    assert out["changed"] is True and out["ok"] is True
+    lib = (root / "lib64").resolve()
+    bare = lib / "libcudnn.so"
+    assert bare.is_symlink()
+    real = bare.resolve()
+    assert real.is_file() and not real.is_symlink() and real.parent == lib
+    chain = [os.readlink(bare), os.readlink(lib / os.readlink(bare))]
+    assert chain[0].startswith("libcudnn.so.") and (lib / chain[1]).is_file()
+    for p in list(lib.iterdir()) + list((root / "include").iterdir()):
+        if p.name.startswith(("libcudnn", "cudnn")) and not p.is_symlink():
+            mode = stat.S_IMODE(p.stat().st_mode)
+            assert mode & 0o444 == 0o444 and not mode & 0o022 and not mode & 0o6000, (p, oct(mode))
+    assert list(lib.glob("libcudnn*static.a")), "static libraries are installed too"
+    manifest = json.loads((root / ".cudnn-setup" / "manifest.json").read_text())
+    assert manifest["cudnn_version"] == out["cudnn_version"]
+    assert manifest["source"]["sha256"] and all("type" in f for f in manifest["files"])
+
+
+def test_v9_chain_for_every_sub_library(archives, cuda_root, home):
+    root = cuda_root()
+    _install(archives, V9, root, home)
+    lib = root / "lib64"
+    assert os.readlink(lib / "libcudnn_ops.so") == "libcudnn_ops.so.9"
+    assert os.readlink(lib / "libcudnn_ops.so.9") == "libcudnn_ops.so.9.3.0"
+
+
+def test_archive_without_links_gets_them(archives, cuda_root, home):
+    root = cuda_root()
+    _install(archives, "cudnn-6.5-linux-x64-v2.tgz", root, home)
+    assert os.readlink(root / "lib64" / "libcudnn.so") == "libcudnn.so.6.5"
+    assert os.readlink(root / "lib64" / "libcudnn.so.6.5") == "libcudnn.so.6.5.48"
+
+
+def test_ldconfig_finds_no_file_where_a_link_belongs(archives, cuda_root, home):
+    root = cuda_root()
+    _install(archives, V8, root, home)
+    out = subprocess.run(["ldconfig", "-N", "-X", "-v", "-n", str(root / "lib64")],
+                         capture_output=True, text=True)
+    assert "is not a symbolic link" not in out.stdout + out.stderr
+    assert out.returncode == 0
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_rejected_archive_changes_nothing(case, tmp_path, compiler, cuda_root, home):
+    root = cuda_root()
+    sentinel = tmp_path / "sentinel"
+    sentinel.write_text("keep")
+    before = tree_state(root)
+    done, out = run_json(["install", build_case(case, tmp_path, compiler), "--cuda-root", root,
+                          "--theanorc", home / ".theanorc"], home)
+    assert done.returncode == 3, done.stderr
+    assert tree_state(root) == before
+    assert sentinel.read_text() == "keep" and not (tmp_path / "evil.txt").exists()
+    assert not (home / ".theanorc").exists()
+
+
+@pytest.mark.parametrize("kind", ["truncated", "corrupt", "random", "bomb"])
+def test_damaged_archive_changes_nothing(kind, archives, tmp_path, cuda_root, home):
+    root = cuda_root()
+    before = tree_state(root)
+    path = damaged(archives[V7], tmp_path)[kind]
+    done, _ = run_json(["install", path, "--cuda-root", root, "--no-theanorc"], home)
+    assert done.returncode == 3
+    assert tree_state(root) == before
+
+
+def test_checksum_mismatch_is_refused_with_both_hashes(archives, cuda_root, home):
+    root = cuda_root()
+    before = tree_state(root)
+    done, out = run_json(["install", archives[V7], "--cuda-root", root, "--no-theanorc",
+                          "--sha256", "0" * 64], home)
+    assert done.returncode == 3
+    assert "0" * 64 in out["error"]["message"] and "got" in out["error"]["message"]
+    assert tree_state(root) == before
+    good = inst.sha256_file(archives[V7])
+    done, out = run_json(["install", archives[V7], "--cuda-root", root, "--no-theanorc",
+                          "--no-verify", "--sha256", good.upper()], home)
+    assert done.returncode == 0
+
+
+def test_idempotent_rerun_writes_nothing(archives, cuda_root, home):
+    root = cuda_root()
+    _install(archives, V8, root, home)
+    before = tree_state(root)
+    mtimes = {p: p.lstat().st_mtime_ns for p in root.rglob("*") if ".cudnn-setup" not in p.parts}
+    done, out = _install(archives, V8, root, home)
+    assert done.returncode == 0 and out["changed"] is False
+    assert tree_state(root) == before
+    assert mtimes == {p: p.lstat().st_mtime_ns for p in root.rglob("*")
+                      if ".cudnn-setup" not in p.parts}
+    done, out = _install(archives, V8, root, home, "--force")
+    after = tree_state(root)
+    assert out["changed"] is True
+    assert after.pop(".cudnn-setup/manifest.json") != before.pop(".cudnn-setup/manifest.json")
+    assert after == before
+
+
+def _cudnn_files(root):
+    return sorted(p.name for d in ("include", "lib64") for p in (root / d).iterdir()
+                  if "cudnn" in p.name)
+
+
+def test_upgrade_and_downgrade_replace_the_previous_version(archives, cuda_root, home):
+    root = cuda_root()
+    empty = tree_state(root)
+    seen = {}
+    for name in (V7, V8, V9, V7):
+        done, out = _install(archives, name, root, home)
+        assert done.returncode == 0 and out["changed"], done.stderr
+        files = _cudnn_files(root)
+        seen.setdefault(name, files)
+        assert files == seen[name], "exactly this version's files, nothing left of the last"
+        manifest = json.loads((root / ".cudnn-setup" / "manifest.json").read_text())
+        assert sorted(Path(f["path"]).name for f in manifest["files"]) == files
+    run_json(["uninstall", "--cuda-root", root], home)
+    assert tree_state(root) == empty
+
+
+def test_uninstall_restores_byte_for_byte(archives, cuda_root, home):
+    root = cuda_root()
+    before = tree_state(root)
+    _install(archives, V9, root, home)
+    assert tree_state(root) != before
+    done, out = run_json(["uninstall", "--cuda-root", root], home)
+    assert done.returncode == 0 and out["changed"] is True and out["cudnn_version"] == "9.3.0"
+    assert tree_state(root) == before
+    assert not (root / ".cudnn-setup").exists()
+    done, out = run_json(["uninstall", "--cuda-root", root], home)
+    assert done.returncode == 0 and out["changed"] is False
+
+
+def _manual_copy(archives, root, tmp_path):
+    """What people do by hand: extract and `cp` (links become files)."""
+    import tarfile
+
+    with tarfile.open(archives[V7]) as tar:
+        tar.extractall(tmp_path / "x", filter="data")
+    for p in (tmp_path / "x" / "cuda" / "include").iterdir():
+        shutil.copy(p, root / "include")
+    for p in (tmp_path / "x" / "cuda" / "lib64").iterdir():
+        shutil.copy(p, root / "lib64")  # follows links: "is not a symbolic link" later
+
+
+def test_manual_cudnn_is_backed_up_and_restored(archives, cuda_root, home, tmp_path):
+    root = cuda_root()
+    _manual_copy(archives, root, tmp_path)
+    before = tree_state(root)
+    done, out = _install(archives, V9, root, home)
+    assert done.returncode == 0
+    backed = out["install"]["backed_up"]
+    assert "include/cudnn.h" in backed and "lib64/libcudnn.so" in backed
+    assert "backed up include/cudnn.h" in done.stderr
+    assert os.path.islink(root / "lib64" / "libcudnn.so")
+    run_json(["uninstall", "--cuda-root", root], home)
+    assert tree_state(root) == before
+
+
+def test_changed_file_is_never_silently_replaced(archives, cuda_root, home):
+    root = cuda_root()
+    _install(archives, V7, root, home)
+    header = root / "include" / "cudnn.h"
+    header.write_text(header.read_text() + "/* local patch */\n")
+    before = tree_state(root)
+    done, out = _install(archives, V9, root, home)
+    assert done.returncode == 5 and "include/cudnn.h" in out["error"]["message"]
+    assert "--force" in out["error"]["hint"]
+    assert tree_state(root) == before
+    done, out = run_json(["uninstall", "--cuda-root", root], home)
+    assert done.returncode == 5 and tree_state(root) == before
+    done, out = _install(archives, V9, root, home, "--force")
+    assert done.returncode == 0
+
+
+def test_dry_run_prints_the_plan_and_touches_nothing(archives, cuda_root, home):
+    root = cuda_root()
+    before = tree_state(root)
+    done, out = _install(archives, V7, root, home, "--dry-run")
+    assert done.returncode == 0 and out["changed"] is False and out["would_change"] is True
+    actions = {(a["action"], a["path"]) for a in out["install"]["plan"]}
+    assert ("create", "include/cudnn.h") in actions and ("link", "lib64/libcudnn.so") in actions
+    assert "+optimizer_including = cudnn" in done.stderr  # the theanorc diff
+    assert tree_state(root) == before and not (home / ".theanorc").exists()
+    _install(archives, V7, root, home)
+    done, out = _install(archives, V7, root, home, "--dry-run")
+    assert out["would_change"] is False
+    done, out = run_json(["uninstall", "--cuda-root", root, "--dry-run"], home)
+    assert any(a["action"] == "remove" for a in out["uninstall"]["plan"])
+    assert (root / "include" / "cudnn.h").exists()
+
+
+def test_targets_layout_and_created_lib64(archives, cuda_root, home, compiler):
+    root = cuda_root(layout="targets")
+    _install(archives, V7, root, home)
+    assert (root / "targets" / "x86_64-linux" / "lib" / "libcudnn.so.7.6.5").is_file()
+
+
+class Faulty(Filesystem):
+    """Raises OSError at the n-th filesystem step."""
+
+    def __init__(self, fail_at):
+        self.fail_at = fail_at
+        self.step = 0
+
+    def _tick(self):
+        self.step += 1
+        if self.step == self.fail_at:
+            raise OSError(5, "injected fault")
+
+    def replace(self, src, dst):
+        self._tick()
+        super().replace(src, dst)
+
+    def mkdir(self, path):
+        self._tick()
+        super().mkdir(path)
+
+    def rmdir(self, path):
+        self._tick()
+        super().rmdir(path)
+
+    def makedirs(self, path):
+        self._tick()
+        super().makedirs(path)
+
+    def write_manifest(self, path, data):
+        self._tick()
+        super().write_manifest(path, data)
+
+    def unlink(self, path):
+        self._tick()
+        super().unlink(path)
+
+
+def _fault_sweep(action, root):
+    """Fail at step 1, 2, … until the action succeeds; every failure must leave the same tree."""
+    before = tree_state(root)
+    n = 1
+    while True:
+        fs = Faulty(n)
+        try:
+            action(fs)
+        except InstallFailed:
+            assert tree_state(root) == before, f"fault at step {n} left a changed tree"
+            n += 1
+            continue
+        return n - 1
+
+
+def test_fault_at_each_step_of_install_upgrade_uninstall_rolls_back(archives, cuda_root, tmp_path):
+    root_path = cuda_root()
+    root = _root(root_path)
+    (root_path / "include" / "cudnn.h").write_text("/* a manual cudnn.h */\n")
+    faults = _fault_sweep(lambda fs: inst.install(archives[V7], root, fs=fs), root_path)
+    assert faults >= 5
+    faults = _fault_sweep(lambda fs: inst.install(archives[V9], root, fs=fs), root_path)
+    assert faults >= 20
+    faults = _fault_sweep(lambda fs: inst.uninstall(root, fs=fs), root_path)
+    assert faults >= 10
+    assert (root_path / "include" / "cudnn.h").read_text() == "/* a manual cudnn.h */\n"
+
+
+def test_full_disk_exits_5_and_keeps_the_tree(archives, cuda_root, home):
+    import resource
+
+    root = cuda_root()
+    before = tree_state(root)
+
+    def small_disk():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
+
+    done = run_cli(["install", archives[V9], "--cuda-root", root, "--no-theanorc", "--json"], home,
+                   preexec_fn=small_disk)
+    assert done.returncode == 5, done.stderr
+    out = json.loads(done.stdout)
+    assert "File too large" in out["error"]["message"] and out["error"]["hint"]
+    assert tree_state(root) == before
+
+
+KILLER = r"""
+import os, signal, sys
+sys.path.insert(0, {repo!r})
+from pathlib import Path
+from cudnn_setup import install as inst
+from cudnn_setup.cli import _on_sigterm
+from cudnn_setup.cuda import find_cuda_root
+from cudnn_setup.transaction import Filesystem
+
+class Killer(Filesystem):
+    step = 0
+    def replace(self, src, dst):
+        Killer.step += 1
+        if Killer.step == {at}:
+            os.kill(os.getpid(), signal.{sig})
+        super().replace(src, dst)
+
+signal.signal(signal.SIGTERM, _on_sigterm)
+root = find_cuda_root({{}}, Path({root!r}))
+inst.{call}
+print("finished")
+"""
+
+
+def _killed_run(root, at, sig, call):
+    code = KILLER.format(repo=str(REPO), root=str(root), at=at, sig=sig, call=call)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("at", [1, 3, 8, 15, 25])
+def test_sigkill_mid_install_then_any_command_restores(at, archives, cuda_root, home):
+    root = cuda_root()
+    _install(archives, V7, root, home)
+    before = tree_state(root)
+    done = _killed_run(root, at, "SIGKILL", f"install(Path({str(archives[V9])!r}), root, fs=Killer())")
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    assert (root / ".cudnn-setup" / "journal.json").exists()
+    done, out = run_json(["verify", "--cuda-root", root, "--no-theano"], home)
+    assert "rolled back" in done.stderr
+    assert tree_state(root) == before
+
+
+def test_sigterm_mid_install_rolls_back(archives, cuda_root):
+    root = cuda_root()
+    before = tree_state(root)
+    done = _killed_run(root, 4, "SIGTERM", f"install(Path({str(archives[V8])!r}), root, fs=Killer())")
+    assert done.returncode != 0 and "finished" not in done.stdout
+    assert "Terminated" in done.stderr
+    assert tree_state(root) == before
+
+
+def test_sigkill_after_commit_is_rolled_forward(archives, cuda_root, home):
+    """Killed after the manifest is in place: the next command keeps the new install."""
+    root = cuda_root()
+    done = _killed_run(root, 10_000, "SIGKILL", f"install(Path({str(archives[V7])!r}), root, fs=Killer())")
+    assert done.returncode == 0
+    state = root / ".cudnn-setup"
+    manifest = json.loads((state / "manifest.json").read_text())
+    # Simulate a kill between the commit and the cleanup: the journal is still there.
+    (state / "journal.json").write_text(json.dumps({"txid": manifest["txid"], "ops": [],
+                                                    "commit": {"manifest_txid": manifest["txid"]}}))
+    done, out = run_json(["verify", "--cuda-root", root, "--no-theano"], home)
+    assert "finished transaction" in done.stderr
+    assert (root / "lib64" / "libcudnn.so.7.6.5").exists()
+    assert not (state / "journal.json").exists()
+
+
+def test_concurrent_installs_wait_for_each_other(archives, cuda_root, home):
+    root = cuda_root()
+    env = clean_env(home)
+    procs = [subprocess.Popen([sys.executable, "-m", "cudnn_setup", "install", str(archives[name]),
+                               "--cuda-root", str(root), "--no-theanorc", "--no-verify", "--json"],
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for name in (V7, V9, V8, V9)]
+    results = [p.communicate(timeout=300) for p in procs]
+    assert all(p.returncode == 0 for p in procs), results
+    manifest = json.loads((root / ".cudnn-setup" / "manifest.json").read_text())
+    installed = {p.name for d in ("include", "lib64") for p in (root / d).iterdir() if "cudnn" in p.name}
+    assert installed == {Path(f["path"]).name for f in manifest["files"]}
+    done, out = run_json(["verify", "--cuda-root", root, "--no-theano"], home)
+    assert {c["name"]: c["status"] for c in out["checks"]}["files"] == "pass"
+
+
+def test_lock_timeout_exits_5(archives, cuda_root):
+    import fcntl
+
+    from cudnn_setup.state import StateDir
+
+    root_path = cuda_root()
+    state = StateDir(root_path)
+    state.ensure()
+    fd = os.open(state.path, os.O_RDONLY)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        with pytest.raises(InstallFailed) as info:
+            inst.install(archives[V7], _root(root_path), lock_timeout=0.3)
+        assert "holds the lock" in info.value.message and info.value.exit_code == 5
+    finally:
+        os.close(fd)
+
+
+def test_permission_denied_exits_5_with_hint(archives, compiler):
+    from fixtures.generate import make_cuda_root
+
+    base = Path(tempfile.mkdtemp(prefix="cudnn-perm-"))
+    try:
+        base.chmod(0o755)
+        root = make_cuda_root(base / "cuda", cc=compiler)
+        archive = base / archives[V7].name
+        shutil.copy(archives[V7], archive)
+        archive.chmod(0o644)
+        home = base / "home"
+        home.mkdir()
+        before = tree_state(root)
+        cmd = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+               sys.executable, "-m", "cudnn_setup", "install", str(archive), "--cuda-root",
+               str(root), "--no-theanorc", "--json"]
+        done = subprocess.run(cmd, env=clean_env(home), capture_output=True, text=True, timeout=120)
+        assert done.returncode == 5, done.stderr
+        out = json.loads(done.stdout)
+        assert "permission denied" in out["error"]["message"]
+        assert "sudo" in out["error"]["hint"]
+        assert tree_state(root) == before
+    finally:
+        shutil.rmtree(base)
+
+
+def test_library_install_rejects_with_exception(archives, tmp_path, compiler, cuda_root):
+    case = next(c for c in CASES if c.name == "traversal")
+    with pytest.raises(ArchiveRejected):
+        inst.install(build_case(case, tmp_path, compiler), _root(cuda_root()))
