@@ -1,0 +1,186 @@
+"""verify: each layer's pass and fail paths, with real fixture libraries and real processes."""
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import run_json
+from cudnn_setup import gpus
+from fixtures.generate import EM_AARCH64, GENERATION_SAMPLES, patch_machine
+
+V7 = GENERATION_SAMPLES["v4-v7"]
+V8 = GENERATION_SAMPLES["8.0-8.3.0"]
+V9 = GENERATION_SAMPLES["9.x"]
+
+
+def installed(archives, cuda_root, home, name=V7, version="10.2", **kw):
+    root = cuda_root(version=version, **kw)
+    done, _ = run_json(["install", archives[name], "--cuda-root", root, "--no-theanorc",
+                        "--no-verify"], home)
+    assert done.returncode == 0, done.stderr
+    return root
+
+
+def verify(root, home, *extra, env=None):
+    done, out = run_json(["verify", "--cuda-root", root, "--no-theano", *extra], home, env)
+    return done, out, {c["name"]: c for c in out["checks"]}
+
+
+def test_healthy_install(archives, cuda_root, home):
+    root = installed(archives, cuda_root, home)
+    done, out, checks = verify(root, home)
+    assert done.returncode == 0 and out["ok"] and out["cudnn_version"] == "7.6.5"
+    assert [c["name"] for c in out["checks"]] == ["files", "elf", "versions", "load", "loader",
+                                                   "cuda", "compile", "gpu", "theano"]
+    for name in ("files", "elf", "versions", "load", "cuda", "compile"):
+        assert checks[name]["status"] == "pass", checks[name]
+    assert "cudnnGetVersion() = 7605" in checks["load"]["detail"]
+    assert checks["gpu"]["status"] == "skip" and "libcuda.so.1" in checks["gpu"]["detail"]
+    assert checks["loader"]["status"] == "warn" and "LD_LIBRARY_PATH" in checks["loader"]["detail"]
+
+
+def test_missing_sub_library_aborts_in_the_child_and_is_named(archives, cuda_root, home):
+    root = installed(archives, cuda_root, home, name=V8, version="11.2")
+    (root / "lib64" / "libcudnn_cnn_infer.so.8.1.1").unlink()
+    done, out, checks = verify(root, home)
+    assert done.returncode == 1 and out["ok"] is False
+    assert checks["files"]["status"] == "fail"
+    assert "libcudnn_cnn_infer" in checks["files"]["detail"]
+    load = checks["load"]
+    assert load["status"] == "fail"
+    assert "SIGABRT" in load["detail"] and "libcudnn_cnn_infer.so.8" in load["detail"]
+    assert checks["gpu"]["status"] == "skip"  # nothing to run once loading fails
+
+
+def test_library_of_another_version_swapped_in(archives, cuda_root, home, tmp_path):
+    import tarfile
+
+    root = installed(archives, cuda_root, home)
+    with tarfile.open(archives["cudnn-8.0-linux-x64-v5.1.tgz"]) as tar:
+        other = tar.extractfile("cuda/lib64/libcudnn.so.5.1.10").read()
+    target = root / "lib64" / "libcudnn.so.7.6.5"
+    target.write_bytes(other)
+    done, out, checks = verify(root, home)
+    assert checks["files"]["status"] == "fail" and "changed since" in checks["files"]["detail"]
+    assert checks["elf"]["status"] == "fail" and "SONAME libcudnn.so.5" in checks["elf"]["detail"]
+    assert checks["load"]["status"] == "fail" and "Mixed dnn version" in checks["load"]["detail"]
+    # linked through libcudnn.so, the program now needs the SONAME of the swapped-in file
+    assert checks["compile"]["status"] == "fail" and "libcudnn.so.5" in checks["compile"]["detail"]
+
+
+def test_broken_link(archives, cuda_root, home):
+    root = installed(archives, cuda_root, home)
+    link = root / "lib64" / "libcudnn.so.7"
+    link.unlink()
+    link.symlink_to("libcudnn.so.7.6.4")
+    done, out, checks = verify(root, home)
+    assert checks["files"]["status"] == "fail" and "broken link" in checks["files"]["detail"]
+
+
+def test_elf_for_another_machine(archives, cuda_root, home):
+    root = installed(archives, cuda_root, home)
+    lib = root / "lib64" / "libcudnn.so.7.6.5"
+    lib.write_bytes(patch_machine(lib.read_bytes(), EM_AARCH64))
+    done, out, checks = verify(root, home)
+    assert checks["elf"]["status"] == "fail" and "built for aarch64" in checks["elf"]["detail"]
+    assert checks["load"]["status"] == "fail"
+
+
+def test_another_copy_first_on_ld_library_path(archives, cuda_root, home, tmp_path):
+    root = installed(archives, cuda_root, home)
+    other = tmp_path / "other-cudnn"
+    other.mkdir()
+    shutil.copy(root / "lib64" / "libcudnn.so.7.6.5", other / "libcudnn.so.7.6.5")
+    (other / "libcudnn.so.7").symlink_to("libcudnn.so.7.6.5")
+    env = {"LD_LIBRARY_PATH": f"{other}:{root / 'lib64'}"}
+    done, out, checks = verify(root, home, env=env)
+    loader = checks["loader"]
+    assert loader["status"] == "warn"
+    assert f"programs would load {other}/libcudnn.so.7" in loader["detail"]
+    assert "export LD_LIBRARY_PATH=" in loader["detail"]
+    env = {"LD_LIBRARY_PATH": f"{root / 'lib64'}:{other}"}
+    done, out, checks = verify(root, home, env=env)
+    assert checks["loader"]["status"] == "pass"
+    assert str(other) in checks["loader"]["detail"]  # the other copy is still listed
+
+
+def test_headers_without_cuda_runtime_h(archives, cuda_root, home):
+    root = installed(archives, cuda_root, home)
+    (root / "include" / "cuda_runtime.h").unlink()
+    done, out, checks = verify(root, home)
+    compile_ = checks["compile"]
+    assert compile_["status"] == "fail" and "cuda_runtime.h" in compile_["detail"]
+
+
+def test_cuda_major_mismatch(archives, cuda_root, home):
+    root = installed(archives, cuda_root, home, name=V9, version="10.2")
+    done, out, checks = verify(root, home)
+    assert checks["cuda"]["status"] == "fail"
+    assert "built for CUDA 12" in checks["cuda"]["detail"] and "CUDA 10.2" in checks["cuda"]["detail"]
+
+
+def test_same_major_other_minor_passes(archives, cuda_root, home):
+    root = installed(archives, cuda_root, home, name=V9, version="12.4")
+    done, out, checks = verify(root, home)
+    assert checks["cuda"]["status"] == "pass"
+
+
+def test_nothing_installed(cuda_root, home):
+    done, out, checks = verify(cuda_root(), home)
+    assert done.returncode == 1 and checks["files"]["status"] == "fail"
+    assert "no cuDNN" in checks["files"]["detail"]
+
+
+def test_manual_install_is_verified_without_manifest(archives, cuda_root, home, tmp_path):
+    import tarfile
+
+    root = cuda_root()
+    with tarfile.open(archives[V7]) as tar:
+        tar.extractall(tmp_path / "x", filter="data")
+    for sub in ("include", "lib64"):
+        for p in (tmp_path / "x" / "cuda" / sub).iterdir():
+            dest = root / sub / p.name
+            if p.is_symlink():
+                dest.symlink_to(os.readlink(p))
+            else:
+                shutil.copy(p, dest)
+    done, out, checks = verify(root, home)
+    assert checks["files"]["status"] == "warn" and "no manifest" in checks["files"]["detail"]
+    assert checks["load"]["status"] == "pass" and checks["versions"]["status"] == "pass"
+
+
+def test_theano_missing_is_a_skip_with_hint(archives, cuda_root, home):
+    root = installed(archives, cuda_root, home)
+    bare = shutil.which("python3", path="/usr/bin:/bin") or sys.executable
+    done, out = run_json(["verify", "--cuda-root", root, "--python", bare], home)
+    theano = {c["name"]: c for c in out["checks"]}["theano"]
+    if theano["status"] != "skip":
+        pytest.skip(f"{bare} has Theano")
+    assert "pip install" in theano["detail"]
+
+
+def test_theano_for_real(archives, cuda_root, home):
+    """Theano builds T.exp and a conv net with the theanorc the install wrote; no GPU → warn."""
+    root = cuda_root()
+    done, out = run_json(["install", archives[V7], "--cuda-root", root, "--theanorc",
+                          home / ".theanorc"], home, timeout=900)
+    theano = {c["name"]: c for c in out["checks"]}["theano"]
+    assert theano["status"] == "warn", theano
+    data = theano["data"]
+    assert data["theano_version"] == "1.0.5" and data["exp_ok"] is True
+    assert data["conv_op"] in ("CorrMM", "ConvOp", "AbstractConv2d")
+    assert data["uses_cudnn"] is False and "no GPU" in data["reason"]
+    assert "cudnn" in data["optimizer_including"]
+    assert data["dnn"]["library_path"] == str(root / "lib64")
+    assert done.returncode == 0
+
+
+def test_gpu_table():
+    assert gpus.lookup("Tesla C2075") == "2.0"
+    assert gpus.lookup("NVIDIA H200") == "9.0"
+    assert gpus.lookup("Tesla K20c") == "3.5"
+    assert gpus.lookup("Imaginary 9000") is None
+    assert not gpus.cudnn_supports(7, "2.0") and gpus.cudnn_supports(7, "3.5")
+    assert not gpus.cudnn_supports(9, "3.7") and gpus.cudnn_supports(9, "9.0")
