@@ -354,6 +354,32 @@ def verify(cuda_root: Optional[Path] = CudaRootOpt, theanorc: Optional[Path] = T
     _run("verify", json_, body)
 
 
+@app.command()
+def bench(cuda_root: Optional[Path] = CudaRootOpt, theanorc: Optional[Path] = TheanorcOpt,
+          python: Optional[str] = PythonOpt,
+          no_theano: bool = typer.Option(False, "--no-theano", help="only cuDNN's own timings"),
+          json_: bool = JsonOpt) -> None:
+    """Theano conv net with cuDNN vs without; cuDNN's algorithm timings on the GPU."""
+    from cudnn_setup.bench import bench as run_bench
+    from cudnn_setup.checks.context import find_installation
+    from cudnn_setup.errors import NoCudaRoot
+
+    def body(result: Result) -> None:
+        try:
+            root = _root(cuda_root)
+        except NoCudaRoot:
+            if cuda_root is not None:
+                raise
+            root = None
+        inst = find_installation(root) if root else None
+        result.cuda_root = str(root.path) if root else None
+        result.cudnn_version = inst.version if inst else None
+        result.checks += run_bench(inst, python=python, theanorc=_theanorc_path(theanorc),
+                                   theano=not no_theano)
+
+    _run("bench", json_, body)
+
+
 def version_callback(value: bool) -> None:
     if value:
         print(f"cudnn-setup {__version__}")

@@ -1,0 +1,79 @@
+"""`bench`: what cuDNN buys — Theano with and without it, and cuDNN's own algorithm timings."""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Mapping
+
+from cudnn_setup.checks.context import Installation, child_env, probe_module, run_probe
+from cudnn_setup.checks.native import find_cudart
+from cudnn_setup.checks.theano_check import INSTALL_HINT, has_theano, theano_env
+from cudnn_setup.report import FAIL, PASS, SKIP, WARN, Check
+
+BENCH_TIMEOUT = 900.0
+
+
+def _theano_run(python: str, env: dict, flag: str) -> tuple[dict | None, str]:
+    run_env = dict(env)
+    run_env["THEANO_FLAGS"] = ",".join(f for f in (env.get("THEANO_FLAGS", ""), flag) if f)
+    result = run_probe(probe_module("theano_bench"), BENCH_TIMEOUT, run_env, python=python)
+    return result.data, result.last_error_line()
+
+
+def theano_checks(inst: Installation | None, python: str, theanorc: Path | None,
+                  env: Mapping[str, str]) -> list[Check]:
+    if not has_theano(python):
+        return [Check("theano-conv", SKIP, f"Theano is not installed for {python}; {INSTALL_HINT}")]
+    lib_dir = inst.lib_dir if inst else Path("/nonexistent")
+    base = theano_env(env, theanorc, lib_dir)
+    with_dnn, err1 = _theano_run(python, base, "optimizer_including=cudnn")
+    without, err2 = _theano_run(python, base, "optimizer_excluding=cudnn")
+    if with_dnn is None or without is None:
+        return [Check("theano-conv", FAIL, f"the Theano benchmark failed: {err1 or err2}")]
+    data = {"with_cudnn": with_dnn, "without_cudnn": without}
+    cpu_only = not with_dnn["uses_cudnn"] and not without["uses_cudnn"]
+    conv = (f"conv net step {with_dnn['conv_step_s'] * 1000:.1f} ms with cuDNN allowed "
+            f"({', '.join(with_dnn['conv_ops'])}) vs {without['conv_step_s'] * 1000:.1f} ms without "
+            f"({', '.join(without['conv_ops'])})")
+    mlp = (f"MLP 784-1000-500-10 step {with_dnn['mlp_step_s'] * 1000:.1f} ms vs "
+           f"{without['mlp_step_s'] * 1000:.1f} ms")
+    if cpu_only:
+        why = (f"both runs used the CPU (device={with_dnn['device']}): the comparison says nothing "
+               "about cuDNN here")
+        return [Check("theano-conv", WARN, f"{conv}; {why}", data),
+                Check("theano-mlp", WARN, f"{mlp}; {why}")]
+    speedup = without["conv_step_s"] / with_dnn["conv_step_s"]
+    data["conv_speedup"] = speedup
+    return [Check("theano-conv", PASS, f"{conv}: cuDNN is {speedup:.2f}x as fast", data),
+            Check("theano-mlp", PASS, f"{mlp} (no convolutions: cuDNN has nothing to speed up)")]
+
+
+def algorithm_check(inst: Installation | None, env: Mapping[str, str]) -> Check:
+    target = inst.soname_path() if inst else None
+    if target is None:
+        return Check("cudnn-algorithms", SKIP, "no cuDNN installed in the CUDA root")
+    args = probe_module("gpu") + ["--bench", str(target)]
+    cudart = find_cudart(inst)
+    if cudart:
+        args.append(cudart)
+    result = run_probe(args, BENCH_TIMEOUT, child_env(inst.lib_dir, env))
+    data = result.data
+    if data is None:
+        return Check("cudnn-algorithms", FAIL, f"the GPU benchmark died: {result.last_error_line()}")
+    if data["status"] == "skip":
+        return Check("cudnn-algorithms", SKIP, data["reason"], data)
+    if data["status"] != "pass":
+        return Check("cudnn-algorithms", FAIL, data.get("reason", "failed"), data)
+    parts = [f"{name} {layer['input']}*{layer['filter']}: fastest {layer['fastest']['algo']} "
+             f"{layer['fastest']['ms']:.3f} ms" for name, layer in data["layers"].items()
+             if layer["fastest"]]
+    return Check("cudnn-algorithms", PASS, f"on {data['gpu']}: " + "; ".join(parts), data)
+
+
+def bench(inst: Installation | None, *, python: str | None = None, theanorc: Path | None = None,
+          env: Mapping[str, str] | None = None, theano: bool = True) -> list[Check]:
+    env = dict(os.environ if env is None else env)
+    checks = theano_checks(inst, python or sys.executable, theanorc, env) if theano else []
+    checks.append(algorithm_check(inst, env))
+    return checks

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# On a machine with an NVIDIA GPU: repack the cuDNN of the installed nvidia-cudnn-cuNN wheel as
+# NVIDIA's archive, install it into a scratch CUDA root made from the system toolkit, then run
+# `verify` (its gpu check runs a real convolution) and the cuDNN algorithm benchmark.
+# Results land in $OUT (default /tmp/cudnn-gpu/out): install.json, verify.json, bench.json.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+py=${PYTHON:-python3}
+work=${WORK:-/tmp/cudnn-gpu}
+out=${OUT:-$work/out}
+cuda=${CUDA_SOURCE:-/usr/local/cuda}
+mkdir -p "$work" "$out"
+src=${CUDNN_WHEEL_DIR:-$($py -c "import importlib.util as u; print(list(u.find_spec('nvidia.cudnn').submodule_search_locations)[0])")}
+major=$(awk '/#define CUDA_VERSION/ {print int($3/1000); exit}' "$cuda/include/cuda.h")
+echo "cuDNN from $src; CUDA $major from $cuda"
+archive=$($py -m fixtures.repack "$src" "$work/archives" --cuda "$major")
+ls -l "$archive"
+root=$work/cuda-scratch
+rm -rf "$root"
+mkdir -p "$root/lib64"
+cp -r "$cuda/include" "$root/include"
+cp -P "$cuda"/lib64/libcudart.so* "$root/lib64/"
+set +e
+$py -m cudnn_setup install "$archive" --cuda-root "$root" --no-theanorc --no-verify --json >"$out/install.json"
+echo "install exit $?"
+$py -m cudnn_setup verify --cuda-root "$root" --no-theano --json >"$out/verify.json"
+echo "verify exit $?"
+$py -m cudnn_setup bench --cuda-root "$root" --json >"$out/bench.json"
+echo "bench exit $?"
+$py - "$out" <<'PY'
+import json, sys
+out = sys.argv[1]
+for name in ("install", "verify", "bench"):
+    try:
+        data = json.load(open(f"{out}/{name}.json"))
+    except Exception as exc:
+        print(name, "no JSON:", exc)
+        continue
+    print(f"== {name}: ok={data['ok']} cudnn={data['cudnn_version']} error={data['error']}")
+    for c in data["checks"]:
+        print(f"  {c['name']:<9} {c['status']:<4} {c['detail']}")
+PY
