@@ -13,12 +13,13 @@ mkdir -p "$work" "$out"
 src=${CUDNN_WHEEL_DIR:-$($py -c "import importlib.util as u; print(list(u.find_spec('nvidia.cudnn').submodule_search_locations)[0])")}
 major=$(awk '/#define CUDA_VERSION/ {print int($3/1000); exit}' "$cuda/include/cuda.h")
 echo "cuDNN from $src; CUDA $major from $cuda"
-archive=$($py -m fixtures.repack "$src" "$work/archives" --cuda "$major")
+archive=$(ls "$work"/archives/*.tar.xz 2>/dev/null | head -1)
+[ -n "$archive" ] || archive=$($py -m fixtures.repack "$src" "$work/archives" --cuda "$major")
 ls -l "$archive"
 root=$work/cuda-scratch
 rm -rf "$root"
 mkdir -p "$root/lib64"
-cp -r "$cuda/include" "$root/include"
+cp -rL "$cuda/include" "$root/include"
 cp -P "$cuda"/lib64/libcudart.so* "$root/lib64/"
 set +e
 $py -m cudnn_setup install "$archive" --cuda-root "$root" --no-theanorc --no-verify --json >"$out/install.json"
