@@ -355,6 +355,29 @@ def verify(cuda_root: Optional[Path] = CudaRootOpt, theanorc: Optional[Path] = T
 
 
 @app.command()
+def doctor(message: Optional[str] = typer.Argument(None, help="a Theano startup line to explain"),
+           cuda_root: Optional[Path] = CudaRootOpt, json_: bool = JsonOpt) -> None:
+    """Diagnose cuDNN on this machine; explain a Theano startup line."""
+    from cudnn_setup.doctor import diagnose, findings_as_checks
+
+    def body(result: Result) -> None:
+        d = diagnose(os.environ, Path.home(), cuda_root, message)
+        first = next((r for r in d.cuda_roots if r["usable"]), None)
+        result.cuda_root = first["path"] if first else None
+        result.extra.update(d.to_dict())
+        result.checks += findings_as_checks(d)
+        if d.explanation:
+            result.lines.append("explanation:")
+            result.lines += [f"  {p['part']}: {p['meaning']}" for p in d.explanation]
+        problems = d.ordered()
+        result.lines.append("problems, most important first:" if problems else "no problems found")
+        for f in problems:
+            result.lines.append(f"  [{f.severity}] {f.message}" + (f"\n      fix: {f.fix}" if f.fix else ""))
+
+    _run("doctor", json_, body)
+
+
+@app.command()
 def bench(cuda_root: Optional[Path] = CudaRootOpt, theanorc: Optional[Path] = TheanorcOpt,
           python: Optional[str] = PythonOpt,
           no_theano: bool = typer.Option(False, "--no-theano", help="only cuDNN's own timings"),

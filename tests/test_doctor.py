@@ -1,0 +1,65 @@
+"""doctor: the machine's cuDNN picture, and Theano's startup line explained."""
+import os
+
+from conftest import run_json
+from cudnn_setup.doctor import explain, theano_config
+
+C2075 = ("Using gpu device 0: Tesla C2075 (CNMeM is enabled with initial size: 95.0% of memory, "
+         "cuDNN not available)")
+
+
+def test_classic_startup_line_is_explained_part_by_part():
+    parts = {p["part"]: p for p in explain(C2075)}
+    assert parts["Tesla C2075"]["compute_capability"] == "2.0"
+    assert "can never be used" in parts["Tesla C2075"]["meaning"]
+    cnmem = parts["CNMeM is enabled with initial size: 95.0% of memory"]["meaning"]
+    assert "memory pool" in cnmem and "95.0%" in cnmem
+    why = parts["cuDNN not available"]["meaning"]
+    assert "compute capability 2.0" in why and "3.0" in why
+    assert "37 min instead of 21" in why and "MLP loses nothing" in why
+
+
+def test_supported_gpu_without_cudnn_points_to_verify():
+    parts = {p["part"]: p for p in explain("Using gpu device 0: Tesla K20c (CNMeM is disabled, "
+                                           "cuDNN not available)")}
+    assert parts["Tesla K20c"]["compute_capability"] == "3.5"
+    assert "cudnn-setup verify" in parts["cuDNN not available"]["meaning"]
+    assert "driver" in parts["CNMeM is disabled"]["meaning"]
+
+
+def test_cudnn_in_use_and_new_backend_lines():
+    parts = explain("Using gpu device 0: GeForce GTX 980 (CNMeM is disabled, cuDNN 5105)")
+    assert any("cuDNN 5.1.5" in p["meaning"] for p in parts)
+    parts = explain("Mapped name None to device cuda0: Tesla K80 (0000:00:1E.0)")
+    assert any(p.get("compute_capability") == "3.7" for p in parts)
+    assert "9.19.0" in explain("Using cuDNN version 91900 on context None")[0]["meaning"]
+
+
+def test_theano_config_later_files_and_flags_win(tmp_path):
+    a, b = tmp_path / "a.rc", tmp_path / "b.rc"
+    a.write_text("[global]\ndevice = cuda\nfloatX = float32\n")
+    b.write_text("[global]\ndevice = cpu\n[dnn]\nlibrary_path = /x\n")
+    env = {"THEANORC": os.pathsep.join([str(a), str(b)]), "THEANO_FLAGS": "dnn.library_path=/y"}
+    eff = theano_config(env, tmp_path)["effective"]
+    assert eff["global.device"] == {"value": "cpu", "from": "theanorc"}
+    assert eff["global.floatx"]["value"] == "float32"
+    assert eff["dnn.library_path"] == {"value": "/y", "from": "THEANO_FLAGS"}
+
+
+def test_doctor_cli_lists_roots_copies_and_problems(archives, cuda_root, home):
+    r7, r9 = cuda_root(version="10.2"), cuda_root(version="12.4")
+    for root, name in ((r7, "cudnn-10.2-linux-x64-v7.6.5.32.tgz"),
+                       (r9, "cudnn-linux-x86_64-9.3.0.75_cuda12-archive.tar.xz")):
+        run_json(["install", archives[name], "--cuda-root", root, "--no-verify"], home)
+    done, out = run_json(["doctor", C2075, "--cuda-root", r7], home,
+                         env_extra={"CUDA_HOME": str(r9)})
+    assert done.returncode == 0, done.stderr
+    roots = [r["path"] for r in out["cuda_roots"] if r["usable"]]
+    assert roots[:2] == [str(r7), str(r9)]
+    versions = {c["version"] for c in out["cudnn_copies"]}
+    assert {"7.6.5", "9.3.0"} <= versions
+    messages = [p["message"] for p in out["problems"]]
+    assert any("several cuDNN versions" in m for m in messages)
+    assert out["problems"][0]["severity"] == "fail"  # the C2075 comes first
+    assert any(e["part"] == "Tesla C2075" for e in out["explanation"])
+    assert "explanation:" in done.stderr
