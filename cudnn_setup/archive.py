@@ -310,7 +310,7 @@ def _walk(stream: IO[bytes], staging: Path, want: Sink, lim: dict, listing: List
     total = 0
     count = 0
     problems = listing.problems
-    with tarfile.open(fileobj=stream, mode="r|") as tar:
+    with tarfile.open(fileobj=stream, mode="r|", bufsize=CHUNK) as tar:
         for info in tar:
             count += 1
             if count > lim["members"]:

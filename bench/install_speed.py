@@ -1,0 +1,163 @@
+"""Time `cudnn-setup install` against NVIDIA's manual steps and against plain decompression.
+
+    python bench/install_speed.py [--size-mib 1100] [--runs 3] [--archive PATH ...] [--json OUT]
+
+Without --archive it generates a cuDNN 9.x-shaped archive holding --size-mib of incompressible
+library payload, as multi-block .tar.xz, single-block .tar.xz and .tgz (cached in --work). For
+each archive, each of --runs rounds times, into fresh CUDA roots on the same filesystem:
+  (a) manual: tar -xf into a temp dir, cp -P headers and libraries, chmod a+r
+  (b) floor:  decompress to /dev/null with the fastest decoder at hand (xz -T0; isal or zlib)
+  (c) tool:   cudnn-setup install --no-verify --no-theanorc
+and reports medians, c/a, c/b and the tool's peak memory (largest RSS of its process tree).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from fixtures.generate import SPECS, Compiler, make_cuda_root, spec_entries, tar_bytes  # noqa: E402
+
+NAME = "cudnn-linux-x86_64-9.3.0.75_cuda12-archive"
+# How a real cuDNN 9 spreads its bytes over the libraries (roughly, by file size).
+SHARES = {"libcudnn_engines_precompiled": 0.55, "libcudnn_adv": 0.2,
+          "libcudnn_engines_runtime_compiled": 0.1, "libcudnn_heuristic": 0.05,
+          "libcudnn_ops": 0.05, "libcudnn_graph": 0.03, "libcudnn_cnn": 0.015, "libcudnn": 0.005}
+
+
+def generate(work: Path, size_mib: int) -> list[Path]:
+    work.mkdir(parents=True, exist_ok=True)
+    raw = work / f"{NAME}-{size_mib}MiB.tar"
+    outs = {"xz-multi": work / f"multi-{size_mib}" / f"{NAME}.tar.xz",
+            "xz-single": work / f"single-{size_mib}" / f"{NAME}.tar.xz",
+            "tgz": work / f"gz-{size_mib}" / f"{NAME}.tgz"}
+    if all(p.exists() for p in outs.values()):
+        return list(outs.values())
+    total = size_mib << 20
+    pad = {stem: int(total * share) for stem, share in SHARES.items()}
+    with tempfile.TemporaryDirectory() as tmp:
+        entries = spec_entries(SPECS[f"{NAME}.tar.xz"], Compiler(Path(tmp)), pad)
+        raw.write_bytes(tar_bytes(entries))
+    for key, cmd in (("xz-multi", ["xz", "-T0", "-0", "--block-size=32MiB", "-c"]),
+                     ("xz-single", ["xz", "-T1", "-0", "-c"]),
+                     ("tgz", ["gzip", "-1", "-n", "-c"])):
+        outs[key].parent.mkdir(exist_ok=True)
+        if not outs[key].exists():
+            with open(outs[key], "wb") as f:
+                subprocess.run([*cmd, str(raw)], stdout=f, check=True)
+    raw.unlink()
+    return list(outs.values())
+
+
+def fresh_root(base: Path, i: int) -> Path:
+    return make_cuda_root(base / f"root{i}", "12.4")
+
+
+def manual(archive: Path, root: Path, scratch: Path) -> None:
+    """NVIDIA's documented steps: extract, copy with -P, make readable."""
+    scratch.mkdir()
+    subprocess.run(["tar", "-xf", str(archive), "-C", str(scratch)], check=True)
+    top = next(scratch.iterdir())
+    inc = top / ("include" if (top / "include").exists() else "")
+    lib = top / ("lib" if (top / "lib").exists() else "lib64")
+    subprocess.run(f"cp -P {inc}/cudnn*.h {root}/include/ && cp -P {lib}/libcudnn* {root}/lib64/ "
+                   f"&& chmod a+r {root}/include/cudnn*.h {root}/lib64/libcudnn*",
+                   shell=True, check=True)
+    shutil.rmtree(scratch)
+
+
+FLOOR_GZ = ("import sys\ntry:\n    from isal import igzip as g\nexcept ImportError:\n    import gzip as g\n"
+            "f = g.open(sys.argv[1], 'rb')\nwhile f.read(1 << 20):\n    pass\n")
+
+
+def floor(archive: Path) -> None:
+    if archive.name.endswith(".xz"):
+        subprocess.run(["xz", "-dc", "-T0", str(archive)], stdout=subprocess.DEVNULL, check=True)
+    else:
+        subprocess.run([sys.executable, "-c", FLOOR_GZ, str(archive)], check=True)
+
+
+def tool(archive: Path, root: Path) -> int:
+    """Run the tool in a child and return the peak RSS (KiB) of its largest process."""
+    cmd = [sys.executable, "-m", "cudnn_setup", "install", str(archive), "--cuda-root", str(root),
+           "--no-verify", "--no-theanorc", "--json"]
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    wrapper = ("import resource, subprocess, sys\n"
+               "rc = subprocess.run(sys.argv[1:]).returncode\n"
+               "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr)\n"
+               "sys.exit(rc)\n")
+    done = subprocess.run([sys.executable, "-c", wrapper, *cmd], env=env, capture_output=True,
+                          text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"install failed: {done.stdout}{done.stderr}")
+    return int(done.stderr.strip().splitlines()[-1])
+
+
+def timed(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def measure(archive: Path, runs: int, base: Path) -> dict:
+    times = {"manual": [], "floor": [], "tool": []}
+    peak = 0
+    for i in range(runs):
+        root_a, root_c = fresh_root(base, 2 * i), fresh_root(base, 2 * i + 1)
+        subprocess.run(["sync"])
+        times["manual"].append(timed(lambda: manual(archive, root_a, base / f"x{i}")))
+        subprocess.run(["sync"])
+        times["floor"].append(timed(lambda: floor(archive)))
+        subprocess.run(["sync"])
+        rss = []
+        times["tool"].append(timed(lambda: rss.append(tool(archive, root_c))))
+        peak = max(peak, rss[0])
+        shutil.rmtree(root_a)
+        shutil.rmtree(root_c)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    return {"archive": str(archive), "compressed_mib": round(archive.stat().st_size / 2**20, 1),
+            "runs": runs, "median_s": {k: round(v, 2) for k, v in med.items()},
+            "all_s": {k: [round(x, 2) for x in v] for k, v in times.items()},
+            "tool_vs_manual": round(med["tool"] / med["manual"], 3),
+            "tool_vs_floor": round(med["tool"] / med["floor"], 3),
+            "tool_peak_rss_mib": round(peak / 1024, 1)}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--size-mib", type=int, default=1100)
+    p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--archive", type=Path, action="append")
+    p.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "cudnn-setup-bench")
+    p.add_argument("--json", type=Path)
+    args = p.parse_args()
+    archives = args.archive or generate(args.work, args.size_mib)
+    results = []
+    with tempfile.TemporaryDirectory(dir=args.work.parent if args.work.exists() else None) as tmp:
+        for archive in archives:
+            r = measure(archive, args.runs, Path(tmp))
+            results.append(r)
+            print(f"{archive.name} ({r['compressed_mib']} MiB, {archive.parent.name}): "
+                  f"manual {r['median_s']['manual']} s, floor {r['median_s']['floor']} s, "
+                  f"tool {r['median_s']['tool']} s; tool/manual {r['tool_vs_manual']}, "
+                  f"tool/floor {r['tool_vs_floor']}, peak {r['tool_peak_rss_mib']} MiB", flush=True)
+    if args.json:
+        args.json.write_text(json.dumps({"machine": {"cpus": os.cpu_count(), "uname": os.uname().release},
+                                         "results": results}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
