@@ -157,6 +157,63 @@ def describe_package(pkg) -> list[str]:
     return lines
 
 
+HeaderOpt = typer.Option(None, "--header", help="extra HTTP header, e.g. 'Authorization: Bearer …' "
+                         "(repeatable; never printed)")
+CacheOpt = typer.Option(None, "--cache-dir", help="download cache (default: $XDG_CACHE_HOME/cudnn-setup)")
+
+
+def _fetch(url: str, sha256: Optional[str], headers: Optional[list[str]], cache_dir: Optional[Path],
+           quiet: bool, result: Result):
+    from cudnn_setup.download import Downloader, default_cache_dir, expected_for, file_name
+
+    parsed = {}
+    for h in headers or []:
+        if ":" not in h:
+            raise UsageError("--header must look like 'Name: value'", "e.g. --header 'Authorization: Bearer TOKEN'")
+        key, value = h.split(":", 1)
+        parsed[key.strip()] = value.strip()
+    cache = cache_dir or default_cache_dir(os.environ, Path.home())
+    progress, on_read = _progress(not quiet and sys.stderr.isatty(), 0, "downloading")
+    on_progress = None
+    if progress:
+        task = progress.task_ids[0]
+        on_progress = lambda done, total: progress.update(task, completed=done, total=total)  # noqa: E731
+        progress.start()
+    try:
+        fetched = Downloader(cache, headers=parsed, on_progress=on_progress).fetch(
+            url, expected_for(file_name(url), sha256))
+    finally:
+        if progress:
+            progress.stop()
+    result.extra["download"] = fetched.to_dict()
+    how = "reused from the cache" if fetched.from_cache else (
+        f"resumed at byte {fetched.resumed_from}" if fetched.resumed_from else "downloaded")
+    check = (f"{fetched.expected.algorithm} matches ({fetched.expected.source})" if fetched.expected
+             else "no checksum known: pass --sha256 to check it")
+    result.lines.append(f"{fetched.path.name}: {how}, {fetched.size} bytes; {check}")
+    return fetched
+
+
+@app.command()
+def download(url: str = typer.Argument(..., help="http(s) URL of a cuDNN archive"),
+             output: Optional[Path] = typer.Option(None, "-o", "--output", help="directory to "
+                                                   "place the archive in (default: the cache)"),
+             sha256: Optional[str] = typer.Option(None, "--sha256", help="expected checksum"),
+             header: Optional[list[str]] = HeaderOpt, cache_dir: Optional[Path] = CacheOpt,
+             json_: bool = JsonOpt) -> None:
+    """Download an archive into the cache (resumable, checksummed)."""
+    import shutil
+
+    def body(result: Result) -> None:
+        _check_sha256(sha256)
+        fetched = _fetch(url, sha256, header, output or cache_dir, json_, result)
+        result.extra["path"] = str(fetched.path)
+        if output and fetched.path.parent != output:
+            shutil.copy2(fetched.path, output)
+
+    _run("download", json_, body)
+
+
 @app.command()
 def install(source: str = typer.Argument(..., help="archive path or http(s) URL"),
             cuda_root: Optional[Path] = CudaRootOpt,
@@ -169,27 +226,30 @@ def install(source: str = typer.Argument(..., help="archive path or http(s) URL"
             force: bool = typer.Option(False, "--force", help="reinstall; replace changed files"),
             ldconfig: bool = typer.Option(False, "--ldconfig", help="register the library dir "
                                           "in /etc/ld.so.conf.d and run ldconfig"),
+            header: Optional[list[str]] = HeaderOpt, cache_dir: Optional[Path] = CacheOpt,
             json_: bool = JsonOpt) -> None:
     """Install cuDNN from an archive into a CUDA root, configure Theano, verify."""
     from cudnn_setup import install as inst
     from cudnn_setup import loader
+    from cudnn_setup.download import expected_for
 
     def body(result: Result) -> None:
-        if source.startswith(("http://", "https://")):
-            raise UsageError("installing from a URL is not supported yet",
-                             "download the archive, then pass its path")
-        archive = Path(source)
-        if sha256 is not None and not _is_sha256(sha256):
-            raise UsageError(f"--sha256 {sha256!r} is not 64 hex digits", "copy the checksum whole")
+        _check_sha256(sha256)
         root = _root(cuda_root)
         result.cuda_root = str(root.path)
+        if source.startswith(("http://", "https://")):
+            archive = _fetch(source, sha256, header, cache_dir, json_, result).path
+            expected = None  # checked as it was fetched
+        else:
+            archive = Path(source)
+            expected = expected_for(archive.name, sha256)
         size = archive.stat().st_size if archive.is_file() else 0
         progress, on_read = _progress(not json_ and sys.stderr.isatty(), size, "installing")
         try:
             if progress:
                 progress.start()
             outcome = inst.install(archive, root, force=force, dry_run=dry_run,
-                                   expected_sha256=sha256, on_read=on_read)
+                                   expected=expected, on_read=on_read)
         finally:
             if progress:
                 progress.stop()
@@ -212,6 +272,11 @@ def install(source: str = typer.Argument(..., help="archive path or http(s) URL"
                                         theanorc=None if no_theanorc else _theanorc_path(theanorc))
 
     _run("install", json_, body)
+
+
+def _check_sha256(value: Optional[str]) -> None:
+    if value is not None and not _is_sha256(value):
+        raise UsageError(f"--sha256 {value!r} is not 64 hex digits", "copy the checksum whole")
 
 
 def _is_sha256(value: str) -> bool:

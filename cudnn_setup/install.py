@@ -13,7 +13,8 @@ from typing import Callable
 
 from cudnn_setup import __version__
 from cudnn_setup.cuda import CudaRoot
-from cudnn_setup.errors import ArchiveRejected, InstallFailed
+from cudnn_setup.download import Expected, mismatch
+from cudnn_setup.errors import InstallFailed
 from cudnn_setup.inspection import read_package
 from cudnn_setup.package import Package
 from cudnn_setup.problems import escape
@@ -207,13 +208,11 @@ def _conflict_error(conflicts: list[str], root: Path, verb: str) -> InstallFaile
                          f"look at them; --force {verb.rstrip('d')}s them anyway")
 
 
-def _stage(archive: Path, staging: Path, expected_sha256: str | None,
+def _stage(archive: Path, staging: Path, expected: Expected | None,
            on_read: Callable[[int], None] | None) -> Package:
     pkg = read_package(archive, staging, on_read=on_read)
-    if expected_sha256 and pkg.sha256 and pkg.sha256 != expected_sha256.lower():
-        raise ArchiveRejected(f"checksum mismatch for {escape(archive.name)}: expected "
-                              f"{expected_sha256.lower()}, got {pkg.sha256}",
-                              "the file is damaged or not the one you meant; download it again")
+    if expected and pkg.sha256 and pkg.sha256 != expected.digest:
+        raise mismatch(escape(archive.name), expected, pkg.sha256)
     if not pkg.installable:
         errors = [p for p in pkg.problems if p.severity == "error"]
         first = errors[0]
@@ -250,7 +249,7 @@ def _manifest(txid: str, pkg: Package, desired: list[Desired], plan: Plan, lib_r
 
 
 def install(archive: Path, root: CudaRoot, *, force: bool = False, dry_run: bool = False,
-            expected_sha256: str | None = None, fs: Filesystem | None = None,
+            expected: Expected | None = None, fs: Filesystem | None = None,
             lock_timeout: float = 300.0, tmp_dir: Path | None = None,
             on_read: Callable[[int], None] | None = None) -> Outcome:
     state = StateDir(root.path)
@@ -258,7 +257,7 @@ def install(archive: Path, root: CudaRoot, *, force: bool = False, dry_run: bool
     if dry_run:
         with tempfile.TemporaryDirectory(prefix="cudnn-setup-plan-", dir=tmp_dir) as tmp:
             staging = Path(tmp)
-            pkg = _stage(archive, staging / "staging", expected_sha256, on_read)
+            pkg = _stage(archive, staging / "staging", expected, on_read)
             desired = desired_entries(pkg, lib_rel, staging / "links")
             plan = make_plan(root.path, state, desired, force)
             notes = ["an interrupted transaction will be rolled back first"] if \
@@ -271,7 +270,7 @@ def install(archive: Path, root: CudaRoot, *, force: bool = False, dry_run: bool
             txid = uuid.uuid4().hex[:12]
             tx = state.tx_dir(txid)
             try:
-                pkg = _stage(archive, tx / "staging", expected_sha256, on_read)
+                pkg = _stage(archive, tx / "staging", expected, on_read)
                 desired = desired_entries(pkg, lib_rel, tx / "links")
                 plan = make_plan(root.path, state, desired, force)
                 if plan.conflicts:

@@ -4,11 +4,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup-venv.sh theano
-root=sandbox/cuda-10.2
+root=sandbox/cuda-10.0
 if [ ! -d "$root" ]; then
-  .venv/bin/python -m fixtures.generate cuda-root "$root" --version 10.2 >/dev/null
+  .venv/bin/python -m fixtures.generate cuda-root "$root" --version 10.0 >/dev/null
 fi
 mkdir -p sandbox/home
 export HOME="$PWD/sandbox/home"
-.venv/bin/cudnn-setup install fixtures/samples/cudnn-10.2-linux-x64-v7.6.5.32.tgz \
+.venv/bin/cudnn-setup install fixtures/samples/cudnn-10.0-linux-x64-v7.4.2.24.tgz \
   --cuda-root "$root" --theanorc sandbox/home/.theanorc "$@"

@@ -48,7 +48,7 @@ def test_theano_config_later_files_and_flags_win(tmp_path):
 
 def test_doctor_cli_lists_roots_copies_and_problems(archives, cuda_root, home):
     r7, r9 = cuda_root(version="10.2"), cuda_root(version="12.4")
-    for root, name in ((r7, "cudnn-10.2-linux-x64-v7.6.5.32.tgz"),
+    for root, name in ((r7, "cudnn-10.0-linux-x64-v7.4.2.24.tgz"),
                        (r9, "cudnn-linux-x86_64-9.3.0.75_cuda12-archive.tar.xz")):
         run_json(["install", archives[name], "--cuda-root", root, "--no-verify"], home)
     done, out = run_json(["doctor", C2075, "--cuda-root", r7], home,
@@ -57,7 +57,7 @@ def test_doctor_cli_lists_roots_copies_and_problems(archives, cuda_root, home):
     roots = [r["path"] for r in out["cuda_roots"] if r["usable"]]
     assert roots[:2] == [str(r7), str(r9)]
     versions = {c["version"] for c in out["cudnn_copies"]}
-    assert {"7.6.5", "9.3.0"} <= versions
+    assert {"7.4.2", "9.3.0"} <= versions
     messages = [p["message"] for p in out["problems"]]
     assert any("several cuDNN versions" in m for m in messages)
     assert out["problems"][0]["severity"] == "fail"  # the C2075 comes first

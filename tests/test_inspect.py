@@ -10,9 +10,9 @@ EXPECTED = {
     "R1": ("1.0.0", "flat", "libcudnn.so.6.5.18", "libcudnn.so.6.5", "6.5", 1),
     "v2": ("2.0.0", "flat", "libcudnn.so.6.5.48", "libcudnn.so.6.5", "6.5", 1),
     "v3": ("3.0.7", "cuda", "libcudnn.so.7.0.64", "libcudnn.so.7.0", "7.0", 1),
-    "v4-v7": ("7.6.5", "cuda", "libcudnn.so.7.6.5", "libcudnn.so.7", "10.2", 1),
-    "8.0-8.3.0": ("8.1.1", "cuda", "libcudnn.so.8.1.1", "libcudnn.so.8", "11.2", 7),
-    "8.3.1+": ("8.9.7", "archive", "libcudnn.so.8.9.7", "libcudnn.so.8", "12", 7),
+    "v4-v7": ("7.4.2", "cuda", "libcudnn.so.7.4.2", "libcudnn.so.7", "10.0", 1),
+    "8.0-8.3.0": ("8.2.1", "cuda", "libcudnn.so.8.2.1", "libcudnn.so.8", "11.3", 7),
+    "8.3.1+": ("8.9.6", "archive", "libcudnn.so.8.9.6", "libcudnn.so.8", "12", 7),
     "9.x": ("9.3.0", "archive", "libcudnn.so.9.3.0", "libcudnn.so.9", "12", 8),
 }
 
@@ -52,8 +52,8 @@ def test_human_output_names_chain_and_verdict(archives, home):
 
 
 @pytest.mark.parametrize("name,expect", [
-    ("cudnn-11.2-linux-ppc64le-v8.1.1.33.tgz", "this archive is for ppc64le; this machine is x86_64"),
-    ("cudnn-linux-sbsa-8.9.7.29_cuda12-archive.tar.xz", "this archive is for aarch64; this machine is x86_64"),
+    ("cudnn-11.3-linux-ppc64le-v8.2.1.32.tgz", "this archive is for ppc64le; this machine is x86_64"),
+    ("cudnn-linux-sbsa-8.9.6.50_cuda12-archive.tar.xz", "this archive is for aarch64; this machine is x86_64"),
     (OSX_NAME, "this archive is for macOS"),
     (WINDOWS_NAME, "the format of cuDNN for Windows"),
 ])

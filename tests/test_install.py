@@ -234,7 +234,7 @@ def test_dry_run_prints_the_plan_and_touches_nothing(archives, cuda_root, home):
 def test_targets_layout_and_created_lib64(archives, cuda_root, home, compiler):
     root = cuda_root(layout="targets")
     _install(archives, V7, root, home)
-    assert (root / "targets" / "x86_64-linux" / "lib" / "libcudnn.so.7.6.5").is_file()
+    assert (root / "targets" / "x86_64-linux" / "lib" / "libcudnn.so.7.4.2").is_file()
 
 
 class Faulty(Filesystem):
@@ -382,7 +382,7 @@ def test_sigkill_after_commit_is_rolled_forward(archives, cuda_root, home):
                                                     "commit": {"manifest_txid": manifest["txid"]}}))
     done, out = run_json(["verify", "--cuda-root", root, "--no-theano"], home)
     assert "finished transaction" in done.stderr
-    assert (root / "lib64" / "libcudnn.so.7.6.5").exists()
+    assert (root / "lib64" / "libcudnn.so.7.4.2").exists()
     assert not (state / "journal.json").exists()
 
 

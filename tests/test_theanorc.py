@@ -130,7 +130,7 @@ def test_default_path_follows_theanorc_env(tmp_path):
 
 def test_cli_theanorc_uses_home_and_installed_lib_dir(archives, cuda_root, home):
     root = cuda_root(layout="lib64-link")
-    run_json(["install", archives["cudnn-10.2-linux-x64-v7.6.5.32.tgz"], "--cuda-root", root,
+    run_json(["install", archives["cudnn-10.0-linux-x64-v7.4.2.24.tgz"], "--cuda-root", root,
               "--no-theanorc", "--no-verify"], home)
     done, out = run_json(["theanorc", "--cuda-root", root, "--dry-run"], home)
     assert done.returncode == 0 and not (home / ".theanorc").exists()

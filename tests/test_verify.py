@@ -31,19 +31,19 @@ def verify(root, home, *extra, env=None):
 def test_healthy_install(archives, cuda_root, home):
     root = installed(archives, cuda_root, home)
     done, out, checks = verify(root, home)
-    assert done.returncode == 0 and out["ok"] and out["cudnn_version"] == "7.6.5"
+    assert done.returncode == 0 and out["ok"] and out["cudnn_version"] == "7.4.2"
     assert [c["name"] for c in out["checks"]] == ["files", "elf", "versions", "load", "loader",
                                                    "cuda", "compile", "gpu", "theano"]
     for name in ("files", "elf", "versions", "load", "cuda", "compile"):
         assert checks[name]["status"] == "pass", checks[name]
-    assert "cudnnGetVersion() = 7605" in checks["load"]["detail"]
+    assert "cudnnGetVersion() = 7402" in checks["load"]["detail"]
     assert checks["gpu"]["status"] == "skip" and "libcuda.so.1" in checks["gpu"]["detail"]
     assert checks["loader"]["status"] == "warn" and "LD_LIBRARY_PATH" in checks["loader"]["detail"]
 
 
 def test_missing_sub_library_aborts_in_the_child_and_is_named(archives, cuda_root, home):
-    root = installed(archives, cuda_root, home, name=V8, version="11.2")
-    (root / "lib64" / "libcudnn_cnn_infer.so.8.1.1").unlink()
+    root = installed(archives, cuda_root, home, name=V8, version="11.3")
+    (root / "lib64" / "libcudnn_cnn_infer.so.8.2.1").unlink()
     done, out, checks = verify(root, home)
     assert done.returncode == 1 and out["ok"] is False
     assert checks["files"]["status"] == "fail"
@@ -60,7 +60,7 @@ def test_library_of_another_version_swapped_in(archives, cuda_root, home, tmp_pa
     root = installed(archives, cuda_root, home)
     with tarfile.open(archives["cudnn-8.0-linux-x64-v5.1.tgz"]) as tar:
         other = tar.extractfile("cuda/lib64/libcudnn.so.5.1.10").read()
-    target = root / "lib64" / "libcudnn.so.7.6.5"
+    target = root / "lib64" / "libcudnn.so.7.4.2"
     target.write_bytes(other)
     done, out, checks = verify(root, home)
     assert checks["files"]["status"] == "fail" and "changed since" in checks["files"]["detail"]
@@ -74,14 +74,14 @@ def test_broken_link(archives, cuda_root, home):
     root = installed(archives, cuda_root, home)
     link = root / "lib64" / "libcudnn.so.7"
     link.unlink()
-    link.symlink_to("libcudnn.so.7.6.4")
+    link.symlink_to("libcudnn.so.7.4.1")
     done, out, checks = verify(root, home)
     assert checks["files"]["status"] == "fail" and "broken link" in checks["files"]["detail"]
 
 
 def test_elf_for_another_machine(archives, cuda_root, home):
     root = installed(archives, cuda_root, home)
-    lib = root / "lib64" / "libcudnn.so.7.6.5"
+    lib = root / "lib64" / "libcudnn.so.7.4.2"
     lib.write_bytes(patch_machine(lib.read_bytes(), EM_AARCH64))
     done, out, checks = verify(root, home)
     assert checks["elf"]["status"] == "fail" and "built for aarch64" in checks["elf"]["detail"]
@@ -92,8 +92,8 @@ def test_another_copy_first_on_ld_library_path(archives, cuda_root, home, tmp_pa
     root = installed(archives, cuda_root, home)
     other = tmp_path / "other-cudnn"
     other.mkdir()
-    shutil.copy(root / "lib64" / "libcudnn.so.7.6.5", other / "libcudnn.so.7.6.5")
-    (other / "libcudnn.so.7").symlink_to("libcudnn.so.7.6.5")
+    shutil.copy(root / "lib64" / "libcudnn.so.7.4.2", other / "libcudnn.so.7.4.2")
+    (other / "libcudnn.so.7").symlink_to("libcudnn.so.7.4.2")
     env = {"LD_LIBRARY_PATH": f"{other}:{root / 'lib64'}"}
     done, out, checks = verify(root, home, env=env)
     loader = checks["loader"]
