@@ -12,6 +12,7 @@ import io
 import lzma
 import os
 import posixpath
+import queue
 import shutil
 import stat
 import subprocess
@@ -34,6 +35,12 @@ MAX_HEADER_BYTES = 16 << 20
 MAX_NAME_LENGTH = 1024
 
 GZIP, XZ, BZIP2, PLAIN_TAR, ZIP = "gzip", "xz", "bzip2", "tar", "zip"
+
+try:  # ISA-L's gzip decoder, when installed, reports damage with its own error type
+    from isal.igzip_lib import IsalError
+except ImportError:  # pragma: no cover - isal is an optional speed-up
+    IsalError = zlib.error
+DECODE_ERRORS = (tarfile.TarError, EOFError, lzma.LZMAError, zlib.error, IsalError, OSError)
 
 
 @dataclass
@@ -190,7 +197,7 @@ class _Decoder:
                     while self.stream.read(CHUNK):  # padding after the tar's end marker
                         pass
                     self.raw.drain()
-            except (OSError, EOFError, lzma.LZMAError, zlib.error) as exc:
+            except DECODE_ERRORS as exc:
                 return str(exc) or type(exc).__name__
             finally:
                 self.stream.close()
@@ -288,7 +295,7 @@ def read(path: Path, staging: Path, want: Sink, limits: dict | None = None,
         raise InstallFailed(f"cannot write the staging copy under {staging.parent}: "
                             f"{exc.__cause__}", "free some space (or quota) on the CUDA root's "
                             "filesystem, then run again") from None
-    except (tarfile.TarError, EOFError, lzma.LZMAError, zlib.error, OSError) as exc:
+    except DECODE_ERRORS as exc:
         listing.problems.append(_corrupt(str(exc) or type(exc).__name__))
     finally:
         complaint = decoder.finish(complete)
@@ -305,6 +312,15 @@ def _corrupt(detail: str) -> Problem:
 
 
 def _walk(stream: IO[bytes], staging: Path, want: Sink, lim: dict, listing: Listing) -> None:
+    writer = _Writer()
+    try:
+        _walk_members(stream, staging, want, lim, listing, writer)
+    finally:
+        writer.finish()
+
+
+def _walk_members(stream: IO[bytes], staging: Path, want: Sink, lim: dict, listing: Listing,
+                  writer: _Writer) -> None:
     seen: set[str] = set()
     not_dirs: set[str] = set()
     total = 0
@@ -372,7 +388,7 @@ def _walk(stream: IO[bytes], staging: Path, want: Sink, lim: dict, listing: List
                     return
                 member = Member(rel, "file", size=info.size, mode=mode)
                 fileobj = tar.extractfile(info)
-                _consume(fileobj, member, staging if want(member) else None)
+                _consume(fileobj, member, staging if want(member) else None, writer)
                 listing.members.append(member)
             else:
                 kind = ("a device file" if info.ischr() or info.isblk()
@@ -387,49 +403,90 @@ def _parents(rel: str) -> Iterator[str]:
         yield "/".join(parts[:i])
 
 
-def _consume(fileobj: IO[bytes], member: Member, staging: Path | None) -> None:
-    """Read one member's bytes once: hash them, keep the head, and write them if staged."""
-    digest = hashlib.sha256()
-    keep_text = member.name.endswith(".h") and member.size <= MAX_HEADER_BYTES
-    chunks: list[bytes] = []
-    out = None
-    if staging is not None:
-        dest = staging / member.path
-        try:
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            out = open(dest, "xb")
-        except OSError as exc:
-            raise StagingWriteFailed() from exc
-        member.staged = dest
-    try:
-        first = True
+class _Writer:
+    """Hashes and writes member bytes on a thread of its own.
+
+    hashlib and file writes release the GIL, so on two cores this overlaps with decompressing and
+    parsing the tar stream; the bounded queue keeps memory flat (QUEUE_CHUNKS MiB at most).
+    """
+
+    QUEUE_CHUNKS = 8
+
+    def __init__(self):
+        self.queue: queue.Queue = queue.Queue(maxsize=self.QUEUE_CHUNKS)
+        self.error: OSError | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
         while True:
-            chunk = fileobj.read(CHUNK)
-            if not chunk:
-                break
-            if first:
-                member.head = chunk[:64]
-                first = False
-            digest.update(chunk)
-            if keep_text:
-                chunks.append(chunk)
-            if out is not None:
-                _write(out, chunk)
-    finally:
-        if out is not None:
-            try:
-                out.close()
-                # World-readable, never group/other-writable; set-id bits were refused earlier.
-                os.chmod(out.name, (member.mode & 0o755) | 0o444)
-            except OSError as exc:
-                raise StagingWriteFailed() from exc
-    member.sha256 = digest.hexdigest()
-    if keep_text:
-        member.text = b"".join(chunks).decode("utf-8", errors="replace")
+            item = self.queue.get()
+            if item is None:
+                return
+            if self.error is None:
+                try:
+                    item()
+                except OSError as exc:
+                    self.error = exc
+
+    def put(self, job: Callable[[], None]) -> None:
+        if self.error is not None:
+            raise StagingWriteFailed() from self.error
+        self.queue.put(job)
+
+    def finish(self) -> None:
+        self.queue.put(None)
+        self.thread.join()
+        if self.error is not None:
+            raise StagingWriteFailed() from self.error
 
 
-def _write(out: IO[bytes], chunk: bytes) -> None:
-    try:
-        out.write(chunk)
-    except OSError as exc:
-        raise StagingWriteFailed() from exc
+class _Sink:
+    """One member's destination: its digest, its staged file, its text if it is a header."""
+
+    def __init__(self, member: Member, staging: Path | None):
+        self.member = member
+        self.digest = hashlib.sha256()
+        self.keep_text = member.name.endswith(".h") and member.size <= MAX_HEADER_BYTES
+        self.chunks: list[bytes] = []
+        self.out: IO[bytes] | None = None
+        if staging is not None:
+            member.staged = staging / member.path
+
+    def open(self) -> None:
+        if self.member.staged is not None:
+            self.member.staged.parent.mkdir(parents=True, exist_ok=True)
+            self.out = open(self.member.staged, "xb")
+
+    def feed(self, chunk: bytes) -> None:
+        self.digest.update(chunk)
+        if self.keep_text:
+            self.chunks.append(chunk)
+        if self.out is not None:
+            self.out.write(chunk)
+
+    def close(self) -> None:
+        m = self.member
+        if self.out is not None:
+            self.out.close()
+            # World-readable, never group/other-writable; set-id bits were refused earlier.
+            os.chmod(self.out.name, (m.mode & 0o755) | 0o444)
+        m.sha256 = self.digest.hexdigest()
+        if self.keep_text:
+            m.text = b"".join(self.chunks).decode("utf-8", errors="replace")
+
+
+def _consume(fileobj: IO[bytes], member: Member, staging: Path | None, writer: _Writer) -> None:
+    """Read one member's bytes once; the writer thread hashes them and writes them if staged."""
+    sink = _Sink(member, staging)
+    writer.put(sink.open)
+    first = True
+    while True:
+        chunk = fileobj.read(CHUNK)
+        if not chunk:
+            break
+        if first:
+            member.head = chunk[:64]
+            first = False
+        writer.put(lambda c=chunk: sink.feed(c))
+    writer.put(sink.close)

@@ -450,3 +450,42 @@ def test_library_install_rejects_with_exception(archives, tmp_path, compiler, cu
     case = next(c for c in CASES if c.name == "traversal")
     with pytest.raises(ArchiveRejected):
         inst.install(build_case(case, tmp_path, compiler), _root(cuda_root()))
+
+
+def _without_manifest(state):
+    return {k: v for k, v in state.items() if not k.startswith(".cudnn-setup")}
+
+
+def test_sigkill_at_random_moments_leaves_old_or_new(tmp_path, compiler, cuda_root, home, archives):
+    """20 kills at random times of a 9.x install over 7.x: after the next command, old or new."""
+    import random
+
+    from fixtures.generate import SPECS, compress, spec_entries, tar_bytes
+
+    name = V9
+    pad = {"libcudnn_engines_precompiled": 24 << 20, "libcudnn_adv": 8 << 20}
+    big = tmp_path / name
+    big.write_bytes(compress(tar_bytes(spec_entries(SPECS[name], compiler, pad)), name))
+    reference = cuda_root()
+    _install(archives, V7, reference, home)
+    old = _without_manifest(tree_state(reference))
+    run_json(["install", big, "--cuda-root", reference, "--no-theanorc", "--no-verify"], home)
+    new = _without_manifest(tree_state(reference))
+    rng = random.Random(7)
+    outcomes = {"old": 0, "new": 0}
+    env = clean_env(home)
+    for i in range(20):
+        root = cuda_root()
+        _install(archives, V7, root, home)
+        proc = subprocess.Popen([sys.executable, "-m", "cudnn_setup", "install", str(big),
+                                 "--cuda-root", str(root), "--no-theanorc", "--no-verify"],
+                                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(rng.uniform(0.05, 0.8))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        run_json(["verify", "--cuda-root", root, "--no-theano"], home)
+        state = _without_manifest(tree_state(root))
+        assert state in (old, new), f"kill {i}: a mix of old and new"
+        outcomes["old" if state == old else "new"] += 1
+        assert not (root / ".cudnn-setup" / "journal.json").exists()
+    assert sum(outcomes.values()) == 20

@@ -1,0 +1,77 @@
+"""The Ansible role, run by real ansible-core against a tmp CUDA root on localhost."""
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, clean_env, tree_state
+
+PLAYBOOK = REPO / "tests" / "ansible" / "site.yml"
+RECAP = re.compile(r"localhost\s*:\s*ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)")
+V7 = "cudnn-10.0-linux-x64-v7.4.2.24.tgz"
+
+pytestmark = pytest.mark.skipif(shutil.which("ansible-playbook", path=str(Path(sys.executable).parent))
+                                is None, reason="ansible-core is not installed (test extra)")
+
+
+def play(tmp_path, home, variables, *extra):
+    vars_file = tmp_path / "vars.json"
+    vars_file.write_text(json.dumps(variables))
+    env = clean_env(home, ANSIBLE_ROLES_PATH=str(REPO / "contrib" / "ansible" / "roles"),
+                    ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"),
+                    ANSIBLE_REMOTE_TEMP=str(tmp_path / "ansible-tmp"),
+                    ANSIBLE_NOCOLOR="1", ANSIBLE_RETRY_FILES_ENABLED="0")
+    cmd = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", "-c", "local",
+           "-e", f"ansible_python_interpreter={sys.executable}", "-e", f"@{vars_file}",
+           str(PLAYBOOK), *extra]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    m = RECAP.search(done.stdout)
+    assert m, done.stdout + done.stderr
+    ok, changed, unreachable, failed = map(int, m.groups())
+    return done, changed, failed
+
+
+@pytest.fixture
+def variables(archives, cuda_root, home, tmp_path):
+    return {"cudnn_setup_install_tool": False, "cudnn_setup_venv": sys.prefix,
+            "cudnn_setup_archive_src": str(archives[V7]),
+            "cudnn_setup_archive_dest_dir": str(tmp_path / "node-cache"),
+            "cudnn_setup_cuda_root": str(cuda_root()),
+            "cudnn_setup_theanorc_files": [str(home / ".theanorc")]}
+
+
+def test_first_run_changes_second_run_does_not(variables, tmp_path, home):
+    root = Path(variables["cudnn_setup_cuda_root"])
+    done, changed, failed = play(tmp_path, home, variables)
+    assert failed == 0 and changed >= 2, done.stdout
+    assert (root / "lib64" / "libcudnn.so.7.4.2").is_file()
+    assert "cudnn" in (home / ".theanorc").read_text()
+    assert "files | pass" in done.stdout  # verify's checks are shown
+    done, changed, failed = play(tmp_path, home, variables)
+    assert failed == 0 and changed == 0, done.stdout
+
+
+def test_check_mode_changes_nothing_and_reports_what_would(variables, tmp_path, home):
+    root = Path(variables["cudnn_setup_cuda_root"])
+    before = tree_state(root)
+    done, changed, failed = play(tmp_path, home, variables, "--check")
+    assert failed == 0 and changed >= 2, done.stdout
+    assert "create include/cudnn.h" in done.stdout
+    assert tree_state(root) == before and not (home / ".theanorc").exists()
+
+
+def test_bad_archive_fails_the_play_with_the_tools_message(variables, tmp_path, home, compiler):
+    from fixtures.hostile import CASES, build_case
+
+    case = next(c for c in CASES if c.name == "traversal")
+    variables["cudnn_setup_archive_src"] = str(build_case(case, tmp_path, compiler))
+    root = Path(variables["cudnn_setup_cuda_root"])
+    before = tree_state(root)
+    done, changed, failed = play(tmp_path, home, variables)
+    assert failed == 1
+    assert "exit 3" in done.stdout and "climbs out with '..'" in done.stdout
+    assert tree_state(root) == before
