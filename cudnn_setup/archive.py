@@ -311,22 +311,68 @@ def _corrupt(detail: str) -> Problem:
                    "download it again and compare its sha256 with NVIDIA's")
 
 
+class _ForwardStream(io.RawIOBase):
+    """The decoded tar as a file that can only move forward.
+
+    tarfile's "r:" mode needs tell() and seek(); it only ever seeks forward when members are
+    read in order, so a stream will do, and member data can then be read straight from the
+    decoder instead of through tarfile's own stream buffers (which copy every byte twice).
+    """
+
+    def __init__(self, raw: IO[bytes]):
+        self.raw = raw
+        self.pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.pos
+
+    def read(self, n: int = -1) -> bytes:
+        data = self.raw.read(n)
+        self.pos += len(data)
+        return data
+
+    def readinto(self, buffer) -> int:
+        view = memoryview(buffer)
+        got = 0
+        while got < len(view):
+            n = self.raw.readinto(view[got:])
+            if not n:
+                break
+            got += n
+        self.pos += got
+        return got
+
+    def seek(self, pos: int, whence: int = io.SEEK_SET) -> int:
+        if whence != io.SEEK_SET or pos < self.pos:
+            raise tarfile.ReadError("the archive asks to seek backwards, which a stream cannot do")
+        while self.pos < pos:
+            if not self.read(min(CHUNK, pos - self.pos)):
+                break
+        return self.pos
+
+
 def _walk(stream: IO[bytes], staging: Path, want: Sink, lim: dict, listing: Listing) -> None:
     writer = _Writer()
     try:
-        _walk_members(stream, staging, want, lim, listing, writer)
+        _walk_members(_ForwardStream(stream), staging, want, lim, listing, writer)
     finally:
         writer.finish()
 
 
-def _walk_members(stream: IO[bytes], staging: Path, want: Sink, lim: dict, listing: Listing,
+def _walk_members(stream: _ForwardStream, staging: Path, want: Sink, lim: dict, listing: Listing,
                   writer: _Writer) -> None:
     seen: set[str] = set()
     not_dirs: set[str] = set()
     total = 0
     count = 0
     problems = listing.problems
-    with tarfile.open(fileobj=stream, mode="r|", bufsize=CHUNK) as tar:
+    with tarfile.open(fileobj=stream, mode="r:") as tar:
         for info in tar:
             count += 1
             if count > lim["members"]:
@@ -387,8 +433,7 @@ def _walk_members(stream: IO[bytes], staging: Path, want: Sink, lim: dict, listi
                                             "a decompression bomb or a damaged archive"))
                     return
                 member = Member(rel, "file", size=info.size, mode=mode)
-                fileobj = tar.extractfile(info)
-                _consume(fileobj, member, staging if want(member) else None, writer)
+                _consume(stream, member, staging if want(member) else None, writer)
                 listing.members.append(member)
             else:
                 kind = ("a device file" if info.ischr() or info.isblk()
@@ -414,7 +459,10 @@ class _Writer:
 
     def __init__(self):
         self.queue: queue.Queue = queue.Queue(maxsize=self.QUEUE_CHUNKS)
-        self.error: OSError | None = None
+        self.buffers: queue.Queue = queue.Queue()
+        for _ in range(self.QUEUE_CHUNKS + 2):
+            self.buffers.put(bytearray(CHUNK))
+        self.error: Exception | None = None
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
 
@@ -423,16 +471,22 @@ class _Writer:
             item = self.queue.get()
             if item is None:
                 return
-            if self.error is None:
-                try:
-                    item()
-                except OSError as exc:
-                    self.error = exc
+            job, buf = item
+            try:
+                if self.error is None:
+                    job()
+            except Exception as exc:  # kept for the reading thread; this one must keep draining
+                self.error = exc
+            finally:
+                if buf is not None:  # recycled even after an error, so the reader never starves
+                    self.buffers.put(buf)
 
-    def put(self, job: Callable[[], None]) -> None:
+    def put(self, job: Callable[[], None], buf: bytearray | None = None) -> None:
         if self.error is not None:
+            if buf is not None:
+                self.buffers.put(buf)
             raise StagingWriteFailed() from self.error
-        self.queue.put(job)
+        self.queue.put((job, buf))
 
     def finish(self) -> None:
         self.queue.put(None)
@@ -458,10 +512,10 @@ class _Sink:
             self.member.staged.parent.mkdir(parents=True, exist_ok=True)
             self.out = open(self.member.staged, "xb")
 
-    def feed(self, chunk: bytes) -> None:
+    def feed(self, chunk: memoryview) -> None:
         self.digest.update(chunk)
         if self.keep_text:
-            self.chunks.append(chunk)
+            self.chunks.append(bytes(chunk))
         if self.out is not None:
             self.out.write(chunk)
 
@@ -476,17 +530,20 @@ class _Sink:
             m.text = b"".join(self.chunks).decode("utf-8", errors="replace")
 
 
-def _consume(fileobj: IO[bytes], member: Member, staging: Path | None, writer: _Writer) -> None:
-    """Read one member's bytes once; the writer thread hashes them and writes them if staged."""
+def _consume(stream: _ForwardStream, member: Member, staging: Path | None,
+             writer: _Writer) -> None:
+    """Read one member's bytes once, into recycled buffers; the writer thread hashes and writes."""
     sink = _Sink(member, staging)
     writer.put(sink.open)
-    first = True
-    while True:
-        chunk = fileobj.read(CHUNK)
-        if not chunk:
-            break
-        if first:
-            member.head = chunk[:64]
-            first = False
-        writer.put(lambda c=chunk: sink.feed(c))
+    remaining = member.size
+    while remaining:
+        buf = writer.buffers.get()
+        n = stream.readinto(memoryview(buf)[:min(CHUNK, remaining)])
+        if not n:
+            writer.buffers.put(buf)
+            raise EOFError(f"unexpected end of data in {member.path}")
+        if remaining == member.size:
+            member.head = bytes(buf[:min(n, 64)])
+        remaining -= n
+        writer.put(lambda buf=buf, n=n: sink.feed(memoryview(buf)[:n]), buf)
     writer.put(sink.close)

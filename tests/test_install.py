@@ -289,16 +289,20 @@ def _fault_sweep(action, root):
         return n - 1
 
 
-def test_fault_at_each_step_of_install_upgrade_uninstall_rolls_back(archives, cuda_root, tmp_path):
+def test_fault_at_each_step_of_install_upgrade_uninstall_rolls_back(archives, cuda_root, tmp_path,
+                                                                   record_property):
     root_path = cuda_root()
     root = _root(root_path)
     (root_path / "include" / "cudnn.h").write_text("/* a manual cudnn.h */\n")
     faults = _fault_sweep(lambda fs: inst.install(archives[V7], root, fs=fs), root_path)
     assert faults >= 5
+    record_property("faults_install", faults)
     faults = _fault_sweep(lambda fs: inst.install(archives[V9], root, fs=fs), root_path)
     assert faults >= 20
+    record_property("faults_upgrade", faults)
     faults = _fault_sweep(lambda fs: inst.uninstall(root, fs=fs), root_path)
     assert faults >= 10
+    record_property("faults_uninstall", faults)
     assert (root_path / "include" / "cudnn.h").read_text() == "/* a manual cudnn.h */\n"
 
 
@@ -456,7 +460,8 @@ def _without_manifest(state):
     return {k: v for k, v in state.items() if not k.startswith(".cudnn-setup")}
 
 
-def test_sigkill_at_random_moments_leaves_old_or_new(tmp_path, compiler, cuda_root, home, archives):
+def test_sigkill_at_random_moments_leaves_old_or_new(tmp_path, compiler, cuda_root, home, archives,
+                                                     record_property):
     """20 kills at random times of a 9.x install over 7.x: after the next command, old or new."""
     import random
 
@@ -489,3 +494,5 @@ def test_sigkill_at_random_moments_leaves_old_or_new(tmp_path, compiler, cuda_ro
         outcomes["old" if state == old else "new"] += 1
         assert not (root / ".cudnn-setup" / "journal.json").exists()
     assert sum(outcomes.values()) == 20
+    record_property("kills_old", outcomes["old"])
+    record_property("kills_new", outcomes["new"])
