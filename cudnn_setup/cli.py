@@ -23,6 +23,7 @@ CudaRootOpt = typer.Option(None, "--cuda-root", help="CUDA root (default: discov
 JsonOpt = typer.Option(False, "--json", help="one JSON object on stdout; human output on stderr")
 TheanorcOpt = typer.Option(None, "--theanorc", help="Theano config to write "
                            "(default: last entry of $THEANORC, else ~/.theanorc)")
+LD_CONF_DIR = Path("/etc/ld.so.conf.d")
 PythonOpt = typer.Option(None, "--python", help="interpreter whose Theano runs the checks")
 
 
@@ -81,13 +82,13 @@ def _progress(enabled: bool, total: int, label: str):
     """A rich progress bar on a terminal; a no-op callback otherwise."""
     if not enabled:
         return None, None
+    from rich.console import Console
     from rich.progress import (BarColumn, DownloadColumn, Progress, TimeRemainingColumn,
                                TransferSpeedColumn)
 
     progress = Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(),
                         TransferSpeedColumn(), TimeRemainingColumn(),
-                        console=__import__("rich.console").console.Console(stderr=True),
-                        transient=True)
+                        console=Console(stderr=True), transient=True)
     task = progress.add_task(label, total=total)
     return progress, (lambda done: progress.update(task, completed=done))
 
@@ -308,7 +309,7 @@ def _render_outcome(result: Result, outcome, root: CudaRoot, dry_run: bool) -> N
 
 def _loader_step(lib_dir: Path, register: bool, loader) -> Check:
     if register:
-        conf = loader.write_conf(Path("/etc/ld.so.conf.d"), lib_dir)
+        conf = loader.write_conf(LD_CONF_DIR, lib_dir)
         ok, out = loader.run_ldconfig()
         return Check("ldconfig", PASS if ok else FAIL,
                      f"wrote {conf} and ran ldconfig" if ok else f"ldconfig failed: {out}")
@@ -350,6 +351,7 @@ def uninstall(cuda_root: Optional[Path] = CudaRootOpt,
               json_: bool = JsonOpt) -> None:
     """Remove the cuDNN the tool installed and put back what it replaced."""
     from cudnn_setup import install as inst
+    from cudnn_setup import loader
 
     def body(result: Result) -> None:
         root = _root(cuda_root)
@@ -366,6 +368,11 @@ def uninstall(cuda_root: Optional[Path] = CudaRootOpt,
             return
         actions = outcome.plan.actions()
         head = "plan:" if dry_run else f"removed cuDNN {version} from {root.path}:"
+        lib_dir = root.path / outcome.manifest.get("lib_dir", "lib64")
+        if not dry_run and outcome.changed and loader.remove_conf(LD_CONF_DIR, lib_dir):
+            ok, out = loader.run_ldconfig()
+            result.lines.append(f"removed {LD_CONF_DIR / loader.CONF_NAME}; ldconfig "
+                                + ("ran" if ok else f"failed: {out}"))
         result.lines.append(head)
         result.lines += [f"  {a['action']:<16} {a['path']}" for a in actions]
 

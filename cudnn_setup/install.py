@@ -7,9 +7,10 @@ import os
 import stat
 import tempfile
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 from cudnn_setup import __version__
 from cudnn_setup.cuda import CudaRoot
@@ -264,38 +265,45 @@ def install(archive: Path, root: CudaRoot, *, force: bool = False, dry_run: bool
                 state.journal_path.exists() else []
             return Outcome(plan.changed, plan, pkg, lib_dir=root.path / lib_rel, notes=notes)
     created_state = not state.path.exists()
+    with _rolled_back_errors(root.path, "install", "free disk space or fix the error above"), \
+            state.locked(lock_timeout):
+        recovered = recover(state)
+        txid = uuid.uuid4().hex[:12]
+        tx = state.tx_dir(txid)
+        try:
+            pkg = _stage(archive, tx / "staging", expected, on_read)
+            desired = desired_entries(pkg, lib_rel, tx / "links")
+            plan = make_plan(root.path, state, desired, force)
+            if plan.conflicts:
+                raise _conflict_error(plan.conflicts, root.path, "replaced")
+            manifest = _manifest(txid, pkg, desired, plan, lib_rel, archive.name)
+            if plan.changed or state.manifest() is None:
+                _make_links(desired)
+                Transaction(state, txid, fs).run(
+                    plan.ops, lambda f: f.write_manifest(state.manifest_path, manifest),
+                    {"manifest_txid": txid})
+            else:
+                manifest = state.manifest()
+        finally:
+            if tx.exists():
+                remove_tree(tx)
+            state.tidy()
+            if created_state and not state.manifest_path.exists():
+                state.remove_if_empty()
+    return Outcome(plan.changed, plan, pkg, manifest, recovered, lib_dir=root.path / lib_rel)
+
+
+@contextmanager
+def _rolled_back_errors(root: Path, what: str, hint: str) -> Iterator[None]:
+    """OSErrors of a transaction (already rolled back by then) as the tool's exit-5 error."""
     try:
-        with state.locked(lock_timeout):
-            recovered = recover(state)
-            txid = uuid.uuid4().hex[:12]
-            tx = state.tx_dir(txid)
-            try:
-                pkg = _stage(archive, tx / "staging", expected, on_read)
-                desired = desired_entries(pkg, lib_rel, tx / "links")
-                plan = make_plan(root.path, state, desired, force)
-                if plan.conflicts:
-                    raise _conflict_error(plan.conflicts, root.path, "replaced")
-                manifest = _manifest(txid, pkg, desired, plan, lib_rel, archive.name)
-                if plan.changed or state.manifest() is None:
-                    _make_links(desired)
-                    Transaction(state, txid, fs).run(
-                        plan.ops, lambda f: f.write_manifest(state.manifest_path, manifest),
-                        {"manifest_txid": txid})
-                else:
-                    manifest = state.manifest()
-            finally:
-                if tx.exists():
-                    remove_tree(tx)
-                state.tidy()
-                if created_state and not state.manifest_path.exists():
-                    state.remove_if_empty()
+        yield
     except PermissionError as exc:
         raise InstallFailed(f"permission denied: {exc.filename or exc}",
-                            permission_hint(root.path)) from None
+                            permission_hint(root)) from None
     except OSError as exc:
-        raise InstallFailed(f"install failed and was rolled back: {exc}",
-                            "free disk space or fix the error above, then run again") from None
-    return Outcome(plan.changed, plan, pkg, manifest, recovered, lib_dir=root.path / lib_rel)
+        raise InstallFailed(f"{what} failed and was rolled back: {exc}",
+                            f"{hint}, then run again") from None
 
 
 def recover_pending(root: CudaRoot, lock_timeout: float = 300.0) -> str | None:
@@ -321,27 +329,21 @@ def uninstall(root: CudaRoot, *, force: bool = False, dry_run: bool = False,
         return Outcome(plan.changed, plan, manifest=state.manifest())
     if not state.path.exists():
         return Outcome(False, Plan(), notes=["cudnn-setup has installed nothing here"])
-    try:
-        with state.locked(lock_timeout):
-            recovered = recover(state)
-            manifest = state.manifest()
-            plan = _uninstall_plan(root.path, state, force)
-            if plan.conflicts:
-                raise _conflict_error(plan.conflicts, root.path, "removed")
-            try:
-                if manifest is not None:
-                    Transaction(state, uuid.uuid4().hex[:12], fs).run(
-                        plan.ops, lambda f: f.unlink(state.manifest_path),
-                        {"manifest_absent": True})
-            finally:
-                state.tidy()
-            state.remove_if_empty()
-    except PermissionError as exc:
-        raise InstallFailed(f"permission denied: {exc.filename or exc}",
-                            permission_hint(root.path)) from None
-    except OSError as exc:
-        raise InstallFailed(f"uninstall failed and was rolled back: {exc}",
-                            "fix the error above, then run again") from None
+    with _rolled_back_errors(root.path, "uninstall", "fix the error above"), \
+            state.locked(lock_timeout):
+        recovered = recover(state)
+        manifest = state.manifest()
+        plan = _uninstall_plan(root.path, state, force)
+        if plan.conflicts:
+            raise _conflict_error(plan.conflicts, root.path, "removed")
+        try:
+            if manifest is not None:
+                Transaction(state, uuid.uuid4().hex[:12], fs).run(
+                    plan.ops, lambda f: f.unlink(state.manifest_path),
+                    {"manifest_absent": True})
+        finally:
+            state.tidy()
+        state.remove_if_empty()
     return Outcome(plan.changed, plan, manifest=manifest, recovered=recovered)
 
 

@@ -75,6 +75,19 @@ def write_conf(conf_dir: Path, lib_dir: Path) -> Path:
     return path
 
 
+def remove_conf(conf_dir: Path, lib_dir: Path) -> bool:
+    """Drop the file write_conf wrote, if it registers `lib_dir`; True when it did."""
+    path = conf_dir / CONF_NAME
+    try:
+        lines = path.read_text().splitlines()
+    except FileNotFoundError:
+        return False
+    if str(lib_dir) not in [line.strip() for line in lines]:
+        return False
+    path.unlink()
+    return True
+
+
 def cache_entries(name_prefix: str = "libcudnn", ldconfig_args: tuple[str, ...] = ("-p",)) \
         -> list[tuple[str, str]]:
     """(soname, path) pairs from the loader cache (`ldconfig -p`) for names with the prefix."""

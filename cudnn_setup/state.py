@@ -56,7 +56,7 @@ def read_json(path: Path) -> dict | None:
         return None
     except ValueError as exc:
         raise InstallFailed(f"{path} is damaged ({exc})",
-                            f"move it aside and reinstall; the files it listed stay in place") from None
+                            "move it aside and reinstall; the files it listed stay in place") from None
 
 
 def permission_hint(path: Path) -> str:

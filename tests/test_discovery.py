@@ -1,6 +1,5 @@
 """CUDA root discovery follows DESIGN §4, says how it found the root, and explains failures."""
 import os
-import stat
 from pathlib import Path
 
 import pytest

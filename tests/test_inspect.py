@@ -78,7 +78,7 @@ def test_hostile_archives_are_refused(case, tmp_path, compiler, home):
 
 
 def test_all_problems_are_reported_not_only_the_first(tmp_path, compiler, home):
-    from fixtures.hostile import Case, LIB, _without
+    from fixtures.hostile import Case, _without
     from fixtures.generate import Entry
 
     case = Case("many", "", lambda e: _without(e, "cuda/include/cudnn.h")

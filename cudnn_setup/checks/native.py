@@ -1,7 +1,6 @@
 """Layers that run native code, each in a child process with a time limit: load, compile, gpu."""
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess

@@ -1,0 +1,43 @@
+"""The system loader: ld.so.conf parsing and registering a CUDA root with a private ldconfig cache."""
+from conftest import run_json
+from cudnn_setup import loader
+
+
+def test_conf_includes_are_followed(tmp_path):
+    (tmp_path / "conf.d").mkdir()
+    (tmp_path / "ld.so.conf").write_text("include conf.d/*.conf\n/opt/a # comment\n")
+    (tmp_path / "conf.d" / "b.conf").write_text("/opt/b\n\n# only a comment\n")
+    assert loader.conf_dirs(tmp_path / "ld.so.conf") == ["/opt/b", "/opt/a"]
+    dirs = loader.search_dirs(tmp_path / "ld.so.conf")
+    assert dirs[:2] == ["/opt/b", "/opt/a"]  # then glibc's own trusted dirs
+    assert any(d.endswith("lib") or d.endswith("lib64") for d in dirs[2:])
+
+
+def test_registered_root_is_found_by_ldconfig(archives, cuda_root, home, tmp_path):
+    root = cuda_root()
+    run_json(["install", archives["cudnn-10.0-linux-x64-v7.4.2.24.tgz"], "--cuda-root", root,
+              "--no-theanorc", "--no-verify"], home)
+    lib = root / "lib64"
+    conf_d = tmp_path / "ld.so.conf.d"
+    conf_d.mkdir()
+    main_conf = tmp_path / "ld.so.conf"
+    main_conf.write_text(f"include {conf_d}/*.conf\n")
+    written = loader.write_conf(conf_d, lib)
+    assert written.read_text().splitlines()[-1] == str(lib)
+    assert loader.on_loader_path(lib, main_conf)
+    cache = tmp_path / "ld.so.cache"
+    ok, out = loader.run_ldconfig(("-f", str(main_conf), "-C", str(cache)))
+    assert ok, out
+    entries = loader.cache_entries("libcudnn", ("-p", "-C", str(cache)))
+    assert ("libcudnn.so.7", str(lib / "libcudnn.so.7")) in entries
+    assert loader.remove_conf(conf_d, lib) and not written.exists()
+    assert not loader.remove_conf(conf_d, lib)
+
+
+def test_not_on_loader_path_gives_the_export_line(archives, cuda_root, home):
+    root = cuda_root()
+    done, out = run_json(["install", archives["cudnn-10.0-linux-x64-v7.4.2.24.tgz"], "--cuda-root",
+                          root, "--no-theanorc", "--no-verify"], home)
+    step = next(c for c in out["checks"] if c["name"] == "ldconfig")
+    assert step["status"] == "skip"
+    assert f"export LD_LIBRARY_PATH={root / 'lib64'}" in step["detail"]
