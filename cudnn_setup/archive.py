@@ -101,11 +101,12 @@ def sniff(path: Path) -> str:
 
 
 class _HashingReader(io.RawIOBase):
-    """The raw archive file, hashed and counted as the decoder reads it: one read serves both."""
+    """The raw archive file, counted (and hashed, when `digest` is given) as the decoder reads it."""
 
-    def __init__(self, path: Path, on_read: Callable[[int], None] | None = None):
+    def __init__(self, path: Path, on_read: Callable[[int], None] | None = None,
+                 digest=None):
         self.file = open(path, "rb")
-        self.digest = hashlib.sha256()
+        self.digest = digest
         self.count = 0
         self.on_read = on_read
 
@@ -115,7 +116,8 @@ class _HashingReader(io.RawIOBase):
     def readinto(self, buffer) -> int:
         n = self.file.readinto(buffer)
         if n:
-            self.digest.update(memoryview(buffer)[:n])
+            if self.digest is not None:
+                self.digest.update(memoryview(buffer)[:n])
             self.count += n
             if self.on_read:
                 self.on_read(self.count)
@@ -136,16 +138,24 @@ class _Decoder:
 
     xz goes through the `xz` binary when present: it decodes multi-block files on all cores and,
     being another process, overlaps decoding with our writing even for single-block files. A
-    thread feeds it the file, hashing the bytes on the way.
+    thread feeds it the file, hashing the bytes on the way. Decoders that run in this process
+    leave the hashing to a thread of its own, which reads the file from the page cache on
+    another core instead of adding to the decoding thread's work.
     """
 
     def __init__(self, path: Path, compression: str, on_read: Callable[[int], None] | None):
         self.proc: subprocess.Popen | None = None
         self.feeder: threading.Thread | None = None
-        self.raw = _HashingReader(path, on_read)
+        self.hasher: threading.Thread | None = None
+        self.digest = hashlib.sha256()
         self.stream: IO[bytes]
         xz = shutil.which("xz")
-        if compression == XZ and xz:
+        piped = compression == XZ and xz is not None
+        self.raw = _HashingReader(path, on_read, self.digest if piped else None)
+        if not piped:
+            self.hasher = threading.Thread(target=self._hash_file, args=(path,), daemon=True)
+            self.hasher.start()
+        if piped:
             self.proc = subprocess.Popen(
                 [xz, "-dc", "-T0", "-q"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE, bufsize=CHUNK,
@@ -181,9 +191,17 @@ class _Decoder:
             except OSError:
                 pass
 
+    def _hash_file(self, path: Path) -> None:
+        with open(path, "rb") as f:
+            buf = bytearray(CHUNK)
+            while n := f.readinto(buf):
+                self.digest.update(memoryview(buf)[:n])
+
     @property
     def sha256(self) -> str:
-        return self.raw.digest.hexdigest()
+        if self.hasher is not None:
+            self.hasher.join()
+        return self.digest.hexdigest()
 
     @property
     def size(self) -> int:
