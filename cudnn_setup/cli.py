@@ -406,6 +406,8 @@ def theanorc(cuda_root: Optional[Path] = CudaRootOpt, theanorc: Optional[Path] =
 def verify(cuda_root: Optional[Path] = CudaRootOpt, theanorc: Optional[Path] = TheanorcOpt,
            python: Optional[str] = PythonOpt,
            no_theano: bool = typer.Option(False, "--no-theano", help="skip the Theano check"),
+           deep: bool = typer.Option(False, "--deep", help="hash every installed file, even those "
+                                     "whose inode, size, mtime and ctime are unchanged"),
            json_: bool = JsonOpt) -> None:
     """Check, layer by layer, that cuDNN is installed right and works."""
     from cudnn_setup.state import StateDir
@@ -416,7 +418,7 @@ def verify(cuda_root: Optional[Path] = CudaRootOpt, theanorc: Optional[Path] = T
         result.cuda_root = str(root.path)
         _recover(result, root)
         result.checks += run_verify(root, python=python, theanorc=_theanorc_path(theanorc),
-                                    theano=not no_theano)
+                                    theano=not no_theano, deep=deep)
         manifest = StateDir(root.path).manifest()
         result.cudnn_version = manifest.get("cudnn_version") if manifest else None
         failed = [c.name for c in result.checks if c.status == FAIL]

@@ -116,6 +116,36 @@ def describe(path: Path) -> dict | None:
     return {"type": "other"}
 
 
+def stat_key(path: Path) -> list[int]:
+    st = os.lstat(path)
+    return [st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+
+
+def describe_known(path: Path, record: dict | None) -> dict | None:
+    """describe(), trusting the recorded hash while inode, size, mtime and ctime are unchanged.
+
+    Any write or chmod moves ctime, which no user can set back, so an unchanged stat means
+    unchanged bytes (git's index relies on the same); everything else is hashed.
+    """
+    if record and record.get("type") == "file" and record.get("stat"):
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            return None
+        if stat.S_ISREG(st.st_mode) and \
+                [st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns] == record["stat"]:
+            return {"type": "file", "sha256": record["sha256"], "mode": stat.S_IMODE(st.st_mode)}
+    return describe(path)
+
+
+def with_stats(root: Path, manifest: dict) -> dict:
+    """The manifest with each installed file's stat, taken once the files are in place."""
+    for entry in manifest["files"]:
+        if entry["type"] == "file":
+            entry["stat"] = stat_key(root / entry["path"])
+    return manifest
+
+
 def same_content(current: dict | None, record: dict) -> bool:
     if current is None or current["type"] != record["type"]:
         return False
@@ -163,7 +193,7 @@ def make_plan(root: Path, state: StateDir, desired: list[Desired], force: bool) 
             plan.ops.append(Op(MKDIR, d))
             plan.created_dirs.append(d)
     for d in desired:
-        current = describe(root / d.path)
+        current = describe_known(root / d.path, old_files.get(d.path))
         record = d.record()
         if current is not None and current["type"] == "dir":
             raise InstallFailed(f"{root / d.path} is a directory where cuDNN puts a "
@@ -192,7 +222,7 @@ def make_plan(root: Path, state: StateDir, desired: list[Desired], force: bool) 
     for path, entry in old_files.items():
         if path in wanted_paths:
             continue
-        current = describe(root / path)
+        current = describe_known(root / path, entry)
         if current is None:
             continue
         if same_content(current, entry) or force:
@@ -280,7 +310,8 @@ def install(archive: Path, root: CudaRoot, *, force: bool = False, dry_run: bool
             if plan.changed or state.manifest() is None:
                 _make_links(desired)
                 Transaction(state, txid, fs).run(
-                    plan.ops, lambda f: f.write_manifest(state.manifest_path, manifest),
+                    plan.ops,
+                    lambda f: f.write_manifest(state.manifest_path, with_stats(root.path, manifest)),
                     {"manifest_txid": txid})
             else:
                 manifest = state.manifest()
@@ -353,7 +384,7 @@ def _uninstall_plan(root: Path, state: StateDir, force: bool) -> Plan:
     if manifest is None:
         return plan
     for entry in manifest["files"]:
-        current = describe(root / entry["path"])
+        current = describe_known(root / entry["path"], entry)
         if current is None:
             continue
         if same_content(current, entry) or force:

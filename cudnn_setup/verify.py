@@ -18,10 +18,10 @@ from cudnn_setup.report import SKIP, Check
 
 def verify(root: CudaRoot, *, python: str | None = None, theanorc: Path | None = None,
            theano: bool = True, env: Mapping[str, str] | None = None,
-           conf: Path = Path("/etc/ld.so.conf")) -> list[Check]:
+           conf: Path = Path("/etc/ld.so.conf"), deep: bool = False) -> list[Check]:
     env = dict(os.environ if env is None else env)
     inst = find_installation(root)
-    checks = [check_files(inst), check_elf(inst, host_machine()), check_versions(inst)]
+    checks = [check_files(inst, deep), check_elf(inst, host_machine()), check_versions(inst)]
     load, load_data = check_load(inst, env)
     checks += [load, check_loader(inst, env, conf), check_cuda(inst, load_data)]
     checks.append(check_compile(inst, env))

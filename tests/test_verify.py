@@ -183,3 +183,18 @@ def test_gpu_table():
     assert gpus.lookup("Imaginary 9000") is None
     assert not gpus.cudnn_supports(7, "2.0") and gpus.cudnn_supports(7, "3.5")
     assert not gpus.cudnn_supports(9, "3.7") and gpus.cudnn_supports(9, "9.0")
+
+
+def test_change_with_restored_mtime_is_still_caught(archives, cuda_root, home):
+    """verify trusts the recorded hash only while inode, size, mtime and ctime are unchanged."""
+    root = installed(archives, cuda_root, home)
+    header = root / "include" / "cudnn.h"
+    st = header.stat()
+    data = bytearray(header.read_bytes())
+    data[-2] = ord("X")  # same size
+    header.write_bytes(bytes(data))
+    os.utime(header, ns=(st.st_atime_ns, st.st_mtime_ns))  # mtime put back, ctime moved on
+    done, out, checks = verify(root, home)
+    assert checks["files"]["status"] == "fail" and "include/cudnn.h" in checks["files"]["detail"]
+    done, out, checks = verify(root, home, "--deep")
+    assert checks["files"]["status"] == "fail"

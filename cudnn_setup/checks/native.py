@@ -101,9 +101,10 @@ def check_compile(inst: Installation, env: Mapping[str, str], cc: str | None = N
             first = next((ln for ln in built.stderr.splitlines() if "error" in ln),
                          built.stderr.strip().splitlines()[0] if built.stderr.strip() else "")
             hint = ""
-            if "cuda_runtime.h" in built.stderr:
-                hint = (f" — cudnn.h includes cuda_runtime.h, which is not in {inst.include_dir}; "
-                        "the CUDA root's own headers are missing")
+            missing = re.search(r"(cuda_runtime\w*\.h|driver_types\.h)", built.stderr)
+            if missing:
+                hint = (f" — cudnn.h includes {missing.group(1)}, which is not in "
+                        f"{inst.include_dir}; the CUDA root's own headers are missing")
             elif "cannot find -lcudnn" in built.stderr:
                 hint = f" — no libcudnn.so development link in {inst.lib_dir}"
             return Check("compile", FAIL, f"{' '.join(cmd[:1])} failed: {first.strip()}{hint}",
