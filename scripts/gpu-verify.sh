@@ -13,7 +13,7 @@ mkdir -p "$work" "$out"
 src=${CUDNN_WHEEL_DIR:-$($py -c "import importlib.util as u; print(list(u.find_spec('nvidia.cudnn').submodule_search_locations)[0])")}
 major=$(awk '/#define CUDA_VERSION/ {print int($3/1000); exit}' "$cuda/include/cuda.h")
 echo "cuDNN from $src; CUDA $major from $cuda"
-archive=$(ls "$work"/archives/*.tar.xz 2>/dev/null | head -1)
+archive=$(ls "$work"/archives/*.tar.xz 2>/dev/null | head -1 || true)
 [ -n "$archive" ] || archive=$($py -m fixtures.repack "$src" "$work/archives" --cuda "$major")
 ls -l "$archive"
 root=$work/cuda-scratch
