@@ -7,6 +7,7 @@ write outside the staging directory.
 """
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import io
 import lzma
@@ -160,6 +161,8 @@ class _Decoder:
                 [xz, "-dc", "-T0", "-q"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE, bufsize=CHUNK,
             )
+            _widen_pipe(self.proc.stdout)
+            _widen_pipe(self.proc.stdin)
             self.stream = self.proc.stdout  # type: ignore[assignment]
             self.feeder = threading.Thread(target=self._feed, daemon=True)
             self.feeder.start()
@@ -235,6 +238,17 @@ class _Decoder:
         if complete and rc != 0:
             return err.splitlines()[-1] if err else f"xz exited with status {rc}"
         return None
+
+
+def _widen_pipe(pipe: IO[bytes] | None) -> None:
+    """A 1 MiB pipe instead of 64 KiB, so xz rarely stalls waiting for this process to read."""
+    setsize = getattr(fcntl, "F_SETPIPE_SZ", None)
+    if pipe is None or setsize is None:
+        return
+    try:
+        fcntl.fcntl(pipe.fileno(), setsize, CHUNK)
+    except OSError:
+        pass  # over /proc/sys/fs/pipe-max-size for this user: keep the default
 
 
 def _open_gzip(raw: IO[bytes]) -> IO[bytes]:
