@@ -490,4 +490,20 @@ def _main(version: bool = typer.Option(False, "--version", callback=version_call
 
 
 def main() -> None:
-    app(prog_name="cudnn-setup")
+    try:
+        code = app(prog_name="cudnn-setup", standalone_mode=False)
+    except typer.Abort:
+        print("aborted", file=sys.stderr)
+        sys.exit(130)
+    except Exception as exc:
+        # click's UsageError (typer may carry its own copy of click, so matched by its shape)
+        if getattr(exc, "exit_code", None) != 2 or not hasattr(exc, "format_message"):
+            raise
+        if "--json" in sys.argv:
+            # Provisioning scripts parse stdout: a usage error is still one JSON object there.
+            command = next((a for a in sys.argv[1:] if not a.startswith("-")), "")
+            error = UsageError(exc.format_message(), f"see `cudnn-setup {command} --help`")
+            print(json.dumps(Result(command, error=error).to_dict()))
+        exc.show()
+        sys.exit(2)
+    sys.exit(code if isinstance(code, int) else 0)

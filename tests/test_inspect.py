@@ -131,3 +131,9 @@ def test_inspect_of_a_plain_tar(archives, tmp_path, home):
     plain.write_bytes(raw)
     done, out = run_json(["inspect", plain], home)
     assert done.returncode == 0 and out["package"]["compression"] == "tar"
+
+
+def test_usage_error_is_still_one_json_object(home):
+    done, out = run_json(["install", "--bogus-option"], home)
+    assert done.returncode == 2 and out["ok"] is False
+    assert out["error"]["exit_code"] == 2 and "--bogus-option" in out["error"]["message"]
