@@ -165,7 +165,8 @@ CacheOpt = typer.Option(None, "--cache-dir", help="download cache (default: $XDG
 
 def _fetch(url: str, sha256: Optional[str], headers: Optional[list[str]], cache_dir: Optional[Path],
            quiet: bool, result: Result):
-    from cudnn_setup.download import Downloader, default_cache_dir, expected_for, file_name
+    from cudnn_setup.checksums import expected_for
+    from cudnn_setup.download import Downloader, default_cache_dir, file_name
 
     parsed = {}
     for h in headers or []:
@@ -232,7 +233,7 @@ def install(source: str = typer.Argument(..., help="archive path or http(s) URL"
     """Install cuDNN from an archive into a CUDA root, configure Theano, verify."""
     from cudnn_setup import install as inst
     from cudnn_setup import loader
-    from cudnn_setup.download import expected_for
+    from cudnn_setup.checksums import expected_for
 
     def body(result: Result) -> None:
         _check_sha256(sha256)

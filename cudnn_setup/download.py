@@ -18,23 +18,13 @@ from urllib.parse import unquote, urlsplit
 import requests
 import urllib3
 
-from cudnn_setup.errors import ArchiveRejected, DownloadFailed
-from cudnn_setup.releases import PROVENANCE, known_sha256
+from cudnn_setup.checksums import Expected, expected_for, mismatch
+from cudnn_setup.errors import DownloadFailed
 
 CHUNK = 1 << 20
 _CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
 _HEX64 = re.compile(r"\b([0-9a-fA-F]{64})\b")
 _HEX32 = re.compile(r"\b([0-9a-fA-F]{32})\b")
-
-
-@dataclass
-class Expected:
-    algorithm: str  # sha256 | md5
-    digest: str
-    source: str  # --sha256, known releases table, sidecar URL
-
-    def to_dict(self) -> dict:
-        return {"algorithm": self.algorithm, "digest": self.digest, "source": self.source}
 
 
 @dataclass
@@ -82,21 +72,6 @@ def _hash_file(path: Path, algorithm: str = "sha256") -> str:
         for chunk in iter(lambda: f.read(CHUNK), b""):
             h.update(chunk)
     return h.hexdigest()
-
-
-def mismatch(name: str, expected: Expected, got: str) -> ArchiveRejected:
-    return ArchiveRejected(f"checksum mismatch for {name}: expected {expected.algorithm} "
-                           f"{expected.digest} ({expected.source}), got {got}",
-                           "the file is damaged or not the one you meant; it was not installed")
-
-
-def expected_for(name: str, explicit: str | None) -> Expected | None:
-    if explicit:
-        return Expected("sha256", explicit.lower(), "--sha256")
-    known = known_sha256(name)
-    if known:
-        return Expected("sha256", known, f"known releases table: {PROVENANCE}")
-    return None
 
 
 class Downloader:

@@ -14,7 +14,7 @@ from typing import Callable, Iterator
 
 from cudnn_setup import __version__
 from cudnn_setup.cuda import CudaRoot
-from cudnn_setup.download import Expected, mismatch
+from cudnn_setup.checksums import Expected, mismatch
 from cudnn_setup.errors import ArchiveRejected, InstallFailed
 from cudnn_setup.inspection import read_package
 from cudnn_setup.package import Package

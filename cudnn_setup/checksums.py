@@ -1,0 +1,32 @@
+"""What an archive's checksum should be, and where that expectation comes from."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cudnn_setup.errors import ArchiveRejected
+from cudnn_setup.releases import PROVENANCE, known_sha256
+
+
+@dataclass
+class Expected:
+    algorithm: str  # sha256 | md5
+    digest: str
+    source: str  # --sha256, known releases table, sidecar URL
+
+    def to_dict(self) -> dict:
+        return {"algorithm": self.algorithm, "digest": self.digest, "source": self.source}
+
+
+def mismatch(name: str, expected: Expected, got: str) -> ArchiveRejected:
+    return ArchiveRejected(f"checksum mismatch for {name}: expected {expected.algorithm} "
+                           f"{expected.digest} ({expected.source}), got {got}",
+                           "the file is damaged or not the one you meant; it was not installed")
+
+
+def expected_for(name: str, explicit: str | None) -> Expected | None:
+    if explicit:
+        return Expected("sha256", explicit.lower(), "--sha256")
+    known = known_sha256(name)
+    if known:
+        return Expected("sha256", known, f"known releases table: {PROVENANCE}")
+    return None
