@@ -436,6 +436,8 @@ def doctor(message: Optional[str] = typer.Argument(None, help="a Theano startup 
     from cudnn_setup.doctor import diagnose, findings_as_checks
 
     def body(result: Result) -> None:
+        if cuda_root is not None:
+            _recover(result, _root(cuda_root))
         d = diagnose(os.environ, Path.home(), cuda_root, message)
         first = next((r for r in d.cuda_roots if r["usable"]), None)
         result.cuda_root = first["path"] if first else None
@@ -469,6 +471,8 @@ def bench(cuda_root: Optional[Path] = CudaRootOpt, theanorc: Optional[Path] = Th
             if cuda_root is not None:
                 raise
             root = None
+        if root:
+            _recover(result, root)
         inst = find_installation(root) if root else None
         result.cuda_root = str(root.path) if root else None
         result.cudnn_version = inst.version if inst else None
