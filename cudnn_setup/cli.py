@@ -436,7 +436,9 @@ def doctor(message: Optional[str] = typer.Argument(None, help="a Theano startup 
     from cudnn_setup.doctor import diagnose, findings_as_checks
 
     def body(result: Result) -> None:
-        if cuda_root is not None:
+        from cudnn_setup.cuda import why_not_toolkit
+
+        if cuda_root is not None and why_not_toolkit(cuda_root) is None:
             _recover(result, _root(cuda_root))
         d = diagnose(os.environ, Path.home(), cuda_root, message)
         first = next((r for r in d.cuda_roots if r["usable"]), None)
