@@ -167,13 +167,13 @@ class _Decoder:
             self.feeder = threading.Thread(target=self._feed, daemon=True)
             self.feeder.start()
         elif compression == XZ:
-            self.stream = lzma.open(self.raw, "rb")
+            self.stream = _ReadAhead(lzma.open(self.raw, "rb"))
         elif compression == GZIP:
-            self.stream = _open_gzip(self.raw)
+            self.stream = _ReadAhead(_open_gzip(self.raw))
         elif compression == BZIP2:
             import bz2
 
-            self.stream = bz2.open(self.raw, "rb")
+            self.stream = _ReadAhead(bz2.open(self.raw, "rb"))
         else:
             self.stream = io.BufferedReader(self.raw, CHUNK)
 
@@ -238,6 +238,66 @@ class _Decoder:
         if complete and rc != 0:
             return err.splitlines()[-1] if err else f"xz exited with status {rc}"
         return None
+
+
+class _ReadAhead(io.RawIOBase):
+    """Runs an in-process decoder on a thread of its own, a few MiB ahead of the reader.
+
+    zlib, ISA-L, lzma and bz2 release the GIL while decoding, so decoding then proceeds in
+    parallel with the tar parsing and copying on the reading thread, as `xz` does in its process.
+    """
+
+    DEPTH = 4
+
+    def __init__(self, source: IO[bytes]):
+        self.source = source
+        self.queue: queue.Queue = queue.Queue(maxsize=self.DEPTH)
+        self.chunk = memoryview(b"")
+        self.ended = False
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            while not self.stopped.is_set():
+                data = self.source.read(CHUNK)
+                self.queue.put(data)
+                if not data:
+                    return
+        except BaseException as exc:  # handed to the reader, which raises it as its own
+            self.queue.put(exc)
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        if not self.chunk:
+            if self.ended:
+                return 0
+            item = self.queue.get()
+            if isinstance(item, BaseException):
+                self.ended = True
+                raise item
+            if not item:
+                self.ended = True
+                return 0
+            self.chunk = memoryview(item)
+        view = memoryview(buffer)
+        n = min(len(view), len(self.chunk))
+        view[:n] = self.chunk[:n]
+        self.chunk = self.chunk[n:]
+        return n
+
+    def close(self) -> None:
+        self.stopped.set()
+        while self.thread.is_alive():  # unblock a decoder waiting on a full queue
+            try:
+                self.queue.get(timeout=0.05)
+            except queue.Empty:
+                pass
+        self.source.close()
+        super().close()
 
 
 def _widen_pipe(pipe: IO[bytes] | None) -> None:
@@ -365,9 +425,13 @@ class _ForwardStream(io.RawIOBase):
         return self.pos
 
     def read(self, n: int = -1) -> bytes:
-        data = self.raw.read(n)
-        self.pos += len(data)
-        return data
+        if n < 0:
+            data = self.raw.read()
+            self.pos += len(data)
+            return data
+        buf = bytearray(n)
+        got = self.readinto(buf)
+        return bytes(buf[:got])
 
     def readinto(self, buffer) -> int:
         view = memoryview(buffer)

@@ -137,3 +137,13 @@ def test_usage_error_is_still_one_json_object(home):
     done, out = run_json(["install", "--bogus-option"], home)
     assert done.returncode == 2 and out["ok"] is False
     assert out["error"]["exit_code"] == 2 and "--bogus-option" in out["error"]["message"]
+
+
+def test_without_the_xz_binary_python_lzma_decodes(archives, tmp_path, home):
+    """No xz on PATH: the in-process decoder (on its read-ahead thread) gives the same answers."""
+    no_xz = {"PATH": str(tmp_path / "empty-bin")}
+    done, out = run_json(["inspect", archives[GENERATION_SAMPLES["9.x"]]], home, env_extra=no_xz)
+    assert done.returncode == 0 and out["package"]["generation"] == "9.x"
+    broken = truncated_xz(archives[GENERATION_SAMPLES["9.x"]], tmp_path)
+    done, out = run_json(["inspect", broken], home, env_extra=no_xz)
+    assert done.returncode == 3 and "truncated or corrupt" in done.stdout + done.stderr
