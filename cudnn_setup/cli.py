@@ -369,6 +369,13 @@ def uninstall(cuda_root: Optional[Path] = CudaRootOpt,
             return
         actions = outcome.plan.actions()
         head = "plan:" if dry_run else f"removed cuDNN {version} from {root.path}:"
+        rc = _theanorc_path(None)
+        if not dry_run and rc.is_file() and str(root.path) in rc.read_text(errors="replace"):
+            backup = rc.with_name(rc.name + ".cudnn-setup.bak")
+            before = (f"its version before cudnn-setup is {backup}" if backup.exists()
+                      else "cudnn-setup created it")
+            result.lines.append(f"note: {rc} still points Theano at {root.path} with "
+                                f"optimizer_including=cudnn ({before})")
         lib_dir = root.path / outcome.manifest.get("lib_dir", "lib64")
         if not dry_run and outcome.changed and loader.remove_conf(LD_CONF_DIR, lib_dir):
             ok, out = loader.run_ldconfig()
