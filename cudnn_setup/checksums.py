@@ -1,7 +1,9 @@
 """What an archive's checksum should be, and where that expectation comes from."""
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
+from pathlib import Path
 
 from cudnn_setup.errors import ArchiveRejected
 from cudnn_setup.releases import PROVENANCE, known_sha256
@@ -30,3 +32,11 @@ def expected_for(name: str, explicit: str | None) -> Expected | None:
     if known:
         return Expected("sha256", known, f"known releases table: {PROVENANCE}")
     return None
+
+
+def file_digest(path: Path, algorithm: str = "sha256") -> str:
+    h = hashlib.new(algorithm)
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()

@@ -6,7 +6,6 @@ its checksum (when one is known) matches; an interrupted one is resumed with a R
 from __future__ import annotations
 
 import errno
-import hashlib
 import os
 import re
 import time
@@ -18,7 +17,7 @@ from urllib.parse import unquote, urlsplit
 import requests
 import urllib3
 
-from cudnn_setup.checksums import Expected, expected_for, mismatch
+from cudnn_setup.checksums import Expected, expected_for, file_digest, mismatch
 from cudnn_setup.errors import DownloadFailed
 
 CHUNK = 1 << 20
@@ -64,14 +63,6 @@ def redact(url: str) -> str:
     if parts.port:
         host += f":{parts.port}"
     return f"{parts.scheme}://{host}{parts.path}" + ("?…" if parts.query else "")
-
-
-def _hash_file(path: Path, algorithm: str = "sha256") -> str:
-    h = hashlib.new(algorithm)
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(CHUNK), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 class Downloader:
@@ -121,8 +112,8 @@ class Downloader:
         dest = self.cache_dir / name
         expected = expected or expected_for(name, None)
         if dest.exists() and expected is not None:
-            if _hash_file(dest, expected.algorithm) == expected.digest:
-                sha = _hash_file(dest) if expected.algorithm != "sha256" else expected.digest
+            if file_digest(dest, expected.algorithm) == expected.digest:
+                sha = file_digest(dest) if expected.algorithm != "sha256" else expected.digest
                 return Fetched(dest, sha, dest.stat().st_size, True, 0, expected, self.requests_made)
         if expected is None and use_sidecar:
             expected = self.sidecar(url)
@@ -140,8 +131,8 @@ class Downloader:
                                          f"attempts: {exc}", "run again: the part already "
                                          f"downloaded ({part}) is resumed") from None
                 time.sleep(self.backoff * (2 ** (attempt - 1)))
-        sha = _hash_file(part)
-        got = sha if expected is None or expected.algorithm == "sha256" else _hash_file(part, expected.algorithm)
+        sha = file_digest(part)
+        got = sha if expected is None or expected.algorithm == "sha256" else file_digest(part, expected.algorithm)
         if expected is not None and got != expected.digest:
             part.unlink()
             raise mismatch(name, expected, got)

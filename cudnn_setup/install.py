@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import datetime
-import hashlib
 import os
 import stat
 import tempfile
@@ -14,7 +13,7 @@ from typing import Callable, Iterator
 
 from cudnn_setup import __version__
 from cudnn_setup.cuda import CudaRoot
-from cudnn_setup.checksums import Expected, mismatch
+from cudnn_setup.checksums import Expected, file_digest, mismatch
 from cudnn_setup.errors import ArchiveRejected, InstallFailed
 from cudnn_setup.inspection import read_package
 from cudnn_setup.package import Package
@@ -61,8 +60,7 @@ class Plan:
         out = []
         for op in self.ops:
             if op.action == PUT:
-                verb = "replace" if op.backup else ("link" if op.source and "/links/" in op.source
-                                                    else "create")
+                verb = "replace" if op.backup else ("link" if op.kind == "symlink" else "create")
                 if op.backup and op.original:
                     out.append({"action": "back up", "path": op.path})
                 out.append({"action": verb, "path": op.path})
@@ -93,14 +91,6 @@ class Outcome:
                 "lib_dir": str(self.lib_dir) if self.lib_dir else None, "notes": self.notes}
 
 
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def describe(path: Path) -> dict | None:
     """What is at `path` now, in the manifest's terms."""
     try:
@@ -110,7 +100,7 @@ def describe(path: Path) -> dict | None:
     if stat.S_ISLNK(st.st_mode):
         return {"type": "symlink", "target": os.readlink(path)}
     if stat.S_ISREG(st.st_mode):
-        return {"type": "file", "sha256": sha256_file(path), "mode": stat.S_IMODE(st.st_mode)}
+        return {"type": "file", "sha256": file_digest(path), "mode": stat.S_IMODE(st.st_mode)}
     if stat.S_ISDIR(st.st_mode):
         return {"type": "dir"}
     return {"type": "other"}
@@ -203,7 +193,7 @@ def make_plan(root: Path, state: StateDir, desired: list[Desired], force: bool) 
             continue
         source = os.path.relpath(d.source, root) if d.source else None
         if current is None:
-            plan.ops.append(Op(PUT, d.path, source))
+            plan.ops.append(Op(PUT, d.path, source, kind=d.kind))
             continue
         ours = d.path in old_files and same_content(current, old_files[d.path])
         if d.path in old_files and not ours and not force:
@@ -218,7 +208,7 @@ def make_plan(root: Path, state: StateDir, desired: list[Desired], force: bool) 
                 original = True
                 plan.originals[d.path] = current
                 plan.manual.append(d.path)
-        plan.ops.append(Op(PUT, d.path, source, backup=True, original=original))
+        plan.ops.append(Op(PUT, d.path, source, backup=True, original=original, kind=d.kind))
     for path, entry in old_files.items():
         if path in wanted_paths:
             continue

@@ -48,6 +48,7 @@ class Op:
     source: str | None = None  # for put: relative to the root (staging or originals store)
     backup: bool = False  # move what is at `path` aside first
     original: bool = False  # the backup is a file the tool did not install: keep it for uninstall
+    kind: str = "file"  # what a put places: file | symlink
 
     @staticmethod
     def from_dict(data: dict) -> "Op":

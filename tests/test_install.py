@@ -14,6 +14,7 @@ import pytest
 
 from conftest import REPO, clean_env, run_cli, run_json, tree_state
 from cudnn_setup import install as inst
+from cudnn_setup.checksums import file_digest
 from cudnn_setup.cuda import find_cuda_root
 from cudnn_setup.errors import ArchiveRejected, InstallFailed
 from cudnn_setup.transaction import Filesystem
@@ -115,7 +116,7 @@ def test_checksum_mismatch_is_refused_with_both_hashes(archives, cuda_root, home
     assert done.returncode == 3
     assert "0" * 64 in out["error"]["message"] and "got" in out["error"]["message"]
     assert tree_state(root) == before
-    good = inst.sha256_file(archives[V7])
+    good = file_digest(archives[V7])
     done, out = run_json(["install", archives[V7], "--cuda-root", root, "--no-theanorc",
                           "--no-verify", "--sha256", good.upper()], home)
     assert done.returncode == 0
@@ -496,3 +497,12 @@ def test_sigkill_at_random_moments_leaves_old_or_new(tmp_path, compiler, cuda_ro
     assert sum(outcomes.values()) == 20
     record_property("kills_old", outcomes["old"])
     record_property("kills_new", outcomes["new"])
+
+
+def test_plan_names_links_by_kind_not_by_path(archives, compiler, tmp_path, home):
+    from fixtures.generate import make_cuda_root
+
+    root = make_cuda_root(tmp_path / "links" / "cuda", cc=compiler)  # "links" in the root's path
+    done, out = _install(archives, V7, root, home, "--dry-run")
+    actions = {(a["action"], a["path"]) for a in out["install"]["plan"]}
+    assert ("create", "include/cudnn.h") in actions and ("link", "lib64/libcudnn.so") in actions
