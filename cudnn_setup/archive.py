@@ -353,7 +353,7 @@ def _check_link(member: Member) -> Problem | None:
     return None
 
 
-Sink = Callable[[Member], bool]
+Wanted = Callable[[Member], bool]
 """Decides whether a regular file's bytes are written to the staging directory."""
 
 
@@ -361,7 +361,7 @@ class StagingWriteFailed(Exception):
     """Writing the staging dir failed (disk full…): the machine's fault, not the archive's."""
 
 
-def read(path: Path, staging: Path, want: Sink, limits: dict | None = None,
+def read(path: Path, staging: Path, want: Wanted, limits: dict | None = None,
          on_read: Callable[[int], None] | None = None) -> Listing:
     """Stream `path` once; write the members `want` accepts under `staging`; record everything.
 
@@ -453,7 +453,7 @@ class _ForwardStream(io.RawIOBase):
         return self.pos
 
 
-def _walk(stream: IO[bytes], staging: Path, want: Sink, lim: dict, listing: Listing) -> None:
+def _walk(stream: IO[bytes], staging: Path, want: Wanted, lim: dict, listing: Listing) -> None:
     writer = _Writer()
     try:
         _walk_members(_ForwardStream(stream), staging, want, lim, listing, writer)
@@ -461,7 +461,7 @@ def _walk(stream: IO[bytes], staging: Path, want: Sink, lim: dict, listing: List
         writer.finish()
 
 
-def _walk_members(stream: _ForwardStream, staging: Path, want: Sink, lim: dict, listing: Listing,
+def _walk_members(stream: _ForwardStream, staging: Path, want: Wanted, lim: dict, listing: Listing,
                   writer: _Writer) -> None:
     seen: set[str] = set()
     not_dirs: set[str] = set()
