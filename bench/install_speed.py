@@ -8,7 +8,12 @@ each archive, each of --runs rounds times, into fresh CUDA roots on the same fil
   (a) manual: tar -xf into a temp dir, cp -P headers and libraries, chmod a+r
   (b) floor:  decompress to /dev/null with the fastest decoder at hand (xz -T0; isal or zlib)
   (c) tool:   cudnn-setup install --no-verify --no-theanorc
-and reports medians, c/a, c/b and the tool's peak memory (largest RSS of its process tree).
+and reports medians, c/a and c/b. Peak memory is measured in one more, untimed run of (c): the
+RSS of the tool and of its child processes (xz), summed, sampled every 10 ms; sampling during
+the timed runs would take CPU from them. That run's root (given CUDA's own headers from
+--cuda-include, so that the compile check can build against cudnn.h) is then verified: `verify
+--no-theano` --runs times, and `verify` with the Theano check once to warm Theano's compile cache
+(under a scratch HOME) and --runs times more.
 """
 from __future__ import annotations
 
@@ -48,7 +53,7 @@ def generate(work: Path, size_mib: int) -> list[Path]:
     with tempfile.TemporaryDirectory() as tmp:
         entries = spec_entries(SPECS[f"{NAME}.tar.xz"], Compiler(Path(tmp)), pad)
         raw.write_bytes(tar_bytes(entries))
-    for key, cmd in (("xz-multi", ["xz", "-T0", "-0", "--block-size=32MiB", "-c"]),
+    for key, cmd in (("xz-multi", ["xz", "-T0", "-0", "--block-size=16MiB", "-c"]),
                      ("xz-single", ["xz", "-T1", "-0", "-c"]),
                      ("tgz", ["gzip", "-1", "-n", "-c"])):
         outs[key].parent.mkdir(exist_ok=True)
@@ -87,20 +92,84 @@ def floor(archive: Path) -> None:
         subprocess.run([sys.executable, "-c", FLOOR_GZ, str(archive)], check=True)
 
 
-def tool(archive: Path, root: Path) -> int:
-    """Run the tool in a child and return the peak RSS (KiB) of its largest process."""
-    cmd = [sys.executable, "-m", "cudnn_setup", "install", str(archive), "--cuda-root", str(root),
-           "--no-verify", "--no-theanorc", "--json"]
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    wrapper = ("import resource, subprocess, sys\n"
-               "rc = subprocess.run(sys.argv[1:]).returncode\n"
-               "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr)\n"
-               "sys.exit(rc)\n")
-    done = subprocess.run([sys.executable, "-c", wrapper, *cmd], env=env, capture_output=True,
-                          text=True)
+def tool_command(archive: Path, root: Path) -> list[str]:
+    return [sys.executable, "-m", "cudnn_setup", "install", str(archive), "--cuda-root", str(root),
+            "--no-verify", "--no-theanorc", "--json"]
+
+
+TOOL_ENV = dict(os.environ, PYTHONPATH=str(REPO))
+
+
+def tool(archive: Path, root: Path) -> None:
+    done = subprocess.run(tool_command(archive, root), env=TOOL_ENV, capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(f"install failed: {done.stdout}{done.stderr}")
-    return int(done.stderr.strip().splitlines()[-1])
+
+
+def _rss_kib(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    except OSError:
+        pass  # the process has just ended
+    return 0
+
+
+def _descendants(pid: int) -> list[int]:
+    parents: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            parents.setdefault(ppid, []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        found.append(todo.pop())
+        todo.extend(parents.get(found[-1], []))
+    return found
+
+
+def peak_memory(archive: Path, root: Path) -> dict:
+    """Largest summed RSS of the tool's process tree, and of the tool's own process, in MiB."""
+    proc = subprocess.Popen(tool_command(archive, root), env=TOOL_ENV, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    tree = own = 0
+    while proc.poll() is None:
+        own = max(own, _rss_kib(proc.pid))
+        tree = max(tree, sum(_rss_kib(p) for p in _descendants(proc.pid)))
+        time.sleep(0.01)
+    if proc.returncode != 0:
+        raise SystemExit(f"install failed with status {proc.returncode}")
+    return {"tree_mib": round(tree / 1024, 1), "tool_process_mib": round(own / 1024, 1)}
+
+
+def verify_times(root: Path, work: Path, runs: int) -> dict:
+    home = work / "home"
+    home.mkdir(parents=True)
+    env = dict(TOOL_ENV, HOME=str(home))
+    rc = work / "theanorc"
+    cli = [sys.executable, "-m", "cudnn_setup"]
+    subprocess.run([*cli, "theanorc", "--cuda-root", str(root), "--theanorc", str(rc), "--json"],
+                   env=env, check=True, capture_output=True)
+    statuses: dict[str, dict] = {}
+
+    def run(key: str, *extra: str) -> float:
+        cmd = [*cli, "verify", "--cuda-root", str(root), "--theanorc", str(rc), "--json", *extra]
+        start = time.perf_counter()
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        took = time.perf_counter() - start
+        statuses[key] = {c["name"]: c["status"] for c in json.loads(done.stdout)["checks"]}
+        return took
+
+    no_theano = [run("no_theano", "--no-theano") for _ in range(runs)]
+    cold = run("theano")
+    warm = [run("theano") for _ in range(runs)]
+    return {"no_theano_s": round(statistics.median(no_theano), 2),
+            "theano_cold_s": round(cold, 2), "theano_warm_s": round(statistics.median(warm), 2),
+            "checks": statuses}
 
 
 def timed(fn) -> float:
@@ -109,9 +178,8 @@ def timed(fn) -> float:
     return time.perf_counter() - start
 
 
-def measure(archive: Path, runs: int, base: Path) -> dict:
+def measure(archive: Path, runs: int, base: Path, cuda_include: Path | None) -> dict:
     times = {"manual": [], "floor": [], "tool": []}
-    peak = 0
     for i in range(runs):
         root_a, root_c = fresh_root(base, 2 * i), fresh_root(base, 2 * i + 1)
         subprocess.run(["sync"])
@@ -119,18 +187,23 @@ def measure(archive: Path, runs: int, base: Path) -> dict:
         subprocess.run(["sync"])
         times["floor"].append(timed(lambda: floor(archive)))
         subprocess.run(["sync"])
-        rss = []
-        times["tool"].append(timed(lambda: rss.append(tool(archive, root_c))))
-        peak = max(peak, rss[0])
+        times["tool"].append(timed(lambda: tool(archive, root_c)))
         shutil.rmtree(root_a)
         shutil.rmtree(root_c)
+    root_m = fresh_root(base, 2 * runs)
+    if cuda_include and cuda_include.is_dir():
+        shutil.copytree(cuda_include, root_m / "include", dirs_exist_ok=True)
+    peak = peak_memory(archive, root_m)
+    verify = verify_times(root_m, base / "verify", runs)
+    shutil.rmtree(root_m)
+    shutil.rmtree(base / "verify")
     med = {k: statistics.median(v) for k, v in times.items()}
     return {"archive": str(archive), "compressed_mib": round(archive.stat().st_size / 2**20, 1),
             "runs": runs, "median_s": {k: round(v, 2) for k, v in med.items()},
             "all_s": {k: [round(x, 2) for x in v] for k, v in times.items()},
             "tool_vs_manual": round(med["tool"] / med["manual"], 3),
             "tool_vs_floor": round(med["tool"] / med["floor"], 3),
-            "tool_peak_rss_mib": round(peak / 1024, 1)}
+            "tool_peak_rss_mib": peak, "verify": verify}
 
 
 def main() -> int:
@@ -140,17 +213,23 @@ def main() -> int:
     p.add_argument("--archive", type=Path, action="append")
     p.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "cudnn-setup-bench")
     p.add_argument("--json", type=Path)
+    p.add_argument("--cuda-include", type=Path, default=Path("/usr/local/cuda/include"),
+                   help="CUDA headers for the verify runs' compile check (read, never written)")
     args = p.parse_args()
     archives = args.archive or generate(args.work, args.size_mib)
     results = []
     with tempfile.TemporaryDirectory(dir=args.work.parent if args.work.exists() else None) as tmp:
         for archive in archives:
-            r = measure(archive, args.runs, Path(tmp))
+            r = measure(archive, args.runs, Path(tmp), args.cuda_include)
             results.append(r)
             print(f"{archive.name} ({r['compressed_mib']} MiB, {archive.parent.name}): "
                   f"manual {r['median_s']['manual']} s, floor {r['median_s']['floor']} s, "
                   f"tool {r['median_s']['tool']} s; tool/manual {r['tool_vs_manual']}, "
-                  f"tool/floor {r['tool_vs_floor']}, peak {r['tool_peak_rss_mib']} MiB", flush=True)
+                  f"tool/floor {r['tool_vs_floor']}; peak RSS {r['tool_peak_rss_mib']['tree_mib']} MiB "
+                  f"(tool process {r['tool_peak_rss_mib']['tool_process_mib']} MiB); verify "
+                  f"--no-theano {r['verify']['no_theano_s']} s, with Theano "
+                  f"{r['verify']['theano_warm_s']} s warm ({r['verify']['theano_cold_s']} s cold)",
+                  flush=True)
     if args.json:
         args.json.write_text(json.dumps({"machine": {"cpus": os.cpu_count(), "uname": os.uname().release},
                                          "results": results}, indent=1))

@@ -7,10 +7,12 @@ write outside the staging directory.
 """
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import io
 import lzma
+import mmap
 import os
 import posixpath
 import queue
@@ -24,10 +26,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, IO, Iterator
 
+from cudnn_setup import xz_into
 from cudnn_setup.errors import ArchiveRejected, InstallFailed
 from cudnn_setup.problems import Problem, escape
 
 CHUNK = 1 << 20
+# In-process decoders hand over 128 KiB at a time: bigger pieces are each a fresh mmap (and a
+# page fault per 4 KiB), smaller ones come back from malloc's free list still in the cache.
+DECODED_PIECE = 128 << 10
 MAX_MEMBERS = 5000
 # The largest library NVIDIA ships (libcudnn_engines_precompiled.so.9) is under 1 GiB.
 MAX_MEMBER_BYTES = 4 << 30
@@ -137,11 +143,12 @@ class _HashingReader(io.RawIOBase):
 class _Decoder:
     """A readable stream of the decompressed tar, from the fastest decoder at hand.
 
-    xz goes through the `xz` binary when present: it decodes multi-block files on all cores and,
-    being another process, overlaps decoding with our writing even for single-block files. A
-    thread feeds it the file, hashing the bytes on the way. Decoders that run in this process
-    leave the hashing to a thread of its own, which reads the file from the page cache on
-    another core instead of adding to the decoding thread's work.
+    A .tar.xz of several blocks goes through the `xz` binary, which decodes blocks on all cores;
+    a thread feeds it the file, hashing the bytes on the way. A single xz block can only be
+    decoded sequentially: liblzma then decodes it in this process, straight into the buffers the
+    writer thread writes from (the pipe out of `xz` would cost it 7% of its time). gzip and
+    bzip2 are decoded on a thread of their own. Whenever the decoding happens in this process,
+    another thread hashes the archive file from the page cache on the other core.
     """
 
     def __init__(self, path: Path, compression: str, on_read: Callable[[int], None] | None):
@@ -150,30 +157,35 @@ class _Decoder:
         self.hasher: threading.Thread | None = None
         self.digest = hashlib.sha256()
         self.stream: IO[bytes]
-        xz = shutil.which("xz")
-        piped = compression == XZ and xz is not None
+        xz = shutil.which("xz") if compression == XZ else None
+        piped = xz is not None and _xz_blocks(xz, path) != 1
         self.raw = _HashingReader(path, on_read, self.digest if piped else None)
         if not piped:
             self.hasher = threading.Thread(target=self._hash_file, args=(path,), daemon=True)
             self.hasher.start()
         if piped:
             self.proc = subprocess.Popen(
-                [xz, "-dc", "-T0", "-q"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE, bufsize=CHUNK,
+                [xz, "-dc", "-T0", "-q", *_xz_memory_limit()], stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=CHUNK,
             )
             _widen_pipe(self.proc.stdout)
             _widen_pipe(self.proc.stdin)
             self.stream = self.proc.stdout  # type: ignore[assignment]
             self.feeder = threading.Thread(target=self._feed, daemon=True)
             self.feeder.start()
+        elif compression == XZ and (liblzma := xz_into.load()) is not None:
+            self.stream = xz_into.XzReader(liblzma, self.raw)  # decodes into our write buffers
         elif compression == XZ:
-            self.stream = _ReadAhead(lzma.open(self.raw, "rb"))
+            xz_file = lzma.open(self.raw, "rb")
+            self.stream = _ReadAhead(iter(lambda: xz_file.read(DECODED_PIECE), b""), xz_file)
         elif compression == GZIP:
-            self.stream = _ReadAhead(_open_gzip(self.raw))
+            gz = _open_gzip(self.raw)
+            self.stream = _ReadAhead(iter(lambda: gz.read(DECODED_PIECE), b""), gz)
         elif compression == BZIP2:
             import bz2
 
-            self.stream = _ReadAhead(bz2.open(self.raw, "rb"))
+            bz = bz2.open(self.raw, "rb")
+            self.stream = _ReadAhead(iter(lambda: bz.read(DECODED_PIECE), b""), bz)
         else:
             self.stream = io.BufferedReader(self.raw, CHUNK)
 
@@ -247,10 +259,11 @@ class _ReadAhead(io.RawIOBase):
     parallel with the tar parsing and copying on the reading thread, as `xz` does in its process.
     """
 
-    DEPTH = 4
+    DEPTH = 16  # pieces: 2 MiB ahead
 
-    def __init__(self, source: IO[bytes]):
-        self.source = source
+    def __init__(self, chunks: Iterator[bytes], source: IO[bytes]):
+        self.chunks = chunks
+        self.source = source  # closed with this stream
         self.queue: queue.Queue = queue.Queue(maxsize=self.DEPTH)
         self.chunk = memoryview(b"")
         self.ended = False
@@ -260,11 +273,11 @@ class _ReadAhead(io.RawIOBase):
 
     def _run(self) -> None:
         try:
-            while not self.stopped.is_set():
-                data = self.source.read(CHUNK)
-                self.queue.put(data)
-                if not data:
+            for data in self.chunks:
+                if self.stopped.is_set():
                     return
+                self.queue.put(data)
+            self.queue.put(b"")
         except BaseException as exc:  # handed to the reader, which raises it as its own
             self.queue.put(exc)
 
@@ -320,6 +333,42 @@ def _open_gzip(raw: IO[bytes]) -> IO[bytes]:
         import gzip
 
         return gzip.open(raw, "rb")
+
+
+def _xz_blocks(xz: str, path: Path) -> int | None:
+    """How many blocks the .xz file has, from its index (None when xz cannot read it)."""
+    try:
+        done = subprocess.run([xz, "--robot", "--list", "--", str(path)], capture_output=True,
+                              text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    for line in done.stdout.splitlines():
+        fields = line.split("\t")
+        if fields[0] == "file" and len(fields) > 2 and fields[2].isdigit():
+            return int(fields[2])
+    return None
+
+
+def _xz_memory_limit() -> list[str]:
+    """Keep xz's parallel decoder to a quarter of the memory this process may still use.
+
+    xz's own default is a quarter of the machine's RAM, which inside a container with a memory
+    limit can be more than the container has.
+    """
+    free = []
+    try:
+        meminfo = Path("/proc/meminfo").read_text()
+        free.append(int(meminfo.split("MemAvailable:")[1].split()[0]) * 1024)
+    except (OSError, IndexError, ValueError):
+        pass
+    try:
+        cgroup = Path("/sys/fs/cgroup")
+        limit = (cgroup / "memory.max").read_text().strip()
+        if limit != "max":
+            free.append(int(limit) - int((cgroup / "memory.current").read_text()))
+    except (OSError, ValueError):
+        pass
+    return [f"--memlimit-mt={max(min(free) // 4, 64 << 20)}"] if free else []
 
 
 def _check_name(raw: str) -> tuple[str | None, Problem | None]:
@@ -557,7 +606,7 @@ class _Writer:
         self.queue: queue.Queue = queue.Queue(maxsize=self.QUEUE_CHUNKS)
         self.buffers: queue.Queue = queue.Queue()
         for _ in range(self.QUEUE_CHUNKS + 2):
-            self.buffers.put(bytearray(CHUNK))
+            self.buffers.put(mmap.mmap(-1, CHUNK))  # page-aligned, as O_DIRECT writes need
         self.error: Exception | None = None
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
@@ -599,14 +648,14 @@ class _Sink:
         self.digest = hashlib.sha256()
         self.keep_text = member.name.endswith(".h") and member.size <= MAX_HEADER_BYTES
         self.chunks: list[bytes] = []
-        self.out: IO[bytes] | None = None
+        self.out: _StagedFile | None = None
         if staging is not None:
             member.staged = staging / member.path
 
     def open(self) -> None:
         if self.member.staged is not None:
             self.member.staged.parent.mkdir(parents=True, exist_ok=True)
-            self.out = open(self.member.staged, "xb")
+            self.out = _StagedFile(self.member.staged, direct=self.member.size >= DIRECT_MIN_BYTES)
 
     def feed(self, chunk: memoryview) -> None:
         self.digest.update(chunk)
@@ -620,10 +669,55 @@ class _Sink:
         if self.out is not None:
             self.out.close()
             # World-readable, never group/other-writable; set-id bits were refused earlier.
-            os.chmod(self.out.name, (m.mode & 0o755) | 0o444)
+            os.chmod(m.staged, (m.mode & 0o755) | 0o444)
         m.sha256 = self.digest.hexdigest()
         if self.keep_text:
             m.text = b"".join(self.chunks).decode("utf-8", errors="replace")
+
+
+# Libraries are written with O_DIRECT: the bytes go from our recycled buffers to the disk
+# instead of into a gigabyte of freshly allocated page cache. Allocating those pages is most of
+# the kernel time of a buffered write (on VMs whose free memory goes back to the host, about
+# 2 s per GiB), and the installer never reads the bytes back.
+DIRECT_MIN_BYTES = 4 * CHUNK
+DIRECT_ALIGN = 4096  # the largest logical block size in use; every full chunk is a multiple
+
+
+class _StagedFile:
+    """A new staging file, written chunk by chunk at offsets that are multiples of CHUNK."""
+
+    def __init__(self, path: Path, direct: bool):
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+        self.direct = False
+        if direct and hasattr(os, "O_DIRECT"):
+            try:
+                self.fd = os.open(path, flags | os.O_DIRECT, 0o600)
+                self.direct = True
+                return
+            except OSError as exc:
+                if exc.errno != errno.EINVAL:  # EINVAL: this filesystem has no direct I/O
+                    raise
+        self.fd = os.open(path, flags, 0o600)
+
+    def write(self, chunk: memoryview) -> None:
+        if self.direct and len(chunk) % DIRECT_ALIGN:
+            self._buffered()  # the file's short last chunk
+        while chunk:
+            try:
+                n = os.write(self.fd, chunk)
+            except OSError as exc:
+                if not (self.direct and exc.errno == errno.EINVAL):
+                    raise
+                self._buffered()  # a device with stricter alignment than ours
+                continue
+            chunk = chunk[n:]
+
+    def _buffered(self) -> None:
+        fcntl.fcntl(self.fd, fcntl.F_SETFL, fcntl.fcntl(self.fd, fcntl.F_GETFL) & ~os.O_DIRECT)
+        self.direct = False
+
+    def close(self) -> None:
+        os.close(self.fd)
 
 
 def _consume(stream: _ForwardStream, member: Member, staging: Path | None,

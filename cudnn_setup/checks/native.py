@@ -101,10 +101,13 @@ def check_compile(inst: Installation, env: Mapping[str, str], cc: str | None = N
             first = next((ln for ln in built.stderr.splitlines() if "error" in ln),
                          built.stderr.strip().splitlines()[0] if built.stderr.strip() else "")
             hint = ""
-            missing = re.search(r"(cuda_runtime\w*\.h|driver_types\.h)", built.stderr)
+            missing = re.search(r"fatal error: ([\w./+-]+\.h): No such file", built.stderr)
             if missing:
-                hint = (f" — cudnn.h includes {missing.group(1)}, which is not in "
+                hint = (f" — {missing.group(1)}, which cudnn.h includes, is not in "
                         f"{inst.include_dir}; the CUDA root's own headers are missing")
+            elif re.search(r"unknown type name .cuda\w*_t", built.stderr):
+                hint = (f" — the CUDA headers in {inst.include_dir} lack types cudnn.h needs: "
+                        "they are incomplete or from another CUDA")
             elif "cannot find -lcudnn" in built.stderr:
                 hint = f" — no libcudnn.so development link in {inst.lib_dir}"
             return Check("compile", FAIL, f"{' '.join(cmd[:1])} failed: {first.strip()}{hint}",

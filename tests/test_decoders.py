@@ -1,0 +1,204 @@
+"""Every decoder path reads the same archive to the same bytes, and big files are staged intact.
+
+Archives here carry libraries padded past the direct-I/O threshold (with a short last chunk), so
+the O_DIRECT writes, their buffered tail, and the xz paths (several blocks through `xz -T0`, one
+block through liblzma into our buffers, Python's lzma where liblzma cannot be loaded) all run.
+"""
+import errno
+import hashlib
+import json
+import lzma
+import mmap
+import os
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from conftest import run_cli, tree_state
+from cudnn_setup import archive, xz_into
+from fixtures.generate import SPECS, compress, spec_entries, tar_bytes
+
+NAME = "cudnn-linux-x86_64-9.3.0.75_cuda12-archive"
+# Past DIRECT_MIN_BYTES, and not a whole number of chunks, so the last write is a short one.
+PAD = {"libcudnn_engines_precompiled": 9 * archive.CHUNK + 1234, "libcudnn_adv": 5 * archive.CHUNK}
+
+
+@pytest.fixture(scope="module")
+def padded(tmp_path_factory, compiler) -> dict:
+    out = tmp_path_factory.mktemp("padded")
+    entries = spec_entries(SPECS[f"{NAME}.tar.xz"], compiler, PAD)
+    raw = tar_bytes(entries)
+    made = {"raw": raw, "files": {e.name: e.data for e in entries if e.type == tarfile.REGTYPE}}
+    for sub in ("one-block", "blocks", "gz"):
+        (out / sub).mkdir()
+    made["single"] = out / "one-block" / f"{NAME}.tar.xz"
+    made["single"].write_bytes(lzma.compress(raw, preset=0))
+    made["multi"] = out / "blocks" / f"{NAME}.tar.xz"
+    with open(made["multi"], "wb") as f:
+        subprocess.run(["xz", "-T2", "-0", "--block-size=1MiB", "-c"], input=raw, stdout=f,
+                       check=True)
+    made["gz"] = out / "gz" / f"{NAME}.tgz"
+    made["gz"].write_bytes(compress(raw, made["gz"].name))
+    return made
+
+
+def _read(path: Path, staging: Path) -> archive.Listing:
+    staging.mkdir()
+    return archive.read(path, staging, lambda m: True)
+
+
+def _digest(listing: archive.Listing) -> dict:
+    return {m.path: (m.kind, m.size, m.sha256, m.target) for m in listing.members}
+
+
+def _check_staged(listing: archive.Listing, files: dict) -> None:
+    for m in listing.files():
+        expected = files[m.path]
+        assert m.staged.read_bytes() == expected, m.path
+        assert m.sha256 == hashlib.sha256(expected).hexdigest()
+        assert m.staged.stat().st_mode & 0o444 == 0o444
+
+
+def test_block_count_picks_the_decoder(padded):
+    xz = "xz"
+    assert archive._xz_blocks(xz, padded["single"]) == 1
+    assert archive._xz_blocks(xz, padded["multi"]) > 5
+    assert archive._xz_blocks(xz, padded["gz"]) is None
+    one = archive._Decoder(padded["single"], archive.XZ, None)
+    many = archive._Decoder(padded["multi"], archive.XZ, None)
+    try:
+        assert isinstance(one.stream, xz_into.XzReader) and one.proc is None
+        assert many.proc is not None and many.proc.args[1:3] == ["-dc", "-T0"]
+        assert any(a.startswith("--memlimit-mt=") for a in many.proc.args)
+    finally:
+        one.finish(False)
+        many.finish(False)
+
+
+@pytest.mark.parametrize("fallback", ["none", "python-lzma", "no-xz-binary"])
+def test_every_decoder_stages_the_same_bytes(fallback, padded, tmp_path, monkeypatch):
+    if fallback == "python-lzma":
+        monkeypatch.setattr(xz_into, "load", lambda: None)  # a machine without liblzma.so.5
+    if fallback == "no-xz-binary":
+        monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
+    listings = {key: _read(padded[key], tmp_path / key) for key in ("single", "multi", "gz")}
+    first = _digest(listings["single"])
+    for key, listing in listings.items():
+        assert not listing.problems, (key, listing.problems)
+        assert _digest(listing) == first, key
+        assert listing.sha256 == hashlib.sha256(padded[key].read_bytes()).hexdigest()
+        assert listing.size == padded[key].stat().st_size
+        _check_staged(listing, padded["files"])
+    big = [m for m in listings["single"].files() if m.size >= archive.DIRECT_MIN_BYTES]
+    assert len(big) == 2 and any(m.size % archive.CHUNK for m in big)
+
+
+@pytest.mark.parametrize("key", ["single", "multi"])
+@pytest.mark.parametrize("damage", ["truncated", "flipped", "trailing-garbage"])
+def test_damaged_xz_is_corrupt_on_both_paths(key, damage, padded, tmp_path):
+    data = padded[key].read_bytes()
+    if damage == "truncated":
+        data = data[: len(data) * 3 // 4]
+    elif damage == "flipped":
+        data = data[:len(data) // 2] + bytes(b ^ 0x5A for b in data[len(data) // 2:][:4096]) + \
+            data[len(data) // 2 + 4096:]
+    else:
+        data += b"not xz at all"
+    broken = tmp_path / damage / padded[key].name
+    broken.parent.mkdir()
+    broken.write_bytes(data)
+    listing = _read(broken, tmp_path / "staging")
+    assert [p.code for p in listing.problems] == ["corrupt"], listing.problems
+    assert listing.sha256 is None
+
+
+def test_liblzma_reads_concatenated_streams_and_padding(padded, tmp_path):
+    raw = padded["raw"]
+    cut = len(raw) // 3 + 7  # mid-member, mid-block
+    joined = lzma.compress(raw[:cut], preset=0) + bytes(8) + lzma.compress(raw[cut:], preset=0)
+    lib = xz_into.load()
+    assert lib is not None
+
+    def decode(data: bytes) -> bytes:
+        path = tmp_path / "joined.xz"
+        path.write_bytes(data)
+        reader = xz_into.XzReader(lib, open(path, "rb"))
+        out = bytearray()
+        buf = bytearray(300_000)  # not a divisor of anything in the stream
+        try:
+            while n := reader.readinto(buf):
+                out += buf[:n]
+        finally:
+            reader.close()
+        return bytes(out)
+
+    assert decode(joined) == raw
+    with pytest.raises(EOFError):
+        decode(joined[:-20])
+    with pytest.raises(lzma.LZMAError):
+        decode(joined + b"\x01 and then something that is no xz stream")
+
+
+def test_staged_file_writes_directly_then_buffers_its_tail(tmp_path):
+    data = os.urandom(4 * archive.CHUNK + 4097)
+    out = archive._StagedFile(tmp_path / "lib.so", direct=True)
+    assert out.direct  # this filesystem takes O_DIRECT
+    buf = mmap.mmap(-1, archive.CHUNK)  # page-aligned, like the writer's own buffers
+    for i in range(0, len(data), archive.CHUNK):
+        piece = data[i:i + archive.CHUNK]
+        buf[:len(piece)] = piece
+        out.write(memoryview(buf)[:len(piece)])
+    assert not out.direct  # the short tail went through the page cache
+    out.close()
+    assert (tmp_path / "lib.so").read_bytes() == data
+
+
+def test_filesystem_without_direct_io_falls_back(padded, tmp_path, monkeypatch):
+    real_open, real_write = os.open, os.write
+    refused = {"open": 0, "write": 0}
+
+    def open_no_direct(path, flags, *a, **kw):
+        if flags & os.O_DIRECT and "adv" in str(path):  # one fs refuses the flag outright…
+            refused["open"] += 1
+            raise OSError(errno.EINVAL, "Invalid argument")
+        return real_open(path, flags, *a, **kw)
+
+    def write_strict(fd, data):
+        import fcntl
+
+        if fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_DIRECT:  # …another wants stricter alignment
+            refused["write"] += 1
+            raise OSError(errno.EINVAL, "Invalid argument")
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "open", open_no_direct)
+    monkeypatch.setattr(os, "write", write_strict)
+    listing = _read(padded["single"], tmp_path / "staging")
+    assert not listing.problems
+    _check_staged(listing, padded["files"])
+    assert refused["open"] == 1 and refused["write"] == 1
+
+
+def test_full_disk_during_a_direct_write_exits_5(padded, cuda_root, home):
+    import resource
+
+    root = cuda_root("12.4")
+    before = tree_state(root)
+
+    def small_disk():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (3 * archive.CHUNK, 3 * archive.CHUNK))
+
+    done = run_cli(["install", padded["single"], "--cuda-root", root, "--no-theanorc", "--json"],
+                   home, preexec_fn=small_disk)
+    assert done.returncode == 5, done.stderr
+    assert "File too large" in json.loads(done.stdout)["error"]["message"]
+    assert tree_state(root) == before
+
+
+def test_xz_memory_limit_is_a_share_of_what_is_free():
+    (arg,) = archive._xz_memory_limit()
+    limit = int(arg.split("=")[1])
+    available = int(Path("/proc/meminfo").read_text().split("MemAvailable:")[1].split()[0]) * 1024
+    assert 64 << 20 <= limit <= available // 4 + (256 << 20)
