@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, IO, Iterator
 
-from cudnn_setup import xz_into
+from cudnn_setup import mounts, xz_into
 from cudnn_setup.errors import ArchiveRejected, InstallFailed
 from cudnn_setup.problems import Problem, escape
 
@@ -503,7 +503,7 @@ class _ForwardStream(io.RawIOBase):
 
 
 def _walk(stream: IO[bytes], staging: Path, want: Wanted, lim: dict, listing: Listing) -> None:
-    writer = _Writer()
+    writer = _Writer(direct=mounts.fs_type(staging) in DIRECT_IO_FILESYSTEMS)
     try:
         _walk_members(_ForwardStream(stream), staging, want, lim, listing, writer)
     finally:
@@ -602,7 +602,8 @@ class _Writer:
 
     QUEUE_CHUNKS = 8
 
-    def __init__(self):
+    def __init__(self, direct: bool = False):
+        self.direct = direct  # big files are written with O_DIRECT
         self.queue: queue.Queue = queue.Queue(maxsize=self.QUEUE_CHUNKS)
         self.buffers: queue.Queue = queue.Queue()
         for _ in range(self.QUEUE_CHUNKS + 2):
@@ -643,8 +644,9 @@ class _Writer:
 class _Sink:
     """One member's destination: its digest, its staged file, its text if it is a header."""
 
-    def __init__(self, member: Member, staging: Path | None):
+    def __init__(self, member: Member, staging: Path | None, direct: bool):
         self.member = member
+        self.direct = direct and member.size >= DIRECT_MIN_BYTES
         self.digest = hashlib.sha256()
         self.keep_text = member.name.endswith(".h") and member.size <= MAX_HEADER_BYTES
         self.chunks: list[bytes] = []
@@ -655,7 +657,7 @@ class _Sink:
     def open(self) -> None:
         if self.member.staged is not None:
             self.member.staged.parent.mkdir(parents=True, exist_ok=True)
-            self.out = _StagedFile(self.member.staged, direct=self.member.size >= DIRECT_MIN_BYTES)
+            self.out = _StagedFile(self.member.staged, self.direct)
 
     def feed(self, chunk: memoryview) -> None:
         self.digest.update(chunk)
@@ -678,8 +680,11 @@ class _Sink:
 # Libraries are written with O_DIRECT: the bytes go from our recycled buffers to the disk
 # instead of into a gigabyte of freshly allocated page cache. Allocating those pages is most of
 # the kernel time of a buffered write (on VMs whose free memory goes back to the host, about
-# 2 s per GiB), and the installer never reads the bytes back.
+# 2 s per GiB), and the installer never reads the bytes back. Only on local disk filesystems:
+# on NFS every direct write would wait for a round trip to the server, and tmpfs is the page
+# cache itself.
 DIRECT_MIN_BYTES = 4 * CHUNK
+DIRECT_IO_FILESYSTEMS = {"ext2", "ext3", "ext4", "xfs", "btrfs", "f2fs", "overlay"}
 DIRECT_ALIGN = 4096  # the largest logical block size in use; every full chunk is a multiple
 
 
@@ -723,7 +728,7 @@ class _StagedFile:
 def _consume(stream: _ForwardStream, member: Member, staging: Path | None,
              writer: _Writer) -> None:
     """Read one member's bytes once, into recycled buffers; the writer thread hashes and writes."""
-    sink = _Sink(member, staging)
+    sink = _Sink(member, staging, writer.direct)
     writer.put(sink.open)
     remaining = member.size
     while remaining:

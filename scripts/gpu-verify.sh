@@ -21,9 +21,16 @@ rm -rf "$root"
 mkdir -p "$root/lib64"
 cp -rL "$cuda/include" "$root/include"
 cp -P "$cuda"/lib64/libcudart.so* "$root/lib64/"
+echo "filesystem of $work: $(findmnt -n -o FSTYPE -T "$work" 2>/dev/null || echo unknown); $(nproc) cores"
 set +e
+start=$EPOCHREALTIME
+xz -dc -T0 "$archive" >/dev/null
+floor=$(awk -v a="$start" -v b="$EPOCHREALTIME" 'BEGIN {printf "%.2f", b - a}')
+start=$EPOCHREALTIME
 $py -m cudnn_setup install "$archive" --cuda-root "$root" --no-theanorc --no-verify --json >"$out/install.json"
 echo "install exit $?"
+took=$(awk -v a="$start" -v b="$EPOCHREALTIME" 'BEGIN {printf "%.2f", b - a}')
+echo "xz -dc -T0 to /dev/null: $floor s; cudnn-setup install --no-verify: $took s" | tee "$out/install-time.txt"
 $py -m cudnn_setup verify --cuda-root "$root" --no-theano --json >"$out/verify.json"
 echo "verify exit $?"
 $py -m cudnn_setup bench --cuda-root "$root" --json >"$out/bench.json"

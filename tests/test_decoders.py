@@ -18,6 +18,7 @@ import pytest
 
 from conftest import run_cli, tree_state
 from cudnn_setup import archive, xz_into
+from cudnn_setup.mounts import fs_type
 from fixtures.generate import SPECS, compress, spec_entries, tar_bytes
 
 NAME = "cudnn-linux-x86_64-9.3.0.75_cuda12-archive"
@@ -141,7 +142,13 @@ def test_liblzma_reads_concatenated_streams_and_padding(padded, tmp_path):
         decode(joined + b"\x01 and then something that is no xz stream")
 
 
+def _skip_without_direct_io(path: Path) -> None:
+    if fs_type(path) not in archive.DIRECT_IO_FILESYSTEMS:
+        pytest.skip(f"{path} is not on a local disk filesystem, where O_DIRECT is used")
+
+
 def test_staged_file_writes_directly_then_buffers_its_tail(tmp_path):
+    _skip_without_direct_io(tmp_path)
     data = os.urandom(4 * archive.CHUNK + 4097)
     out = archive._StagedFile(tmp_path / "lib.so", direct=True)
     assert out.direct  # this filesystem takes O_DIRECT
@@ -156,6 +163,7 @@ def test_staged_file_writes_directly_then_buffers_its_tail(tmp_path):
 
 
 def test_filesystem_without_direct_io_falls_back(padded, tmp_path, monkeypatch):
+    _skip_without_direct_io(tmp_path)
     real_open, real_write = os.open, os.write
     refused = {"open": 0, "write": 0}
 
@@ -202,3 +210,52 @@ def test_xz_memory_limit_is_a_share_of_what_is_free():
     limit = int(arg.split("=")[1])
     available = int(Path("/proc/meminfo").read_text().split("MemAvailable:")[1].split()[0]) * 1024
     assert 64 << 20 <= limit <= available // 4 + (256 << 20)
+
+
+MOUNTINFO = """\
+22 1 252:1 / / rw,relatime shared:1 - ext4 /dev/vda rw
+40 22 0:36 / /mnt/cluster rw,relatime shared:20 - nfs4 server:/export rw,vers=4.2
+41 40 252:2 / /mnt/cluster/local\\040disk rw shared:21 - xfs /dev/vdb rw
+42 22 0:40 / /opt rw shared:22 - tmpfs tmpfs rw
+43 22 0:41 / /opt rw shared:23 - overlay overlay rw,lowerdir=/l,upperdir=/u
+"""
+
+
+@pytest.mark.parametrize("path, expect", [
+    ("/usr/local/cuda", "ext4"), ("/mnt/cluster/cuda-12/lib64", "nfs4"),
+    ("/mnt/cluster/local disk/cuda", "xfs"), ("/mnt/clusterfoo", "ext4"), ("/opt/x", "overlay"),
+])
+def test_mount_type_of_a_path(path, expect):
+    assert fs_type(Path(path), MOUNTINFO) == expect
+
+
+def test_mount_type_agrees_with_findmnt(tmp_path):
+    for path in (tmp_path, Path("/dev/shm"), Path("/proc/self")):
+        found = subprocess.run(["findmnt", "-n", "-o", "FSTYPE", "-T", str(path)],
+                               capture_output=True, text=True, check=True).stdout.split()
+        assert fs_type(path) == found[-1], path  # of stacked mounts, the one on top
+
+
+def test_no_direct_io_off_local_disks(padded, tmp_path, monkeypatch):
+    """tmpfs (like NFS) gets buffered writes; the staged bytes are the same."""
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or fs_type(shm) != "tmpfs":
+        pytest.skip("no tmpfs at /dev/shm")
+    real_open = os.open
+    direct_opens = []
+
+    def spy(path, flags, *a, **kw):
+        if flags & os.O_DIRECT:
+            direct_opens.append(path)
+        return real_open(path, flags, *a, **kw)
+
+    monkeypatch.setattr(os, "open", spy)
+    import tempfile
+
+    with tempfile.TemporaryDirectory(dir=shm) as tmp:
+        listing = _read(padded["single"], Path(tmp) / "staging")
+        _check_staged(listing, padded["files"])
+    assert direct_opens == []
+    _read(padded["single"], tmp_path / "staging")
+    on_disk = fs_type(tmp_path) in archive.DIRECT_IO_FILESYSTEMS
+    assert len(direct_opens) == (2 if on_disk else 0)  # the two padded libraries
