@@ -31,8 +31,11 @@ $py -m cudnn_setup install "$archive" --cuda-root "$root" --no-theanorc --no-ver
 echo "install exit $?"
 took=$(awk -v a="$start" -v b="$EPOCHREALTIME" 'BEGIN {printf "%.2f", b - a}')
 echo "xz -dc -T0 to /dev/null: $floor s; cudnn-setup install --no-verify: $took s" | tee "$out/install-time.txt"
+start=$EPOCHREALTIME
 $py -m cudnn_setup verify --cuda-root "$root" --no-theano --json >"$out/verify.json"
 echo "verify exit $?"
+took=$(awk -v a="$start" -v b="$EPOCHREALTIME" 'BEGIN {printf "%.2f", b - a}')
+echo "cudnn-setup verify --no-theano (gpu check included): $took s" | tee -a "$out/install-time.txt"
 $py -m cudnn_setup bench --cuda-root "$root" --json >"$out/bench.json"
 echo "bench exit $?"
 $py - "$out" <<'PY'
