@@ -158,7 +158,7 @@ class _Decoder:
         self.digest = hashlib.sha256()
         self.stream: IO[bytes]
         xz = shutil.which("xz") if compression == XZ else None
-        piped = xz is not None and _xz_blocks(xz, path) != 1
+        piped = xz is not None and _xz_decodes_in_parallel(xz) and _xz_blocks(xz, path) != 1
         self.raw = _HashingReader(path, on_read, self.digest if piped else None)
         if not piped:
             self.hasher = threading.Thread(target=self._hash_file, args=(path,), daemon=True)
@@ -333,6 +333,21 @@ def _open_gzip(raw: IO[bytes]) -> IO[bytes]:
         import gzip
 
         return gzip.open(raw, "rb")
+
+
+def _xz_decodes_in_parallel(xz: str) -> bool:
+    """Whether this `xz` decodes blocks on several threads (5.4.0 and later).
+
+    An older one decodes on one thread and knows no --memlimit-mt, so liblzma in this process
+    does better, without the pipe.
+    """
+    try:
+        done = subprocess.run([xz, "--robot", "--version"], capture_output=True, text=True,
+                              timeout=60)
+        number = done.stdout.split("XZ_VERSION=")[1].split()[0]
+    except (OSError, subprocess.SubprocessError, IndexError):
+        return False
+    return number.isdigit() and int(number) >= 50040000
 
 
 def _xz_blocks(xz: str, path: Path) -> int | None:

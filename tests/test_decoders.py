@@ -10,6 +10,7 @@ import json
 import lzma
 import mmap
 import os
+import shutil
 import subprocess
 import tarfile
 from pathlib import Path
@@ -71,8 +72,11 @@ def test_block_count_picks_the_decoder(padded):
     many = archive._Decoder(padded["multi"], archive.XZ, None)
     try:
         assert isinstance(one.stream, xz_into.XzReader) and one.proc is None
-        assert many.proc is not None and many.proc.args[1:3] == ["-dc", "-T0"]
-        assert any(a.startswith("--memlimit-mt=") for a in many.proc.args)
+        if archive._xz_decodes_in_parallel(shutil.which(xz)):
+            assert many.proc is not None and many.proc.args[1:3] == ["-dc", "-T0"]
+            assert any(a.startswith("--memlimit-mt=") for a in many.proc.args)
+        else:  # xz before 5.4: one thread either way
+            assert many.proc is None
     finally:
         one.finish(False)
         many.finish(False)
@@ -259,3 +263,25 @@ def test_no_direct_io_off_local_disks(padded, tmp_path, monkeypatch):
     _read(padded["single"], tmp_path / "staging")
     on_disk = fs_type(tmp_path) in archive.DIRECT_IO_FILESYSTEMS
     assert len(direct_opens) == (2 if on_disk else 0)  # the two padded libraries
+
+
+def test_an_xz_without_parallel_decoding_is_not_piped(padded, tmp_path, monkeypatch):
+    """xz before 5.4 decodes on one thread and has no --memlimit-mt: liblzma decodes instead."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    old = bin_dir / "xz"
+    old.write_text("#!/bin/sh\n"  # answers as xz 5.2.5 does, and is the real xz otherwise
+                   'if [ "$1 $2" = "--robot --version" ]; then\n'
+                   "  echo XZ_VERSION=50020052; echo LIBLZMA_VERSION=50020052; exit 0\nfi\n"
+                   f'exec {shutil.which("xz")} "$@"\n')
+    old.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    assert not archive._xz_decodes_in_parallel(str(old))
+    decoder = archive._Decoder(padded["multi"], archive.XZ, None)
+    try:
+        assert decoder.proc is None and isinstance(decoder.stream, xz_into.XzReader)
+    finally:
+        decoder.finish(False)
+    listing = _read(padded["multi"], tmp_path / "staging")
+    assert not listing.problems
+    _check_staged(listing, padded["files"])
