@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Callable, IO, Iterator
 
 from cudnn_setup import mounts, xz_into
+from cudnn_setup.checksums import file_digest
 from cudnn_setup.errors import ArchiveRejected, InstallFailed
 from cudnn_setup.problems import Problem, escape
 
@@ -156,13 +157,11 @@ class _Decoder:
         self.feeder: threading.Thread | None = None
         self.hasher: threading.Thread | None = None
         self.digest = hashlib.sha256()
+        self.file_sha256 = ""  # from the hasher thread, when decoding happens in this process
         self.stream: IO[bytes]
         xz = shutil.which("xz") if compression == XZ else None
         piped = xz is not None and _xz_decodes_in_parallel(xz) and _xz_blocks(xz, path) != 1
         self.raw = _HashingReader(path, on_read, self.digest if piped else None)
-        if not piped:
-            self.hasher = threading.Thread(target=self._hash_file, args=(path,), daemon=True)
-            self.hasher.start()
         if piped:
             self.proc = subprocess.Popen(
                 [xz, "-dc", "-T0", "-q", *_xz_memory_limit()], stdin=subprocess.PIPE,
@@ -173,21 +172,10 @@ class _Decoder:
             self.stream = self.proc.stdout  # type: ignore[assignment]
             self.feeder = threading.Thread(target=self._feed, daemon=True)
             self.feeder.start()
-        elif compression == XZ and (liblzma := xz_into.load()) is not None:
-            self.stream = xz_into.XzReader(liblzma, self.raw)  # decodes into our write buffers
-        elif compression == XZ:
-            xz_file = lzma.open(self.raw, "rb")
-            self.stream = _ReadAhead(iter(lambda: xz_file.read(DECODED_PIECE), b""), xz_file)
-        elif compression == GZIP:
-            gz = _open_gzip(self.raw)
-            self.stream = _ReadAhead(iter(lambda: gz.read(DECODED_PIECE), b""), gz)
-        elif compression == BZIP2:
-            import bz2
-
-            bz = bz2.open(self.raw, "rb")
-            self.stream = _ReadAhead(iter(lambda: bz.read(DECODED_PIECE), b""), bz)
         else:
-            self.stream = io.BufferedReader(self.raw, CHUNK)
+            self.hasher = threading.Thread(target=self._hash_file, args=(path,), daemon=True)
+            self.hasher.start()
+            self.stream = _in_process_stream(compression, self.raw)
 
     def _feed(self) -> None:
         assert self.proc is not None and self.proc.stdin is not None
@@ -207,15 +195,13 @@ class _Decoder:
                 pass
 
     def _hash_file(self, path: Path) -> None:
-        with open(path, "rb") as f:
-            buf = bytearray(CHUNK)
-            while n := f.readinto(buf):
-                self.digest.update(memoryview(buf)[:n])
+        self.file_sha256 = file_digest(path)
 
     @property
     def sha256(self) -> str:
         if self.hasher is not None:
             self.hasher.join()
+            return self.file_sha256
         return self.digest.hexdigest()
 
     @property
@@ -252,6 +238,20 @@ class _Decoder:
         return None
 
 
+def _in_process_stream(compression: str, raw: _HashingReader) -> IO[bytes]:
+    if compression == XZ and (liblzma := xz_into.load()) is not None:
+        return xz_into.XzReader(liblzma, raw)  # decodes into our write buffers
+    if compression == XZ:
+        return _ReadAhead(lzma.open(raw, "rb"))
+    if compression == GZIP:
+        return _ReadAhead(_open_gzip(raw))
+    if compression == BZIP2:
+        import bz2
+
+        return _ReadAhead(bz2.open(raw, "rb"))
+    return io.BufferedReader(raw, CHUNK)
+
+
 class _ReadAhead(io.RawIOBase):
     """Runs an in-process decoder on a thread of its own, a few MiB ahead of the reader.
 
@@ -261,9 +261,8 @@ class _ReadAhead(io.RawIOBase):
 
     DEPTH = 16  # pieces: 2 MiB ahead
 
-    def __init__(self, chunks: Iterator[bytes], source: IO[bytes]):
-        self.chunks = chunks
-        self.source = source  # closed with this stream
+    def __init__(self, source: IO[bytes]):
+        self.source = source  # a decompressing file, closed with this stream
         self.queue: queue.Queue = queue.Queue(maxsize=self.DEPTH)
         self.chunk = memoryview(b"")
         self.ended = False
@@ -273,11 +272,11 @@ class _ReadAhead(io.RawIOBase):
 
     def _run(self) -> None:
         try:
-            for data in self.chunks:
-                if self.stopped.is_set():
-                    return
+            while not self.stopped.is_set():
+                data = self.source.read(DECODED_PIECE)
                 self.queue.put(data)
-            self.queue.put(b"")
+                if not data:
+                    return
         except BaseException as exc:  # handed to the reader, which raises it as its own
             self.queue.put(exc)
 
@@ -642,7 +641,7 @@ class _Writer:
                 if buf is not None:  # recycled even after an error, so the reader never starves
                     self.buffers.put(buf)
 
-    def put(self, job: Callable[[], None], buf: bytearray | None = None) -> None:
+    def put(self, job: Callable[[], None], buf: mmap.mmap | None = None) -> None:
         if self.error is not None:
             if buf is not None:
                 self.buffers.put(buf)

@@ -36,7 +36,9 @@ def expected_for(name: str, explicit: str | None) -> Expected | None:
 
 def file_digest(path: Path, algorithm: str = "sha256") -> str:
     h = hashlib.new(algorithm)
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
+    buf = bytearray(1 << 20)  # reused: a fresh 1 MiB bytes per read would be a fresh mmap each
+    view = memoryview(buf)
+    with open(path, "rb", buffering=0) as f:
+        while n := f.readinto(buf):
+            h.update(view[:n])
     return h.hexdigest()
