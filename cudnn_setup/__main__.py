@@ -1,3 +1,3 @@
-from cudnn_setup.cli import main
+from cudnn_setup.cli import console_main
 
-main()
+console_main()

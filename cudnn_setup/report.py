@@ -1,4 +1,8 @@
-"""What a command found, in one object: rendered as JSON (DESIGN §2) or as lines for a person."""
+"""What a command found, in one object: rendered as JSON for programs or as lines for people.
+
+The JSON contract (docs/json.md) is versioned by SCHEMA: every object carries the base keys
+below, and each command adds only the keys it declares there.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -6,7 +10,10 @@ from typing import Any
 
 from cudnn_setup.errors import SetupError
 
+SCHEMA = 2
 PASS, WARN, FAIL, SKIP = "pass", "warn", "fail", "skip"
+STATUSES = (PASS, WARN, FAIL, SKIP)
+BASE_KEYS = ("schema", "ok", "command", "cuda_root", "cudnn_version", "changed", "checks", "error")
 
 
 @dataclass
@@ -31,15 +38,28 @@ class Result:
     changed: bool = False
     checks: list[Check] = field(default_factory=list)
     error: SetupError | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    data: dict[str, Any] = field(default_factory=dict)  # the command's own keys
     lines: list[str] = field(default_factory=list)  # the human summary
 
     @property
     def ok(self) -> bool:
         return self.error is None and not any(c.status == FAIL for c in self.checks)
 
+    @property
+    def exit_code(self) -> int:
+        if self.error is not None:
+            return self.error.exit_code
+        return 1 if any(c.status == FAIL for c in self.checks) else 0
+
+    def add(self, key: str, value: Any) -> None:
+        """Set one of the command's own keys; a key set twice is a bug, not a silent overwrite."""
+        if key in BASE_KEYS or key in self.data:
+            raise KeyError(f"JSON key {key!r} of {self.command} is already set")
+        self.data[key] = value
+
     def to_dict(self) -> dict:
         out = {
+            "schema": SCHEMA,
             "ok": self.ok,
             "command": self.command,
             "cuda_root": self.cuda_root,
@@ -48,10 +68,7 @@ class Result:
             "checks": [c.to_dict() for c in self.checks],
             "error": self.error.to_dict() if self.error else None,
         }
-        if self.error and self.error.problems:
-            out["error"]["problems"] = [p.to_dict() for p in self.error.problems]
-        for key, value in self.extra.items():
-            out.setdefault(key, value)
+        out.update(self.data)
         return out
 
 

@@ -4,6 +4,7 @@ configparser would lowercase `floatX` and drop comments; ConfigUpdater round-tri
 """
 from __future__ import annotations
 
+import configparser
 import difflib
 import os
 import shutil
@@ -39,10 +40,52 @@ class TheanorcChange:
                 "warnings": list(self.warnings)}
 
 
-def default_path(env: Mapping[str, str], home: Path) -> Path:
-    """Theano reads every file of $THEANORC (later ones win), else ~/.theanorc: write the last."""
+def config_files(env: Mapping[str, str], home: Path) -> list[Path]:
+    """The files Theano reads, in order (later ones win): $THEANORC's entries, else ~/.theanorc.
+
+    Theano splits $THEANORC on os.pathsep and expands `~` in each entry
+    (theano/configparser.py, `config_files_from_theanorc`).
+    """
     entries = [e for e in env.get("THEANORC", "").split(os.pathsep) if e]
-    return Path(os.path.expanduser(entries[-1])) if entries else home / ".theanorc"
+    if not entries:
+        return [home / ".theanorc"]
+    return [home if e == "~" else home / e[2:] if e.startswith("~/") else Path(e) for e in entries]
+
+
+def default_path(env: Mapping[str, str], home: Path) -> Path:
+    """The file to write: the one read last, so its values win."""
+    return config_files(env, home)[-1]
+
+
+# The settings that decide whether Theano uses cuDNN, as "section.option".
+RELEVANT_KEYS = ("global.device", "global.floatx", "global.optimizer_including",
+                 "global.optimizer_excluding", "dnn.enabled", "dnn.include_path",
+                 "dnn.library_path", "dnn.base_path", "cuda.root")
+
+
+def effective_config(env: Mapping[str, str], home: Path) -> dict:
+    """Theano's effective settings that matter for cuDNN: its files in order, then THEANO_FLAGS."""
+    files = config_files(env, home)
+    parser = configparser.RawConfigParser(strict=False)
+    read = []
+    for f in files:
+        try:
+            read += parser.read(f, encoding="utf-8")
+        except (configparser.Error, UnicodeDecodeError) as exc:
+            read.append(f"{f} (unreadable: {exc})")
+    effective: dict[str, dict] = {}
+    for key in RELEVANT_KEYS:
+        section, option = key.split(".")
+        if parser.has_option(section, option):
+            effective[key] = {"value": parser.get(section, option), "from": "theanorc"}
+    for item in [f for f in env.get("THEANO_FLAGS", "").split(",") if "=" in f]:
+        name, value = item.split("=", 1)
+        name = name.strip().lower()
+        full = name if "." in name else f"global.{name}"
+        if full in RELEVANT_KEYS:
+            effective[full] = {"value": value, "from": "THEANO_FLAGS"}
+    return {"files": [str(f) for f in files], "read": read,
+            "flags": env.get("THEANO_FLAGS", ""), "effective": effective}
 
 
 def settings(root: Path, lib_dir: Path) -> dict[str, dict[str, str]]:

@@ -18,13 +18,14 @@ from pathlib import Path
 import pytest
 
 from conftest import run_cli, tree_state
-from cudnn_setup import archive, xz_into
-from cudnn_setup.mounts import fs_type
+from cudnn_setup.archive import decoders, liblzma, reader, staging
+from cudnn_setup.archive.listing import Listing
+from cudnn_setup.facts.mounts import fs_type
 from fixtures.generate import SPECS, compress, spec_entries, tar_bytes
 
 NAME = "cudnn-linux-x86_64-9.3.0.75_cuda12-archive"
 # Past DIRECT_MIN_BYTES, and not a whole number of chunks, so the last write is a short one.
-PAD = {"libcudnn_engines_precompiled": 9 * archive.CHUNK + 1234, "libcudnn_adv": 5 * archive.CHUNK}
+PAD = {"libcudnn_engines_precompiled": 9 * decoders.CHUNK + 1234, "libcudnn_adv": 5 * decoders.CHUNK}
 
 
 @pytest.fixture(scope="module")
@@ -46,16 +47,16 @@ def padded(tmp_path_factory, compiler) -> dict:
     return made
 
 
-def _read(path: Path, staging: Path) -> archive.Listing:
+def _read(path: Path, staging: Path) -> Listing:
     staging.mkdir()
-    return archive.read(path, staging, lambda m: True)
+    return reader.read(path, staging, lambda m: True)
 
 
-def _digest(listing: archive.Listing) -> dict:
+def _digest(listing: Listing) -> dict:
     return {m.path: (m.kind, m.size, m.sha256, m.target) for m in listing.members}
 
 
-def _check_staged(listing: archive.Listing, files: dict) -> None:
+def _check_staged(listing: Listing, files: dict) -> None:
     for m in listing.files():
         expected = files[m.path]
         assert m.staged.read_bytes() == expected, m.path
@@ -65,14 +66,14 @@ def _check_staged(listing: archive.Listing, files: dict) -> None:
 
 def test_block_count_picks_the_decoder(padded):
     xz = "xz"
-    assert archive._xz_blocks(xz, padded["single"]) == 1
-    assert archive._xz_blocks(xz, padded["multi"]) > 5
-    assert archive._xz_blocks(xz, padded["gz"]) is None
-    one = archive._Decoder(padded["single"], archive.XZ, None)
-    many = archive._Decoder(padded["multi"], archive.XZ, None)
+    assert decoders._xz_blocks(xz, padded["single"]) == 1
+    assert decoders._xz_blocks(xz, padded["multi"]) > 5
+    assert decoders._xz_blocks(xz, padded["gz"]) is None
+    one = decoders.Decoder(padded["single"], decoders.XZ, None)
+    many = decoders.Decoder(padded["multi"], decoders.XZ, None)
     try:
-        assert isinstance(one.stream, xz_into.XzReader) and one.proc is None
-        if archive._xz_decodes_in_parallel(shutil.which(xz)):
+        assert isinstance(one.stream, liblzma.XzReader) and one.proc is None
+        if decoders._xz_decodes_in_parallel(shutil.which(xz)):
             assert many.proc is not None and many.proc.args[1:3] == ["-dc", "-T0"]
             assert any(a.startswith("--memlimit-mt=") for a in many.proc.args)
         else:  # xz before 5.4: one thread either way
@@ -85,7 +86,7 @@ def test_block_count_picks_the_decoder(padded):
 @pytest.mark.parametrize("fallback", ["none", "python-lzma", "no-xz-binary"])
 def test_every_decoder_stages_the_same_bytes(fallback, padded, tmp_path, monkeypatch):
     if fallback == "python-lzma":
-        monkeypatch.setattr(xz_into, "load", lambda: None)  # a machine without liblzma.so.5
+        monkeypatch.setattr(liblzma, "load", lambda: None)  # a machine without liblzma.so.5
     if fallback == "no-xz-binary":
         monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
     listings = {key: _read(padded[key], tmp_path / key) for key in ("single", "multi", "gz")}
@@ -96,8 +97,8 @@ def test_every_decoder_stages_the_same_bytes(fallback, padded, tmp_path, monkeyp
         assert listing.sha256 == hashlib.sha256(padded[key].read_bytes()).hexdigest()
         assert listing.size == padded[key].stat().st_size
         _check_staged(listing, padded["files"])
-    big = [m for m in listings["single"].files() if m.size >= archive.DIRECT_MIN_BYTES]
-    assert len(big) == 2 and any(m.size % archive.CHUNK for m in big)
+    big = [m for m in listings["single"].files() if m.size >= staging.DIRECT_MIN_BYTES]
+    assert len(big) == 2 and any(m.size % decoders.CHUNK for m in big)
 
 
 @pytest.mark.parametrize("key", ["single", "multi"])
@@ -123,13 +124,13 @@ def test_liblzma_reads_concatenated_streams_and_padding(padded, tmp_path):
     raw = padded["raw"]
     cut = len(raw) // 3 + 7  # mid-member, mid-block
     joined = lzma.compress(raw[:cut], preset=0) + bytes(8) + lzma.compress(raw[cut:], preset=0)
-    lib = xz_into.load()
+    lib = liblzma.load()
     assert lib is not None
 
     def decode(data: bytes) -> bytes:
         path = tmp_path / "joined.xz"
         path.write_bytes(data)
-        reader = xz_into.XzReader(lib, open(path, "rb"))
+        reader = liblzma.XzReader(lib, open(path, "rb"))
         out = bytearray()
         buf = bytearray(300_000)  # not a divisor of anything in the stream
         try:
@@ -147,18 +148,18 @@ def test_liblzma_reads_concatenated_streams_and_padding(padded, tmp_path):
 
 
 def _skip_without_direct_io(path: Path) -> None:
-    if fs_type(path) not in archive.DIRECT_IO_FILESYSTEMS:
+    if fs_type(path) not in staging.DIRECT_IO_FILESYSTEMS:
         pytest.skip(f"{path} is not on a local disk filesystem, where O_DIRECT is used")
 
 
 def test_staged_file_writes_directly_then_buffers_its_tail(tmp_path):
     _skip_without_direct_io(tmp_path)
-    data = os.urandom(4 * archive.CHUNK + 4097)
-    out = archive._StagedFile(tmp_path / "lib.so", direct=True)
+    data = os.urandom(4 * decoders.CHUNK + 4097)
+    out = staging.StagedFile(tmp_path / "lib.so", direct=True)
     assert out.direct  # this filesystem takes O_DIRECT
-    buf = mmap.mmap(-1, archive.CHUNK)  # page-aligned, like the writer's own buffers
-    for i in range(0, len(data), archive.CHUNK):
-        piece = data[i:i + archive.CHUNK]
+    buf = mmap.mmap(-1, decoders.CHUNK)  # page-aligned, like the writer's own buffers
+    for i in range(0, len(data), decoders.CHUNK):
+        piece = data[i:i + decoders.CHUNK]
         buf[:len(piece)] = piece
         out.write(memoryview(buf)[:len(piece)])
     assert not out.direct  # the short tail went through the page cache
@@ -200,7 +201,7 @@ def test_full_disk_during_a_direct_write_exits_5(padded, cuda_root, home):
     before = tree_state(root)
 
     def small_disk():
-        resource.setrlimit(resource.RLIMIT_FSIZE, (3 * archive.CHUNK, 3 * archive.CHUNK))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (3 * decoders.CHUNK, 3 * decoders.CHUNK))
 
     done = run_cli(["install", padded["single"], "--cuda-root", root, "--no-theanorc", "--json"],
                    home, preexec_fn=small_disk)
@@ -210,7 +211,7 @@ def test_full_disk_during_a_direct_write_exits_5(padded, cuda_root, home):
 
 
 def test_xz_memory_limit_is_a_share_of_what_is_free():
-    (arg,) = archive._xz_memory_limit()
+    (arg,) = decoders._xz_memory_limit()
     limit = int(arg.split("=")[1])
     available = int(Path("/proc/meminfo").read_text().split("MemAvailable:")[1].split()[0]) * 1024
     assert 64 << 20 <= limit <= available // 4 + (256 << 20)
@@ -261,7 +262,7 @@ def test_no_direct_io_off_local_disks(padded, tmp_path, monkeypatch):
         _check_staged(listing, padded["files"])
     assert direct_opens == []
     _read(padded["single"], tmp_path / "staging")
-    on_disk = fs_type(tmp_path) in archive.DIRECT_IO_FILESYSTEMS
+    on_disk = fs_type(tmp_path) in staging.DIRECT_IO_FILESYSTEMS
     assert len(direct_opens) == (2 if on_disk else 0)  # the two padded libraries
 
 
@@ -276,10 +277,10 @@ def test_an_xz_without_parallel_decoding_is_not_piped(padded, tmp_path, monkeypa
                    f'exec {shutil.which("xz")} "$@"\n')
     old.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
-    assert not archive._xz_decodes_in_parallel(str(old))
-    decoder = archive._Decoder(padded["multi"], archive.XZ, None)
+    assert not decoders._xz_decodes_in_parallel(str(old))
+    decoder = decoders.Decoder(padded["multi"], decoders.XZ, None)
     try:
-        assert decoder.proc is None and isinstance(decoder.stream, xz_into.XzReader)
+        assert decoder.proc is None and isinstance(decoder.stream, liblzma.XzReader)
     finally:
         decoder.finish(False)
     listing = _read(padded["multi"], tmp_path / "staging")

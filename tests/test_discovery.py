@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from conftest import run_json
-from cudnn_setup.cuda import cuda_version, find_cuda_root, library_dir, nvcc_toolkit
+from cudnn_setup.facts.cuda import cuda_version, find_cuda_root, library_dir, nvcc_toolkit
 from cudnn_setup.errors import NoCudaRoot
 
 

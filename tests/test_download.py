@@ -5,8 +5,8 @@ import json
 import pytest
 
 from conftest import run_json
-from cudnn_setup.checksums import Expected
-from cudnn_setup.download import Downloader
+from cudnn_setup.fetch.checksums import Expected
+from cudnn_setup.fetch.download import Downloader
 from cudnn_setup.errors import ArchiveRejected, DownloadFailed
 from httpserver import ArchiveServer
 

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, clean_env, run_cli, run_json, tree_state
-from cudnn_setup import install as inst
-from cudnn_setup.checksums import file_digest
-from cudnn_setup.cuda import find_cuda_root
+from cudnn_setup.commands import placement as inst
+from cudnn_setup.digest import file_digest
+from cudnn_setup.facts.cuda import find_cuda_root
 from cudnn_setup.errors import ArchiveRejected, InstallFailed
-from cudnn_setup.transaction import Filesystem
+from cudnn_setup.state.transaction import Filesystem
 from fixtures.generate import GENERATION_SAMPLES
 from fixtures.hostile import CASES, build_case, damaged
 
@@ -327,10 +327,10 @@ KILLER = r"""
 import os, signal, sys
 sys.path.insert(0, {repo!r})
 from pathlib import Path
-from cudnn_setup import install as inst
+from cudnn_setup.commands import placement as inst
 from cudnn_setup.cli import _on_sigterm
-from cudnn_setup.cuda import find_cuda_root
-from cudnn_setup.transaction import Filesystem
+from cudnn_setup.facts.cuda import find_cuda_root
+from cudnn_setup.state.transaction import Filesystem
 
 class Killer(Filesystem):
     step = 0
@@ -370,7 +370,7 @@ def test_sigterm_mid_install_rolls_back(archives, cuda_root):
     before = tree_state(root)
     done = _killed_run(root, 4, "SIGTERM", f"install(Path({str(archives[V8])!r}), root, fs=Killer())")
     assert done.returncode != 0 and "finished" not in done.stdout
-    assert "Terminated" in done.stderr
+    assert "Interrupted" in done.stderr
     assert tree_state(root) == before
 
 
@@ -409,7 +409,7 @@ def test_concurrent_installs_wait_for_each_other(archives, cuda_root, home):
 def test_lock_timeout_exits_5(archives, cuda_root):
     import fcntl
 
-    from cudnn_setup.state import StateDir
+    from cudnn_setup.state.layout import StateDir
 
     root_path = cuda_root()
     state = StateDir(root_path)

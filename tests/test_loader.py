@@ -1,6 +1,6 @@
 """The system loader: ld.so.conf parsing and registering a CUDA root with a private ldconfig cache."""
 from conftest import run_json
-from cudnn_setup import loader
+from cudnn_setup.facts import loader
 
 
 def test_conf_includes_are_followed(tmp_path):

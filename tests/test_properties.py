@@ -9,8 +9,8 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from conftest import tree_state
-from cudnn_setup import install as inst
-from cudnn_setup.cuda import find_cuda_root
+from cudnn_setup.commands import placement as inst
+from cudnn_setup.facts.cuda import find_cuda_root
 from cudnn_setup.errors import ArchiveRejected
 from fixtures.generate import SPECS, Entry, compress, spec_entries, tar_bytes
 

@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from conftest import run_json
-from cudnn_setup import gpus
+from cudnn_setup.facts import gpus
 from fixtures.generate import EM_AARCH64, GENERATION_SAMPLES, patch_machine
 
 V7 = GENERATION_SAMPLES["v4-v7"]

@@ -4,10 +4,10 @@ from __future__ import annotations
 import os
 import stat
 
-from cudnn_setup import generations as gen
-from cudnn_setup.checks.context import Installation, library_version
-from cudnn_setup.elf import NotElf, read_elf
-from cudnn_setup.install import describe, describe_known, same_content
+from cudnn_setup.checks.installation import Installation
+from cudnn_setup.facts import cudnn as gen
+from cudnn_setup.facts.elf import NotElf, read_elf
+from cudnn_setup.state.files import describe, describe_known, same_content
 from cudnn_setup.report import FAIL, PASS, SKIP, WARN, Check
 
 
@@ -71,10 +71,8 @@ def check_elf(inst: Installation, host: str) -> Check:
             problems.append(f"{lib.name} is built for {info.machine}; this machine is {host}")
         if info.bits != 64 or not info.is_shared_object:
             problems.append(f"{lib.name} is a {info.bits}-bit {info.kind}, not a 64-bit shared object")
-        parts = (library_version(lib) or "").split(".")
-        keep = 2 if inst.generation and gen.version_follows_cuda(inst.generation) else 1
-        stem = lib.name.split(".so")[0]
-        expected = f"{stem}.so.{'.'.join(parts[:keep])}"
+        expected = gen.expected_soname(gen.library_stem(lib.name) or "",
+                                       gen.library_file_version(lib.name), inst.generation)
         if info.soname != expected:
             problems.append(f"{lib.name} has SONAME {info.soname}, expected {expected}")
     if problems:
@@ -88,7 +86,7 @@ def check_versions(inst: Installation) -> Check:
     main = inst.library("libcudnn")
     if header is None or main is None:
         return Check("versions", SKIP, "no header or no libcudnn to compare")
-    found = {"header": header, "library file": library_version(main)}
+    found = {"header": header, "library file": gen.library_file_version(main.name)}
     if inst.manifest:
         found["manifest"] = inst.manifest.get("cudnn_version")
     problems = []

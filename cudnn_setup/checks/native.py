@@ -3,25 +3,22 @@ from __future__ import annotations
 
 import re
 import shutil
-import subprocess
 import tempfile
 from pathlib import Path
 from typing import Mapping
 
-from cudnn_setup import gpus
-from cudnn_setup.checks.context import Installation, ProbeResult, child_env, probe_module, run_probe
+from cudnn_setup.checks.installation import Installation
+from cudnn_setup.child import run_command
+from cudnn_setup.checks.probe import ProbeResult, child_env, probe_module, run_probe
+from cudnn_setup.facts import cudnn as gen
+from cudnn_setup.facts import gpus
 from cudnn_setup.report import FAIL, PASS, SKIP, WARN, Check
 
 LOAD_TIMEOUT = 60.0
 GPU_TIMEOUT = 120.0
+COMPILE_TIMEOUT = 120.0
 _MISSING_LIB = re.compile(r"(?:Could not load library|cannot open shared object file)\D*?"
                           r"(?P<lib>lib[\w.+-]+\.so[\w.]*)")
-
-
-def version_number(version: str) -> int:
-    """CUDNN_VERSION of a "M.m.p" version: M*1000+m*100+p up to 8, M*10000+… from 9."""
-    major, minor, patch = (int(x) for x in version.split("."))
-    return major * (10000 if major >= 9 else 1000) + minor * 100 + patch
 
 
 def _crash_detail(result: ProbeResult, inst: Installation) -> str:
@@ -29,18 +26,12 @@ def _crash_detail(result: ProbeResult, inst: Installation) -> str:
     m = _MISSING_LIB.search(err)
     missing = m["lib"] if m else None
     if missing is None:
-        from cudnn_setup import generations as gen
-
         stems = gen.shared_libs_of(inst.generation) if inst.generation else ()
         absent = [s for s in stems if inst.library(s) is None]
         missing = absent[0] if absent else None
-    what = f"died of {result.crashed}" if result.crashed else f"exited with {result.returncode}"
-    detail = f"loading libcudnn {what}"
+    detail = f"loading libcudnn {result.failure()}"
     if missing:
-        detail += f": {missing} is missing or cannot be loaded"
-    last = result.last_error_line()
-    if last:
-        detail += f" (stderr: {last[:200]})"
+        detail += f"; {missing} is missing or cannot be loaded"
     return detail
 
 
@@ -59,7 +50,7 @@ def check_load(inst: Installation, env: Mapping[str, str]) -> tuple[Check, dict 
     if got is None:
         return Check("load", WARN, f"{target.name} loads but has no cudnnGetVersion (R1)", data), data
     if inst.header_version and inst.header_version != "1.0.0":
-        expected = version_number(inst.header_version)
+        expected = gen.version_number(inst.header_version)
         if got != expected:
             return Check("load", FAIL, f"cudnnGetVersion() = {got} but the header says "
                          f"{expected}: Theano would stop with 'Mixed dnn version'", data), data
@@ -93,36 +84,34 @@ def check_compile(inst: Installation, env: Mapping[str, str], cc: str | None = N
         src.write_text(PROGRAM)
         cmd = [compiler, str(src), "-o", str(exe), f"-I{inst.include_dir}", f"-L{inst.lib_dir}",
                "-lcudnn", f"-Wl,-rpath,{inst.lib_dir}"]
-        try:
-            built = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-        except subprocess.TimeoutExpired:
-            return Check("compile", FAIL, "the compiler did not finish in 120 s")
+        built = run_command(cmd, COMPILE_TIMEOUT, env)
+        if built.timed_out or built.error:
+            return Check("compile", FAIL, f"the compiler {built.error or 'did not finish in time'}")
+        stderr = built.err
         if built.returncode != 0:
-            first = next((ln for ln in built.stderr.splitlines() if "error" in ln),
-                         built.stderr.strip().splitlines()[0] if built.stderr.strip() else "")
+            first = next((ln for ln in stderr.splitlines() if "error" in ln),
+                         stderr.strip().splitlines()[0] if stderr.strip() else "")
             hint = ""
-            missing = re.search(r"fatal error: ([\w./+-]+\.h): No such file", built.stderr)
+            missing = re.search(r"fatal error: ([\w./+-]+\.h): No such file", stderr)
             if missing:
                 hint = (f" — {missing.group(1)}, which cudnn.h includes, is not in "
                         f"{inst.include_dir}; the CUDA root's own headers are missing")
-            elif re.search(r"unknown type name .cuda\w*_t", built.stderr):
+            elif re.search(r"unknown type name .cuda\w*_t", stderr):
                 hint = (f" — the CUDA headers in {inst.include_dir} lack types cudnn.h needs: "
                         "they are incomplete or from another CUDA")
-            elif "cannot find -lcudnn" in built.stderr:
+            elif "cannot find -lcudnn" in stderr:
                 hint = f" — no libcudnn.so development link in {inst.lib_dir}"
-            return Check("compile", FAIL, f"{' '.join(cmd[:1])} failed: {first.strip()}{hint}",
-                         {"command": cmd, "stderr": built.stderr[-2000:]})
-        try:
-            ran = subprocess.run([str(exe)], capture_output=True, text=True, timeout=LOAD_TIMEOUT,
-                                 env=child_env(inst.lib_dir, env))
-        except subprocess.TimeoutExpired:
-            return Check("compile", FAIL, "the test program did not finish")
-    if ran.returncode != 0:
-        why = ("header and library versions differ: " + ran.stdout.strip()
-               if ran.returncode == 3 else f"exit status {ran.returncode}: {ran.stderr.strip()[-200:]}")
+            return Check("compile", FAIL, f"{' '.join(cmd[:1])} failed: {first.strip()[:300]}{hint}",
+                         {"command": cmd, "stderr": stderr[-2000:]})
+        ran = run_command([str(exe)], LOAD_TIMEOUT, child_env(inst.lib_dir, env))
+    versions = ran.out.strip()[:100]
+    if not ran.ok:
+        why = ("header and library versions differ: " + versions if ran.returncode == 3
+               else "it did not finish in time" if ran.timed_out
+               else f"exit status {ran.returncode}: {ran.err.strip()[-200:]}")
         return Check("compile", FAIL, f"the program built against cuDNN failed: {why}")
     return Check("compile", PASS, f"compiled and linked a program with -lcudnn against "
-                 f"{inst.include_dir} and {inst.lib_dir}; it ran (versions {ran.stdout.strip()})",
+                 f"{inst.include_dir} and {inst.lib_dir}; it ran (versions {versions})",
                  {"command": cmd})
 
 

@@ -5,37 +5,9 @@ import os
 from pathlib import Path
 from typing import Mapping
 
-from cudnn_setup import loader
-from cudnn_setup.checks.context import Installation, library_version
+from cudnn_setup.checks.installation import Installation
+from cudnn_setup.facts import cuda, loader
 from cudnn_setup.report import FAIL, PASS, SKIP, WARN, Check
-
-
-def _resolve_version(path: Path) -> str | None:
-    return library_version(Path(os.path.realpath(path)))
-
-
-def cudnn_copies(name: str, env: Mapping[str, str], conf: Path = Path("/etc/ld.so.conf"),
-                 cache: list[tuple[str, str]] | None = None) -> list[dict]:
-    """Every place the loader would consider for `name`, in its search order."""
-    found: list[dict] = []
-    seen: set[str] = set()
-
-    def add(path: Path, via: str) -> None:
-        real = os.path.realpath(path)
-        if os.path.exists(path) and real not in seen:
-            seen.add(real)
-            found.append({"path": str(path), "real": real, "via": via,
-                          "version": _resolve_version(path)})
-
-    for d in [d for d in env.get("LD_LIBRARY_PATH", "").split(":") if d]:
-        add(Path(d) / name, "LD_LIBRARY_PATH")
-    entries = cache if cache is not None else loader.cache_entries("libcudnn")
-    for soname, path in entries:
-        if soname == name:
-            add(Path(path), "ldconfig cache")
-    for d in loader.search_dirs(conf):
-        add(Path(d) / name, "ld.so.conf / default dirs (not in cache)")
-    return found
 
 
 def check_loader(inst: Installation, env: Mapping[str, str],
@@ -43,7 +15,7 @@ def check_loader(inst: Installation, env: Mapping[str, str],
     ours = inst.soname_path()
     if ours is None:
         return Check("loader", SKIP, "no libcudnn installed")
-    copies = cudnn_copies(ours.name, env, conf)
+    copies = loader.copies_of(ours.name, env, conf)
     ours_real = os.path.realpath(ours)
     data = {"name": ours.name, "ours": str(ours), "copies": copies}
     fix = loader.ld_library_path_line(inst.lib_dir)
@@ -69,8 +41,8 @@ def check_cuda(inst: Installation, load_data: dict | None) -> Check:
     built_for = (inst.manifest or {}).get("cuda_version")
     source = "archive name"
     if not built_for and load_data and load_data.get("cudnnGetCudartVersion"):
-        v = load_data["cudnnGetCudartVersion"]
-        built_for, source = f"{v // 1000}.{(v % 1000) // 10}", "cudnnGetCudartVersion()"
+        built_for = cuda.version_text(load_data["cudnnGetCudartVersion"])
+        source = "cudnnGetCudartVersion()"
     if not root_version or not built_for:
         return Check("cuda", SKIP, "CUDA version of the root or of cuDNN's build unknown",
                      {"root": root_version, "cudnn_built_for": built_for})

@@ -1,12 +1,13 @@
 """The theano layer: build the classic graphs in the user's interpreter and see what Theano chose."""
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 from typing import Mapping
 
-from cudnn_setup import gpus
-from cudnn_setup.checks.context import Installation, child_env, probe_module, run_probe
+from cudnn_setup.checks.installation import Installation
+from cudnn_setup.child import run_command
+from cudnn_setup.checks.probe import child_env, probe_module, run_probe
+from cudnn_setup.facts import gpus
 from cudnn_setup.report import FAIL, PASS, SKIP, WARN, Check
 
 THEANO_TIMEOUT = 600.0
@@ -25,12 +26,8 @@ def theano_env(base: Mapping[str, str], theanorc: Path | None, lib_dir: Path) ->
 
 
 def has_theano(python: str) -> bool:
-    try:
-        done = subprocess.run([python, "-c", "import importlib.util as u, sys; "
-                               "sys.exit(0 if u.find_spec('theano') else 1)"],
-                              capture_output=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired):
-        return False
+    done = run_command([python, "-c", "import importlib.util as u, sys; "
+                        "sys.exit(0 if u.find_spec('theano') else 1)"], 60)
     return done.returncode == 0
 
 

@@ -1,12 +1,10 @@
 """What an archive's checksum should be, and where that expectation comes from."""
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
-from pathlib import Path
 
 from cudnn_setup.errors import ArchiveRejected
-from cudnn_setup.releases import PROVENANCE, known_sha256
+from cudnn_setup.fetch.releases import PROVENANCE, known_sha256
 
 
 @dataclass
@@ -32,13 +30,3 @@ def expected_for(name: str, explicit: str | None) -> Expected | None:
     if known:
         return Expected("sha256", known, f"known releases table: {PROVENANCE}")
     return None
-
-
-def file_digest(path: Path, algorithm: str = "sha256") -> str:
-    h = hashlib.new(algorithm)
-    buf = bytearray(1 << 20)  # reused: a fresh 1 MiB bytes per read would be a fresh mmap each
-    view = memoryview(buf)
-    with open(path, "rb", buffering=0) as f:
-        while n := f.readinto(buf):
-            h.update(view[:n])
-    return h.hexdigest()

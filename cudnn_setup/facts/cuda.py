@@ -9,11 +9,11 @@ import json
 import os
 import re
 import shutil
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping
 
+from cudnn_setup.child import run_command
 from cudnn_setup.errors import NoCudaRoot
 
 TARGET_TRIPLES = ("x86_64-linux", "ppc64le-linux", "sbsa-linux", "aarch64-linux")
@@ -188,18 +188,20 @@ def cuda_version(root: Path) -> tuple[str | None, str | None]:
         m = re.search(r"^#define\s+CUDA_VERSION\s+(\d+)", header.read_text(errors="replace"), re.M)
         if m:
             v = int(m[1])
-            return f"{v // 1000}.{(v % 1000) // 10}", f"CUDA_VERSION in {header}"
+            return version_text(v), f"CUDA_VERSION in {header}"
     nvcc = root / "bin" / "nvcc"
     if nvcc.is_file() and os.access(nvcc, os.X_OK):
-        try:
-            out = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True,
-                                 timeout=30).stdout
-        except (OSError, subprocess.TimeoutExpired):
-            out = ""
+        out = run_command([str(nvcc), "--version"], 30).out
         m = re.search(r"release (\d+\.\d+)", out)
         if m:
             return m[1], f"{nvcc} --version"
     return None, None
+
+
+def version_text(number: int) -> str:
+    """CUDA's version integer (CUDA_VERSION, CUDART_VERSION, cuDriverGetVersion) as "M.m":
+    12040 → "12.4", 11080 → "11.8"."""
+    return f"{number // 1000}.{(number % 1000) // 10}"
 
 
 def _short(version: str) -> str:

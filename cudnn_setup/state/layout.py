@@ -81,6 +81,11 @@ class StateDir:
     def originals(self) -> Path:
         return self.path / ORIGINALS
 
+    @property
+    def originals_rel(self) -> str:
+        """The originals store relative to the root."""
+        return f"{STATE_DIR}/{ORIGINALS}"
+
     def tx_dir(self, txid: str) -> Path:
         return self.path / TX / txid
 

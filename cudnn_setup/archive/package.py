@@ -2,17 +2,14 @@
 from __future__ import annotations
 
 import posixpath
-import re
 from dataclasses import dataclass, field
 
-from cudnn_setup import generations as gen
-from cudnn_setup.archive import Listing, Member
-from cudnn_setup.elf import ElfInfo, NotElf, read_elf
-from cudnn_setup.problems import ERROR, WARNING, Problem, escape
+from cudnn_setup.archive.listing import Listing, Member
+from cudnn_setup.archive.problems import ERROR, WARNING, Problem
+from cudnn_setup.facts import cudnn as gen
+from cudnn_setup.facts.elf import ElfInfo, NotElf, read_elf
+from cudnn_setup.text import escape
 
-_MACRO = re.compile(r"^\s*#\s*define\s+(CUDNN_MAJOR|CUDNN_MINOR|CUDNN_PATCHLEVEL|CUDNN_VERSION)"
-                    r"\s+\(?\s*(\d+)\s*\)?\s*$", re.M)
-_SHARED = re.compile(r"^(?P<stem>lib[A-Za-z0-9_]+)\.so(?:\.(?P<ver>\d+(?:\.\d+)*))?$")
 _OS_NAMES = {"osx": "macOS", "windows": "Windows"}
 
 
@@ -70,7 +67,7 @@ class Package:
 
     @property
     def major(self) -> int | None:
-        return int(self.cudnn_version.split(".")[0]) if self.cudnn_version else None
+        return gen.major_of(self.cudnn_version)
 
     def library(self, stem: str) -> Library | None:
         return next((lib for lib in self.libraries if lib.stem == stem), None)
@@ -175,7 +172,7 @@ def _collect(pkg: Package, listing: Listing) -> None:
         if m.parent == pkg.include_dir and m.name.startswith("cudnn") and m.name.endswith(".h"):
             pkg.headers.append(m)
         elif m.parent == pkg.lib_dir and m.name.startswith("libcudnn"):
-            shared = _SHARED.match(m.name)
+            shared = gen.SHARED_NAME.match(m.name)
             if m.name.endswith(".a"):
                 pkg.static_libraries.append(m)
             elif shared:
@@ -196,37 +193,24 @@ def _collect(pkg: Package, listing: Listing) -> None:
                  "NVIDIA archives hold one file per library and link the other names to it")
 
 
-def header_version(text: str) -> tuple[int, int, int] | None:
-    macros = {name: int(value) for name, value in _MACRO.findall(text)}
-    if "CUDNN_MAJOR" in macros:
-        return (macros["CUDNN_MAJOR"], macros.get("CUDNN_MINOR", 0),
-                macros.get("CUDNN_PATCHLEVEL", 0))
-    if "CUDNN_VERSION" in macros:  # v2 wrote the number literally: 2000 for 2.0.0
-        v = macros["CUDNN_VERSION"]
-        return v // 1000, (v % 1000) // 100, v % 100
-    return None
-
-
 def _version(pkg: Package) -> None:
     by_name = {h.name: h for h in pkg.headers}
     for name in ("cudnn_version.h", "cudnn.h"):
         header = by_name.get(name)
-        version = header_version(header.text or "") if header else None
+        version = gen.header_version(header.text or "") if header else None
         if version:
             pkg.cudnn_version = "%d.%d.%d" % version
             pkg.version_source = f"version macros in {header.path}"
             break
     main = pkg.library("libcudnn")
     if pkg.cudnn_version is None and "cudnn.h" in by_name:
-        pkg.cudnn_version = "1.0.0"
+        pkg.cudnn_version = gen.R1_VERSION
         pkg.version_source = ("cudnn.h has no version macros, as in R1; reported as 1.0.0"
                               + (f" (library file {main.name})" if main else ""))
     if pkg.cudnn_version is None:
         return
-    major, minor, patch = (int(x) for x in pkg.cudnn_version.split("."))
+    major, minor, patch = gen.split_version(pkg.cudnn_version)
     pkg.generation = gen.generation_for(major, pkg.layout or "", minor, patch)
-    if pkg.generation == gen.V8_LATE and pkg.layout == "cuda":
-        pkg.generation = gen.V8_EARLY
     facts = pkg.name_facts
     if facts and facts.cudnn_version:
         named = facts.cudnn_version.split(".")
@@ -242,20 +226,10 @@ def _version(pkg: Package) -> None:
                 _add(pkg, "version-mismatch", f"{lib.name} was built for CUDA "
                      f"{'.'.join(lib.version.split('.')[:2])}, the archive name says CUDA "
                      f"{facts.cuda_version}", "the archive mixes files of two releases")
-        elif not (pkg.cudnn_version + ".").startswith(lib.version + ".") and not \
-                lib.version.startswith(pkg.cudnn_version):
+        elif not gen.same_release(pkg.cudnn_version, lib.version):
             _add(pkg, "version-mismatch", f"the headers say cuDNN {pkg.cudnn_version} but the "
                  f"library file is {lib.name}", "header and library come from different "
                  "releases; Theano would report 'Mixed dnn version'")
-
-
-def _expected_soname(pkg: Package, lib: Library) -> str | None:
-    if not pkg.generation or not lib.version:
-        return None
-    parts = lib.version.split(".")
-    if gen.version_follows_cuda(pkg.generation):
-        return f"{lib.stem}.so.{'.'.join(parts[:2])}"
-    return f"{lib.stem}.so.{parts[0]}"
 
 
 def _elf(pkg: Package, host_machine: str) -> None:
@@ -282,7 +256,7 @@ def _elf(pkg: Package, host_machine: str) -> None:
             _add(pkg, "elf-class", f"{escape(m.name)} is a {lib.elf.bits}-bit library; this "
                  "machine runs 64-bit programs", "cuDNN has only ever shipped 64-bit libraries; "
                  "the archive is damaged or not NVIDIA's")
-        expected = _expected_soname(pkg, lib)
+        expected = gen.expected_soname(lib.stem, lib.version, pkg.generation)
         if expected and lib.elf.soname != expected:
             _add(pkg, "soname", f"{escape(m.name)} has SONAME {lib.elf.soname or '(none)'}, "
                  f"expected {expected}", "programs linked against it would look for the "

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
-from cudnn_setup.state import StateDir, remove_tree, write_json_atomic
+from cudnn_setup.state.layout import StateDir, remove_tree, write_json_atomic
 
 PUT, REMOVE, MKDIR, RMDIR = "put", "remove", "mkdir", "rmdir"
 

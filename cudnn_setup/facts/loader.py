@@ -5,8 +5,11 @@ import glob
 import os
 import re
 import shutil
-import subprocess
 from pathlib import Path
+from typing import Mapping
+
+from cudnn_setup.child import run_command
+from cudnn_setup.facts.cudnn import library_file_version
 
 # Where glibc's ld.so looks without being told (its "trusted" directories).
 DEFAULT_DIRS = ("/lib", "/usr/lib", "/lib64", "/usr/lib64", "/lib/x86_64-linux-gnu",
@@ -59,11 +62,8 @@ def run_ldconfig(args: tuple[str, ...] = ()) -> tuple[bool, str]:
     binary = ldconfig_binary()
     if binary is None:
         return False, "ldconfig not found"
-    try:
-        done = subprocess.run([binary, *args], capture_output=True, text=True, timeout=120)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return False, str(exc)
-    return done.returncode == 0, (done.stdout + done.stderr).strip()
+    done = run_command([binary, *args], 120)
+    return done.ok, done.text()
 
 
 def write_conf(conf_dir: Path, lib_dir: Path) -> Path:
@@ -100,3 +100,31 @@ def cache_entries(name_prefix: str = "libcudnn", ldconfig_args: tuple[str, ...] 
         if m and m["name"].startswith(name_prefix):
             entries.append((m["name"], m["path"]))
     return entries
+
+
+def _resolve_version(path: Path) -> str | None:
+    return library_file_version(os.path.basename(os.path.realpath(path)))
+
+
+def copies_of(name: str, env: Mapping[str, str], conf: Path = Path("/etc/ld.so.conf"),
+              cache: list[tuple[str, str]] | None = None) -> list[dict]:
+    """Every place the loader would consider for `name`, in its search order."""
+    found: list[dict] = []
+    seen: set[str] = set()
+
+    def add(path: Path, via: str) -> None:
+        real = os.path.realpath(path)
+        if os.path.exists(path) and real not in seen:
+            seen.add(real)
+            found.append({"path": str(path), "real": real, "via": via,
+                          "version": _resolve_version(path)})
+
+    for d in [d for d in env.get("LD_LIBRARY_PATH", "").split(":") if d]:
+        add(Path(d) / name, "LD_LIBRARY_PATH")
+    entries = cache if cache is not None else cache_entries("libcudnn")
+    for soname, path in entries:
+        if soname == name:
+            add(Path(path), "ldconfig cache")
+    for d in search_dirs(conf):
+        add(Path(d) / name, "ld.so.conf / default dirs (not in cache)")
+    return found

@@ -1,12 +1,11 @@
 """`bench`: what cuDNN buys — Theano with and without it, and cuDNN's own algorithm timings."""
 from __future__ import annotations
 
-import os
-import sys
 from pathlib import Path
 from typing import Mapping
 
-from cudnn_setup.checks.context import Installation, child_env, probe_module, run_probe
+from cudnn_setup.checks.installation import Installation
+from cudnn_setup.checks.probe import child_env, probe_module, run_probe
 from cudnn_setup.checks.native import find_cudart
 from cudnn_setup.checks.theano_check import INSTALL_HINT, has_theano, theano_env
 from cudnn_setup.report import FAIL, PASS, SKIP, WARN, Check
@@ -69,11 +68,3 @@ def algorithm_check(inst: Installation | None, env: Mapping[str, str]) -> Check:
              f"{layer['fastest']['ms']:.3f} ms" for name, layer in data["layers"].items()
              if layer["fastest"]]
     return Check("cudnn-algorithms", PASS, f"on {data['gpu']}: " + "; ".join(parts), data)
-
-
-def bench(inst: Installation | None, *, python: str | None = None, theanorc: Path | None = None,
-          env: Mapping[str, str] | None = None, theano: bool = True) -> list[Check]:
-    env = dict(os.environ if env is None else env)
-    checks = theano_checks(inst, python or sys.executable, theanorc, env) if theano else []
-    checks.append(algorithm_check(inst, env))
-    return checks

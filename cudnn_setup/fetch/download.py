@@ -17,7 +17,8 @@ from urllib.parse import unquote, urlsplit
 import requests
 import urllib3
 
-from cudnn_setup.checksums import Expected, expected_for, file_digest, mismatch
+from cudnn_setup.digest import file_digest
+from cudnn_setup.fetch.checksums import Expected, expected_for, mismatch
 from cudnn_setup.errors import DownloadFailed
 
 CHUNK = 1 << 20

@@ -1,25 +1,23 @@
-"""`verify`: run every verification layer in order, each that still makes sense after a failure."""
+"""Every verification layer in order, each that still makes sense after a failure."""
 from __future__ import annotations
 
-import os
-import sys
 from pathlib import Path
 from typing import Mapping
 
-from cudnn_setup.checks.context import find_installation
 from cudnn_setup.checks.files import check_elf, check_files, check_versions
+from cudnn_setup.checks.installation import find_installation
 from cudnn_setup.checks.native import check_compile, check_gpu, check_load
 from cudnn_setup.checks.system import check_cuda, check_loader
 from cudnn_setup.checks.theano_check import check_theano
-from cudnn_setup.cuda import CudaRoot
-from cudnn_setup.inspection import host_machine
+from cudnn_setup.facts.cuda import CudaRoot
+from cudnn_setup.facts.host import host_machine
 from cudnn_setup.report import SKIP, Check
 
 
-def verify(root: CudaRoot, *, python: str | None = None, theanorc: Path | None = None,
-           theano: bool = True, env: Mapping[str, str] | None = None,
-           conf: Path = Path("/etc/ld.so.conf"), deep: bool = False) -> list[Check]:
-    env = dict(os.environ if env is None else env)
+def run_checks(root: CudaRoot, *, python: str, env: Mapping[str, str],
+               theanorc: Path | None = None, theano: bool = True,
+               conf: Path = Path("/etc/ld.so.conf"), deep: bool = False) -> list[Check]:
+    env = dict(env)
     inst = find_installation(root)
     checks = [check_files(inst, deep), check_elf(inst, host_machine()), check_versions(inst)]
     load, load_data = check_load(inst, env)
@@ -29,7 +27,7 @@ def verify(root: CudaRoot, *, python: str | None = None, theanorc: Path | None =
         "gpu", SKIP, "libcudnn does not load (see load)")
     checks.append(gpu)
     if theano:
-        checks.append(check_theano(inst, python or sys.executable, theanorc, env, gpu))
+        checks.append(check_theano(inst, python, theanorc, env, gpu))
     else:
         checks.append(Check("theano", SKIP, "--no-theano"))
     return checks

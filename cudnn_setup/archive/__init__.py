@@ -1,19 +1,17 @@
-"""`inspect`: read an archive once and judge it, installing nothing."""
+"""Reading cuDNN archives: member rules, decoders, staging, and judging the whole package.
+
+`read_package` is the one pass an install or an inspection makes over an archive.
+"""
 from __future__ import annotations
 
-import platform
 import tempfile
 from pathlib import Path
 from typing import Callable
 
-from cudnn_setup import archive
+from cudnn_setup.archive import reader
+from cudnn_setup.archive.package import Package, judge, wanted
 from cudnn_setup.errors import UsageError
-from cudnn_setup.package import Package, judge, wanted
-
-
-def host_machine() -> str:
-    machine = platform.machine()
-    return {"amd64": "x86_64", "arm64": "aarch64"}.get(machine.lower(), machine)
+from cudnn_setup.facts.host import host_machine
 
 
 def check_readable(path: Path) -> None:
@@ -27,7 +25,7 @@ def read_package(path: Path, staging: Path, machine: str | None = None,
                  on_read: Callable[[int], None] | None = None) -> Package:
     """One streaming pass over `path`, staging headers and libraries under `staging`."""
     check_readable(path)
-    listing = archive.read(path, staging, wanted, on_read=on_read)
+    listing = reader.read(path, staging, wanted, on_read=on_read)
     return judge(listing, path.name, machine or host_machine())
 
 

@@ -1,0 +1,52 @@
+"""What one pass over an archive learned: its members, and the problems found on the way."""
+from __future__ import annotations
+
+import posixpath
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator
+
+from cudnn_setup.archive.problems import Problem
+
+
+@dataclass
+class Member:
+    path: str  # relative to the archive root, normalised ("cuda/lib64/libcudnn.so.7")
+    kind: str  # file | symlink | dir
+    size: int = 0
+    mode: int = 0o644
+    sha256: str | None = None
+    target: str | None = None  # symlink target, as stored
+    staged: Path | None = None  # where the bytes were written, for staged files
+    head: bytes = b""  # first bytes of a file, to tell ELF from anything else
+    text: str | None = None  # whole content of headers, kept for version parsing
+
+    @property
+    def name(self) -> str:
+        return posixpath.basename(self.path)
+
+    @property
+    def parent(self) -> str:
+        return posixpath.dirname(self.path)
+
+
+@dataclass
+class Listing:
+    """Everything one pass over an archive learned."""
+
+    compression: str
+    sha256: str | None = None  # of the archive file, when it was read to the end
+    size: int = 0
+    members: list[Member] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+
+    def files(self) -> Iterator[Member]:
+        return (m for m in self.members if m.kind == "file")
+
+    def by_path(self) -> dict[str, Member]:
+        return {m.path: m for m in self.members}
+
+
+
+Wanted = Callable[[Member], bool]
+"""Decides whether a regular file's bytes are written to the staging directory."""

@@ -1,0 +1,132 @@
+"""Read a cuDNN archive once, as a stream, judging each member before any byte of it is written.
+
+Members are never extracted with tarfile's own extract: `rules.MemberRules` judges each one, and
+only regular files that pass are written, by `staging`, under names built here, into a staging
+directory the caller owns.
+"""
+from __future__ import annotations
+
+import io
+import tarfile
+from pathlib import Path
+from typing import IO, Callable
+
+from cudnn_setup.archive import staging
+from cudnn_setup.archive.decoders import CHUNK, DECODE_ERRORS, ZIP, Decoder, sniff
+from cudnn_setup.archive.listing import Listing, Member, Wanted
+from cudnn_setup.archive.problems import Problem
+from cudnn_setup.archive.rules import Limits, MemberRules, Stop, corrupt
+from cudnn_setup.errors import ArchiveRejected, InstallFailed
+from cudnn_setup.text import escape
+
+
+def read(path: Path, staging_dir: Path, want: Wanted, limits: Limits | None = None,
+         on_read: Callable[[int], None] | None = None) -> Listing:
+    """Stream `path` once; write the members `want` accepts under `staging_dir`; record everything.
+
+    Problems with single members are all collected; a stream that cannot be decoded ends the pass
+    with one more problem. The caller judges the listing and decides what to do with the staging
+    directory.
+    """
+    compression = sniff(path)
+    if compression == ZIP:
+        raise ArchiveRejected(
+            f"{escape(path.name)} is a .zip archive, the format of cuDNN for Windows",
+            "download the Linux archive (.tgz or .tar.xz) for this machine",
+        )
+    listing = Listing(compression=compression)
+    decoder = Decoder(path, compression, on_read)
+    complete = False
+    try:
+        _walk(decoder.stream, staging_dir, want, MemberRules(limits or Limits()), listing)
+        complete = True
+    except staging.StagingWriteFailed as exc:
+        raise InstallFailed(f"cannot write the staging copy under {staging_dir.parent}: "
+                            f"{exc.__cause__}", "free some space (or quota) on the CUDA root's "
+                            "filesystem, then run again") from None
+    except DECODE_ERRORS as exc:
+        listing.problems.append(corrupt(str(exc) or type(exc).__name__))
+    finally:
+        complaint = decoder.finish(complete)
+    if complaint:
+        listing.problems.append(corrupt(complaint))
+    if complete and not complaint:
+        listing.sha256, listing.size = decoder.sha256, decoder.size
+    return listing
+
+
+class ForwardStream(io.RawIOBase):
+    """The decoded tar as a file that can only move forward.
+
+    tarfile's "r:" mode needs tell() and seek(); it only ever seeks forward when members are
+    read in order, so a stream will do, and member data can then be read straight from the
+    decoder instead of through tarfile's own stream buffers (which copy every byte twice).
+    """
+
+    def __init__(self, raw: IO[bytes]):
+        self.raw = raw
+        self.pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.pos
+
+    def read(self, n: int = -1) -> bytes:
+        if n < 0:
+            data = self.raw.read()
+            self.pos += len(data)
+            return data
+        buf = bytearray(n)
+        got = self.readinto(buf)
+        return bytes(buf[:got])
+
+    def readinto(self, buffer) -> int:
+        view = memoryview(buffer)
+        got = 0
+        while got < len(view):
+            n = self.raw.readinto(view[got:])
+            if not n:
+                break
+            got += n
+        self.pos += got
+        return got
+
+    def seek(self, pos: int, whence: int = io.SEEK_SET) -> int:
+        if whence != io.SEEK_SET or pos < self.pos:
+            raise tarfile.ReadError("the archive asks to seek backwards, which a stream cannot do")
+        while self.pos < pos:
+            if not self.read(min(CHUNK, pos - self.pos)):
+                break
+        return self.pos
+
+
+def _walk(stream: IO[bytes], staging_dir: Path, want: Wanted, rules: MemberRules,
+          listing: Listing) -> None:
+    writer = staging.Writer(direct=staging.direct_io_allowed(staging_dir))
+    try:
+        _walk_members(ForwardStream(stream), staging_dir, want, rules, listing, writer)
+    finally:
+        writer.finish()
+
+
+def _walk_members(stream: "ForwardStream", staging_dir: Path, want: Wanted, rules: MemberRules,
+                  listing: Listing, writer: staging.Writer) -> None:
+    with tarfile.open(fileobj=stream, mode="r:") as tar:
+        for info in tar:
+            try:
+                verdict = rules.admit(info)
+            except Stop as stop:
+                listing.problems.append(stop.problem)
+                return
+            if isinstance(verdict, Problem):
+                listing.problems.append(verdict)
+            elif isinstance(verdict, Member):
+                if verdict.kind == "file":
+                    staging.consume(stream, verdict, staging_dir if want(verdict) else None,
+                                    writer)
+                listing.members.append(verdict)

@@ -1,0 +1,83 @@
+"""`install`: fetch the archive if it is a URL, place it into the CUDA root as one transaction,
+make the loader find it, write Theano's config, verify.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from cudnn_setup.checks.suite import run_checks
+from cudnn_setup.commands import placement
+from cudnn_setup.commands.base import Context, command
+from cudnn_setup.commands.download import check_sha256, fetch
+from cudnn_setup.commands.steps import loader_step, theanorc_path, theanorc_step
+from cudnn_setup.facts.cuda import CudaRoot, find_cuda_root
+from cudnn_setup.fetch.checksums import expected_for
+from cudnn_setup.report import Result
+
+
+@command("install")
+def install(result: Result, ctx: Context, source: str, *, cuda_root: Path | None = None,
+            sha256: str | None = None, theanorc: Path | None = None, no_theanorc: bool = False,
+            python: str | None = None, no_verify: bool = False, dry_run: bool = False,
+            force: bool = False, ldconfig: bool = False, headers: list[str] | None = None,
+            cache_dir: Path | None = None) -> None:
+    check_sha256(sha256)
+    root = find_cuda_root(ctx.env, cuda_root)
+    result.cuda_root = str(root.path)
+    if source.startswith(("http://", "https://")):
+        archive = fetch(result, ctx, source, sha256, headers, cache_dir).path
+        expected = None  # checked as it was fetched
+    else:
+        archive = Path(source)
+        expected = expected_for(archive.name, sha256)
+    outcome = placement.install(archive, root, force=force, dry_run=dry_run, expected=expected,
+                                on_read=_progress(ctx, archive), lock_timeout=ctx.lock_timeout)
+    pkg = outcome.package
+    result.cudnn_version = pkg.cudnn_version if pkg else None
+    result.changed = outcome.changed and not dry_run
+    result.add("install", outcome.to_dict())
+    result.add("would_change", outcome.changed if dry_run else None)
+    _describe(result, outcome, root, dry_run)
+    lib_dir = outcome.lib_dir or root.lib_dir()
+    if not dry_run:
+        result.checks.append(loader_step(ctx, lib_dir, ldconfig))
+    rc = None if no_theanorc else theanorc_path(ctx, theanorc)
+    if rc is not None:
+        result.checks.append(theanorc_step(result, rc, root.path, lib_dir, dry_run))
+    if not no_verify and not dry_run:
+        result.checks += run_checks(root, python=python or ctx.python, env=ctx.env, theanorc=rc,
+                                    conf=ctx.ld_so_conf)
+
+
+def _progress(ctx: Context, archive: Path):
+    report = ctx.progress("installing")
+    if report is None:
+        return None
+    try:
+        total = archive.stat().st_size
+    except OSError:
+        total = None
+    return lambda done: report(done, total)
+
+
+def _describe(result: Result, outcome: placement.Outcome, root: CudaRoot, dry_run: bool) -> None:
+    pkg = outcome.package
+    if outcome.recovered:
+        result.lines.append(outcome.recovered)
+    what = f"cuDNN {pkg.cudnn_version} ({pkg.generation})" if pkg else "cuDNN"
+    where = f"{root.path} (found via {root.found_via})"
+    if dry_run:
+        result.lines.append(f"plan for {what} into {where}:" if outcome.changed
+                            else f"{what} is already installed in {where}; nothing to do")
+        result.lines += [f"  {a['action']:<16} {a['path']}" for a in outcome.plan.actions()]
+        result.lines += [f"note: {n}" for n in outcome.notes]
+        return
+    if outcome.changed:
+        ops = outcome.plan.actions()
+        result.lines.append(f"installed {what} into {where}: {len(ops)} change(s), "
+                            f"{len(outcome.plan.unchanged)} file(s) already in place")
+    else:
+        result.lines.append(f"{what} is already installed in {where}; nothing changed")
+    for path in outcome.plan.manual:
+        result.lines.append(f"backed up {path}: it was not installed by cudnn-setup "
+                            "(uninstall puts it back)")

@@ -1,0 +1,45 @@
+"""`uninstall`: take the tool's cuDNN out of the root and put back what it replaced."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from cudnn_setup.commands import placement
+from cudnn_setup.commands.base import Context, command
+from cudnn_setup.commands.steps import theanorc_path
+from cudnn_setup.facts import loader
+from cudnn_setup.facts.cuda import find_cuda_root
+from cudnn_setup.report import Result
+from cudnn_setup.theanorc import BACKUP_SUFFIX
+
+
+@command("uninstall")
+def uninstall(result: Result, ctx: Context, *, cuda_root: Path | None = None,
+              dry_run: bool = False, force: bool = False) -> None:
+    root = find_cuda_root(ctx.env, cuda_root)
+    result.cuda_root = str(root.path)
+    outcome = placement.uninstall(root, force=force, dry_run=dry_run,
+                                  lock_timeout=ctx.lock_timeout)
+    version = (outcome.manifest or {}).get("cudnn_version")
+    result.cudnn_version = version
+    result.changed = outcome.changed and not dry_run
+    result.add("uninstall", outcome.to_dict())
+    if outcome.recovered:
+        result.lines.append(outcome.recovered)
+    if outcome.manifest is None:
+        result.lines.append(f"cudnn-setup has installed nothing in {root.path}; nothing to do")
+        return
+    head = "plan:" if dry_run else f"removed cuDNN {version} from {root.path}:"
+    rc = theanorc_path(ctx, None)
+    if not dry_run and rc.is_file() and str(root.path) in rc.read_text(errors="replace"):
+        backup = rc.with_name(rc.name + BACKUP_SUFFIX)
+        before = (f"its version before cudnn-setup is {backup}" if backup.exists()
+                  else "cudnn-setup created it")
+        result.lines.append(f"note: {rc} still points Theano at {root.path} with "
+                            f"optimizer_including=cudnn ({before})")
+    lib_dir = root.path / outcome.manifest.get("lib_dir", "lib64")
+    if not dry_run and outcome.changed and loader.remove_conf(ctx.ld_conf_dir, lib_dir):
+        ok, out = loader.run_ldconfig()
+        result.lines.append(f"removed {ctx.ld_conf_dir / loader.CONF_NAME}; ldconfig "
+                            + ("ran" if ok else f"failed: {out}"))
+    result.lines.append(head)
+    result.lines += [f"  {a['action']:<16} {a['path']}" for a in outcome.plan.actions()]
