@@ -1,4 +1,5 @@
 import hashlib
+import io
 import json
 import os
 import subprocess
@@ -10,6 +11,7 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from cudnn_setup.cli import main  # noqa: E402
 from fixtures.generate import Compiler, build, make_cuda_root  # noqa: E402
 
 
@@ -51,10 +53,18 @@ def clean_env(home: Path, **extra) -> dict:
     return env
 
 
-def run_cli(args, home: Path, env_extra=None, timeout=600, **kw) -> subprocess.CompletedProcess:
+def run_cli(args, home: Path, env_extra=None, timeout=600, process=False,
+            **kw) -> subprocess.CompletedProcess:
+    """The CLI as a user runs it. In this process through `main(argv)` unless the test needs a
+    process boundary: `process=True`, or any subprocess option (preexec_fn for rlimits…)."""
     env = clean_env(home, **(env_extra or {}))
-    return subprocess.run([sys.executable, "-m", "cudnn_setup", *map(str, args)], env=env,
-                          capture_output=True, text=True, timeout=timeout, **kw)
+    argv = [str(a) for a in args]
+    if process or kw:
+        return subprocess.run([sys.executable, "-m", "cudnn_setup", *argv], env=env,
+                              capture_output=True, text=True, timeout=timeout, **kw)
+    out, err = io.StringIO(), io.StringIO()
+    code = main(argv, env=env, home=home, stdout=out, stderr=err)
+    return subprocess.CompletedProcess(argv, code, out.getvalue(), err.getvalue())
 
 
 def run_json(args, home: Path, env_extra=None, **kw):

@@ -25,6 +25,7 @@ from fixtures.generate import SPECS, compress, spec_entries, tar_bytes
 
 NAME = "cudnn-linux-x86_64-9.3.0.75_cuda12-archive"
 # Past DIRECT_MIN_BYTES, and not a whole number of chunks, so the last write is a short one.
+XZ = shutil.which("xz")
 PAD = {"libcudnn_engines_precompiled": 9 * decoders.CHUNK + 1234, "libcudnn_adv": 5 * decoders.CHUNK}
 
 
@@ -47,9 +48,9 @@ def padded(tmp_path_factory, compiler) -> dict:
     return made
 
 
-def _read(path: Path, staging: Path) -> Listing:
+def _read(path: Path, staging: Path, xz: str | None = XZ) -> Listing:
     staging.mkdir()
-    return reader.read(path, staging, lambda m: True)
+    return reader.read(path, staging, lambda m: True, xz=xz)
 
 
 def _digest(listing: Listing) -> dict:
@@ -65,15 +66,15 @@ def _check_staged(listing: Listing, files: dict) -> None:
 
 
 def test_block_count_picks_the_decoder(padded):
-    xz = "xz"
+    xz = XZ
     assert decoders._xz_blocks(xz, padded["single"]) == 1
     assert decoders._xz_blocks(xz, padded["multi"]) > 5
     assert decoders._xz_blocks(xz, padded["gz"]) is None
-    one = decoders.Decoder(padded["single"], decoders.XZ, None)
-    many = decoders.Decoder(padded["multi"], decoders.XZ, None)
+    one = decoders.Decoder(padded["single"], decoders.XZ, None, XZ)
+    many = decoders.Decoder(padded["multi"], decoders.XZ, None, XZ)
     try:
         assert isinstance(one.stream, liblzma.XzReader) and one.proc is None
-        if decoders._xz_decodes_in_parallel(shutil.which(xz)):
+        if decoders._xz_decodes_in_parallel(xz):
             assert many.proc is not None and many.proc.args[1:3] == ["-dc", "-T0"]
             assert any(a.startswith("--memlimit-mt=") for a in many.proc.args)
         else:  # xz before 5.4: one thread either way
@@ -87,9 +88,8 @@ def test_block_count_picks_the_decoder(padded):
 def test_every_decoder_stages_the_same_bytes(fallback, padded, tmp_path, monkeypatch):
     if fallback == "python-lzma":
         monkeypatch.setattr(liblzma, "load", lambda: None)  # a machine without liblzma.so.5
-    if fallback == "no-xz-binary":
-        monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
-    listings = {key: _read(padded[key], tmp_path / key) for key in ("single", "multi", "gz")}
+    xz = None if fallback == "no-xz-binary" else XZ
+    listings = {key: _read(padded[key], tmp_path / key, xz) for key in ("single", "multi", "gz")}
     first = _digest(listings["single"])
     for key, listing in listings.items():
         assert not listing.problems, (key, listing.problems)
@@ -276,13 +276,12 @@ def test_an_xz_without_parallel_decoding_is_not_piped(padded, tmp_path, monkeypa
                    "  echo XZ_VERSION=50020052; echo LIBLZMA_VERSION=50020052; exit 0\nfi\n"
                    f'exec {shutil.which("xz")} "$@"\n')
     old.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
     assert not decoders._xz_decodes_in_parallel(str(old))
-    decoder = decoders.Decoder(padded["multi"], decoders.XZ, None)
+    decoder = decoders.Decoder(padded["multi"], decoders.XZ, None, str(old))
     try:
         assert decoder.proc is None and isinstance(decoder.stream, liblzma.XzReader)
     finally:
         decoder.finish(False)
-    listing = _read(padded["multi"], tmp_path / "staging")
+    listing = _read(padded["multi"], tmp_path / "staging", str(old))
     assert not listing.problems
     _check_staged(listing, padded["files"])

@@ -1,4 +1,4 @@
-"""CUDA root discovery follows DESIGN §4, says how it found the root, and explains failures."""
+"""CUDA root discovery follows its documented order, says how it found the root, and explains failures."""
 import os
 from pathlib import Path
 

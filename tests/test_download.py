@@ -122,7 +122,9 @@ def test_netrc_credentials(server, tmp_path, home, cuda_root):
     server.token = None
     (home / ".netrc").write_text("machine 127.0.0.1 login alice password wonderland\n")
     (home / ".netrc").chmod(0o600)
-    done, out = run_json(["download", f"{server.base}/mirror/{V7}", "-o", tmp_path / "dl"], home)
+    # requests reads ~/.netrc through the process's $HOME: a process of its own
+    done, out = run_json(["download", f"{server.base}/mirror/{V7}", "-o", tmp_path / "dl"], home,
+                         process=True)
     assert done.returncode == 0, done.stderr
     assert server.requests[-1]["headers"]["Authorization"].startswith("Basic ")
     assert (tmp_path / "dl" / V7).exists() and "wonderland" not in done.stdout + done.stderr

@@ -22,13 +22,14 @@ def check_readable(path: Path) -> None:
 
 
 def read_package(path: Path, staging: Path, machine: str | None = None,
-                 on_read: Callable[[int], None] | None = None) -> Package:
+                 on_read: Callable[[int], None] | None = None, xz: str | None = None) -> Package:
     """One streaming pass over `path`, staging headers and libraries under `staging`."""
     check_readable(path)
-    listing = reader.read(path, staging, wanted, on_read=on_read)
+    listing = reader.read(path, staging, wanted, on_read=on_read, xz=xz)
     return judge(listing, path.name, machine or host_machine())
 
 
-def inspect_archive(path: Path, work_dir: Path | None = None, machine: str | None = None) -> Package:
+def inspect_archive(path: Path, work_dir: Path | None = None, machine: str | None = None,
+                    xz: str | None = None) -> Package:
     with tempfile.TemporaryDirectory(prefix="cudnn-setup-inspect-", dir=work_dir) as tmp:
-        return read_package(path, Path(tmp), machine)
+        return read_package(path, Path(tmp), machine, xz=xz)

@@ -11,7 +11,6 @@ import hashlib
 import io
 import lzma
 import queue
-import shutil
 import subprocess
 import tarfile
 import threading
@@ -101,14 +100,15 @@ class Decoder:
     another thread hashes the archive file from the page cache on the other core.
     """
 
-    def __init__(self, path: Path, compression: str, on_read: Callable[[int], None] | None):
+    def __init__(self, path: Path, compression: str, on_read: Callable[[int], None] | None,
+                 xz: str | None = None):
         self.proc: subprocess.Popen | None = None
         self.feeder: threading.Thread | None = None
         self.hasher: threading.Thread | None = None
         self.digest = hashlib.sha256()
         self.file_sha256 = ""  # from the hasher thread, when decoding happens in this process
         self.stream: IO[bytes]
-        xz = shutil.which("xz") if compression == XZ else None
+        xz = xz if compression == XZ else None
         piped = xz is not None and _xz_decodes_in_parallel(xz) and _xz_blocks(xz, path) != 1
         self.raw = HashingReader(path, on_read, self.digest if piped else None)
         if piped:

@@ -21,10 +21,11 @@ from cudnn_setup.text import escape
 
 
 def read(path: Path, staging_dir: Path, want: Wanted, limits: Limits | None = None,
-         on_read: Callable[[int], None] | None = None) -> Listing:
+         on_read: Callable[[int], None] | None = None, xz: str | None = None) -> Listing:
     """Stream `path` once; write the members `want` accepts under `staging_dir`; record everything.
 
-    Problems with single members are all collected; a stream that cannot be decoded ends the pass
+    `xz` is the xz program to decode multi-block .tar.xz with, on every core (None: decode in
+    this process). Problems with single members are all collected; a stream that cannot be decoded ends the pass
     with one more problem. The caller judges the listing and decides what to do with the staging
     directory.
     """
@@ -35,7 +36,7 @@ def read(path: Path, staging_dir: Path, want: Wanted, limits: Limits | None = No
             "download the Linux archive (.tgz or .tar.xz) for this machine",
         )
     listing = Listing(compression=compression)
-    decoder = Decoder(path, compression, on_read)
+    decoder = Decoder(path, compression, on_read, xz)
     complete = False
     try:
         _walk(decoder.stream, staging_dir, want, MemberRules(limits or Limits()), listing)

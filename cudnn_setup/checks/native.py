@@ -1,6 +1,7 @@
 """Layers that run native code, each in a child process with a time limit: load, compile, gpu."""
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import tempfile
@@ -74,7 +75,8 @@ int main(void) {
 
 
 def check_compile(inst: Installation, env: Mapping[str, str], cc: str | None = None) -> Check:
-    compiler = cc or env.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    path = env.get("PATH", os.defpath)
+    compiler = cc or env.get("CC") or shutil.which("cc", path=path) or shutil.which("gcc", path=path)
     if not compiler:
         return Check("compile", SKIP, "no C compiler (cc) on PATH")
     if inst.header_file is None or inst.library("libcudnn") is None:

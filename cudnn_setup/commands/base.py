@@ -4,6 +4,8 @@ that turns whatever happens into a Result.
 from __future__ import annotations
 
 import functools
+import os
+import shutil
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +30,11 @@ class Context:
     lock_timeout: float = 300.0
     # Makes a progress callback for a label ("downloading", "installing"), or None for none.
     progress: Callable[[str], Optional[Progress]] = field(default=lambda label: None)
+
+
+def which(ctx: Context, program: str) -> str | None:
+    """A program on the caller's PATH (not this process's)."""
+    return shutil.which(program, path=ctx.env.get("PATH", os.defpath))
 
 
 def command(name: str):

@@ -5,7 +5,7 @@ from pathlib import Path
 
 from cudnn_setup.archive import inspect_archive
 from cudnn_setup.archive.package import Package
-from cudnn_setup.commands.base import Context, command
+from cudnn_setup.commands.base import Context, command, which
 from cudnn_setup.errors import ArchiveRejected
 from cudnn_setup.report import Result
 from cudnn_setup.text import escape
@@ -13,7 +13,7 @@ from cudnn_setup.text import escape
 
 @command("inspect")
 def inspect(result: Result, ctx: Context, archive: Path) -> None:
-    pkg = inspect_archive(archive)
+    pkg = inspect_archive(archive, xz=which(ctx, "xz"))
     result.cudnn_version = pkg.cudnn_version
     result.add("package", pkg.to_dict())
     result.lines += describe_package(pkg)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from cudnn_setup.checks.suite import run_checks
 from cudnn_setup.commands import placement
-from cudnn_setup.commands.base import Context, command
+from cudnn_setup.commands.base import Context, command, which
 from cudnn_setup.commands.download import check_sha256, fetch
 from cudnn_setup.commands.steps import loader_step, theanorc_path, theanorc_step
 from cudnn_setup.facts.cuda import CudaRoot, find_cuda_root
@@ -31,7 +31,8 @@ def install(result: Result, ctx: Context, source: str, *, cuda_root: Path | None
         archive = Path(source)
         expected = expected_for(archive.name, sha256)
     outcome = placement.install(archive, root, force=force, dry_run=dry_run, expected=expected,
-                                on_read=_progress(ctx, archive), lock_timeout=ctx.lock_timeout)
+                                on_read=_progress(ctx, archive), lock_timeout=ctx.lock_timeout,
+                                xz=which(ctx, "xz"))
     pkg = outcome.package
     result.cudnn_version = pkg.cudnn_version if pkg else None
     result.changed = outcome.changed and not dry_run

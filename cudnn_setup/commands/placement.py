@@ -77,8 +77,8 @@ class Outcome:
 
 
 def _stage(archive: Path, staging: Path, expected: Expected | None,
-           on_read: Callable[[int], None] | None) -> Package:
-    pkg = read_package(archive, staging, on_read=on_read)
+           on_read: Callable[[int], None] | None, xz: str | None) -> Package:
+    pkg = read_package(archive, staging, on_read=on_read, xz=xz)
     if expected and pkg.sha256 and pkg.sha256 != expected.digest:
         raise mismatch(escape(archive.name), expected, pkg.sha256)
     if not pkg.installable:
@@ -119,13 +119,13 @@ def _manifest(txid: str, pkg: Package, desired: list[Desired], plan: Plan, lib_r
 def install(archive: Path, root: CudaRoot, *, force: bool = False, dry_run: bool = False,
             expected: Expected | None = None, fs: Filesystem | None = None,
             lock_timeout: float = 300.0, tmp_dir: Path | None = None,
-            on_read: Callable[[int], None] | None = None) -> Outcome:
+            on_read: Callable[[int], None] | None = None, xz: str | None = None) -> Outcome:
     state = StateDir(root.path)
     lib_rel = relative_lib_dir(root)
     if dry_run:
         with tempfile.TemporaryDirectory(prefix="cudnn-setup-plan-", dir=tmp_dir) as tmp:
             staging = Path(tmp)
-            pkg = _stage(archive, staging / "staging", expected, on_read)
+            pkg = _stage(archive, staging / "staging", expected, on_read, xz)
             desired = desired_entries(pkg, lib_rel, staging / "links")
             plan = make_plan(root.path, state.manifest() or {}, desired, force)
             notes = ["an interrupted transaction will be rolled back first"] if \
@@ -138,7 +138,7 @@ def install(archive: Path, root: CudaRoot, *, force: bool = False, dry_run: bool
         txid = uuid.uuid4().hex[:12]
         tx = state.tx_dir(txid)
         try:
-            pkg = _stage(archive, tx / "staging", expected, on_read)
+            pkg = _stage(archive, tx / "staging", expected, on_read, xz)
             desired = desired_entries(pkg, lib_rel, tx / "links")
             plan = make_plan(root.path, state.manifest() or {}, desired, force)
             if plan.conflicts:

@@ -136,7 +136,7 @@ def _newest_versioned_step(base: Path) -> Step:
 
 def discovery_steps(env: Mapping[str, str], explicit: Path | None = None,
                     prefix: Path = Path("/")) -> list[Step]:
-    """DESIGN §4 order. `prefix` relocates the fixed locations, for tests."""
+    """The discovery steps in order. `prefix` relocates the fixed locations, for tests."""
     steps: list[Step] = []
     if explicit is not None:
         steps.append(lambda: (explicit, "--cuda-root", None))
