@@ -9,7 +9,6 @@ import difflib
 import os
 import shutil
 import stat
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
@@ -17,6 +16,7 @@ from typing import Mapping
 from configupdater import ConfigUpdater
 from configupdater.parser import DuplicateOptionError, DuplicateSectionError, ParsingError
 
+from cudnn_setup.atomic import write_atomic
 from cudnn_setup.errors import SetupError
 
 BACKUP_SUFFIX = ".cudnn-setup.bak"
@@ -187,20 +187,5 @@ def configure(path: Path, root: Path, lib_dir: Path, dry_run: bool = False) -> T
         shutil.copy2(target, change.backup)
     else:
         mode = 0o644
-    _write_atomic(target, after, mode)
+    write_atomic(target, after.encode("utf-8"), mode)
     return change
-
-
-def _write_atomic(path: Path, text: str, mode: int) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.lexists(tmp):
-            os.unlink(tmp)
-        raise

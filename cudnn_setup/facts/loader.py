@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 from typing import Mapping
 
+from cudnn_setup.atomic import write_atomic
 from cudnn_setup.child import run_command
 from cudnn_setup.facts.cudnn import library_file_version
 
@@ -68,10 +69,8 @@ def run_ldconfig(args: tuple[str, ...] = ()) -> tuple[bool, str]:
 
 def write_conf(conf_dir: Path, lib_dir: Path) -> Path:
     path = conf_dir / CONF_NAME
-    tmp = conf_dir / f".{CONF_NAME}.tmp"
-    tmp.write_text(f"# written by cudnn-setup: the CUDA root holding cuDNN\n{lib_dir}\n")
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
+    text = f"# written by cudnn-setup: the CUDA root holding cuDNN\n{lib_dir}\n"
+    write_atomic(path, os.fsencode(text), 0o644)
     return path
 
 

@@ -10,12 +10,12 @@ import fcntl
 import json
 import os
 import shutil
-import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
+from cudnn_setup.atomic import write_atomic
 from cudnn_setup.errors import InstallFailed
 
 STATE_DIR = ".cudnn-setup"
@@ -27,25 +27,8 @@ DEFAULT_LOCK_TIMEOUT = 300.0
 
 
 def write_json_atomic(path: Path, data: dict) -> None:
-    """Write to a temporary file beside `path`, fsync, then rename over it."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=1, sort_keys=True)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)  # anyone may read what is installed; only the writer may change it
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.lexists(tmp):
-            os.unlink(tmp)
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    # anyone may read what is installed; only the writer may change it
+    write_atomic(path, (json.dumps(data, indent=1, sort_keys=True) + "\n").encode(), 0o644)
 
 
 def read_json(path: Path) -> dict | None:
