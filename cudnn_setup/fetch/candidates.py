@@ -1,0 +1,170 @@
+"""Release candidates: what a version request (`9`, `9.17`, `9.17.0.29`) matches, and the one
+archive to fetch for this platform and CUDA root. Version order is packaging's throughout.
+"""
+from __future__ import annotations
+
+import bisect
+import re
+import urllib.parse
+from dataclasses import dataclass
+from typing import Iterable
+
+from packaging.version import InvalidVersion, Version
+
+from cudnn_setup.errors import UsageError
+from cudnn_setup.fetch.redist import (
+    NVIDIA_COMPUTE, NVIDIA_REDIST, ManifestDamaged, NoVariant, mirror_url, parse_cuda,
+    pick_variant, safe_relative, variant_fits, variant_key,
+)
+
+_REQUEST = re.compile(r"^v?\d{1,4}(\.\d{1,6}){0,3}$")
+
+
+class UnknownVersion(UsageError):
+    """No published release matches the request (exit 2); the message names the nearest."""
+
+    code = "unknown_version"
+
+
+# --- version requests ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class VersionRequest:
+    """`9`, `9.17`, `9.17.0` or `9.17.0.29`: every release whose version starts with these parts."""
+
+    release: tuple[int, ...]
+
+    def __str__(self) -> str:
+        return ".".join(map(str, self.release))
+
+    def matches(self, version: str) -> bool:
+        parts = Version(version).release
+        parts += (0,) * (len(self.release) - len(parts))  # 6.0 is 6.0.0
+        return parts[:len(self.release)] == self.release
+
+
+def is_version_request(text: str) -> bool:
+    """Whether an install SOURCE is a version rather than a file name, path or URL."""
+    return bool(_REQUEST.match(text.strip()))
+
+
+def parse_request(text: str) -> VersionRequest:
+    text = text.strip()
+    if not _REQUEST.match(text):
+        raise UsageError(f"not a cuDNN version: {text[:40]!r}",
+                         "give 1 to 4 numbers: 9, 9.17, 9.17.0 or 9.17.0.29")
+    try:
+        v = Version(text)
+    except InvalidVersion as exc:  # the pattern above already excludes this; keep the reason
+        raise UsageError(f"not a cuDNN version: {text!r}", str(exc)) from None
+    return VersionRequest(v.release)
+
+
+def newest(releases: Iterable[Release]) -> Release | None:
+    return max(releases, key=lambda r: Version(r.version), default=None)
+
+
+def nearest_versions(request: VersionRequest, versions: Iterable[str], n: int = 4) -> list[str]:
+    """Up to n published versions closest to the request in version order, newest first."""
+    by_key = {Version(v): v for v in versions}
+    ordered = sorted(by_key)
+    at = bisect.bisect_left(ordered, Version(str(request)))
+    picked: list[Version] = []
+    below, above = at - 1, at
+    while len(picked) < n and (below >= 0 or above < len(ordered)):
+        if below >= 0:
+            picked.append(ordered[below])
+            below -= 1
+        if above < len(ordered) and len(picked) < n:
+            picked.append(ordered[above])
+            above += 1
+    return [by_key[v] for v in sorted(picked, reverse=True)]
+
+
+# --- releases -----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Release:
+    """One archive that can be fetched: what it is, where it sits, what it must hash to."""
+
+    version: str  # 9.17.0.29
+    cuda_variant: str  # cuda12, cuda11.5, cuda10.2
+    platform: str  # linux-x86_64
+    file_name: str
+    relative_path: str  # below a mirror's redist/ level
+    sha256: str
+    md5: str | None = None
+    size: int | None = None
+    source: str = "known table"  # or "redistrib_<label>.json at <url>"
+    public_path: str | None = None  # below https://developer.download.nvidia.com/compute/
+
+    def url(self, mirror: str | None = None) -> str:
+        """Where to fetch it: below `mirror` when given, else NVIDIA's public URL."""
+        if mirror is not None:
+            return mirror_url(mirror, self.relative_path)
+        if self.public_path is not None:
+            return NVIDIA_COMPUTE + urllib.parse.quote(safe_relative(self.public_path))
+        return mirror_url(NVIDIA_REDIST, self.relative_path)
+
+    def to_dict(self) -> dict:
+        return {"version": self.version, "cuda_variant": self.cuda_variant,
+                "platform": self.platform, "file_name": self.file_name,
+                "relative_path": self.relative_path, "sha256": self.sha256, "md5": self.md5,
+                "size": self.size, "source": self.source}
+
+
+def merge(known: Iterable[Release], published: Iterable[Release]) -> list[Release]:
+    """The table and what manifests list, one entry per file name, newest first.
+
+    A manifest entry replaces the table's (it adds md5 and size) only when the two agree on
+    the sha256; disagreement means a damaged or tampered manifest, and is refused.
+    """
+    by_name = {r.file_name: r for r in known}
+    for r in published:
+        old = by_name.get(r.file_name)
+        if old is not None and old.sha256 != r.sha256:
+            raise ManifestDamaged(
+                f"{r.source} gives {r.file_name} sha256 {r.sha256}, but NVIDIA published "
+                f"{old.sha256} ({old.source})", "the mirror's manifest is damaged or not NVIDIA's")
+        by_name[r.file_name] = r
+    return sorted(by_name.values(), key=lambda r: (Version(r.version), r.platform, r.cuda_variant),
+                  reverse=True)
+
+
+def available(releases: Iterable[Release], platform: str,
+              cuda_version: str | None = None) -> list[Release]:
+    """Releases for this platform (and CUDA root, when given), newest first."""
+    out = [r for r in releases if r.platform == platform
+           and (cuda_version is None or variant_fits(r.cuda_variant, cuda_version))]
+    return sorted(out, key=lambda r: Version(r.version), reverse=True)
+
+
+def select(request: VersionRequest, releases: Iterable[Release], platform: str,
+           cuda_version: str) -> Release:
+    """The newest release matching `request` that has a build for this platform and CUDA root.
+
+    Raises UnknownVersion (nothing matches: exit 2, with the nearest versions) or NoVariant
+    (matches exist, none for this platform or CUDA major: exit 3, naming what exists).
+    """
+    releases = list(releases)
+    matches = [r for r in releases if request.matches(r.version)]
+    if not matches:
+        near = nearest_versions(request, {r.version for r in releases})
+        raise UnknownVersion(f"no published cuDNN matches {request}",
+                             f"nearest versions: {', '.join(near)}" if near else "")
+    here = [r for r in matches if r.platform == platform]
+    if not here:
+        others = sorted({r.platform for r in matches})
+        raise NoVariant(f"cuDNN {request} has no archive for {platform}",
+                        f"published for: {', '.join(others)}")
+    fitting = [r for r in here if variant_fits(r.cuda_variant, cuda_version)]
+    if not fitting:
+        variants = ", ".join(sorted({r.cuda_variant for r in here}, key=variant_key))
+        major = parse_cuda(cuda_version)[0]
+        raise NoVariant(f"cuDNN {request} has no build for CUDA {major} on {platform}",
+                        f"builds exist for: {variants}; pick another version or CUDA root "
+                        "(--cuda N)")
+    best = newest(fitting)
+    same = [r for r in fitting if Version(r.version) == Version(best.version)]
+    variant = pick_variant([r.cuda_variant for r in same], cuda_version)
+    return next(r for r in same if r.cuda_variant == variant)

@@ -1,0 +1,168 @@
+"""NVIDIA's `redistrib_<label>.json`, the manifest published next to each cuDNN release, read
+into release candidates once every field has been checked.
+
+Schema: NVIDIA's redistrib v2 (https://developer.download.nvidia.com/compute/redist/redistrib-v2.schema.json),
+shown in the CUDA installation guide, "Tarball and Zip Archive Deliverables"
+(https://docs.nvidia.com/cuda/cuda-installation-guide-linux/#tarball-and-zip-archive-deliverables),
+and read by NVIDIA's sample parser
+(https://github.com/NVIDIA/build-system-archive-import-examples/blob/main/parse_redist.py).
+For cuDNN (e.g. https://developer.download.nvidia.com/compute/cudnn/redist/redistrib_9.13.0.json):
+
+    {"release_date": "2025-09-04", "release_label": "9.13.0", "release_product": "cudnn",
+     "cudnn": {"name": …, "license": …, "license_path": …, "version": "9.13.0.50",
+               "cuda_variant": ["12", "13"],
+               "linux-x86_64": {"cuda12": {"relative_path": "cudnn/linux-x86_64/cudnn-linux-…",
+                                           "sha256": …, "md5": …, "size": "873944756"}, …}, …},
+     "cudnn_jit": {…}, "cudnn_samples": {…}}
+
+`relative_path` is relative to the manifest's directory (parse_redist.py joins it to the
+manifest URL's dirname); a platform maps either to variants or, in NVIDIA's other products,
+straight to one archive. Only the `cudnn` component is read.
+"""
+from __future__ import annotations
+
+import json
+import re
+import urllib.parse
+
+from cudnn_setup.fetch import redist
+from cudnn_setup.fetch.candidates import Release
+from cudnn_setup.fetch.redist import ManifestDamaged
+
+MAX_BYTES = 1 << 20  # NVIDIA's are about 6 KB
+MAX_ARCHIVE = 16 << 30  # 9.x archives are under 1 GiB
+MAX_ENTRIES = 64
+_METADATA = ("name", "license", "license_path", "version")
+_LABEL = re.compile(r"^\d{1,4}\.\d{1,4}\.\d{1,6}$")
+_FULL_VERSION = re.compile(r"^\d{1,4}\.\d{1,4}\.\d{1,6}\.\d{1,8}$")
+_PLATFORM = re.compile(r"^[a-z][a-z0-9]{0,15}-[a-z0-9_]{1,16}$")
+_VARIANT_KEY = re.compile(r"^cuda\d{1,2}(\.\d{1,2})?$")
+
+
+def _display(url: str) -> str:
+    """The URL without credentials, for messages and the `source` of a release."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    host = parts.hostname or ""
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
+
+
+def _no_duplicate_keys(pairs: list) -> dict:
+    keys = [k for k, _ in pairs]
+    if len(set(keys)) != len(keys):
+        raise ValueError(f"duplicate key {next(k for k in keys if keys.count(k) > 1)!r}")
+    return dict(pairs)
+
+
+def _no_constants(name: str):
+    raise ValueError(f"{name} is not JSON")
+
+
+def parse_redistrib(data: bytes, url: str, label: str | None = None) -> list[Release]:
+    """Every cuDNN archive a manifest lists (all platforms), or ManifestDamaged.
+
+    `url` is where the manifest was read (it names the source of each release); `label`, when
+    given, is the X.Y.Z the file name promised, and the manifest must say the same.
+    """
+    where = _display(url)
+    name = urllib.parse.urlsplit(where).path.rsplit("/", 1)[-1] or where
+
+    def damaged(why: str) -> ManifestDamaged:
+        return ManifestDamaged(f"{name} from {where}: {why}",
+                               "the manifest is damaged or not NVIDIA's; nothing was installed")
+
+    if len(data) > MAX_BYTES:
+        raise damaged(f"{len(data)} bytes, more than a manifest holds ({MAX_BYTES})")
+    try:
+        doc = json.loads(data.decode("utf-8"), object_pairs_hook=_no_duplicate_keys,
+                         parse_constant=_no_constants)
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise damaged(f"not valid JSON ({str(exc)[:120]})") from None
+    if not isinstance(doc, dict):
+        raise damaged("not a JSON object")
+    release_label = doc.get("release_label")
+    if not isinstance(release_label, str) or not _LABEL.match(release_label):
+        raise damaged(f"release_label {release_label!r:.40} is not X.Y.Z")
+    if label is not None and release_label != label:
+        raise damaged(f"release_label {release_label} where {label} was asked for")
+    if doc.get("release_product", "cudnn") != "cudnn":
+        raise damaged(f"release_product is {doc['release_product']!r:.40}, not cudnn")
+    component = doc.get("cudnn")
+    if not isinstance(component, dict):
+        raise damaged("no `cudnn` component")
+    version = component.get("version")
+    if not isinstance(version, str) or not _FULL_VERSION.match(version):
+        raise damaged(f"cudnn version {version!r:.40} is not X.Y.Z.B")
+    if redist.manifest_label(version) != release_label:
+        raise damaged(f"cudnn {version} in the manifest of release {release_label}")
+    _check_variant_list(component.get("cuda_variant", []), damaged)
+
+    source = f"{name} at {where}"
+    out: list[Release] = []
+    for key, value in component.items():
+        if key == "cuda_variant":
+            continue
+        if key in _METADATA:
+            if not isinstance(value, str):
+                raise damaged(f"cudnn.{key} is not a string")
+            continue
+        if not isinstance(key, str) or not _PLATFORM.match(key):
+            raise damaged(f"unexpected key cudnn.{key!r:.40}")
+        if not isinstance(value, dict) or not value:
+            raise damaged(f"cudnn.{key} is not an object of archives")
+        entries = [(None, value)] if "relative_path" in value else list(value.items())
+        for variant, artifact in entries:
+            out.append(_artifact(version, key, variant, artifact, source, damaged))
+            if len(out) > MAX_ENTRIES:
+                raise damaged(f"more than {MAX_ENTRIES} archives")
+    if not out:
+        raise damaged("lists no cudnn archive")
+    return out
+
+
+def _check_variant_list(value, damaged) -> None:
+    if not isinstance(value, list) or not all(
+            isinstance(v, str) and re.fullmatch(r"\d{1,2}(\.\d{1,2})?", v) for v in value):
+        raise damaged(f"cuda_variant {value!r:.60} is not a list of CUDA versions")
+
+
+def _artifact(version: str, platform: str, variant: str | None, artifact, source: str,
+              damaged) -> Release:
+    where = f"cudnn.{platform}" + (f".{variant}" if variant else "")
+    if variant is not None and (not isinstance(variant, str) or not _VARIANT_KEY.match(variant)):
+        raise damaged(f"cudnn.{platform}: {variant!r:.40} is not a CUDA variant")
+    if not isinstance(artifact, dict):
+        raise damaged(f"{where} is not an object")
+    rel = artifact.get("relative_path")
+    if not isinstance(rel, str) or len(rel) > 300:
+        raise damaged(f"{where}.relative_path is missing or too long")
+    try:
+        redist.safe_relative(rel)
+    except ValueError as exc:
+        raise damaged(f"{where}.relative_path: {exc}") from None
+    file_name = rel.rsplit("/", 1)[-1]
+    m = re.fullmatch(rf"cudnn-{re.escape(platform)}-{re.escape(version)}_(cuda\d{{1,2}}(?:\.\d{{1,2}})?)"
+                     r"-archive(\.tar\.xz|\.tar\.gz|\.tgz|\.zip)", file_name)
+    if not m or (variant is not None and m[1] != variant):
+        raise damaged(f"{where}: {file_name!r:.120} is not NVIDIA's name for cuDNN {version} "
+                      f"{platform} {variant or ''}".rstrip())
+    if rel != redist.mirror_path(platform, file_name):
+        raise damaged(f"{where}: {rel!r:.120} is not in cudnn/{platform}/")
+    sha256 = artifact.get("sha256")
+    if not isinstance(sha256, str) or not redist.HEX64.match(sha256.lower()):
+        raise damaged(f"{where}.sha256 is not 64 hex digits")
+    md5 = artifact.get("md5")
+    if md5 is not None and (not isinstance(md5, str) or not redist.HEX32.match(md5.lower())):
+        raise damaged(f"{where}.md5 is not 32 hex digits")
+    size = artifact.get("size")
+    if isinstance(size, str) and re.fullmatch(r"\d{1,12}", size):
+        size = int(size)  # NVIDIA writes sizes as strings
+    if not isinstance(size, int) or isinstance(size, bool) or not 0 < size <= MAX_ARCHIVE:
+        raise damaged(f"{where}.size {artifact.get('size')!r:.40} is not a byte count up to "
+                      f"{MAX_ARCHIVE}")
+    return Release(version=version, cuda_variant=m[1], platform=platform, file_name=file_name,
+                   relative_path=rel, sha256=sha256.lower(), md5=md5.lower() if md5 else None,
+                   size=size, source=source)
+
