@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
-from cudnn_setup import generations
+from cudnn_setup.facts import cudnn as generations
 from cudnn_setup.errors import ARCHIVE_REJECTED, DOWNLOAD_FAILED, USAGE, UsageError
 from cudnn_setup.fetch import known_releases, redist
 from cudnn_setup.fetch.candidates import (
@@ -173,14 +173,14 @@ def test_old_releases_pick_the_build_for_the_root_minor():
 def test_unknown_version_is_a_usage_error_naming_the_nearest():
     with pytest.raises(UnknownVersion) as err:
         select(parse_request("9.3"), known_releases.releases(), "linux-x86_64", "12.4")
-    assert err.value.exit_code == USAGE and err.value.code == "unknown_version"
+    assert err.value.exit_code == USAGE and err.value.code == "unknown-version"
     assert "9.2.0.82" in err.value.hint and "9.5.1.17" in err.value.hint
 
 
 def test_missing_cuda_major_is_refused_naming_the_variants_that_exist():
     with pytest.raises(NoVariant) as err:
         select(parse_request("9.17"), known_releases.releases(), "linux-x86_64", "11.8")
-    assert err.value.exit_code == ARCHIVE_REJECTED and err.value.code == "no_cuda_variant"
+    assert err.value.exit_code == ARCHIVE_REJECTED and err.value.code == "no-cuda-variant"
     assert "CUDA 11" in err.value.message and "cuda12, cuda13" in err.value.hint
     with pytest.raises(NoVariant) as err:
         select(parse_request("9.17"), known_releases.releases(), "linux-ppc64le", "12.4")
@@ -397,7 +397,7 @@ def test_damaged_manifests_are_refused(case):
         result if isinstance(result, list) and case == "array" else doc).encode()
     with pytest.raises(ManifestDamaged) as err:
         parse_redistrib(data, "http://127.0.0.1:8000/redistrib_8.9.7.json", "8.9.7")
-    assert err.value.exit_code == DOWNLOAD_FAILED and err.value.code == "manifest_damaged"
+    assert err.value.exit_code == DOWNLOAD_FAILED and err.value.code == "manifest-damaged"
     assert "redistrib_8.9.7.json" in err.value.message
 
 

@@ -23,7 +23,7 @@ _REQUEST = re.compile(r"^v?\d{1,4}(\.\d{1,6}){0,3}$")
 class UnknownVersion(UsageError):
     """No published release matches the request (exit 2); the message names the nearest."""
 
-    code = "unknown_version"
+    default_code = "unknown-version"
 
 
 # --- version requests ---------------------------------------------------------------------------

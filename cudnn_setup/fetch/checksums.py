@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cudnn_setup.errors import ArchiveRejected
-from cudnn_setup.fetch.releases import PROVENANCE, known_sha256
+from cudnn_setup.fetch.known_releases import known_sha256, provenance_line
 
 
 @dataclass
@@ -28,5 +28,5 @@ def expected_for(name: str, explicit: str | None) -> Expected | None:
         return Expected("sha256", explicit.lower(), "--sha256")
     known = known_sha256(name)
     if known:
-        return Expected("sha256", known, f"known releases table: {PROVENANCE}")
+        return Expected("sha256", known, f"known releases table: {provenance_line()}")
     return None

@@ -48,14 +48,14 @@ HEX32 = re.compile(r"^[0-9a-f]{32}$")
 class NoVariant(ArchiveRejected):
     """The version exists, but not for this platform or CUDA major (exit 3)."""
 
-    code = "no_cuda_variant"
+    default_code = "no-cuda-variant"
 
 
 class ManifestDamaged(DownloadFailed):
     """A redistrib JSON that is not what NVIDIA publishes (exit 6, like any bad download:
     nothing was installed, and another try or another mirror is the remedy)."""
 
-    code = "manifest_damaged"
+    default_code = "manifest-damaged"
 
 
 # --- platforms ----------------------------------------------------------------------------------
