@@ -25,6 +25,8 @@ BACKUP_SUFFIX = ".cudnn-setup.bak"
 class TheanorcRefused(SetupError):
     """The file cannot be merged safely; it was left untouched."""
 
+    default_code = "theanorc-refused"
+
 
 @dataclass
 class TheanorcChange:

@@ -168,7 +168,7 @@ def _rolled_back_errors(root: Path, what: str, hint: str) -> Iterator[None]:
         yield
     except PermissionError as exc:
         raise InstallFailed(f"permission denied: {exc.filename or exc}",
-                            permission_hint(root)) from None
+                            permission_hint(root), code="permission-denied") from None
     except OSError as exc:
         raise InstallFailed(f"{what} failed and was rolled back: {exc}",
                             f"{hint}, then run again") from None
@@ -186,7 +186,8 @@ def recover_pending(root: CudaRoot, lock_timeout: float = 300.0) -> str | None:
             return said
     except PermissionError as exc:
         raise InstallFailed(f"an interrupted transaction in {root.path} needs rolling back, but: "
-                            f"permission denied ({exc.filename})", permission_hint(root.path)) from None
+                            f"permission denied ({exc.filename})", permission_hint(root.path),
+                            code="permission-denied") from None
 
 
 def uninstall(root: CudaRoot, *, force: bool = False, dry_run: bool = False,

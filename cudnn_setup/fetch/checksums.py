@@ -20,7 +20,8 @@ class Expected:
 def mismatch(name: str, expected: Expected, got: str) -> ArchiveRejected:
     return ArchiveRejected(f"checksum mismatch for {name}: expected {expected.algorithm} "
                            f"{expected.digest} ({expected.source}), got {got}",
-                           "the file is damaged or not the one you meant; it was not installed")
+                           "the file is damaged or not the one you meant; it was not installed",
+                           code="checksum-mismatch")
 
 
 def expected_for(name: str, explicit: str | None) -> Expected | None:

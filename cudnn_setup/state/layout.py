@@ -87,7 +87,7 @@ class StateDir:
             return False
         except PermissionError:
             raise InstallFailed(f"permission denied creating {self.path}",
-                                permission_hint(self.root)) from None
+                                permission_hint(self.root), code="permission-denied") from None
 
     def tidy(self) -> None:
         """Drop the transactions dir once no transaction uses it."""
@@ -127,7 +127,7 @@ class StateDir:
                     raise InstallFailed(
                         f"another cudnn-setup run holds the lock on {self.root} "
                         f"(waited {timeout:.0f} s)",
-                        "wait for it to finish, then run again") from None
+                        "wait for it to finish, then run again", code="lock-held") from None
                 time.sleep(delay)
                 delay = min(delay * 2, 1.0)
                 continue

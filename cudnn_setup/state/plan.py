@@ -119,7 +119,8 @@ def conflict_error(conflicts: list[str], root: Path, verb: str) -> InstallFailed
     shown = ", ".join(escape(c) for c in conflicts[:5]) + (" …" if len(conflicts) > 5 else "")
     return InstallFailed(f"{len(conflicts)} file(s) in {root} changed since cudnn-setup installed "
                          f"them: {shown}; nothing was {verb}",
-                         f"look at them; --force {verb.rstrip('d')}s them anyway")
+                         f"look at them; --force {verb.rstrip('d')}s them anyway",
+                         code="changed-files")
 
 
 def uninstall_plan(root: Path, manifest: dict | None, originals_rel: str, force: bool) -> Plan:
