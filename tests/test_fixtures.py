@@ -1,9 +1,14 @@
 """The sample archives are real, deterministic, and the committed README sample is current."""
+import os
+import subprocess
 import tarfile
+import zipfile
+from pathlib import Path
 
+import pytest
 from elftools.elf.elffile import ELFFile
 
-from fixtures.generate import GENERATION_SAMPLES, SAMPLE_NAME, SAMPLES, SPECS, build
+from fixtures.generate import GENERATION_SAMPLES, SAMPLE_NAME, SAMPLES, SPECS, build, make_cuda_root
 
 
 def test_build_is_deterministic(tmp_path, archives, compiler):
@@ -59,3 +64,44 @@ def test_links_only_where_the_generation_shipped_them(archives):
 def test_static_libraries_are_ar_archives(archives):
     members = _members(archives["cudnn-7.0-linux-x64-v3.0-prod.tgz"])
     assert members["cuda/lib64/libcudnn_static.a"][1].startswith(b"!<arch>\n")
+
+
+def _compiles(root, include_dirs, tmp_path) -> subprocess.CompletedProcess:
+    src = tmp_path / "uses_cudnn.c"
+    src.write_text("#include <cudnn.h>\n#include <stdio.h>\n"
+                   "int main(void) { cudaStream_t s = 0; (void)s;\n"
+                   "  printf(\"%d\\n\", (int)CUDNN_VERSION); return 0; }\n")
+    flags = [f"-I{d}" for d in [*include_dirs, root / "include"]]
+    return subprocess.run(["gcc", "-Wall", "-Werror", "-fsyntax-only", *flags, str(src)],
+                          capture_output=True, text=True)
+
+
+def test_cuda_root_headers_carry_what_cudnn_headers_use(tmp_path, compiler, archives):
+    """The fixture root's CUDA headers keep CUDA's include guards and type names, so a header
+    that tests __LIBRARY_TYPES_H__ (cuDNN 8) or includes <cuda_runtime_api.h> (cuDNN 9) builds."""
+    root = make_cuda_root(tmp_path / "cuda", "12.4", "lib", cc=compiler)
+    text = (root / "include" / "library_types.h").read_text()
+    assert "#if" in text and "__LIBRARY_TYPES_H__" in text and "libraryPropertyType" in text
+    assert "cudaStream_t" in (root / "include" / "driver_types.h").read_text()
+    done = _compiles(root, [], tmp_path)  # no cudnn.h yet: the compiler must say so
+    assert done.returncode != 0 and "cudnn.h" in done.stderr
+
+
+@pytest.mark.real_cudnn
+@pytest.mark.parametrize("wheel", ["nvidia_cudnn_cu11-8.9.6.50", "nvidia_cudnn_cu12-9.1.0.70"])
+def test_nvidia_headers_compile_against_a_fixture_root(wheel, tmp_path, compiler):
+    """NVIDIA's own cuDNN headers (from the pip wheel) compile against a generated CUDA root."""
+    cache = os.environ.get("CUDNN_SETUP_WHEEL_CACHE")
+    if not cache:
+        pytest.skip("set CUDNN_SETUP_WHEEL_CACHE to a directory holding NVIDIA's cuDNN wheels")
+    found = sorted(Path(cache).glob(f"{wheel}-*.whl"))
+    if not found:
+        pytest.skip(f"no {wheel} wheel in {cache}")
+    with zipfile.ZipFile(found[0]) as z:
+        for name in z.namelist():
+            if name.startswith("nvidia/cudnn/include/") and name.endswith(".h"):
+                z.extract(name, tmp_path / "wheel")
+    root = make_cuda_root(tmp_path / "cuda", "12.4" if "cu12" in wheel else "11.8", "lib",
+                          cc=compiler)
+    done = _compiles(root, [tmp_path / "wheel" / "nvidia" / "cudnn" / "include"], tmp_path)
+    assert done.returncode == 0, done.stderr
