@@ -1,0 +1,1 @@
+"""Facts about the machine and the files on it, read without changing anything."""
