@@ -52,7 +52,7 @@ def test_older_sub_library_first_on_the_path_is_reported_with_its_version(mixed)
     ops, cnn, adv, graph = out["sublibraries"]
     assert ops["path"] == str(old / "libcudnn_ops.so.9") == ops["mapped"]
     assert (ops["version"], ops["version_from"]) == (90000, "cudnnGetVersion")
-    assert ops["version_check"] == {"function": "cudnnOpsVersionCheck", "status": 2002}
+    assert ops["version_check"] == {"function": "cudnnOpsVersionCheck", "status": 2002, "mapped": []}
     assert cnn["loaded"] is False
     assert "libcudnn_cnn.so.9: cannot open shared object file" in cnn["dlerror"]
     assert adv["signal"] == "SIGABRT" and "died of SIGABRT" in adv["error"]
@@ -70,6 +70,19 @@ def test_coherent_set_passes_cudnns_own_version_check(mixed):
     [ops] = out["sublibraries"]
     assert ops["path"] == str(new / "libcudnn_ops.so.9") and ops["version"] == 90100
     assert ops["version_check"]["status"] == 0
+
+
+def test_cudnns_own_loading_uses_its_runpath_where_a_soname_dlopen_does_not(tmp_path):
+    w = tmp_path / "w"
+    lib = tmp_path / "wheel" / "nvidia" / "cudnn" / "lib"
+    build(lib / "libcudnn_cnn.so.9", "libcudnn_cnn.so.9", work=w, version=90100)
+    main = build(lib / "libcudnn.so.9", "libcudnn.so.9", work=w, version=90100, runpath="$ORIGIN",
+                 check=("cudnnCnnVersionCheck", "libcudnn_cnn.so.9"))
+    out, _ = run_probe("sublibs", [main, "libcudnn_cnn.so.9"], {})
+    [cnn] = out["sublibraries"]
+    assert cnn["loaded"] is False  # no LD_LIBRARY_PATH: a plain dlopen by soname cannot find it
+    assert cnn["version_check"] == {"function": "cudnnCnnVersionCheck", "status": 0,
+                                    "mapped": [str(lib / "libcudnn_cnn.so.9")]}
 
 
 def test_main_library_that_cannot_load_says_why(tmp_path):

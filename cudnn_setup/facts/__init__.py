@@ -1,1 +1,0 @@
-"""Facts about the machine and the files on it, read without changing anything."""

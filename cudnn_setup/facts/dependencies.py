@@ -117,6 +117,16 @@ NEEDS: tuple[Need, ...] = (
 
 _BY_STEM = {n.stem: n for n in NEEDS}
 
+# cuDNN's wheels carry RUNPATH $ORIGIN:$ORIGIN/../../cublas/lib:$ORIGIN/../../nvrtc/lib. The
+# cuBLAS wheel installs into nvidia/cublas/lib, which matches; the NVRTC wheel installs into
+# nvidia/cuda_nvrtc/lib (nvidia-cuda-nvrtc-cu12 12.4.127), which does not [wheel].
+_WHEEL_NOTE = {
+    "libcublasLt.so": "a cuDNN wheel in the same site-packages finds it through its RUNPATH",
+    "libcublas.so": "a cuDNN wheel in the same site-packages finds it through its RUNPATH",
+    "libnvrtc.so": "its directory (site-packages/nvidia/cuda_nvrtc/lib) is not in the cuDNN "
+                   "wheel's RUNPATH (…/nvidia/nvrtc/lib): add it to LD_LIBRARY_PATH too",
+}
+
 
 def stem_of(name: str) -> str:
     i = name.find(".so")
@@ -191,8 +201,7 @@ def fixes(name: str, cuda_version: str | None, manager: str | None,
             out.append(Fix("package", f"{cmd} {name_}", detail))
     if need.wheel and major is not None and major >= 11:
         out.append(Fix("wheel", "pip install " + need.wheel.format(suffix=wheel_suffix(major)),
-                       "a cuDNN wheel finds it in the same site-packages through its RUNPATH"
-                       if need.stem.startswith("libcublas") else ""))
+                       _WHEEL_NOTE.get(need.stem, "")))
     return out
 
 

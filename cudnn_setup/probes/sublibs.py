@@ -7,8 +7,11 @@ forked child, so one that aborts (cuDNN 8.9 does, with a sub-library missing) or
 only its own entry. For each: the file the loader mapped (its link-map name and the file
 /proc/self/maps shows at its base), the version (cudnnGetVersion when that object itself
 exports it, else the number in the file name) and dlerror() when it fails. The versions cuDNN
-reports through its own cudnn<Sub>VersionCheck() functions, which load the sub-library the
-way cuDNN does, are added where libcudnn exports them.
+reports through its own cudnn<Sub>VersionCheck() functions are added where libcudnn exports
+them, with the files that call mapped: those load the sub-library the way cuDNN does, from
+libcudnn and so with its RUNPATH ($ORIGIN in NVIDIA's wheels and archives), which a dlopen by
+soname from this script does not have. 0 is CUDNN_STATUS_SUCCESS; 2001/2002 (cuDNN 9) are
+SUBLIBRARY_LOADING_FAILED and SUBLIBRARY_VERSION_MISMATCH.
 
 Prints one JSON line. Standard library only.
 """
@@ -168,12 +171,30 @@ def check_function(soname):
     return "cudnn" + "".join(p.title() for p in m.group(1).split("_")) + "VersionCheck"
 
 
+def mapped_cudnn_files():
+    """Files named libcudnn* mapped into this process, from /proc/self/maps."""
+    found = set()
+    try:
+        with open("/proc/self/maps", "rb") as f:
+            for line in f:
+                parts = line.split(None, 5)
+                if len(parts) == 6 and os.path.basename(parts[5].strip()).startswith(b"libcudnn"):
+                    found.add(_text(parts[5].strip()))
+    except OSError:
+        pass
+    return found
+
+
 def version_check(main, name):
+    """Call cuDNN's own check: it loads the sub-library the way cuDNN does (from libcudnn, so
+    with libcudnn's RUNPATH), and the files it mapped show which copy it took."""
     def work():
+        before = mapped_cudnn_files()
         fn = getattr(main, name)
         fn.restype = ctypes.c_int
         fn.argtypes = []
-        return {"status": int(fn())}
+        status = int(fn())
+        return {"status": status, "mapped": sorted(mapped_cudnn_files() - before)}
     return work
 
 
