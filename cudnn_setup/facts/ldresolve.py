@@ -619,10 +619,10 @@ class Dependency:
     candidates: tuple[str, ...] = ()
 
     def to_dict(self) -> dict:
+        res = self.resolution.to_dict()
         return {"requester": self.requester, "name": self.name, "kind": self.kind,
-                "candidates": list(self.candidates or (self.name,)),
-                **{k: v for k, v in self.resolution.to_dict().items() if k != "name"},
-                "resolved_name": self.resolution.name}
+                "candidates": list(self.candidates or (self.name,)), "tried_last": res.pop("name"),
+                **res}
 
 
 def closure(roots: Sequence[str | os.PathLike], env: Environment, versions: Versions = Versions(),

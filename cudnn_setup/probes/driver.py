@@ -115,7 +115,10 @@ def main(argv):
     release, release_from = driver_release()
     if release:
         out["driver_version"], out["driver_version_from"] = release, release_from
-    why = from_libcuda(out)
+    try:
+        why = from_libcuda(out)
+    except AttributeError as exc:  # a libcuda.so.1 without the driver API's entry points
+        why = f"libcuda.so.1 lacks a driver API function ({exc})"
     if why is not None:
         smi_why = None if "--no-smi" in argv else from_smi(out)
         if out["status"] is None:
