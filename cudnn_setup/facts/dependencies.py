@@ -1,0 +1,225 @@
+"""What cuDNN's run-time dependencies are for, how bad a missing one is, and how to get it.
+
+Which libraries a cuDNN needs is read from the libraries themselves (DT_NEEDED entries and the
+names they keep for dlopen, see ldresolve); this table only says what each known one is for.
+
+Sources:
+  [run]   NVIDIA, "Building and Running a cuDNN Dependent Program":
+          https://docs.nvidia.com/deeplearning/cudnn/installation/build-run-cudnn.html
+          (libz.so "required by ld.so at load-time"; libcublasLt.so "required by dlopen() at
+          runtime when using certain convolution engines, legacy convolution APIs, RNN APIs, and
+          legacy multihead attention APIs"; libnvrtc.so "required by dlopen() at runtime when
+          using runtime-compiled engines")
+  [9.0]   cuDNN 9.0.0 release notes: "cuDNN no longer depends on the cuBLAS library; instead
+          cuDNN now depends on the cuBLASLt library"
+          https://docs.nvidia.com/deeplearning/cudnn/backend/latest/release-notes.html
+  [zlib]  cuDNN installation guide, "Installing Zlib" (apt-get install zlib1g / yum install zlib):
+          https://docs.nvidia.com/deeplearning/cudnn/installation/linux.html
+  [nvrtc] NVRTC user guide (libnvrtc loads libnvrtc-builtins at run time):
+          https://docs.nvidia.com/cuda/nvrtc/index.html
+  [wheel] the libraries of nvidia-cudnn-cu12 9.1.0.70 and nvidia-cudnn-cu11 8.9.6.50 as read on
+          this project's machines: DT_NEEDED libz.so.1 in libcudnn_graph.so.9 and
+          libcudnn_cnn_infer.so.8, which import zlib's inflateInit2_/inflate/inflateEnd/deflateEnd
+          (nm -D); embedded names libcublasLt.so.12, libnvrtc.so.%d, libcublas.so.11,
+          libcublasLt.so.11, libnvrtc.so.%d.%d, libcuda.so.1; libcask_profile_interface.so next
+          to "CASK_INJECTION64_PATH" and "InitializeInjectionCask".
+  [pypi]  PyPI: nvidia-cublas-cu11/-cu12, nvidia-cuda-nvrtc-cu11/-cu12; for CUDA 13 the
+          unsuffixed nvidia-cublas and nvidia-cuda-nvrtc (nvidia-cublas-cu13 and
+          nvidia-cuda-nvrtc-cu13 are 0.0.1 placeholders: "DEPRECATED: Use nvidia-cublas instead").
+  [repo]  NVIDIA's CUDA repositories name packages per CUDA major-minor: libcublas-12-4,
+          cuda-nvrtc-12-4 (CUDA installation guide for Linux, "Meta Packages"/package names:
+          https://docs.nvidia.com/cuda/cuda-installation-guide-linux/); Ubuntu's own multiverse
+          archive has libcublas12, libcublaslt12, libnvrtc12.
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Sequence
+
+FAIL, WARN, SKIP = "fail", "warn", "skip"
+
+APT, DNF, ZYPPER = "apt", "dnf", "zypper"
+_FAMILIES = {
+    APT: {"debian", "ubuntu", "linuxmint", "pop", "raspbian"},
+    DNF: {"rhel", "fedora", "centos", "rocky", "almalinux", "ol", "amzn", "scientific"},
+    ZYPPER: {"sles", "opensuse", "opensuse-leap", "opensuse-tumbleweed", "suse"},
+}
+
+
+@dataclass(frozen=True)
+class Need:
+    """One known run-time dependency, by the library's base name (up to ".so")."""
+
+    stem: str
+    component: str
+    needed_for: str
+    missing: str  # fail | warn | skip: how a check rates its absence
+    why: str  # why that rating
+    sources: tuple[str, ...]
+    # package names per manager; "{M}" the CUDA major, "{m}" its minor
+    packages: tuple[tuple[str, str], ...] = ()
+    wheel: str | None = None  # "{suffix}": "-cu11", "-cu12", "" for CUDA 13 and later
+
+
+NEEDS: tuple[Need, ...] = (
+    Need("libz.so", "zlib",
+         "loading cuDNN at all: libcudnn_graph.so.9 (9.x) and libcudnn_cnn_infer.so.8 (8.x) list "
+         "libz.so.1 as DT_NEEDED and call zlib's inflate to unpack data they carry compressed",
+         FAIL, "ld.so refuses to load the sub-library, and with it every cuDNN call",
+         ("[run]", "[zlib]", "[wheel]"),
+         ((APT, "zlib1g"), (DNF, "zlib"), (ZYPPER, "libz1"))),
+    Need("libcublasLt.so", "cuBLASLt",
+         "engines that use cuBLASLt: certain convolution engines, the legacy convolution API "
+         "(cudnnConvolutionForward, which Theano and most frameworks call), RNN and legacy "
+         "multi-head attention",
+         FAIL, "cuDNN loads, but convolutions through the legacy API fail when it dlopens cuBLASLt",
+         ("[run]", "[9.0]", "[wheel]"),
+         ((APT, "libcublas-{M}-{m}"), (DNF, "libcublas-{M}-{m}"), (ZYPPER, "libcublas-{M}-{m}")),
+         "nvidia-cublas{suffix}"),
+    Need("libcublas.so", "cuBLAS",
+         "cuDNN 8.x GEMM-based paths (libcudnn_ops_infer.so.8 opens it; cuDNN 9 dropped it)",
+         FAIL, "cuDNN 8 operations that call cuBLAS fail at run time",
+         ("[9.0]", "[wheel]"),
+         ((APT, "libcublas-{M}-{m}"), (DNF, "libcublas-{M}-{m}"), (ZYPPER, "libcublas-{M}-{m}")),
+         "nvidia-cublas{suffix}"),
+    Need("libnvrtc.so", "NVRTC",
+         "runtime-compiled engines: cuDNN 9's libcudnn_engines_runtime_compiled and 8.x's "
+         "runtime fusion engines in libcudnn_cnn_infer/ops_infer",
+         WARN, "precompiled engines still run; fused operation graphs that need runtime "
+         "compilation are not available",
+         ("[run]", "[wheel]"),
+         ((APT, "cuda-nvrtc-{M}-{m}"), (DNF, "cuda-nvrtc-{M}-{m}"), (ZYPPER, "cuda-nvrtc-{M}-{m}")),
+         "nvidia-cuda-nvrtc{suffix}"),
+    Need("libnvrtc-builtins.so", "NVRTC builtins",
+         "NVRTC itself: libnvrtc opens it when it compiles, so runtime-compiled engines need both",
+         WARN, "as for NVRTC: only runtime-compiled engines are affected",
+         ("[nvrtc]",),
+         ((APT, "cuda-nvrtc-{M}-{m}"), (DNF, "cuda-nvrtc-{M}-{m}"), (ZYPPER, "cuda-nvrtc-{M}-{m}")),
+         "nvidia-cuda-nvrtc{suffix}"),
+    Need("libcuda.so", "the NVIDIA driver (user-mode CUDA driver)",
+         "everything that runs on a GPU",
+         FAIL, "without it nothing runs on the GPU; on a machine with no NVIDIA driver at all this "
+         "is rated skip, since there is nothing cuDNN could run on",
+         ("[wheel]",),
+         ((APT, "cuda-drivers"), (DNF, "nvidia-driver-cuda-libs"), (ZYPPER, "nvidia-compute-G06"))),
+    Need("libcask_profile_interface.so", "kernel profiling injection",
+         "nothing by default: loaded only when CASK_INJECTION64_PATH asks for a profiling hook",
+         SKIP, "optional; no CUDA or cuDNN package ships it",
+         ("[wheel]",)),
+    Need("libcudnn", "cuDNN's own sub-libraries",
+         "the part of cuDNN the sub-library holds (ops, cnn, adv, graph, heuristic, engines)",
+         FAIL, "cuDNN returns CUDNN_STATUS_SUBLIBRARY_LOADING_FAILED or aborts",
+         ("[wheel]",)),
+)
+
+_BY_STEM = {n.stem: n for n in NEEDS}
+
+# cuDNN's wheels carry RUNPATH $ORIGIN:$ORIGIN/../../cublas/lib:$ORIGIN/../../nvrtc/lib. The
+# cuBLAS wheel installs into nvidia/cublas/lib, which matches; the NVRTC wheel installs into
+# nvidia/cuda_nvrtc/lib (nvidia-cuda-nvrtc-cu12 12.4.127), which does not [wheel].
+_WHEEL_NOTE = {
+    "libcublasLt.so": "a cuDNN wheel in the same site-packages finds it through its RUNPATH",
+    "libcublas.so": "a cuDNN wheel in the same site-packages finds it through its RUNPATH",
+    "libnvrtc.so": "its directory (site-packages/nvidia/cuda_nvrtc/lib) is not in the cuDNN "
+                   "wheel's RUNPATH (…/nvidia/nvrtc/lib): add it to LD_LIBRARY_PATH too",
+}
+
+
+def stem_of(name: str) -> str:
+    i = name.find(".so")
+    return name[:i + 3] if i >= 0 else name
+
+
+def classify(name: str) -> Need | None:
+    """The table's entry for a soname ("libcublasLt.so.12" → cuBLASLt), None when unknown."""
+    if name.startswith("libcudnn"):
+        return _BY_STEM["libcudnn"]
+    return _BY_STEM.get(stem_of(name))
+
+
+def severity(name: str, driver_present: bool) -> str:
+    """How a check rates this library being missing; unknown libraries are a warning."""
+    need = classify(name)
+    if need is None:
+        return WARN
+    if need.stem == "libcuda.so" and not driver_present:
+        return SKIP
+    return need.missing
+
+
+def package_manager(distro_id: str, like: str = "") -> str | None:
+    """apt, dnf or zypper for an os-release ID (and ID_LIKE), None when not one of those."""
+    ids = [distro_id.lower(), *like.lower().split()]
+    for manager, members in _FAMILIES.items():
+        if any(i in members or any(i.startswith(m) for m in members) for i in ids):
+            return manager
+    return None
+
+
+def this_distro() -> tuple[str, str]:
+    """(ID, ID_LIKE) of this machine, read by the `distro` package."""
+    import distro
+
+    return distro.id(), distro.like()
+
+
+def wheel_suffix(cuda_major: int) -> str:
+    return f"-cu{cuda_major}" if cuda_major <= 12 else ""
+
+
+@dataclass(frozen=True)
+class Fix:
+    how: str  # "package", "wheel", "directory"
+    text: str  # what to run or do
+    detail: str = ""
+
+
+def fixes(name: str, cuda_version: str | None, manager: str | None,
+          found_in: Sequence[Path] = ()) -> list[Fix]:
+    """Ways to provide a missing library: add a directory that has it, install the package of
+    this distro's manager, or the pip wheel. `cuda_version` "12.4" or "12"."""
+    need = classify(name)
+    out = [Fix("directory", f"add {d} to LD_LIBRARY_PATH or to a file in /etc/ld.so.conf.d/ "
+               "and run ldconfig", f"{name} is there") for d in found_in]
+    if need is None:
+        return out
+    major, minor = _split(cuda_version)
+    pkg = dict(need.packages).get(manager) if manager else None
+    if pkg:
+        if "{M}" in pkg and major is None:
+            pkg = None
+        else:
+            name_ = pkg.replace("{M}", str(major)).replace("{m}", str(minor) if minor is not None
+                                                            else "<minor>")
+            cmd = {APT: "apt-get install", DNF: "dnf install", ZYPPER: "zypper install"}[manager]
+            detail = ("from NVIDIA's CUDA repository; <minor> is the CUDA minor version you run"
+                      if "<minor>" in name_ else
+                      "from NVIDIA's CUDA repository" if "{M}" in dict(need.packages)[manager] else "")
+            out.append(Fix("package", f"{cmd} {name_}", detail))
+    if need.wheel and major is not None and major >= 11:
+        out.append(Fix("wheel", "pip install " + need.wheel.format(suffix=wheel_suffix(major)),
+                       _WHEEL_NOTE.get(need.stem, "")))
+    return out
+
+
+def _split(version: str | None) -> tuple[int | None, int | None]:
+    if not version:
+        return None, None
+    m = re.fullmatch(r"(\d+)(?:\.(\d+))?(?:\.\d+)*", version.strip())
+    if not m:
+        return None, None
+    return int(m.group(1)), int(m.group(2)) if m.group(2) is not None else None
+
+
+def find_elsewhere(candidates: Iterable[str], dirs: Iterable[str | os.PathLike]) -> list[Path]:
+    """Directories among `dirs` holding a file by one of the names (to suggest adding them)."""
+    names = list(candidates)
+    out = []
+    for d in dirs:
+        p = Path(d)
+        if any((p / n).is_file() for n in names):
+            out.append(p)
+    return list(dict.fromkeys(out))

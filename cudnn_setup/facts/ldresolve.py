@@ -1,0 +1,674 @@
+"""Where glibc's dynamic loader would find a library, worked out from the files alone.
+
+The search follows ld.so(8), "Finding shared objects"
+(https://man7.org/linux/man-pages/man8/ld.so.8.html), and the details it leaves out follow
+glibc's elf/dl-load.c (_dl_map_object, open_path, open_verify):
+
+  0. a name with a slash is a path, opened as it is (relative to the working directory);
+     a name that an already loaded object answers to (the name it was asked for, its path or
+     its DT_SONAME) is that object, wherever the file is;
+  1. DT_RPATH of the object that asks, then of the object that loaded it, and so on up to the
+     executable — only when the asking object has no DT_RUNPATH;
+  2. LD_LIBRARY_PATH (':' or ';' separated; an empty entry is the working directory);
+  3. DT_RUNPATH of the asking object itself (never inherited);
+  4. the ld.so.cache (entries for this ABI);
+  5. the trusted default directories, unless the asking object has DF_1_NODEFLIB.
+
+In each directory the loader tries its glibc-hwcaps (and, before glibc 2.37, legacy hwcap)
+subdirectories first. A candidate of the wrong ELF class or machine is passed over and the
+search goes on; any other defect (not ELF, truncated, a directory) ends the search with an
+error, as open_verify does. $ORIGIN, $LIB and $PLATFORM are expanded in RPATH, RUNPATH and
+LD_LIBRARY_PATH; $ORIGIN is the directory of the path the object was opened by, symlinks not
+resolved (dl-object.c), for the executable its real path.
+
+Nothing here reads os.environ or runs the loader unless asked: the environment, the cache
+entries and the loader's own facts are parameters, so tests control them.
+"""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Iterator, Sequence
+
+from elftools.common.exceptions import ELFError
+from elftools.elf.constants import SH_FLAGS
+from elftools.elf.dynamic import DynamicSection
+from elftools.elf.elffile import ELFFile
+
+# glibc's trusted directories when the loader cannot be asked (x86-64 Debian/Ubuntu, then
+# Fedora/RHEL/SUSE); probe_loader() replaces them with what the running ld.so says.
+FALLBACK_DEFAULT_DIRS = ("/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64",
+                         "/usr/lib64", "/lib", "/usr/lib")
+
+_EHDR_SIZE = {1: 52, 2: 64}
+_DF_1_NODEFLIB = 0x800
+_DST = re.compile(r"\$(?:\{(ORIGIN|LIB|PLATFORM)\}|(ORIGIN|LIB|PLATFORM)(?=/|$))")
+# `ldconfig -p`: "\tlibz.so.1 (libc6,x86-64, hwcap: "x86-64-v3") => /lib/x86_64-linux-gnu/libz.so.1"
+_CACHE_LINE = re.compile(r"^\s*(?P<name>\S+)\s+\((?P<flags>[^)]*)\)\s+=>\s+(?P<path>.+?)\s*$")
+# The ABI word ldconfig prints after "libc6," for each (e_machine, class); no word = the
+# architecture's default 32-bit ABI (ldconfig.c print_entry).
+_CACHE_ABI = {("EM_X86_64", 64): "x86-64", ("EM_X86_64", 32): "x32", ("EM_386", 32): "",
+              ("EM_AARCH64", 64): "AArch64", ("EM_PPC64", 64): "64bit",
+              ("EM_S390", 64): "64bit", ("EM_ARM", 32): "hard-float",
+              ("EM_RISCV", 64): "double-float"}
+
+# A soname as code names it for dlopen: "libz.so.1", "libcudnn_ops.so", and the templates
+# cuDNN fills in itself ("libnvrtc.so.%d", "libnvrtc.so.%d.%d"). Whole NUL-terminated strings
+# only, so error messages that mention a library are not taken for one.
+_RUNTIME_NAME = re.compile(rb"(lib[A-Za-z0-9_+\-]{1,200}\.so(?:\.(?:\d{1,9}|%d)){0,4})\x00")
+MAX_RUNTIME_NAMES = 256
+_SCAN_CHUNK = 1 << 20
+
+
+class NotLoadable(Exception):
+    """A file the loader cannot use; `fatal` when it ends the search (open_verify's `lose`)."""
+
+    def __init__(self, message: str, fatal: bool):
+        super().__init__(message)
+        self.fatal = fatal
+
+
+@dataclass(frozen=True)
+class ElfObject:
+    """What the loader reads from an object before and while mapping it."""
+
+    path: str
+    machine: str  # e_machine, as pyelftools names it: EM_X86_64, EM_386, EM_AARCH64 …
+    bits: int
+    little_endian: bool
+    kind: str  # ET_DYN, ET_EXEC
+    soname: str | None = None
+    needed: tuple[str, ...] = ()
+    rpath: tuple[str, ...] | None = None  # None: no DT_RPATH tag
+    runpath: tuple[str, ...] | None = None
+    nodeflib: bool = False
+
+    @property
+    def host(self) -> tuple[str, int, bool]:
+        return self.machine, self.bits, self.little_endian
+
+
+def read_object(path: str | os.PathLike) -> ElfObject:
+    """Read the loader's facts of one file; NotLoadable says why ld.so would refuse it."""
+    path = os.fspath(path)
+    try:
+        f = open(path, "rb")
+    except IsADirectoryError:
+        raise NotLoadable(f"{path}: cannot read file data: Is a directory", fatal=True) from None
+    except OSError as exc:
+        raise NotLoadable(f"{path}: cannot open shared object file: {exc.strerror}",
+                          fatal=False) from None
+    with f:
+        try:
+            head = f.read(64)
+        except IsADirectoryError:
+            raise NotLoadable(f"{path}: cannot read file data: Is a directory", fatal=True) from None
+        if not head.startswith(b"\x7fELF"):
+            raise NotLoadable(f"{path}: {'file too short' if len(head) < 52 else 'invalid ELF header'}",
+                              fatal=True)
+        if head[4] not in _EHDR_SIZE or len(head) < _EHDR_SIZE[head[4]]:
+            raise NotLoadable(f"{path}: {'file too short' if len(head) < 52 else 'invalid ELF header'}",
+                              fatal=True)
+        f.seek(0)
+        try:
+            elf = ELFFile(f)
+            obj = _facts(path, elf)
+        except (ELFError, ValueError, KeyError, AssertionError, OSError) as exc:
+            raise NotLoadable(f"{path}: invalid ELF file ({exc})", fatal=True) from None
+    if obj.kind not in ("ET_DYN", "ET_EXEC"):
+        raise NotLoadable(f"{path}: only ET_DYN and ET_EXEC can be loaded", fatal=True)
+    return obj
+
+
+def _split_path(value: str, seps: str = ":") -> tuple[str, ...]:
+    return tuple(re.split(f"[{re.escape(seps)}]", value))
+
+
+def _facts(path: str, elf: ELFFile) -> ElfObject:
+    soname, needed, rpath, runpath, nodeflib = None, [], None, None, False
+    for section in elf.iter_sections():
+        if not isinstance(section, DynamicSection):
+            continue
+        for tag in section.iter_tags():
+            kind = tag.entry.d_tag
+            if kind == "DT_NEEDED":
+                needed.append(tag.needed)
+            elif kind == "DT_SONAME":
+                soname = tag.soname
+            elif kind == "DT_RPATH":
+                rpath = _split_path(tag.rpath)
+            elif kind == "DT_RUNPATH":
+                runpath = _split_path(tag.runpath)
+            elif kind == "DT_FLAGS_1":
+                nodeflib = bool(tag.entry.d_val & _DF_1_NODEFLIB)
+        break
+    return ElfObject(path=path, machine=elf.header["e_machine"], bits=elf.elfclass,
+                     little_endian=elf.little_endian, kind=elf.header["e_type"], soname=soname,
+                     needed=tuple(needed), rpath=rpath, runpath=runpath, nodeflib=nodeflib)
+
+
+# --- the loader's own facts and its cache ----------------------------------------------------
+
+@dataclass(frozen=True)
+class LoaderFacts:
+    """How this machine's ld.so expands names and which directories it searches by itself."""
+
+    lib: str = "lib64"  # $LIB
+    platform: str = "x86_64"  # $PLATFORM (AT_PLATFORM)
+    default_dirs: tuple[str, ...] = FALLBACK_DEFAULT_DIRS
+    subdirs: tuple[str, ...] = ("",)  # tried in each directory, in order; "" is the directory
+    found_via: str = "built-in defaults"
+
+
+def probe_loader(program: str = "/bin/true", interpreter: str | None = None,
+                 timeout: float = 10.0) -> LoaderFacts:
+    """Ask the real ld.so: `ld.so --help` lists the default directories (glibc 2.33+), and one
+    run of `program` under LD_DEBUG=libs shows how $LIB, $PLATFORM and the hwcaps
+    subdirectories expand. Falls back to built-in defaults, saying so in `found_via`."""
+    facts = LoaderFacts()
+    interp = interpreter or _interpreter_of(program)
+    dirs: list[str] = []
+    if interp:
+        try:
+            out = subprocess.run([interp, "--help"], capture_output=True, timeout=timeout,
+                                 env={}).stdout.decode(errors="replace")
+            dirs = re.findall(r"^\s+(/\S+) \(system search path\)$", out, re.M)
+        except (OSError, subprocess.SubprocessError):
+            pass
+    marker = "/nonexistent-cudnn-setup-probe"
+    try:
+        done = subprocess.run([program], capture_output=True, timeout=timeout,
+                              env={"LD_LIBRARY_PATH": f"{marker}/$LIB/@/$PLATFORM/@",
+                                   "LD_DEBUG": "libs"})
+        err = done.stderr.decode(errors="replace")
+    except (OSError, subprocess.SubprocessError):
+        err = ""
+    m = re.search(r"search path=(\S*)\s+\(LD_LIBRARY_PATH\)", err)
+    if not m:
+        if dirs:
+            return LoaderFacts(default_dirs=tuple(dirs), found_via=f"{interp} --help")
+        return facts
+    entries = m.group(1).split(":")
+    base = entries[-1]  # the directory itself comes last
+    lib_platform = re.fullmatch(re.escape(marker) + r"/(.+)/@/(.+)/@", base)
+    subdirs = tuple(e[len(base) + 1:] for e in entries[:-1] if e.startswith(base + "/")) + ("",)
+    return LoaderFacts(lib=lib_platform.group(1) if lib_platform else facts.lib,
+                       platform=lib_platform.group(2) if lib_platform else facts.platform,
+                       default_dirs=tuple(dirs) or facts.default_dirs, subdirs=subdirs,
+                       found_via=f"{interp} --help and LD_DEBUG=libs {program}")
+
+
+def _interpreter_of(program: str) -> str | None:
+    try:
+        with open(program, "rb") as f:
+            elf = ELFFile(f)
+            for seg in elf.iter_segments():
+                if seg.header.p_type == "PT_INTERP":
+                    return seg.get_interp_name()
+    except (OSError, ELFError, ValueError):
+        return None
+    return None
+
+
+@dataclass(frozen=True)
+class CacheEntry:
+    name: str
+    path: str
+    abi: str  # "x86-64", "" (32-bit default ABI), "AArch64" …
+    hwcap: str | None = None  # glibc-hwcaps subdirectory the entry is for, if any
+
+
+def parse_ldconfig_p(text: str) -> list[CacheEntry]:
+    """Entries of `ldconfig -p` output; lines that do not parse are ignored."""
+    out = []
+    for line in text.splitlines():
+        m = _CACHE_LINE.match(line)
+        if not m:
+            continue
+        flags = [f.strip() for f in m["flags"].split(",")]
+        if not flags or not flags[0].startswith("libc"):
+            continue
+        abi, hwcap, legacy = "", None, False
+        for flag in flags[1:]:
+            if flag.startswith("hwcap:"):
+                value = flag.split(":", 1)[1].strip()
+                if value.startswith('"'):
+                    hwcap = value.strip('"')
+                else:
+                    legacy = True  # numeric legacy hwcap masks: glibc 2.37 dropped them
+            elif flag.startswith("OS ABI:"):
+                continue
+            else:
+                abi = flag
+        if not legacy:
+            out.append(CacheEntry(m["name"], m["path"], abi, hwcap))
+    return out
+
+
+def read_cache(ldconfig: str | None = None, cache_file: str | None = None,
+               timeout: float = 30.0) -> list[CacheEntry]:
+    """The loader cache as `ldconfig -p` prints it ([] when ldconfig cannot be run)."""
+    binary = ldconfig or next((p for p in ("/sbin/ldconfig", "/usr/sbin/ldconfig")
+                               if os.access(p, os.X_OK)), None)
+    if binary is None:
+        return []
+    cmd = [binary, "-p"] + (["-C", cache_file] if cache_file else [])
+    try:
+        done = subprocess.run(cmd, capture_output=True, timeout=timeout)
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return parse_ldconfig_p(done.stdout.decode(errors="replace")) if done.returncode == 0 else []
+
+
+# --- one process's view -----------------------------------------------------------------------
+
+@dataclass
+class Environment:
+    """What a process's loader works from: its variables, the cache, the loader's facts."""
+
+    ld_library_path: str | None = None
+    cache: Sequence[CacheEntry] = ()
+    facts: LoaderFacts = field(default_factory=LoaderFacts)
+    cwd: str = "/"
+    executable: str | None = None  # its DT_RPATH counts last in the RPATH chain
+    inhibit_cache: bool = False
+
+
+@dataclass
+class Loaded:
+    """An object in the emulated process: how it was opened and who loaded it."""
+
+    obj: ElfObject
+    opened_as: str
+    loader: "Loaded | None"
+    names: set[str] = field(default_factory=set)
+
+    @property
+    def origin(self) -> str:
+        return os.path.dirname(self.opened_as) or "."
+
+
+@dataclass
+class Resolution:
+    name: str
+    path: str | None = None  # as the loader opens it (search dir + name), symlinks kept
+    via: str | None = None
+    error: str | None = None  # the loader's message when it gives up
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # (candidate, why passed over)
+
+    @property
+    def found(self) -> bool:
+        return self.path is not None
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "path": self.path, "via": self.via, "error": self.error,
+                "skipped": [list(s) for s in self.skipped]}
+
+
+class Process:
+    """Loads objects into an emulated process the way ld.so does, without running them."""
+
+    def __init__(self, env: Environment, host: tuple[str, int, bool] | None = None):
+        self.env = env
+        self.loaded: list[Loaded] = []
+        self._by_name: dict[str, Loaded] = {}
+        self._by_file: dict[tuple[int, int], Loaded] = {}
+        self.main: Loaded | None = None
+        self.host = host
+        if env.executable:
+            exe = read_object(env.executable)
+            self.main = Loaded(exe, os.path.realpath(env.executable), None)
+            self.host = self.host or exe.host
+
+    # DST expansion (dl-load.c _dl_dst_substitute)
+    def _expand(self, entry: str, origin: str) -> str:
+        facts = self.env.facts
+
+        def sub(m: re.Match) -> str:
+            key = m.group(1) or m.group(2)
+            return {"ORIGIN": origin, "LIB": facts.lib, "PLATFORM": facts.platform}[key]
+
+        expanded = _DST.sub(sub, entry)
+        return expanded or self.env.cwd
+
+    def _dirs(self, entries: Iterable[str], origin: str) -> Iterator[str]:
+        for entry in entries:
+            directory = self._expand(entry, origin)
+            if not os.path.isabs(directory):
+                directory = os.path.join(self.env.cwd, directory)
+            for sub in self.env.facts.subdirs:
+                yield os.path.join(directory, sub) if sub else directory
+
+    def _candidate(self, path: str, res: Resolution) -> ElfObject | None:
+        """open_verify: the object, None to go on searching, NotLoadable to stop."""
+        if not os.path.lexists(path) or (os.path.islink(path) and not os.path.exists(path)):
+            return None
+        try:
+            obj = read_object(path)
+        except NotLoadable as exc:
+            if exc.fatal:
+                raise
+            res.skipped.append((path, str(exc).split(": ", 1)[-1]))
+            return None
+        if self.host and obj.bits != self.host[1]:
+            res.skipped.append((path, f"wrong ELF class: ELFCLASS{obj.bits}"))
+            return None
+        if self.host and (obj.machine != self.host[0] or obj.little_endian != self.host[2]):
+            res.skipped.append((path, f"built for {obj.machine}, not {self.host[0]}"))
+            return None
+        return obj
+
+    def _search(self, name: str, dirs: Iterable[str], res: Resolution) -> ElfObject | None:
+        for directory in dirs:
+            obj = self._candidate(os.path.join(directory, name), res)
+            if obj is not None:
+                return obj
+        return None
+
+    def _cache_lookup(self, name: str, res: Resolution) -> ElfObject | None:
+        if self.env.inhibit_cache:
+            return None
+        abi = _CACHE_ABI.get((self.host[0], self.host[1])) if self.host else None
+        matches = [e for e in self.env.cache if e.name == name and (abi is None or e.abi == abi)]
+        order = {sub: i for i, sub in enumerate(self.env.facts.subdirs)}
+        # glibc-hwcaps entries the CPU supports come before the plain one (dl-cache.c)
+        matches.sort(key=lambda e: order.get(f"glibc-hwcaps/{e.hwcap}", -1) if e.hwcap else len(order))
+        for entry in matches:
+            if entry.hwcap and f"glibc-hwcaps/{entry.hwcap}" not in order:
+                continue
+            obj = self._candidate(entry.path, res)
+            if obj is not None:
+                return obj
+        return None
+
+    def find(self, name: str, requester: Loaded | None) -> tuple[Resolution, Loaded | None]:
+        """Resolve `name` as asked by `requester` (DT_NEEDED or its dlopen) and load it."""
+        res = Resolution(name)
+        if name in self._by_name:
+            hit = self._by_name[name]
+            res.path, res.via = hit.opened_as, "already loaded"
+            return res, hit
+        if self.host is None and requester is not None:
+            self.host = requester.obj.host
+        try:
+            obj, via = self._locate(name, requester, res)
+        except NotLoadable as exc:
+            res.error = str(exc)
+            return res, None
+        if obj is None:
+            wrong_class = next((why for _, why in res.skipped if why.startswith("wrong ELF class")), None)
+            res.error = f"{name}: {wrong_class}" if wrong_class else \
+                f"{name}: cannot open shared object file: No such file or directory"
+            return res, None
+        res.path, res.via = obj.path, via
+        return res, self._add(obj, name, requester)
+
+    def _locate(self, name: str, req: Loaded | None, res: Resolution) -> tuple[ElfObject | None, str]:
+        if "/" in name:
+            path = name if os.path.isabs(name) else os.path.join(self.env.cwd, name)
+            return self._candidate(path, res), "path"
+        if req is None or req.obj.runpath is None:
+            chain, seen_main = [], False
+            node = req
+            while node is not None:
+                chain.append(node)
+                seen_main |= node is self.main
+                node = node.loader
+            if self.main is not None and not seen_main:
+                chain.append(self.main)
+            for owner in chain:
+                if owner.obj.rpath is not None:
+                    hit = self._search(name, self._dirs(owner.obj.rpath, owner.origin), res)
+                    if hit:
+                        return hit, f"DT_RPATH of {owner.opened_as}"
+        if self.env.ld_library_path is not None:
+            origin = self.main.origin if self.main else self.env.cwd
+            hit = self._search(name, self._dirs(_split_path(self.env.ld_library_path, ":;"), origin), res)
+            if hit:
+                return hit, "LD_LIBRARY_PATH"
+        if req is not None and req.obj.runpath is not None:
+            hit = self._search(name, self._dirs(req.obj.runpath, req.origin), res)
+            if hit:
+                return hit, f"DT_RUNPATH of {req.opened_as}"
+        hit = self._cache_lookup(name, res)
+        if hit:
+            return hit, "ld.so.cache"
+        nodeflib = (req or self.main).obj.nodeflib if (req or self.main) else False
+        if not nodeflib:
+            hit = self._search(name, (os.path.join(d, s) if s else d
+                                      for d in self.env.facts.default_dirs
+                                      for s in self.env.facts.subdirs), res)
+            if hit:
+                return hit, "default directories"
+        return None, ""
+
+    def _add(self, obj: ElfObject, name: str, requester: Loaded | None) -> Loaded:
+        try:
+            st = os.stat(obj.path)
+            key = (st.st_dev, st.st_ino)
+        except OSError:
+            key = None
+        if key and key in self._by_file:  # the same file under another name is not loaded twice
+            hit = self._by_file[key]
+            hit.names.add(name)
+            self._by_name[name] = hit
+            return hit
+        item = Loaded(obj, obj.path, requester, {name, obj.path})
+        if obj.soname:
+            item.names.add(obj.soname)
+        for n in item.names:
+            self._by_name.setdefault(n, item)
+        if key:
+            self._by_file[key] = item
+        self.loaded.append(item)
+        return item
+
+    def load_with_needed(self, name: str, requester: Loaded | None) \
+            -> tuple[Resolution, Loaded | None, list[tuple[Loaded, Resolution]]]:
+        """dlopen(): the object, then its DT_NEEDED entries breadth first (dl-deps.c)."""
+        res, item = self.find(name, requester)
+        needed: list[tuple[Loaded, Resolution]] = []
+        if item is None or res.via == "already loaded":
+            return res, item, needed
+        queue, seen = deque([item]), {id(item)}
+        while queue:
+            cur = queue.popleft()
+            for dep in cur.obj.needed:
+                dep_res, dep_item = self.find(dep, cur)
+                needed.append((cur, dep_res))
+                if dep_item is not None and id(dep_item) not in seen and dep_res.via != "already loaded":
+                    seen.add(id(dep_item))
+                    queue.append(dep_item)
+        return res, item, needed
+
+
+# --- names a library opens at run time --------------------------------------------------------
+
+def _scan_ranges(path: str) -> list[tuple[int, int]]:
+    """File ranges holding read-only data: .rodata* sections, else read-only PT_LOAD segments."""
+    with open(path, "rb") as f:
+        elf = ELFFile(f)
+        ranges = []
+        for section in elf.iter_sections():
+            flags = section["sh_flags"]
+            if (section.name.startswith(".rodata") and section["sh_type"] == "SHT_PROGBITS"
+                    and flags & SH_FLAGS.SHF_ALLOC
+                    and not flags & (SH_FLAGS.SHF_WRITE | SH_FLAGS.SHF_EXECINSTR)):
+                ranges.append((section["sh_offset"], section["sh_size"]))
+        if not ranges and elf.num_sections() == 0:
+            for seg in elf.iter_segments():
+                if seg["p_type"] == "PT_LOAD" and seg["p_flags"] == 4:  # PF_R only
+                    ranges.append((seg["p_offset"], seg["p_filesz"]))
+    return ranges
+
+
+def runtime_names(path: str | os.PathLike, limit: int = MAX_RUNTIME_NAMES) -> list[str]:
+    """Sonames a library keeps as whole strings in its read-only data, as code that dlopens
+    them at run time does (cuDNN: "libcublasLt.so.12", "libz.so.1", "libnvrtc.so.%d",
+    "libcudnn_ops.so"). Read in chunks; at most `limit` distinct names, in file order."""
+    path = os.fspath(path)
+    found: dict[str, None] = {}
+    try:
+        ranges = _scan_ranges(path)
+    except (OSError, ELFError, ValueError, AssertionError):
+        return []
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        for offset, length in ranges:
+            end = min(offset + length, size)
+            f.seek(offset)
+            carry = b""
+            pos = offset
+            while pos < end:
+                chunk = f.read(min(_SCAN_CHUNK, end - pos))
+                if not chunk:
+                    break
+                pos += len(chunk)
+                buf = carry + chunk
+                last = buf.rfind(b"\x00")
+                if last < 0:
+                    carry = buf[-256:] if len(buf) <= 256 else b"\xff"
+                    continue
+                for m in _RUNTIME_NAME.finditer(buf, 0, last + 1):
+                    if m.start() and buf[m.start() - 1]:
+                        continue  # the tail of a longer string
+                    found.setdefault(m.group(1).decode("ascii"), None)
+                    if len(found) >= limit:
+                        return list(found)
+                tail = buf[last + 1:]
+                carry = tail if len(tail) <= 256 else b"\xff"  # too long to be a name
+    return list(found)
+
+
+def _stem(name: str) -> str:
+    return name[:name.index(".so") + 3]
+
+
+@dataclass(frozen=True)
+class Versions:
+    """Numbers the library fills into the names it builds: cuDNN's own and its CUDA's."""
+
+    cudnn: str | None = None  # "9.1.0"
+    cuda: str | None = None  # "12.4"
+
+
+def runtime_requests(names: Sequence[str], requester_soname: str | None,
+                     versions: Versions = Versions()) -> list[tuple[str, tuple[str, ...]]]:
+    """Group embedded names by library into (label, candidates tried in order).
+
+    cuDNN 9 builds a sub-library's name from its base ("libcudnn_ops.so") and its own
+    version, trying .M.m.p, .M.m, .M and the bare name ("Unable to load any of {…}");
+    other templates ("libnvrtc.so.%d") take the CUDA version it was built for, then the
+    bare name is the fallback."""
+    own = requester_soname or ""
+    groups: dict[str, list[str]] = {}
+    for name in names:
+        if name == own:
+            continue
+        groups.setdefault(_stem(name), []).append(name)
+    own_version = None
+    if versions.cudnn:
+        own_version = versions.cudnn
+    elif re.fullmatch(r"libcudnn\w*\.so\.\d+(?:\.\d+)*", own):
+        own_version = own.split(".so.", 1)[1]
+    out = []
+    for stem, members in groups.items():
+        candidates: list[str] = []
+        for name in members:
+            if "%d" in name:
+                filled = _fill(name, versions.cuda)
+                if filled:
+                    candidates.append(filled)
+            elif name != stem:
+                candidates.append(name)
+        if stem in members:
+            if stem.startswith("libcudnn") and own_version:
+                parts = own_version.split(".")
+                candidates += [f"{stem}.{'.'.join(parts[:n])}" for n in range(len(parts), 0, -1)]
+            candidates.append(stem)
+        candidates = list(dict.fromkeys(candidates))
+        if candidates:
+            out.append((candidates[0], tuple(candidates)))
+    return out
+
+
+def _fill(template: str, version: str | None) -> str | None:
+    if not version:
+        return None
+    parts = version.split(".")
+    count = template.count("%d")
+    if count > len(parts):
+        return None
+    for p in parts[:count]:
+        template = template.replace("%d", p, 1)
+    return template
+
+
+# --- the closure ------------------------------------------------------------------------------
+
+@dataclass
+class Dependency:
+    requester: str  # path of the library that needs it
+    name: str  # the name asked for (first candidate for run-time names)
+    kind: str  # "root" (opened by path), "needed" (DT_NEEDED), "runtime" (dlopen by an embedded name)
+    resolution: Resolution
+    candidates: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict:
+        res = self.resolution.to_dict()
+        return {"requester": self.requester, "name": self.name, "kind": self.kind,
+                "candidates": list(self.candidates or (self.name,)), "tried_last": res.pop("name"),
+                **res}
+
+
+def closure(roots: Sequence[str | os.PathLike], env: Environment, versions: Versions = Versions(),
+            runtime: bool = True) -> list[Dependency]:
+    """Load each root as dlopen(path) would, with every DT_NEEDED entry recursively; then each
+    name the roots (and what those names bring in) open at run time, from the library that
+    embeds it. One Dependency per request, in load order."""
+    deps: list[Dependency] = []
+    proc = Process(env)
+    scan: deque[Loaded] = deque()
+    for root in roots:
+        root_path = os.fspath(root)
+        res, item, needed = proc.load_with_needed(root_path, proc.main)
+        deps.append(Dependency(env.executable or "", root_path, "root", res))
+        if item is None:
+            continue
+        deps += [Dependency(who.opened_as, r.name, "needed", r) for who, r in needed]
+        if runtime and item not in scan:
+            scan.append(item)
+    scanned: set[int] = set()
+    while scan:
+        item = scan.popleft()
+        if id(item) in scanned:
+            continue
+        scanned.add(id(item))
+        for label, candidates in runtime_requests(runtime_names(item.opened_as), item.obj.soname,
+                                                  versions):
+            res, got, needed = _first_of(proc, candidates, item)
+            deps.append(Dependency(item.opened_as, label, "runtime", res, candidates))
+            deps += [Dependency(who.opened_as, r.name, "needed", r) for who, r in needed]
+            if got is not None and res.via != "already loaded":
+                scan.append(got)
+    return deps
+
+
+def _first_of(proc: Process, candidates: tuple[str, ...], requester: Loaded):
+    first = None
+    for name in candidates:
+        res, item, needed = proc.load_with_needed(name, requester)
+        if item is not None:
+            return res, item, needed
+        if first is None or (first.error and "wrong ELF class" not in first.error
+                             and res.error and "wrong ELF class" in res.error):
+            first = res
+    return first, None, []
+
+
+def missing(deps: Iterable[Dependency]) -> list[Dependency]:
+    return [d for d in deps if not d.resolution.found]

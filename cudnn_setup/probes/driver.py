@@ -1,0 +1,141 @@
+"""Report the NVIDIA driver and every GPU it sees: `python driver.py [--no-smi]`.
+
+The driver's CUDA version comes from cuDriverGetVersion() in libcuda.so.1 (no context needed);
+its release number ("580.65.06") from NVML, else /proc/driver/nvidia/version; each GPU's name
+and compute capability from cuDeviceGetName and cuDeviceGetAttribute(75, 76). nvidia-smi is
+asked only when libcuda cannot be used. Without a driver or a GPU: status "skip" and why.
+
+Prints one JSON line. Standard library only.
+"""
+import ctypes
+import json
+import os
+import re
+import subprocess
+import sys
+
+CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75
+CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76
+CUDA_ERROR_NO_DEVICE = 100
+MAX_GPUS = 64
+SMI_TIMEOUT = 30
+
+
+def _text(raw):
+    return raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
+
+
+def driver_release():
+    """The driver's release number, from NVML or the kernel module."""
+    try:
+        nvml = ctypes.CDLL("libnvidia-ml.so.1")
+        if nvml.nvmlInit_v2() == 0:
+            buf = ctypes.create_string_buffer(96)
+            rc = nvml.nvmlSystemGetDriverVersion(buf, ctypes.c_uint(len(buf)))
+            nvml.nvmlShutdown()
+            if rc == 0 and buf.value:
+                return _text(buf.value), "NVML"
+    except (OSError, AttributeError):
+        pass
+    try:
+        with open("/proc/driver/nvidia/version", "rb") as f:
+            m = re.search(rb"Kernel Module\s+(?:for \S+\s+)?(\d+\.\d+(?:\.\d+)?)", f.read(4096))
+            if m:
+                return _text(m.group(1)), "/proc/driver/nvidia/version"
+    except OSError:
+        pass
+    return None, None
+
+
+def from_libcuda(out):
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+    except OSError as exc:
+        return f"no NVIDIA driver: libcuda.so.1 cannot be loaded ({exc})"
+    version = ctypes.c_int()
+    if cuda.cuDriverGetVersion(ctypes.byref(version)) == 0:
+        out["cuda_driver_version"] = version.value
+        out["cuda"] = f"{version.value // 1000}.{version.value % 1000 // 10}"
+        out["found_via"] = "libcuda.so.1"
+    rc = cuda.cuInit(0)
+    if rc != 0:
+        out["status"] = "skip"
+        out["reason"] = ("the driver sees no CUDA-capable GPU" if rc == CUDA_ERROR_NO_DEVICE
+                         else f"cuInit failed with CUDA error {rc}")
+        return None
+    count = ctypes.c_int()
+    if cuda.cuDeviceGetCount(ctypes.byref(count)) != 0 or count.value <= 0:
+        out["status"], out["reason"] = "skip", "the driver sees no GPU"
+        return None
+    for i in range(min(count.value, MAX_GPUS)):
+        dev = ctypes.c_int()
+        if cuda.cuDeviceGet(ctypes.byref(dev), i) != 0:
+            continue
+        name = ctypes.create_string_buffer(256)
+        cuda.cuDeviceGetName(name, 256, dev)
+        major, minor = ctypes.c_int(), ctypes.c_int()
+        cuda.cuDeviceGetAttribute(ctypes.byref(major), CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev)
+        cuda.cuDeviceGetAttribute(ctypes.byref(minor), CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev)
+        out["gpus"].append({"index": i, "name": _text(name.value)[:200],
+                            "compute_capability": f"{major.value}.{minor.value}"})
+    out["status"] = "pass"
+    return None
+
+
+def from_smi(out, smi="nvidia-smi"):
+    """Fallback: nvidia-smi's CSV query (compute_cap needs a 510+ driver) and its header."""
+    try:
+        done = subprocess.run([smi, "--query-gpu=name,compute_cap,driver_version",
+                               "--format=csv,noheader"], capture_output=True, timeout=SMI_TIMEOUT)
+        header = subprocess.run([smi], capture_output=True, timeout=SMI_TIMEOUT)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"nvidia-smi cannot be run ({exc})"
+    if done.returncode != 0:
+        return f"nvidia-smi failed: {_text(done.stdout + done.stderr).strip()[:300]}"
+    for i, line in enumerate(_text(done.stdout).splitlines()[:MAX_GPUS]):
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) == 3 and re.fullmatch(r"\d+\.\d+", parts[1]):
+            out["gpus"].append({"index": i, "name": parts[0][:200], "compute_capability": parts[1]})
+            out["driver_version"] = parts[2]
+            out["driver_version_from"] = "nvidia-smi"
+    m = re.search(r"CUDA Version:\s*(\d+)\.(\d+)", _text(header.stdout))
+    if m:
+        out["cuda_driver_version"] = int(m.group(1)) * 1000 + int(m.group(2)) * 10
+        out["cuda"] = f"{m.group(1)}.{m.group(2)}"
+    out["found_via"] = "nvidia-smi"
+    out["status"] = "pass" if out["gpus"] else "skip"
+    if not out["gpus"]:
+        out["reason"] = "nvidia-smi lists no GPU"
+    return None
+
+
+def main(argv):
+    out = {"status": None, "gpus": [], "cuda_driver_version": None, "cuda": None,
+           "driver_version": None, "found_via": None}
+    release, release_from = driver_release()
+    if release:
+        out["driver_version"], out["driver_version_from"] = release, release_from
+    try:
+        why = from_libcuda(out)
+    except AttributeError as exc:  # a libcuda.so.1 without the driver API's entry points
+        why = f"libcuda.so.1 lacks a driver API function ({exc})"
+    if why is not None:
+        smi_why = None if "--no-smi" in argv else from_smi(out)
+        if out["status"] is None:
+            out["status"] = "skip"
+            out["reason"] = why + (f"; {smi_why}" if smi_why else "")
+    return out
+
+
+def emit(run):
+    """Native code may print to stdout too: it gets stderr, the JSON line alone gets stdout."""
+    sys.stdout.flush()
+    out_fd = os.dup(1)
+    os.dup2(2, 1)
+    result = run()
+    sys.stdout.flush()
+    os.write(out_fd, (json.dumps(result) + "\n").encode())
+
+
+if __name__ == "__main__":
+    emit(lambda: main(sys.argv[1:]))

@@ -1,0 +1,236 @@
+"""Load libcudnn and then each sub-library by its soname, as cuDNN loads them; say what mapped.
+
+    python sublibs.py LIBCUDNN SONAME [SONAME …]
+
+LIBCUDNN is opened with RTLD_NOW | RTLD_GLOBAL. Each SONAME is then opened with RTLD_NOW in a
+forked child, so one that aborts (cuDNN 8.9 does, with a sub-library missing) or hangs costs
+only its own entry. For each: the file the loader mapped (its link-map name and the file
+/proc/self/maps shows at its base), the version (cudnnGetVersion when that object itself
+exports it, else the number in the file name) and dlerror() when it fails. The versions cuDNN
+reports through its own cudnn<Sub>VersionCheck() functions are added where libcudnn exports
+them, with the files that call mapped: those load the sub-library the way cuDNN does, from
+libcudnn and so with its RUNPATH ($ORIGIN in NVIDIA's wheels and archives), which a dlopen by
+soname from this script does not have. 0 is CUDNN_STATUS_SUCCESS; 2001/2002 (cuDNN 9) are
+SUBLIBRARY_LOADING_FAILED and SUBLIBRARY_VERSION_MISMATCH.
+
+Prints one JSON line. Standard library only.
+"""
+import ctypes
+import json
+import os
+import re
+import select
+import signal
+import sys
+import time
+
+RTLD_NOW, RTLD_GLOBAL = os.RTLD_NOW, os.RTLD_GLOBAL
+RTLD_DI_LINKMAP = 2
+CHILD_TIMEOUT = 60.0
+MAX_REPLY = 1 << 16
+
+
+class LinkMap(ctypes.Structure):
+    pass
+
+
+LinkMap._fields_ = [("l_addr", ctypes.c_size_t), ("l_name", ctypes.c_char_p),
+                    ("l_ld", ctypes.c_void_p), ("l_next", ctypes.POINTER(LinkMap)),
+                    ("l_prev", ctypes.POINTER(LinkMap))]
+
+
+class DlInfo(ctypes.Structure):
+    _fields_ = [("dli_fname", ctypes.c_char_p), ("dli_fbase", ctypes.c_void_p),
+                ("dli_sname", ctypes.c_char_p), ("dli_saddr", ctypes.c_void_p)]
+
+
+def _libc():
+    libc = ctypes.CDLL(None)
+    for name in ("dlinfo", "dladdr"):
+        if not hasattr(libc, name):  # glibc before 2.34 keeps them in libdl
+            return ctypes.CDLL("libdl.so.2")
+    return libc
+
+
+LIBC = _libc()
+LIBC.dlinfo.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]
+LIBC.dladdr.argtypes = [ctypes.c_void_p, ctypes.POINTER(DlInfo)]
+
+
+def _text(raw):
+    return raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+
+
+def mapped_file(base):
+    """The file /proc/self/maps shows at an object's load address."""
+    try:
+        with open("/proc/self/maps", "rb") as f:
+            for line in f:
+                parts = line.split(None, 5)
+                if len(parts) < 6:
+                    continue
+                lo, hi = (int(x, 16) for x in parts[0].split(b"-"))
+                if lo <= base < hi:
+                    return _text(parts[5].strip())
+    except OSError:
+        return None
+    return None
+
+
+def describe(lib, with_version=True):
+    """Link-map name, mapped file and (when asked) version of one loaded object."""
+    lm = ctypes.POINTER(LinkMap)()
+    out = {"path": None, "mapped": None}
+    if LIBC.dlinfo(lib._handle, RTLD_DI_LINKMAP, ctypes.byref(lm)) == 0 and lm:
+        out["path"] = _text(lm.contents.l_name)
+        base = lm.contents.l_addr
+        # l_addr is the load bias: the first PT_LOAD of a shared object starts there
+        out["mapped"] = mapped_file(base) if base else None
+    if out["path"] and not out["mapped"]:
+        out["mapped"] = os.path.realpath(out["path"])
+    if with_version:
+        out["version"], out["version_from"] = own_version(lib, out["path"])
+    return out
+
+
+def own_version(lib, path):
+    fn = getattr(lib, "cudnnGetVersion", None)
+    if fn is not None and path:
+        info = DlInfo()
+        addr = ctypes.cast(fn, ctypes.c_void_p).value
+        if LIBC.dladdr(addr, ctypes.byref(info)) and info.dli_fname and \
+                os.path.realpath(_text(info.dli_fname)) == os.path.realpath(path):
+            fn.restype = ctypes.c_size_t
+            fn.argtypes = []
+            return int(fn()), "cudnnGetVersion"
+    real = os.path.realpath(path) if path else ""
+    m = re.search(r"\.so\.(\d+(?:\.\d+)*)$", real) or re.search(r"\.so\.(\d+(?:\.\d+)*)$", path or "")
+    return (m.group(1) if m else None), "file name"
+
+
+def in_child(work, timeout=CHILD_TIMEOUT):
+    """Run work() in a forked child; its dict comes back, or how the child died."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    rfd, wfd = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(rfd)
+        try:
+            data = json.dumps(work()).encode()
+        except BaseException as exc:  # a child must always report and exit
+            data = json.dumps({"error": f"{type(exc).__name__}: {exc}"}).encode()
+        os.write(wfd, data[:MAX_REPLY])
+        os._exit(0)
+    os.close(wfd)
+    chunks, deadline = [], time.monotonic() + timeout
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            os.close(rfd)
+            return {"error": f"did not finish in {timeout:.0f} s"}
+        ready, _, _ = select.select([rfd], [], [], left)
+        if ready:
+            chunk = os.read(rfd, 65536)
+            if not chunk:
+                break
+            if sum(map(len, chunks)) < MAX_REPLY:
+                chunks.append(chunk)
+    os.close(rfd)
+    _, status = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        try:
+            name = signal.Signals(sig).name
+        except ValueError:
+            name = f"signal {sig}"
+        return {"error": f"the process died of {name}", "signal": name}
+    try:
+        return json.loads(b"".join(chunks).decode("utf-8", "replace"))
+    except ValueError:
+        return {"error": "no reply from the child"}
+
+
+def open_sub(soname):
+    def work():
+        try:
+            lib = ctypes.CDLL(soname, mode=RTLD_NOW)
+        except OSError as exc:
+            return {"loaded": False, "dlerror": str(exc)}
+        return {"loaded": True, **describe(lib)}
+    return work
+
+
+def check_function(soname):
+    """cudnnOpsInferVersionCheck for libcudnn_ops_infer.so.8, cudnnGraphVersionCheck for …graph."""
+    m = re.match(r"libcudnn_(\w+?)\.so", soname)
+    if not m:
+        return None
+    return "cudnn" + "".join(p.title() for p in m.group(1).split("_")) + "VersionCheck"
+
+
+def mapped_cudnn_files():
+    """Files named libcudnn* mapped into this process, from /proc/self/maps."""
+    found = set()
+    try:
+        with open("/proc/self/maps", "rb") as f:
+            for line in f:
+                parts = line.split(None, 5)
+                if len(parts) == 6 and os.path.basename(parts[5].strip()).startswith(b"libcudnn"):
+                    found.add(_text(parts[5].strip()))
+    except OSError:
+        pass
+    return found
+
+
+def version_check(main, name):
+    """Call cuDNN's own check: it loads the sub-library the way cuDNN does (from libcudnn, so
+    with libcudnn's RUNPATH), and the files it mapped show which copy it took."""
+    def work():
+        before = mapped_cudnn_files()
+        fn = getattr(main, name)
+        fn.restype = ctypes.c_int
+        fn.argtypes = []
+        status = int(fn())
+        return {"status": status, "mapped": sorted(mapped_cudnn_files() - before)}
+    return work
+
+
+def main(argv):
+    if not argv:
+        return {"error": "usage: sublibs.py LIBCUDNN SONAME…"}
+    target, sonames = argv[0], argv[1:]
+    out = {"library": target, "sublibraries": []}
+    try:
+        main_lib = ctypes.CDLL(target, mode=RTLD_NOW | RTLD_GLOBAL)
+    except OSError as exc:
+        out["loaded"], out["dlerror"] = False, str(exc)
+        return out
+    out["loaded"] = True
+    out.update(describe(main_lib, with_version=False))
+    # cuDNN 8.9's cudnnGetVersion() aborts when a sub-library is missing: ask in a child
+    got = in_child(lambda: dict(zip(("version", "version_from"), own_version(main_lib, out["path"]))))
+    out.update(got)
+    for soname in sonames:
+        entry = {"soname": soname, **in_child(open_sub(soname))}
+        check = check_function(soname)
+        if check and hasattr(main_lib, check):
+            entry["version_check"] = {"function": check, **in_child(version_check(main_lib, check))}
+        out["sublibraries"].append(entry)
+    return out
+
+
+def emit(run):
+    """Native code may print to stdout too: it gets stderr, the JSON line alone gets stdout."""
+    sys.stdout.flush()
+    out_fd = os.dup(1)
+    os.dup2(2, 1)
+    result = run()
+    sys.stdout.flush()
+    os.write(out_fd, (json.dumps(result) + "\n").encode())
+
+
+if __name__ == "__main__":
+    emit(lambda: main(sys.argv[1:]))

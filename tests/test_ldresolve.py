@@ -1,0 +1,258 @@
+"""ldresolve against the real loader: the same gcc-built libraries, ldresolve's answer and
+glibc's (a program that dlopens them and lists what was mapped)."""
+import os
+import shutil
+
+import pytest
+
+from cudnn_setup.facts import ldresolve as L
+from fixtures.deplibs import LoadProbe, build
+
+
+@pytest.fixture(scope="module")
+def facts():
+    return L.probe_loader()
+
+
+@pytest.fixture(scope="module")
+def cache():
+    return L.read_cache()
+
+
+@pytest.fixture(scope="module")
+def probe(tmp_path_factory):
+    return LoadProbe.compile(tmp_path_factory.mktemp("probe"))
+
+
+def base_env():
+    return {k: v for k, v in os.environ.items() if not k.startswith(("LD_", "CUDA"))}
+
+
+def both(probe, facts, cache, roots, tmp_path, llp=None, calls=()):
+    """(ldresolve's closure, what the real loader did) for the same roots and LD_LIBRARY_PATH."""
+    env = base_env()
+    if llp is not None:
+        env["LD_LIBRARY_PATH"] = llp
+    seen = probe.run([*map(str, roots), *(f"@{c}" for c in calls)], env, cwd=tmp_path)
+    emu = L.closure(roots, L.Environment(ld_library_path=llp, cache=cache, facts=facts,
+                                         cwd=str(tmp_path), executable=str(probe.exe)))
+    return emu, seen
+
+
+def found_under(deps, root):
+    return sorted({d.resolution.path for d in deps if d.resolution.path
+                   and d.resolution.path.startswith(str(root) + os.sep)})
+
+
+def test_missing_needed_library_names_who_needs_it(tmp_path, probe, facts, cache):
+    w = tmp_path / "w"
+    ghost = build(tmp_path / "gone" / "libghost.so.1", "libghost.so.1", work=w)
+    sub = build(tmp_path / "lib" / "libcudnn_cnn.so.9", "libcudnn_cnn.so.9", work=w, needed=[ghost])
+    shutil.rmtree(tmp_path / "gone")
+    emu, seen = both(probe, facts, cache, [sub], tmp_path)
+    [miss] = L.missing(emu)
+    assert (miss.name, miss.requester, miss.kind) == ("libghost.so.1", str(sub), "needed")
+    assert seen.errors == [miss.resolution.error]
+    assert miss.resolution.error == "libghost.so.1: cannot open shared object file: No such file or directory"
+
+
+def test_runtime_name_embedded_for_dlopen_is_found_and_reported_missing(tmp_path, probe, facts, cache):
+    lib = build(tmp_path / "lib" / "libcudnn_graph.so.9", "libcudnn_graph.so.9", work=tmp_path / "w",
+                runtime="libnvrtc.so.12")
+    assert "libnvrtc.so.12" in L.runtime_names(lib)
+    emu, seen = both(probe, facts, cache, [lib], tmp_path, calls=["fixture_load"])
+    [miss] = L.missing(emu)
+    assert (miss.name, miss.kind, miss.requester) == ("libnvrtc.so.12", "runtime", str(lib))
+    assert seen.calls["fixture_load"] == miss.resolution.error
+
+
+def test_runtime_name_found_through_runpath_like_the_loader(tmp_path, probe, facts, cache):
+    w = tmp_path / "w"
+    build(tmp_path / "deps" / "libnvrtc.so.12", "libnvrtc.so.12", work=w)
+    lib = build(tmp_path / "lib" / "libcudnn_graph.so.9", "libcudnn_graph.so.9", work=w,
+                runtime="libnvrtc.so.12", runpath="$ORIGIN/../deps")
+    emu, seen = both(probe, facts, cache, [lib], tmp_path, calls=["fixture_load"])
+    assert seen.calls["fixture_load"] == "ok"
+    dep = next(d for d in emu if d.name == "libnvrtc.so.12")
+    assert dep.resolution.path == str(tmp_path / "lib" / "../deps/libnvrtc.so.12")
+    assert dep.resolution.via == f"DT_RUNPATH of {lib}"
+    assert found_under(emu, tmp_path) == sorted(seen.under(tmp_path))
+
+
+def test_older_copy_first_on_ld_library_path_wins_over_runpath(tmp_path, probe, facts, cache):
+    w = tmp_path / "w"
+    new_ops = build(tmp_path / "new" / "libcudnn_ops.so.9", "libcudnn_ops.so.9", work=w, version=90100)
+    build(tmp_path / "old" / "libcudnn_ops.so.9", "libcudnn_ops.so.9", work=w, version=90000)
+    main = build(tmp_path / "new" / "libcudnn.so.9", "libcudnn.so.9", work=w, needed=[new_ops],
+                 runpath="$ORIGIN")
+    emu, seen = both(probe, facts, cache, [main], tmp_path, llp=str(tmp_path / "old"))
+    ops = next(d for d in emu if d.name == "libcudnn_ops.so.9")
+    assert ops.resolution.path == str(tmp_path / "old" / "libcudnn_ops.so.9")
+    assert ops.resolution.via == "LD_LIBRARY_PATH"
+    assert found_under(emu, tmp_path) == sorted(seen.under(tmp_path))
+    emu2, seen2 = both(probe, facts, cache, [main], tmp_path)  # without it, RUNPATH finds the new one
+    assert found_under(emu2, tmp_path) == sorted(seen2.under(tmp_path))
+    assert str(tmp_path / "new" / "libcudnn_ops.so.9") in seen2.under(tmp_path)
+
+
+@pytest.mark.parametrize("tag", ["rpath", "runpath"])
+def test_rpath_beats_ld_library_path_runpath_does_not(tmp_path, probe, facts, cache, tag):
+    w = tmp_path / "w"
+    dep_r = build(tmp_path / "r" / "libdep.so.1", "libdep.so.1", work=w, value=1)
+    build(tmp_path / "l" / "libdep.so.1", "libdep.so.1", work=w, value=2)
+    root = build(tmp_path / "root" / "libroot.so.1", "libroot.so.1", work=w, needed=[dep_r],
+                 **{tag: str(tmp_path / "r")})
+    emu, seen = both(probe, facts, cache, [root], tmp_path, llp=str(tmp_path / "l"))
+    winner = "r" if tag == "rpath" else "l"
+    assert str(tmp_path / winner / "libdep.so.1") in seen.under(tmp_path)
+    assert found_under(emu, tmp_path) == sorted(seen.under(tmp_path))
+
+
+@pytest.mark.parametrize("mid_runpath", [False, True])
+def test_rpath_is_inherited_unless_the_asker_has_runpath(tmp_path, probe, facts, cache, mid_runpath):
+    w = tmp_path / "w"
+    deep = build(tmp_path / "r" / "libdeep.so.1", "libdeep.so.1", work=w)
+    mid = build(tmp_path / "m" / "libmid.so.1", "libmid.so.1", work=w, needed=[deep],
+                runpath=str(tmp_path / "nowhere") if mid_runpath else None)
+    root = build(tmp_path / "root" / "libroot.so.1", "libroot.so.1", work=w, needed=[mid],
+                 rpath=f"{tmp_path / 'r'}:{tmp_path / 'm'}")
+    emu, seen = both(probe, facts, cache, [root], tmp_path)
+    if mid_runpath:  # the failed dlopen unmaps what it had loaded
+        assert seen.errors == [L.missing(emu)[0].resolution.error] and not seen.under(tmp_path)
+        assert L.missing(emu)[0].name == "libdeep.so.1"
+    else:
+        assert found_under(emu, tmp_path) == sorted(seen.under(tmp_path))
+        assert not L.missing(emu) and not seen.errors
+        deep_dep = next(d for d in emu if d.name == "libdeep.so.1")
+        assert deep_dep.resolution.via == f"DT_RPATH of {root}"
+
+
+def test_32_bit_candidate_is_passed_over_as_ld_so_does(tmp_path, probe, facts, cache):
+    w = tmp_path / "w"
+    dep64 = build(tmp_path / "b" / "libdep.so.1", "libdep.so.1", work=w)
+    build(tmp_path / "a" / "libdep.so.1", "libdep.so.1", work=w, bits=32)
+    root = build(tmp_path / "root" / "libroot.so.1", "libroot.so.1", work=w, needed=[dep64])
+    llp = f"{tmp_path / 'a'}:{tmp_path / 'b'}"
+    emu, seen = both(probe, facts, cache, [root], tmp_path, llp=llp)
+    dep = next(d for d in emu if d.name == "libdep.so.1")
+    assert dep.resolution.path == str(tmp_path / "b" / "libdep.so.1")
+    assert dep.resolution.skipped == [(str(tmp_path / "a" / "libdep.so.1"), "wrong ELF class: ELFCLASS32")]
+    assert found_under(emu, tmp_path) == sorted(seen.under(tmp_path))
+    # only the 32-bit one: both refuse with the same words
+    emu2, seen2 = both(probe, facts, cache, [root], tmp_path, llp=str(tmp_path / "a"))
+    os.rename(tmp_path / "b", tmp_path / "b-away")
+    emu2, seen2 = both(probe, facts, cache, [root], tmp_path, llp=str(tmp_path / "a"))
+    assert seen2.errors == [L.missing(emu2)[0].resolution.error]
+    assert "wrong ELF class: ELFCLASS32" in seen2.errors[0]
+
+
+def test_a_file_that_is_not_elf_ends_the_search(tmp_path, probe, facts, cache):
+    w = tmp_path / "w"
+    dep = build(tmp_path / "b" / "libdep.so.1", "libdep.so.1", work=w)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "libdep.so.1").write_text("INPUT(libdep.so.1)\n" * 10)
+    root = build(tmp_path / "root" / "libroot.so.1", "libroot.so.1", work=w, needed=[dep])
+    emu, seen = both(probe, facts, cache, [root], tmp_path, llp=f"{tmp_path / 'a'}:{tmp_path / 'b'}")
+    [miss] = L.missing(emu)
+    assert seen.errors == [miss.resolution.error]
+    assert miss.resolution.error.endswith("invalid ELF header")
+
+
+def test_origin_is_the_directory_it_was_opened_from_not_the_symlink_target(tmp_path, probe, facts, cache):
+    w = tmp_path / "w"
+    build(tmp_path / "view" / "deps" / "libdep.so.1", "libdep.so.1", work=w)
+    real = build(tmp_path / "store" / "libroot.so.1", "libroot.so.1", work=w, runpath="$ORIGIN/deps",
+                 needed=[tmp_path / "view" / "deps" / "libdep.so.1"])
+    (tmp_path / "view" / "libroot.so.1").symlink_to(real)
+    emu, seen = both(probe, facts, cache, [tmp_path / "view" / "libroot.so.1"], tmp_path)
+    assert not seen.errors and not L.missing(emu)
+    assert str(tmp_path / "view" / "deps" / "libdep.so.1") in seen.under(tmp_path)
+
+
+def test_hwcaps_subdirectory_is_tried_first(tmp_path, probe, facts, cache):
+    sub = next((s for s in facts.subdirs if s.startswith("glibc-hwcaps/")), None)
+    if sub is None:
+        pytest.skip("this loader searches no glibc-hwcaps subdirectory")
+    w = tmp_path / "w"
+    dep = build(tmp_path / "d" / "libdep.so.1", "libdep.so.1", work=w)
+    build(tmp_path / "d" / sub / "libdep.so.1", "libdep.so.1", work=w)
+    root = build(tmp_path / "root" / "libroot.so.1", "libroot.so.1", work=w, needed=[dep])
+    emu, seen = both(probe, facts, cache, [root], tmp_path, llp=str(tmp_path / "d"))
+    assert str(tmp_path / "d" / sub / "libdep.so.1") in seen.under(tmp_path)
+    assert found_under(emu, tmp_path) == sorted(seen.under(tmp_path))
+
+
+def test_lib_and_platform_expand_like_the_loader(tmp_path, probe, facts, cache):
+    w = tmp_path / "w"
+    dep = build(tmp_path / "x" / facts.lib / facts.platform / "libdep.so.1", "libdep.so.1", work=w)
+    root = build(tmp_path / "root" / "libroot.so.1", "libroot.so.1", work=w, needed=[dep],
+                 runpath=f"{tmp_path}/x/$LIB/${{PLATFORM}}")
+    emu, seen = both(probe, facts, cache, [root], tmp_path)
+    assert not seen.errors and not L.missing(emu)
+    assert found_under(emu, tmp_path) == sorted(seen.under(tmp_path))
+
+
+def test_loader_facts_come_from_the_real_loader(facts):
+    assert facts.subdirs[-1] == ""
+    assert facts.default_dirs and all(d.startswith("/") for d in facts.default_dirs)
+    assert "--help" in facts.found_via
+
+
+def test_cache_lookup_takes_this_abi_and_verifies_the_file(tmp_path):
+    w = tmp_path / "w"
+    lib32 = build(tmp_path / "c32" / "libcached.so.1", "libcached.so.1", work=w, bits=32)
+    lib64 = build(tmp_path / "c64" / "libcached.so.1", "libcached.so.1", work=w)
+    text = (f"3 libs found in cache `/etc/ld.so.cache'\n"
+            f"\tlibcached.so.1 (libc6) => {lib32}\n"
+            f"\tlibcached.so.1 (libc6,x86-64, hwcap: 0x0000000000000004) => /nowhere/libcached.so.1\n"
+            f"\tlibcached.so.1 (libc6,x86-64) => {lib64}\n")
+    entries = L.parse_ldconfig_p(text)
+    assert [(e.abi, e.path) for e in entries] == [("", str(lib32)), ("x86-64", str(lib64))]
+    root = build(tmp_path / "root" / "libroot.so.1", "libroot.so.1", work=w, needed=[lib64])
+    deps = L.closure([root], L.Environment(cache=entries))
+    dep = next(d for d in deps if d.name == "libcached.so.1")
+    assert (dep.resolution.path, dep.resolution.via) == (str(lib64), "ld.so.cache")
+    gone = L.closure([root], L.Environment(cache=entries, inhibit_cache=True))
+    assert [d.name for d in L.missing(gone)] == ["libcached.so.1"]
+
+
+def test_runtime_names_only_whole_strings_and_across_chunks(tmp_path, monkeypatch):
+    src = tmp_path / "names.c"
+    src.write_text(r'''
+const char *keep[] = {"libcublasLt.so.12", "libnvrtc.so.%d", "libcudnn_ops.so",
+                      "Could not load libz.so.1 for you", "xlibfake.so.2", "libz.so.1"};
+''')
+    out = tmp_path / "libnames.so"
+    import subprocess
+    subprocess.run(["gcc", "-shared", "-fPIC", "-O0", str(src), "-o", str(out)], check=True)
+    expected = ["libcublasLt.so.12", "libnvrtc.so.%d", "libcudnn_ops.so", "libz.so.1"]
+    assert sorted(L.runtime_names(out)) == sorted(expected)
+    monkeypatch.setattr(L, "_SCAN_CHUNK", 7)  # every name straddles a chunk boundary
+    assert sorted(L.runtime_names(out)) == sorted(expected)
+    assert len(L.runtime_names(out, limit=2)) == 2
+
+
+def test_runtime_requests_fill_in_versions_like_cudnn():
+    names = ["libnvrtc.so.%d", "libnvrtc.so", "libcuda.so", "libcuda.so.1", "libcudnn_heuristic.so",
+             "libcudnn_graph.so.9"]
+    got = dict(L.runtime_requests(names, "libcudnn_graph.so.9", L.Versions(cudnn="9.1.0", cuda="12.4")))
+    assert got == {
+        "libnvrtc.so.12": ("libnvrtc.so.12", "libnvrtc.so"),
+        "libcuda.so.1": ("libcuda.so.1", "libcuda.so"),
+        "libcudnn_heuristic.so.9.1.0": ("libcudnn_heuristic.so.9.1.0", "libcudnn_heuristic.so.9.1",
+                                        "libcudnn_heuristic.so.9", "libcudnn_heuristic.so"),
+    }
+    unknown = dict(L.runtime_requests(names, "libcudnn_graph.so.9"))
+    assert unknown["libnvrtc.so"] == ("libnvrtc.so",)  # no CUDA version: only the bare name
+    assert unknown["libcudnn_heuristic.so.9"] == ("libcudnn_heuristic.so.9", "libcudnn_heuristic.so")
+
+
+def test_damaged_and_foreign_files_are_refused_with_ld_so_words(tmp_path):
+    (tmp_path / "short.so").write_bytes(b"\x7fELF\x02")
+    (tmp_path / "text.so").write_text("not a library at all, just text" * 4)
+    with pytest.raises(L.NotLoadable, match="file too short"):
+        L.read_object(tmp_path / "short.so")
+    with pytest.raises(L.NotLoadable, match="invalid ELF header"):
+        L.read_object(tmp_path / "text.so")
+    with pytest.raises(L.NotLoadable, match="Is a directory"):
+        L.read_object(tmp_path)
