@@ -31,7 +31,6 @@ import re
 import subprocess
 from collections import deque
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
 from elftools.common.exceptions import ELFError
