@@ -62,7 +62,10 @@ CUDNN_SUPPORT: tuple[CudnnSupport, ...] = (
 
 # CUDA toolkit (GA release) → minimum Linux x86_64 driver, from the release notes' table "CUDA
 # Toolkit and Corresponding Driver Versions" (DRIVER_NOTES; rows up to 11.6 as reproduced in
-# cuDNN-era copies of that table, 12.8 and 13.0 also in the cuDNN 9.10.2/9.17.0 matrices).
+# cuDNN-era copies of that table, 12.8 and 13.0 also in the cuDNN 9.10.2/9.17.0 matrices). The
+# GA minimum is also the driver each toolkit's runfile bundles, as its name says
+# (cuda_12.4.0_550.54.14_linux.run, cuda_11.8.0_520.61.05_linux.run…), which the 11.7–12.9 rows
+# were checked against.
 TOOLKIT_DRIVER: dict[str, str] = {
     "7.0": "346.46", "7.5": "352.31", "8.0": "367.48", "9.0": "384.81", "9.1": "390.46",
     "9.2": "396.26", "10.0": "410.48", "10.1": "418.39", "10.2": "440.33", "11.0": "450.36.06",
