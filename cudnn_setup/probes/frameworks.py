@@ -190,16 +190,24 @@ def probe_torch(out):
     out["version"] = text(getattr(torch, "__version__", None), 100)
     out["cuda_version"] = plain(getattr(getattr(torch, "version", None), "cuda", None))
     # torch/csrc/cuda/shared/cudnn.cpp binds torch._C._cudnn: getCompileVersion() is the
-    # CUDNN_MAJOR/MINOR/PATCHLEVEL it was built with, getRuntimeVersion() cudnnGetVersion()
-    # of the loaded library; a CPU-only build has no _cudnn.
+    # CUDNN_MAJOR/MINOR/PATCHLEVEL it was built with, getRuntimeVersion() what cudnnGetProperty()
+    # of the loaded library says, is_cuda False on ROCm (MIOpen); a CPU-only build has no _cudnn.
     binding = getattr(getattr(torch, "_C", None), "_cudnn", None)
     if binding is None:
         out["skip_reason"] = "this PyTorch has no cuDNN support (torch._C._cudnn is missing)"
         return
-    out["built_for"] = {"value": plain(binding.getCompileVersion()),
-                        "source": "torch._C._cudnn.getCompileVersion()"}
-    out["runtime"] = {"value": plain(binding.getRuntimeVersion()),
-                      "source": "torch._C._cudnn.getRuntimeVersion()"}
+    if getattr(binding, "is_cuda", True) is False:
+        out["skip_reason"] = "this PyTorch is a ROCm build: MIOpen, not cuDNN"
+        return
+    if hasattr(binding, "getCompileVersion"):
+        out["built_for"] = {"value": plain(binding.getCompileVersion()),
+                            "source": "torch._C._cudnn.getCompileVersion()"}
+    elif hasattr(torch._C, "_cudnn_version"):  # PyTorch before 1.8
+        out["built_for"] = {"value": plain(torch._C._cudnn_version()),
+                            "source": "torch._C._cudnn_version()"}
+    if hasattr(binding, "getRuntimeVersion"):
+        out["runtime"] = {"value": plain(binding.getRuntimeVersion()),
+                          "source": "torch._C._cudnn.getRuntimeVersion()"}
     try:  # PyTorch's own compatibility check (torch/backends/cudnn/__init__.py, _init)
         out["runtime_int"] = plain(torch.backends.cudnn.version())
         out["own_check"] = {"status": "passed", "message": "torch.backends.cudnn.version()"}
