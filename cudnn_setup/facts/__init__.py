@@ -1,0 +1,1 @@
+"""Facts the tool reasons with: versions, compatibility rules, what the loader does."""
