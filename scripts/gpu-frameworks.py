@@ -23,10 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from cudnn_setup.checks import frameworks as fw  # noqa: E402
 
-try:  # the loader's cache and default directories, wherever the tree keeps them
-    from cudnn_setup.facts.loader import DEFAULT_DIRS, cache_entries  # noqa: E402
-except ImportError:
-    from cudnn_setup.loader import DEFAULT_DIRS, cache_entries  # noqa: E402
+from cudnn_setup.facts.loader import DEFAULT_DIRS, cache_entries  # noqa: E402
 
 
 def copy_old(source: Path, lib_dir: Path) -> list[str]:

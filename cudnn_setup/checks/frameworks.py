@@ -22,7 +22,7 @@ from elftools.common.exceptions import ELFError
 from elftools.elf.dynamic import DynamicSegment
 from elftools.elf.elffile import ELFFile
 
-from cudnn_setup.checks.context import probe_module, run_probe
+from cudnn_setup.checks.probe import probe_module, run_probe
 from cudnn_setup.errors import SetupError, UsageError
 from cudnn_setup.facts import frameworks as rules
 from cudnn_setup.report import FAIL, PASS, SKIP, WARN, Check
