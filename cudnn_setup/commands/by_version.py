@@ -24,12 +24,12 @@ from cudnn_setup.errors import UsageError
 from cudnn_setup.facts.cuda import CudaRoot
 from cudnn_setup.facts.cudnn import parse_archive_name
 from cudnn_setup.facts.host import host_machine
-from cudnn_setup.fetch import redist
+from cudnn_setup.fetch import known_releases, redist
 from cudnn_setup.fetch.candidates import is_version_request, parse_request
 from cudnn_setup.fetch.checksums import Expected, expected_for, mismatch
 from cudnn_setup.fetch.download import redact
 from cudnn_setup.fetch.remote import Reader
-from cudnn_setup.fetch.resolve import Choice, Tree, resolve, resolve_name
+from cudnn_setup.fetch.resolve import TABLE, Choice, Tree, resolve, resolve_name
 from cudnn_setup.report import Result
 from cudnn_setup.settings import mirror_setting, user_config_path
 
@@ -107,7 +107,8 @@ def resolve_source(result: Result, ctx: Context, source: str, root: CudaRoot, *,
         if choice is None:
             raise UsageError(f"{source} is not a file here, and neither the known table nor "
                              f"{tree.url} lists an archive of that name",
-                             "give the archive's path, its URL, or a version such as 9.1")
+                             "give the archive's path, its URL, or a version such as 9.1",
+                             code="unknown-archive")
         why = "by its name"
     return _fetch_choice(result, ctx, choice, why, tree, sha256, headers, cache_dir)
 
@@ -120,10 +121,11 @@ def _fetch_choice(result: Result, ctx: Context, choice: Choice, why: str, tree: 
     result.lines.append(f"cuDNN {release.version} ({release.cuda_variant}, {release.platform}), "
                         f"{why}: {release.file_name} from {redact(tree.url)}; sha256 from "
                         f"{release.source}")
-    expected = Expected("sha256", release.sha256, release.source)
+    expected = Expected("sha256", release.sha256, release.source if release.source != TABLE
+                        else f"known releases table: {known_releases.provenance_line()}")
     if sha256 is not None and sha256.lower() != release.sha256:
         raise mismatch(release.file_name, Expected("sha256", sha256.lower(), "--sha256"),
-                       f"{release.sha256} as published ({release.source})")
+                       f"{release.sha256} as published ({expected.source})")
     local = redist.local_path(choice.url)
     if local is not None:
         return local, expected  # checked as it is read

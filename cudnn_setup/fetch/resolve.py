@@ -33,12 +33,14 @@ from packaging.version import Version
 
 from cudnn_setup.errors import DownloadFailed
 from cudnn_setup.fetch import known_releases, redist
-from cudnn_setup.fetch.candidates import Release, VersionRequest, merge, select
+from cudnn_setup.fetch.candidates import (
+    Release, UnknownVersion, VersionRequest, merge, nearest_versions, select,
+)
 from cudnn_setup.fetch.redistrib_json import MAX_BYTES, parse_redistrib
 
 TABLE = "known table"  # Release.source of the table's entries
 MAX_MANIFESTS = 64  # read at most this many manifests for one answer
-MAX_PROBES = 16  # ask a mirror for at most this many archives before giving up
+MAX_PROBES = 32  # archives asked for before giving up: every 9.x build of one platform and CUDA
 _NEW_NAME = re.compile(r"^cudnn-(linux-[a-z0-9_]+)-(\d{1,4}\.\d{1,4}\.\d{1,6}\.\d{1,8})_"
                        r"cuda\d{1,2}(?:\.\d{1,2})?-archive\.tar\.xz$")
 
@@ -129,7 +131,8 @@ def resolve(request: VersionRequest, tree: Tree, platform: str, cuda_version: st
     """The archive to install for `request` on this platform and CUDA: UnknownVersion (exit 2),
     NoVariant (exit 3), ManifestDamaged or NotOnMirror (exit 6) otherwise."""
     table = known_releases.releases() if table is None else tuple(table)
-    labels = [l for l in tree.reader.labels(tree.url) or [] if _label_matches(request, l)]
+    listed = tree.reader.labels(tree.url) or []
+    labels = [l for l in listed if _label_matches(request, l)]
     if len(request.release) >= 3:
         named = redist.manifest_label(str(request))
         if named not in labels:
@@ -138,15 +141,20 @@ def resolve(request: VersionRequest, tree: Tree, platform: str, cuda_version: st
     published: list[Release] = []
     read: list[str] = []
     for label in labels[:MAX_MANIFESTS]:
-        listed = tree.manifest(label)
-        if listed is None:
+        got = tree.manifest(label)
+        if got is None:
             continue
         read.append(label)
-        published += listed
-        if _fits((r for r in listed if request.matches(r.version)), platform, cuda_version):
+        published += got
+        if _fits((r for r in got if request.matches(r.version)), platform, cuda_version):
             break
     releases = merge(table, published)
-    select(request, releases, platform, cuda_version)  # the refusals: unknown, no variant
+    if not any(request.matches(r.version) for r in releases):
+        # the nearest may sit in manifests not read: their labels count too
+        near = nearest_versions(request, {r.version for r in releases} | set(listed))
+        raise UnknownVersion(f"no published cuDNN matches {request}",
+                             f"nearest versions: {', '.join(near)}" if near else "")
+    select(request, releases, platform, cuda_version)  # the refusal of a missing variant
     candidates = ranked(request, releases, platform, cuda_version)
     vouched = [r for r in candidates if r.source != TABLE]
     if tree.nvidia or vouched:
@@ -160,8 +168,8 @@ def resolve(request: VersionRequest, tree: Tree, platform: str, cuda_version: st
     raise NotOnMirror(
         f"the mirror {tree.url} has no archive of cuDNN {request} for {platform} and CUDA "
         f"{cuda_version} (asked for the {min(len(candidates), MAX_PROBES)} newest: {asked}…)",
-        "copy the archive into the mirror under cudnn/<platform>/ with NVIDIA's name, or add "
-        "NVIDIA's redistrib_<X.Y.Z>.json beside it")
+        "ask for the exact version the mirror holds (e.g. 9.5.1), copy the archive into "
+        "cudnn/<platform>/ under NVIDIA's name, or add NVIDIA's redistrib_<X.Y.Z>.json")
 
 
 def resolve_name(name: str, tree: Tree, table: Iterable[Release] | None = None) -> Choice | None:
