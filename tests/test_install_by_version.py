@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, run_cli, run_json, tree_state
+from conftest import REPO, run_json, tree_state
+from cudnn_setup.commands.by_version import NAME, PATH, URL, VERSION, classify, target
 from cudnn_setup.commands.list import rows
 from cudnn_setup.errors import ARCHIVE_REJECTED, DOWNLOAD_FAILED, USAGE, UsageError
 from cudnn_setup.fetch import known_releases, redist
@@ -473,3 +474,23 @@ def test_resolve_probes_a_mirror_for_table_releases_newest_first(tmp_path, compi
     with pytest.raises(ManifestDamaged):
         (tmp_path / "redistrib_9.2.0.json").write_text("{}")
         resolve(parse_request("9.2.0"), tree, "linux-x86_64", "12.4", table)
+
+
+def test_sources_are_classified_files_first(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "9").mkdir()  # a directory is no archive: "9" stays a version
+    (tmp_path / "9.1").write_text("a file")
+    assert classify("9") == VERSION and classify("9.1") == PATH
+    assert classify("9.17.0.29") == VERSION and classify(X86_12) == NAME
+    assert classify("https://m/" + X86_12) == URL and classify("sub/" + X86_12) == PATH
+    assert classify("cudnn.tar.xz") == PATH
+
+
+def test_target_follows_the_machine_and_the_cuda_option(mirror):
+    assert target(None, "12", "aarch64") == ("linux-sbsa", "12")
+    assert target(None, None, "x86_64") == ("linux-x86_64", None)
+    platform, cuda = target(None, " 12.4 ", "arm64")
+    got = resolve(parse_request("9"), Tree(mirror.url, Reader()), platform, cuda)
+    assert got.release.file_name == "cudnn-linux-sbsa-9.1.7.99_cuda12-archive.tar.xz"
+    with pytest.raises(UsageError):
+        target(None, "12.x", "x86_64")

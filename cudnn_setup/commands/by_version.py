@@ -2,7 +2,8 @@
 version (or a bare NVIDIA archive name) stands for, fetched and with the checksum it must have.
 
 A SOURCE is, in this order:
-1. an existing file: a path, whatever it looks like (a file named `9.1` is that file);
+1. an existing file: a path, whatever it looks like (a file named `9.1` is that file; a
+   directory named `9` is not an archive, so `9` stays a version);
 2. an http(s) URL: downloaded as before; a `file://` URL: that local file;
 3. a version, 1 to 4 numbers (`9`, `9.17`, `9.17.0`, `9.17.0.29`): the newest release that
    matches, in the build for this machine's platform and the root's CUDA major (`--cuda N`
@@ -38,7 +39,7 @@ PATH, URL, FILE_URL, VERSION, NAME = "path", "url", "file-url", "version", "name
 
 def classify(source: str) -> str:
     """What an install SOURCE is (see the module's docstring for the order)."""
-    if Path(source).exists():
+    if Path(source).is_file():
         return PATH
     scheme = source.split("://", 1)[0].lower() if "://" in source else ""
     if scheme in ("http", "https"):

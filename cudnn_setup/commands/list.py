@@ -58,11 +58,11 @@ def rows(releases: list[Release], installed: dict | None,
 @command("list")
 def list_releases(result: Result, ctx: Context, *, cuda: str | None = None,
                   cuda_root: Path | None = None, mirror: str | None = None,
-                  headers: list[str] | None = None, machine: str | None = None) -> None:
+                  headers: list[str] | None = None) -> None:
     root = _root(ctx, cuda_root)
     if root is not None:
         result.cuda_root = str(root.path)
-    platform, cuda_version = target(root, cuda, machine)
+    platform, cuda_version = target(root, cuda)
     tree = tree_for(ctx, mirror, headers)
     try:
         found = catalog(tree, platform)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import re
-from pathlib import Path
 from typing import Mapping
 
 import requests
@@ -80,7 +79,7 @@ class Reader:
         every server that can serve the download answers it the same way, body unread."""
         path = local_path(url)
         if path is not None:
-            return Path(path).is_file()
+            return path.is_file()
         response = self._request(url, {"Range": "bytes=0-0"})
         with response:
             if response.status_code in (200, 206):
