@@ -55,8 +55,8 @@ def classify(source: str) -> str:
 
 def tree_for(ctx: Context, mirror: str | None, headers: list[str] | None) -> Tree:
     """The redist tree the settings name (NVIDIA's when none does), with a reader for it."""
-    setting = mirror_setting(mirror, ctx.env, ctx.user_config or user_config_path(ctx.env, ctx.home),
-                             ctx.system_config)
+    user_config = ctx.user_config or user_config_path(ctx.env, ctx.home)
+    setting = mirror_setting(mirror, ctx.env, user_config, ctx.system_config)
     if setting is None:
         url = redist.NVIDIA_REDIST
     else:
@@ -69,7 +69,8 @@ def tree_for(ctx: Context, mirror: str | None, headers: list[str] | None) -> Tre
     return Tree(url, Reader(headers=parse_headers(headers)))
 
 
-def target(root: CudaRoot | None, cuda: str | None, machine: str | None = None) -> tuple[str, str | None]:
+def target(root: CudaRoot | None, cuda: str | None,
+           machine: str | None = None) -> tuple[str, str | None]:
     """NVIDIA's platform key for this machine, and the CUDA version builds must fit: `--cuda`,
     else the root's (None when neither is known)."""
     platform = redist.platform_key(machine or host_machine())
@@ -107,7 +108,7 @@ def resolve_source(result: Result, ctx: Context, source: str, root: CudaRoot, *,
         choice = resolve_name(source, tree)
         if choice is None:
             raise UsageError(f"{source} is not a file here, and neither the known table nor "
-                             f"{tree.url} lists an archive of that name",
+                             f"{redact(tree.url)} lists an archive of that name",
                              "give the archive's path, its URL, or a version such as 9.1",
                              code="unknown-archive")
         why = "by its name"

@@ -41,8 +41,8 @@ def installed_archive(root: CudaRoot | None) -> dict | None:
 def rows(releases: list[Release], installed: dict | None,
          judge: FitJudge | None = None) -> list[dict]:
     """The JSON entries: newest first, and per version the variants in CUDA order, newest first."""
-    ordered = sorted(releases, key=lambda r: (Version(r.version), redist.variant_key(r.cuda_variant)),
-                     reverse=True)
+    ordered = sorted(releases, reverse=True,
+                     key=lambda r: (Version(r.version), redist.variant_key(r.cuda_variant)))
     out = []
     for r in ordered:
         row = {"version": r.version, "cuda_variant": r.cuda_variant, "platform": r.platform,

@@ -33,6 +33,7 @@ from packaging.version import Version
 
 from cudnn_setup.errors import DownloadFailed
 from cudnn_setup.fetch import known_releases, redist
+from cudnn_setup.fetch.download import redact
 from cudnn_setup.fetch.candidates import (
     Release, UnknownVersion, VersionRequest, merge, nearest_versions, select,
 )
@@ -166,7 +167,7 @@ def resolve(request: VersionRequest, tree: Tree, platform: str, cuda_version: st
             return Choice(release, url, tuple(read), probes)
     asked = ", ".join(r.file_name for r in candidates[:3])
     raise NotOnMirror(
-        f"the mirror {tree.url} has no archive of cuDNN {request} for {platform} and CUDA "
+        f"the mirror {redact(tree.url)} has no archive of cuDNN {request} for {platform} and CUDA "
         f"{cuda_version} (asked for the {min(len(candidates), MAX_PROBES)} newest: {asked}…)",
         "ask for the exact version the mirror holds (e.g. 9.5.1), copy the archive into "
         "cudnn/<platform>/ under NVIDIA's name, or add NVIDIA's redistrib_<X.Y.Z>.json")
@@ -212,6 +213,6 @@ def catalog(tree: Tree, platform: str, table: Iterable[Release] | None = None) -
         if published:
             releases = [r for r in releases if r.source != TABLE]
         else:
-            notes.append(f"the mirror {tree.url} lists no redistrib_*.json: these are the known "
-                         "table's releases, not checked one by one against the mirror")
+            notes.append(f"the mirror {redact(tree.url)} lists no redistrib_*.json: these are "
+                         "the known table's releases, not checked one by one against the mirror")
     return Catalog([r for r in releases if r.platform == platform], tuple(read), tuple(notes))
