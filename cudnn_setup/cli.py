@@ -269,8 +269,8 @@ def bench(ctx: typer.Context, cuda_root: Optional[Path] = CudaRootOpt,
 
 @app.command("list")
 def list_(ctx: typer.Context, cuda: Optional[str] = CudaOpt,
-          cuda_root: Optional[Path] = CudaRootOpt, mirror: Optional[str] = MirrorOpt, header: Optional[list[str]] = HeaderOpt,
-          json_: bool = JsonOpt) -> None:
+          cuda_root: Optional[Path] = CudaRootOpt, mirror: Optional[str] = MirrorOpt,
+          header: Optional[list[str]] = HeaderOpt, json_: bool = JsonOpt) -> None:
     """The cuDNN versions published for this machine, newest first; which one is installed."""
     from cudnn_setup.commands.list import list_releases as run
 
