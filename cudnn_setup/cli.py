@@ -34,18 +34,27 @@ HeaderOpt = typer.Option(None, "--header", help="extra HTTP header, e.g. 'Author
                          "(repeatable; never printed)")
 CacheOpt = typer.Option(None, "--cache-dir", help="download cache (default: $XDG_CACHE_HOME/cudnn-setup)")
 DryRunOpt = typer.Option(False, "--dry-run", help="print the plan, change nothing")
+MirrorOpt = typer.Option(None, "--mirror", help="copy of NVIDIA's cudnn/redist/ tree: http(s) "
+                         "URL, file:// URL or directory (default: $CUDNN_SETUP_MIRROR, then "
+                         "the config files, then NVIDIA's)")
+CudaOpt = typer.Option(None, "--cuda", help="CUDA version the build must fit, e.g. 12 "
+                       "(default: the root's)")
 
 
 class _Session:
     """What one invocation of main() was given: where to write, and the Context for commands."""
 
-    def __init__(self, env: Mapping[str, str], home: Path, out: IO[str], err: IO[str]):
+    def __init__(self, env: Mapping[str, str], home: Path, out: IO[str], err: IO[str],
+                 system_config: Path | None = None):
         self.env, self.home, self.out, self.err = env, home, out, err
         self.rendered = False
+        self.system_config = system_config
 
     def context(self, as_json: bool) -> Context:
+        settings = {"system_config": self.system_config} if self.system_config else {}
         return Context(env=self.env, home=self.home, python=sys.executable, euid=os.geteuid(),
-                       progress=_progress_factory(not as_json and _isatty(self.err), self.err))
+                       progress=_progress_factory(not as_json and _isatty(self.err), self.err),
+                       **settings)
 
 
 def _isatty(stream: IO[str]) -> bool:
@@ -175,7 +184,8 @@ def download(ctx: typer.Context,
 
 @app.command()
 def install(ctx: typer.Context,
-            source: str = typer.Argument(..., help="archive path or http(s) URL"),
+            source: str = typer.Argument(..., help="archive path, http(s)/file URL, or a "
+                                         "version (9, 9.17, 9.17.0.29) to fetch"),
             cuda_root: Optional[Path] = CudaRootOpt,
             sha256: Optional[str] = typer.Option(None, "--sha256", help="expected checksum"),
             theanorc: Optional[Path] = TheanorcOpt,
@@ -187,6 +197,7 @@ def install(ctx: typer.Context,
             ldconfig: bool = typer.Option(False, "--ldconfig", help="register the library dir "
                                           "in /etc/ld.so.conf.d and run ldconfig"),
             header: Optional[list[str]] = HeaderOpt, cache_dir: Optional[Path] = CacheOpt,
+            cuda: Optional[str] = CudaOpt, mirror: Optional[str] = MirrorOpt,
             json_: bool = JsonOpt) -> None:
     """Install cuDNN from an archive into a CUDA root, configure Theano, verify."""
     from cudnn_setup.commands.install import install as run
@@ -194,7 +205,8 @@ def install(ctx: typer.Context,
     _call(ctx, json_, lambda c: run(c, source, cuda_root=cuda_root, sha256=sha256,
                                     theanorc=theanorc, no_theanorc=no_theanorc, python=python,
                                     no_verify=no_verify, dry_run=dry_run, force=force,
-                                    ldconfig=ldconfig, headers=header, cache_dir=cache_dir))
+                                    ldconfig=ldconfig, headers=header, cache_dir=cache_dir,
+                                    cuda=cuda, mirror=mirror))
 
 
 @app.command()
@@ -255,6 +267,17 @@ def bench(ctx: typer.Context, cuda_root: Optional[Path] = CudaRootOpt,
                                     no_theano=no_theano))
 
 
+@app.command("list")
+def list_(ctx: typer.Context, cuda: Optional[str] = CudaOpt,
+          cuda_root: Optional[Path] = CudaRootOpt, mirror: Optional[str] = MirrorOpt,
+          header: Optional[list[str]] = HeaderOpt, json_: bool = JsonOpt) -> None:
+    """The cuDNN versions published for this machine, newest first; which one is installed."""
+    from cudnn_setup.commands.list import list_releases as run
+
+    _call(ctx, json_, lambda c: run(c, cuda=cuda, cuda_root=cuda_root, mirror=mirror,
+                                    headers=header))
+
+
 def _version_callback(ctx: typer.Context, value: bool) -> None:
     if value:
         session: _Session = ctx.obj
@@ -270,16 +293,17 @@ def _main(version: bool = typer.Option(False, "--version", callback=_version_cal
 
 def main(argv: list[str] | None = None, *, env: Mapping[str, str] | None = None,
          home: Path | None = None, stdout: IO[str] | None = None,
-         stderr: IO[str] | None = None) -> int:
+         stderr: IO[str] | None = None, system_config: Path | None = None) -> int:
     """Run the command line in this process; return the exit code.
 
     Everything a command may look at comes from the arguments (environment, home, streams), so
-    a provisioning script or a test calls this exactly as the shell would call the program.
+    a provisioning script or a test calls this exactly as the shell would call the program;
+    `system_config` replaces /etc/cudnn-setup.conf.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     env = dict(os.environ if env is None else env)
     home = home or Path(env.get("HOME") or Path.home())
-    session = _Session(env, home, stdout or sys.stdout, stderr or sys.stderr)
+    session = _Session(env, home, stdout or sys.stdout, stderr or sys.stderr, system_config)
     as_json = "--json" in argv
     command = next((a for a in argv if not a.startswith("-")), "")
     try:

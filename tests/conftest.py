@@ -48,7 +48,8 @@ def cuda_root(tmp_path, compiler):
 
 def clean_env(home: Path, **extra) -> dict:
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("CUDA_", "THEANO", "LD_LIBRARY_PATH"))}
+           if not k.startswith(("CUDA_", "THEANO", "LD_LIBRARY_PATH", "CUDNN_SETUP_MIRROR",
+                                "XDG_CONFIG_HOME"))}
     env.update(HOME=str(home), PYTHONPATH=str(REPO), **extra)
     return env
 
@@ -63,7 +64,9 @@ def run_cli(args, home: Path, env_extra=None, timeout=600, process=False,
         return subprocess.run([sys.executable, "-m", "cudnn_setup", *argv], env=env,
                               capture_output=True, text=True, timeout=timeout, **kw)
     out, err = io.StringIO(), io.StringIO()
-    code = main(argv, env=env, home=home, stdout=out, stderr=err)
+    # the system-wide settings file of the machine running the tests is not the test's
+    code = main(argv, env=env, home=home, stdout=out, stderr=err,
+                system_config=home / "etc-cudnn-setup.conf")
     return subprocess.CompletedProcess(argv, code, out.getvalue(), err.getvalue())
 
 

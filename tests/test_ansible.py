@@ -75,3 +75,54 @@ def test_bad_archive_fails_the_play_with_the_tools_message(variables, tmp_path, 
     assert failed == 1
     assert "exit 3" in done.stdout and "climbs out with '..'" in done.stdout
     assert tree_state(root) == before
+
+
+# --- by version, from a mirror of NVIDIA's redist tree on the node's disk ----------------------
+
+@pytest.fixture(scope="module")
+def mirror(tmp_path_factory, compiler):
+    from fixtures.mirror import build_mirror
+
+    return build_mirror(tmp_path_factory.mktemp("mirror"), cc=compiler)
+
+
+@pytest.fixture
+def by_version(variables, mirror, cuda_root):
+    variables.update(cudnn_setup_archive_src="", cudnn_setup_version="9.1",
+                     cudnn_setup_mirror=mirror.url,
+                     cudnn_setup_cuda_root=str(cuda_root(version="12.4", layout="lib")))
+    return variables
+
+
+def test_version_from_a_mirror_installs_the_roots_build_then_changes_nothing(by_version, tmp_path,
+                                                                             home):
+    root = Path(by_version["cudnn_setup_cuda_root"])
+    done, changed, failed = play(tmp_path, home, by_version)
+    assert failed == 0 and changed >= 2, done.stdout
+    assert (root / "lib" / "libcudnn.so.9.1.7").is_file()
+    manifest = json.loads((root / ".cudnn-setup" / "manifest.json").read_text())
+    assert manifest["source"]["name"] == "cudnn-linux-x86_64-9.1.7.99_cuda12-archive.tar.xz"
+    assert "files | pass" in done.stdout
+    done, changed, failed = play(tmp_path, home, by_version)
+    assert failed == 0 and changed == 0, done.stdout
+
+
+def test_version_without_a_build_for_the_root_fails_with_the_tools_message(by_version, tmp_path,
+                                                                           home):
+    by_version["cudnn_setup_version"] = "9.4.2"  # the mirror has it for CUDA 13 only
+    root = Path(by_version["cudnn_setup_cuda_root"])
+    before = tree_state(root)
+    done, changed, failed = play(tmp_path, home, by_version)
+    assert failed == 1 and "exit 3" in done.stdout and "no build for CUDA 12" in done.stdout
+    assert "cuda13" in done.stdout and tree_state(root) == before
+
+
+@pytest.mark.parametrize("change,complaint", [
+    ({"cudnn_setup_version": 9.1}, "quote the version"),
+    ({"cudnn_setup_archive_src": "x.tgz"}, "not both"),
+    ({"cudnn_setup_version": ""}, "not both"),
+])
+def test_archive_or_version_exactly_one_and_quoted(by_version, tmp_path, home, change, complaint):
+    by_version.update(change)
+    done, changed, failed = play(tmp_path, home, by_version)
+    assert failed == 1 and complaint in done.stdout, done.stdout

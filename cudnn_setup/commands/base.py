@@ -28,6 +28,9 @@ class Context:
     ld_conf_dir: Path = Path("/etc/ld.so.conf.d")
     ld_so_conf: Path = Path("/etc/ld.so.conf")
     lock_timeout: float = 300.0
+    # Settings files (cudnn_setup.settings); user_config None: $XDG_CONFIG_HOME or ~/.config.
+    system_config: Path = Path("/etc/cudnn-setup.conf")
+    user_config: Optional[Path] = None
     # Makes a progress callback for a label ("downloading", "installing"), or None for none.
     progress: Callable[[str], Optional[Progress]] = field(default=lambda label: None)
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from cudnn_setup.commands.base import Context, command
 from cudnn_setup.errors import UsageError
-from cudnn_setup.fetch.checksums import expected_for
+from cudnn_setup.fetch.checksums import Expected, expected_for
 from cudnn_setup.fetch.download import Downloader, Fetched, default_cache_dir, file_name
 from cudnn_setup.report import Result
 
@@ -31,12 +31,14 @@ def check_sha256(value: str | None) -> None:
 
 
 def fetch(result: Result, ctx: Context, url: str, sha256: str | None,
-          headers: list[str] | None, cache_dir: Path | None) -> Fetched:
-    """Download `url` into the cache (or reuse it), checked against what is known of it."""
+          headers: list[str] | None, cache_dir: Path | None,
+          expected: Expected | None = None) -> Fetched:
+    """Download `url` into the cache (or reuse it), checked against what is known of it
+    (`expected`, when the caller knows where the checksum comes from)."""
     cache = cache_dir or default_cache_dir(ctx.env, ctx.home)
     downloader = Downloader(cache, headers=parse_headers(headers),
                             on_progress=ctx.progress("downloading"))
-    fetched = downloader.fetch(url, expected_for(file_name(url), sha256))
+    fetched = downloader.fetch(url, expected or expected_for(file_name(url), sha256))
     result.add("download", fetched.to_dict())
     how = "reused from the cache" if fetched.from_cache else (
         f"resumed at byte {fetched.resumed_from}" if fetched.resumed_from else "downloaded")

@@ -8,6 +8,7 @@ from pathlib import Path
 from cudnn_setup.checks.suite import run_checks
 from cudnn_setup.commands import placement
 from cudnn_setup.commands.base import Context, command, which
+from cudnn_setup.commands.by_version import resolve_source
 from cudnn_setup.commands.download import check_sha256, fetch
 from cudnn_setup.commands.steps import loader_step, theanorc_path, theanorc_step
 from cudnn_setup.facts.cuda import CudaRoot, find_cuda_root
@@ -20,11 +21,17 @@ def install(result: Result, ctx: Context, source: str, *, cuda_root: Path | None
             sha256: str | None = None, theanorc: Path | None = None, no_theanorc: bool = False,
             python: str | None = None, no_verify: bool = False, dry_run: bool = False,
             force: bool = False, ldconfig: bool = False, headers: list[str] | None = None,
-            cache_dir: Path | None = None) -> None:
+            cache_dir: Path | None = None, cuda: str | None = None,
+            mirror: str | None = None) -> None:
     check_sha256(sha256)
     root = find_cuda_root(ctx.env, cuda_root)
     result.cuda_root = str(root.path)
-    if source.startswith(("http://", "https://")):
+    # A version, a bare NVIDIA archive name or a file:// URL becomes a local archive here.
+    by_version = resolve_source(result, ctx, source, root, cuda=cuda, mirror=mirror,
+                                sha256=sha256, headers=headers, cache_dir=cache_dir)
+    if by_version is not None:
+        archive, expected = by_version
+    elif source.startswith(("http://", "https://")):
         archive = fetch(result, ctx, source, sha256, headers, cache_dir).path
         expected = None  # checked as it was fetched
     else:

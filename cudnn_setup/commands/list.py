@@ -1,0 +1,119 @@
+"""`list`: the cuDNN releases published for this machine (the known table plus the manifests of
+NVIDIA's tree or the mirror), newest first per CUDA variant, and which one the root holds.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable, Optional
+
+from packaging.version import Version
+
+from cudnn_setup.commands.base import Context, command
+from cudnn_setup.commands.by_version import target, tree_for
+from cudnn_setup.errors import DownloadFailed, NoCudaRoot
+from cudnn_setup.facts.cuda import CudaRoot, find_cuda_root
+from cudnn_setup.fetch import known_releases, redist
+from cudnn_setup.fetch.candidates import Release
+from cudnn_setup.fetch.download import redact
+from cudnn_setup.fetch.resolve import catalog
+from cudnn_setup.report import WARN, Check, Result
+from cudnn_setup.state.layout import StateDir
+
+# Extension point: whether a release runs on this machine's GPU and driver, as (fits, why), or
+# None when that is not known. Nothing supplies one yet (it needs the GPU's compute capability
+# and the driver's CUDA version against each release's support matrix); `rows` adds a `fits`
+# entry per release once a caller passes one.
+FitJudge = Callable[[Release], Optional[tuple[bool, str]]]
+
+
+def installed_archive(root: CudaRoot | None) -> dict | None:
+    """{name, sha256, version} of the archive the tool installed in the root, if any."""
+    if root is None:
+        return None
+    manifest = StateDir(root.path).manifest()  # the state package validates what it reads
+    source = manifest.get("source") if isinstance(manifest, dict) else None
+    if not isinstance(source, dict):
+        return None
+    return {"name": source.get("name"), "sha256": source.get("sha256"),
+            "version": manifest.get("cudnn_version")}
+
+
+def rows(releases: list[Release], installed: dict | None,
+         judge: FitJudge | None = None) -> list[dict]:
+    """The JSON entries: newest first, and per version the variants in CUDA order, newest first."""
+    ordered = sorted(releases, reverse=True,
+                     key=lambda r: (Version(r.version), redist.variant_key(r.cuda_variant)))
+    out = []
+    for r in ordered:
+        row = {"version": r.version, "cuda_variant": r.cuda_variant, "platform": r.platform,
+               "file_name": r.file_name, "sha256": r.sha256, "size": r.size, "source": r.source,
+               "installed": installed is not None and r.sha256 == installed["sha256"]}
+        if judge is not None:
+            verdict = judge(r)
+            row["fits"] = None if verdict is None else {"ok": verdict[0], "why": verdict[1]}
+        out.append(row)
+    return out
+
+
+@command("list")
+def list_releases(result: Result, ctx: Context, *, cuda: str | None = None,
+                  cuda_root: Path | None = None, mirror: str | None = None,
+                  headers: list[str] | None = None) -> None:
+    root = _root(ctx, cuda_root)
+    if root is not None:
+        result.cuda_root = str(root.path)
+    platform, cuda_version = target(root, cuda)
+    tree = tree_for(ctx, mirror, headers)
+    try:
+        found = catalog(tree, platform)
+        releases, notes = found.releases, list(found.notes)
+    except DownloadFailed as exc:
+        if not tree.nvidia:
+            raise
+        # NVIDIA's tree out of reach (offline, firewalled): the table is still NVIDIA's list.
+        releases = [r for r in known_releases.releases() if r.platform == platform]
+        notes = []
+        result.checks.append(Check("manifests", WARN, f"{exc.message}; showing the known table "
+                                   "only, without releases newer than it"))
+    if cuda_version is not None:
+        releases = [r for r in releases if redist.variant_fits(r.cuda_variant, cuda_version)]
+    installed = installed_archive(root)
+    if installed:
+        result.cudnn_version = installed["version"]
+    listed = rows(releases, installed)
+    result.add("releases", listed)
+    result.add("platform", platform)
+    result.add("cuda_version", cuda_version)
+    result.add("mirror", None if tree.nvidia else redact(tree.url))
+    _describe(result, listed, platform, cuda_version, root, tree.url, installed, notes)
+
+
+def _root(ctx: Context, cuda_root: Path | None) -> CudaRoot | None:
+    """The CUDA root; without one (and without --cuda-root) list shows every CUDA variant, or
+    those for --cuda N."""
+    try:
+        return find_cuda_root(ctx.env, cuda_root)
+    except NoCudaRoot:
+        if cuda_root is not None:
+            raise
+        return None
+
+
+def _describe(result: Result, listed: list[dict], platform: str, cuda_version: str | None,
+              root: CudaRoot | None, tree_url: str, installed: dict | None,
+              notes: list[str]) -> None:
+    for_cuda = f"CUDA {cuda_version}" if cuda_version else "every CUDA version"
+    where = f" (root {root.path})" if root is not None else ""
+    result.lines.append(f"cuDNN for {platform} and {for_cuda}{where}, from {redact(tree_url)}:")
+    variants = sorted({row["cuda_variant"] for row in listed}, key=redist.variant_key, reverse=True)
+    for variant in variants:
+        result.lines.append(f"  {variant}:")
+        for row in (r for r in listed if r["cuda_variant"] == variant):
+            mark = "  installed" if row["installed"] else ""
+            result.lines.append(f"    {row['version']:<12} {row['file_name']}{mark}")
+    if not listed:
+        result.lines.append("  nothing published fits")
+    if installed and not any(row["installed"] for row in listed):
+        result.lines.append(f"installed: cuDNN {installed['version']} from {installed['name']}, "
+                            "not among these releases")
+    result.lines += [f"note: {n}" for n in notes]

@@ -1,0 +1,87 @@
+"""Settings a fleet sets once instead of on every command line: the mirror to fetch cuDNN from.
+
+Precedence, first set wins: the command-line option, `$CUDNN_SETUP_MIRROR`, the user's file
+(`$XDG_CONFIG_HOME/cudnn-setup/config.ini`, else `~/.config/cudnn-setup/config.ini`), the
+system file (`/etc/cudnn-setup.conf`). Both files are INI:
+
+    [cudnn-setup]
+    mirror = http://mirror.internal/nvidia/cudnn/redist/
+
+The caller hands in the environment, the home directory and both paths: nothing here reads
+os.environ, `~` or /etc on its own.
+"""
+from __future__ import annotations
+
+import configparser
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+from cudnn_setup.errors import UsageError
+
+SECTION = "cudnn-setup"
+KEYS = ("mirror",)
+ENV_MIRROR = "CUDNN_SETUP_MIRROR"
+SYSTEM_CONFIG = Path("/etc/cudnn-setup.conf")
+MAX_BYTES = 64 << 10  # a settings file, not a data file
+
+
+@dataclass(frozen=True)
+class Setting:
+    value: str
+    origin: str  # where it was set, for messages: "--mirror", "$CUDNN_SETUP_MIRROR", a file
+
+
+def user_config_path(env: Mapping[str, str], home: Path) -> Path:
+    """The per-user file, following the XDG base directory spec (a relative
+    $XDG_CONFIG_HOME is ignored, as the spec says)."""
+    base = env.get("XDG_CONFIG_HOME", "")
+    root = Path(base) if base and Path(base).is_absolute() else home / ".config"
+    return root / "cudnn-setup" / "config.ini"
+
+
+def read_config(path: Path) -> dict[str, str]:
+    """The `[cudnn-setup]` keys of one file; {} when it does not exist. A file that cannot be
+    read or parsed, or names a key this version does not know, is a usage error: a fleet's
+    setting that silently does nothing is worse than a stop."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_BYTES + 1)
+    except FileNotFoundError:
+        return {}
+    except OSError as exc:
+        raise UsageError(f"cannot read the config file {path}: {exc.strerror or exc}",
+                         "make it readable, or remove it") from None
+    if len(data) > MAX_BYTES:
+        raise UsageError(f"config file {path} is larger than {MAX_BYTES} bytes",
+                         "it should hold a few settings")
+    parser = configparser.ConfigParser(interpolation=None)
+    try:
+        parser.read_string(data.decode("utf-8"), source=str(path))
+    except (UnicodeDecodeError, configparser.Error) as exc:
+        first = str(exc).splitlines()[0][:200]
+        raise UsageError(f"config file {path} is not valid INI: {first}",
+                         f"it takes a [{SECTION}] section with `key = value` lines") from None
+    if not parser.has_section(SECTION):
+        return {}
+    values = dict(parser.items(SECTION))
+    unknown = sorted(set(values) - set(KEYS))
+    if unknown:
+        raise UsageError(f"config file {path}: unknown key {unknown[0]!r} in [{SECTION}]",
+                         f"known keys: {', '.join(KEYS)}")
+    return values
+
+
+def mirror_setting(option: str | None, env: Mapping[str, str], user_config: Path,
+                   system_config: Path) -> Setting | None:
+    """The mirror to use and where it was set, or None for NVIDIA's own tree. An empty value
+    counts as unset, so `CUDNN_SETUP_MIRROR=` does not mean "the current directory"."""
+    if option:
+        return Setting(option, "--mirror")
+    if env.get(ENV_MIRROR, "").strip():
+        return Setting(env[ENV_MIRROR], f"${ENV_MIRROR}")
+    for path in (user_config, system_config):
+        value = read_config(path).get("mirror", "").strip()
+        if value:
+            return Setting(value, str(path))
+    return None
