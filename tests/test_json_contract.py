@@ -101,7 +101,10 @@ def installed_root(tmp_path_factory, archives, compiler):
     return root, home
 
 
-def _scenarios(archives, root: Path, home: Path, tmp: Path):
+def _scenarios(archives, root: Path, home: Path, tmp: Path, compiler):
+    from fixtures.mirror import build_mirror
+
+    mirror = build_mirror(tmp / "mirror", cc=compiler)
     rc = home / ".theanorc"
     a = str(archives[V7])
     bad = tmp / "not-an-archive.tgz"
@@ -126,14 +129,18 @@ def _scenarios(archives, root: Path, home: Path, tmp: Path):
         ["uninstall", "--cuda-root", root],
         ["uninstall", "--cuda-root", root],
         ["download", "ftp://example.invalid/x.tgz", "--cache-dir", tmp / "cache"],
+        ["list", "--cuda", "12", "--mirror", mirror.url],
+        ["list", "--cuda", "12", "--mirror", (tmp / "no-mirror").as_uri()],
+        ["install", "9.1", "--cuda-root", root, "--mirror", mirror.url, "--no-verify"],
+        ["install", "7.77", "--cuda-root", root, "--mirror", mirror.url, "--no-verify"],
         ["no-such-command"],
     ]
 
 
-def test_every_command_follows_the_contract(archives, installed_root, tmp_path):
+def test_every_command_follows_the_contract(archives, installed_root, tmp_path, compiler):
     root, home = installed_root
     seen = set()
-    for args in _scenarios(archives, root, home, tmp_path):
+    for args in _scenarios(archives, root, home, tmp_path, compiler):
         done, out = run_json(args, home)
         check_contract(out, done.returncode)
         seen.add(out["command"])
