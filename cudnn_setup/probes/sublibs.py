@@ -1,6 +1,6 @@
 """Load libcudnn and then each sub-library by its soname, as cuDNN loads them; say what mapped.
 
-    python sublibs.py LIBCUDNN SONAME [SONAME …]
+    python sublibs.py LIBCUDNN SONAME [SONAME …]     (a SONAME may also be a path)
 
 LIBCUDNN is opened with RTLD_NOW | RTLD_GLOBAL. Each SONAME is then opened with RTLD_NOW in a
 forked child, so one that aborts (cuDNN 8.9 does, with a sub-library missing) or hangs costs
@@ -164,8 +164,9 @@ def open_sub(soname):
 
 
 def check_function(soname):
-    """cudnnOpsInferVersionCheck for libcudnn_ops_infer.so.8, cudnnGraphVersionCheck for …graph."""
-    m = re.match(r"libcudnn_(\w+?)\.so", soname)
+    """cudnnOpsInferVersionCheck for libcudnn_ops_infer.so.8, cudnnGraphVersionCheck for …graph
+    (given by soname or by path)."""
+    m = re.match(r"libcudnn_(\w+?)\.so", os.path.basename(soname))
     if not m:
         return None
     return "cudnn" + "".join(p.title() for p in m.group(1).split("_")) + "VersionCheck"

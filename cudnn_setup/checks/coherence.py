@@ -1,0 +1,193 @@
+"""The `coherence` check: every sub-library that loading libcudnn.so.N pulls in comes from the
+same directory and is the same version as libcudnn itself.
+
+cuDNN 8 and 9 are a front library and sub-libraries (ops, cnn, adv, graph, …) that it and
+they load by SONAME. The loader finds each by the usual search (LD_LIBRARY_PATH before the
+library's RUNPATH $ORIGIN, then the ldconfig cache), so with a second cuDNN on the machine a
+sub-library can come from the other copy: cuDNN then reports
+CUDNN_STATUS_SUBLIBRARY_VERSION_MISMATCH, "version libcudnn_ops_infer.so.8 not defined", or
+aborts. This check works in the USER's environment, as given (nothing is prepended to
+LD_LIBRARY_PATH: that would hide exactly this problem):
+
+1. where each sub-library would come from, by emulating the loader for a process that opens
+   libcudnn.so.N from the installation's directory (facts/ldresolve.py);
+2. the real loader, in a child process (probes/sublibs.py): libcudnn is loaded, then each
+   sub-library is dlopened with RTLD_NOW in a forked child of its own, so one that aborts or
+   hangs costs only its own entry; what mapped, its version and dlerror() come back, with the
+   result of cuDNN's own cudnn<Sub>VersionCheck() where libcudnn exports one (those load the
+   sub-library the way cuDNN does; 2001/2002 are SUBLIBRARY_LOADING_FAILED and
+   SUBLIBRARY_VERSION_MISMATCH).
+
+Fails when a sub-library is taken from another directory or is another version (naming both
+paths and versions), cannot be found, cannot be loaded (its dlerror), kills the child that
+loads it (the signal), or cuDNN's own check says so. Whatever the child prints or does becomes
+data: the report never breaks.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Mapping
+
+from cudnn_setup.checks.deps import loader_environment, versions_for
+from cudnn_setup.checks.installation import Installation
+from cudnn_setup.checks.probe import probe_module, run_probe
+from cudnn_setup.facts import cudnn as gen
+from cudnn_setup.facts import ldresolve as L
+from cudnn_setup.report import FAIL, PASS, SKIP, Check
+
+NAME = "coherence"
+TIMEOUT = 600.0  # every sub-library in a child of its own, each limited to 60 s by the probe
+STATUS = {0: "CUDNN_STATUS_SUCCESS", 2001: "CUDNN_STATUS_SUBLIBRARY_LOADING_FAILED",
+          2002: "CUDNN_STATUS_SUBLIBRARY_VERSION_MISMATCH"}
+MAX_TEXT = 300  # characters of a dlerror or a child's message kept in the detail
+
+
+def sub_sonames(inst: Installation) -> list[str]:
+    """The SONAMEs of the sub-libraries this generation of cuDNN loads (none before 8.0)."""
+    if not inst.generation or inst.major is None:
+        return []
+    return [gen.expected_soname(stem, str(inst.major), inst.generation)
+            for stem in gen.shared_libs_of(inst.generation)[1:]]
+
+
+def would_load(target: Path, sonames: list[str], loader: L.Environment,
+               versions: L.Versions) -> dict[str, L.Resolution]:
+    """Where each sub-library comes from in a process that dlopens `target`: the first request
+    for it in load order (DT_NEEDED of another sub-library, or a run-time name), else a dlopen
+    of the SONAME by libcudnn itself."""
+    deps = L.closure([target], loader, versions)
+    out: dict[str, L.Resolution] = {}
+    for soname in sonames:
+        stem = soname[:soname.index(".so") + 3]
+        hit = next((d for d in deps if d.kind != "root"
+                    and any(c.startswith(stem) and c[len(stem):len(stem) + 1] in ("", ".")
+                            for c in (d.candidates or (d.name,)))), None)
+        if hit is not None:
+            out[soname] = hit.resolution
+    missing = [s for s in sonames if s not in out]
+    if missing:
+        proc = L.Process(loader)
+        _, main, _ = proc.load_with_needed(str(target), None)
+        for soname in missing:
+            out[soname] = proc.find(soname, main)[0]
+    return out
+
+
+def version_of(value) -> str | None:
+    """A version as the probe reports it (cudnnGetVersion's integer, or digits of a file name)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int) and 0 < value < 10**7:
+        return gen.version_text(value)
+    if isinstance(value, str) and value.replace(".", "").isdigit():
+        return value
+    return None
+
+
+def _text(value, limit: int = MAX_TEXT) -> str:
+    text = value if isinstance(value, str) else repr(value)
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+def _real_dir(path: str | None) -> str | None:
+    return os.path.dirname(os.path.realpath(path)) if path else None
+
+
+def check_coherence(inst: Installation, env: Mapping[str, str], *,
+                    loader: L.Environment | None = None, load_data: dict | None = None,
+                    python: str | None = None, timeout: float = TIMEOUT) -> Check:
+    """The `coherence` check of `inst` for a program started from `env` (the user's, as is).
+
+    `loader`: the loader's environment for the emulation (default: from `env`, the real
+    ldconfig cache and ld.so); `load_data`: the load probe's answer, for cuDNN's version;
+    `python`: the interpreter that runs the probe (default: this one)."""
+    target = inst.soname_path()
+    if target is None:
+        return Check(NAME, SKIP, f"no libcudnn in {inst.lib_dir}: nothing to load")
+    sonames = sub_sonames(inst)
+    if not sonames:
+        return Check(NAME, SKIP, f"cuDNN {inst.version or '?'} is one library: sub-libraries "
+                     "came with cuDNN 8.0")
+    loader = loader or loader_environment(env)
+    versions = versions_for(inst, load_data)
+    resolved = would_load(target, sonames, loader, versions)
+    args = [resolved[s].path if resolved[s].found else s for s in sonames]
+    result = run_probe(probe_module("sublibs") + [str(target), *args], timeout, dict(env), python)
+    data: dict = {"library": {"path": str(target), "directory": _real_dir(str(target))},
+                  "ld_library_path": loader.ld_library_path, "sublibraries": []}
+    if result.data is None:
+        return Check(NAME, FAIL, f"the sub-library probe {_text(result.failure())}", data)
+    probe = result.data
+    main_dir = _real_dir(probe.get("mapped") or probe.get("path") or str(target))
+    main_version = version_of(probe.get("version")) or versions.cudnn or inst.version
+    data["library"].update(version=main_version, mapped=probe.get("mapped"),
+                           loaded=probe.get("loaded"))
+    if not probe.get("loaded"):
+        return Check(NAME, FAIL, f"{target.name} itself cannot be loaded: "
+                     f"{_text(probe.get('dlerror') or probe.get('error') or 'no reason given')}", data)
+    entries = probe.get("sublibraries")
+    entries = entries if isinstance(entries, list) else []
+    problems: list[str] = []
+    checked = 0
+    for i, soname in enumerate(sonames):
+        got = entries[i] if i < len(entries) and isinstance(entries[i], dict) else {}
+        sub = judge(soname, resolved[soname], got, main_dir, main_version, target.name)
+        data["sublibraries"].append(sub)
+        problems += sub["problems"]
+        checked += sub.get("version_check", {}).get("status") == 0
+    if problems:
+        return Check(NAME, FAIL, "; ".join(problems), data)
+    detail = (f"{target.name} (cuDNN {main_version or '?'}) and its {len(sonames)} sub-libraries "
+              f"load from {main_dir}, all the same version")
+    if checked:
+        detail += f"; cuDNN's own version checks pass ({checked})"
+    return Check(NAME, PASS, detail, data)
+
+
+def judge(soname: str, res: L.Resolution, got: dict, main_dir: str | None,
+          main_version: str | None, main_name: str) -> dict:
+    """One sub-library: where it comes from, what the real loader did, what is wrong."""
+    path = got.get("mapped") if isinstance(got.get("mapped"), str) else None
+    path = path or res.path
+    version = version_of(got.get("version"))
+    sub = {"soname": soname, "path": res.path, "via": res.via, "mapped": path,
+           "directory": _real_dir(path), "version": version,
+           "version_from": got.get("version_from"), "loaded": got.get("loaded"),
+           "dlerror": got.get("dlerror"), "error": got.get("error"), "problems": []}
+    problems = sub["problems"]
+    if not res.found:
+        problems.append(f"{soname} cannot be found where {main_name} looks for it "
+                        f"({_text(res.error or 'not found')})"
+                        + (f"; the real loader: {_text(got['dlerror'])}" if got.get("dlerror") else ""))
+    elif got.get("error"):
+        problems.append(f"loading {soname} ({res.path}) {_text(got['error'])}")
+    elif got.get("loaded") is False:
+        problems.append(f"{soname} ({res.path}) cannot be loaded: {_text(got.get('dlerror') or '?')}")
+    elif not got:
+        problems.append(f"{soname}: the probe did not report on it")
+    else:
+        where = sub["directory"]
+        if where and main_dir and where != main_dir:
+            problems.append(f"{soname} comes from another copy: {path} (cuDNN {version or '?'}, "
+                            f"via {res.via}) while {main_name} is {main_dir} (cuDNN "
+                            f"{main_version or '?'})")
+        elif version and main_version and not gen.same_release(version, main_version):
+            problems.append(f"{soname} is cuDNN {version} ({path}) but {main_name} is cuDNN "
+                            f"{main_version} ({main_dir})")
+    check = got.get("version_check")
+    if isinstance(check, dict):
+        sub["version_check"] = check
+        status = check.get("status")
+        mapped = [m for m in check.get("mapped") or [] if isinstance(m, str)]
+        elsewhere = [m for m in mapped if main_dir and _real_dir(m) != main_dir]
+        if check.get("error"):
+            problems.append(f"cuDNN's own {check.get('function')}() {_text(check['error'])}")
+        elif status not in (0, None):
+            problems.append(f"cuDNN's own {check.get('function')}() returned "
+                            f"{STATUS.get(status, status)}")
+        if elsewhere:
+            problems.append(f"cuDNN's own {check.get('function')}() loaded "
+                            f"{', '.join(elsewhere)}, outside {main_dir}")
+    sub["problems"] = list(dict.fromkeys(problems))
+    return sub
