@@ -119,6 +119,17 @@ def check_coherence(inst: Installation, env: Mapping[str, str], *,
     if result.data is None:
         return Check(NAME, FAIL, f"the sub-library probe {_text(result.failure())}", data)
     probe = result.data
+    # Libraries that load their sub-libraries by a path of their own making (not by SONAME
+    # through the loader's search) show where they took them when asked their version: open
+    # those files, not a SONAME the loader cannot find.
+    by_cudnn = mapped_by_stem(probe.get("cudnn_mapped"))
+    retry = [i for i, s in enumerate(sonames) if not resolved[s].found and _stem(s) in by_cudnn]
+    if retry:
+        for i in retry:
+            args[i] = by_cudnn[_stem(sonames[i])]
+        again = run_probe(probe_module("sublibs") + [str(target), *args], timeout, dict(env), python)
+        if again.data is not None:
+            probe = again.data
     main_dir = _real_dir(probe.get("mapped") or probe.get("path") or str(target))
     main_version = version_of(probe.get("version")) or versions.cudnn or inst.version
     data["library"].update(version=main_version, mapped=probe.get("mapped"),
@@ -132,11 +143,15 @@ def check_coherence(inst: Installation, env: Mapping[str, str], *,
     checked = 0
     for i, soname in enumerate(sonames):
         got = entries[i] if i < len(entries) and isinstance(entries[i], dict) else {}
-        sub = judge(soname, resolved[soname], got, main_dir, main_version, target.name)
+        sub = judge(soname, resolved[soname], got, main_dir, main_version, target.name,
+                    by_cudnn.get(_stem(soname)))
         data["sublibraries"].append(sub)
         problems += sub["problems"]
         checked += sub.get("version_check", {}).get("status") == 0
     if problems:
+        hint = hint_for(data["sublibraries"], main_dir, loader.ld_library_path)
+        if hint:
+            data["hint"] = hint
         return Check(NAME, FAIL, "; ".join(problems), data)
     detail = (f"{target.name} (cuDNN {main_version or '?'}) and its {len(sonames)} sub-libraries "
               f"load from {main_dir}, all the same version")
@@ -145,38 +160,55 @@ def check_coherence(inst: Installation, env: Mapping[str, str], *,
     return Check(NAME, PASS, detail, data)
 
 
+def _stem(name: str) -> str:
+    base = os.path.basename(name)
+    return base[:base.index(".so") + 3] if ".so" in base else base
+
+
+def mapped_by_stem(paths) -> dict[str, str]:
+    """{library stem: file} of the libcudnn* files a probe saw cuDNN map."""
+    if not isinstance(paths, list):
+        return {}
+    return {_stem(p): p for p in paths if isinstance(p, str) and p.startswith("/")}
+
+
 def judge(soname: str, res: L.Resolution, got: dict, main_dir: str | None,
-          main_version: str | None, main_name: str) -> dict:
-    """One sub-library: where it comes from, what the real loader did, what is wrong."""
+          main_version: str | None, main_name: str, by_cudnn: str | None = None) -> dict:
+    """One sub-library: where it comes from (cuDNN's own loading where it showed it, else the
+    loader's search), what the real loader did with that file, what is wrong."""
+    check = got.get("version_check") if isinstance(got.get("version_check"), dict) else None
+    own = mapped_by_stem(check.get("mapped") if check else None).get(_stem(soname)) or by_cudnn
     path = got.get("mapped") if isinstance(got.get("mapped"), str) else None
-    path = path or res.path
+    path = own or path or res.path
     version = version_of(got.get("version"))
-    sub = {"soname": soname, "path": res.path, "via": res.via, "mapped": path,
+    via = res.via  # how the loader's search reaches it; cuDNN's own loading, where it differs
+    if own and not (res.path and _real_dir(res.path) == _real_dir(own)):
+        via = "loaded by cuDNN itself"
+    sub = {"soname": soname, "path": res.path, "via": via, "mapped": path,
            "directory": _real_dir(path), "version": version,
            "version_from": got.get("version_from"), "loaded": got.get("loaded"),
            "dlerror": got.get("dlerror"), "error": got.get("error"), "problems": []}
     problems = sub["problems"]
-    if not res.found:
+    if not res.found and not own:
         problems.append(f"{soname} cannot be found where {main_name} looks for it "
                         f"({_text(res.error or 'not found')})"
                         + (f"; the real loader: {_text(got['dlerror'])}" if got.get("dlerror") else ""))
     elif got.get("error"):
-        problems.append(f"loading {soname} ({res.path}) {_text(got['error'])}")
+        problems.append(f"loading {soname} ({path}) {_text(got['error'])}")
     elif got.get("loaded") is False:
-        problems.append(f"{soname} ({res.path}) cannot be loaded: {_text(got.get('dlerror') or '?')}")
+        problems.append(f"{soname} ({path}) cannot be loaded: {_text(got.get('dlerror') or '?')}")
     elif not got:
         problems.append(f"{soname}: the probe did not report on it")
     else:
         where = sub["directory"]
         if where and main_dir and where != main_dir:
             problems.append(f"{soname} comes from another copy: {path} (cuDNN {version or '?'}, "
-                            f"via {res.via}) while {main_name} is {main_dir} (cuDNN "
+                            f"via {via}) while {main_name} is in {main_dir} (cuDNN "
                             f"{main_version or '?'})")
         elif version and main_version and not gen.same_release(version, main_version):
             problems.append(f"{soname} is cuDNN {version} ({path}) but {main_name} is cuDNN "
                             f"{main_version} ({main_dir})")
-    check = got.get("version_check")
-    if isinstance(check, dict):
+    if check is not None:
         sub["version_check"] = check
         status = check.get("status")
         mapped = [m for m in check.get("mapped") or [] if isinstance(m, str)]
@@ -191,3 +223,22 @@ def judge(soname: str, res: L.Resolution, got: dict, main_dir: str | None,
                             f"{', '.join(elsewhere)}, outside {main_dir}")
     sub["problems"] = list(dict.fromkeys(problems))
     return sub
+
+
+def hint_for(subs: list[dict], main_dir: str | None, ld_library_path: str | None) -> str:
+    """What to do about the first sub-library with a problem."""
+    for sub in subs:
+        if not sub["problems"]:
+            continue
+        other, via = sub.get("directory"), sub.get("via") or ""
+        if other and main_dir and other != main_dir:
+            if via == "LD_LIBRARY_PATH":
+                return (f"LD_LIBRARY_PATH ({ld_library_path}) puts another cuDNN in {other} first: "
+                        f"put {main_dir} before it, or take {other} out")
+            return (f"{sub['soname']} is not taken from {main_dir} ({via or 'found elsewhere'}): "
+                    "reinstall this cuDNN so that every sub-library is beside libcudnn")
+        if sub.get("path") is None:
+            return f"{sub['soname']} is missing: reinstall this cuDNN into {main_dir}"
+        return (f"{sub['soname']} in {main_dir} is broken or of another release: reinstall this "
+                "cuDNN")
+    return ""

@@ -227,6 +227,9 @@ def check_deps(inst: Installation, env: Mapping[str, str], *, load_data: dict | 
         parts = [_line(e) for e in shown[:MAX_SHOWN]]
         if len(shown) > MAX_SHOWN:
             parts.append(f"{len(shown) - MAX_SHOWN} more in data.dependencies")
+        first = next((e for e in shown if e.fixes), None)
+        if first is not None:
+            data["hint"] = f"{first.name}: {first.fixes[0]['text']}"
         return Check(NAME, worst, "; ".join(parts), data)
     found = [e for e in entries if e.found]
     detail = (f"the {len(found)} libraries that {len(roots)} cuDNN libraries in {inst.lib_dir} "

@@ -28,6 +28,7 @@ from cudnn_setup.checks.installation import Installation
 from cudnn_setup.errors import UsageError
 from cudnn_setup.facts import cudnn as gen
 from cudnn_setup.facts.cuda import CudaRoot
+from cudnn_setup.report import SKIP, Check
 
 UNMANAGED = "not installed by cudnn-setup: contents not recorded"
 LIB_DIR, MULTIARCH, WHEEL = "lib-dir", "multiarch", "wheel"
@@ -261,3 +262,28 @@ def describe(inst: Installation) -> dict:
             "lib_dir": str(inst.lib_dir), "include_dir": str(inst.include_dir),
             "version": inst.version, **{k: v for k, v in inst.origin_facts.items()
                                         if k not in ("lib_dir",)}}
+
+
+# What each check says when the installation holds no cuDNN at all (verify on a bare root):
+# `files` is the one failure ("no cuDNN in ROOT", hint: install); `driver` still reports the
+# machine (GPUs, driver; "no cuDNN to judge against them"); `theano` still runs Theano's graphs
+# when Theano is installed (the reason it gives is this one); every check below is skipped
+# with this reason instead of its own generic one ("no library to examine", "CUDA version of
+# the root or of cuDNN's build unknown", "libcudnn does not load (see load)").
+NEED_CUDNN = ("elf", "versions", "load", "loader", "cuda", "compile", "gpu", "coherence", "deps")
+
+
+def absent(inst: Installation) -> str | None:
+    """Why there is nothing to check, when `inst` holds no cuDNN at all; None when it does."""
+    if inst.header_file is None and not inst.libraries:
+        return (f"no cuDNN in {inst.root.path}: no libcudnn.so.N in {inst.lib_dir} and no "
+                f"cudnn.h in {inst.include_dir}")
+    return None
+
+
+def skipped_without_cudnn(inst: Installation) -> dict[str, Check] | None:
+    """The NEED_CUDNN checks, each skipped with the real reason, when `inst` holds no cuDNN."""
+    reason = absent(inst)
+    if reason is None:
+        return None
+    return {name: Check(name, SKIP, reason) for name in NEED_CUDNN}

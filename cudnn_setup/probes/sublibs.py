@@ -11,7 +11,9 @@ reports through its own cudnn<Sub>VersionCheck() functions are added where libcu
 them, with the files that call mapped: those load the sub-library the way cuDNN does, from
 libcudnn and so with its RUNPATH ($ORIGIN in NVIDIA's wheels and archives), which a dlopen by
 soname from this script does not have. 0 is CUDNN_STATUS_SUCCESS; 2001/2002 (cuDNN 9) are
-SUBLIBRARY_LOADING_FAILED and SUBLIBRARY_VERSION_MISMATCH.
+SUBLIBRARY_LOADING_FAILED and SUBLIBRARY_VERSION_MISMATCH. `cudnn_mapped` lists the libcudnn*
+files the library mapped while answering cudnnGetVersion() (cuDNN 8 loads its sub-libraries
+then), found the same way.
 
 Prints one JSON line. Standard library only.
 """
@@ -106,6 +108,15 @@ def own_version(lib, path):
     real = os.path.realpath(path) if path else ""
     m = re.search(r"\.so\.(\d+(?:\.\d+)*)$", real) or re.search(r"\.so\.(\d+(?:\.\d+)*)$", path or "")
     return (m.group(1) if m else None), "file name"
+
+
+def asked_version(lib, path):
+    """The library's version, and the libcudnn* files it mapped to answer (cuDNN loading its
+    sub-libraries its own way: from its directory, through its RUNPATH)."""
+    before = mapped_cudnn_files()
+    version, source = own_version(lib, path)
+    return {"version": version, "version_from": source,
+            "cudnn_mapped": sorted(mapped_cudnn_files() - before)}
 
 
 def in_child(work, timeout=CHILD_TIMEOUT):
@@ -212,7 +223,7 @@ def main(argv):
     out["loaded"] = True
     out.update(describe(main_lib, with_version=False))
     # cuDNN 8.9's cudnnGetVersion() aborts when a sub-library is missing: ask in a child
-    got = in_child(lambda: dict(zip(("version", "version_from"), own_version(main_lib, out["path"]))))
+    got = in_child(lambda: asked_version(main_lib, out["path"]))
     out.update(got)
     for soname in sonames:
         entry = {"soname": soname, **in_child(open_sub(soname))}
