@@ -131,3 +131,23 @@ def test_before_cudnn_8_there_is_nothing_to_mix(tmp_path, loader_facts):
     layouts.version_header(tmp_path / "include", (7, 6, 5))
     check, _ = judge(lib, loader_facts)
     assert check.status == "skip" and "one library" in check.detail
+
+
+def test_sub_library_replaced_by_another_release_is_told_by_its_version_constant(tmp_path, loader_facts):
+    """cuDNN's sub-libraries carry their version as cudnn_<name>_version (0x91400 = 9.14.0): a
+    9.14 libcudnn_ops.so.9 put into a 9.19 directory is found even without cudnnGetVersion."""
+    import subprocess
+
+    lib = layouts.built_set(tmp_path / "cudnn", tmp_path / "w", version=(9, 19, 0))
+    src = tmp_path / "ops914.c"
+    src.write_text("const unsigned cudnn_ops_infer_version = 0x91400;\nint cudnnOpsVersionCheck(void) "
+                   "{ return 0; }\n")
+    (lib / "libcudnn_ops.so.9").unlink()
+    subprocess.run(["gcc", "-shared", "-fPIC", str(src), "-Wl,-soname,libcudnn_ops.so.9", "-o",
+                    str(lib / "libcudnn_ops.so.9")], check=True)
+    check, subs = judge(lib, loader_facts)
+    assert check.status == "fail"
+    ops = subs["libcudnn_ops.so.9"]
+    assert (ops["version"], ops["version_from"]) == ("9.14.0", "cudnn_ops_infer_version")
+    assert check.detail.startswith(f"libcudnn_ops.so.9 is cuDNN 9.14.0 ({lib / 'libcudnn_ops.so.9'}) "
+                                   f"but libcudnn.so.9 is cuDNN 9.19.0")

@@ -88,6 +88,9 @@ def test_cudnn9_wheel(sites):
     coherence = check_coherence(inst, env(), load_data=data)
     assert coherence.status == "pass", coherence.detail
     assert "cuDNN's own version checks pass (4)" in coherence.detail
+    subs = {s["soname"]: s for s in coherence.data["sublibraries"]}
+    assert (subs["libcudnn_ops.so.9"]["version"], subs["libcudnn_ops.so.9"]["version_from"]) == \
+        ("9.1.0", "cudnn_ops_infer_version")  # the constant 0x90100
 
 
 def test_cudnn8_wheel(sites):

@@ -41,6 +41,10 @@ TIMEOUT = 600.0  # every sub-library in a child of its own, each limited to 60 s
 STATUS = {0: "CUDNN_STATUS_SUCCESS", 2001: "CUDNN_STATUS_SUBLIBRARY_LOADING_FAILED",
           2002: "CUDNN_STATUS_SUBLIBRARY_VERSION_MISMATCH"}
 MAX_TEXT = 300  # characters of a dlerror or a child's message kept in the detail
+# Problems of one sub-library often cause others' (a sub-library from another copy leaves the
+# ones that need it with undefined symbols): the detail names causes first.
+RANK = {"other-copy": 0, "other-version": 1, "missing": 2, "crashed": 3, "unloadable": 4,
+        "unreported": 5, "version-check": 6}
 
 
 def sub_sonames(inst: Installation) -> list[str]:
@@ -149,7 +153,9 @@ def check_coherence(inst: Installation, env: Mapping[str, str], *,
         problems += sub["problems"]
         checked += sub.get("version_check", {}).get("status") == 0
     if problems:
-        hint = hint_for(data["sublibraries"], main_dir, loader.ld_library_path)
+        ordered = sorted((s for s in data["sublibraries"] if s["problems"]), key=lambda s: s["rank"])
+        problems = list(dict.fromkeys(p for s in ordered for p in s["problems"]))
+        hint = hint_for(ordered, main_dir, loader.ld_library_path)
         if hint:
             data["hint"] = hint
         return Check(NAME, FAIL, "; ".join(problems), data)
@@ -189,23 +195,30 @@ def judge(soname: str, res: L.Resolution, got: dict, main_dir: str | None,
            "version_from": got.get("version_from"), "loaded": got.get("loaded"),
            "dlerror": got.get("dlerror"), "error": got.get("error"), "problems": []}
     problems = sub["problems"]
+    rank = []  # what kind of problem comes first: the cause before what it causes
     if not res.found and not own:
+        rank.append(RANK["missing"])
         problems.append(f"{soname} cannot be found where {main_name} looks for it "
                         f"({_text(res.error or 'not found')})"
                         + (f"; the real loader: {_text(got['dlerror'])}" if got.get("dlerror") else ""))
     elif got.get("error"):
+        rank.append(RANK["crashed"])
         problems.append(f"loading {soname} ({path}) {_text(got['error'])}")
     elif got.get("loaded") is False:
+        rank.append(RANK["unloadable"])
         problems.append(f"{soname} ({path}) cannot be loaded: {_text(got.get('dlerror') or '?')}")
     elif not got:
+        rank.append(RANK["unreported"])
         problems.append(f"{soname}: the probe did not report on it")
     else:
         where = sub["directory"]
         if where and main_dir and where != main_dir:
+            rank.append(RANK["other-copy"])
             problems.append(f"{soname} comes from another copy: {path} (cuDNN {version or '?'}, "
                             f"via {via}) while {main_name} is in {main_dir} (cuDNN "
                             f"{main_version or '?'})")
         elif version and main_version and not gen.same_release(version, main_version):
+            rank.append(RANK["other-version"])
             problems.append(f"{soname} is cuDNN {version} ({path}) but {main_name} is cuDNN "
                             f"{main_version} ({main_dir})")
     if check is not None:
@@ -219,22 +232,25 @@ def judge(soname: str, res: L.Resolution, got: dict, main_dir: str | None,
             problems.append(f"cuDNN's own {check.get('function')}() returned "
                             f"{STATUS.get(status, status)}")
         if elsewhere:
+            rank.append(RANK["other-copy"])
             problems.append(f"cuDNN's own {check.get('function')}() loaded "
                             f"{', '.join(elsewhere)}, outside {main_dir}")
     sub["problems"] = list(dict.fromkeys(problems))
+    sub["rank"] = min(rank, default=RANK["version-check"]) if problems else None
     return sub
 
 
 def hint_for(subs: list[dict], main_dir: str | None, ld_library_path: str | None) -> str:
-    """What to do about the first sub-library with a problem."""
+    """What to do about the first sub-library with a problem (subs: causes first)."""
     for sub in subs:
         if not sub["problems"]:
             continue
         other, via = sub.get("directory"), sub.get("via") or ""
         if other and main_dir and other != main_dir:
             if via == "LD_LIBRARY_PATH":
-                return (f"LD_LIBRARY_PATH ({ld_library_path}) puts another cuDNN in {other} first: "
-                        f"put {main_dir} before it, or take {other} out")
+                entry = os.path.dirname(sub.get("path") or "") or other
+                return (f"LD_LIBRARY_PATH ({ld_library_path}) puts another cuDNN ({entry}) first: "
+                        f"put {main_dir} before it, or take {entry} out")
             return (f"{sub['soname']} is not taken from {main_dir} ({via or 'found elsewhere'}): "
                     "reinstall this cuDNN so that every sub-library is beside libcudnn")
         if sub.get("path") is None:
