@@ -151,3 +151,22 @@ def test_sub_library_replaced_by_another_release_is_told_by_its_version_constant
     assert (ops["version"], ops["version_from"]) == ("9.14.0", "cudnn_ops_infer_version")
     assert check.detail.startswith(f"libcudnn_ops.so.9 is cuDNN 9.14.0 ({lib / 'libcudnn_ops.so.9'}) "
                                    f"but libcudnn.so.9 is cuDNN 9.19.0")
+
+
+def test_whatever_the_probe_answers_is_judged_without_raising():
+    from cudnn_setup.checks.coherence import judge
+
+    res = L.Resolution("libcudnn_ops.so.9", "/x/libcudnn_ops.so.9", "LD_LIBRARY_PATH")
+    for got in ({}, {"mapped": 5, "loaded": "yes", "version": [9]},
+                {"version_check": {"status": [1], "mapped": 3, "function": {"a": 1}}},
+                {"version_check": {"status": 2002, "mapped": ["/y/libcudnn_ops.so.9", 7]}},
+                {"error": b"bytes?", "dlerror": None}):
+        sub = judge("libcudnn_ops.so.9", res, got, "/x", "9.1.0", "libcudnn.so.9")
+        json.dumps(sub)
+    sub = judge("libcudnn_ops.so.9", res, {"loaded": True, "version_check":
+                {"status": 2002, "mapped": ["/y/libcudnn_ops.so.9"], "function": "cudnnOpsVersionCheck"}},
+                "/x", "9.1.0", "libcudnn.so.9")
+    assert sub["directory"] == "/y" and sub["via"] == "loaded by cuDNN itself"
+    assert sub["problems"][0].startswith("libcudnn_ops.so.9 comes from another copy: /y/libcudnn_ops.so.9")
+    assert "cuDNN's own cudnnOpsVersionCheck() returned CUDNN_STATUS_SUBLIBRARY_VERSION_MISMATCH" \
+        in sub["problems"]

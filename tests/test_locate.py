@@ -128,3 +128,16 @@ def test_a_root_without_cudnn_gives_each_skipped_check_the_real_reason(tmp_path)
     skipped = locate.skipped_without_cudnn(inst)
     assert set(skipped) == set(locate.NEED_CUDNN)
     assert all(c.status == "skip" and c.detail == reason for c in skipped.values())
+
+
+def test_lib_dir_of_the_root_itself_is_the_roots_installation(archives, cuda_root, home):
+    from conftest import run_json
+    from fixtures.generate import GENERATION_SAMPLES
+
+    root = cuda_root(version="12.4")
+    done, _ = run_json(["install", archives[GENERATION_SAMPLES["9.x"]], "--cuda-root", root,
+                        "--no-theanorc", "--no-verify"], home)
+    assert done.returncode == 0, done.stderr
+    cuda = CudaRoot(root, "test", "12.4", "test")
+    inst = locate.locate(root / "lib64", cuda_root=cuda)
+    assert inst.manifest is not None and inst.origin is None and inst.version == "9.3.0"

@@ -95,7 +95,12 @@ def _text(value, limit: int = MAX_TEXT) -> str:
 
 
 def _real_dir(path: str | None) -> str | None:
-    return os.path.dirname(os.path.realpath(path)) if path else None
+    return os.path.dirname(os.path.realpath(path)) if isinstance(path, str) and path else None
+
+
+def _str(value) -> str | None:
+    """A string from a child's answer, or None: nothing else it sends is taken for one."""
+    return value if isinstance(value, str) and value else None
 
 
 def check_coherence(inst: Installation, env: Mapping[str, str], *,
@@ -134,11 +139,11 @@ def check_coherence(inst: Installation, env: Mapping[str, str], *,
         again = run_probe(probe_module("sublibs") + [str(target), *args], timeout, dict(env), python)
         if again.data is not None:
             probe = again.data
-    main_dir = _real_dir(probe.get("mapped") or probe.get("path") or str(target))
+    main_dir = _real_dir(_str(probe.get("mapped")) or _str(probe.get("path")) or str(target))
     main_version = version_of(probe.get("version")) or versions.cudnn or inst.version
-    data["library"].update(version=main_version, mapped=probe.get("mapped"),
-                           loaded=probe.get("loaded"))
-    if not probe.get("loaded"):
+    data["library"].update(version=main_version, mapped=_str(probe.get("mapped")),
+                           loaded=probe.get("loaded") is True)
+    if probe.get("loaded") is not True:
         return Check(NAME, FAIL, f"{target.name} itself cannot be loaded: "
                      f"{_text(probe.get('dlerror') or probe.get('error') or 'no reason given')}", data)
     entries = probe.get("sublibraries")
@@ -184,16 +189,15 @@ def judge(soname: str, res: L.Resolution, got: dict, main_dir: str | None,
     loader's search), what the real loader did with that file, what is wrong."""
     check = got.get("version_check") if isinstance(got.get("version_check"), dict) else None
     own = mapped_by_stem(check.get("mapped") if check else None).get(_stem(soname)) or by_cudnn
-    path = got.get("mapped") if isinstance(got.get("mapped"), str) else None
-    path = own or path or res.path
+    path = own or _str(got.get("mapped")) or res.path
     version = version_of(got.get("version"))
     via = res.via  # how the loader's search reaches it; cuDNN's own loading, where it differs
     if own and not (res.path and _real_dir(res.path) == _real_dir(own)):
         via = "loaded by cuDNN itself"
     sub = {"soname": soname, "path": res.path, "via": via, "mapped": path,
            "directory": _real_dir(path), "version": version,
-           "version_from": got.get("version_from"), "loaded": got.get("loaded"),
-           "dlerror": got.get("dlerror"), "error": got.get("error"), "problems": []}
+           "version_from": _str(got.get("version_from")), "loaded": got.get("loaded"),
+           "dlerror": _str(got.get("dlerror")), "error": _str(got.get("error")), "problems": []}
     problems = sub["problems"]
     rank = []  # what kind of problem comes first: the cause before what it causes
     if not res.found and not own:
@@ -223,17 +227,19 @@ def judge(soname: str, res: L.Resolution, got: dict, main_dir: str | None,
                             f"{main_version} ({main_dir})")
     if check is not None:
         sub["version_check"] = check
-        status = check.get("status")
-        mapped = [m for m in check.get("mapped") or [] if isinstance(m, str)]
+        status = check.get("status") if isinstance(check.get("status"), int) else None
+        mapped = [m for m in check.get("mapped") if isinstance(m, str)] \
+            if isinstance(check.get("mapped"), list) else []
+        function = _text(str(check.get("function")), 80)
         elsewhere = [m for m in mapped if main_dir and _real_dir(m) != main_dir]
         if check.get("error"):
-            problems.append(f"cuDNN's own {check.get('function')}() {_text(check['error'])}")
+            problems.append(f"cuDNN's own {function}() {_text(check['error'])}")
         elif status not in (0, None):
-            problems.append(f"cuDNN's own {check.get('function')}() returned "
+            problems.append(f"cuDNN's own {function}() returned "
                             f"{STATUS.get(status, status)}")
         if elsewhere:
             rank.append(RANK["other-copy"])
-            problems.append(f"cuDNN's own {check.get('function')}() loaded "
+            problems.append(f"cuDNN's own {function}() loaded "
                             f"{', '.join(elsewhere)}, outside {main_dir}")
     sub["problems"] = list(dict.fromkeys(problems))
     sub["rank"] = min(rank, default=RANK["version-check"]) if problems else None

@@ -24,7 +24,7 @@ import re
 from pathlib import Path
 from typing import Iterable
 
-from cudnn_setup.checks.installation import Installation
+from cudnn_setup.checks.installation import Installation, find_installation
 from cudnn_setup.errors import UsageError
 from cudnn_setup.facts import cudnn as gen
 from cudnn_setup.facts.cuda import CudaRoot
@@ -47,6 +47,9 @@ def locate(lib_dir: Path, include_dir: Path | None = None,
     the Installation's root is a stand-in with no CUDA version. Raises UsageError (code
     `no-cudnn`, exit 2) when `lib_dir` holds no libcudnn.so.N."""
     lib_dir = Path(lib_dir)
+    if cuda_root is not None and include_dir is None and lib_dir.is_dir() and \
+            os.path.realpath(lib_dir) == os.path.realpath(cuda_root.lib_dir()):
+        return find_installation(cuda_root)  # the root's own cuDNN, with its manifest if any
     if not lib_dir.is_dir():
         raise UsageError(f"--lib-dir {lib_dir} is not a directory", "name the directory that "
                          "holds libcudnn.so.N", code="no-cudnn")
