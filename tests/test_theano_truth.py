@@ -60,3 +60,28 @@ def test_without_theano_the_skip_still_names_the_range(tmp_path):
     assert check.status == "skip"
     assert check.detail.startswith("Theano 1.0.5 supports cuDNN v5 to v7; this is cuDNN 8.9.7")
     assert "Theano is not installed for" in check.detail
+
+
+def test_dnn_paths_pointing_where_there_is_no_cudnn(tmp_path):
+    from cudnn_setup.checks.theano_check import stale_dnn_paths
+
+    root = tmp_path / "cuda"
+    (root / "include").mkdir(parents=True)
+    (root / "lib64").mkdir()
+    eff = {"dnn.base_path": {"value": str(root), "from": "theanorc"},
+           "dnn.library_path": {"value": str(root / "lib64"), "from": "theanorc"},
+           "global.optimizer_including": {"value": "cudnn", "from": "theanorc"}}
+    problems = stale_dnn_paths(eff)
+    assert [p["severity"] for p in problems] == ["fail", "fail"]
+    assert problems[0]["message"].startswith(f"Theano's dnn.base_path ({root}, from theanorc) points "
+                                             f"where there is no cuDNN: {root / 'include'} has no cudnn.h")
+    assert f"{root / 'lib64'} has no libcudnn.so" in problems[1]["message"]
+    (root / "include" / "cudnn.h").write_text("")
+    (root / "lib64" / "libcudnn.so").write_text("")
+    assert stale_dnn_paths(eff) == []
+    eff["dnn.library_path"]["value"] = str(tmp_path / "gone")
+    del eff["global.optimizer_including"]
+    [p] = stale_dnn_paths(eff)
+    assert p["severity"] == "warn" and "does not exist" in p["message"]
+    eff["dnn.enabled"] = {"value": "False", "from": "THEANO_FLAGS"}
+    assert stale_dnn_paths(eff) == []

@@ -107,3 +107,46 @@ def check_theano(inst: Installation, python: str, theanorc: Path | None,
         return Check("theano", FAIL, summary + f"; the theanorc {theanorc} was not picked up "
                      "(optimizer_including lacks cudnn)", data)
     return Check("theano", WARN, f"{summary}, not cuDNN: {reason}", data)
+
+
+def stale_dnn_paths(effective: dict) -> list[dict]:
+    """Problems with Theano's [dnn] paths (theanorc.effective_config()["effective"]) that point
+    where there is no cuDNN, e.g. at a root after `cudnn-setup uninstall`: Theano compiles with
+    -I<include_path> -L<library_path> -lcudnn (base_path/include and base_path/lib64 when those
+    are unset). fail when optimizer_including=cudnn makes Theano stop on it, else warn (Theano
+    falls back without cuDNN); nothing when [dnn] enabled is False."""
+    def value(key: str) -> str | None:
+        entry = effective.get(key) or {}
+        return entry.get("value") or None
+
+    def origin(key: str) -> str:
+        return (effective.get(key) or {}).get("from", "?")
+
+    enabled = (value("dnn.enabled") or "auto").strip().lower()
+    if enabled in ("false", "0", "no"):
+        return []
+    including = (value("global.optimizer_including") or "").split(":")
+    severity = FAIL if "cudnn" in including else WARN
+    base = value("dnn.base_path")
+    wanted = [("dnn.include_path", value("dnn.include_path"), "cudnn.h"),
+              ("dnn.library_path", value("dnn.library_path"), "libcudnn.so")]
+    out = []
+    for key, path, needs in wanted:
+        derived = False
+        if path is None and base:
+            path, derived = str(Path(base) / ("include" if needs == "cudnn.h" else "lib64")), True
+        if path is None:
+            continue
+        where = Path(path)
+        found = (where / needs).exists() if needs == "cudnn.h" else \
+            where.is_dir() and any(where.glob("libcudnn.so*"))
+        if found:
+            continue
+        name = "dnn.base_path" if derived else key
+        what = "does not exist" if not where.exists() else f"has no {needs}"
+        out.append({"severity": severity, "check": "theano-config",
+                    "message": f"Theano's {name} ({value(name)}, from {origin(name)}) points where "
+                               f"there is no cuDNN: {path} {what}",
+                    "fix": "run `cudnn-setup theanorc --cuda-root ROOT` for the root that holds "
+                           "cuDNN, or remove the [dnn] paths"})
+    return out
