@@ -18,10 +18,15 @@ class Installation:
     header_version: str | None = None
     header_file: Path | None = None
     libraries: list[Path] = field(default_factory=list)  # regular files libcudnn*.so.X.Y.Z
+    # A cuDNN that cudnn-setup did not install (checks/locate.py): where its headers are, how it
+    # was chosen ("lib-dir", "multiarch", "wheel"), and what was read to find it.
+    include_path: Path | None = None
+    origin: str | None = None
+    origin_facts: dict = field(default_factory=dict)
 
     @property
     def include_dir(self) -> Path:
-        return self.root.path / "include"
+        return self.include_path or self.root.path / "include"
 
     @property
     def version(self) -> str | None:

@@ -8,6 +8,7 @@ from cudnn_setup.checks.installation import Installation
 from cudnn_setup.child import run_command
 from cudnn_setup.checks.probe import child_env, probe_module, run_probe
 from cudnn_setup.facts import gpus
+from cudnn_setup.facts.cudnn import split_version
 from cudnn_setup.report import FAIL, PASS, SKIP, WARN, Check
 
 THEANO_TIMEOUT = 600.0
@@ -31,17 +32,52 @@ def has_theano(python: str) -> bool:
     return done.returncode == 0
 
 
+THEANO_CUDNN = (5, 7)  # the cuDNN majors Theano 1.0.5 works with
+THEANO_WARNS_FROM = (7, 2)  # theano/gpuarray/dnn.py _dnn_check_version: "more recent than Theano"
+
+
+def theano_range_note(version: str | None) -> str | None:
+    """Why Theano 1.0.5 cannot use this cuDNN (outside v5-v7), or what it says about it (7.2 and
+    later v7: a warning); None when it is fine or the version is unknown. install and theanorc
+    say this when they write optimizer_including=cudnn, which turns the problem into an error."""
+    parts = split_version(version)
+    if parts is None:
+        return None
+    major = parts[0]
+    low, high = THEANO_CUDNN
+    if major < low:
+        return (f"Theano 1.0.5 needs cuDNN v{low} or newer and refuses cuDNN {version} ('cuDNN "
+                "version is too old', theano/gpuarray/dnn.py); with optimizer_including=cudnn it "
+                "stops instead of running without cuDNN")
+    if major > high:
+        return (f"Theano 1.0.5 supports cuDNN v{low} to v{high}; this is cuDNN {version}: v8 "
+                "removed cudnnGetConvolutionForwardAlgorithm, which Theano's convolution code "
+                "calls, so its cuDNN ops do not compile, and with optimizer_including=cudnn "
+                "Theano stops instead of running without cuDNN")
+    if parts[:2] >= THEANO_WARNS_FROM:
+        return (f"Theano 1.0.5 warns that cuDNN {version} is more recent than it (from 7.2), "
+                "and uses it")
+    return None
+
+
+def theano_supports(version: str | None) -> bool:
+    parts = split_version(version)
+    return parts is not None and THEANO_CUDNN[0] <= parts[0] <= THEANO_CUDNN[1]
+
+
 def why_not_cudnn(data: dict, inst: Installation, gpu: Check | None) -> str:
-    """The one reason Theano does not use cuDNN here, most fundamental first."""
-    if gpu is not None and gpu.status == SKIP:
-        return f"no GPU here ({gpu.detail}); Theano runs on the CPU"
+    """The one reason Theano does not use cuDNN here, most fundamental first: no cuDNN at all;
+    a GPU no cuDNN can run on; a cuDNN outside Theano's range (on any machine, GPU or not);
+    no GPU; device=cpu; what Theano itself said."""
+    if inst.library("libcudnn") is None and inst.header_file is None:
+        return f"there is no cuDNN in {inst.root.path} ({inst.lib_dir}, {inst.include_dir})"
     cc = (gpu.data or {}).get("compute_capability") if gpu else None
     if cc and gpus.cc_tuple(cc) < gpus.cc_tuple(gpus.THEANO_MIN_CC):
         return f"the GPU has compute capability {cc}; Theano's cuDNN path needs {gpus.THEANO_MIN_CC}"
-    if inst.major and not 5 <= inst.major <= 7:
-        return (f"Theano 1.0.5 supports cuDNN v5 to v7; this is cuDNN {inst.version}"
-                + (" (v8 removed cudnnGetConvolutionForwardAlgorithm, which Theano calls)"
-                   if inst.major >= 8 else ""))
+    if inst.version and not theano_supports(inst.version):
+        return theano_range_note(inst.version) or f"Theano 1.0.5 does not support cuDNN {inst.version}"
+    if gpu is not None and gpu.status == SKIP:
+        return f"no GPU here ({gpu.detail}); Theano runs on the CPU"
     if data.get("device", "cpu").startswith("cpu"):
         return "device=cpu: set [global] device=cuda in the theanorc to use the GPU"
     return data.get("dnn_reason") or "Theano did not pick a cuDNN op"
@@ -50,7 +86,9 @@ def why_not_cudnn(data: dict, inst: Installation, gpu: Check | None) -> str:
 def check_theano(inst: Installation, python: str, theanorc: Path | None,
                  env: Mapping[str, str], gpu: Check | None) -> Check:
     if not has_theano(python):
-        return Check("theano", SKIP, f"Theano is not installed for {python}; {INSTALL_HINT}")
+        note = theano_range_note(inst.version) if not theano_supports(inst.version) else None
+        return Check("theano", SKIP, (f"{note}; besides, " if note else "")
+                     + f"Theano is not installed for {python}; {INSTALL_HINT}")
     result = run_probe(probe_module("theano_graph"), THEANO_TIMEOUT,
                        theano_env(env, theanorc, inst.lib_dir), python=python)
     if result.data is None:
@@ -69,3 +107,46 @@ def check_theano(inst: Installation, python: str, theanorc: Path | None,
         return Check("theano", FAIL, summary + f"; the theanorc {theanorc} was not picked up "
                      "(optimizer_including lacks cudnn)", data)
     return Check("theano", WARN, f"{summary}, not cuDNN: {reason}", data)
+
+
+def stale_dnn_paths(effective: dict) -> list[dict]:
+    """Problems with Theano's [dnn] paths (theanorc.effective_config()["effective"]) that point
+    where there is no cuDNN, e.g. at a root after `cudnn-setup uninstall`: Theano compiles with
+    -I<include_path> -L<library_path> -lcudnn (base_path/include and base_path/lib64 when those
+    are unset). fail when optimizer_including=cudnn makes Theano stop on it, else warn (Theano
+    falls back without cuDNN); nothing when [dnn] enabled is False."""
+    def value(key: str) -> str | None:
+        entry = effective.get(key) or {}
+        return entry.get("value") or None
+
+    def origin(key: str) -> str:
+        return (effective.get(key) or {}).get("from", "?")
+
+    enabled = (value("dnn.enabled") or "auto").strip().lower()
+    if enabled in ("false", "0", "no"):
+        return []
+    including = (value("global.optimizer_including") or "").split(":")
+    severity = FAIL if "cudnn" in including else WARN
+    base = value("dnn.base_path")
+    wanted = [("dnn.include_path", value("dnn.include_path"), "cudnn.h"),
+              ("dnn.library_path", value("dnn.library_path"), "libcudnn.so")]
+    out = []
+    for key, path, needs in wanted:
+        derived = False
+        if path is None and base:
+            path, derived = str(Path(base) / ("include" if needs == "cudnn.h" else "lib64")), True
+        if path is None:
+            continue
+        where = Path(path)
+        found = (where / needs).exists() if needs == "cudnn.h" else \
+            where.is_dir() and any(where.glob("libcudnn.so*"))
+        if found:
+            continue
+        name = "dnn.base_path" if derived else key
+        what = "does not exist" if not where.exists() else f"has no {needs}"
+        out.append({"severity": severity, "check": "theano-config",
+                    "message": f"Theano's {name} ({value(name)}, from {origin(name)}) points where "
+                               f"there is no cuDNN: {path} {what}",
+                    "fix": "run `cudnn-setup theanorc --cuda-root ROOT` for the root that holds "
+                           "cuDNN, or remove the [dnn] paths"})
+    return out

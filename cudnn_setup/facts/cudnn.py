@@ -45,6 +45,9 @@ R1_VERSION = "1.0.0"  # R1 has no version macros; it is reported as 1.0.0, sayin
 SHARED_NAME = re.compile(r"^(?P<stem>lib[A-Za-z0-9_]+)\.so(?:\.(?P<ver>\d+(?:\.\d+)*))?$")
 # A regular cuDNN library file as installed: libcudnn[_sub].so.X.Y[.Z]
 LIBRARY_FILE = re.compile(r"^(?P<stem>libcudnn[a-z_]*)\.so\.(?P<ver>\d+(?:\.\d+)+)$")
+# Any cuDNN library name with a version, the SONAME form too: pip wheels ship the regular
+# files as libcudnn_ops.so.9, with no full version in the name.
+LIBRARY_NAME = re.compile(r"^(?P<stem>libcudnn[a-z_]*)\.so\.(?P<ver>\d+(?:\.\d+)*)$")
 _MACRO = re.compile(r"^\s*#\s*define\s+(CUDNN_MAJOR|CUDNN_MINOR|CUDNN_PATCHLEVEL|CUDNN_VERSION)"
                     r"\s+\(?\s*(\d+)\s*\)?\s*$", re.M)
 HEADERS_WITH_VERSION = ("cudnn_version.h", "cudnn.h")  # where the macros live, newest first
@@ -102,13 +105,14 @@ def expected_soname(stem: str, file_version: str | None, generation: str | None)
 
 
 def library_stem(name: str) -> str | None:
-    m = LIBRARY_FILE.match(name)
+    m = LIBRARY_NAME.match(name)
     return m["stem"] if m else None
 
 
 def library_file_version(name: str) -> str | None:
-    """The version in a library file's name: "7.6.5" for libcudnn.so.7.6.5."""
-    m = LIBRARY_FILE.match(name)
+    """The version in a library file's name: "7.6.5" for libcudnn.so.7.6.5, "9" for a wheel's
+    libcudnn.so.9."""
+    m = LIBRARY_NAME.match(name)
     return m["ver"] if m else None
 
 

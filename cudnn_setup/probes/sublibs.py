@@ -1,17 +1,20 @@
 """Load libcudnn and then each sub-library by its soname, as cuDNN loads them; say what mapped.
 
-    python sublibs.py LIBCUDNN SONAME [SONAME …]
+    python sublibs.py LIBCUDNN SONAME [SONAME …]     (a SONAME may also be a path)
 
 LIBCUDNN is opened with RTLD_NOW | RTLD_GLOBAL. Each SONAME is then opened with RTLD_NOW in a
 forked child, so one that aborts (cuDNN 8.9 does, with a sub-library missing) or hangs costs
 only its own entry. For each: the file the loader mapped (its link-map name and the file
 /proc/self/maps shows at its base), the version (cudnnGetVersion when that object itself
-exports it, else the number in the file name) and dlerror() when it fails. The versions cuDNN
+exports it, else its cudnn_<name>_version constant, else the number in the file name) and
+dlerror() when it fails. The versions cuDNN
 reports through its own cudnn<Sub>VersionCheck() functions are added where libcudnn exports
 them, with the files that call mapped: those load the sub-library the way cuDNN does, from
 libcudnn and so with its RUNPATH ($ORIGIN in NVIDIA's wheels and archives), which a dlopen by
 soname from this script does not have. 0 is CUDNN_STATUS_SUCCESS; 2001/2002 (cuDNN 9) are
-SUBLIBRARY_LOADING_FAILED and SUBLIBRARY_VERSION_MISMATCH.
+SUBLIBRARY_LOADING_FAILED and SUBLIBRARY_VERSION_MISMATCH. `cudnn_mapped` lists the libcudnn*
+files the library mapped while answering cudnnGetVersion() (cuDNN 8 loads its sub-libraries
+then), found the same way.
 
 Prints one JSON line. Standard library only.
 """
@@ -103,9 +106,44 @@ def own_version(lib, path):
             fn.restype = ctypes.c_size_t
             fn.argtypes = []
             return int(fn()), "cudnnGetVersion"
+    found = symbol_version(lib, path) if path else None
+    if found:
+        return found
     real = os.path.realpath(path) if path else ""
     m = re.search(r"\.so\.(\d+(?:\.\d+)*)$", real) or re.search(r"\.so\.(\d+(?:\.\d+)*)$", path or "")
     return (m.group(1) if m else None), "file name"
+
+
+def symbol_version(lib, path):
+    """cuDNN's sub-libraries export their version as a 4-byte constant cudnn_<name>_version
+    (9.x: ops, adv, graph as cudnn_ops_infer_version, cudnn_adv_infer_version,
+    cudnn_graph_version; 8.x: the _infer/_train ones) whose hex digits read M.mm.pp: 0x90100
+    is 9.1.0, 0x80906 is 8.9.6. Only the object's own symbol counts."""
+    m = re.match(r"libcudnn_(\w+?)\.so", os.path.basename(os.path.realpath(path)))
+    if not m:
+        return None
+    for name in (f"cudnn_{m.group(1)}_version", f"cudnn_{m.group(1)}_infer_version"):
+        try:
+            var = ctypes.c_uint32.in_dll(lib, name)
+        except ValueError:
+            continue
+        info = DlInfo()
+        if not LIBC.dladdr(ctypes.addressof(var), ctypes.byref(info)) or not info.dli_fname or \
+                os.path.realpath(_text(info.dli_fname)) != os.path.realpath(path):
+            continue
+        digits = "%x" % var.value
+        if digits.isdigit() and 5 <= len(digits) <= 6:
+            return "%d.%d.%d" % (int(digits[:-4]), int(digits[-4:-2]), int(digits[-2:])), name
+    return None
+
+
+def asked_version(lib, path):
+    """The library's version, and the libcudnn* files it mapped to answer (cuDNN loading its
+    sub-libraries its own way: from its directory, through its RUNPATH)."""
+    before = mapped_cudnn_files()
+    version, source = own_version(lib, path)
+    return {"version": version, "version_from": source,
+            "cudnn_mapped": sorted(mapped_cudnn_files() - before)}
 
 
 def in_child(work, timeout=CHILD_TIMEOUT):
@@ -164,8 +202,9 @@ def open_sub(soname):
 
 
 def check_function(soname):
-    """cudnnOpsInferVersionCheck for libcudnn_ops_infer.so.8, cudnnGraphVersionCheck for …graph."""
-    m = re.match(r"libcudnn_(\w+?)\.so", soname)
+    """cudnnOpsInferVersionCheck for libcudnn_ops_infer.so.8, cudnnGraphVersionCheck for …graph
+    (given by soname or by path)."""
+    m = re.match(r"libcudnn_(\w+?)\.so", os.path.basename(soname))
     if not m:
         return None
     return "cudnn" + "".join(p.title() for p in m.group(1).split("_")) + "VersionCheck"
@@ -211,7 +250,7 @@ def main(argv):
     out["loaded"] = True
     out.update(describe(main_lib, with_version=False))
     # cuDNN 8.9's cudnnGetVersion() aborts when a sub-library is missing: ask in a child
-    got = in_child(lambda: dict(zip(("version", "version_from"), own_version(main_lib, out["path"]))))
+    got = in_child(lambda: asked_version(main_lib, out["path"]))
     out.update(got)
     for soname in sonames:
         entry = {"soname": soname, **in_child(open_sub(soname))}

@@ -1,0 +1,266 @@
+"""The `coherence` check: every sub-library that loading libcudnn.so.N pulls in comes from the
+same directory and is the same version as libcudnn itself.
+
+cuDNN 8 and 9 are a front library and sub-libraries (ops, cnn, adv, graph, …) that it and
+they load by SONAME. The loader finds each by the usual search (LD_LIBRARY_PATH before the
+library's RUNPATH $ORIGIN, then the ldconfig cache), so with a second cuDNN on the machine a
+sub-library can come from the other copy: cuDNN then reports
+CUDNN_STATUS_SUBLIBRARY_VERSION_MISMATCH, "version libcudnn_ops_infer.so.8 not defined", or
+aborts. This check works in the USER's environment, as given (nothing is prepended to
+LD_LIBRARY_PATH: that would hide exactly this problem):
+
+1. where each sub-library would come from, by emulating the loader for a process that opens
+   libcudnn.so.N from the installation's directory (facts/ldresolve.py);
+2. the real loader, in a child process (probes/sublibs.py): libcudnn is loaded, then each
+   sub-library is dlopened with RTLD_NOW in a forked child of its own, so one that aborts or
+   hangs costs only its own entry; what mapped, its version and dlerror() come back, with the
+   result of cuDNN's own cudnn<Sub>VersionCheck() where libcudnn exports one (those load the
+   sub-library the way cuDNN does; 2001/2002 are SUBLIBRARY_LOADING_FAILED and
+   SUBLIBRARY_VERSION_MISMATCH).
+
+Fails when a sub-library is taken from another directory or is another version (naming both
+paths and versions), cannot be found, cannot be loaded (its dlerror), kills the child that
+loads it (the signal), or cuDNN's own check says so. Whatever the child prints or does becomes
+data: the report never breaks.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Mapping
+
+from cudnn_setup.checks.deps import loader_environment, versions_for
+from cudnn_setup.checks.installation import Installation
+from cudnn_setup.checks.probe import probe_module, run_probe
+from cudnn_setup.facts import cudnn as gen
+from cudnn_setup.facts import ldresolve as L
+from cudnn_setup.report import FAIL, PASS, SKIP, Check
+
+NAME = "coherence"
+TIMEOUT = 600.0  # every sub-library in a child of its own, each limited to 60 s by the probe
+STATUS = {0: "CUDNN_STATUS_SUCCESS", 2001: "CUDNN_STATUS_SUBLIBRARY_LOADING_FAILED",
+          2002: "CUDNN_STATUS_SUBLIBRARY_VERSION_MISMATCH"}
+MAX_TEXT = 300  # characters of a dlerror or a child's message kept in the detail
+# Problems of one sub-library often cause others' (a sub-library from another copy leaves the
+# ones that need it with undefined symbols): the detail names causes first.
+RANK = {"other-copy": 0, "other-version": 1, "missing": 2, "crashed": 3, "unloadable": 4,
+        "unreported": 5, "version-check": 6}
+
+
+def sub_sonames(inst: Installation) -> list[str]:
+    """The SONAMEs of the sub-libraries this generation of cuDNN loads (none before 8.0)."""
+    if not inst.generation or inst.major is None:
+        return []
+    return [gen.expected_soname(stem, str(inst.major), inst.generation)
+            for stem in gen.shared_libs_of(inst.generation)[1:]]
+
+
+def would_load(target: Path, sonames: list[str], loader: L.Environment,
+               versions: L.Versions) -> dict[str, L.Resolution]:
+    """Where each sub-library comes from in a process that dlopens `target`: the first request
+    for it in load order (DT_NEEDED of another sub-library, or a run-time name), else a dlopen
+    of the SONAME by libcudnn itself."""
+    deps = L.closure([target], loader, versions)
+    out: dict[str, L.Resolution] = {}
+    for soname in sonames:
+        stem = soname[:soname.index(".so") + 3]
+        hit = next((d for d in deps if d.kind != "root"
+                    and any(c.startswith(stem) and c[len(stem):len(stem) + 1] in ("", ".")
+                            for c in (d.candidates or (d.name,)))), None)
+        if hit is not None:
+            out[soname] = hit.resolution
+    missing = [s for s in sonames if s not in out]
+    if missing:
+        proc = L.Process(loader)
+        _, main, _ = proc.load_with_needed(str(target), None)
+        for soname in missing:
+            out[soname] = proc.find(soname, main)[0]
+    return out
+
+
+def version_of(value) -> str | None:
+    """A version as the probe reports it (cudnnGetVersion's integer, or digits of a file name)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int) and 0 < value < 10**7:
+        return gen.version_text(value)
+    if isinstance(value, str) and value.replace(".", "").isdigit():
+        return value
+    return None
+
+
+def _text(value, limit: int = MAX_TEXT) -> str:
+    text = value if isinstance(value, str) else repr(value)
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+def _real_dir(path: str | None) -> str | None:
+    return os.path.dirname(os.path.realpath(path)) if isinstance(path, str) and path else None
+
+
+def _str(value) -> str | None:
+    """A string from a child's answer, or None: nothing else it sends is taken for one."""
+    return value if isinstance(value, str) and value else None
+
+
+def check_coherence(inst: Installation, env: Mapping[str, str], *,
+                    loader: L.Environment | None = None, load_data: dict | None = None,
+                    python: str | None = None, timeout: float = TIMEOUT) -> Check:
+    """The `coherence` check of `inst` for a program started from `env` (the user's, as is).
+
+    `loader`: the loader's environment for the emulation (default: from `env`, the real
+    ldconfig cache and ld.so); `load_data`: the load probe's answer, for cuDNN's version;
+    `python`: the interpreter that runs the probe (default: this one)."""
+    target = inst.soname_path()
+    if target is None:
+        return Check(NAME, SKIP, f"no libcudnn in {inst.lib_dir}: nothing to load")
+    sonames = sub_sonames(inst)
+    if not sonames:
+        return Check(NAME, SKIP, f"cuDNN {inst.version or '?'} is one library: sub-libraries "
+                     "came with cuDNN 8.0")
+    loader = loader or loader_environment(env)
+    versions = versions_for(inst, load_data)
+    resolved = would_load(target, sonames, loader, versions)
+    args = [resolved[s].path if resolved[s].found else s for s in sonames]
+    result = run_probe(probe_module("sublibs") + [str(target), *args], timeout, dict(env), python)
+    data: dict = {"library": {"path": str(target), "directory": _real_dir(str(target))},
+                  "ld_library_path": loader.ld_library_path, "sublibraries": []}
+    if result.data is None:
+        return Check(NAME, FAIL, f"the sub-library probe {_text(result.failure())}", data)
+    probe = result.data
+    # Libraries that load their sub-libraries by a path of their own making (not by SONAME
+    # through the loader's search) show where they took them when asked their version: open
+    # those files, not a SONAME the loader cannot find.
+    by_cudnn = mapped_by_stem(probe.get("cudnn_mapped"))
+    retry = [i for i, s in enumerate(sonames) if not resolved[s].found and _stem(s) in by_cudnn]
+    if retry:
+        for i in retry:
+            args[i] = by_cudnn[_stem(sonames[i])]
+        again = run_probe(probe_module("sublibs") + [str(target), *args], timeout, dict(env), python)
+        if again.data is not None:
+            probe = again.data
+    main_dir = _real_dir(_str(probe.get("mapped")) or _str(probe.get("path")) or str(target))
+    main_version = version_of(probe.get("version")) or versions.cudnn or inst.version
+    data["library"].update(version=main_version, mapped=_str(probe.get("mapped")),
+                           loaded=probe.get("loaded") is True)
+    if probe.get("loaded") is not True:
+        return Check(NAME, FAIL, f"{target.name} itself cannot be loaded: "
+                     f"{_text(probe.get('dlerror') or probe.get('error') or 'no reason given')}", data)
+    entries = probe.get("sublibraries")
+    entries = entries if isinstance(entries, list) else []
+    problems: list[str] = []
+    checked = 0
+    for i, soname in enumerate(sonames):
+        got = entries[i] if i < len(entries) and isinstance(entries[i], dict) else {}
+        sub = judge(soname, resolved[soname], got, main_dir, main_version, target.name,
+                    by_cudnn.get(_stem(soname)))
+        data["sublibraries"].append(sub)
+        problems += sub["problems"]
+        checked += sub.get("version_check", {}).get("status") == 0
+    if problems:
+        ordered = sorted((s for s in data["sublibraries"] if s["problems"]), key=lambda s: s["rank"])
+        problems = list(dict.fromkeys(p for s in ordered for p in s["problems"]))
+        hint = hint_for(ordered, main_dir, loader.ld_library_path)
+        if hint:
+            data["hint"] = hint
+        return Check(NAME, FAIL, "; ".join(problems), data)
+    detail = (f"{target.name} (cuDNN {main_version or '?'}) and its {len(sonames)} sub-libraries "
+              f"load from {main_dir}, all the same version")
+    if checked:
+        detail += f"; cuDNN's own version checks pass ({checked})"
+    return Check(NAME, PASS, detail, data)
+
+
+def _stem(name: str) -> str:
+    base = os.path.basename(name)
+    return base[:base.index(".so") + 3] if ".so" in base else base
+
+
+def mapped_by_stem(paths) -> dict[str, str]:
+    """{library stem: file} of the libcudnn* files a probe saw cuDNN map."""
+    if not isinstance(paths, list):
+        return {}
+    return {_stem(p): p for p in paths if isinstance(p, str) and p.startswith("/")}
+
+
+def judge(soname: str, res: L.Resolution, got: dict, main_dir: str | None,
+          main_version: str | None, main_name: str, by_cudnn: str | None = None) -> dict:
+    """One sub-library: where it comes from (cuDNN's own loading where it showed it, else the
+    loader's search), what the real loader did with that file, what is wrong."""
+    check = got.get("version_check") if isinstance(got.get("version_check"), dict) else None
+    own = mapped_by_stem(check.get("mapped") if check else None).get(_stem(soname)) or by_cudnn
+    path = own or _str(got.get("mapped")) or res.path
+    version = version_of(got.get("version"))
+    via = res.via  # how the loader's search reaches it; cuDNN's own loading, where it differs
+    if own and not (res.path and _real_dir(res.path) == _real_dir(own)):
+        via = "loaded by cuDNN itself"
+    sub = {"soname": soname, "path": res.path, "via": via, "mapped": path,
+           "directory": _real_dir(path), "version": version,
+           "version_from": _str(got.get("version_from")), "loaded": got.get("loaded"),
+           "dlerror": _str(got.get("dlerror")), "error": _str(got.get("error")), "problems": []}
+    problems = sub["problems"]
+    rank = []  # what kind of problem comes first: the cause before what it causes
+    if not res.found and not own:
+        rank.append(RANK["missing"])
+        problems.append(f"{soname} cannot be found where {main_name} looks for it "
+                        f"({_text(res.error or 'not found')})"
+                        + (f"; the real loader: {_text(got['dlerror'])}" if got.get("dlerror") else ""))
+    elif got.get("error"):
+        rank.append(RANK["crashed"])
+        problems.append(f"loading {soname} ({path}) {_text(got['error'])}")
+    elif got.get("loaded") is False:
+        rank.append(RANK["unloadable"])
+        problems.append(f"{soname} ({path}) cannot be loaded: {_text(got.get('dlerror') or '?')}")
+    elif not got:
+        rank.append(RANK["unreported"])
+        problems.append(f"{soname}: the probe did not report on it")
+    else:
+        where = sub["directory"]
+        if where and main_dir and where != main_dir:
+            rank.append(RANK["other-copy"])
+            problems.append(f"{soname} comes from another copy: {path} (cuDNN {version or '?'}, "
+                            f"via {via}) while {main_name} is in {main_dir} (cuDNN "
+                            f"{main_version or '?'})")
+        elif version and main_version and not gen.same_release(version, main_version):
+            rank.append(RANK["other-version"])
+            problems.append(f"{soname} is cuDNN {version} ({path}) but {main_name} is cuDNN "
+                            f"{main_version} ({main_dir})")
+    if check is not None:
+        sub["version_check"] = check
+        status = check.get("status") if isinstance(check.get("status"), int) else None
+        mapped = [m for m in check.get("mapped") if isinstance(m, str)] \
+            if isinstance(check.get("mapped"), list) else []
+        function = _text(str(check.get("function")), 80)
+        elsewhere = [m for m in mapped if main_dir and _real_dir(m) != main_dir]
+        if check.get("error"):
+            problems.append(f"cuDNN's own {function}() {_text(check['error'])}")
+        elif status not in (0, None):
+            problems.append(f"cuDNN's own {function}() returned "
+                            f"{STATUS.get(status, status)}")
+        if elsewhere:
+            rank.append(RANK["other-copy"])
+            problems.append(f"cuDNN's own {function}() loaded "
+                            f"{', '.join(elsewhere)}, outside {main_dir}")
+    sub["problems"] = list(dict.fromkeys(problems))
+    sub["rank"] = min(rank, default=RANK["version-check"]) if problems else None
+    return sub
+
+
+def hint_for(subs: list[dict], main_dir: str | None, ld_library_path: str | None) -> str:
+    """What to do about the first sub-library with a problem (subs: causes first)."""
+    for sub in subs:
+        if not sub["problems"]:
+            continue
+        other, via = sub.get("directory"), sub.get("via") or ""
+        if other and main_dir and other != main_dir:
+            if via == "LD_LIBRARY_PATH":
+                entry = os.path.dirname(sub.get("path") or "") or other
+                return (f"LD_LIBRARY_PATH ({ld_library_path}) puts another cuDNN ({entry}) first: "
+                        f"put {main_dir} before it, or take {entry} out")
+            return (f"{sub['soname']} is not taken from {main_dir} ({via or 'found elsewhere'}): "
+                    "reinstall this cuDNN so that every sub-library is beside libcudnn")
+        if sub.get("path") is None:
+            return f"{sub['soname']} is missing: reinstall this cuDNN into {main_dir}"
+        return (f"{sub['soname']} in {main_dir} is broken or of another release: reinstall this "
+                "cuDNN")
+    return ""

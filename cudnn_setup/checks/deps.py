@@ -1,0 +1,266 @@
+"""The `deps` check: every library a cuDNN needs, found (or not) the way the dynamic loader finds it.
+
+For every cuDNN library in the directory programs load it from, each DT_NEEDED entry
+(recursively) and each library its code opens with dlopen() at run time (the sonames it keeps
+as strings: libcublasLt.so.12, libnvrtc.so.%d, libz.so.1, libcuda.so.1, its own sub-libraries)
+is resolved as glibc's ld.so would in the user's environment: LD_LIBRARY_PATH, the requesting
+library's RUNPATH/RPATH with $ORIGIN, the ldconfig cache, the default directories
+(facts/ldresolve.py). Version templates ("libnvrtc.so.%d.%d") are filled with the CUDA version
+cuDNN reports it was built for (cudnnGetCudartVersion), cuDNN's own names with its version.
+
+How a missing dependency is rated, and why:
+
+| missing | rating | why |
+|---|---|---|
+| any DT_NEEDED entry (libz.so.1, a sub-library, anything) | fail | ld.so refuses to load the library that lists it, so nothing in it can be called |
+| libz.so.1 (either way) | fail | libcudnn_graph.so.9 / libcudnn_cnn_infer.so.8 list it as DT_NEEDED: cuDNN does not load |
+| a cuDNN sub-library opened at run time | fail | cuDNN returns CUDNN_STATUS_SUBLIBRARY_LOADING_FAILED, or aborts (8.9) |
+| libcublasLt.so.N / libcublas.so.N | fail | the legacy convolution API (cudnnConvolutionForward, what Theano and most frameworks call), RNN and multi-head attention fail when cuDNN opens it |
+| libnvrtc.so.N, libnvrtc-builtins.so | warn | only runtime-compiled (fusion) engines need it; precompiled engines still run |
+| libcuda.so.1, with an NVIDIA driver present | fail | nothing runs on the GPU |
+| libcuda.so.1, no NVIDIA driver on the machine | skip | nothing to run on; not something a cuDNN install can fix |
+| libcask_profile_interface.so | skip | an optional profiling hook, loaded only when CASK_INJECTION64_PATH asks |
+| a run-time name this tool does not know | warn | it may guard an optional feature; the name and who asks are reported |
+
+The check fails when any dependency rated fail is missing, warns when only warn-rated ones
+are, and passes otherwise (naming the skip-rated ones it could not find). Each missing one is
+reported with the libraries that need it, what breaks, and fixes for this machine: a directory
+on this machine that has it (to add to LD_LIBRARY_PATH or ld.so.conf), the package of this
+distribution's manager for the CUDA major cuDNN was built for, and the pip wheel.
+"""
+from __future__ import annotations
+
+import glob
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Mapping, Sequence
+
+from cudnn_setup.checks.installation import Installation
+from cudnn_setup.facts import cuda as cuda_facts
+from cudnn_setup.facts import cudnn as gen
+from cudnn_setup.facts import dependencies as D
+from cudnn_setup.facts import ldresolve as L
+from cudnn_setup.report import FAIL, PASS, SKIP, WARN, Check
+
+NAME = "deps"
+PROC_DRIVER = Path("/proc/driver/nvidia/version")  # there when the NVIDIA kernel module is loaded
+_RANK = {FAIL: 2, WARN: 1, SKIP: 0}
+MAX_SHOWN = 4  # missing dependencies named in the one-line detail; data lists them all
+
+
+def loader_environment(env: Mapping[str, str], cache: Sequence[L.CacheEntry] | None = None,
+                       facts: L.LoaderFacts | None = None) -> L.Environment:
+    """What a program started from `env` has its loader work from. An empty LD_LIBRARY_PATH is
+    no LD_LIBRARY_PATH for glibc (dl-load.c _dl_init_paths)."""
+    llp = env.get("LD_LIBRARY_PATH") or None
+    return L.Environment(ld_library_path=llp, cache=L.read_cache() if cache is None else cache,
+                         facts=L.probe_loader() if facts is None else facts)
+
+
+def versions_for(inst: Installation, load_data: dict | None) -> L.Versions:
+    """cuDNN's version and the CUDA it was built for: what the load probe asked the library
+    (cudnnGetVersion, cudnnGetCudartVersion), else the header, the manifest, the wheel's name."""
+    cudnn = cuda = None
+    data = load_data or {}
+    number = data.get("cudnnGetVersion")
+    if isinstance(number, int) and not isinstance(number, bool) and 0 < number < 10**7:
+        cudnn = gen.version_text(number)
+    number = data.get("cudnnGetCudartVersion")
+    if isinstance(number, int) and not isinstance(number, bool) and 1000 <= number < 10**6:
+        cuda = cuda_facts.version_text(number)
+    cudnn = cudnn or inst.version
+    if cuda is None:
+        cuda = (inst.manifest or {}).get("cuda_version")
+    if cuda is None:
+        major = (inst.origin_facts.get("wheel") or {}).get("cuda_major")
+        cuda = str(major) if major else None
+    return L.Versions(cudnn=cudnn, cuda=cuda)
+
+
+def roots_of(inst: Installation) -> list[Path]:
+    """Each cuDNN library by the name programs load it by (its SONAME in lib_dir), else the file."""
+    out = []
+    for lib in inst.libraries:
+        stem = gen.library_stem(lib.name)
+        soname = gen.expected_soname(stem, gen.library_file_version(lib.name),
+                                     inst.generation) if stem else None
+        link = inst.lib_dir / soname if soname else None
+        out.append(link if link is not None and link.exists() else lib)
+    return out
+
+
+def likely_dirs(inst: Installation, env: Mapping[str, str]) -> list[Path]:
+    """Directories where a missing CUDA library often is without the loader knowing: CUDA roots
+    ($CUDA_HOME, $CUDA_PATH, $CUDA_ROOT, /usr/local/cuda*, /opt/cuda), and for a pip wheel the
+    other nvidia/*/lib directories of its site-packages."""
+    bases = [env.get(k) for k in ("CUDA_HOME", "CUDA_PATH", "CUDA_ROOT")]
+    bases += [str(inst.root.path)] + sorted(glob.glob("/usr/local/cuda*")) + ["/opt/cuda"]
+    dirs: list[str] = []
+    for base in filter(None, bases):
+        dirs += [os.path.join(base, "lib64"), os.path.join(base, "lib")]
+        dirs += sorted(glob.glob(os.path.join(glob.escape(base), "targets", "*", "lib")))
+    if inst.origin == "wheel":
+        dirs += sorted(glob.glob(os.path.join(glob.escape(str(inst.lib_dir.parent.parent)), "*", "lib")))
+    return [Path(d) for d in dict.fromkeys(dirs) if os.path.isdir(d)]
+
+
+def rate(kind: str, name: str, driver_present: bool) -> str:
+    """fail, warn or skip for a dependency of this kind that is missing (see the table above)."""
+    if kind in ("needed", "root"):
+        if D.stem_of(name) == "libcuda.so" and not driver_present:
+            return SKIP
+        return FAIL
+    return D.severity(name, driver_present)
+
+
+@dataclass
+class Entry:
+    """One dependency by name: who needs it, how, and whether the loader finds it."""
+
+    name: str
+    kind: str  # needed | runtime | root
+    candidates: tuple[str, ...]
+    needed_by: list[str] = field(default_factory=list)
+    missing_for: list[str] = field(default_factory=list)
+    path: str | None = None
+    via: str | None = None
+    error: str | None = None
+    severity: str | None = None
+    what_breaks: str | None = None
+    fixes: list[dict] = field(default_factory=list)
+
+    @property
+    def found(self) -> bool:
+        return not self.missing_for
+
+    def to_dict(self) -> dict:
+        need = D.classify(self.name)
+        return {"name": self.name, "needed_by": self.needed_by, "kind": self.kind,
+                "found": self.found, "path": self.path, "via": self.via,
+                "candidates": list(self.candidates), "component": need.component if need else None,
+                "needed_for": need.needed_for if need else None, "severity": self.severity,
+                "missing_for": self.missing_for, "error": self.error,
+                "what_breaks": self.what_breaks, "fixes": self.fixes}
+
+
+def group(deps: Iterable[L.Dependency]) -> list[Entry]:
+    """One Entry per library name, in the order the loader first asked for it."""
+    out: dict[str, Entry] = {}
+    for d in deps:
+        if d.kind == "root" and d.resolution.found:
+            continue
+        entry = out.get(d.name)
+        if entry is None:
+            entry = out[d.name] = Entry(d.name, d.kind, d.candidates or (d.name,))
+        elif d.kind == "needed":
+            entry.kind = "needed"  # needed at load time by someone: the stronger need
+        who = d.requester or d.name
+        if who not in entry.needed_by:
+            entry.needed_by.append(who)
+        if d.resolution.found:
+            entry.path = entry.path or d.resolution.path
+            entry.via = entry.via or d.resolution.via
+        else:
+            entry.missing_for.append(who)
+            entry.error = entry.error or d.resolution.error
+    return list(out.values())
+
+
+def what_breaks(entry: Entry, lib_dir: Path) -> str:
+    need = D.classify(entry.name)
+    who = ", ".join(sorted({os.path.basename(p) for p in entry.missing_for}))
+    if entry.kind == "root":
+        return f"{who} itself cannot be loaded ({entry.error})"
+    if entry.kind == "needed":
+        text = f"ld.so refuses to load {who}, so nothing in it can be called"
+        return text + (f"; {entry.name} is needed for {need.needed_for}" if need else "")
+    if need is None:
+        return (f"whatever {who} opens it for at run time ({entry.name} is not a library this "
+                "tool knows)")
+    return f"{need.needed_for}: {need.why}"
+
+
+def fixes_for(entry: Entry, cuda_version: str | None, manager: str | None,
+              search: Sequence[Path], lib_dir: Path) -> list[D.Fix]:
+    found_in = D.find_elsewhere(entry.candidates, search)
+    out = D.fixes(entry.name, cuda_version, manager, found_in)
+    if entry.name.startswith("libcudnn") and not found_in:
+        out.append(D.Fix("reinstall", f"reinstall this cuDNN: {entry.name} is not in {lib_dir}",
+                         "`cudnn-setup install ARCHIVE` puts every sub-library in place"))
+    return out
+
+
+def check_deps(inst: Installation, env: Mapping[str, str], *, load_data: dict | None = None,
+               driver_present: bool | None = None, loader: L.Environment | None = None,
+               distro_id: tuple[str, str] | None = None,
+               search_dirs: Sequence[Path] | None = None) -> Check:
+    """The `deps` check of `inst` for a program started from `env`.
+
+    `load_data`: the load probe's answer (cudnnGetVersion, cudnnGetCudartVersion) when it ran;
+    `driver_present`: whether this machine has an NVIDIA driver (default: the kernel module's
+    /proc entry); `loader`: the loader's environment (default: from `env`, the real ldconfig
+    cache and ld.so); `distro_id`: (ID, ID_LIKE) of os-release (default: read by `distro`);
+    `search_dirs`: where to look for a missing library (default: likely_dirs)."""
+    if not inst.libraries:
+        return Check(NAME, SKIP, f"no cuDNN library in {inst.lib_dir}: nothing to resolve")
+    if driver_present is None:
+        driver_present = PROC_DRIVER.exists()
+    loader = loader or loader_environment(env)
+    versions = versions_for(inst, load_data)
+    roots = roots_of(inst)
+    entries = group(L.closure(roots, loader, versions))
+    missing = [e for e in entries if not e.found]
+    manager = _manager(distro_id) if missing else None
+    search = list(search_dirs) if search_dirs is not None else (likely_dirs(inst, env) if missing else [])
+    for e in missing:
+        e.severity = rate(e.kind, e.name, driver_present)
+        e.what_breaks = what_breaks(e, inst.lib_dir)
+        e.fixes = [vars(f) for f in fixes_for(e, versions.cuda, manager, search, inst.lib_dir)]
+    data = {"lib_dir": str(inst.lib_dir), "libraries": [str(r) for r in roots],
+            "cudnn_version": versions.cudnn, "cuda_version": versions.cuda,
+            "driver_present": driver_present, "ld_library_path": loader.ld_library_path,
+            "package_manager": manager, "dependencies": [e.to_dict() for e in entries]}
+    worst = max((e.severity for e in missing), key=_RANK.get, default=SKIP)
+    shown = sorted((e for e in missing if e.severity != SKIP), key=lambda e: -_RANK[e.severity])
+    if worst in (FAIL, WARN):
+        parts = [_line(e) for e in shown[:MAX_SHOWN]]
+        if len(shown) > MAX_SHOWN:
+            parts.append(f"{len(shown) - MAX_SHOWN} more in data.dependencies")
+        first = next((e for e in shown if e.fixes), None)
+        if first is not None:
+            data["hint"] = f"{first.name}: {first.fixes[0]['text']}"
+        return Check(NAME, worst, "; ".join(parts), data)
+    found = [e for e in entries if e.found]
+    detail = (f"the {len(found)} libraries that {len(roots)} cuDNN libraries in {inst.lib_dir} "
+              "need at load and run time are found")
+    skipped = [e for e in missing if e.severity == SKIP]
+    if skipped:
+        detail += "; not found, and not needed here: " + "; ".join(
+            f"{e.name} ({_skip_reason(e, driver_present)})" for e in skipped)
+    return Check(NAME, PASS, detail, data)
+
+
+def _line(e: Entry) -> str:
+    who = ", ".join(sorted({os.path.basename(p) for p in e.missing_for}))
+    how = "DT_NEEDED" if e.kind == "needed" else "opened at run time" if e.kind == "runtime" else "root"
+    fix = f"; fix: {e.fixes[0]['text']}" if e.fixes else ""
+    need = D.classify(e.name)
+    what = f"{need.component}: {need.why}" if need else e.what_breaks
+    return f"{e.name} not found ({how} by {who}) [{e.severity}] — {what}{fix}"
+
+
+def _skip_reason(e: Entry, driver_present: bool) -> str:
+    if D.stem_of(e.name) == "libcuda.so" and not driver_present:
+        return "no NVIDIA driver on this machine"
+    need = D.classify(e.name)
+    return need.why if need else "optional"
+
+
+def _manager(distro_id: tuple[str, str] | None) -> str | None:
+    if distro_id is None:
+        try:
+            distro_id = D.this_distro()
+        except (ImportError, OSError):
+            return None
+    return D.package_manager(*distro_id)

@@ -1,0 +1,156 @@
+"""deps: what a cuDNN needs at load and run time, resolved as ld.so would in the user's
+environment, rated, with fixes for this machine; gcc-built libraries, and the real loader to
+confirm what the check says."""
+import os
+import shutil
+
+import pytest
+
+from cudnn_setup.checks import locate
+from cudnn_setup.checks.deps import check_deps
+from cudnn_setup.facts import ldresolve as L
+from fixtures import layouts
+from fixtures.deplibs import LoadProbe, build
+
+
+@pytest.fixture(scope="module")
+def loader_facts():
+    return L.probe_loader(), L.read_cache()
+
+
+@pytest.fixture(scope="module")
+def probe(tmp_path_factory):
+    return LoadProbe.compile(tmp_path_factory.mktemp("probe"))
+
+
+def deps(lib, facts, llp=None, **kw):
+    loader = L.Environment(ld_library_path=llp, cache=facts[1], facts=facts[0])
+    kw.setdefault("driver_present", False)
+    kw.setdefault("distro_id", ("ubuntu", "debian"))
+    kw.setdefault("search_dirs", [])
+    env = {"LD_LIBRARY_PATH": llp} if llp else {}
+    check = check_deps(locate.locate(lib), env, loader=loader, **kw)
+    return check, {d["name"]: d for d in check.data.get("dependencies", [])}
+
+
+def real_env(**extra):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LD_", "CUDA"))}
+    env.update(extra)
+    return env
+
+
+def test_every_dependency_found_passes_and_lists_them(tmp_path, loader_facts):
+    lib = layouts.built_set(tmp_path / "cudnn", tmp_path / "w")
+    check, got = deps(lib, loader_facts)
+    assert check.status == "pass", check.detail
+    assert got["libcudnn_ops.so.9"]["found"] and got["libcudnn_ops.so.9"]["kind"] == "needed"
+    assert got["libc.so.6"]["found"] and got["libc.so.6"]["via"] in ("ld.so.cache", "default directories")
+    assert len(check.data["libraries"]) == 8
+
+
+def test_dt_needed_of_a_sub_library_that_does_not_exist_fails(tmp_path, loader_facts, probe):
+    ghost = build(tmp_path / "gone" / "libghost.so.1", "libghost.so.1", work=tmp_path / "wg")
+    lib = layouts.built_set(tmp_path / "cudnn", tmp_path / "w", options={"cnn": {"needed": [ghost]}})
+    shutil.rmtree(tmp_path / "gone")
+    check, got = deps(lib, loader_facts)
+    assert check.status == "fail"
+    g = got["libghost.so.1"]
+    assert (g["found"], g["kind"], g["severity"]) == (False, "needed", "fail")
+    assert g["needed_by"] == [str(lib / "libcudnn_cnn.so.9")]
+    assert "ld.so refuses to load libcudnn_cnn.so.9" in g["what_breaks"]
+    assert "libghost.so.1 not found (DT_NEEDED by libcudnn_cnn.so.9) [fail]" in check.detail
+    # the real loader says the same
+    seen = probe.run([str(lib / "libcudnn_cnn.so.9")], real_env())
+    assert seen.errors == [g["error"]]
+
+
+def test_embedded_runtime_name_that_is_absent_is_rated_and_fixed_per_distro(tmp_path, loader_facts, probe):
+    lib = layouts.built_set(tmp_path / "cudnn", tmp_path / "w",
+                            options={"adv": {"runtime": "libcublasLt.so.12"},
+                                     "graph": {"runtime": "libnvrtc.so.%d"}})
+    load = {"cudnnGetVersion": 90100, "cudnnGetCudartVersion": 12040}
+    check, got = deps(lib, loader_facts, load_data=load)
+    assert check.status == "fail"
+    blas, nvrtc = got["libcublasLt.so.12"], got["libnvrtc.so.12"]
+    assert (blas["kind"], blas["severity"], blas["component"]) == ("runtime", "fail", "cuBLASLt")
+    assert blas["needed_by"] == [str(lib / "libcudnn_adv.so.9")]
+    assert "legacy convolution API" in blas["needed_for"]
+    assert [f["text"] for f in blas["fixes"]] == ["apt-get install libcublas-12-4",
+                                                   "pip install nvidia-cublas-cu12"]
+    assert nvrtc["severity"] == "warn" and nvrtc["candidates"] == ["libnvrtc.so.12"]  # %d filled
+    assert nvrtc["fixes"][0]["text"] == "apt-get install cuda-nvrtc-12-4"
+    assert check.detail.index("libcublasLt.so.12") < check.detail.index("libnvrtc.so.12")
+    assert check.data["hint"] == "libcublasLt.so.12: apt-get install libcublas-12-4"
+    seen = probe.run([str(lib / "libcudnn_adv.so.9"), "@fixture_load"], real_env())
+    assert seen.calls["fixture_load"] == blas["error"]  # dlopen() fails with the same message
+    _, got = deps(lib, loader_facts, load_data=load, distro_id=("rocky", "rhel centos fedora"))
+    assert got["libcublasLt.so.12"]["fixes"][0]["text"] == "dnf install libcublas-12-4"
+    _, got = deps(lib, loader_facts, load_data=load, distro_id=("opensuse-leap", "suse"))
+    assert got["libcublasLt.so.12"]["fixes"][0]["text"] == "zypper install libcublas-12-4"
+
+
+def test_only_warn_rated_missing_is_a_warning_and_a_directory_that_has_it_comes_first(tmp_path, loader_facts):
+    lib = layouts.built_set(tmp_path / "cudnn", tmp_path / "w",
+                            options={"graph": {"runtime": "libnvrtc.so.12"}})
+    elsewhere = tmp_path / "cuda-12.4" / "lib64"
+    build(elsewhere / "libnvrtc.so.12", "libnvrtc.so.12", work=tmp_path / "wn")
+    check, got = deps(lib, loader_facts, search_dirs=[elsewhere])
+    assert check.status == "warn"
+    fix = got["libnvrtc.so.12"]["fixes"][0]
+    assert fix["how"] == "directory" and str(elsewhere) in fix["text"]
+    # with that directory on LD_LIBRARY_PATH, the loader finds it: nothing is missing
+    check, got = deps(lib, loader_facts, llp=str(elsewhere))
+    assert check.status == "pass" and got["libnvrtc.so.12"]["via"] == "LD_LIBRARY_PATH"
+
+
+def test_runpath_origin_finds_what_the_library_opens_at_run_time(tmp_path, loader_facts, probe):
+    build(tmp_path / "cudnn" / "deps" / "libnvrtc.so.12", "libnvrtc.so.12", work=tmp_path / "wn")
+    lib = layouts.built_set(tmp_path / "cudnn", tmp_path / "w",
+                            options={"graph": {"runtime": "libnvrtc.so.12", "runpath": "$ORIGIN/../deps"}})
+    check, got = deps(lib, loader_facts)
+    assert check.status == "pass", check.detail
+    nvrtc = got["libnvrtc.so.12"]
+    assert nvrtc["via"] == f"DT_RUNPATH of {lib / 'libcudnn_graph.so.9'}"
+    seen = probe.run([str(lib / "libcudnn_graph.so.9"), "@fixture_load"], real_env())
+    assert seen.calls["fixture_load"] == "ok"
+    assert os.path.realpath(nvrtc["path"]) in [os.path.realpath(m) for m in seen.mapped]
+
+
+def test_libcuda_without_a_driver_is_a_skip_with_one_a_failure(tmp_path, loader_facts):
+    if any(e.name == "libcuda.so.1" for e in loader_facts[1]):
+        pytest.skip("this machine has a libcuda.so.1")
+    lib = layouts.built_set(tmp_path / "cudnn", tmp_path / "w",
+                            options={"ops": {"runtime": "libcuda.so.1"}})
+    check, got = deps(lib, loader_facts, driver_present=False)
+    assert check.status == "pass" and got["libcuda.so.1"]["severity"] == "skip"
+    assert "libcuda.so.1 (no NVIDIA driver on this machine)" in check.detail
+    check, got = deps(lib, loader_facts, driver_present=True)
+    assert check.status == "fail" and got["libcuda.so.1"]["severity"] == "fail"
+    assert got["libcuda.so.1"]["fixes"][0]["text"] == "apt-get install cuda-drivers"
+
+
+def test_a_name_this_tool_does_not_know_is_a_warning_naming_who_asks(tmp_path, loader_facts):
+    lib = layouts.built_set(tmp_path / "cudnn", tmp_path / "w",
+                            options={"heuristic": {"runtime": "libfuturething.so.3"}})
+    check, got = deps(lib, loader_facts)
+    assert check.status == "warn"
+    assert got["libfuturething.so.3"]["severity"] == "warn"
+    assert "libcudnn_heuristic.so.9" in got["libfuturething.so.3"]["what_breaks"]
+
+
+def test_missing_own_sub_library_opened_at_run_time_fails_with_reinstall(tmp_path, loader_facts):
+    lib = layouts.built_set(tmp_path / "cudnn", tmp_path / "w", skip=("engines_precompiled",),
+                            options={"graph": {"runtime": "libcudnn_engines_precompiled.so.9"}})
+    check, got = deps(lib, loader_facts)
+    e = got["libcudnn_engines_precompiled.so.9"]
+    assert check.status == "fail" and e["severity"] == "fail"
+    assert e["fixes"][-1]["how"] == "reinstall"
+
+
+def test_nothing_to_resolve_without_cudnn(tmp_path, loader_facts):
+    from cudnn_setup.checks.installation import Installation
+    from cudnn_setup.facts.cuda import CudaRoot
+
+    inst = Installation(CudaRoot(tmp_path, "test", None, None), tmp_path / "lib64", None)
+    check = check_deps(inst, {}, loader=L.Environment(), driver_present=False)
+    assert check.status == "skip" and "nothing to resolve" in check.detail

@@ -1,0 +1,87 @@
+"""Theano 1.0.5 and cuDNN versions: the range is the first reason on any machine, and what
+install/theanorc say when they write optimizer_including=cudnn."""
+import sys
+
+import pytest
+
+from cudnn_setup.checks.installation import Installation
+from cudnn_setup.checks.theano_check import (check_theano, theano_range_note, theano_supports,
+                                             why_not_cudnn)
+from cudnn_setup.facts.cuda import CudaRoot
+from cudnn_setup.report import Check
+
+
+def inst_of(tmp_path, version):
+    lib = tmp_path / "lib64"
+    lib.mkdir(exist_ok=True)
+    main = lib / f"libcudnn.so.{version}"
+    main.write_bytes(b"")
+    return Installation(CudaRoot(tmp_path, "test", "12.4", "test"), lib, None,
+                        header_version=version, header_file=tmp_path / "cudnn.h", libraries=[main])
+
+
+NO_GPU = Check("gpu", "skip", "no NVIDIA driver: libcuda.so.1 cannot be loaded")
+OLD_GPU = Check("gpu", "fail", "too old", {"compute_capability": "2.0"})
+
+
+@pytest.mark.parametrize("version,supported", [("4.0.7", False), ("5.1.10", True), ("7.1.4", True),
+                                               ("7.6.5", True), ("8.9.7", False), ("9.19.0", False)])
+def test_range(version, supported):
+    assert theano_supports(version) is supported
+    note = theano_range_note(version)
+    if version.startswith(("8", "9")):
+        assert "cudnnGetConvolutionForwardAlgorithm" in note and "v5 to v7" in note
+    elif version == "4.0.7":
+        assert "cuDNN version is too old" in note
+    elif version == "7.6.5":
+        assert "warns" in note  # 7.2 and later v7: Theano warns, and uses it
+    else:
+        assert note is None
+
+
+def test_outside_the_range_is_the_first_reason_even_without_a_gpu(tmp_path):
+    reason = why_not_cudnn({"device": "cpu"}, inst_of(tmp_path, "9.3.0"), NO_GPU)
+    assert reason.startswith("Theano 1.0.5 supports cuDNN v5 to v7; this is cuDNN 9.3.0")
+    reason = why_not_cudnn({"device": "cpu"}, inst_of(tmp_path, "7.4.2"), NO_GPU)
+    assert reason.startswith("no GPU here")
+
+
+def test_a_gpu_no_cudnn_runs_on_comes_before_the_range_and_no_cudnn_before_all(tmp_path):
+    assert "compute capability 2.0" in why_not_cudnn({}, inst_of(tmp_path, "9.3.0"), OLD_GPU)
+    empty = Installation(CudaRoot(tmp_path, "test", "12.4", "test"), tmp_path / "lib64", None)
+    assert why_not_cudnn({}, empty, OLD_GPU).startswith(f"there is no cuDNN in {tmp_path}")
+
+
+def test_without_theano_the_skip_still_names_the_range(tmp_path):
+    bare = tmp_path / "python-without-theano"
+    bare.write_text(f"#!/bin/sh\nexec {sys.executable} -I -S \"$@\"\n")
+    bare.chmod(0o755)
+    check = check_theano(inst_of(tmp_path, "8.9.7"), str(bare), None, {}, NO_GPU)
+    assert check.status == "skip"
+    assert check.detail.startswith("Theano 1.0.5 supports cuDNN v5 to v7; this is cuDNN 8.9.7")
+    assert "Theano is not installed for" in check.detail
+
+
+def test_dnn_paths_pointing_where_there_is_no_cudnn(tmp_path):
+    from cudnn_setup.checks.theano_check import stale_dnn_paths
+
+    root = tmp_path / "cuda"
+    (root / "include").mkdir(parents=True)
+    (root / "lib64").mkdir()
+    eff = {"dnn.base_path": {"value": str(root), "from": "theanorc"},
+           "dnn.library_path": {"value": str(root / "lib64"), "from": "theanorc"},
+           "global.optimizer_including": {"value": "cudnn", "from": "theanorc"}}
+    problems = stale_dnn_paths(eff)
+    assert [p["severity"] for p in problems] == ["fail", "fail"]
+    assert problems[0]["message"].startswith(f"Theano's dnn.base_path ({root}, from theanorc) points "
+                                             f"where there is no cuDNN: {root / 'include'} has no cudnn.h")
+    assert f"{root / 'lib64'} has no libcudnn.so" in problems[1]["message"]
+    (root / "include" / "cudnn.h").write_text("")
+    (root / "lib64" / "libcudnn.so").write_text("")
+    assert stale_dnn_paths(eff) == []
+    eff["dnn.library_path"]["value"] = str(tmp_path / "gone")
+    del eff["global.optimizer_including"]
+    [p] = stale_dnn_paths(eff)
+    assert p["severity"] == "warn" and "does not exist" in p["message"]
+    eff["dnn.enabled"] = {"value": "False", "from": "THEANO_FLAGS"}
+    assert stale_dnn_paths(eff) == []
