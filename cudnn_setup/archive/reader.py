@@ -11,7 +11,7 @@ import tarfile
 from pathlib import Path
 from typing import IO, Callable
 
-from cudnn_setup.archive import staging
+from cudnn_setup.archive import headers, staging
 from cudnn_setup.archive.decoders import CHUNK, DECODE_ERRORS, ZIP, Decoder, sniff
 from cudnn_setup.archive.listing import Listing, Member, Wanted
 from cudnn_setup.archive.problems import Problem
@@ -117,13 +117,9 @@ def _walk(stream: IO[bytes], staging_dir: Path, want: Wanted, rules: MemberRules
 
 def _walk_members(stream: "ForwardStream", staging_dir: Path, want: Wanted, rules: MemberRules,
                   listing: Listing, writer: staging.Writer) -> None:
-    with tarfile.open(fileobj=stream, mode="r:") as tar:
-        for info in tar:
-            try:
-                verdict = rules.admit(info)
-            except Stop as stop:
-                listing.problems.append(stop.problem)
-                return
+    try:
+        for info in headers.members(stream, rules.limits):
+            verdict = rules.admit(info)
             if isinstance(verdict, Problem):
                 listing.problems.append(verdict)
             elif isinstance(verdict, Member):
@@ -131,3 +127,5 @@ def _walk_members(stream: "ForwardStream", staging_dir: Path, want: Wanted, rule
                     staging.consume(stream, verdict, staging_dir if want(verdict) else None,
                                     writer)
                 listing.members.append(verdict)
+    except Stop as stop:  # reading on makes no sense (a bomb, a header too large to read)
+        listing.problems.append(stop.problem)
