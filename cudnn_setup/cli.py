@@ -11,7 +11,6 @@ import shutil
 import signal
 import sys
 import tempfile
-import traceback
 from pathlib import Path
 from typing import IO, Callable, Mapping, Optional
 

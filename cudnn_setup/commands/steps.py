@@ -27,11 +27,12 @@ def theanorc_step(result: Result, path: Path, root: Path, lib_dir: Path, dry_run
     """Merge the cuDNN settings into Theano's config; a refusal is a failed check, not an error."""
     try:
         change = configure(path, root, lib_dir, dry_run=dry_run)
-    except TheanorcRefused as exc:
-        return Check("theanorc", FAIL, f"{exc.message} — {exc.hint}")
+    except TheanorcRefused as exc:  # also what an OSError became: the install still stands
+        return Check("theanorc", FAIL, f"{exc.message} — {exc.hint}",
+                     {"code": exc.code, "hint": exc.hint})
     result.add("theanorc", change.to_dict())
     if dry_run and change.changed:
-        result.lines.append(change.diff.rstrip("\n"))
+        result.lines += change.diff.rstrip("\n").splitlines()
     if change.changed and not dry_run:
         result.changed = True
     verb = ("would update" if dry_run else "updated") if change.changed else "already up to date:"
