@@ -28,7 +28,7 @@ def uninstall(result: Result, ctx: Context, *, cuda_root: Path | None = None,
     if outcome.manifest is None:
         result.lines.append(f"cudnn-setup has installed nothing in {root.path}; nothing to do")
         return
-    head = "plan:" if dry_run else f"removed cuDNN {version} from {root.path}:"
+    head = "plan:" if dry_run else f"removed cuDNN {version or '(version not recorded)'} from {root.path}:"
     rc = theanorc_path(ctx, None)
     if not dry_run and rc.is_file() and str(root.path) in rc.read_text(errors="replace"):
         backup = rc.with_name(rc.name + BACKUP_SUFFIX)
