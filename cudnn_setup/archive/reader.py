@@ -63,7 +63,10 @@ def read(path: Path, staging_dir: Path, want: Wanted, limits: Limits | None = No
     if complaint:
         listing.problems.append(corrupt(complaint))
     if complete and not complaint:
-        listing.sha256, listing.size = decoder.sha256, decoder.size
+        try:
+            listing.sha256, listing.size = decoder.sha256, decoder.size
+        except OSError as exc:
+            raise unreadable(path, exc) from None
     return listing
 
 
