@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 
 VERIFY_FAILED = 1
 USAGE = 2
@@ -80,27 +81,29 @@ class Interrupted(BaseException):
     """Ctrl-C or SIGTERM, raised where the program is, so transactions roll back."""
 
 
-# What an OSError means to the person who has to fix it, by errno: (code, what, hint).
-# `{path}` is the file the system named; hints say what to do, not what went wrong.
+# What an OSError means to the person who has to fix it, by errno: (code, what, hint). `what`
+# names the file when the system named one ({path}); hints say what to do.
 _OS_ERRORS = {
-    errno.EACCES: ("permission-denied", "permission denied: {path}",
+    errno.EACCES: ("permission-denied", "permission denied{: path}",
                    "run as a user with access to {path} (e.g. with sudo), or choose a location "
                    "you own"),
-    errno.ENOSPC: ("disk-full", "no space left on the filesystem holding {path}",
+    errno.ENOSPC: ("disk-full", "no space left on the device{ holding path}",
                    "free some space on that filesystem, then run again"),
-    errno.EDQUOT: ("disk-full", "disk quota exceeded writing {path}",
+    errno.EDQUOT: ("disk-full", "disk quota exceeded{ writing path}",
                    "free some space (or raise the quota) on that filesystem, then run again"),
-    errno.EFBIG: ("disk-full", "file too large for its filesystem (or the file size limit, "
-                  "ulimit -f): {path}", "free some space or raise the limit, then run again"),
-    errno.EROFS: ("read-only-filesystem", "{path} is on a read-only filesystem",
+    errno.EFBIG: ("disk-full", "File too large{: path} (over the filesystem's or the process's "
+                  "file size limit, ulimit -f)", "free some space or raise the limit, then run "
+                  "again"),
+    errno.EROFS: ("read-only-filesystem", "read-only filesystem{: path}",
                   "remount it read-write, or choose a location on a writable filesystem"),
-    errno.ENAMETOOLONG: ("name-too-long", "file name too long: {path}",
+    errno.ENAMETOOLONG: ("name-too-long", "file name too long{: path}",
                          "use a shorter path (each name in it may have at most 255 bytes, the "
                          "whole path 4095)"),
-    errno.EIO: ("io-error", "input/output error on {path}",
+    errno.EIO: ("io-error", "input/output error{ on path}",
                 "the disk or filesystem reports an error (see `dmesg`); fix it, then run again"),
 }
 _OS_ERRORS[errno.EPERM] = _OS_ERRORS[errno.EACCES]
+_PATH_PART = re.compile(r"\{([^{}]*)path\}")
 
 
 def os_error(exc: OSError, action: str = "", *, kind: type[SetupError] = InstallFailed,
@@ -118,12 +121,12 @@ def os_error(exc: OSError, action: str = "", *, kind: type[SetupError] = Install
     known = _OS_ERRORS.get(exc.errno or 0)
     if known:
         code, what, hint = known
-        what = what.format(path=path or "a file")
-        hint = hint.format(path=path or "it")
+        what = _PATH_PART.sub(lambda m: f"{m.group(1)}{path}" if path else "", what)
+        hint = hint.replace("{path}", path or "it")
     else:
         code = "os-error"
         reason = exc.strerror or type(exc).__name__
-        what = f"{reason}: {path}" if path else f"{reason} ({escape(str(exc))})"
+        what = f"{reason}: {path}" if path else escape(reason)
         hint = f"fix the problem with {path}, then run again" if path else "fix it, then run again"
     message = f"{action}: {what}" if action else what
     if outcome:

@@ -95,6 +95,10 @@ class ArchiveServer:
                     self.wfile.write(body)
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        # a client that hangs up early (as a failing download does) is not the server's error;
+        # kept here instead of printed, where it would land in the CLI's captured stderr
+        self.errors: list = []
+        self.httpd.handle_error = lambda request, address: self.errors.append(address)
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
     @property
