@@ -69,6 +69,22 @@ def read_config(path: Path, limit: int = MAX_BYTES) -> tuple[bytes, int] | None:
     return b"".join(chunks), stat.S_IMODE(st.st_mode)
 
 
+def unreadable_for_theano(path: Path | None) -> str | None:
+    """Why Theano, started with THEANORC=path, would block or fail reading it; None if it can.
+
+    Checked before a child runs Theano: a FIFO there would hold the child until its time limit.
+    """
+    if path is None:
+        return None
+    try:
+        read_config(path)
+    except TheanorcRefused as exc:
+        return exc.message
+    except OSError as exc:
+        return os_error(exc, f"cannot read {show_path(path)}").message
+    return None
+
+
 def not_regular(path: Path, mode: int) -> TheanorcRefused:
     kind = ("a fifo" if stat.S_ISFIFO(mode) else "a directory" if stat.S_ISDIR(mode) else
             "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else

@@ -347,3 +347,16 @@ def test_unreadable_config_is_a_theanorc_check_failure(archives, cuda_root, home
     assert "permission denied" in check["detail"] and check["data"]["code"] == "permission-denied"
     rc.chmod(0o600)
     assert rc.read_bytes() == BEFORE
+
+
+def test_verify_and_bench_do_not_start_theano_on_a_fifo(archives, cuda_root, tmp_path, home):
+    """Theano in the child would block reading a FIFO until the check's 10-minute limit."""
+    root = cuda_root()
+    run_json(["install", archives[V7], "--cuda-root", root, "--no-verify", "--no-theanorc"], home)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for command, check in (("verify", "theano"), ("bench", "theano-conv")):
+        done, out = run_json([command, "--cuda-root", root], home,
+                             env_extra={"THEANORC": str(fifo)}, process=True, timeout=120)
+        found = next(c for c in out["checks"] if c["name"] == check)
+        assert found["status"] == "fail" and "is a fifo" in found["detail"], found
