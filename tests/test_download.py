@@ -338,3 +338,11 @@ def test_full_disk_while_downloading_exits_6_and_keeps_the_part(server, home, tm
     out = json.loads(done.stdout)
     assert "free some space" in out["error"]["hint"]
     assert (tmp_path / "c" / f"{V7}.part").exists() and not (tmp_path / "c" / V7).exists()
+
+
+@pytest.mark.parametrize("url,code", [("http://[bad/x.tgz", "bad-url"),
+                                      ("http://127.0.0.1:99999/x.tgz", "bad-url"),
+                                      ("ftp://127.0.0.1/x.tgz", "bad-url")])
+def test_urls_that_do_not_parse_exit_6(url, code, tmp_path, home):
+    done, out = run_json(["download", url, "--cache-dir", tmp_path], home)
+    assert done.returncode == 6 and out["error"]["code"] == code, out["error"]

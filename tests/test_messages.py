@@ -75,3 +75,49 @@ def test_ldconfig_registration_that_fails_is_a_check_not_a_crash(tmp_path, home)
     check = loader_step(ctx, Path("/opt/cuda/lib64"), register=True)
     assert check.status == "fail" and "Not a directory" in check.detail
     assert check.data["code"] == "os-error"
+
+
+def test_errors_that_escape_a_command_body():
+    """A library's network error is a download failure; anything else a bug, with what was
+    committed before it still reported."""
+    import requests
+
+    from cudnn_setup.commands.base import command
+    from cudnn_setup.errors import DownloadFailed
+
+    @command("download", fails_as=DownloadFailed)
+    def broken_download(result):
+        raise requests.exceptions.ChunkedEncodingError("peer went away")
+
+    @command("install")
+    def bug_after_commit(result):
+        result.changed = True
+        raise KeyError("oops")
+
+    @command("install")
+    def disk_error_after_commit(result):
+        result.changed = True
+        raise OSError(5, "Input/output error", "/x/lib64/libcudnn.so")
+
+    error = broken_download().error
+    assert (error.exit_code, error.code) == (6, "download-failed")
+    out = bug_after_commit()
+    assert out.error.code == "internal" and out.to_dict()["changed"] is True
+    assert "KeyError" in out.error.traceback
+    error = disk_error_after_commit().error
+    assert (error.exit_code, error.code) == (5, "io-error")
+    assert "committed, which stands" in error.message and "rolled back" not in error.message
+
+
+def test_a_bug_in_rendering_still_gives_one_json_object(home, monkeypatch):
+    from cudnn_setup.report import Result
+
+    def broken(self):
+        raise RuntimeError("cannot render")
+
+    monkeypatch.setattr(Result, "to_dict", broken)
+    done = run_cli(["inspect", "/nonexistent.tgz", "--json"], home)
+    assert done.returncode == 70
+    answer = json.loads(done.stdout)
+    assert answer["error"]["code"] == "internal" and len(done.stdout.splitlines()) == 1
+    assert "Traceback" not in done.stderr

@@ -56,13 +56,13 @@ def command(name: str, fails_as: type[SetupError] = InstallFailed):
                 body(result, *args, **kwargs)
             except SetupError as exc:
                 result.error = exc
-            except OSError as exc:
-                result.error = os_error(exc, f"{name} failed", kind=fails_as,
-                                        outcome=committed_outcome(result))
             except (KeyboardInterrupt, Interrupted):
                 result.error = interrupted(result)
-            except Exception as exc:
-                result.error = library_error(exc, name, fails_as) or internal_error(exc)
+            except Exception as exc:  # requests' errors are OSErrors too: asked first
+                result.error = library_error(exc, name) or (
+                    os_error(exc, f"{name} failed", kind=fails_as,
+                             outcome=committed_outcome(result))
+                    if isinstance(exc, OSError) else internal_error(exc))
             return result
 
         return run
@@ -77,7 +77,7 @@ def committed_outcome(result: Result) -> str:
     return ""
 
 
-def library_error(exc: Exception, name: str, fails_as: type[SetupError]) -> SetupError | None:
+def library_error(exc: Exception, name: str) -> SetupError | None:
     """A third-party library's error that means the outside world failed, not the tool."""
     requests = sys.modules.get("requests")  # only loaded when something was downloaded
     if requests is not None and isinstance(exc, requests.RequestException):

@@ -69,7 +69,15 @@ def default_cache_dir(env: Mapping[str, str], home: Path) -> Path:
 
 
 def file_name(url: str) -> str:
-    name = unquote(Path(urlsplit(url).path).name)
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises for a port out of range
+        name = unquote(Path(parts.path).name)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("not an http(s) URL with a host")
+    except ValueError as exc:  # "Invalid IPv6 URL", "Port out of range"…
+        raise DownloadFailed(f"{escape(url)} is not a URL that can be fetched ({exc})",
+                             "check the URL", code="bad-url") from None
     if not name or name in (".", "..") or "/" in name or "\x00" in name:
         raise DownloadFailed(f"cannot tell the archive's file name from {redact(url)}",
                              "give a URL that ends in the archive's name")
@@ -78,10 +86,13 @@ def file_name(url: str) -> str:
 
 def redact(url: str) -> str:
     """A URL fit to print: no user:password part, no query string (tokens live there)."""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    if parts.port:
-        host += f":{parts.port}"
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        if parts.port:
+            host += f":{parts.port}"
+    except ValueError:
+        return "(a URL that does not parse)"
     return escape(f"{parts.scheme}://{host}{parts.path}" + ("?…" if parts.query else ""))
 
 
