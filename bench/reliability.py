@@ -126,9 +126,14 @@ def main() -> int:
         tree = ET.parse(xml)
     stats: dict[str, list] = defaultdict(lambda: [0, 0])
     props: dict[str, str] = {}
+    failures: list[str] = []
     for case in tree.iter("testcase"):
         name = case.get("name", "")
         failed = case.find("failure") is not None or case.find("error") is not None
+        if failed:
+            why = (case.find("failure") if case.find("failure") is not None
+                   else case.find("error"))
+            failures.append(f"{name}: {(why.get('message') or '')[:400]}")
         skipped = case.find("skipped") is not None
         for label, prefix in GROUPS:
             if name.startswith(prefix) and not skipped:  # str.startswith takes a tuple too
@@ -144,6 +149,8 @@ def main() -> int:
     print()
     if props:
         print("Recorded figures: " + ", ".join(f"{k}={v}" for k, v in sorted(props.items())))
+    for failure in failures:
+        print(f"FAILED {failure}")
     print(done.stdout.strip().splitlines()[-1] if done.stdout.strip() else done.stderr[-500:])
     print()
     memory_table()
