@@ -85,6 +85,15 @@ def unreadable_for_theano(path: Path | None) -> str | None:
     return None
 
 
+def mentions(path: Path, text: str) -> bool:
+    """Whether the config at `path` holds `text`; False when it cannot be read as a config."""
+    try:
+        found = read_config(path)
+    except (TheanorcRefused, OSError):
+        return False
+    return found is not None and text in found[0].decode("utf-8", errors="replace")
+
+
 def not_regular(path: Path, mode: int) -> TheanorcRefused:
     kind = ("a fifo" if stat.S_ISFIFO(mode) else "a directory" if stat.S_ISDIR(mode) else
             "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else

@@ -360,3 +360,24 @@ def test_verify_and_bench_do_not_start_theano_on_a_fifo(archives, cuda_root, tmp
                              env_extra={"THEANORC": str(fifo)}, process=True, timeout=120)
         found = next(c for c in out["checks"] if c["name"] == check)
         assert found["status"] == "fail" and "is a fifo" in found["detail"], found
+
+
+def test_uninstall_is_not_failed_by_a_config_it_cannot_read(archives, cuda_root, home):
+    """The note about Theano's config is only a note: an unreadable ~/.theanorc (capabilities
+    dropped, so uid 0 is held to the bits) or a FIFO there leave the uninstall a success."""
+    for kind in ("unreadable", "fifo"):
+        root = cuda_root()
+        run_json(["install", archives[V7], "--cuda-root", root, "--no-verify", "--no-theanorc"],
+                 home)
+        rc = home / ".theanorc"
+        rc.unlink(missing_ok=True)
+        if kind == "fifo":
+            os.mkfifo(rc)
+        else:
+            rc.write_text(f"[dnn]\nbase_path = {root}\n")
+            rc.chmod(0o000)
+        cmd = ["setpriv", "--bounding-set=-all", "--inh-caps=-all", sys.executable, "-m",
+               "cudnn_setup", "uninstall", "--cuda-root", str(root), "--json"]
+        done = subprocess.run(cmd, env=clean_env(home), capture_output=True, text=True,
+                              timeout=120)
+        assert done.returncode == 0 and json.loads(done.stdout)["changed"] is True, done.stderr
