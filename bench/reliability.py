@@ -62,10 +62,13 @@ GROUPS = [  # (label, test-name prefix, or several)
      "test_duplicate_key"),
     ("theanorc: FIFO, /dev/zero, directory, socket, oversized: refused without reading",
      ("test_non_regular_files", "test_doctor_never_blocks", "test_oversized_config")),
+    ("theanorc: verify and bench do not start Theano on a FIFO; uninstall not failed by it",
+     ("test_verify_and_bench_do_not_start", "test_uninstall_is_not_failed")),
     ("theanorc after a committed install: full disk, read-only fs, unreadable: a check fails",
-     ("test_full_filesystem", "test_read_only_filesystem_is", "test_unreadable_config")),
-    ("download: resumed only after a matching 206; refused connections retried",
-     ("test_resumed_only", "test_refused_connection", "test_404_and_refused")),
+     ("test_full_filesystem", "test_theanorc_on_a_read_only", "test_unreadable_config")),
+    ("download: resumed only after a matching 206; refused connections retried; bad URLs",
+     ("test_resumed_only", "test_refused_connection", "test_404_and_refused",
+      "test_urls_that_do_not_parse", "test_output_dir_holding", "test_header_with_a_newline")),
     ("download: headers and credentials stay behind on a redirect to another host",
      ("test_headers_stay_behind", "test_netrc_is_asked")),
     ("download: cached file without checksum reused only while the server says it is current",
@@ -73,8 +76,10 @@ GROUPS = [  # (label, test-name prefix, or several)
     ("download: netrc and proxies from the caller's env and home, not the process's",
      ("test_netrc_credentials", "test_proxy_comes")),
     ("messages: read-only root, name too long, missing library, fix printed once, --python",
-     ("test_read_only_root", "test_name_part_too_long", "test_missing_sub_library_is_named",
+     ("test_root_on_a_read_only", "test_name_part_too_long", "test_missing_sub_library_is_named",
       "test_ld_library_path_fix", "test_python_that_does_not_exist", "test_ldconfig_registration")),
+    ("a bug or a library's error escaping a command, or a broken renderer: one JSON object",
+     ("test_errors_that_escape", "test_a_bug_in_rendering")),
 ]
 
 

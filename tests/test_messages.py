@@ -53,7 +53,7 @@ def test_name_part_too_long(archives, cuda_root, tmp_path, home):
 
 
 @needs_namespaces
-def test_read_only_root_says_read_only(archives, cuda_root, tmp_path, home):
+def test_root_on_a_read_only_filesystem_says_so(archives, cuda_root, tmp_path, home):
     mnt = tmp_path / "ro"
     mnt.mkdir()
     root = cuda_root()

@@ -322,7 +322,7 @@ def test_full_filesystem_leaves_config_and_backup_whole(archives, cuda_root, tmp
 
 
 @needs_namespaces
-def test_read_only_filesystem_is_a_theanorc_check_failure(archives, cuda_root, tmp_path, home):
+def test_theanorc_on_a_read_only_filesystem_is_a_check_failure(archives, cuda_root, tmp_path, home):
     root, mnt = cuda_root(), tmp_path / "ro"
     mnt.mkdir()
     done = run_cli_in(read_only_tmpfs(mnt, {".theanorc": BEFORE}),
