@@ -7,19 +7,20 @@ import contextlib
 import datetime
 import json
 import os
+import shutil
 import signal
 import sys
 import tempfile
-import traceback
 from pathlib import Path
 from typing import IO, Callable, Mapping, Optional
 
 import typer
 
 from cudnn_setup import __version__
-from cudnn_setup.commands.base import Context
-from cudnn_setup.errors import USAGE, InternalError, Interrupted, UsageError
-from cudnn_setup.report import Result, check_lines
+from cudnn_setup.commands.base import Context, interrupted
+from cudnn_setup.errors import INTERNAL, USAGE, InternalError, Interrupted, UsageError
+from cudnn_setup.report import SCHEMA, Result, check_lines
+from cudnn_setup.text import escape, printable, valid_unicode
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Install NVIDIA cuDNN from an archive into a CUDA toolkit, configure "
@@ -29,7 +30,25 @@ CudaRootOpt = typer.Option(None, "--cuda-root", help="CUDA root (default: discov
 JsonOpt = typer.Option(False, "--json", help="one JSON object on stdout; human output on stderr")
 TheanorcOpt = typer.Option(None, "--theanorc", help="Theano config to write "
                            "(default: last entry of $THEANORC, else ~/.theanorc)")
-PythonOpt = typer.Option(None, "--python", help="interpreter whose Theano runs the checks")
+
+
+def _interpreter(ctx: typer.Context, value: Optional[str]) -> Optional[str]:
+    """--python must name a program that exists, or a test of Theano there would be meaningless."""
+    if value is None:
+        return None
+    session = ctx.find_object(_Session)
+    path = session.env.get("PATH", os.defpath) if session else os.defpath
+    found = shutil.which(value, path=path) if "/" not in value else (
+        value if os.path.isfile(value) and os.access(value, os.X_OK) else None)
+    if found is None:
+        why = ("does not exist" if not os.path.lexists(value) else
+               "is not an executable file") if "/" in value else "is not on PATH"
+        raise typer.BadParameter(f"the interpreter {escape(value)} {why}")
+    return value
+
+
+PythonOpt = typer.Option(None, "--python", callback=_interpreter,
+                         help="interpreter whose Theano runs the checks")
 HeaderOpt = typer.Option(None, "--header", help="extra HTTP header, e.g. 'Authorization: Bearer …' "
                          "(repeatable; never printed)")
 CacheOpt = typer.Option(None, "--cache-dir", help="download cache (default: $XDG_CACHE_HOME/cudnn-setup)")
@@ -44,10 +63,11 @@ CudaOpt = typer.Option(None, "--cuda", help="CUDA version the build must fit, e.
 class _Session:
     """What one invocation of main() was given: where to write, and the Context for commands."""
 
-    def __init__(self, env: Mapping[str, str], home: Path, out: IO[str], err: IO[str],
-                 system_config: Path | None = None):
-        self.env, self.home, self.out, self.err = env, home, out, err
+    def __init__(self, argv: list[str], env: Mapping[str, str], home: Path, out: IO[str],
+                 err: IO[str], system_config: Path | None = None):
+        self.argv, self.env, self.home, self.out, self.err = argv, env, home, out, err
         self.rendered = False
+        self.code = 0
         self.system_config = system_config
 
     def context(self, as_json: bool) -> Context:
@@ -97,39 +117,86 @@ def _safe(text: str, stream: IO[str]) -> str:
 
 
 def _render(session: _Session, result: Result, as_json: bool) -> int:
+    """People's lines (stdout, or stderr under --json), then the one JSON object.
+
+    Every line passes printable(), so a newline, an escape sequence or an undecodable byte in a
+    path shows as a visible code whatever the locale; the JSON is ASCII and valid Unicode.
+    """
     human = session.err if as_json else session.out
+    error = result.error
+    if isinstance(error, InternalError) and not error.saved:
+        error.message += f" (traceback saved in {_save_traceback(session, error)})"
+        error.saved = True
     lines = list(result.lines)
     if result.checks:
         lines += check_lines(result.checks)
     for line in lines:
-        print(_safe(line, human), file=human)
-    error = result.error
+        _emit(human, line)
     if error is not None:
-        if isinstance(error, InternalError):
-            error.message += f" (traceback saved in {_save_traceback(session, error)})"
-        print(_safe(f"error: {error.message}", session.err), file=session.err)
+        _emit(session.err, f"error: {error.message}")
         for problem in error.problems[1:]:
-            print(_safe(f"error: {problem.message}", session.err), file=session.err)
+            _emit(session.err, f"error: {problem.message}")
         if error.hint:
-            print(_safe(f"hint: {error.hint}", session.err), file=session.err)
+            _emit(session.err, f"hint: {error.hint}")
     if as_json:
-        # ASCII-only JSON: names with any bytes survive every locale and every parser.
-        print(json.dumps(result.to_dict(), ensure_ascii=True), file=session.out)
+        _emit(session.out, json.dumps(_json_safe(result.to_dict()), ensure_ascii=True), raw=True)
     session.rendered = True
+    session.code = result.exit_code
     return result.exit_code
+
+
+def _emit(stream: IO[str], text: str, raw: bool = False) -> None:
+    """One line out; a stream that is gone (closed, broken pipe) does not stop the rest."""
+    try:
+        print(text if raw else _safe(printable(text), stream), file=stream)
+        stream.flush()
+    except (OSError, ValueError):
+        pass
+
+
+def _json_safe(value):
+    """Every string of the JSON object as valid Unicode (keys included)."""
+    if isinstance(value, str):
+        return valid_unicode(value)
+    if isinstance(value, dict):
+        return {_json_safe(k) if isinstance(k, str) else k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+def _last_resort(session: _Session, command: str, exc: BaseException, as_json: bool) -> int:
+    """A bug reached the top: still one line, one JSON object, exit 70, the traceback kept."""
+    from cudnn_setup.commands.base import internal_error
+
+    if session.rendered:  # the answer is out; what broke after it cannot change it
+        return session.code
+    try:
+        return _render(session, Result(command, error=internal_error(exc)), as_json)
+    except Exception:  # rendering itself is broken: a fixed object, built without it
+        if as_json and not session.rendered:
+            _emit(session.out, json.dumps({
+                "schema": SCHEMA, "ok": False, "command": valid_unicode(command),
+                "cuda_root": None, "cudnn_version": None, "changed": False, "checks": [],
+                "error": {"exit_code": INTERNAL, "code": "internal", "hint": "",
+                          "message": f"internal error: {type(exc).__name__}"}}), raw=True)
+        _emit(session.err, f"error: internal error: {type(exc).__name__}")
+        session.rendered = True
+        return INTERNAL
 
 
 def _save_traceback(session: _Session, error: InternalError) -> str:
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     base = session.env.get("XDG_CACHE_HOME") or str(session.home / ".cache")
+    text = f"cudnn-setup {__version__}\n{' '.join(session.argv)}\n\n{error.traceback}"
     for directory in (Path(base) / "cudnn-setup", Path(tempfile.gettempdir())):
         try:
             directory.mkdir(parents=True, exist_ok=True)
             path = directory / f"cudnn-setup-crash-{stamp}-{os.getpid()}.txt"
-            path.write_text(f"cudnn-setup {__version__}\n{' '.join(sys.argv)}\n\n"
-                            f"{error.traceback}")
-            return str(path)
-        except OSError:
+            # bytes as they were: arguments and paths may hold any byte
+            path.write_bytes(text.encode("utf-8", "surrogateescape"))
+            return escape(str(path))
+        except (OSError, UnicodeError):
             continue
     return "nowhere: no writable directory"
 
@@ -303,7 +370,7 @@ def main(argv: list[str] | None = None, *, env: Mapping[str, str] | None = None,
     argv = list(sys.argv[1:] if argv is None else argv)
     env = dict(os.environ if env is None else env)
     home = home or Path(env.get("HOME") or Path.home())
-    session = _Session(env, home, stdout or sys.stdout, stderr or sys.stderr, system_config)
+    session = _Session(argv, env, home, stdout or sys.stdout, stderr or sys.stderr, system_config)
     as_json = "--json" in argv
     command = next((a for a in argv if not a.startswith("-")), "")
     try:
@@ -312,24 +379,24 @@ def main(argv: list[str] | None = None, *, env: Mapping[str, str] | None = None,
         return code if isinstance(code, int) else 0
     except typer.Exit as exc:
         return exc.exit_code
-    except typer.Abort:
-        print("aborted", file=session.err)
-        return 130
+    except (typer.Abort, KeyboardInterrupt, Interrupted):
+        # Ctrl-C while arguments were parsed or a command module loaded: nothing had started
+        if session.rendered:
+            return session.code
+        return _render(session, Result(command, error=interrupted(Result(command))), as_json)
     except Exception as exc:
         # click's UsageError (typer may carry its own copy of click, so matched by its shape)
         if getattr(exc, "exit_code", None) == USAGE and hasattr(exc, "format_message"):
             if as_json and not session.rendered:
                 error = UsageError(exc.format_message(), f"see `cudnn-setup {command} --help`")
-                print(json.dumps(Result(command, error=error).to_dict()), file=session.out)
-            exc.show(file=session.err)
+                _emit(session.out, json.dumps(_json_safe(Result(command, error=error).to_dict())),
+                      raw=True)
+            try:
+                exc.show(file=session.err)
+            except (OSError, ValueError, UnicodeError):
+                pass
             return USAGE
-        if session.rendered:
-            raise
-        result = Result(command, error=InternalError(
-            f"internal error: {type(exc).__name__}: {exc}",
-            "this is a bug in cudnn-setup; please report it with the traceback",
-            traceback=traceback.format_exc()))
-        return _render(session, result, as_json)
+        return _last_resort(session, command, exc, as_json)
 
 
 def console_main() -> None:

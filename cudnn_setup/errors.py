@@ -5,6 +5,10 @@ key off `code`, never off the message text.
 """
 from __future__ import annotations
 
+import errno
+import os
+import re
+
 VERIFY_FAILED = 1
 USAGE = 2
 ARCHIVE_REJECTED = 3
@@ -70,7 +74,61 @@ class InternalError(SetupError):
     def __init__(self, message: str, hint: str = "", *, traceback: str = ""):
         super().__init__(message, hint)
         self.traceback = traceback
+        self.saved = False  # the traceback was written to a file and the message says where
 
 
 class Interrupted(BaseException):
     """Ctrl-C or SIGTERM, raised where the program is, so transactions roll back."""
+
+
+# What an OSError means to the person who has to fix it, by errno: (code, what, hint). `what`
+# names the file when the system named one ({path}); hints say what to do.
+_OS_ERRORS = {
+    errno.EACCES: ("permission-denied", "permission denied{: path}",
+                   "run as a user with access to {path} (e.g. with sudo), or choose a location "
+                   "you own"),
+    errno.ENOSPC: ("disk-full", "no space left on the device{ holding path}",
+                   "free some space on that filesystem, then run again"),
+    errno.EDQUOT: ("disk-full", "disk quota exceeded{ writing path}",
+                   "free some space (or raise the quota) on that filesystem, then run again"),
+    errno.EFBIG: ("disk-full", "File too large{: path} (over the filesystem's or the process's "
+                  "file size limit, ulimit -f)", "free some space or raise the limit, then run "
+                  "again"),
+    errno.EROFS: ("read-only-filesystem", "read-only filesystem{: path}",
+                  "remount it read-write, or choose a location on a writable filesystem"),
+    errno.ENAMETOOLONG: ("name-too-long", "file name too long{: path}",
+                         "use a shorter path (each name in it may have at most 255 bytes, the "
+                         "whole path 4095)"),
+    errno.EIO: ("io-error", "input/output error{ on path}",
+                "the disk or filesystem reports an error (see `dmesg`); fix it, then run again"),
+}
+_OS_ERRORS[errno.EPERM] = _OS_ERRORS[errno.EACCES]
+_PATH_PART = re.compile(r"\{([^{}]*)path\}")
+
+
+def os_error(exc: OSError, action: str = "", *, kind: type[SetupError] = InstallFailed,
+             outcome: str = "") -> SetupError:
+    """The SetupError for an OSError: a stable code and a hint chosen by errno, never by text.
+
+    `action` says what was being done ("install failed"); `outcome` what state that left
+    ("nothing was changed"), and is only given by a caller who knows it.
+    """
+    from cudnn_setup.text import escape
+
+    names = [n for n in (exc.filename, exc.filename2) if n is not None]
+    path = " -> ".join(escape(os.fsdecode(n)) if isinstance(n, (str, bytes)) else escape(str(n))
+                       for n in names)
+    known = _OS_ERRORS.get(exc.errno or 0)
+    if known:
+        code, what, hint = known
+        what = _PATH_PART.sub(lambda m: f"{m.group(1)}{path}" if path else "", what)
+        hint = hint.replace("{path}", path or "it")
+    else:
+        code = "os-error"
+        reason = exc.strerror or type(exc).__name__
+        what = f"{reason}: {path}" if path else escape(reason)
+        hint = f"fix the problem with {path}, then run again" if path else "fix it, then run again"
+    message = f"{action}: {what}" if action else what
+    if outcome:
+        message += f"; {outcome}"
+    return kind(message, hint, code=code)

@@ -2,8 +2,23 @@
 from __future__ import annotations
 
 import os
+import re
 
 OUTPUT_LIMIT = 64 << 10  # bytes of a child's output kept for a report
+
+_NAMED = {"\n": "\\n", "\t": "\\t", "\r": "\\r", "\x1b": "\\e"}
+
+
+def _code(ch: str) -> str:
+    """The visible form of one character that must not reach a terminal or a JSON parser raw."""
+    code = ord(ch)
+    if ch in _NAMED:
+        return _NAMED[ch]
+    if 0xDC80 <= code <= 0xDCFF:  # an undecodable byte, as os.fsdecode carries it
+        return f"\\x{code - 0xDC00:02x}"
+    if 0xD800 <= code <= 0xDFFF:
+        return f"\\u{code:04x}"
+    return f"\\x{code:02x}"
 
 
 def escape(text: str) -> str:
@@ -12,25 +27,39 @@ def escape(text: str) -> str:
     Names read from archives or the filesystem may hold terminal escape sequences, newlines or
     bytes that are not valid in the locale's encoding (which Python carries as lone surrogates);
     printing them raw would let a file name rewrite the user's terminal or break the JSON.
+    Backslashes are doubled, so an escaped name reads back unambiguously.
     """
-    out = []
-    for ch in text:
-        code = ord(ch)
-        if code < 32 or code == 127 or 0x80 <= code < 0xA0:
-            out.append({"\n": "\\n", "\t": "\\t", "\r": "\\r", "\x1b": "\\e"}.get(ch, f"\\x{code:02x}"))
-        elif 0xDC80 <= code <= 0xDCFF:  # an undecodable byte, as os.fsdecode carries it
-            out.append(f"\\x{code - 0xDC00:02x}")
-        elif 0xD800 <= code <= 0xDFFF:
-            out.append(f"\\u{code:04x}")
-        elif ch == "\\":
-            out.append("\\\\")
-        else:
-            out.append(ch)
-    return "".join(out)
+    return _UNSAFE_OR_BACKSLASH.sub(lambda m: "\\\\" if m.group() == "\\" else _code(m.group()),
+                                    text)
 
 
 def show_path(path: "os.PathLike[str] | str") -> str:
     return escape(os.fspath(path))
+
+
+# Control characters (C0, DEL, C1) and lone surrogates: never printed raw.
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+_UNSAFE_OR_BACKSLASH = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff\\\\]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def printable(text: str) -> str:
+    """One line fit for a terminal, whatever it holds: the last line of defence before output.
+
+    Unlike escape(), backslashes are left alone, so text whose names were already escaped where
+    it was made passes unchanged; anything raw that slipped through (a newline or an
+    undecodable byte in a path) still comes out as a visible code.
+    """
+    return _UNSAFE.sub(lambda m: _code(m.group()), text)
+
+
+def valid_unicode(text: str) -> str:
+    """Text that every JSON parser accepts: undecodable bytes (lone surrogates) as visible codes.
+
+    JSON's own escaping already keeps control characters off the wire; a lone surrogate,
+    though, is invalid Unicode that strict parsers reject.
+    """
+    return _SURROGATE.sub(lambda m: _code(m.group()), text)
 
 
 def decode_output(data: bytes | str | None, limit: int = OUTPUT_LIMIT) -> str:

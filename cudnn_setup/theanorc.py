@@ -1,13 +1,17 @@
 """Merge cuDNN settings into a user's .theanorc, keeping every other line, comment and key case.
 
 configparser would lowercase `floatX` and drop comments; ConfigUpdater round-trips the file.
+What the file means is judged the way Theano 1.0.5 reads it (theano/configparser.py): Python's
+ConfigParser, strict (a duplicate section or key in one file stops Theano at import), values
+spread over indented continuation lines joined with newlines, and optimizer_including split
+on ':' only. A merged file is read back that way before it is written.
 """
 from __future__ import annotations
 
 import configparser
 import difflib
 import os
-import shutil
+import shlex
 import stat
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,13 +21,87 @@ from configupdater import ConfigUpdater
 from configupdater.parser import DuplicateOptionError, DuplicateSectionError, ParsingError
 
 from cudnn_setup.atomic import write_atomic
-from cudnn_setup.errors import SetupError
+from cudnn_setup.errors import SetupError, os_error
+from cudnn_setup.text import escape, printable, show_path
 
 BACKUP_SUFFIX = ".cudnn-setup.bak"
+MAX_BYTES = 1 << 20  # a Theano config is a few hundred bytes; /dev/zero is endless
 
 
 class TheanorcRefused(SetupError):
-    """The file cannot be merged safely; it was left untouched."""
+    """The file cannot be merged safely, read, or written; the message says what became of it."""
+
+    default_code = "theanorc-refused"
+
+
+def read_config(path: Path, limit: int = MAX_BYTES) -> tuple[bytes, int] | None:
+    """The bytes of a config file and its permission bits; None when there is none.
+
+    A FIFO, a device or a directory is refused from its stat, never opened for reading (a FIFO
+    would block the reader forever, /dev/zero would fill its memory); the open itself is
+    non-blocking and checked again with fstat, in case the file was swapped in between.
+    OSErrors are left to the caller, which knows what it was doing.
+    """
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        raise not_regular(path, st.st_mode)
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise not_regular(path, st.st_mode)
+        chunks, size = [], 0
+        while size <= limit:
+            chunk = os.read(fd, min(1 << 16, limit + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    finally:
+        os.close(fd)
+    if size > limit:
+        raise TheanorcRefused(f"{show_path(path)} is larger than {limit} bytes; left untouched",
+                              "a Theano config is a few lines; check that this is the right "
+                              "file", code="theanorc-too-large")
+    return b"".join(chunks), stat.S_IMODE(st.st_mode)
+
+
+def unreadable_for_theano(path: Path | None) -> str | None:
+    """Why Theano, started with THEANORC=path, would block or fail reading it; None if it can.
+
+    Checked before a child runs Theano: a FIFO there would hold the child until its time limit.
+    """
+    if path is None:
+        return None
+    try:
+        read_config(path)
+    except TheanorcRefused as exc:
+        return exc.message
+    except OSError as exc:
+        return os_error(exc, f"cannot read {show_path(path)}").message
+    return None
+
+
+def mentions(path: Path, text: str) -> bool:
+    """Whether the config at `path` holds `text`; False when it cannot be read as a config."""
+    try:
+        found = read_config(path)
+    except (TheanorcRefused, OSError):
+        return False
+    return found is not None and text in found[0].decode("utf-8", errors="replace")
+
+
+def not_regular(path: Path, mode: int) -> TheanorcRefused:
+    kind = ("a fifo" if stat.S_ISFIFO(mode) else "a directory" if stat.S_ISDIR(mode) else
+            "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else
+            "a socket" if stat.S_ISSOCK(mode) else "not a regular file")
+    return TheanorcRefused(f"{show_path(path)} is {kind}, not a config file; left untouched "
+                           "(Theano would block or fail reading it)",
+                           "point $THEANORC or --theanorc at a regular file",
+                           code="theanorc-not-a-file")
 
     default_code = "theanorc-refused"
 
@@ -66,28 +144,66 @@ RELEVANT_KEYS = ("global.device", "global.floatx", "global.optimizer_including",
 
 
 def effective_config(env: Mapping[str, str], home: Path) -> dict:
-    """Theano's effective settings that matter for cuDNN: its files in order, then THEANO_FLAGS."""
+    """Theano's effective settings that matter for cuDNN: its files in order, then THEANO_FLAGS.
+
+    Read as Theano reads them, with the difference that a file Theano would block on or stop
+    at is reported in `errors` instead of hanging or raising.
+    """
     files = config_files(env, home)
-    parser = configparser.RawConfigParser(strict=False)
-    read = []
+    parser = configparser.ConfigParser(interpolation=None)  # strict, like Theano's
+    read: list[str] = []
+    errors: list[str] = []
     for f in files:
         try:
-            read += parser.read(f, encoding="utf-8")
-        except (configparser.Error, UnicodeDecodeError) as exc:
-            read.append(f"{f} (unreadable: {exc})")
+            found = read_config(f)
+            if found is None:
+                continue
+            text = found[0].decode("utf-8")
+            # a file that fails half-way would leave half its values behind: check it first
+            configparser.ConfigParser(interpolation=None).read_string(text, source=str(f))
+            parser.read_string(text, source=str(f))
+            read.append(str(f))
+        except TheanorcRefused as exc:
+            errors.append(exc.message)
+        except UnicodeDecodeError as exc:
+            errors.append(f"{show_path(f)} is not UTF-8 (byte {exc.object[exc.start]:#x} at "
+                          f"offset {exc.start}): Theano stops at import reading it")
+        except configparser.Error as exc:
+            errors.append(f"{show_path(f)}: {escape(_first_line(exc))}: Theano stops at import "
+                          "reading it (its ConfigParser is strict)")
+        except OSError as exc:
+            errors.append(os_error(exc, f"cannot read {show_path(f)}").message)
     effective: dict[str, dict] = {}
     for key in RELEVANT_KEYS:
         section, option = key.split(".")
         if parser.has_option(section, option):
             effective[key] = {"value": parser.get(section, option), "from": "theanorc"}
-    for item in [f for f in env.get("THEANO_FLAGS", "").split(",") if "=" in f]:
-        name, value = item.split("=", 1)
-        name = name.strip().lower()
-        full = name if "." in name else f"global.{name}"
-        if full in RELEVANT_KEYS:
-            effective[full] = {"value": value, "from": "THEANO_FLAGS"}
-    return {"files": [str(f) for f in files], "read": read,
-            "flags": env.get("THEANO_FLAGS", ""), "effective": effective}
+    flags = env.get("THEANO_FLAGS", "")
+    try:
+        for name, value in theano_flags(flags).items():
+            full = name.lower() if "." in name else f"global.{name.lower()}"
+            if full in RELEVANT_KEYS:
+                effective[full] = {"value": value, "from": "THEANO_FLAGS"}
+    except ValueError as exc:
+        errors.append(f"THEANO_FLAGS cannot be parsed ({exc}): Theano stops at import")
+    return {"files": [str(f) for f in files], "read": read, "errors": errors,
+            "flags": flags, "effective": effective}
+
+
+def theano_flags(flags: str) -> dict[str, str]:
+    """THEANO_FLAGS as Theano splits it: shlex, comma-separated, the last value of a key wins."""
+    splitter = shlex.shlex(flags, posix=True)
+    splitter.whitespace, splitter.whitespace_split = ",", True
+    out = {}
+    for pair in splitter:
+        key, eq, value = pair.strip().partition("=")
+        if eq:
+            out[key] = value
+    return out
+
+
+def _first_line(exc: Exception) -> str:
+    return (str(exc).splitlines() or [type(exc).__name__])[0]
 
 
 def settings(root: Path, lib_dir: Path) -> dict[str, dict[str, str]]:
@@ -100,27 +216,68 @@ def settings(root: Path, lib_dir: Path) -> dict[str, dict[str, str]]:
 
 def merge(text: str, root: Path, lib_dir: Path, origin: str = ".theanorc") -> tuple[str, list[str]]:
     """Return the merged text and warnings; raise TheanorcRefused when the file is ambiguous."""
+    shown = escape(origin)
+    wanted = settings(root, lib_dir)
+    for values in wanted.values():
+        for value in values.values():
+            if value != printable(value):
+                raise TheanorcRefused(
+                    f"the path {escape(value)} cannot be written into {shown}: it holds a "
+                    "newline, a control character or a byte that is not UTF-8, which "
+                    "Theano's config file cannot carry; left untouched",
+                    "use a CUDA root whose path is plain text, or set Theano's [dnn] paths "
+                    "through THEANO_FLAGS", code="theanorc-unwritable-path")
+    try:
+        configparser.ConfigParser(interpolation=None).read_string(text, source=origin)
+    except (configparser.DuplicateSectionError, configparser.DuplicateOptionError) as exc:
+        raise TheanorcRefused(f"{shown} has a duplicate entry ({escape(_first_line(exc))}), "
+                              "which stops Theano at import (its ConfigParser is strict); left "
+                              "untouched", "remove the duplicate, then run `cudnn-setup "
+                              "theanorc`") from None
+    except configparser.Error as exc:
+        raise TheanorcRefused(f"{shown} is not a valid config file ({escape(_first_line(exc))}); "
+                              "left untouched",
+                              "fix the line it names, then run `cudnn-setup theanorc`") from None
     updater = ConfigUpdater()
     try:
         updater.read_string(text, source=origin)
-    except (DuplicateSectionError, DuplicateOptionError) as exc:
-        raise TheanorcRefused(f"{origin} has a duplicate entry ({exc}); left untouched",
-                              "remove the duplicate so it is clear which value Theano uses, "
-                              "then run `cudnn-setup theanorc`") from None
-    except ParsingError as exc:
-        first = str(exc).splitlines()[0]
-        raise TheanorcRefused(f"{origin} is not a valid config file ({first}); left untouched",
+    except (DuplicateSectionError, DuplicateOptionError, ParsingError) as exc:
+        raise TheanorcRefused(f"{shown} cannot be merged without losing its layout "
+                              f"({escape(_first_line(exc))}); left untouched",
                               "fix the line it names, then run `cudnn-setup theanorc`") from None
     warnings: list[str] = []
-    _add_to_list(updater, "global", "optimizer_including", "cudnn")
+    including = _add_to_list(updater, "global", "optimizer_including", "cudnn")
+    if "\n" in including:
+        warnings.append(f"[global] optimizer_including spans several lines; Theano splits it on "
+                        f"':' only, so it reads the tags {escape(repr(including.split(':')))}")
     if updater.has_section("global") and updater["global"].has_option("optimizer_excluding"):
         excluded = (updater["global"]["optimizer_excluding"].value or "").split(":")
         if "cudnn" in excluded:
             warnings.append("[global] optimizer_excluding lists cudnn: Theano will not use it")
-    for section, values in settings(root, lib_dir).items():
+    for section, values in wanted.items():
         for key, value in values.items():
             _set(updater, section, key, value)
-    return str(updater), warnings
+    merged = str(updater)
+    _check_as_theano_reads_it(merged, wanted, shown)
+    return merged, warnings
+
+
+def _check_as_theano_reads_it(text: str, wanted: dict[str, dict[str, str]], shown: str) -> None:
+    """The merged file, read back the way Theano reads it, says what was meant to be written."""
+    parser = configparser.ConfigParser(interpolation=None)
+    try:
+        parser.read_string(text)
+        ok = "cudnn" in parser.get("global", "optimizer_including").split(":") and all(
+            parser.get(section, key) == value
+            for section, values in wanted.items() for key, value in values.items())
+    except configparser.Error:
+        ok = False
+    if not ok:
+        raise TheanorcRefused(f"merging into {shown} would give a file Theano reads otherwise "
+                              "than intended; left untouched",
+                              "set optimizer_including and the [dnn] paths by hand, or move "
+                              "the file aside and run `cudnn-setup theanorc`",
+                              code="theanorc-ambiguous")
 
 
 def _section(updater: ConfigUpdater, name: str):
@@ -147,47 +304,82 @@ def _set(updater: ConfigUpdater, section: str, key: str, value: str) -> None:
         sec[key] = value
 
 
-def _add_to_list(updater: ConfigUpdater, section: str, key: str, item: str) -> None:
+def _add_to_list(updater: ConfigUpdater, section: str, key: str, item: str) -> str:
+    """Add `item` to a ':'-separated list the way Theano splits it; return the value as read.
+
+    A value over several lines is one string with newlines to Theano; its lines are kept as
+    they are (ConfigUpdater refuses a multi-line assignment) and the item goes on the last.
+    """
     sec = _section(updater, section)
-    if sec.has_option(key):
-        current = [v for v in (sec[key].value or "").split(":") if v]
-        if item not in current:
-            sec[key].value = ":".join(current + [item])
-        return
-    _set(updater, section, key, item)
+    if not sec.has_option(key):
+        _set(updater, section, key, item)
+        return item
+    option = sec[key]
+    value = option.value or ""
+    if item in value.split(":"):
+        return value
+    lines = value.split("\n")
+    lines[-1] = f"{lines[-1]}:{item}" if lines[-1] else item
+    raw = getattr(option, "lines", [])  # the file's own lines: keep their indentation
+    indent = raw[1][:len(raw[1]) - len(raw[1].lstrip())] if len(raw) > 1 else None
+    if len(lines) == 1:
+        option.value = lines[0]
+    elif lines[0]:
+        option.set_values(lines, indent=indent, prepend_newline=False)
+    else:
+        option.set_values(lines[1:], indent=indent)
+    return "\n".join(lines)
 
 
 def configure(path: Path, root: Path, lib_dir: Path, dry_run: bool = False) -> TheanorcChange:
+    """Merge the cuDNN settings into the config at `path` (through a symlink to its target).
+
+    The previous version is kept beside it as a backup, written to a temporary file and renamed
+    like the config itself, so a full disk never leaves either half-written. Any failure is a
+    TheanorcRefused saying whether the file was left as it was.
+    """
     target = Path(os.path.realpath(path))
-    before = ""
-    if target.exists():
-        if not target.is_file():
-            raise TheanorcRefused(f"{path} is not a regular file; left untouched",
-                                  "pass --theanorc FILE naming a config file")
-        raw = target.read_bytes()
+    found: tuple[bytes, int] | None = None
+    try:
+        found = read_config(target)
+        return _configure(path, target, found, root, lib_dir, dry_run)
+    except OSError as exc:
         try:
-            before = raw.decode("utf-8")
+            untouched = read_config(target) == found
+        except (OSError, TheanorcRefused):
+            untouched = False
+        raise os_error(exc, f"cannot update {show_path(path)}", kind=TheanorcRefused,
+                       outcome="left untouched" if untouched else "") from None
+
+
+def _configure(path: Path, target: Path, found: tuple[bytes, int] | None, root: Path,
+               lib_dir: Path, dry_run: bool) -> TheanorcChange:
+    before = ""
+    if found is not None:
+        try:
+            before = found[0].decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise TheanorcRefused(f"{path} is not UTF-8 text (byte {raw[exc.start]:#x} at offset "
-                                  f"{exc.start}); left untouched",
+            raise TheanorcRefused(f"{show_path(path)} is not UTF-8 text (byte "
+                                  f"{found[0][exc.start]:#x} at offset {exc.start}); left "
+                                  "untouched",
                                   "save it as UTF-8, then run `cudnn-setup theanorc`") from None
     elif not target.parent.is_dir():
-        raise TheanorcRefused(f"the directory of {path} does not exist",
-                              "create it or pass --theanorc FILE")
+        raise TheanorcRefused(f"the directory of {show_path(path)} does not exist",
+                              "create it or pass --theanorc FILE", code="theanorc-no-directory")
     after, warnings = merge(before, root, lib_dir, str(path))
     diff = "".join(difflib.unified_diff(before.splitlines(True), after.splitlines(True),
                                         f"{path} (before)", f"{path} (after)"))
     change = TheanorcChange(target, before != after, diff, warnings=tuple(warnings))
     if dry_run or not change.changed:
         return change
-    if target.exists():
-        mode = stat.S_IMODE(target.stat().st_mode)
+    mode = 0o644
+    if found is not None:
+        raw, mode = found
         if not mode & 0o222:
-            raise TheanorcRefused(f"{path} is read-only; left untouched",
-                                  "make it writable (chmod u+w) if cudnn-setup may change it")
+            raise TheanorcRefused(f"{show_path(path)} is read-only; left untouched",
+                                  "make it writable (chmod u+w) if cudnn-setup may change it",
+                                  code="theanorc-read-only")
         change.backup = target.with_name(target.name + BACKUP_SUFFIX)
-        shutil.copy2(target, change.backup)
-    else:
-        mode = 0o644
+        write_atomic(change.backup, raw, mode)
     write_atomic(target, after.encode("utf-8"), mode)
     return change

@@ -1,20 +1,26 @@
-"""A real HTTP server on 127.0.0.1 for download tests: Range, dropped connections, auth."""
+"""A real HTTP server on 127.0.0.1 for download tests: Range, dropped connections, auth,
+redirects, validators (ETag, Last-Modified) and HEAD."""
 from __future__ import annotations
 
+import hashlib
 import re
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
 class ArchiveServer:
-    def __init__(self):
+    def __init__(self, port: int = 0):
         self.files: dict[str, bytes] = {}
         self.requests: list[dict] = []
         self.drop_after: int | None = None  # bytes sent before cutting the first body short
         self.drops_left = 0
         self.ignore_range = False
+        self.wrong_range = False  # answer a Range with 206 for another offset than asked
         self.token: str | None = None  # required "Authorization: Bearer <token>"
         self.fail_5xx = 0  # answer this many requests with 503 first
+        self.redirects: dict[str, str] = {}  # path -> Location (absolute or relative)
+        self.validators = True  # send ETag and Last-Modified
+        self.last_modified = "Mon, 01 Jan 2024 00:00:00 GMT"
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -23,19 +29,34 @@ class ArchiveServer:
             def log_message(self, *args):
                 pass
 
+            def do_HEAD(self):
+                self._answer(body=False)
+
             def do_GET(self):
-                server.requests.append({"path": self.path, "headers": dict(self.headers)})
+                self._answer(body=True)
+
+            def _answer(self, body: bool):
+                server.requests.append({"method": self.command, "path": self.path,
+                                        "host": self.headers.get("Host"),
+                                        "headers": dict(self.headers)})
+                path = self.path.split("?")[0]
+                if path in server.redirects:
+                    self.send_response(302)
+                    self.send_header("Location", server.redirects[path])
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
                 if server.fail_5xx:
                     server.fail_5xx -= 1
                     return self._plain(503, b"busy")
                 if server.token and self.headers.get("Authorization") != f"Bearer {server.token}":
                     return self._plain(401, b"login first")
-                data = server.files.get(self.path.split("?")[0])
+                data = server.files.get(path)
                 if data is None:
                     return self._plain(404, b"no such file")
                 start, status = 0, 200
                 m = re.match(r"bytes=(\d+)-$", self.headers.get("Range", ""))
-                if m and not server.ignore_range:
+                if m and not server.ignore_range and body:
                     start = int(m.group(1))
                     if start >= len(data):
                         self.send_response(416)
@@ -44,33 +65,52 @@ class ArchiveServer:
                         self.end_headers()
                         return
                     status = 206
-                body = data[start:]
+                    if server.wrong_range:
+                        start = max(0, start - 100)
+                payload = data[start:]
                 self.send_response(status)
-                self.send_header("Content-Length", str(len(body)))
+                self.send_header("Content-Length", str(len(payload)))
+                if server.validators:
+                    self.send_header("ETag", f'"{hashlib.sha256(data).hexdigest()[:16]}"')
+                    self.send_header("Last-Modified", server.last_modified)
                 if status == 206:
                     self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
                 self.end_headers()
+                if not body:
+                    return
                 if server.drops_left and server.drop_after is not None:
                     server.drops_left -= 1
-                    self.wfile.write(body[:server.drop_after])
+                    self.wfile.write(payload[:server.drop_after])
                     self.wfile.flush()
                     self.close_connection = True
                     self.connection.shutdown(2)
                     return
-                self.wfile.write(body)
+                self.wfile.write(payload)
 
             def _plain(self, code, body):
                 self.send_response(code)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
-                self.wfile.write(body)
+                if self.command != "HEAD":
+                    self.wfile.write(body)
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        # a client that hangs up early (as a failing download does) is not the server's error;
+        # kept here instead of printed, where it would land in the CLI's captured stderr
+        self.errors: list = []
+        self.httpd.handle_error = lambda request, address: self.errors.append(address)
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
     @property
+    def port(self) -> int:
+        return self.httpd.server_address[1]
+
+    @property
     def base(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        return f"http://127.0.0.1:{self.port}"
+
+    def file_requests(self, suffix: str = ".tgz") -> list[dict]:
+        return [r for r in self.requests if r["path"].split("?")[0].endswith(suffix)]
 
     def __enter__(self):
         self.thread.start()

@@ -1,10 +1,16 @@
 """Downloads against a real HTTP server on 127.0.0.1: resume, checksums, errors, cache."""
+import base64
 import hashlib
+import io
 import json
+import socket
+import threading
+import time
 
 import pytest
 
 from conftest import run_json
+from cudnn_setup.cli import main
 from cudnn_setup.fetch.checksums import Expected
 from cudnn_setup.fetch.download import Downloader
 from cudnn_setup.errors import ArchiveRejected, DownloadFailed
@@ -96,8 +102,60 @@ def test_404_and_refused_exit_6(server, tmp_path):
     with pytest.raises(DownloadFailed) as info:
         Downloader(tmp_path).fetch(f"{server.base}/mirror/nope.tgz")
     assert "404" in info.value.message and info.value.exit_code == 6
-    with pytest.raises(DownloadFailed, match="refused"):
-        Downloader(tmp_path).fetch("http://127.0.0.1:9/x.tgz")
+    with pytest.raises(DownloadFailed, match="refused") as info:
+        Downloader(tmp_path, retries=2, backoff=0.01).fetch("http://127.0.0.1:9/x.tgz")
+    assert "after 3 attempt(s)" in info.value.message and info.value.code == "connection-refused"
+    assert "port" in info.value.hint
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_refused_connection_is_retried_until_the_server_is_up(archives, tmp_path):
+    """Like a dropped connection: retried with backoff, so a mirror restarting is waited for."""
+    port = _free_port()
+    started = []
+
+    def start_later():
+        time.sleep(0.4)
+        server = ArchiveServer(port).__enter__()
+        server.files[f"/mirror/{V7}"] = archives[V7].read_bytes()
+        started.append(server)
+
+    thread = threading.Thread(target=start_later)
+    thread.start()
+    try:
+        got = Downloader(tmp_path, retries=6, backoff=0.1).fetch(
+            f"http://127.0.0.1:{port}/mirror/{V7}", use_sidecar=False)
+        assert got.path.read_bytes() == archives[V7].read_bytes()
+    finally:
+        thread.join()
+        for server in started:
+            server.__exit__(None, None, None)
+
+
+def test_resumed_only_after_a_matching_206(server, home, tmp_path):
+    """A part on disk and a server that ignores Range (200), or answers 206 for another
+    offset: the whole file comes again, and nothing says "resumed"."""
+    data = server.files[f"/mirror/{V7}"]
+    url = f"{server.base}/mirror/{V7}"
+    for setting in ("ignore_range", "wrong_range"):
+        cache = tmp_path / setting
+        cache.mkdir()
+        (cache / f"{V7}.part").write_bytes(data[:1500])
+        setattr(server, setting, True)
+        done, out = run_json(["download", url, "--cache-dir", cache], home)
+        setattr(server, setting, False)
+        assert done.returncode == 0, done.stderr
+        assert out["download"]["resumed_from"] == 0 and "resumed" not in done.stderr
+        assert (cache / V7).read_bytes() == data
+    (tmp_path / "c" / f"{V7}.part").parent.mkdir()
+    (tmp_path / "c" / f"{V7}.part").write_bytes(data[:1500])
+    done, out = run_json(["download", url, "--cache-dir", tmp_path / "c"], home)
+    assert out["download"]["resumed_from"] == 1500 and "resumed at byte 1500" in done.stderr
 
 
 def test_auth_header_is_sent_and_never_shown(server, archives, cuda_root, home):
@@ -118,16 +176,132 @@ def test_auth_header_is_sent_and_never_shown(server, archives, cuda_root, home):
     assert server.requests[-1]["headers"]["Authorization"] == "Bearer s3cret-token"
 
 
-def test_netrc_credentials(server, tmp_path, home, cuda_root):
+def test_netrc_credentials(server, tmp_path, home, monkeypatch):
+    """~/.netrc comes from the home the caller passes (in-process, like the CLI), not from the
+    process's own $HOME."""
     server.token = None
+    monkeypatch.setenv("HOME", str(tmp_path / "elsewhere"))
     (home / ".netrc").write_text("machine 127.0.0.1 login alice password wonderland\n")
     (home / ".netrc").chmod(0o600)
-    # requests reads ~/.netrc through the process's $HOME: a process of its own
-    done, out = run_json(["download", f"{server.base}/mirror/{V7}", "-o", tmp_path / "dl"], home,
-                         process=True)
+    done, out = run_json(["download", f"{server.base}/mirror/{V7}", "-o", tmp_path / "dl"], home)
     assert done.returncode == 0, done.stderr
-    assert server.requests[-1]["headers"]["Authorization"].startswith("Basic ")
+    expected = "Basic " + base64.b64encode(b"alice:wonderland").decode()
+    assert server.file_requests()[-1]["headers"]["Authorization"] == expected
     assert (tmp_path / "dl" / V7).exists() and "wonderland" not in done.stdout + done.stderr
+    other = tmp_path / "other.netrc"
+    other.write_text("machine 127.0.0.1 login bob password builder\n")
+    run_json(["download", f"{server.base}/mirror/{V7}", "-o", tmp_path / "dl2"], home,
+             env_extra={"NETRC": str(other)})
+    assert server.file_requests()[-1]["headers"]["Authorization"] == \
+        "Basic " + base64.b64encode(b"bob:builder").decode()
+
+
+def test_proxy_comes_from_the_callers_environment(server, tmp_path, home, monkeypatch):
+    """http_proxy in the env given to main() is used, no_proxy honoured; the process's own
+    environment is not looked at."""
+    url = f"{server.base}/mirror/{V7}"
+
+    def download(cache, **env):
+        out = io.StringIO()
+        code = main(["download", url, "--cache-dir", str(cache), "--json"],
+                    env={"HOME": str(home), **env}, home=home, stdout=out, stderr=io.StringIO())
+        return code, json.loads(out.getvalue())
+
+    monkeypatch.setenv("http_proxy", "http://127.0.0.1:9")  # refused, if it were read
+    monkeypatch.setenv("no_proxy", "")
+    assert download(tmp_path / "direct")[0] == 0
+    with ArchiveServer() as proxy:
+        code, out = download(tmp_path / "a", http_proxy=proxy.base)
+        # a proxy gets the absolute URL; this one does not know it, so it answers 404
+        assert code == 6 and url in [r["path"] for r in proxy.requests]
+        seen = len(proxy.requests)
+        code, out = download(tmp_path / "b", http_proxy=proxy.base, no_proxy="localhost,127.0.0.1")
+        assert code == 0 and len(proxy.requests) == seen
+
+
+SECRETS = ["Authorization: Bearer s3cret", "X-Api-Key: k3y", "Cookie: session=c00kie",
+           "X-Trace: 42"]
+
+
+def test_headers_stay_behind_on_a_redirect_to_another_host(server, tmp_path, home):
+    data = server.files[f"/mirror/{V7}"]
+    server.files[f"/cdn/{V7}"] = data
+    server.redirects[f"/mirror/{V7}"] = f"http://localhost:{server.port}/cdn/{V7}"
+    args = ["download", f"{server.base}/mirror/{V7}"] + [a for h in SECRETS for a in ("--header", h)]
+    done, out = run_json(args + ["--cache-dir", tmp_path / "a"], home)
+    assert done.returncode == 0, done.stderr
+    first, hop = server.file_requests()[-2:]
+    assert first["host"].startswith("127.0.0.1") and hop["host"].startswith("localhost")
+    assert {"Authorization", "X-Api-Key", "Cookie", "X-Trace"} <= set(first["headers"])
+    assert not {"Authorization", "X-Api-Key", "Cookie", "X-Trace"} & set(hop["headers"])
+    # a header named in the keep list follows; credentials never do
+    done, out = run_json(args + ["--cache-dir", tmp_path / "b"], home, env_extra={
+        "CUDNN_SETUP_REDIRECT_KEEP_HEADERS": "X-Trace, Authorization, X-Api-Key"})
+    hop = server.file_requests()[-1]
+    assert hop["headers"].get("X-Trace") == "42"
+    assert not {"Authorization", "X-Api-Key", "Cookie"} & set(hop["headers"])
+    # a redirect on the same host keeps them all
+    server.redirects[f"/mirror/{V7}"] = f"/cdn/{V7}"
+    run_json(args + ["--cache-dir", tmp_path / "c"], home)
+    assert {"Authorization", "X-Api-Key", "Cookie", "X-Trace"} <= \
+        set(server.file_requests()[-1]["headers"])
+
+
+def test_netrc_is_asked_per_host_across_a_redirect(server, tmp_path, home):
+    server.files[f"/cdn/{V7}"] = server.files[f"/mirror/{V7}"]
+    server.redirects[f"/mirror/{V7}"] = f"http://localhost:{server.port}/cdn/{V7}"
+    (home / ".netrc").write_text("machine 127.0.0.1 login alice password a\n"
+                                 "machine localhost login carol password c\n")
+    done, out = run_json(["download", f"{server.base}/mirror/{V7}", "--cache-dir", tmp_path], home)
+    assert done.returncode == 0, done.stderr
+    first, hop = server.file_requests()[-2:]
+    assert first["headers"]["Authorization"] == "Basic " + base64.b64encode(b"alice:a").decode()
+    assert hop["headers"]["Authorization"] == "Basic " + base64.b64encode(b"carol:c").decode()
+
+
+def test_cached_url_without_checksum_is_reused_while_the_server_says_so(server, tmp_path, home):
+    url = f"{server.base}/mirror/{V7}"
+    args = ["download", url, "--cache-dir", tmp_path]
+    done, out = run_json(args, home)
+    assert out["download"]["from_cache"] is False and out["download"]["checksum"] is None
+    gets = len(server.file_requests())
+    done, out = run_json(args, home)
+    assert out["download"]["from_cache"] is True, done.stderr
+    assert out["download"]["validated_by"] == "etag unchanged"
+    assert [r["method"] for r in server.file_requests()[gets:]] == ["HEAD"]
+    assert "reused from the cache" in done.stderr
+    # the server now serves other bytes under the same URL: fetched again
+    server.files[f"/mirror/{V7}"] = server.files[f"/mirror/{V7}"] + b"\0" * 512
+    done, out = run_json(args, home)
+    assert out["download"]["from_cache"] is False
+    assert (tmp_path / V7).read_bytes() == server.files[f"/mirror/{V7}"]
+    # a server that names no validator: nothing proves the copy current, so it is fetched
+    server.validators = False
+    done, out = run_json(args, home)
+    assert out["download"]["from_cache"] is False
+
+
+def test_cached_copy_changed_on_disk_is_fetched_again(server, tmp_path, home):
+    url = f"{server.base}/mirror/{V7}"
+    run_json(["download", url, "--cache-dir", tmp_path], home)
+    cached = tmp_path / V7
+    cached.write_bytes(b"x" * cached.stat().st_size)  # same size, other bytes
+    done, out = run_json(["download", url, "--cache-dir", tmp_path], home)
+    assert out["download"]["from_cache"] is False
+    assert cached.read_bytes() == server.files[f"/mirror/{V7}"]
+
+
+def test_output_dir_holding_a_directory_of_the_archives_name(server, tmp_path, home):
+    (tmp_path / "dl" / V7).mkdir(parents=True)
+    done, out = run_json(["download", f"{server.base}/mirror/{V7}", "-o", tmp_path / "dl"], home)
+    assert done.returncode == 6 and out["error"]["code"] == "download-target-exists"
+    assert "Traceback" not in done.stderr and (tmp_path / "dl" / V7).is_dir()
+
+
+def test_header_with_a_newline_is_a_usage_error(server, tmp_path, home):
+    done, out = run_json(["download", f"{server.base}/mirror/{V7}", "--cache-dir", tmp_path,
+                          "--header", "X-Evil: a\r\nHost: other"], home)
+    assert done.returncode == 2 and not server.requests
 
 
 def test_cli_cache_hit_makes_no_request(server, home, tmp_path):
@@ -164,3 +338,11 @@ def test_full_disk_while_downloading_exits_6_and_keeps_the_part(server, home, tm
     out = json.loads(done.stdout)
     assert "free some space" in out["error"]["hint"]
     assert (tmp_path / "c" / f"{V7}.part").exists() and not (tmp_path / "c" / V7).exists()
+
+
+@pytest.mark.parametrize("url,code", [("http://[bad/x.tgz", "bad-url"),
+                                      ("http://127.0.0.1:99999/x.tgz", "bad-url"),
+                                      ("ftp://127.0.0.1/x.tgz", "bad-url")])
+def test_urls_that_do_not_parse_exit_6(url, code, tmp_path, home):
+    done, out = run_json(["download", url, "--cache-dir", tmp_path], home)
+    assert done.returncode == 6 and out["error"]["code"] == code, out["error"]

@@ -1,11 +1,19 @@
 """The .theanorc merge keeps the user's file and changes only our keys."""
+import configparser
+import json
 import os
+import socket
+import subprocess
+import sys
+import threading
 from pathlib import Path
 
 import pytest
 
-from conftest import run_json
-from cudnn_setup.theanorc import TheanorcRefused, configure, default_path, merge
+from conftest import clean_env, run_json
+from cudnn_setup.theanorc import (BACKUP_SUFFIX, TheanorcRefused, configure, default_path,
+                                  effective_config, merge)
+from sandboxfs import full_tmpfs, needs_namespaces, read_only_tmpfs, run_cli_in
 
 ROOT, LIB = Path("/opt/cuda-x"), Path("/opt/cuda-x/lib64")
 
@@ -142,3 +150,234 @@ def test_cli_theanorc_uses_home_and_installed_lib_dir(archives, cuda_root, home)
     (home / ".theanorc").write_text("[global]\n[global]\n")
     done, out = run_json(["theanorc", "--cuda-root", root], home)
     assert done.returncode == 5 and "duplicate" in out["error"]["message"]
+
+
+# --- read the way Theano reads it --------------------------------------------------------------
+
+MULTILINE = "[global]\nfloatX = float32\noptimizer_including = fusion\n    local_gpu\n"
+
+
+def _theano_reads(text: str) -> configparser.ConfigParser:
+    """What Theano 1.0.5 parses (theano/configparser.py: a strict ConfigParser)."""
+    parser = configparser.ConfigParser()
+    parser.read_string(text)
+    return parser
+
+
+def test_multiline_optimizer_including_is_merged_as_theano_reads_it():
+    merged, warnings = merge(MULTILINE, ROOT, LIB)
+    assert "optimizer_including = fusion\n    local_gpu:cudnn\n" in merged  # the user's lines kept
+    value = _theano_reads(merged).get("global", "optimizer_including")
+    assert value.split(":") == ["fusion\nlocal_gpu", "cudnn"]  # split on ':' only, like Theano
+    assert warnings and "spans several lines" in warnings[0]
+    assert merge(merged, ROOT, LIB)[0] == merged
+
+
+def test_multiline_value_starting_on_its_own_line():
+    merged, _ = merge("[global]\noptimizer_including =\n    fusion\n", ROOT, LIB)
+    assert _theano_reads(merged).get("global", "optimizer_including").split(":")[-1] == "cudnn"
+    assert "\n    fusion:cudnn\n" in merged
+
+
+def test_multiline_path_value_is_replaced_whole():
+    merged, _ = merge("[dnn]\nlibrary_path = /old\n    /older\n", ROOT, LIB)
+    assert _theano_reads(merged).get("dnn", "library_path") == str(LIB)
+    assert "/older" not in merged
+
+
+@pytest.mark.slow
+def test_real_theano_reads_the_merged_multiline_file(tmp_path, home):
+    """Theano itself, in a child interpreter, reads the merged file as intended."""
+    rc = tmp_path / ".theanorc"
+    rc.write_text(MULTILINE)
+    configure(rc, ROOT, LIB)
+    probe = ("import theano; print(repr(theano.config.optimizer_including)); "
+             "print(theano.config.dnn.library_path)")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          timeout=300, env=clean_env(home, THEANORC=str(rc),
+                                                     THEANO_FLAGS="blas.ldflags=,cxx="))
+    assert done.returncode == 0, done.stderr[-2000:]
+    including, library_path = done.stdout.strip().splitlines()[-2:]
+    assert eval(including).split(":") == ["fusion\nlocal_gpu", "cudnn"]
+    assert library_path == str(LIB)
+
+
+def test_duplicate_key_is_refused_because_theano_stops_at_it(tmp_path):
+    rc = tmp_path / ".theanorc"
+    rc.write_text("[global]\ndevice = cpu\nDevice = cuda\n")
+    with pytest.raises(configparser.DuplicateOptionError):
+        _theano_reads(rc.read_text())
+    with pytest.raises(TheanorcRefused) as info:
+        configure(rc, ROOT, LIB)
+    assert "duplicate" in info.value.message and "stops Theano at import" in info.value.message
+    env = {"THEANORC": str(rc)}
+    report = effective_config(env, tmp_path)
+    assert report["errors"] and "strict" in report["errors"][0]
+    assert "global.device" not in report["effective"]  # Theano never gets to read a value
+
+
+# --- files that are not config files -----------------------------------------------------------
+
+def _finishes(fn, seconds=10.0):
+    """fn() in a thread; its exception, or a failure if it is still running after `seconds`."""
+    box = {}
+
+    def run():
+        try:
+            box["value"] = fn()
+        except BaseException as exc:  # handed to the test
+            box["error"] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), f"still running after {seconds} s (blocked?)"
+    return box.get("error")
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero", "directory", "socket"])
+def test_non_regular_files_are_refused_without_reading(tmp_path, kind):
+    rc = tmp_path / ".theanorc"
+    if kind == "fifo":
+        os.mkfifo(rc)
+    elif kind == "dev-zero":
+        rc.symlink_to("/dev/zero")
+    elif kind == "directory":
+        rc.mkdir()
+    else:
+        sock = socket.socket(socket.AF_UNIX)
+        sock.bind(str(rc))
+    error = _finishes(lambda: configure(rc, ROOT, LIB))
+    assert isinstance(error, TheanorcRefused), error
+    assert error.code == "theanorc-not-a-file"
+    expected = {"fifo": "a fifo", "dev-zero": "a device", "directory": "a directory",
+                "socket": "a socket"}[kind]
+    assert expected in error.message
+    assert not (tmp_path / f".theanorc{BACKUP_SUFFIX}").exists()
+
+
+def test_doctor_never_blocks_on_a_fifo_or_dev_zero_in_theanorc(tmp_path, home):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    env = {"THEANORC": os.pathsep.join([str(fifo), "/dev/zero"])}
+    done, out = run_json(["doctor"], home, env_extra=env, process=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    errors = out["theano_config"]["errors"]
+    assert any("is a fifo" in e for e in errors) and any("is a device" in e for e in errors)
+    check = next(c for c in out["checks"] if c["name"] == "theano-config")
+    assert check["status"] == "warn"
+
+
+def test_oversized_config_is_refused(tmp_path):
+    rc = tmp_path / ".theanorc"
+    rc.write_bytes(b"[global]\n" + b"# padding\n" * 200_000)
+    error = _finishes(lambda: configure(rc, ROOT, LIB))
+    assert isinstance(error, TheanorcRefused) and "larger than" in error.message
+
+
+def test_root_path_theano_cannot_carry_is_refused(tmp_path):
+    rc = tmp_path / ".theanorc"
+    for root in (Path("/opt/cuda\nx"), Path("/opt/cud\udce9")):
+        with pytest.raises(TheanorcRefused) as info:
+            configure(rc, root, root / "lib64")
+        assert info.value.code == "theanorc-unwritable-path"
+        assert "\n" not in info.value.message and "\udce9" not in info.value.message
+    assert not rc.exists()
+
+
+# --- an install that committed, then cannot write Theano's config ------------------------------
+
+V7 = "cudnn-10.0-linux-x64-v7.4.2.24.tgz"
+BEFORE = b"[global]\ndevice = cpu\n"
+OLD_BACKUP = b"[global]\n# the backup from last time\n"
+
+
+def _install_args(archives, root, rc):
+    return ["install", archives[V7], "--cuda-root", root, "--theanorc", rc, "--no-verify", "--json"]
+
+
+def _committed_with_theanorc_failure(done, root) -> dict:
+    out = json.loads(done.stdout.split("--after--")[0])
+    assert done.returncode == 1, done.stderr  # a failed check, not a crash
+    assert out["changed"] is True and out["error"] is None
+    assert (root / "lib64" / "libcudnn.so.7.4.2").is_file()
+    return next(c for c in out["checks"] if c["name"] == "theanorc")
+
+
+@needs_namespaces
+def test_full_filesystem_leaves_config_and_backup_whole(archives, cuda_root, tmp_path, home):
+    root, mnt = cuda_root(), tmp_path / "small"
+    mnt.mkdir()
+    setup = full_tmpfs(mnt, {".theanorc": BEFORE, f".theanorc{BACKUP_SUFFIX}": OLD_BACKUP})
+    after = f"cat {mnt}/.theanorc; echo --backup--; cat {mnt}/.theanorc{BACKUP_SUFFIX}; ls -a {mnt}"
+    done = run_cli_in(setup, _install_args(archives, root, mnt / ".theanorc"), home, after)
+    check = _committed_with_theanorc_failure(done, root)
+    assert check["status"] == "fail" and "no space left" in check["detail"]
+    assert check["data"]["code"] == "disk-full" and "left untouched" in check["detail"]
+    shown = done.stdout.split("--after--\n")[1]
+    config, rest = shown.split("--backup--\n")
+    assert config.encode() == BEFORE and rest.startswith(OLD_BACKUP.decode())
+    assert sorted(rest[len(OLD_BACKUP):].split()) == [".", "..", ".theanorc",
+                                                      f".theanorc{BACKUP_SUFFIX}", "filler"]
+
+
+@needs_namespaces
+def test_theanorc_on_a_read_only_filesystem_is_a_check_failure(archives, cuda_root, tmp_path, home):
+    root, mnt = cuda_root(), tmp_path / "ro"
+    mnt.mkdir()
+    done = run_cli_in(read_only_tmpfs(mnt, {".theanorc": BEFORE}),
+                      _install_args(archives, root, mnt / ".theanorc"), home)
+    check = _committed_with_theanorc_failure(done, root)
+    assert "read-only filesystem" in check["detail"] and "free some space" not in check["detail"]
+    assert check["data"]["code"] == "read-only-filesystem"
+
+
+def test_unreadable_config_is_a_theanorc_check_failure(archives, cuda_root, home):
+    """The default ~/.theanorc, unreadable: setpriv drops every capability, so even uid 0 is held
+    to the permission bits. (An unreadable --theanorc FILE is a usage error before anything.)"""
+    root = cuda_root()
+    rc = home / ".theanorc"
+    rc.write_bytes(BEFORE)
+    rc.chmod(0o000)
+    args = [a for a in _install_args(archives, root, rc) if a not in ("--theanorc", rc)]
+    cmd = ["setpriv", "--bounding-set=-all", "--inh-caps=-all", sys.executable, "-m",
+           "cudnn_setup", *map(str, args)]
+    done = subprocess.run(cmd, env=clean_env(home), capture_output=True, text=True, timeout=300)
+    check = _committed_with_theanorc_failure(done, root)
+    assert "permission denied" in check["detail"] and check["data"]["code"] == "permission-denied"
+    rc.chmod(0o600)
+    assert rc.read_bytes() == BEFORE
+
+
+def test_verify_and_bench_do_not_start_theano_on_a_fifo(archives, cuda_root, tmp_path, home):
+    """Theano in the child would block reading a FIFO until the check's 10-minute limit."""
+    root = cuda_root()
+    run_json(["install", archives[V7], "--cuda-root", root, "--no-verify", "--no-theanorc"], home)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for command, check in (("verify", "theano"), ("bench", "theano-conv")):
+        done, out = run_json([command, "--cuda-root", root], home,
+                             env_extra={"THEANORC": str(fifo)}, process=True, timeout=120)
+        found = next(c for c in out["checks"] if c["name"] == check)
+        assert found["status"] == "fail" and "is a fifo" in found["detail"], found
+
+
+def test_uninstall_is_not_failed_by_a_config_it_cannot_read(archives, cuda_root, home):
+    """The note about Theano's config is only a note: an unreadable ~/.theanorc (capabilities
+    dropped, so uid 0 is held to the bits) or a FIFO there leave the uninstall a success."""
+    for kind in ("unreadable", "fifo"):
+        root = cuda_root()
+        run_json(["install", archives[V7], "--cuda-root", root, "--no-verify", "--no-theanorc"],
+                 home)
+        rc = home / ".theanorc"
+        rc.unlink(missing_ok=True)
+        if kind == "fifo":
+            os.mkfifo(rc)
+        else:
+            rc.write_text(f"[dnn]\nbase_path = {root}\n")
+            rc.chmod(0o000)
+        cmd = ["setpriv", "--bounding-set=-all", "--inh-caps=-all", sys.executable, "-m",
+               "cudnn_setup", "uninstall", "--cuda-root", str(root), "--json"]
+        done = subprocess.run(cmd, env=clean_env(home), capture_output=True, text=True,
+                              timeout=120)
+        assert done.returncode == 0 and json.loads(done.stdout)["changed"] is True, done.stderr

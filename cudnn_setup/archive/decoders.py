@@ -107,6 +107,7 @@ class Decoder:
         self.hasher: threading.Thread | None = None
         self.digest = hashlib.sha256()
         self.file_sha256 = ""  # from the hasher thread, when decoding happens in this process
+        self.hash_error: OSError | None = None  # the hasher thread's, raised by `sha256`
         self.stream: IO[bytes]
         xz = xz if compression == XZ else None
         piped = xz is not None and _xz_decodes_in_parallel(xz) and _xz_blocks(xz, path) != 1
@@ -144,12 +145,17 @@ class Decoder:
                 pass
 
     def _hash_file(self, path: Path) -> None:
-        self.file_sha256 = file_digest(path)
+        try:
+            self.file_sha256 = file_digest(path)
+        except OSError as exc:
+            self.hash_error = exc
 
     @property
     def sha256(self) -> str:
         if self.hasher is not None:
             self.hasher.join()
+            if self.hash_error is not None:
+                raise self.hash_error
             return self.file_sha256
         return self.digest.hexdigest()
 

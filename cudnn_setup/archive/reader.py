@@ -11,13 +11,13 @@ import tarfile
 from pathlib import Path
 from typing import IO, Callable
 
-from cudnn_setup.archive import staging
+from cudnn_setup.archive import headers, staging
 from cudnn_setup.archive.decoders import CHUNK, DECODE_ERRORS, ZIP, Decoder, sniff
 from cudnn_setup.archive.listing import Listing, Member, Wanted
 from cudnn_setup.archive.problems import Problem
 from cudnn_setup.archive.rules import Limits, MemberRules, Stop, corrupt
-from cudnn_setup.errors import ArchiveRejected, InstallFailed
-from cudnn_setup.text import escape
+from cudnn_setup.errors import ArchiveRejected, InstallFailed, os_error
+from cudnn_setup.text import escape, show_path
 
 
 def read(path: Path, staging_dir: Path, want: Wanted, limits: Limits | None = None,
@@ -29,31 +29,52 @@ def read(path: Path, staging_dir: Path, want: Wanted, limits: Limits | None = No
     with one more problem. The caller judges the listing and decides what to do with the staging
     directory.
     """
-    compression = sniff(path)
+    try:
+        compression = sniff(path)
+    except OSError as exc:
+        raise unreadable(path, exc) from None
     if compression == ZIP:
         raise ArchiveRejected(
             f"{escape(path.name)} is a .zip archive, the format of cuDNN for Windows",
             "download the Linux archive (.tgz or .tar.xz) for this machine",
         )
     listing = Listing(compression=compression)
-    decoder = Decoder(path, compression, on_read, xz)
+    try:
+        decoder = Decoder(path, compression, on_read, xz)
+    except OSError as exc:
+        raise unreadable(path, exc) from None
     complete = False
     try:
         _walk(decoder.stream, staging_dir, want, MemberRules(limits or Limits()), listing)
         complete = True
     except staging.StagingWriteFailed as exc:
-        raise InstallFailed(f"cannot write the staging copy under {staging_dir.parent}: "
-                            f"{exc.__cause__}", "free some space (or quota) on the CUDA root's "
-                            "filesystem, then run again") from None
+        # the machine's fault (disk full, permissions, a name too long), said by errno
+        what = f"cannot write the staging copy under {show_path(staging_dir.parent)}"
+        cause = exc.__cause__
+        if isinstance(cause, OSError):
+            raise os_error(cause, what) from None
+        raise InstallFailed(f"{what}: {escape(str(cause))}", "fix it, then run again") from None
     except DECODE_ERRORS as exc:
+        if isinstance(exc, OSError) and exc.errno is not None:  # reading failed, not decoding
+            raise unreadable(path, exc) from None
         listing.problems.append(corrupt(str(exc) or type(exc).__name__))
     finally:
         complaint = decoder.finish(complete)
     if complaint:
         listing.problems.append(corrupt(complaint))
     if complete and not complaint:
-        listing.sha256, listing.size = decoder.sha256, decoder.size
+        try:
+            listing.sha256, listing.size = decoder.sha256, decoder.size
+        except OSError as exc:
+            raise unreadable(path, exc) from None
     return listing
+
+
+def unreadable(path: Path, exc: OSError) -> ArchiveRejected:
+    """The archive file itself cannot be read (permissions, I/O error): exit 3, said by errno."""
+    error = os_error(exc, f"cannot read the archive {escape(path.name)}", kind=ArchiveRejected)
+    error.code = "archive-unreadable"
+    return error
 
 
 class ForwardStream(io.RawIOBase):
@@ -117,13 +138,9 @@ def _walk(stream: IO[bytes], staging_dir: Path, want: Wanted, rules: MemberRules
 
 def _walk_members(stream: "ForwardStream", staging_dir: Path, want: Wanted, rules: MemberRules,
                   listing: Listing, writer: staging.Writer) -> None:
-    with tarfile.open(fileobj=stream, mode="r:") as tar:
-        for info in tar:
-            try:
-                verdict = rules.admit(info)
-            except Stop as stop:
-                listing.problems.append(stop.problem)
-                return
+    try:
+        for info in headers.members(stream, rules.limits):
+            verdict = rules.admit(info)
             if isinstance(verdict, Problem):
                 listing.problems.append(verdict)
             elif isinstance(verdict, Member):
@@ -131,3 +148,5 @@ def _walk_members(stream: "ForwardStream", staging_dir: Path, want: Wanted, rule
                     staging.consume(stream, verdict, staging_dir if want(verdict) else None,
                                     writer)
                 listing.members.append(verdict)
+    except Stop as stop:  # reading on makes no sense (a bomb, a header too large to read)
+        listing.problems.append(stop.problem)

@@ -24,6 +24,11 @@ class Limits:
     member_bytes: int = 4 << 30
     total_bytes: int = 16 << 30
     name_length: int = 1024
+    name_component_bytes: int = 255  # NAME_MAX of every Linux filesystem
+    # Headers are capped before they are read: tarfile would read whatever size one claims.
+    long_name_bytes: int = 4096  # a GNU long name or link target (PATH_MAX)
+    pax_bytes: int = 1 << 20  # one PAX extended header, all its records together
+    extended_headers: int = 16  # extended headers in a row before a member's own
 
 
 class Stop(Exception):
@@ -42,6 +47,12 @@ def check_name(raw: str, limits: Limits) -> tuple[str | None, Problem | None]:
     if len(raw) > limits.name_length:
         return None, Problem("bad-name", f"member name longer than {limits.name_length} characters",
                              "real cuDNN archives never have such names")
+    if any(len(p.encode("utf-8", "surrogateescape")) > limits.name_component_bytes
+           for p in raw.split("/")):
+        return None, Problem("bad-name", f"member {escape(raw[:200])}… has a name part longer "
+                             f"than {limits.name_component_bytes} bytes",
+                             "no Linux filesystem can hold such a name; real cuDNN archives "
+                             "never have one")
     if raw.startswith("/"):
         return None, Problem("unsafe-path", f"member {escape(raw)} has an absolute path",
                              "the archive tries to write outside its directory; do not use it")
@@ -105,6 +116,9 @@ class MemberRules:
                            "the archive is damaged or hostile; do not use it")
         if not info.isdir():
             self.not_dirs.add(rel)
+        if info.sparse is not None:  # marked by the header reader
+            return Problem("sparse", f"member {escape(rel)} is a sparse file",
+                           "cuDNN archives hold no sparse files; the file is damaged or hostile")
         mode = info.mode & 0o7777
         if mode & (stat.S_ISUID | stat.S_ISGID) and not info.isdir():
             return Problem("setuid", f"member {escape(rel)} is setuid or setgid",

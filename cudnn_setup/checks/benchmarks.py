@@ -9,6 +9,7 @@ from cudnn_setup.checks.probe import child_env, probe_module, run_probe
 from cudnn_setup.checks.native import find_cudart
 from cudnn_setup.checks.theano_check import INSTALL_HINT, has_theano, theano_env
 from cudnn_setup.report import FAIL, PASS, SKIP, WARN, Check
+from cudnn_setup.theanorc import unreadable_for_theano
 
 BENCH_TIMEOUT = 900.0
 
@@ -24,6 +25,8 @@ def theano_checks(inst: Installation | None, python: str, theanorc: Path | None,
                   env: Mapping[str, str]) -> list[Check]:
     if not has_theano(python):
         return [Check("theano-conv", SKIP, f"Theano is not installed for {python}; {INSTALL_HINT}")]
+    if (why := unreadable_for_theano(theanorc)) is not None:
+        return [Check("theano-conv", FAIL, f"Theano cannot start with its config: {why}")]
     lib_dir = inst.lib_dir if inst else Path("/nonexistent")
     base = theano_env(env, theanorc, lib_dir)
     with_dnn, err1 = _theano_run(python, base, "optimizer_including=cudnn")

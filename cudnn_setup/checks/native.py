@@ -18,8 +18,10 @@ from cudnn_setup.report import FAIL, PASS, SKIP, WARN, Check
 LOAD_TIMEOUT = 60.0
 GPU_TIMEOUT = 120.0
 COMPILE_TIMEOUT = 120.0
+# cuDNN 8 says "Could not load library libcudnn_ops_infer.so.8. Error: …": the name ends
+# before the sentence's full stop.
 _MISSING_LIB = re.compile(r"(?:Could not load library|cannot open shared object file)\D*?"
-                          r"(?P<lib>lib[\w.+-]+\.so[\w.]*)")
+                          r"(?P<lib>lib[\w+-]+(?:\.[\w+-]+)*?\.so(?:\.\d+)*)(?![\w.]*\w)")
 
 
 def _crash_detail(result: ProbeResult, inst: Installation) -> str:

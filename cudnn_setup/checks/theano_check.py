@@ -10,6 +10,7 @@ from cudnn_setup.checks.probe import child_env, probe_module, run_probe
 from cudnn_setup.facts import gpus
 from cudnn_setup.facts.cudnn import split_version
 from cudnn_setup.report import FAIL, PASS, SKIP, WARN, Check
+from cudnn_setup.theanorc import unreadable_for_theano
 
 THEANO_TIMEOUT = 600.0
 INSTALL_HINT = "pip install 'cudnn-setup[theano]' (Theano 1.0.5 with numpy<1.24, scipy<1.11)"
@@ -89,6 +90,8 @@ def check_theano(inst: Installation, python: str, theanorc: Path | None,
         note = theano_range_note(inst.version) if not theano_supports(inst.version) else None
         return Check("theano", SKIP, (f"{note}; besides, " if note else "")
                      + f"Theano is not installed for {python}; {INSTALL_HINT}")
+    if (why := unreadable_for_theano(theanorc)) is not None:
+        return Check("theano", FAIL, f"Theano cannot start with its config: {why}")
     result = run_probe(probe_module("theano_graph"), THEANO_TIMEOUT,
                        theano_env(env, theanorc, inst.lib_dir), python=python)
     if result.data is None:

@@ -6,13 +6,16 @@ from __future__ import annotations
 import functools
 import os
 import shutil
+import sys
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Optional
 
-from cudnn_setup.errors import InstallFailed, InternalError, Interrupted, SetupError
+from cudnn_setup.errors import (DownloadFailed, InstallFailed, InternalError, Interrupted,
+                                 SetupError, os_error)
 from cudnn_setup.report import Result
+from cudnn_setup.text import escape
 
 Progress = Callable[[int, Optional[int]], None]  # bytes done, bytes in all (None: unknown)
 
@@ -40,8 +43,13 @@ def which(ctx: Context, program: str) -> str | None:
     return shutil.which(program, path=ctx.env.get("PATH", os.defpath))
 
 
-def command(name: str):
-    """Run the body with a fresh Result; errors of any kind end up in it, never raised."""
+def command(name: str, fails_as: type[SetupError] = InstallFailed):
+    """Run the body with a fresh Result; errors of any kind end up in it, never raised.
+
+    An OSError that no step turned into a SetupError becomes one here, by errno, with the exit
+    code of `fails_as`; whatever else escapes is a bug (exit 70, traceback kept). What the
+    body recorded before the error (a committed install, its checks) stays in the Result.
+    """
 
     def wrap(body: Callable[..., None]) -> Callable[..., Result]:
         @functools.wraps(body)
@@ -53,16 +61,40 @@ def command(name: str):
                 result.error = exc
             except (KeyboardInterrupt, Interrupted):
                 result.error = interrupted(result)
-            except Exception as exc:  # a bug: reported, with what was done before it
-                result.error = InternalError(
-                    f"internal error: {type(exc).__name__}: {exc}",
-                    "this is a bug in cudnn-setup; please report it with the traceback",
-                    traceback=traceback.format_exc())
+            except Exception as exc:  # requests' errors are OSErrors too: asked first
+                result.error = library_error(exc, name) or (
+                    os_error(exc, f"{name} failed", kind=fails_as,
+                             outcome=committed_outcome(result))
+                    if isinstance(exc, OSError) else internal_error(exc))
             return result
 
         return run
 
     return wrap
+
+
+def committed_outcome(result: Result) -> str:
+    """What a failure after the command's change leaves; only said when it is known."""
+    if result.changed:
+        return "this came after the change was committed, which stands"
+    return ""
+
+
+def library_error(exc: Exception, name: str) -> SetupError | None:
+    """A third-party library's error that means the outside world failed, not the tool."""
+    requests = sys.modules.get("requests")  # only loaded when something was downloaded
+    if requests is not None and isinstance(exc, requests.RequestException):
+        return DownloadFailed(f"{name} failed: the download broke off ({type(exc).__name__}: "
+                              f"{escape(str(exc))[:300]})", "run again; a partial download is "
+                              "resumed", code="download-failed")
+    return None
+
+
+def internal_error(exc: BaseException) -> InternalError:
+    """A bug: one line saying so, the traceback kept for a report."""
+    return InternalError(f"internal error: {type(exc).__name__}: {escape(str(exc))[:500]}",
+                         "this is a bug in cudnn-setup; please report it with the traceback",
+                         traceback=traceback.format_exc())
 
 
 def interrupted(result: Result) -> SetupError:

@@ -35,7 +35,9 @@ def doctor(result: Result, ctx: Context, message: str | None = None,
     problems = d.ordered()
     result.lines.append("problems, most important first:" if problems else "no problems found")
     for f in problems:
-        result.lines.append(f"  [{f.severity}] {f.message}" + (f"\n      fix: {f.fix}" if f.fix else ""))
+        result.lines.append(f"  [{f.severity}] {f.message}")
+        if f.fix:
+            result.lines.append(f"      fix: {f.fix}")
 
 
 @dataclass
@@ -97,6 +99,10 @@ def diagnose(env: Mapping[str, str], home: Path, python: str, explicit: Path | N
                 d.findings.append(Finding(check.status, f"{check.name}: {check.detail}",
                                           (check.data or {}).get("hint", "")))
     d.theano_config = effective_config(env, home)
+    for error in d.theano_config["errors"]:
+        d.findings.append(Finding("fail", f"Theano's config: {error}",
+                                  "fix or remove that file (or $THEANORC entry), then run "
+                                  "`cudnn-setup theanorc`"))
     eff = d.theano_config["effective"]
     including = eff.get("global.optimizer_including", {}).get("value", "")
     if "cudnn" not in including.split(":"):
@@ -130,6 +136,8 @@ def findings_as_checks(d: Diagnosis) -> list[Check]:
                             f"{first['path']} (via {first['via']})" if first else "not found"))
     eff = d.theano_config.get("effective", {})
     shown = ", ".join(f"{k}={v['value']} ({v['from']})" for k, v in eff.items()) or "defaults"
-    checks.append(Check("theano-config", PASS, f"read {', '.join(d.theano_config['read']) or 'no file'}; "
-                        f"{shown}"))
+    errors = d.theano_config.get("errors", [])
+    checks.append(Check("theano-config", WARN if errors else PASS,
+                        f"read {', '.join(d.theano_config['read']) or 'no file'}; {shown}"
+                        + "".join(f"; {e}" for e in errors)))
     return checks

@@ -3,24 +3,31 @@
 """
 from __future__ import annotations
 
-import shutil
+import re
 from pathlib import Path
 
 from cudnn_setup.commands.base import Context, command
-from cudnn_setup.errors import UsageError
+from cudnn_setup.errors import DownloadFailed, UsageError
 from cudnn_setup.fetch.checksums import Expected, expected_for
 from cudnn_setup.fetch.download import Downloader, Fetched, default_cache_dir, file_name
 from cudnn_setup.report import Result
+from cudnn_setup.text import escape
+
+# Names of --header headers that may follow a redirect to another host (comma-separated);
+# by default none does, and credentials (Authorization, Cookie…) never do.
+KEEP_HEADERS_VAR = "CUDNN_SETUP_REDIRECT_KEEP_HEADERS"
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # an HTTP header name (RFC 9110)
 
 
 def parse_headers(headers: list[str] | None) -> dict[str, str]:
     parsed = {}
     for h in headers or []:
-        if ":" not in h:
-            raise UsageError("--header must look like 'Name: value'",
-                             "e.g. --header 'Authorization: Bearer TOKEN'")
-        key, value = h.split(":", 1)
-        parsed[key.strip()] = value.strip()
+        key, colon, value = h.partition(":")
+        key, value = key.strip(), value.strip()
+        if not colon or not _TOKEN.fullmatch(key) or any(c in value for c in "\r\n\0"):
+            raise UsageError("--header must look like 'Name: value' (one line, a name of "
+                             "letters, digits and -)", "e.g. --header 'Authorization: Bearer TOKEN'")
+        parsed[key] = value
     return parsed
 
 
@@ -36,24 +43,29 @@ def fetch(result: Result, ctx: Context, url: str, sha256: str | None,
     """Download `url` into the cache (or reuse it), checked against what is known of it
     (`expected`, when the caller knows where the checksum comes from)."""
     cache = cache_dir or default_cache_dir(ctx.env, ctx.home)
+    keep = [h.strip() for h in ctx.env.get(KEEP_HEADERS_VAR, "").split(",") if h.strip()]
     downloader = Downloader(cache, headers=parse_headers(headers),
-                            on_progress=ctx.progress("downloading"))
+                            on_progress=ctx.progress("downloading"), env=ctx.env, home=ctx.home,
+                            keep_on_redirect=keep)
     fetched = downloader.fetch(url, expected or expected_for(file_name(url), sha256))
     result.add("download", fetched.to_dict())
-    how = "reused from the cache" if fetched.from_cache else (
-        f"resumed at byte {fetched.resumed_from}" if fetched.resumed_from else "downloaded")
+    if fetched.from_cache:
+        how = "reused from the cache" + (f" (the server's {fetched.validated_by.replace('_', '-')})"
+                                         if fetched.validated_by else "")
+    elif fetched.resumed_from:
+        how = f"resumed at byte {fetched.resumed_from} (the server sent the rest: 206)"
+    else:
+        how = "downloaded"
     check = (f"{fetched.expected.algorithm} matches ({fetched.expected.source})" if fetched.expected
              else "no checksum known: pass --sha256 to check it")
-    result.lines.append(f"{fetched.path.name}: {how}, {fetched.size} bytes; {check}")
+    result.lines.append(f"{escape(fetched.path.name)}: {how}, {fetched.size} bytes; {check}")
     return fetched
 
 
-@command("download")
+@command("download", fails_as=DownloadFailed)
 def download(result: Result, ctx: Context, url: str, output: Path | None = None,
              sha256: str | None = None, headers: list[str] | None = None,
              cache_dir: Path | None = None) -> None:
     check_sha256(sha256)
     fetched = fetch(result, ctx, url, sha256, headers, output or cache_dir)
     result.add("path", str(fetched.path))
-    if output and fetched.path.parent != output:
-        shutil.copy2(fetched.path, output)

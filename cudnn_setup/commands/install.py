@@ -48,7 +48,7 @@ def install(result: Result, ctx: Context, source: str, *, cuda_root: Path | None
     _describe(result, outcome, root, dry_run)
     lib_dir = outcome.lib_dir or root.lib_dir()
     if not dry_run:
-        result.checks.append(loader_step(ctx, lib_dir, ldconfig))
+        result.checks.append(loader_step(ctx, lib_dir, ldconfig, verify_follows=not no_verify))
     rc = None if no_theanorc else theanorc_path(ctx, theanorc)
     if rc is not None:
         result.checks.append(theanorc_step(result, rc, root.path, lib_dir, dry_run))

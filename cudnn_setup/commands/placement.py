@@ -18,7 +18,7 @@ from typing import Callable, Iterator
 from cudnn_setup import __version__
 from cudnn_setup.archive import read_package
 from cudnn_setup.archive.package import Package
-from cudnn_setup.errors import ArchiveRejected, InstallFailed
+from cudnn_setup.errors import ArchiveRejected, InstallFailed, os_error
 from cudnn_setup.facts.cuda import CudaRoot
 from cudnn_setup.fetch.checksums import Expected, mismatch
 from cudnn_setup.state.files import with_stats
@@ -163,15 +163,11 @@ def install(archive: Path, root: CudaRoot, *, force: bool = False, dry_run: bool
 
 @contextmanager
 def _rolled_back_errors(root: Path, what: str, hint: str) -> Iterator[None]:
-    """OSErrors of a transaction (already rolled back by then) as the tool's exit-5 error."""
+    """OSErrors of a transaction as the tool's exit-5 error, said by errno (errors.os_error)."""
     try:
         yield
-    except PermissionError as exc:
-        raise InstallFailed(f"permission denied: {exc.filename or exc}",
-                            permission_hint(root), code="permission-denied") from None
     except OSError as exc:
-        raise InstallFailed(f"{what} failed and was rolled back: {exc}",
-                            f"{hint}, then run again") from None
+        raise os_error(exc, f"{what} failed") from None
 
 
 def recover_pending(root: CudaRoot, lock_timeout: float = 300.0) -> str | None:

@@ -9,7 +9,7 @@ from cudnn_setup.commands.steps import theanorc_path
 from cudnn_setup.facts import loader
 from cudnn_setup.facts.cuda import find_cuda_root
 from cudnn_setup.report import Result
-from cudnn_setup.theanorc import BACKUP_SUFFIX
+from cudnn_setup.theanorc import BACKUP_SUFFIX, mentions
 
 
 @command("uninstall")
@@ -28,9 +28,9 @@ def uninstall(result: Result, ctx: Context, *, cuda_root: Path | None = None,
     if outcome.manifest is None:
         result.lines.append(f"cudnn-setup has installed nothing in {root.path}; nothing to do")
         return
-    head = "plan:" if dry_run else f"removed cuDNN {version} from {root.path}:"
+    head = "plan:" if dry_run else f"removed cuDNN {version or '(version not recorded)'} from {root.path}:"
     rc = theanorc_path(ctx, None)
-    if not dry_run and rc.is_file() and str(root.path) in rc.read_text(errors="replace"):
+    if not dry_run and mentions(rc, str(root.path)):
         backup = rc.with_name(rc.name + BACKUP_SUFFIX)
         before = (f"its version before cudnn-setup is {backup}" if backup.exists()
                   else "cudnn-setup created it")

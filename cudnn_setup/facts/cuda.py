@@ -9,12 +9,14 @@ import json
 import os
 import re
 import shutil
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping
 
 from cudnn_setup.child import run_command
 from cudnn_setup.errors import NoCudaRoot
+from cudnn_setup.text import show_path
 
 TARGET_TRIPLES = ("x86_64-linux", "ppc64le-linux", "sbsa-linux", "aarch64-linux")
 _CUDA_HEADERS = ("cuda.h", "cuda_runtime.h", "cuda_runtime_api.h")
@@ -59,6 +61,13 @@ def library_dir(root: Path) -> Path:
 
 def why_not_toolkit(path: Path) -> str | None:
     """None when `path` looks like a CUDA toolkit, else the reason it does not."""
+    try:
+        return _why_not_toolkit(path)
+    except OSError as exc:  # a name too long, a directory we may not enter…
+        return f"{show_path(path)} cannot be examined ({exc.strerror or exc})"
+
+
+def _why_not_toolkit(path: Path) -> str | None:
     if not path.exists():
         return f"{path} does not exist"
     if not path.is_dir():
@@ -93,6 +102,8 @@ def nvcc_toolkit(nvcc: Path) -> Path | None:
     if real.parent.name == "bin" and why_not_toolkit(real.parent.parent) is None:
         return real.parent.parent
     try:
+        if not stat.S_ISREG(os.stat(real).st_mode):  # a FIFO would block the read below
+            return None
         with open(real, "rb") as f:
             head = f.read(4096)
     except OSError:
@@ -168,27 +179,29 @@ def find_cuda_root(env: Mapping[str, str], explicit: Path | None = None,
 
 
 def cuda_version(root: Path) -> tuple[str | None, str | None]:
-    """CUDA version of a toolkit from version.json, version.txt, cuda.h or nvcc --version."""
+    """CUDA version of a toolkit from version.json, version.txt, cuda.h or nvcc --version.
+
+    Each file is read only if it is a regular file, and only its first MiBs: the version is
+    near the top, and a root may hold anything.
+    """
     vj = root / "version.json"
-    if vj.is_file():
+    text = _head(vj)
+    if text is not None:
         try:
-            data = json.loads(vj.read_text())
+            data = json.loads(text)
             version = data.get("cuda", {}).get("version") or data.get("cuda_cudart", {}).get("version")
             if version:
                 return _short(version), str(vj)
-        except (ValueError, AttributeError, OSError):
+        except (ValueError, AttributeError, RecursionError):
             pass
     vt = root / "version.txt"
-    if vt.is_file():
-        m = re.search(r"CUDA Version\s+(\d+\.\d+(?:\.\d+)?)", vt.read_text(errors="replace"))
-        if m:
-            return _short(m[1]), str(vt)
+    m = re.search(r"CUDA Version\s+(\d+\.\d+(?:\.\d+)?)", _head(vt) or "")
+    if m:
+        return _short(m[1]), str(vt)
     header = root / "include" / "cuda.h"
-    if header.is_file():
-        m = re.search(r"^#define\s+CUDA_VERSION\s+(\d+)", header.read_text(errors="replace"), re.M)
-        if m:
-            v = int(m[1])
-            return version_text(v), f"CUDA_VERSION in {header}"
+    m = re.search(r"^#define\s+CUDA_VERSION\s+(\d+)", _head(header) or "", re.M)
+    if m:
+        return version_text(int(m[1])), f"CUDA_VERSION in {header}"
     nvcc = root / "bin" / "nvcc"
     if nvcc.is_file() and os.access(nvcc, os.X_OK):
         out = run_command([str(nvcc), "--version"], 30).out
@@ -196,6 +209,17 @@ def cuda_version(root: Path) -> tuple[str | None, str | None]:
         if m:
             return m[1], f"{nvcc} --version"
     return None, None
+
+
+def _head(path: Path, limit: int = 4 << 20) -> str | None:
+    """The start of a regular file as text; None when it is missing, unreadable or not a file."""
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return None
+        with open(path, "rb") as f:
+            return f.read(limit).decode("utf-8", errors="replace")
+    except OSError:
+        return None
 
 
 def version_text(number: int) -> str:

@@ -26,7 +26,11 @@ def conf_dirs(conf: Path = Path("/etc/ld.so.conf"), _seen: set | None = None) ->
         return []
     seen.add(str(conf))
     out: list[str] = []
-    for raw in conf.read_text(errors="replace").splitlines():
+    try:
+        text = conf.read_text(errors="replace")
+    except OSError:  # ldconfig skips what it cannot read; so does the picture drawn from it
+        return []
+    for raw in text.splitlines():
         line = raw.split("#", 1)[0].strip()
         if not line:
             continue

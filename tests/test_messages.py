@@ -1,0 +1,123 @@
+"""Messages that say what happened: the right cause, once, with a name printed as it is."""
+import json
+from pathlib import Path
+
+from conftest import run_cli, run_json
+from cudnn_setup.commands.base import Context
+from cudnn_setup.commands.steps import loader_step
+from sandboxfs import needs_namespaces, run_cli_in
+
+V7 = "cudnn-10.0-linux-x64-v7.4.2.24.tgz"
+V8 = "cudnn-11.3-linux-x64-v8.2.1.32.tgz"
+LONG = "n" * 300  # one name part over NAME_MAX (255)
+
+
+def test_missing_sub_library_is_named_without_a_stray_dot(archives, cuda_root, home):
+    """cuDNN 8 says "Could not load library libcudnn_cnn_infer.so.8. Error: …"."""
+    root = cuda_root(version="11.3")
+    run_json(["install", archives[V8], "--cuda-root", root, "--no-verify", "--no-theanorc"], home)
+    (root / "lib64" / "libcudnn_cnn_infer.so.8.2.1").unlink()
+    done, out = run_json(["verify", "--cuda-root", root, "--no-theano"], home)
+    load = next(c for c in out["checks"] if c["name"] == "load")
+    assert "libcudnn_cnn_infer.so.8 is missing" in load["detail"], load["detail"]
+
+
+def test_ld_library_path_fix_is_printed_once(archives, cuda_root, home):
+    for extra in ([], ["--no-verify"]):
+        root = cuda_root()
+        done = run_cli(["install", archives[V7], "--cuda-root", root, "--no-theanorc",
+                        *extra], home)
+        assert done.stdout.count("export LD_LIBRARY_PATH=") == 1, done.stdout
+
+
+def test_python_that_does_not_exist_is_said_so(cuda_root, home):
+    done, out = run_json(["verify", "--cuda-root", cuda_root(), "--python", "/nonexistent"], home)
+    assert done.returncode == 2
+    assert "/nonexistent does not exist" in out["error"]["message"]
+    assert "Theano" not in out["error"]["message"]
+
+
+def test_name_part_too_long(archives, cuda_root, tmp_path, home):
+    done, out = run_json(["install", archives[V7], "--cuda-root", tmp_path / LONG], home)
+    assert done.returncode == 4 and "File name too long" in out["error"]["message"]
+    root = cuda_root()
+    done, out = run_json(["install", archives[V7], "--cuda-root", root, "--no-verify",
+                          "--theanorc", tmp_path / LONG / "rc"], home)
+    check = next(c for c in out["checks"] if c["name"] == "theanorc")
+    assert done.returncode == 1 and out["changed"] is True
+    assert "file name too long" in check["detail"] and "free some space" not in check["detail"]
+    done, out = run_json(["download", "http://127.0.0.1:9/x.tgz", "--cache-dir",
+                          tmp_path / LONG], home)
+    assert done.returncode == 6 and out["error"]["code"] == "name-too-long"
+    assert "free some space" not in out["error"]["hint"]
+
+
+@needs_namespaces
+def test_root_on_a_read_only_filesystem_says_so(archives, cuda_root, tmp_path, home):
+    mnt = tmp_path / "ro"
+    mnt.mkdir()
+    root = cuda_root()
+    setup = (f"mount -t tmpfs tmpfs {mnt} && cp -a {root} {mnt}/cuda && "
+             f"mount -o remount,ro {mnt}")
+    done = run_cli_in(setup, ["install", archives[V7], "--cuda-root", mnt / "cuda", "--json",
+                              "--no-theanorc"], home)
+    out = json.loads(done.stdout.split("--after--")[0])
+    assert done.returncode == 5 and out["error"]["code"] == "read-only-filesystem"
+    text = out["error"]["message"] + out["error"]["hint"]
+    assert "read-only filesystem" in text
+    assert "free some space" not in text and "rolled back" not in text
+
+
+def test_ldconfig_registration_that_fails_is_a_check_not_a_crash(tmp_path, home):
+    not_a_dir = tmp_path / "conf.d"
+    not_a_dir.write_text("")
+    ctx = Context(env={}, home=home, python="python3", ld_conf_dir=not_a_dir)
+    check = loader_step(ctx, Path("/opt/cuda/lib64"), register=True)
+    assert check.status == "fail" and "Not a directory" in check.detail
+    assert check.data["code"] == "os-error"
+
+
+def test_errors_that_escape_a_command_body():
+    """A library's network error is a download failure; anything else a bug, with what was
+    committed before it still reported."""
+    import requests
+
+    from cudnn_setup.commands.base import command
+    from cudnn_setup.errors import DownloadFailed
+
+    @command("download", fails_as=DownloadFailed)
+    def broken_download(result):
+        raise requests.exceptions.ChunkedEncodingError("peer went away")
+
+    @command("install")
+    def bug_after_commit(result):
+        result.changed = True
+        raise KeyError("oops")
+
+    @command("install")
+    def disk_error_after_commit(result):
+        result.changed = True
+        raise OSError(5, "Input/output error", "/x/lib64/libcudnn.so")
+
+    error = broken_download().error
+    assert (error.exit_code, error.code) == (6, "download-failed")
+    out = bug_after_commit()
+    assert out.error.code == "internal" and out.to_dict()["changed"] is True
+    assert "KeyError" in out.error.traceback
+    error = disk_error_after_commit().error
+    assert (error.exit_code, error.code) == (5, "io-error")
+    assert "committed, which stands" in error.message and "rolled back" not in error.message
+
+
+def test_a_bug_in_rendering_still_gives_one_json_object(home, monkeypatch):
+    from cudnn_setup.report import Result
+
+    def broken(self):
+        raise RuntimeError("cannot render")
+
+    monkeypatch.setattr(Result, "to_dict", broken)
+    done = run_cli(["inspect", "/nonexistent.tgz", "--json"], home)
+    assert done.returncode == 70
+    answer = json.loads(done.stdout)
+    assert answer["error"]["code"] == "internal" and len(done.stdout.splitlines()) == 1
+    assert "Traceback" not in done.stderr
