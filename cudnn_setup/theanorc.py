@@ -103,8 +103,6 @@ def not_regular(path: Path, mode: int) -> TheanorcRefused:
                            "point $THEANORC or --theanorc at a regular file",
                            code="theanorc-not-a-file")
 
-    default_code = "theanorc-refused"
-
 
 @dataclass
 class TheanorcChange:
