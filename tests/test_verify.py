@@ -14,10 +14,10 @@ V8 = GENERATION_SAMPLES["8.0-8.3.0"]
 V9 = GENERATION_SAMPLES["9.x"]
 
 
-def installed(archives, cuda_root, home, name=V7, version="10.2", **kw):
+def installed(archives, cuda_root, home, name=V7, version="10.2", *extra, **kw):
     root = cuda_root(version=version, **kw)
     done, _ = run_json(["install", archives[name], "--cuda-root", root, "--no-theanorc",
-                        "--no-verify"], home)
+                        "--no-verify", *extra], home)
     assert done.returncode == 0, done.stderr
     return root
 
@@ -115,7 +115,7 @@ def test_headers_without_cuda_runtime_h(archives, cuda_root, home):
 
 
 def test_cuda_major_mismatch(archives, cuda_root, home):
-    root = installed(archives, cuda_root, home, name=V9, version="10.2")
+    root = installed(archives, cuda_root, home, V9, "10.2", "--force")  # refused unforced
     done, out, checks = verify(root, home)
     assert checks["cuda"]["status"] == "fail"
     assert "built for CUDA 12" in checks["cuda"]["detail"] and "CUDA 10.2" in checks["cuda"]["detail"]
