@@ -43,6 +43,8 @@ PROBE_TIMEOUT = 60.0
 
 def _link_on_the_way(root: Path, path: Path) -> str:
     """The first symlink between `root` and `path`, as `link -> target`."""
+    if not path.is_relative_to(root):
+        return str(path)
     current = root
     for part in path.relative_to(root).parts:
         current = current / part
@@ -70,8 +72,14 @@ def inside_root(root: Path, path: Path, what: str) -> str:
 def root_dirs(root: CudaRoot) -> tuple[str, str]:
     """The include and library dirs, relative to the root's real tree (links resolved), so
     that the manifest's paths never pass through a symlinked directory."""
+    lib = root.lib_dir()
+    for name in ("lib64", "lib"):  # the name in the root, not the resolved path, for messages
+        candidate = root.path / name
+        if candidate.is_dir() and os.path.realpath(candidate) == os.path.realpath(lib):
+            lib = candidate
+            break
     return (inside_root(root.path, root.include_dir, "include"),
-            inside_root(root.path, root.lib_dir(), "library"))
+            inside_root(root.path, lib, "library"))
 
 
 def desired_entries(pkg: Package, include_rel: str, lib_rel: str, links_dir: Path) -> list[Desired]:
