@@ -128,13 +128,16 @@ class Scenario:
         make_cuda_root(path, "10.2", cc=self.cc)
         (path / "include" / "cudnn.h").write_text(MANUAL)
         root = find_cuda_root({}, path)
-        placement.install(self.archives / V7, root)
+        if self.name != "install-forward":
+            placement.install(self.archives / V7, root)
         return root
 
     def command(self, root, fs):
         if self.uninstall:
             placement.uninstall(root, fs=fs)
-        else:  # 9.x is built for another CUDA major than the root's: forced
+        elif self.name == "install-forward":  # a first install: the hand copy goes to the store
+            placement.install(self.archives / V7, root, fs=fs)
+        else:  # an upgrade; 9.x is built for another CUDA major than the root's: forced
             placement.install(self.archives / V9, root, fs=fs, force=True)
 
 

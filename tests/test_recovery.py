@@ -13,7 +13,8 @@ DRIVER = REPO / "tests" / "recovery_driver.py"
 
 @pytest.mark.parametrize("scenario,expected", [
     ("install-rollback", "old"),  # an upgrade killed mid-rename: recovery rolls it back
-    ("install-forward", "new"),  # killed after its commit point: recovery finishes it
+    ("install-forward", "new"),  # killed after its commit point: recovery finishes it, keeping
+                                 # the hand-copied cudnn.h it displaced
     ("uninstall-rollback", "old"),
     ("uninstall-forward", "new"),
 ])
@@ -39,5 +40,7 @@ def test_kill_at_every_step_of_recovery(scenario, expected, archives, tmp_path, 
     assert len(runs) > tx + 1
     if expected == "old":  # a real rollback: several renames undone
         assert sum(name == "replace" for name, _ in trace) >= 4
+    if scenario == "install-forward":  # the displaced original moves to the store
+        assert ("replace", ".cudnn-setup/originals/include/cudnn.h") in map(tuple, trace)
     record_property(f"recovery_steps_{scenario}", len(trace))
     record_property(f"recovery_kills_{scenario}", sum(r["kills"] for r in runs))
