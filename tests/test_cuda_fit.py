@@ -1,6 +1,5 @@
 """A cuDNN built for another CUDA major than the root's is refused before anything is written:
 in inspect, --dry-run and install alike, with both versions and the archive to fetch instead."""
-import io
 import json
 import shutil
 import sys

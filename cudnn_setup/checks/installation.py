@@ -75,7 +75,8 @@ def _newest(paths: list[Path]) -> Path:
     return max(paths, key=key)
 
 
-def select_main(lib_dir: Path, files: list[Path], manifest: Manifest | None) -> tuple[Path | None, str | None]:
+def select_main(lib_dir: Path, files: list[Path],
+                manifest: Manifest | None) -> tuple[Path | None, str | None]:
     """The main libcudnn file that `libcudnn.so` leads to (through `libcudnn.so.N`); without
     that link, the manifest's, else the newest."""
     mains = [p for p in files if gen.library_stem(p.name) == "libcudnn"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime
 import os
 import re
+import stat
 import tempfile
 import uuid
 from contextlib import contextmanager
@@ -28,6 +29,7 @@ from cudnn_setup.facts.cuda import CudaRoot
 from cudnn_setup.fetch.checksums import Expected, mismatch
 from cudnn_setup.fetch.releases import KNOWN_SHA256
 from cudnn_setup.state.files import record_stats
+from cudnn_setup.state.journal import PUT
 from cudnn_setup.state.layout import StateDir, permission_hint, remove_tree
 from cudnn_setup.state.manifest import FILE, Manifest, Source
 from cudnn_setup.state.paths import STATE_DIR, is_within
@@ -157,8 +159,9 @@ def cuda_mismatch(pkg: Package, built: BuiltFor, root: CudaRoot, name: str,
                   old: Manifest | None) -> ArchiveRejected | None:
     """The refusal of a cuDNN built for another CUDA major than the root's, or None.
 
-    cuDNN links against one CUDA runtime major (a build for 11.x serves every 11.x); another
-    major fails to load or to run (https://docs.nvidia.com/deeplearning/cudnn/backend/latest/reference/support-matrix.html).
+    cuDNN is built against one CUDA major (a build for 11.x serves every 11.x); another major
+    fails to load or to run. NVIDIA's support matrix lists the pairs:
+    https://docs.nvidia.com/deeplearning/cudnn/backend/latest/reference/support-matrix.html
     """
     if not built.version or root.version is None or root.major is None:
         return None
@@ -224,21 +227,19 @@ def _make_links(desired: list[Desired]) -> None:
             os.symlink(d.target, d.source)
 
 
-def make_durable(desired: list[Desired], top: Path) -> None:
-    """fsync every staged file, then every directory from theirs up to `top`, before the
-    journal and the manifest can claim them: after a power cut an installed library is whole,
-    never empty (dpkg does the same before its renames)."""
+def make_durable(sources: list[Path], top: Path) -> None:
+    """fsync every staged file that goes into the root, then every directory from theirs up to
+    `top`, before the journal and the manifest can claim them: after a power cut an installed
+    library is whole, never empty (dpkg does the same before its renames)."""
     dirs: set[Path] = set()
-    for d in desired:
-        if d.source is None:
-            continue
-        if d.kind == FILE:
-            fd = os.open(d.source, os.O_RDONLY | os.O_CLOEXEC)
+    for source in sources:
+        if stat.S_ISREG(os.lstat(source).st_mode):
+            fd = os.open(source, os.O_RDONLY | os.O_CLOEXEC)
             try:
                 os.fsync(fd)
             finally:
                 os.close(fd)
-        parent = d.source.parent
+        parent = source.parent
         while parent != top and top in parent.parents:
             dirs.add(parent)
             parent = parent.parent
@@ -317,7 +318,7 @@ def install(archive: Path, root: CudaRoot, *, force: bool = False, dry_run: bool
                 manifest = _manifest(txid, pkg, desired, plan, include_rel, lib_rel,
                                      archive.name, built)
                 _make_links(desired)
-                make_durable(desired, tx)
+                make_durable([root.path / op.source for op in plan.ops if op.action == PUT], tx)
 
                 def commit(f: Filesystem) -> None:
                     record_stats(root.path, manifest.files)

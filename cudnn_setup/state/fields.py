@@ -21,6 +21,17 @@ def _kind(value: Any) -> str:
     return "null" if value is None else type(value).__name__
 
 
+def text(value: Any, where: str, pattern: re.Pattern | None = None) -> str:
+    """`value` if it is a string the tool could have written, else Damaged."""
+    if not isinstance(value, str):
+        raise Damaged(f"{where} is {_kind(value)}, not a string")
+    if len(value) > MAX_TEXT or "\x00" in value:
+        raise Damaged(f"{where} is too long or contains a NUL byte")
+    if pattern is not None and not pattern.match(value):
+        raise Damaged(f"{where} is not what the tool writes ({value[:80]!r})")
+    return value
+
+
 class Fields:
     """A JSON object whose fields are taken out one by one, each with its type checked."""
 
@@ -41,17 +52,10 @@ class Fields:
             raise Damaged(f"{self.at(key)} is missing")
         return value
 
-    def text(self, key: str, optional: bool = False, pattern: re.Pattern | None = None) -> str | None:
+    def text(self, key: str, optional: bool = False,
+             pattern: re.Pattern | None = None) -> str | None:
         value = self._get(key, optional)
-        if value is None:
-            return None
-        if not isinstance(value, str):
-            raise Damaged(f"{self.at(key)} is {_kind(value)}, not a string")
-        if len(value) > MAX_TEXT or "\x00" in value:
-            raise Damaged(f"{self.at(key)} is too long or contains a NUL byte")
-        if pattern is not None and not pattern.match(value):
-            raise Damaged(f"{self.at(key)} is not what the tool writes ({value[:80]!r})")
-        return value
+        return None if value is None else text(value, self.at(key), pattern)
 
     def integer(self, key: str, optional: bool = False, low: int = 0,
                 high: int = 1 << 63) -> int | None:

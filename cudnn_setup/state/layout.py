@@ -197,8 +197,11 @@ class StateDir:
 
     def tidy(self) -> None:
         """Drop the transactions dir once no transaction uses it."""
-        if self._real_dir(self.tx_path) and not any(os.scandir(self.tx_path)):
-            self.tx_path.rmdir()
+        if self._real_dir(self.tx_path):
+            with os.scandir(self.tx_path) as entries:
+                empty = next(entries, None) is None
+            if empty:
+                self.tx_path.rmdir()
 
     def remove_if_empty(self) -> None:
         """Drop leftovers the tool owns, then the dir itself if nothing is left."""

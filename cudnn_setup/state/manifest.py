@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cudnn_setup.facts import cudnn as gen
-from cudnn_setup.state.fields import HEX_ID, SHA256, Fields
+from cudnn_setup.state.fields import HEX_ID, SHA256, Fields, text
 from cudnn_setup.state.paths import Damaged, contained, relative
 
 FORMAT = 1
@@ -170,16 +170,16 @@ class Manifest:
             if stat and (len(stat) != 4 or not all(type(v) is int and v >= 0 for v in stat)):
                 raise Damaged(f"{where}.stat is not four counts")
             files.append(FileRecord(rel, content, Content.load(replaced) if replaced else None,
-                                    tuple(stat) if stat else None))  # type: ignore[arg-type]
+                                    (stat[0], stat[1], stat[2], stat[3]) if stat else None))
         originals = {}
         for where, key, item in f.mapping("originals"):
             o = Fields(item, where)
-            originals[path(key, where)] = Original(
-                Content.load(o), o.choice("kept", ("in-place", "store"), optional=True) == "in-place")
+            kept = o.choice("kept", ("in-place", "store"), optional=True)
+            originals[path(key, where)] = Original(Content.load(o), kept == "in-place")
         generation = f.text("generation", optional=True)
         if generation is not None and generation not in gen.GENERATIONS:
             raise Damaged(f"generation {generation[:40]!r} is not a cuDNN generation")
-        libraries = [Fields({"n": v}, w).text("n", pattern=_NAME) for w, v in f.items("libraries")]
+        libraries = [text(v, w, _NAME) for w, v in f.items("libraries")]
         return Manifest(
             format=fmt,
             txid=f.text("txid", pattern=HEX_ID),
@@ -194,7 +194,7 @@ class Manifest:
                           src.integer("size")),
             lib_dir=path(f.data.get("lib_dir"), "lib_dir"),
             include_dir=path(f.data.get("include_dir", "include"), "include_dir"),
-            libraries=libraries,  # type: ignore[arg-type]
+            libraries=libraries,
             files=files,
             originals=originals,
             created_dirs=[path(v, w) for w, v in f.items("created_dirs")],

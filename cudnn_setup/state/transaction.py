@@ -65,6 +65,13 @@ def _is_dir(path: Path) -> bool:
         return False
 
 
+def _empty_dir(path: Path) -> bool:
+    if not _is_dir(path):
+        return False
+    with os.scandir(path) as entries:
+        return next(entries, None) is None
+
+
 def _ino(path: Path) -> int | None:
     try:
         return os.lstat(path).st_ino
@@ -116,9 +123,9 @@ class Transaction:
         `manifest_txid`: the commit writes the manifest of that txid; None: it removes it.
         """
         self.state.check()
-        for op in ops:
+        for op in ops:  # a missing source fails here, before the journal names it
             if op.action == PUT:
-                op.ino = _ino(self.paths.source(op))
+                op.ino = os.lstat(self.paths.source(op)).st_ino
         journal = Journal(self.txid, ops, manifest_txid)
         self.fs.makedirs(self.backup_dir)
         self.state.write_journal(journal)
@@ -141,7 +148,7 @@ class Transaction:
             self.fs.mkdir(dest)
             return
         if op.action == RMDIR:
-            if _is_dir(dest) and not any(os.scandir(dest)):
+            if _empty_dir(dest):
                 self.fs.rmdir(dest)
             return
         if op.backup and os.path.lexists(dest):
@@ -172,7 +179,7 @@ def rollback(state: StateDir, journal: Journal, fs: Filesystem | None = None) ->
     for op in reversed(journal.ops):
         dest = paths.dest(op)
         if op.action == MKDIR:
-            if _is_dir(dest) and not any(os.scandir(dest)):
+            if _empty_dir(dest):
                 fs.rmdir(dest)
             continue
         if op.action == RMDIR:
