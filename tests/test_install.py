@@ -17,12 +17,19 @@ from cudnn_setup.digest import file_digest
 from cudnn_setup.facts.cuda import find_cuda_root
 from cudnn_setup.errors import ArchiveRejected, InstallFailed
 from cudnn_setup.state.transaction import Filesystem
-from fixtures.generate import GENERATION_SAMPLES
+from fixtures.generate import GENERATION_SAMPLES, SPECS
 from fixtures.hostile import CASES, build_case, damaged
 
 V7 = GENERATION_SAMPLES["v4-v7"]
 V8 = GENERATION_SAMPLES["8.0-8.3.0"]
+V8L = GENERATION_SAMPLES["8.3.1+"]
 V9 = GENERATION_SAMPLES["9.x"]
+
+
+def fitting(name: str) -> str:
+    """A CUDA root version of the major the archive was built for."""
+    cuda = SPECS[name].cuda
+    return cuda if "." in cuda else f"{cuda}.4"
 
 
 def _root(path: Path):
@@ -38,8 +45,9 @@ def _install(archives, name, root, home, *extra, verify=False):
 
 @pytest.mark.parametrize("generation", list(GENERATION_SAMPLES))
 def test_every_generation_installs_with_resolving_chains(generation, archives, cuda_root, home):
-    root = cuda_root(layout="lib64-link" if generation == "9.x" else "lib64")
-    done, out = _install(archives, GENERATION_SAMPLES[generation], root, home)
+    name = GENERATION_SAMPLES[generation]
+    root = cuda_root(fitting(name), layout="lib64-link" if generation == "9.x" else "lib64")
+    done, out = _install(archives, name, root, home)
     assert done.returncode == 0, done.stderr
     assert out["changed"] is True and out["ok"] is True
     lib = (root / "lib64").resolve()
@@ -60,7 +68,7 @@ def test_every_generation_installs_with_resolving_chains(generation, archives, c
 
 
 def test_v9_chain_for_every_sub_library(archives, cuda_root, home):
-    root = cuda_root()
+    root = cuda_root("12.4")
     _install(archives, V9, root, home)
     lib = root / "lib64"
     assert os.readlink(lib / "libcudnn_ops.so") == "libcudnn_ops.so.9"
@@ -68,14 +76,14 @@ def test_v9_chain_for_every_sub_library(archives, cuda_root, home):
 
 
 def test_archive_without_links_gets_them(archives, cuda_root, home):
-    root = cuda_root()
+    root = cuda_root("6.5")
     _install(archives, "cudnn-6.5-linux-x64-v2.tgz", root, home)
     assert os.readlink(root / "lib64" / "libcudnn.so") == "libcudnn.so.6.5"
     assert os.readlink(root / "lib64" / "libcudnn.so.6.5") == "libcudnn.so.6.5.48"
 
 
 def test_ldconfig_finds_no_file_where_a_link_belongs(archives, cuda_root, home):
-    root = cuda_root()
+    root = cuda_root("11.3")
     _install(archives, V8, root, home)
     out = subprocess.run(["ldconfig", "-N", "-X", "-v", "-n", str(root / "lib64")],
                          capture_output=True, text=True)
@@ -122,7 +130,7 @@ def test_checksum_mismatch_is_refused_with_both_hashes(archives, cuda_root, home
 
 
 def test_idempotent_rerun_writes_nothing(archives, cuda_root, home):
-    root = cuda_root()
+    root = cuda_root("11.3")
     _install(archives, V8, root, home)
     before = tree_state(root)
     mtimes = {p: p.lstat().st_mtime_ns for p in root.rglob("*") if ".cudnn-setup" not in p.parts}
@@ -144,11 +152,11 @@ def _cudnn_files(root):
 
 
 def test_upgrade_and_downgrade_replace_the_previous_version(archives, cuda_root, home):
-    root = cuda_root()
+    root = cuda_root("12.4")
     empty = tree_state(root)
     seen = {}
-    for name in (V7, V8, V9, V7):
-        done, out = _install(archives, name, root, home)
+    for name, extra in ((V8L, ()), (V9, ()), (V8L, ()), (V7, ("--force",)), (V9, ())):
+        done, out = _install(archives, name, root, home, *extra)
         assert done.returncode == 0 and out["changed"], done.stderr
         files = _cudnn_files(root)
         seen.setdefault(name, files)
@@ -160,7 +168,7 @@ def test_upgrade_and_downgrade_replace_the_previous_version(archives, cuda_root,
 
 
 def test_uninstall_restores_byte_for_byte(archives, cuda_root, home):
-    root = cuda_root()
+    root = cuda_root("12.4")
     before = tree_state(root)
     _install(archives, V9, root, home)
     assert tree_state(root) != before
@@ -176,16 +184,17 @@ def _manual_copy(archives, root, tmp_path):
     """What people do by hand: extract and `cp` (links become files)."""
     import tarfile
 
-    with tarfile.open(archives[V7]) as tar:
+    with tarfile.open(archives[V8L]) as tar:
         tar.extractall(tmp_path / "x", filter="data")
-    for p in (tmp_path / "x" / "cuda" / "include").iterdir():
+    top = tmp_path / "x" / V8L.replace(".tar.xz", "")
+    for p in (top / "include").iterdir():
         shutil.copy(p, root / "include")
-    for p in (tmp_path / "x" / "cuda" / "lib64").iterdir():
+    for p in (top / "lib").iterdir():
         shutil.copy(p, root / "lib64")  # follows links: "is not a symbolic link" later
 
 
 def test_manual_cudnn_is_backed_up_and_restored(archives, cuda_root, home, tmp_path):
-    root = cuda_root()
+    root = cuda_root("12.4")
     _manual_copy(archives, root, tmp_path)
     before = tree_state(root)
     done, out = _install(archives, V9, root, home)
@@ -199,14 +208,14 @@ def test_manual_cudnn_is_backed_up_and_restored(archives, cuda_root, home, tmp_p
 
 
 def test_changed_file_is_never_silently_replaced(archives, cuda_root, home):
-    root = cuda_root()
-    _install(archives, V7, root, home)
+    root = cuda_root("12.4")
+    _install(archives, V8L, root, home)
     header = root / "include" / "cudnn.h"
     header.write_text(header.read_text() + "/* local patch */\n")
     before = tree_state(root)
     done, out = _install(archives, V9, root, home)
     assert done.returncode == 5 and "include/cudnn.h" in out["error"]["message"]
-    assert "--force" in out["error"]["hint"]
+    assert "--force" in out["error"]["hint"] and out["error"]["code"] == "changed-files"
     assert tree_state(root) == before
     done, out = run_json(["uninstall", "--cuda-root", root], home)
     assert done.returncode == 5 and tree_state(root) == before
@@ -275,7 +284,10 @@ class Faulty(Filesystem):
 
 
 def _fault_sweep(action, root):
-    """Fail at step 1, 2, … until the action succeeds; every failure must leave the same tree."""
+    """Fail at step 1, 2, … until the action succeeds; every failure must leave the same tree.
+
+    A fault after the commit point does not fail the command (its change stands): the journal
+    stays, and the next command, here recover_pending, tidies up."""
     before = tree_state(root)
     n = 1
     while True:
@@ -286,6 +298,8 @@ def _fault_sweep(action, root):
             assert tree_state(root) == before, f"fault at step {n} left a changed tree"
             n += 1
             continue
+        inst.recover_pending(_root(root))
+        assert not (root / ".cudnn-setup" / "journal.json").exists()
         return n - 1
 
 
@@ -297,7 +311,9 @@ def test_fault_at_each_step_of_install_upgrade_uninstall_rolls_back(archives, cu
     faults = _fault_sweep(lambda fs: inst.install(archives[V7], root, fs=fs), root_path)
     assert faults >= 5
     record_property("faults_install", faults)
-    faults = _fault_sweep(lambda fs: inst.install(archives[V9], root, fs=fs), root_path)
+    # another CUDA major, so forced: the biggest upgrade the samples make
+    faults = _fault_sweep(lambda fs: inst.install(archives[V9], root, fs=fs, force=True),
+                          root_path)
     assert faults >= 20
     record_property("faults_upgrade", faults)
     faults = _fault_sweep(lambda fs: inst.uninstall(root, fs=fs), root_path)
@@ -309,7 +325,7 @@ def test_fault_at_each_step_of_install_upgrade_uninstall_rolls_back(archives, cu
 def test_full_disk_exits_5_and_keeps_the_tree(archives, cuda_root, home):
     import resource
 
-    root = cuda_root()
+    root = cuda_root("12.4")
     before = tree_state(root)
 
     def small_disk():
@@ -354,8 +370,8 @@ def _killed_run(root, at, sig, call):
 
 @pytest.mark.parametrize("at", [1, 3, 8, 15, 25])
 def test_sigkill_mid_install_then_any_command_restores(at, archives, cuda_root, home):
-    root = cuda_root()
-    _install(archives, V7, root, home)
+    root = cuda_root("12.4")
+    _install(archives, V8L, root, home)
     before = tree_state(root)
     done = _killed_run(root, at, "SIGKILL", f"install(Path({str(archives[V9])!r}), root, fs=Killer())")
     assert done.returncode == -signal.SIGKILL, done.stderr
@@ -366,7 +382,7 @@ def test_sigkill_mid_install_then_any_command_restores(at, archives, cuda_root, 
 
 
 def test_sigterm_mid_install_rolls_back(archives, cuda_root):
-    root = cuda_root()
+    root = cuda_root("11.3")
     before = tree_state(root)
     done = _killed_run(root, 4, "SIGTERM", f"install(Path({str(archives[V8])!r}), root, fs=Killer())")
     assert done.returncode != 0 and "finished" not in done.stdout
@@ -382,7 +398,7 @@ def test_sigkill_after_commit_is_rolled_forward(archives, cuda_root, home):
     state = root / ".cudnn-setup"
     manifest = json.loads((state / "manifest.json").read_text())
     # Simulate a kill between the commit and the cleanup: the journal is still there.
-    (state / "journal.json").write_text(json.dumps({"txid": manifest["txid"], "ops": [],
+    (state / "journal.json").write_text(json.dumps({"format": 1, "txid": manifest["txid"], "ops": [],
                                                     "commit": {"manifest_txid": manifest["txid"]}}))
     done, out = run_json(["verify", "--cuda-root", root, "--no-theano"], home)
     assert "finished transaction" in done.stderr
@@ -391,12 +407,12 @@ def test_sigkill_after_commit_is_rolled_forward(archives, cuda_root, home):
 
 
 def test_concurrent_installs_wait_for_each_other(archives, cuda_root, home):
-    root = cuda_root()
+    root = cuda_root("12.4")
     env = clean_env(home)
     procs = [subprocess.Popen([sys.executable, "-m", "cudnn_setup", "install", str(archives[name]),
                                "--cuda-root", str(root), "--no-theanorc", "--no-verify", "--json"],
                               env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for name in (V7, V9, V8, V9)]
+             for name in (V8L, V9, V8L, V9)]
     results = [p.communicate(timeout=300) for p in procs]
     assert all(p.returncode == 0 for p in procs), results
     manifest = json.loads((root / ".cudnn-setup" / "manifest.json").read_text())
@@ -467,8 +483,8 @@ def test_sigkill_at_random_moments_leaves_old_or_new(tmp_path, compiler, cuda_ro
     pad = {"libcudnn_engines_precompiled": 24 << 20, "libcudnn_adv": 8 << 20}
     big = tmp_path / name
     big.write_bytes(compress(tar_bytes(spec_entries(SPECS[name], compiler, pad)), name))
-    reference = cuda_root()
-    _install(archives, V7, reference, home)
+    reference = cuda_root("12.4")
+    _install(archives, V8L, reference, home)
     old = _without_manifest(tree_state(reference))
     run_json(["install", big, "--cuda-root", reference, "--no-theanorc", "--no-verify"], home)
     new = _without_manifest(tree_state(reference))
@@ -476,8 +492,8 @@ def test_sigkill_at_random_moments_leaves_old_or_new(tmp_path, compiler, cuda_ro
     outcomes = {"old": 0, "new": 0}
     env = clean_env(home)
     for i in range(20):
-        root = cuda_root()
-        _install(archives, V7, root, home)
+        root = cuda_root("12.4")
+        _install(archives, V8L, root, home)
         proc = subprocess.Popen([sys.executable, "-m", "cudnn_setup", "install", str(big),
                                  "--cuda-root", str(root), "--no-theanorc", "--no-verify"],
                                 env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -14,10 +14,10 @@ V8 = GENERATION_SAMPLES["8.0-8.3.0"]
 V9 = GENERATION_SAMPLES["9.x"]
 
 
-def installed(archives, cuda_root, home, name=V7, version="10.2", **kw):
+def installed(archives, cuda_root, home, name=V7, version="10.2", *extra, **kw):
     root = cuda_root(version=version, **kw)
     done, _ = run_json(["install", archives[name], "--cuda-root", root, "--no-theanorc",
-                        "--no-verify"], home)
+                        "--no-verify", *extra], home)
     assert done.returncode == 0, done.stderr
     return root
 
@@ -115,7 +115,7 @@ def test_headers_without_cuda_runtime_h(archives, cuda_root, home):
 
 
 def test_cuda_major_mismatch(archives, cuda_root, home):
-    root = installed(archives, cuda_root, home, name=V9, version="10.2")
+    root = installed(archives, cuda_root, home, V9, "10.2", "--force")  # refused unforced
     done, out, checks = verify(root, home)
     assert checks["cuda"]["status"] == "fail"
     assert "built for CUDA 12" in checks["cuda"]["detail"] and "CUDA 10.2" in checks["cuda"]["detail"]
@@ -199,3 +199,40 @@ def test_change_with_restored_mtime_is_still_caught(archives, cuda_root, home):
     assert checks["files"]["status"] == "fail" and "include/cudnn.h" in checks["files"]["detail"]
     done, out, checks = verify(root, home, "--deep")
     assert checks["files"]["status"] == "fail"
+
+
+def test_side_by_side_judges_what_the_links_select(archives, cuda_root, home, tmp_path):
+    """8.9 copied by hand, 9.x installed next to it: verify judges libcudnn.so -> .so.9 ->
+    9.3.0 (not the first file in sort order) and lists 8.9.6 as a warning."""
+    from test_adopt import hand_copy
+
+    root = cuda_root(version="12.4")
+    hand_copy(archives[GENERATION_SAMPLES["8.3.1+"]], root, tmp_path / "x")
+    done, _ = run_json(["install", archives[V9], "--cuda-root", root, "--no-theanorc",
+                        "--no-verify"], home)
+    assert done.returncode == 0, done.stderr
+    done, out, checks = verify(root, home)
+    for name in ("versions", "load", "elf", "compile", "cuda"):
+        assert checks[name]["status"] == "pass", checks[name]
+    assert "cudnnGetVersion() = 90300" in checks["load"]["detail"]
+    files = checks["files"]
+    assert files["status"] == "warn" and "8.9.6 (7 libraries)" in files["detail"]
+    assert files["data"]["selected_by"] == "libcudnn.so"
+    assert done.returncode == 0 and out["ok"] is True
+
+
+def test_without_a_manifest_the_link_decides_too(archives, cuda_root, home, tmp_path):
+    """Both copied by hand, 9.x first: libcudnn.so now leads to 8.9.6, whose headers are in
+    place; 8.9.6 is judged and 9.3.0 listed."""
+    from test_adopt import hand_copy
+
+    root = cuda_root(version="12.4")
+    hand_copy(archives[V9], root, tmp_path / "a")
+    hand_copy(archives[GENERATION_SAMPLES["8.3.1+"]], root, tmp_path / "b")
+    for header in ("cudnn_graph.h", "cudnn_graph_v9.h", "cudnn_ops.h", "cudnn_ops_v9.h",
+                   "cudnn_adv.h", "cudnn_adv_v9.h", "cudnn_cnn.h", "cudnn_cnn_v9.h"):
+        (root / "include" / header).unlink(missing_ok=True)
+    done, out, checks = verify(root, home)
+    assert checks["versions"]["status"] == "pass", checks["versions"]
+    assert checks["load"]["status"] == "pass" and "= 8906" in checks["load"]["detail"]
+    assert checks["files"]["status"] == "warn" and "9.3.0 (8 libraries)" in checks["files"]["detail"]

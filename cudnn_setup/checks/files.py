@@ -7,7 +7,8 @@ import stat
 from cudnn_setup.checks.installation import Installation
 from cudnn_setup.facts import cudnn as gen
 from cudnn_setup.facts.elf import NotElf, read_elf
-from cudnn_setup.state.files import describe, describe_known, same_content
+from cudnn_setup.state.files import describe, describe_known
+from cudnn_setup.state.manifest import FILE, SYMLINK
 from cudnn_setup.report import FAIL, PASS, SKIP, WARN, Check
 
 
@@ -19,18 +20,18 @@ def check_files(inst: Installation, deep: bool = False) -> Check:
                      {"hint": "run `cudnn-setup install ARCHIVE`"})
     problems: list[str] = []
     changed: list[str] = []
-    entries = inst.manifest["files"] if inst.manifest else []
+    entries = inst.manifest.files if inst.manifest else []
     for entry in entries:
-        path = root / entry["path"]
+        path = root / entry.path
         current = describe(path) if deep else describe_known(path, entry)
         if current is None:
-            problems.append(f"{entry['path']} is missing")
-        elif not same_content(current, entry):
-            changed.append(entry["path"])
-        elif entry["type"] == "file" and (current["mode"] & 0o444) != 0o444:
-            problems.append(f"{entry['path']} is not readable by everyone")
-        elif entry["type"] == "symlink" and not path.exists():
-            problems.append(f"{entry['path']} -> {entry['target']} is a broken link")
+            problems.append(f"{entry.path} is missing")
+        elif not entry.content.same(current):
+            changed.append(entry.path)
+        elif entry.type == FILE and (current.mode & 0o444) != 0o444:
+            problems.append(f"{entry.path} is not readable by everyone")
+        elif entry.type == SYMLINK and not path.exists():
+            problems.append(f"{entry.path} -> {entry.content.target} is a broken link")
     if inst.header_file is None:
         problems.append("include/cudnn.h is missing")
     if inst.generation:
@@ -45,8 +46,10 @@ def check_files(inst: Installation, deep: bool = False) -> Check:
         if link.is_symlink() and not link.exists():
             problems.append(f"{link.name} -> {os.readlink(link)} is a broken link")
     problems = list(dict.fromkeys(problems))
+    others = inst.other_versions()
     data = {"changed_since_install": changed, "problems": problems,
-            "managed": inst.manifest is not None}
+            "managed": inst.manifest is not None, "selected_by": inst.selected_by,
+            "other_versions": others}
     if changed:
         problems.append("changed since cudnn-setup installed them: " + ", ".join(changed))
     if problems:
@@ -54,6 +57,13 @@ def check_files(inst: Installation, deep: bool = False) -> Check:
     origin = (f"{len(entries)} files and links as installed by cudnn-setup" if inst.manifest
               else f"headers and {len(inst.libraries)} libraries present (not installed by "
                    "cudnn-setup: no manifest to compare against)")
+    main = inst.library("libcudnn")
+    if others and main is not None:
+        listing = "; ".join(f"{v} ({len(names)} librar{'y' if len(names) == 1 else 'ies'})"
+                            for v, names in sorted(others.items()))
+        return Check("files", WARN, f"{origin}; {inst.lib_dir} also holds other cuDNN versions, "
+                     f"which libcudnn.so does not select: {listing} (judged: {main.name}, "
+                     f"selected by {inst.selected_by})", data)
     return Check("files", PASS if inst.manifest else WARN, origin, data)
 
 
@@ -88,7 +98,7 @@ def check_versions(inst: Installation) -> Check:
         return Check("versions", SKIP, "no header or no libcudnn to compare")
     found = {"header": header, "library file": gen.library_file_version(main.name)}
     if inst.manifest:
-        found["manifest"] = inst.manifest.get("cudnn_version")
+        found["manifest"] = inst.manifest.cudnn_version
     problems = []
     if inst.manifest and found["manifest"] != header:
         problems.append(f"the manifest says {found['manifest']}, the header {header}")

@@ -1,23 +1,33 @@
-"""What verification looks at: the cuDNN found in a CUDA root, from the manifest or the files."""
+"""What verification looks at: the cuDNN found in a CUDA root, from the manifest or the files.
+
+A root may hold several cuDNN versions side by side (one copied by hand, one installed by the
+tool). Verification judges the one the links select, as the compiler (`-lcudnn` finds
+`libcudnn.so`) and the loader (`libcudnn.so.N`) do, and lists the others.
+"""
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from packaging.version import Version
+
 from cudnn_setup.facts import cudnn as gen
 from cudnn_setup.facts.cuda import CudaRoot
 from cudnn_setup.state.layout import StateDir
+from cudnn_setup.state.manifest import Manifest
 
 
 @dataclass
 class Installation:
     root: CudaRoot
     lib_dir: Path
-    manifest: dict | None
+    manifest: Manifest | None
     header_version: str | None = None
     header_file: Path | None = None
-    libraries: list[Path] = field(default_factory=list)  # regular files libcudnn*.so.X.Y.Z
+    libraries: list[Path] = field(default_factory=list)  # the selected version's library files
+    others: list[Path] = field(default_factory=list)  # library files of other versions
+    selected_by: str | None = None  # how the main library was chosen
     # A cuDNN that cudnn-setup did not install (checks/locate.py): where its headers are, how it
     # was chosen ("lib-dir", "multiarch", "wheel"), and what was read to find it.
     include_path: Path | None = None
@@ -31,7 +41,7 @@ class Installation:
     @property
     def version(self) -> str | None:
         if self.manifest:
-            return self.manifest.get("cudnn_version")
+            return self.manifest.cudnn_version
         return self.header_version
 
     @property
@@ -41,11 +51,17 @@ class Installation:
     @property
     def generation(self) -> str | None:
         if self.manifest:
-            return self.manifest.get("generation")
+            return self.manifest.generation
         return gen.generation_of_version(self.version) if self.version else None
 
     def library(self, stem: str) -> Path | None:
         return next((p for p in self.libraries if gen.library_stem(p.name) == stem), None)
+
+    def other_versions(self) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for p in self.others:
+            out.setdefault(gen.library_file_version(p.name) or "?", []).append(p.name)
+        return out
 
     def soname_path(self) -> Path | None:
         """The name programs load (libcudnn.so.7, libcudnn.so.7.0 for v3…)."""
@@ -58,9 +74,33 @@ class Installation:
         return candidate if os.path.lexists(candidate) else main
 
 
+def _newest(paths: list[Path]) -> Path:
+    def key(p: Path) -> Version:
+        return Version(gen.library_file_version(p.name) or "0")
+    return max(paths, key=key)
+
+
+def select_main(lib_dir: Path, files: list[Path],
+                manifest: Manifest | None) -> tuple[Path | None, str | None]:
+    """The main libcudnn file that `libcudnn.so` leads to (through `libcudnn.so.N`); without
+    that link, the manifest's, else the newest."""
+    mains = [p for p in files if gen.library_stem(p.name) == "libcudnn"]
+    if not mains:
+        return None, None
+    real = Path(os.path.realpath(lib_dir / "libcudnn.so"))
+    for p in mains:
+        if os.path.realpath(p) == str(real):
+            return p, "libcudnn.so"
+    if manifest is not None:
+        for p in mains:
+            if p.name in manifest.libraries:
+                return p, "manifest"
+    return _newest(mains), "newest version"
+
+
 def find_installation(root: CudaRoot) -> Installation:
     manifest = StateDir(root.path).manifest()
-    lib_dir = root.path / manifest["lib_dir"] if manifest else root.lib_dir()
+    lib_dir = root.path / manifest.lib_dir if manifest else root.lib_dir()
     inst = Installation(root=root, lib_dir=lib_dir, manifest=manifest)
     for name in gen.HEADERS_WITH_VERSION:
         header = inst.include_dir / name
@@ -71,7 +111,15 @@ def find_installation(root: CudaRoot) -> Installation:
                 break
             if name == "cudnn.h":
                 inst.header_version, inst.header_file = gen.R1_VERSION, header
-    if lib_dir.is_dir():
-        inst.libraries = sorted(p for p in lib_dir.iterdir() if gen.LIBRARY_FILE.match(p.name)
-                                and p.is_file() and not p.is_symlink())
+    if not lib_dir.is_dir():
+        return inst
+    files = sorted(p for p in lib_dir.iterdir() if gen.LIBRARY_FILE.match(p.name)
+                   and p.is_file() and not p.is_symlink())
+    main, inst.selected_by = select_main(lib_dir, files, manifest)
+    if main is None:
+        inst.libraries = files
+        return inst
+    version = gen.library_file_version(main.name)
+    inst.libraries = [p for p in files if gen.library_file_version(p.name) == version]
+    inst.others = [p for p in files if p not in inst.libraries]
     return inst

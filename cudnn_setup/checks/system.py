@@ -38,7 +38,7 @@ def check_loader(inst: Installation, env: Mapping[str, str],
 
 def check_cuda(inst: Installation, load_data: dict | None) -> Check:
     root_version = inst.root.version
-    built_for = (inst.manifest or {}).get("cuda_version")
+    built_for = inst.manifest.cuda_version if inst.manifest else None
     source = "archive name"
     if not built_for and load_data and load_data.get("cudnnGetCudartVersion"):
         built_for = cuda.version_text(load_data["cudnnGetCudartVersion"])

@@ -1,35 +1,58 @@
-"""`inspect`: read an archive once and judge it, installing nothing."""
+"""`inspect`: read an archive once and judge it, installing nothing; given a CUDA root, also
+whether the archive fits it."""
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
-from cudnn_setup.archive import inspect_archive
+from cudnn_setup.archive import read_package
 from cudnn_setup.archive.package import Package
 from cudnn_setup.commands.base import Context, command, which
+from cudnn_setup.commands.placement import BuiltFor, built_for, cuda_mismatch
 from cudnn_setup.errors import ArchiveRejected
+from cudnn_setup.facts.cuda import find_cuda_root
 from cudnn_setup.report import Result
+from cudnn_setup.state.layout import StateDir
 from cudnn_setup.text import escape
 
 
 @command("inspect")
-def inspect(result: Result, ctx: Context, archive: Path) -> None:
-    pkg = inspect_archive(archive, xz=which(ctx, "xz"))
+def inspect(result: Result, ctx: Context, archive: Path, cuda_root: Path | None = None) -> None:
+    root = find_cuda_root(ctx.env, cuda_root) if cuda_root is not None else None
+    with tempfile.TemporaryDirectory(prefix="cudnn-setup-inspect-") as tmp:
+        pkg = read_package(archive, Path(tmp) / "staging", xz=which(ctx, "xz"))
+        built = BuiltFor(pkg.cuda_version, "archive name" if pkg.cuda_version else
+                         "unknown (not in the file name)")
+        if root is not None and pkg.installable:
+            built = built_for(pkg, Path(tmp) / "probe", ctx.env)
     result.cudnn_version = pkg.cudnn_version
     result.add("package", pkg.to_dict())
-    result.lines += describe_package(pkg)
+    result.add("built_for_cuda", built.to_dict())
+    refusal = None
+    if root is not None:
+        result.cuda_root = str(root.path)
+        if pkg.installable:
+            refusal = cuda_mismatch(pkg, built, root, archive.name, StateDir(root.path).manifest())
+    result.lines += describe_package(pkg, built, root and str(root.path),
+                                     root.version if root else None, refusal)
     if not pkg.installable:
         errors = [p for p in pkg.problems if p.severity == "error"]
         raise ArchiveRejected(f"{escape(archive.name)} cannot be installed here: "
                               f"{len(errors)} problem(s)", errors[0].hint, problems=errors)
+    if refusal is not None:
+        raise refusal
 
 
-def describe_package(pkg: Package) -> list[str]:
+def describe_package(pkg: Package, built: BuiltFor | None = None, root: str | None = None,
+                     root_cuda: str | None = None,
+                     refusal: ArchiveRejected | None = None) -> list[str]:
     lines = [f"archive      {escape(pkg.archive_name)} ({pkg.compression}, {pkg.size} bytes)",
              f"sha256       {pkg.sha256 or '-'}",
              f"generation   {pkg.generation or 'unknown'} (layout: {pkg.layout or '-'}, "
              f"top dir: {escape(pkg.top_dir or '-')})",
              f"cuDNN        {pkg.cudnn_version or 'unknown'}"
              + (f"  [{pkg.version_source}]" if pkg.version_source else ""),
+             f"built for    CUDA {built.version or '-'} ({built.source})" if built else
              f"built for    CUDA {pkg.cuda_version or 'unknown (not in the file name)'}"]
     facts = pkg.name_facts
     platform = f"{facts.os}-{facts.arch} (name)" if facts else "unknown (name)"
@@ -45,6 +68,11 @@ def describe_package(pkg: Package) -> list[str]:
     lines.append(f"complete     {'yes' if not pkg.missing else 'no, missing ' + ', '.join(pkg.missing)}")
     for p in pkg.problems:
         lines.append(f"{p.severity:<12} {p.message}" + (f" — {p.hint}" if p.hint else ""))
-    lines.append("verdict      " + ("installable on this machine" if pkg.installable
-                                    else "NOT installable on this machine"))
+    if root is None:
+        lines.append("verdict      " + ("installable on this machine" if pkg.installable
+                                        else "NOT installable on this machine"))
+    elif pkg.installable and refusal is None:
+        lines.append(f"verdict      installable into {root} (CUDA {root_cuda or 'unknown'})")
+    else:
+        lines.append(f"verdict      NOT installable into {root} (CUDA {root_cuda or 'unknown'})")
     return lines

@@ -39,7 +39,7 @@ def install(result: Result, ctx: Context, source: str, *, cuda_root: Path | None
         expected = expected_for(archive.name, sha256)
     outcome = placement.install(archive, root, force=force, dry_run=dry_run, expected=expected,
                                 on_read=_progress(ctx, archive), lock_timeout=ctx.lock_timeout,
-                                xz=which(ctx, "xz"))
+                                xz=which(ctx, "xz"), env=ctx.env)
     pkg = outcome.package
     result.cudnn_version = pkg.cudnn_version if pkg else None
     result.changed = outcome.changed and not dry_run
@@ -80,12 +80,21 @@ def _describe(result: Result, outcome: placement.Outcome, root: CudaRoot, dry_ru
         result.lines += [f"  {a['action']:<16} {a['path']}" for a in outcome.plan.actions()]
         result.lines += [f"note: {n}" for n in outcome.notes]
         return
-    if outcome.changed:
-        ops = outcome.plan.actions()
-        result.lines.append(f"installed {what} into {where}: {len(ops)} change(s), "
-                            f"{len(outcome.plan.unchanged)} file(s) already in place")
+    plan = outcome.plan
+    if plan.ops:
+        result.lines.append(f"installed {what} into {where}: {len(plan.ops)} change(s), "
+                            f"{len(plan.unchanged) + len(plan.adopted)} file(s) already in place")
+    elif outcome.changed:
+        result.lines.append(f"{what} was already in {where}, copied there by hand: nothing "
+                            "written but cudnn-setup's record of it")
     else:
         result.lines.append(f"{what} is already installed in {where}; nothing changed")
-    for path in outcome.plan.manual:
+    for path in plan.manual:
         result.lines.append(f"backed up {path}: it was not installed by cudnn-setup "
                             "(uninstall puts it back)")
+    result.lines += [f"note: {n}" for n in outcome.notes]
+    if plan.adopted:
+        result.lines.append(f"left {len(plan.adopted)} file(s) as they were: identical to the "
+                            "archive's but not installed by cudnn-setup, so uninstall leaves "
+                            "them (" + ", ".join(plan.adopted[:3])
+                            + (" …" if len(plan.adopted) > 3 else "") + ")")

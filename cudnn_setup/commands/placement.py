@@ -1,62 +1,187 @@
 """Placing a cuDNN archive into a CUDA root as one transaction, and taking it out again.
 
 The engine under `install` and `uninstall`: stage and judge the archive inside the root's state
-dir, plan against what is there, apply the plan as a journaled transaction whose commit point is
-the manifest. The commands decide what to do around it (fetching, the loader, Theano, verify).
+dir, check that it fits the root, plan against what is there, make the staged bytes durable,
+apply the plan as a journaled transaction whose commit point is the manifest. The commands
+decide what to do around it (fetching, the loader, Theano, verify).
 """
 from __future__ import annotations
 
 import datetime
 import os
+import re
+import stat
 import tempfile
 import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Mapping
 
 from cudnn_setup import __version__
 from cudnn_setup.archive import read_package
 from cudnn_setup.archive.package import Package
+from cudnn_setup.checks.probe import child_env, probe_module, run_probe
 from cudnn_setup.errors import ArchiveRejected, InstallFailed, os_error
+from cudnn_setup.facts import cuda as cuda_facts
+from cudnn_setup.facts import cudnn as gen
 from cudnn_setup.facts.cuda import CudaRoot
 from cudnn_setup.fetch.checksums import Expected, mismatch
-from cudnn_setup.state.files import with_stats
+from cudnn_setup.fetch.releases import KNOWN_SHA256
+from cudnn_setup.state.files import record_stats
+from cudnn_setup.state.journal import PUT
 from cudnn_setup.state.layout import StateDir, permission_hint, remove_tree
-from cudnn_setup.state.plan import Desired, Plan, conflict_error, make_plan, uninstall_plan
+from cudnn_setup.state.manifest import FILE, Manifest, Source
+from cudnn_setup.state.paths import STATE_DIR, is_within
+from cudnn_setup.state.plan import (Desired, Plan, conflict_error, files_of, make_plan,
+                                    uninstall_plan)
 from cudnn_setup.state.transaction import Filesystem, Transaction, recover
 from cudnn_setup.text import escape
 
-MANIFEST_FORMAT = 1
+PROBE_TIMEOUT = 60.0
 
 
-def relative_lib_dir(root: CudaRoot) -> str:
+# --- where cuDNN goes in the root -------------------------------------------------------------
+
+def _link_on_the_way(root: Path, path: Path) -> str:
+    """The first symlink between `root` and `path`, as `link -> target`."""
+    if not path.is_relative_to(root):
+        return str(path)
+    current = root
+    for part in path.relative_to(root).parts:
+        current = current / part
+        if current.is_symlink():
+            return f"{current} -> {os.readlink(current)}"
+    return str(path)
+
+
+def inside_root(root: Path, path: Path, what: str) -> str:
+    """`path` relative to the root's real tree, its symlinks followed; a directory that a
+    symlink takes out of the root (or into the tool's state) is refused, naming the link."""
+    real_root = os.path.realpath(root)
+    real = os.path.realpath(path)
+    if is_within(real, real_root) and real != real_root:
+        rel = os.path.relpath(real, real_root)
+        if not is_within(rel, STATE_DIR):
+            return rel
+    raise InstallFailed(
+        f"the {what} dir {_link_on_the_way(root, path)} leads out of the CUDA root {root} "
+        f"(to {real}); cudnn-setup writes only inside the root",
+        f"point --cuda-root at the toolkit the link leads into, or make {path.name} a "
+        "directory of the root", code="link-outside-root")
+
+
+def root_dirs(root: CudaRoot) -> tuple[str, str]:
+    """The include and library dirs, relative to the root's real tree (links resolved), so
+    that the manifest's paths never pass through a symlinked directory."""
     lib = root.lib_dir()
-    real_root = root.path.resolve()
-    real_lib = lib.resolve() if lib.exists() else real_root / lib.relative_to(root.path)
-    try:
-        return str(real_lib.relative_to(real_root))
-    except ValueError:
-        raise InstallFailed(f"the library dir {lib} lies outside the CUDA root {root.path}",
-                            "pass --cuda-root the directory that holds the libraries") from None
+    for name in ("lib64", "lib"):  # the name in the root, not the resolved path, for messages
+        candidate = root.path / name
+        if candidate.is_dir() and os.path.realpath(candidate) == os.path.realpath(lib):
+            lib = candidate
+            break
+    return (inside_root(root.path, root.include_dir, "include"),
+            inside_root(root.path, lib, "library"))
 
 
-def desired_entries(pkg: Package, lib_rel: str, links_dir: Path) -> list[Desired]:
+def desired_entries(pkg: Package, include_rel: str, lib_rel: str, links_dir: Path) -> list[Desired]:
     """Headers, libraries and the ldconfig-style link chains, as they should end up."""
-    out = [Desired(f"include/{m.name}", "file", m.sha256, mode=(m.mode & 0o755) | 0o444,
+    out = [Desired(f"{include_rel}/{m.name}", FILE, m.sha256, mode=(m.mode & 0o755) | 0o444,
                    source=m.staged) for m in pkg.headers]
-    for lib in pkg.libraries:
-        m = lib.member
-        out.append(Desired(f"{lib_rel}/{m.name}", "file", m.sha256, mode=(m.mode & 0o755) | 0o444,
-                           source=m.staged))
-    for m in pkg.static_libraries:
-        out.append(Desired(f"{lib_rel}/{m.name}", "file", m.sha256, mode=(m.mode & 0o755) | 0o444,
+    for m in [lib.member for lib in pkg.libraries] + pkg.static_libraries:
+        out.append(Desired(f"{lib_rel}/{m.name}", FILE, m.sha256, mode=(m.mode & 0o755) | 0o444,
                            source=m.staged))
     for link, target in pkg.chains():
         out.append(Desired(f"{lib_rel}/{link}", "symlink", target=target,
                            source=links_dir / link))
     return out
 
+
+# --- does the archive fit the root? -----------------------------------------------------------
+
+@dataclass
+class BuiltFor:
+    """The CUDA version an archive's cuDNN was built for, and how that was learnt."""
+
+    version: str | None
+    source: str
+
+    def to_dict(self) -> dict:
+        return {"version": self.version, "source": self.source}
+
+
+def built_for(pkg: Package, work: Path, env: Mapping[str, str] | None) -> BuiltFor:
+    """From the archive's name; else from cudnnGetCudartVersion() of the staged library, asked
+    in a child process (native code from an archive never runs in this one).
+
+    The child loads the library through links named by SONAME in `work`, so a cuDNN 8/9 finds
+    its sub-libraries there instead of abort()ing.
+    """
+    if pkg.cuda_version:
+        return BuiltFor(pkg.cuda_version, "archive name")
+    main = pkg.library("libcudnn")
+    if main is None or main.member.staged is None:
+        return BuiltFor(None, "unknown: no library to ask")
+    work.mkdir(parents=True, exist_ok=True)
+    for lib in pkg.libraries:
+        for name in {lib.name, lib.elf.soname if lib.elf and lib.elf.soname else lib.name}:
+            if not os.path.lexists(work / name):
+                os.symlink(os.path.abspath(lib.member.staged), work / name)
+    target = main.elf.soname if main.elf and main.elf.soname else main.name
+    result = run_probe(probe_module("load") + [str(work / target)], PROBE_TIMEOUT,
+                       child_env(work, env or {}))
+    number = (result.data or {}).get("cudnnGetCudartVersion")
+    if type(number) is int and 1000 <= number < 1000000:
+        return BuiltFor(cuda_facts.version_text(number), "cudnnGetCudartVersion() of the library")
+    why = "no cudnnGetCudartVersion" if result.data else result.failure()
+    return BuiltFor(None, f"unknown: the name does not say and the library answered nothing "
+                          f"({why[:200]})")
+
+
+def variant_name(name: str, version: str | None, major: int) -> str | None:
+    """The name of the same cuDNN built for CUDA `major`: a published one when the table of
+    NVIDIA's checksums knows it, else the name NVIDIA's scheme gives it."""
+    facts = gen.parse_archive_name(name)
+    if facts is None or facts.cudnn_version is None:
+        return None
+    for known in sorted(KNOWN_SHA256):
+        other = gen.parse_archive_name(known)
+        if other and other.cudnn_version == facts.cudnn_version and other.cuda_major == major \
+                and other.arch == facts.arch:
+            return known
+    new = re.sub(r"_cuda\d+(?:\.\d+)?-archive", f"_cuda{major}-archive", name)
+    if new != name:
+        return new
+    return re.sub(r"^cudnn-\d+\.\d+-", f"cudnn-{major}.x-", name)
+
+
+def cuda_mismatch(pkg: Package, built: BuiltFor, root: CudaRoot, name: str,
+                  old: Manifest | None) -> ArchiveRejected | None:
+    """The refusal of a cuDNN built for another CUDA major than the root's, or None.
+
+    cuDNN is built against one CUDA major (a build for 11.x serves every 11.x); another major
+    fails to load or to run. NVIDIA's support matrix lists the pairs:
+    https://docs.nvidia.com/deeplearning/cudnn/backend/latest/reference/support-matrix.html
+    """
+    if not built.version or root.version is None or root.major is None:
+        return None
+    major = int(built.version.split(".")[0])
+    if major == root.major:
+        return None
+    replaces = ""
+    if old is not None and old.cuda_version and old.cuda_version.split(".")[0] == str(root.major):
+        replaces = f"; it would replace cuDNN {old.cudnn_version}, which is built for this CUDA"
+    variant = variant_name(name, pkg.cudnn_version, root.major)
+    fetch = f"the cuDNN {pkg.cudnn_version} archive for CUDA {root.major}" + (
+        f" ({escape(variant)})" if variant else "")
+    return ArchiveRejected(
+        f"{escape(name)} is cuDNN {pkg.cudnn_version} built for CUDA {built.version} "
+        f"({built.source}), but {root.path} is CUDA {root.version}{replaces}; nothing was changed",
+        f"download {fetch}, or a cuDNN release made for CUDA {root.major}; --force installs "
+        "this one anyway", code="cuda-mismatch")
+
+
+# --- install and uninstall --------------------------------------------------------------------
 
 @dataclass
 class Outcome:
@@ -65,15 +190,20 @@ class Outcome:
     changed: bool
     plan: Plan
     package: Package | None = None
-    manifest: dict | None = None
+    manifest: dict | None = None  # as written to manifest.json
     recovered: str | None = None
     lib_dir: Path | None = None
+    built_for: BuiltFor | None = None
     notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
-        return {"plan": self.plan.actions(), "unchanged": len(self.plan.unchanged),
-                "backed_up": self.plan.manual, "recovered": self.recovered,
-                "lib_dir": str(self.lib_dir) if self.lib_dir else None, "notes": self.notes}
+        out = {"plan": self.plan.actions(), "unchanged": len(self.plan.unchanged),
+               "backed_up": self.plan.manual, "adopted": self.plan.adopted,
+               "kept": self.plan.kept, "recovered": self.recovered,
+               "lib_dir": str(self.lib_dir) if self.lib_dir else None, "notes": self.notes}
+        if self.built_for is not None:
+            out["built_for_cuda"] = self.built_for.to_dict()
+        return out
 
 
 def _stage(archive: Path, staging: Path, expected: Expected | None,
@@ -97,68 +227,126 @@ def _make_links(desired: list[Desired]) -> None:
             os.symlink(d.target, d.source)
 
 
-def _manifest(txid: str, pkg: Package, desired: list[Desired], plan: Plan, lib_rel: str,
-              source_name: str) -> dict:
-    return {
-        "format": MANIFEST_FORMAT,
-        "tool_version": __version__,
-        "txid": txid,
-        "installed_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "cudnn_version": pkg.cudnn_version,
-        "generation": pkg.generation,
-        "cuda_version": pkg.cuda_version,
-        "source": {"name": source_name, "sha256": pkg.sha256, "size": pkg.size},
-        "lib_dir": lib_rel,
-        "libraries": [lib.name for lib in pkg.libraries],
-        "files": [dict(d.record(), replaced=plan.originals.get(d.path)) for d in desired],
-        "originals": plan.originals,
-        "created_dirs": plan.created_dirs,
-    }
+def make_durable(sources: list[Path], top: Path) -> None:
+    """fsync every staged file that goes into the root, then every directory from theirs up to
+    `top`, before the journal and the manifest can claim them: after a power cut an installed
+    library is whole, never empty (dpkg does the same before its renames)."""
+    dirs: set[Path] = set()
+    for source in sources:
+        if stat.S_ISREG(os.lstat(source).st_mode):
+            fd = os.open(source, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        parent = source.parent
+        while parent != top and top in parent.parents:
+            dirs.add(parent)
+            parent = parent.parent
+    for directory in sorted(dirs, key=lambda p: len(p.parts), reverse=True) + [top]:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _manifest(txid: str, pkg: Package, desired: list[Desired], plan: Plan, include_rel: str,
+              lib_rel: str, source_name: str, built: BuiltFor) -> Manifest:
+    return Manifest(
+        tool_version=__version__,
+        txid=txid,
+        installed_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        cudnn_version=pkg.cudnn_version,
+        generation=pkg.generation,
+        cuda_version=built.version,
+        cuda_source=built.source if built.version else None,
+        source=Source(source_name, pkg.sha256, pkg.size),
+        include_dir=include_rel,
+        lib_dir=lib_rel,
+        libraries=[lib.name for lib in pkg.libraries],
+        files=files_of(desired, plan),
+        originals=plan.originals,
+        created_dirs=plan.created_dirs,
+    )
 
 
 def install(archive: Path, root: CudaRoot, *, force: bool = False, dry_run: bool = False,
             expected: Expected | None = None, fs: Filesystem | None = None,
             lock_timeout: float = 300.0, tmp_dir: Path | None = None,
-            on_read: Callable[[int], None] | None = None, xz: str | None = None) -> Outcome:
+            on_read: Callable[[int], None] | None = None, xz: str | None = None,
+            env: Mapping[str, str] | None = None) -> Outcome:
+    """Install `archive` into `root`. `env` is the environment of the child process that asks
+    a library which CUDA it was built for, when the archive's name does not say."""
     state = StateDir(root.path)
-    lib_rel = relative_lib_dir(root)
+    include_rel, lib_rel = root_dirs(root)
+    lib_dir = root.path / lib_rel
     if dry_run:
+        pending = state.pending()
         with tempfile.TemporaryDirectory(prefix="cudnn-setup-plan-", dir=tmp_dir) as tmp:
             staging = Path(tmp)
             pkg = _stage(archive, staging / "staging", expected, on_read, xz)
-            desired = desired_entries(pkg, lib_rel, staging / "links")
-            plan = make_plan(root.path, state.manifest() or {}, desired, force)
-            notes = ["an interrupted transaction will be rolled back first"] if \
-                state.journal_path.exists() else []
-            return Outcome(plan.changed, plan, pkg, lib_dir=root.path / lib_rel, notes=notes)
-    created_state = not state.path.exists()
+            built = built_for(pkg, staging / "probe", env)
+            old = state.manifest()
+            refusal = None if force else cuda_mismatch(pkg, built, root, archive.name, old)
+            if refusal:
+                raise refusal
+            desired = desired_entries(pkg, include_rel, lib_rel, staging / "links")
+            plan = make_plan(root.path, old, desired, force)
+            notes = ["an interrupted transaction will be rolled back first"] if pending else []
+            return Outcome(plan.changed, plan, pkg, lib_dir=lib_dir, built_for=built, notes=notes)
+    created_state = not state.exists()
     with _rolled_back_errors(root.path, "install", "free disk space or fix the error above"), \
             state.locked(lock_timeout):
         recovered = recover(state)
         txid = uuid.uuid4().hex[:12]
         tx = state.tx_dir(txid)
+        notes: list[str] = []
         try:
+            state.check()
             pkg = _stage(archive, tx / "staging", expected, on_read, xz)
-            desired = desired_entries(pkg, lib_rel, tx / "links")
-            plan = make_plan(root.path, state.manifest() or {}, desired, force)
+            built = built_for(pkg, tx / "probe", env)
+            old = state.manifest()
+            refusal = None if force else cuda_mismatch(pkg, built, root, archive.name, old)
+            if refusal:
+                raise refusal
+            desired = desired_entries(pkg, include_rel, lib_rel, tx / "links")
+            plan = make_plan(root.path, old, desired, force)
             if plan.conflicts:
                 raise conflict_error(plan.conflicts, root.path, "replaced")
-            manifest = _manifest(txid, pkg, desired, plan, lib_rel, archive.name)
-            if plan.changed or state.manifest() is None:
+            if plan.changed or old is None:
+                manifest = _manifest(txid, pkg, desired, plan, include_rel, lib_rel,
+                                     archive.name, built)
                 _make_links(desired)
-                Transaction(state, txid, fs).run(
-                    plan.ops,
-                    lambda f: f.write_manifest(state.manifest_path, with_stats(root.path, manifest)),
-                    {"manifest_txid": txid})
+                make_durable([root.path / op.source for op in plan.ops if op.action == PUT], tx)
+
+                def commit(f: Filesystem) -> None:
+                    record_stats(root.path, manifest.files)
+                    f.write_manifest(state.manifest_path, manifest)
+
+                transaction = Transaction(state, txid, fs)
+                transaction.run(plan.ops, commit, txid)
+                notes += _unfinished(transaction)
             else:
-                manifest = state.manifest()
+                manifest = old
         finally:
-            if tx.exists():
+            # A journal still there (a rollback or the tidying after the commit failed) needs
+            # the transaction's dir: the next run finishes the job with it.
+            if os.path.lexists(tx) and not os.path.lexists(state.journal_path):
                 remove_tree(tx)
-            state.tidy()
-            if created_state and not state.manifest_path.exists():
-                state.remove_if_empty()
-    return Outcome(plan.changed, plan, pkg, manifest, recovered, lib_dir=root.path / lib_rel)
+            if state.exists():
+                state.tidy()
+                if created_state and not os.path.lexists(state.manifest_path):
+                    state.remove_if_empty()
+    return Outcome(plan.changed, plan, pkg, manifest.to_dict(), recovered, lib_dir=lib_dir,
+                   built_for=built, notes=notes)
+
+
+def _unfinished(transaction: Transaction) -> list[str]:
+    if transaction.unfinished is None:
+        return []
+    return [f"the change is committed, but tidying up after it failed "
+            f"({transaction.unfinished}); the next cudnn-setup command finishes it"]
 
 
 @contextmanager
@@ -170,45 +358,45 @@ def _rolled_back_errors(root: Path, what: str, hint: str) -> Iterator[None]:
         raise os_error(exc, f"{what} failed") from None
 
 
-def recover_pending(root: CudaRoot, lock_timeout: float = 300.0) -> str | None:
+def recover_pending(root: CudaRoot, lock_timeout: float = 300.0,
+                    fs: Filesystem | None = None) -> str | None:
     """Finish a transaction a killed run left behind, before anything else looks at the root."""
     state = StateDir(root.path)
-    if not state.journal_path.exists() and not (state.path / "tx").exists():
+    if not state.pending():
         return None
-    try:
-        with state.locked(lock_timeout):
-            said = recover(state)
-            state.tidy()
-            return said
-    except PermissionError as exc:
-        raise InstallFailed(f"an interrupted transaction in {root.path} needs rolling back, but: "
-                            f"permission denied ({exc.filename})", permission_hint(root.path),
-                            code="permission-denied") from None
+    with _rolled_back_errors(root.path, "finishing an interrupted transaction",
+                             "fix the error above"), state.locked(lock_timeout):
+        said = recover(state, fs)
+        state.tidy()
+        return said
 
 
 def uninstall(root: CudaRoot, *, force: bool = False, dry_run: bool = False,
               fs: Filesystem | None = None, lock_timeout: float = 300.0) -> Outcome:
     state = StateDir(root.path)
     if dry_run:
-        plan = uninstall_plan(root.path, state.manifest(), state.originals_rel, force)
-        return Outcome(plan.changed, plan, manifest=state.manifest())
-    if not state.path.exists():
+        manifest = state.manifest()
+        plan = uninstall_plan(root.path, manifest, state.originals_rel, force)
+        return Outcome(manifest is not None, plan,
+                       manifest=manifest.to_dict() if manifest else None)
+    if not state.exists():
         return Outcome(False, Plan(), notes=["cudnn-setup has installed nothing here"])
     with _rolled_back_errors(root.path, "uninstall", "fix the error above"), \
             state.locked(lock_timeout):
         recovered = recover(state)
         manifest = state.manifest()
-        plan = uninstall_plan(root.path, state.manifest(), state.originals_rel, force)
+        plan = uninstall_plan(root.path, manifest, state.originals_rel, force)
         if plan.conflicts:
             raise conflict_error(plan.conflicts, root.path, "removed")
+        notes: list[str] = []
         try:
             if manifest is not None:
-                Transaction(state, uuid.uuid4().hex[:12], fs).run(
-                    plan.ops, lambda f: f.unlink(state.manifest_path),
-                    {"manifest_absent": True})
+                transaction = Transaction(state, uuid.uuid4().hex[:12], fs)
+                transaction.run(plan.ops, lambda f: f.unlink(state.manifest_path), None)
+                notes += _unfinished(transaction)
         finally:
-            state.tidy()
+            if state.exists():
+                state.tidy()
         state.remove_if_empty()
-    return Outcome(plan.changed, plan, manifest=manifest, recovered=recovered)
-
-
+    return Outcome(manifest is not None, plan, manifest=manifest.to_dict() if manifest else None,
+                   recovered=recovered, notes=notes)

@@ -18,8 +18,8 @@ def theanorc(result: Result, ctx: Context, *, cuda_root: Path | None = None,
     result.cuda_root = str(root.path)
     recover_first(result, root, ctx)
     manifest = StateDir(root.path).manifest()
-    result.cudnn_version = manifest.get("cudnn_version") if manifest else None
-    lib_dir = root.path / manifest["lib_dir"] if manifest else root.lib_dir()
+    result.cudnn_version = manifest.cudnn_version if manifest else None
+    lib_dir = root.path / manifest.lib_dir if manifest else root.lib_dir()
     check = theanorc_step(result, theanorc_path(ctx, theanorc), root.path, lib_dir, dry_run)
     if check.status == FAIL:
         raise TheanorcRefused(check.detail, "")

@@ -43,3 +43,7 @@ def uninstall(result: Result, ctx: Context, *, cuda_root: Path | None = None,
                             + ("ran" if ok else f"failed: {out}"))
     result.lines.append(head)
     result.lines += [f"  {a['action']:<16} {a['path']}" for a in outcome.plan.actions()]
+    result.lines += [f"note: {n}" for n in outcome.notes]
+    if outcome.plan.kept:
+        result.lines.append(f"left {len(outcome.plan.kept)} file(s) in place: they were there, "
+                            "identical, before cudnn-setup installed this cuDNN")

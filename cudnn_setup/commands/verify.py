@@ -22,7 +22,7 @@ def verify(result: Result, ctx: Context, *, cuda_root: Path | None = None,
                                 theanorc=theanorc_path(ctx, theanorc), theano=not no_theano,
                                 conf=ctx.ld_so_conf, deep=deep)
     manifest = StateDir(root.path).manifest()
-    result.cudnn_version = manifest.get("cudnn_version") if manifest else None
+    result.cudnn_version = manifest.cudnn_version if manifest else None
     failed = [c.name for c in result.checks if c.status == FAIL]
     result.lines.append(f"cuDNN in {root.path}: " + (f"FAILED ({', '.join(failed)})" if failed
                                                      else "ok"))

@@ -1,7 +1,9 @@
 """The tool's state inside a CUDA root: `<root>/.cudnn-setup/` (manifest, journal, lock, staging).
 
 Living inside the root keeps every rename on one filesystem (so atomic) and lets the state
-travel with the root.
+travel with the root. Every piece of it is read and written here, and only after checking that
+the state dir, `tx/` and `originals/` are real directories: one that is a symlink, or not a
+directory, is refused as damaged state rather than followed out of the root.
 """
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import fcntl
 import json
 import os
 import shutil
+import stat
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,34 +20,24 @@ from typing import Iterator
 
 from cudnn_setup.atomic import write_atomic
 from cudnn_setup.errors import InstallFailed
+from cudnn_setup.state.journal import ORIGINALS, TX, Journal
+from cudnn_setup.state.manifest import Manifest
+from cudnn_setup.state.paths import STATE_DIR, Damaged, damaged_error, real_dir_chain
 
-STATE_DIR = ".cudnn-setup"
 MANIFEST = "manifest.json"
 JOURNAL = "journal.json"
-ORIGINALS = "originals"
-TX = "tx"
 DEFAULT_LOCK_TIMEOUT = 300.0
-
-
-def write_json_atomic(path: Path, data: dict) -> None:
-    # anyone may read what is installed; only the writer may change it
-    write_atomic(path, (json.dumps(data, indent=1, sort_keys=True) + "\n").encode(), 0o644)
-
-
-def read_json(path: Path) -> dict | None:
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except FileNotFoundError:
-        return None
-    except ValueError as exc:
-        raise InstallFailed(f"{path} is damaged ({exc})",
-                            "move it aside and reinstall; the files it listed stay in place") from None
+MAX_STATE_BYTES = 64 << 20  # a manifest of cuDNN 9 is about 40 KiB
 
 
 def permission_hint(path: Path) -> str:
     return (f"run as a user who may write {path} (e.g. with sudo), or pick a CUDA root you own "
             "with --cuda-root")
+
+
+def permission_error(path: Path, root: Path) -> InstallFailed:
+    return InstallFailed(f"permission denied: {path}", permission_hint(root),
+                         code="permission-denied")
 
 
 class StateDir:
@@ -69,14 +62,127 @@ class StateDir:
         """The originals store relative to the root."""
         return f"{STATE_DIR}/{ORIGINALS}"
 
+    @property
+    def tx_path(self) -> Path:
+        return self.path / TX
+
     def tx_dir(self, txid: str) -> Path:
-        return self.path / TX / txid
+        return self.tx_path / txid
 
-    def manifest(self) -> dict | None:
-        return read_json(self.manifest_path)
+    def tx_rel(self, txid: str) -> str:
+        return f"{STATE_DIR}/{TX}/{txid}"
 
-    def journal(self) -> dict | None:
-        return read_json(self.journal_path)
+    def damaged(self, what: str) -> InstallFailed:
+        return damaged_error(self.root, what)
+
+    # --- checking the pieces ------------------------------------------------------------------
+
+    def _real_dir(self, path: Path) -> bool:
+        """Whether `path` exists as a directory; a symlink or another type is damaged state."""
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            return False
+        except PermissionError:
+            raise permission_error(path, self.root) from None
+        if stat.S_ISLNK(st.st_mode):
+            raise self.damaged(f"{path} is a symbolic link (to {os.readlink(path)!r}); the tool "
+                               "never makes one there")
+        if not stat.S_ISDIR(st.st_mode):
+            raise self.damaged(f"{path} is not a directory")
+        return True
+
+    def exists(self) -> bool:
+        return self._real_dir(self.path)
+
+    def check(self) -> bool:
+        """The state dir, tx/ and originals/ are real directories where present; whether the
+        state dir exists."""
+        if not self.exists():
+            return False
+        self._real_dir(self.tx_path)
+        self._real_dir(self.originals)
+        return True
+
+    def inside(self, rel: str) -> Path:
+        """`root/rel` for a path under the state dir, after checking that no directory on the
+        way there is a symlink."""
+        try:
+            real_dir_chain(self.root, rel)
+        except Damaged as exc:
+            raise self.damaged(str(exc)) from None
+        return self.root / rel
+
+    def pending(self) -> bool:
+        """Whether a journal or leftover staging waits for recovery."""
+        if not self.check():
+            return False
+        return os.path.lexists(self.journal_path) or self.tx_path.exists()
+
+    # --- reading and writing records ----------------------------------------------------------
+
+    def _read(self, name: str) -> object | None:
+        if not self.exists():
+            return None
+        flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW
+        try:
+            dir_fd = os.open(self.path, flags | os.O_DIRECTORY)
+        except FileNotFoundError:
+            return None
+        except PermissionError:
+            raise permission_error(self.path, self.root) from None
+        except OSError as exc:  # ELOOP, ENOTDIR: replaced since it was checked
+            raise self.damaged(f"{self.path}: {exc.strerror}") from None
+        try:
+            try:
+                fd = os.open(name, flags | os.O_NONBLOCK, dir_fd=dir_fd)
+            except FileNotFoundError:
+                return None
+            except PermissionError:
+                raise permission_error(self.path / name, self.root) from None
+            except OSError as exc:
+                if exc.errno == errno.ELOOP:
+                    raise self.damaged(f"{name} is a symbolic link") from None
+                raise
+            with os.fdopen(fd, "rb") as f:
+                st = os.fstat(f.fileno())
+                if not stat.S_ISREG(st.st_mode):
+                    raise self.damaged(f"{name} is not a regular file")
+                data = f.read(MAX_STATE_BYTES + 1)
+        finally:
+            os.close(dir_fd)
+        if len(data) > MAX_STATE_BYTES:
+            raise self.damaged(f"{name} is larger than {MAX_STATE_BYTES >> 20} MiB")
+        try:
+            return json.loads(data.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+            raise self.damaged(f"{name} is not valid JSON ({str(exc)[:200]})") from None
+
+    def manifest(self) -> Manifest | None:
+        """The validated manifest, None when there is none; damaged state raises."""
+        data = self._read(MANIFEST)
+        if data is None:
+            return None
+        try:
+            return Manifest.load(data, self.root)
+        except Damaged as exc:
+            raise self.damaged(f"{MANIFEST}: {exc}") from None
+
+    def journal(self) -> Journal | None:
+        data = self._read(JOURNAL)
+        if data is None:
+            return None
+        try:
+            journal = Journal.load(data, self.root)
+        except Damaged as exc:
+            raise self.damaged(f"{JOURNAL}: {exc}") from None
+        return journal
+
+    def write_journal(self, journal: Journal) -> None:
+        self.check()
+        _write_json(self.journal_path, journal.to_dict())
+
+    # --- creating, locking, tidying -----------------------------------------------------------
 
     def ensure(self) -> bool:
         """Create the state dir; True when this call created it."""
@@ -84,19 +190,23 @@ class StateDir:
             self.path.mkdir()
             return True
         except FileExistsError:
+            self.exists()  # refuses a symlink (dangling or not) or a file there
             return False
         except PermissionError:
-            raise InstallFailed(f"permission denied creating {self.path}",
-                                permission_hint(self.root), code="permission-denied") from None
+            raise permission_error(self.path, self.root) from None
 
     def tidy(self) -> None:
         """Drop the transactions dir once no transaction uses it."""
-        tx = self.path / TX
-        if tx.is_dir() and not any(tx.iterdir()):
-            tx.rmdir()
+        if self._real_dir(self.tx_path):
+            with os.scandir(self.tx_path) as entries:
+                empty = next(entries, None) is None
+            if empty:
+                self.tx_path.rmdir()
 
     def remove_if_empty(self) -> None:
         """Drop leftovers the tool owns, then the dir itself if nothing is left."""
+        if not self.exists():
+            return
         self.tidy()
         try:
             self.path.rmdir()
@@ -113,40 +223,58 @@ class StateDir:
         """
         deadline = time.monotonic() + timeout
         delay = 0.05
+        flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
         while True:
             self.ensure()
             try:
-                fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY)
-            except FileNotFoundError:
-                continue
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
+                fd = os.open(self.path, flags)
+            except FileNotFoundError:  # removed by an uninstall finishing meanwhile
+                fd = None
+            except OSError as exc:  # ELOOP, ENOTDIR: a symlink or a file appeared there
+                raise self.damaged(f"{self.path}: {exc.strerror}") from None
+            if fd is not None:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    os.close(fd)
+                    fd = None
+            if fd is not None:
+                try:
+                    same = os.lstat(self.path).st_ino == os.fstat(fd).st_ino
+                except FileNotFoundError:
+                    same = False
+                if same:
+                    break
                 os.close(fd)
-                if time.monotonic() >= deadline:
-                    raise InstallFailed(
-                        f"another cudnn-setup run holds the lock on {self.root} "
-                        f"(waited {timeout:.0f} s)",
-                        "wait for it to finish, then run again", code="lock-held") from None
-                time.sleep(delay)
-                delay = min(delay * 2, 1.0)
-                continue
-            try:
-                same = os.stat(self.path).st_ino == os.fstat(fd).st_ino
-            except FileNotFoundError:
-                same = False
-            if not same:
-                os.close(fd)
-                continue
-            break
+            if time.monotonic() >= deadline:
+                raise InstallFailed(
+                    f"another cudnn-setup run holds the lock on {self.root} "
+                    f"(waited {timeout:.0f} s)",
+                    "wait for it to finish, then run again", code="lock-held")
+            time.sleep(delay)
+            delay = min(delay * 2, 1.0)
         try:
             yield
         finally:
             os.close(fd)
 
 
+def _write_json(path: Path, data: dict) -> None:
+    # anyone may read what is installed; only the writer may change it
+    write_atomic(path, (json.dumps(data, indent=1, sort_keys=True) + "\n").encode(), 0o644)
+
+
+def write_manifest(path: Path, manifest: Manifest) -> None:
+    _write_json(path, manifest.to_dict())
+
+
 def remove_tree(path: Path) -> None:
-    if path.is_symlink() or path.is_file():
-        path.unlink()
-    elif path.exists():
+    """Remove a file, a link (not what it points to) or a directory tree (not following links)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(st.st_mode):
         shutil.rmtree(path)
+    else:
+        os.unlink(path)

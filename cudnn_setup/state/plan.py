@@ -1,8 +1,22 @@
 """The plan of an install: what to place, link, replace and back up; decided before any change.
 
 `make_plan` is the decision table: for each file cuDNN needs, compare what the archive brings
-with what is in the root now and with what the manifest recorded, and choose (leave, create,
-replace, back up as an original, or refuse as changed since it was installed).
+with what is in the root now and with what the manifest recorded, and choose:
+
+| in the manifest? | in the root now                 | decision                                 |
+|------------------|---------------------------------|------------------------------------------|
+| no               | nothing                         | create                                   |
+| no               | exactly the archive's file      | adopt: leave it, record it as an original |
+|                  |                                 | found in place (uninstall leaves it)      |
+| no               | something else                  | back it up as an original, then replace  |
+| no, but an original waits to go back there | anything | refuse (unless --force)               |
+| yes              | exactly the archive's file      | leave it                                 |
+| yes              | what the tool installed         | replace (an original found in place moves |
+|                  |                                 | to the originals store first)            |
+| yes              | changed since it was installed  | refuse (unless --force)                  |
+
+and for each file of the previous install the archive no longer has: remove it when unchanged
+(an original found in place moves to the store), refuse when changed.
 """
 from __future__ import annotations
 
@@ -11,8 +25,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cudnn_setup.errors import InstallFailed
-from cudnn_setup.state.files import describe_known, same_content
-from cudnn_setup.state.transaction import MKDIR, PUT, REMOVE, RMDIR, Op
+from cudnn_setup.state.files import describe_known
+from cudnn_setup.state.journal import MKDIR, PUT, REMOVE, RMDIR, Op
+from cudnn_setup.state.manifest import DIR, FILE, Content, FileRecord, Manifest, Original
+from cudnn_setup.state.paths import damaged_error
 from cudnn_setup.text import escape
 
 
@@ -25,13 +41,14 @@ class Desired:
     mode: int = 0o644
     source: Path | None = None  # staged bytes (absolute)
 
-    def record(self) -> dict:
-        out = {"path": self.path, "type": self.kind}
-        if self.kind == "file":
-            out.update(sha256=self.sha256, mode=self.mode)
-        else:
-            out["target"] = self.target
-        return out
+    def content(self) -> Content:
+        if self.kind == FILE:
+            return Content(FILE, self.sha256, self.mode)
+        return Content(self.kind, target=self.target)
+
+    def matches(self, current: Content | None) -> bool:
+        """Whether `current` is exactly this: same bytes and mode, or same link target."""
+        return self.content().same(current) and (self.kind != FILE or current.mode == self.mode)
 
 
 @dataclass
@@ -40,15 +57,18 @@ class Plan:
     unchanged: list[str] = field(default_factory=list)
     conflicts: list[str] = field(default_factory=list)  # changed since the tool installed them
     manual: list[str] = field(default_factory=list)  # not the tool's: backed up, kept for uninstall
-    originals: dict[str, dict] = field(default_factory=dict)
+    adopted: list[str] = field(default_factory=list)  # not the tool's, identical: left in place
+    kept: list[str] = field(default_factory=list)  # uninstall: found in place, left in place
+    originals: dict[str, Original] = field(default_factory=dict)
     created_dirs: list[str] = field(default_factory=list)
+    record_changed: bool = False  # the manifest must be rewritten even without ops
 
     @property
     def changed(self) -> bool:
-        return bool(self.ops)
+        return bool(self.ops) or bool(self.adopted) or self.record_changed
 
     def actions(self) -> list[dict]:
-        """The plan for people: create / replace / link / remove / back up, in order."""
+        """The plan for people: create / replace / link / remove / back up / adopt, in order."""
         out = []
         for op in self.ops:
             if op.action == PUT:
@@ -57,59 +77,81 @@ class Plan:
                     out.append({"action": "back up", "path": op.path})
                 out.append({"action": verb, "path": op.path})
             elif op.action == REMOVE:
+                if op.original:
+                    out.append({"action": "back up", "path": op.path})
                 out.append({"action": "remove", "path": op.path})
             elif op.action == MKDIR:
                 out.append({"action": "create directory", "path": op.path})
             elif op.action == RMDIR:
                 out.append({"action": "remove directory", "path": op.path})
+        out += [{"action": "adopt", "path": p} for p in self.adopted]
+        out += [{"action": "keep", "path": p} for p in self.kept]
         return out
 
 
-def make_plan(root: Path, old: dict, desired: list[Desired], force: bool) -> Plan:
+def _parent(path: str) -> str:
+    return path.rpartition("/")[0]
+
+
+def make_plan(root: Path, old: Manifest | None, desired: list[Desired], force: bool) -> Plan:
     """What to do so that `desired` is in `root`, given the manifest of the previous install."""
-    old_files = {e["path"]: e for e in old.get("files", [])}
-    plan = Plan(originals=dict(old.get("originals", {})),
-                created_dirs=list(old.get("created_dirs", [])))
-    wanted_paths = {d.path for d in desired}
-    for d in sorted({str(Path(d.path).parent) for d in desired}):
-        if not (root / d).exists():
+    old_files = {f.path: f for f in old.files} if old else {}
+    originals = dict(old.originals) if old else {}
+    plan = Plan(originals=originals, created_dirs=list(old.created_dirs) if old else [])
+    wanted = {d.path for d in desired}
+    for d in sorted({_parent(d.path) for d in desired}):
+        if not os.path.lexists(root / d):
             plan.ops.append(Op(MKDIR, d))
             plan.created_dirs.append(d)
     for d in desired:
-        current = describe_known(root / d.path, old_files.get(d.path))
-        record = d.record()
-        if current is not None and current["type"] == "dir":
-            raise InstallFailed(f"{root / d.path} is a directory where cuDNN puts a "
-                                f"{d.kind}", "move it away, then run again")
-        if same_content(current, record) and current.get("mode", d.mode) == d.mode and not force:
-            plan.unchanged.append(d.path)
+        prev = old_files.get(d.path)
+        current = describe_known(root / d.path, prev)
+        if current is not None and current.type == DIR:
+            raise InstallFailed(f"{root / d.path} is a directory where cuDNN puts a {d.kind}",
+                                "move it away, then run again", code="directory-in-the-way")
+        waiting = originals.get(d.path)
+        if prev is None and current is not None and waiting and not force:
+            plan.conflicts.append(d.path)  # an original waits to go back where this stands
+            continue
+        if d.matches(current) and not force:
+            if prev is None:  # exactly the archive's file, put there by hand: leave it
+                originals[d.path] = Original(current, in_place=True)
+                plan.adopted.append(d.path)
+            else:
+                plan.unchanged.append(d.path)
             continue
         source = os.path.relpath(d.source, root) if d.source else None
         if current is None:
             plan.ops.append(Op(PUT, d.path, source, kind=d.kind))
             continue
-        ours = d.path in old_files and same_content(current, old_files[d.path])
-        if d.path in old_files and not ours and not force:
-            plan.conflicts.append(d.path)
-            continue
-        original = False
-        if d.path not in old_files:
-            if d.path in plan.originals and not force:
+        if prev is not None:
+            if not current.same(prev.content) and not force:
                 plan.conflicts.append(d.path)
                 continue
-            if d.path not in plan.originals:
-                original = True
-                plan.originals[d.path] = current
-                plan.manual.append(d.path)
+            found = waiting is not None and waiting.in_place
+            if found:  # the file found in place leaves: it goes to the originals store
+                originals[d.path] = Original(current)
+            plan.ops.append(Op(PUT, d.path, source, backup=True, original=found, kind=d.kind))
+            continue
+        original = waiting is None
+        if original:
+            originals[d.path] = Original(current)
+            plan.manual.append(d.path)
         plan.ops.append(Op(PUT, d.path, source, backup=True, original=original, kind=d.kind))
-    for path, entry in old_files.items():
-        if path in wanted_paths:
+    for path, prev in old_files.items():
+        if path in wanted:
             continue
-        current = describe_known(root / path, entry)
+        current = describe_known(root / path, prev)
+        found = path in originals and originals[path].in_place
         if current is None:
+            if found:  # the file found in place is gone: nothing to put back
+                del originals[path]
+                plan.record_changed = True
             continue
-        if same_content(current, entry) or force:
-            plan.ops.append(Op(REMOVE, path, backup=True))
+        if current.same(prev.content) or force:
+            if found:
+                originals[path] = Original(current)
+            plan.ops.append(Op(REMOVE, path, backup=True, original=found))
         else:
             plan.conflicts.append(path)
     return plan
@@ -123,28 +165,46 @@ def conflict_error(conflicts: list[str], root: Path, verb: str) -> InstallFailed
                          code="changed-files")
 
 
-def uninstall_plan(root: Path, manifest: dict | None, originals_rel: str, force: bool) -> Plan:
+def uninstall_plan(root: Path, manifest: Manifest | None, originals_rel: str, force: bool) -> Plan:
     """Take out every file the manifest lists and put back the originals it displaced.
 
-    `originals_rel` is the originals store relative to the root.
+    Originals found in place are left as they are; `originals_rel` is the originals store
+    relative to the root.
     """
     plan = Plan()
     if manifest is None:
         return plan
-    for entry in manifest["files"]:
-        current = describe_known(root / entry["path"], entry)
+    for entry in manifest.files:
+        original = manifest.originals.get(entry.path)
+        if original is not None and original.in_place:
+            plan.kept.append(entry.path)
+            continue
+        current = describe_known(root / entry.path, entry)
         if current is None:
             continue
-        if same_content(current, entry) or force:
-            plan.ops.append(Op(REMOVE, entry["path"], backup=True))
+        if current.same(entry.content) or force:
+            plan.ops.append(Op(REMOVE, entry.path, backup=True))
         else:
-            plan.conflicts.append(entry["path"])
-    installed = {entry["path"] for entry in manifest["files"]}
-    for path in sorted(manifest.get("originals", {})):
+            plan.conflicts.append(entry.path)
+    installed = {entry.path for entry in manifest.files}
+    for path, original in sorted(manifest.originals.items()):
+        if original.in_place:
+            continue
+        if not os.path.lexists(root / originals_rel / path):
+            raise damaged_error(root, f"the original {path} is missing from {originals_rel}")
         if path not in installed and os.path.lexists(root / path) and not force:
             plan.conflicts.append(path)  # something new stands where the original goes back
             continue
         plan.ops.append(Op(PUT, path, f"{originals_rel}/{path}"))
-    for d in reversed(manifest.get("created_dirs", [])):
+    for d in reversed(manifest.created_dirs):
         plan.ops.append(Op(RMDIR, d))
     return plan
+
+
+def files_of(desired: list[Desired], plan: Plan) -> list[FileRecord]:
+    """The manifest's records of what the install leaves in place."""
+    out = []
+    for d in desired:
+        original = plan.originals.get(d.path)
+        out.append(FileRecord(d.path, d.content(), original.content if original else None))
+    return out

@@ -3,24 +3,35 @@
 Before the first change a journal listing every operation is written to the state dir. Every
 operation is a rename within one filesystem, so each is atomic, and each can be undone by looking
 at what is on disk: whatever was at a destination is first renamed into the transaction's backup
-dir. The commit point is one atomic step (writing or removing the manifest); a journal found later
-is rolled back when that step did not happen, and rolled forward when it did.
+dir, and a put records the inode it moves into place. The commit point is one atomic step
+(writing or removing the manifest); a journal found later is rolled back when that step did not
+happen, and rolled forward when it did.
+
+Recovery is idempotent, so a kill during recovery is repaired by the next one: every undo step
+first looks whether it is still needed (is the put's inode at the destination? is the backup
+still there?), and a finished recovery removes the journal before the transaction's dir, so a
+kill between the two leaves only leftovers that any later run sweeps away.
 """
 from __future__ import annotations
 
 import os
-import shutil
-from dataclasses import asdict, dataclass
+import stat
 from pathlib import Path
 from typing import Callable
 
-from cudnn_setup.state.layout import StateDir, remove_tree, write_json_atomic
+from cudnn_setup.atomic import fsync_dir
+from cudnn_setup.state.journal import MKDIR, PUT, REMOVE, RMDIR, Journal, Op
+from cudnn_setup.state.layout import StateDir, remove_tree, write_manifest
+from cudnn_setup.state.manifest import Manifest
+from cudnn_setup.state.paths import Damaged, contained
 
-PUT, REMOVE, MKDIR, RMDIR = "put", "remove", "mkdir", "rmdir"
+__all__ = ["Filesystem", "Transaction", "Op", "PUT", "REMOVE", "MKDIR", "RMDIR", "rollback",
+           "finish", "recover"]
 
 
 class Filesystem:
-    """Every change made under a CUDA root goes through here, so tests can inject faults."""
+    """Every change made under a CUDA root goes through here, so tests can inject faults
+    (an OSError, or a SIGKILL) at any step of a transaction or of its recovery."""
 
     def replace(self, src: Path, dst: Path) -> None:
         os.replace(src, dst)
@@ -34,25 +45,65 @@ class Filesystem:
     def makedirs(self, path: Path) -> None:
         path.mkdir(parents=True, exist_ok=True)
 
-    def write_manifest(self, path: Path, data: dict) -> None:
-        write_json_atomic(path, data)
+    def write_manifest(self, path: Path, manifest: Manifest) -> None:
+        write_manifest(path, manifest)
 
     def unlink(self, path: Path) -> None:
         os.unlink(path)
 
+    def remove_tree(self, path: Path) -> None:
+        remove_tree(path)
 
-@dataclass
-class Op:
-    action: str  # put | remove | mkdir | rmdir
-    path: str  # relative to the root
-    source: str | None = None  # for put: relative to the root (staging or originals store)
-    backup: bool = False  # move what is at `path` aside first
-    original: bool = False  # the backup is a file the tool did not install: keep it for uninstall
-    kind: str = "file"  # what a put places: file | symlink
+    def fsync_dir(self, path: Path) -> None:
+        fsync_dir(path)
 
-    @staticmethod
-    def from_dict(data: dict) -> "Op":
-        return Op(**data)
+
+def _is_dir(path: Path) -> bool:
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except FileNotFoundError:
+        return False
+
+
+def _empty_dir(path: Path) -> bool:
+    if not _is_dir(path):
+        return False
+    with os.scandir(path) as entries:
+        return next(entries, None) is None
+
+
+def _ino(path: Path) -> int | None:
+    try:
+        return os.lstat(path).st_ino
+    except FileNotFoundError:
+        return None
+
+
+class _Paths:
+    """The absolute paths one journal's operations touch, each checked right before use."""
+
+    def __init__(self, state: StateDir, txid: str):
+        self.state = state
+        self.root = state.root
+        self.real_root = os.path.realpath(state.root)
+        self.tx_rel = state.tx_rel(txid)
+
+    def dest(self, op: Op) -> Path:
+        try:
+            contained(self.root, op.path, "the path", self.real_root)
+        except Damaged as exc:
+            raise self.state.damaged(str(exc)) from None
+        return self.root / op.path
+
+    def source(self, op: Op) -> Path:
+        assert op.source is not None
+        return self.state.inside(op.source)
+
+    def backup(self, op: Op) -> Path:
+        return self.state.inside(f"{self.tx_rel}/backup/{op.path}")
+
+    def kept(self, op: Op) -> Path:
+        return self.state.inside(f"{self.state.originals_rel}/{op.path}")
 
 
 class Transaction:
@@ -61,108 +112,143 @@ class Transaction:
         self.root = state.root
         self.txid = txid
         self.fs = fs or Filesystem()
+        self.paths = _Paths(state, txid)
         self.backup_dir = state.tx_dir(txid) / "backup"
+        self.unfinished: str | None = None  # why tidying up after the commit point failed
 
-    def run(self, ops: list[Op], commit: Callable[[Filesystem], None], commit_check: dict) -> None:
-        """Apply `ops`, then `commit`; on any exception (even KeyboardInterrupt) undo it all."""
-        journal = {"txid": self.txid, "ops": [asdict(op) for op in ops], "commit": commit_check}
+    def run(self, ops: list[Op], commit: Callable[[Filesystem], None],
+            manifest_txid: str | None) -> None:
+        """Apply `ops`, then `commit`; on any exception (even KeyboardInterrupt) undo it all.
+
+        `manifest_txid`: the commit writes the manifest of that txid; None: it removes it.
+        """
+        self.state.check()
+        for op in ops:  # a missing source fails here, before the journal names it
+            if op.action == PUT:
+                op.ino = os.lstat(self.paths.source(op)).st_ino
+        journal = Journal(self.txid, ops, manifest_txid)
         self.fs.makedirs(self.backup_dir)
-        write_json_atomic(self.state.journal_path, journal)
+        self.state.write_journal(journal)
         try:
             for op in ops:
                 self._apply(op)
+            self._sync(ops)
             commit(self.fs)
         except BaseException:
-            rollback(self.state, journal)
+            rollback(self.state, journal, self.fs)
             raise
-        finish(self.state, journal)
+        try:
+            finish(self.state, journal, self.fs)
+        except OSError as exc:  # committed: the change stands, the next run tidies up
+            self.unfinished = str(exc)
 
     def _apply(self, op: Op) -> None:
-        dest = self.root / op.path
+        dest = self.paths.dest(op)
         if op.action == MKDIR:
             self.fs.mkdir(dest)
             return
         if op.action == RMDIR:
-            if dest.is_dir() and not any(dest.iterdir()):
+            if _empty_dir(dest):
                 self.fs.rmdir(dest)
             return
         if op.backup and os.path.lexists(dest):
-            backup = self.backup_dir / op.path
+            backup = self.paths.backup(op)
             self.fs.makedirs(backup.parent)
             self.fs.replace(dest, backup)
         if op.action == PUT:
-            assert op.source is not None
             self.fs.makedirs(dest.parent)
-            self.fs.replace(self.root / op.source, dest)
+            self.fs.replace(self.paths.source(op), dest)
+
+    def _sync(self, ops: list[Op]) -> None:
+        """Make the renames durable before the commit point claims them (a power cut after
+        "installed" must not bring back the old directory entries)."""
+        dirs = {self.paths.dest(op).parent for op in ops}
+        dirs |= {self.paths.backup(op).parent for op in ops if op.backup}
+        for directory in sorted(dirs):
+            if _is_dir(directory):
+                self.fs.fsync_dir(directory)
 
 
-def _committed(state: StateDir, journal: dict) -> bool:
-    check = journal.get("commit", {})
-    manifest = state.manifest()
-    if "manifest_txid" in check:
-        return manifest is not None and manifest.get("txid") == check["manifest_txid"]
-    if check.get("manifest_absent"):
-        return manifest is None
-    return False
+def rollback(state: StateDir, journal: Journal, fs: Filesystem | None = None) -> None:
+    """Undo whatever part of the journal's operations reached the disk, newest first.
 
-
-def rollback(state: StateDir, journal: dict) -> None:
-    """Undo whatever part of the journal's operations reached the disk, newest first."""
-    root = state.root
-    backup_dir = state.tx_dir(journal["txid"]) / "backup"
-    for op in reversed([Op.from_dict(d) for d in journal["ops"]]):
-        dest = root / op.path
+    Safe to repeat after a kill at any step: each undo acts only if its effect is still there.
+    """
+    fs = fs or Filesystem()
+    paths = _Paths(state, journal.txid)
+    for op in reversed(journal.ops):
+        dest = paths.dest(op)
         if op.action == MKDIR:
-            if dest.is_dir() and not dest.is_symlink() and not any(dest.iterdir()):
-                os.rmdir(dest)
+            if _empty_dir(dest):
+                fs.rmdir(dest)
             continue
         if op.action == RMDIR:
             if not os.path.lexists(dest):
-                os.mkdir(dest)
+                fs.mkdir(dest)
             continue
-        if op.action == PUT and op.source:
-            source = root / op.source
-            if os.path.lexists(dest) and not os.path.lexists(source):
-                source.parent.mkdir(parents=True, exist_ok=True)
-                os.replace(dest, source)
-        backup = backup_dir / op.path
-        if op.backup and os.path.lexists(backup):
-            os.replace(backup, dest)
-    _drop_journal(state, journal)
+        if op.action == PUT and op.ino is not None and _ino(dest) == op.ino:
+            source = paths.source(op)
+            fs.makedirs(source.parent)
+            fs.replace(dest, source)
+        if op.backup:
+            backup = paths.backup(op)
+            if os.path.lexists(backup):
+                fs.replace(backup, dest)
+    _drop(state, journal, fs)
 
 
-def finish(state: StateDir, journal: dict) -> None:
+def finish(state: StateDir, journal: Journal, fs: Filesystem | None = None) -> None:
     """After the commit point: keep originals the tool displaced, drop everything else."""
-    backup_dir = state.tx_dir(journal["txid"]) / "backup"
-    for op in (Op.from_dict(d) for d in journal["ops"]):
-        backup = backup_dir / op.path
-        if op.original and os.path.lexists(backup):
-            kept = state.originals / op.path
-            kept.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(backup, kept)
-    if state.manifest() is None and state.originals.exists():
-        shutil.rmtree(state.originals)
-    _drop_journal(state, journal)
+    fs = fs or Filesystem()
+    paths = _Paths(state, journal.txid)
+    for op in journal.ops:
+        if not op.original:
+            continue
+        backup = paths.backup(op)
+        if os.path.lexists(backup):
+            kept = paths.kept(op)
+            fs.makedirs(kept.parent)
+            fs.replace(backup, kept)
+    if state.manifest() is None and _is_dir(state.originals):
+        fs.remove_tree(state.originals)
+    _drop(state, journal, fs)
 
 
-def _drop_journal(state: StateDir, journal: dict) -> None:
-    remove_tree(state.tx_dir(journal["txid"]))
-    if state.journal_path.exists():
-        os.unlink(state.journal_path)
+def _drop(state: StateDir, journal: Journal, fs: Filesystem) -> None:
+    # The journal goes first: once it is gone, the transaction's dir is a leftover that any
+    # later run removes; the other way round, a kill in between would replay the journal
+    # against staging that no longer exists.
+    if os.path.lexists(state.journal_path):
+        fs.unlink(state.journal_path)
+    tx = state.tx_dir(journal.txid)
+    if os.path.lexists(tx):
+        fs.remove_tree(tx)
 
 
-def recover(state: StateDir) -> str | None:
-    """Finish a transaction a killed run left behind; say what was done, or None."""
+def committed(state: StateDir, journal: Journal) -> bool:
+    manifest = state.manifest()
+    if journal.manifest_txid is not None:
+        return manifest is not None and manifest.txid == journal.manifest_txid
+    return manifest is None
+
+
+def recover(state: StateDir, fs: Filesystem | None = None) -> str | None:
+    """Finish a transaction a killed run left behind; say what was done, or None.
+
+    The caller holds the lock.
+    """
+    fs = fs or Filesystem()
+    if not state.check():
+        return None
     journal = state.journal()
     said = None
-    if journal is not None and _committed(state, journal):
-        finish(state, journal)
-        said = f"finished transaction {journal['txid']} that an interrupted run had committed"
+    if journal is not None and committed(state, journal):
+        finish(state, journal, fs)
+        said = f"finished transaction {journal.txid} that an interrupted run had committed"
     elif journal is not None:
-        rollback(state, journal)
-        said = f"rolled back transaction {journal['txid']} that an interrupted run left unfinished"
-    tx = state.path / "tx"
-    if tx.is_dir():  # staging of a run killed before its journal was written
-        for leftover in tx.iterdir():
-            remove_tree(leftover)
+        rollback(state, journal, fs)
+        said = f"rolled back transaction {journal.txid} that an interrupted run left unfinished"
+    if state.check() and _is_dir(state.tx_path):  # staging of runs killed before or after a journal
+        for leftover in sorted(os.listdir(state.tx_path)):
+            fs.remove_tree(state.tx_path / leftover)
     return said

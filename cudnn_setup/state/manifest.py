@@ -1,0 +1,201 @@
+"""The manifest: what cudnn-setup installed in a CUDA root, as typed records.
+
+Written last by an install (its commit point), removed last by an uninstall. `Manifest.load`
+accepts only what the tool writes: the format version it knows, every field of its type, every
+path relative, normalised and inside the root.
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cudnn_setup.facts import cudnn as gen
+from cudnn_setup.state.fields import HEX_ID, SHA256, Fields, text
+from cudnn_setup.state.paths import Damaged, contained, relative
+
+FORMAT = 1
+FILE, SYMLINK, DIR, OTHER = "file", "symlink", "dir", "other"
+_VERSION = re.compile(r"^\d{1,6}\.\d{1,6}\.\d{1,6}$")
+_CUDA = re.compile(r"^\d{1,4}(\.\d{1,4}){0,2}$")
+_NAME = re.compile(r"^[^/\x00]{1,255}$")
+
+
+@dataclass(frozen=True)
+class Content:
+    """What stands at a path: a file (bytes and mode), a symlink (target), a dir, or other."""
+
+    type: str
+    sha256: str | None = None
+    mode: int | None = None
+    target: str | None = None
+
+    def same(self, other: "Content | None") -> bool:
+        """Same bytes or same link target (the mode is compared separately)."""
+        if other is None or other.type != self.type:
+            return False
+        if self.type == SYMLINK:
+            return other.target == self.target
+        if self.type == FILE:
+            return other.sha256 == self.sha256
+        return True
+
+    def to_dict(self) -> dict:
+        out: dict = {"type": self.type}
+        if self.type == FILE:
+            out.update(sha256=self.sha256, mode=self.mode)
+        elif self.type == SYMLINK:
+            out["target"] = self.target
+        return out
+
+    @staticmethod
+    def load(f: Fields) -> "Content":
+        kind = f.choice("type", (FILE, SYMLINK, DIR, OTHER))
+        if kind == FILE:
+            return Content(FILE, f.text("sha256", pattern=SHA256),
+                           f.integer("mode", high=0o7777))
+        if kind == SYMLINK:
+            return Content(SYMLINK, target=f.text("target"))
+        return Content(kind)
+
+
+@dataclass
+class FileRecord:
+    """One header, library or link the tool placed."""
+
+    path: str
+    content: Content
+    replaced: Content | None = None  # what stood there before the tool first wrote the path
+    stat: tuple[int, int, int, int] | None = None  # inode, size, mtime, ctime once in place
+
+    @property
+    def type(self) -> str:
+        return self.content.type
+
+    def to_dict(self) -> dict:
+        out = dict(self.content.to_dict(), path=self.path,
+                   replaced=self.replaced.to_dict() if self.replaced else None)
+        if self.stat is not None:
+            out["stat"] = list(self.stat)
+        return out
+
+
+@dataclass(frozen=True)
+class Original:
+    """A file the tool found where cuDNN goes and did not write.
+
+    Kept in the originals store and put back by uninstall, or, when it was already exactly what
+    the archive holds, left in place (`in_place`): then uninstall leaves it alone.
+    """
+
+    content: Content
+    in_place: bool = False
+
+    def to_dict(self) -> dict:
+        return dict(self.content.to_dict(), kept="in-place" if self.in_place else "store")
+
+
+@dataclass
+class Source:
+    name: str
+    sha256: str | None
+    size: int
+
+
+@dataclass
+class Manifest:
+    txid: str
+    cudnn_version: str
+    generation: str | None
+    cuda_version: str | None
+    source: Source
+    lib_dir: str
+    files: list[FileRecord]
+    libraries: list[str] = field(default_factory=list)
+    originals: dict[str, Original] = field(default_factory=dict)
+    created_dirs: list[str] = field(default_factory=list)
+    include_dir: str = "include"
+    cuda_source: str | None = None  # how cuda_version was learnt: archive name, library
+    tool_version: str = ""
+    installed_at: str = ""
+    format: int = FORMAT
+
+    def file(self, path: str) -> FileRecord | None:
+        return next((f for f in self.files if f.path == path), None)
+
+    def to_dict(self) -> dict:
+        return {
+            "format": self.format, "tool_version": self.tool_version, "txid": self.txid,
+            "installed_at": self.installed_at, "cudnn_version": self.cudnn_version,
+            "generation": self.generation, "cuda_version": self.cuda_version,
+            "cuda_source": self.cuda_source,
+            "source": {"name": self.source.name, "sha256": self.source.sha256,
+                       "size": self.source.size},
+            "lib_dir": self.lib_dir, "include_dir": self.include_dir,
+            "libraries": list(self.libraries),
+            "files": [f.to_dict() for f in self.files],
+            "originals": {p: o.to_dict() for p, o in sorted(self.originals.items())},
+            "created_dirs": list(self.created_dirs),
+        }
+
+    @staticmethod
+    def load(data: object, root: Path) -> "Manifest":
+        """The manifest in `data` (parsed JSON), or Damaged saying what is wrong with it."""
+        f = Fields(data, "")
+        fmt = f.integer("format")
+        if fmt != FORMAT:
+            raise Damaged(f"manifest format {fmt} is not the one this version reads ({FORMAT})")
+        real_root = os.path.realpath(root)
+
+        def path(value: object, where: str) -> str:
+            rel = relative(value, where)
+            contained(root, rel, where, real_root)
+            return rel
+
+        src = f.sub("source")
+        files: list[FileRecord] = []
+        seen: set[str] = set()
+        for where, item in f.items("files"):
+            e = Fields(item, where)
+            rel = path(e.data.get("path"), f"{where}.path")
+            if rel in seen:
+                raise Damaged(f"{where}.path {rel!r} is listed twice")
+            seen.add(rel)
+            content = Content.load(e)
+            if content.type not in (FILE, SYMLINK):
+                raise Damaged(f"{where}.type is {content.type!r}; the tool places files and links")
+            replaced = e.sub("replaced", optional=True)
+            stat = [v for _, v in e.items("stat", optional=True)]
+            if stat and (len(stat) != 4 or not all(type(v) is int and v >= 0 for v in stat)):
+                raise Damaged(f"{where}.stat is not four counts")
+            files.append(FileRecord(rel, content, Content.load(replaced) if replaced else None,
+                                    (stat[0], stat[1], stat[2], stat[3]) if stat else None))
+        originals = {}
+        for where, key, item in f.mapping("originals"):
+            o = Fields(item, where)
+            kept = o.choice("kept", ("in-place", "store"), optional=True)
+            originals[path(key, where)] = Original(Content.load(o), kept == "in-place")
+        generation = f.text("generation", optional=True)
+        if generation is not None and generation not in gen.GENERATIONS:
+            raise Damaged(f"generation {generation[:40]!r} is not a cuDNN generation")
+        libraries = [text(v, w, _NAME) for w, v in f.items("libraries")]
+        return Manifest(
+            format=fmt,
+            txid=f.text("txid", pattern=HEX_ID),
+            tool_version=f.text("tool_version", optional=True) or "",
+            installed_at=f.text("installed_at", optional=True) or "",
+            cudnn_version=f.text("cudnn_version", pattern=_VERSION),
+            generation=generation,
+            cuda_version=f.text("cuda_version", optional=True, pattern=_CUDA),
+            cuda_source=f.text("cuda_source", optional=True),
+            source=Source(src.text("name"),
+                          src.text("sha256", optional=True, pattern=SHA256),
+                          src.integer("size")),
+            lib_dir=path(f.data.get("lib_dir"), "lib_dir"),
+            include_dir=path(f.data.get("include_dir", "include"), "include_dir"),
+            libraries=libraries,
+            files=files,
+            originals=originals,
+            created_dirs=[path(v, w) for w, v in f.items("created_dirs")],
+        )

@@ -1,0 +1,188 @@
+"""Kill a transaction, then kill its recovery at every one of its steps, for real.
+
+    python tests/recovery_driver.py SCENARIO ARCHIVE_DIR WORK_DIR
+
+For n = 1, 2, …: build a fresh root, run the scenario's command in a forked child that SIGKILLs
+itself at a fixed step (leaving a journal), then run recovery in forked children that SIGKILL
+themselves at their n-th filesystem step (twice: the first recovery and the one after it); then run
+a command (`theanorc --dry-run`, which finishes any interrupted transaction first) and compare
+the root with the trees before and after the scenario's command. The sweep ends at the first n
+that recovery completes without meeting. Prints one JSON object.
+
+Forked children keep each attempt to milliseconds (no interpreter start); the kills are real
+SIGKILLs, and every recovery runs in a process of its own.
+"""
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import sys
+import traceback
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests"))
+
+from conftest import tree_state  # noqa: E402
+from cudnn_setup.cli import main  # noqa: E402
+from cudnn_setup.commands import placement  # noqa: E402
+from cudnn_setup.facts.cuda import find_cuda_root  # noqa: E402
+from cudnn_setup.state.transaction import Filesystem  # noqa: E402
+from fixtures.generate import GENERATION_SAMPLES, Compiler, make_cuda_root  # noqa: E402
+
+V7 = GENERATION_SAMPLES["v4-v7"]
+V9 = GENERATION_SAMPLES["9.x"]
+MANUAL = "/* a cudnn.h copied by hand */\n"
+
+
+class Killer(Filesystem):
+    """SIGKILLs this process at its `at`-th filesystem step, counting from the start or, with
+    after_commit, from the commit point (the manifest written or removed). Records each step."""
+
+    def __init__(self, at: int | None, after_commit: bool = False):
+        self.at = at
+        self.step = 0
+        self.counting = not after_commit
+        self.trace: list[tuple[str, str]] = []
+
+    def _tick(self, name: str, path: Path) -> None:
+        self.trace.append((name, str(path)))
+        if self.counting:
+            self.step += 1
+            if self.step == self.at:
+                os.kill(os.getpid(), signal.SIGKILL)
+
+    def replace(self, src, dst):
+        self._tick("replace", dst)
+        super().replace(src, dst)
+
+    def mkdir(self, path):
+        self._tick("mkdir", path)
+        super().mkdir(path)
+
+    def rmdir(self, path):
+        self._tick("rmdir", path)
+        super().rmdir(path)
+
+    def makedirs(self, path):
+        self._tick("makedirs", path)
+        super().makedirs(path)
+
+    def fsync_dir(self, path):
+        self._tick("fsync_dir", path)
+        super().fsync_dir(path)
+
+    def remove_tree(self, path):
+        self._tick("remove_tree", path)
+        super().remove_tree(path)
+
+    def write_manifest(self, path, manifest):
+        self._tick("write_manifest", path)
+        super().write_manifest(path, manifest)
+        self.counting = True
+
+    def unlink(self, path):
+        self._tick("unlink", path)
+        super().unlink(path)
+        if path.name == "manifest.json":  # uninstall's commit point
+            self.counting = True
+
+
+def in_child(fn) -> str:
+    """Run fn in a forked child: 'killed', 'ok' or 'failed: …'."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            fn()
+        except BaseException:
+            traceback.print_exc()
+            os._exit(1)
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL:
+        return "killed"
+    return "ok" if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0 else f"failed: {status}"
+
+
+def without_state(tree: dict) -> dict:
+    return {k: v for k, v in tree.items() if not k.startswith(".cudnn-setup")}
+
+
+class Scenario:
+    """A root before a command, the command, where it is killed."""
+
+    def __init__(self, name: str, archives: Path, cc: Compiler):
+        self.name = name
+        self.archives = archives
+        self.cc = cc
+        self.uninstall = name.startswith("uninstall")
+        self.after_commit = name.endswith("forward")
+        self.kill_at = 1 if self.after_commit else (13 if self.uninstall else 30)
+
+    def setup(self, path: Path):
+        make_cuda_root(path, "10.2", cc=self.cc)
+        (path / "include" / "cudnn.h").write_text(MANUAL)
+        root = find_cuda_root({}, path)
+        if self.name != "install-forward":
+            placement.install(self.archives / V7, root)
+        return root
+
+    def command(self, root, fs):
+        if self.uninstall:
+            placement.uninstall(root, fs=fs)
+        elif self.name == "install-forward":  # a first install: the hand copy goes to the store
+            placement.install(self.archives / V7, root, fs=fs)
+        else:  # an upgrade; 9.x is built for another CUDA major than the root's: forced
+            placement.install(self.archives / V9, root, fs=fs, force=True)
+
+
+def sweep(scenario: Scenario, work: Path) -> dict:
+    reference = scenario.setup(work / "reference")
+    old = without_state(tree_state(reference.path))
+    scenario.command(reference, None)
+    new = without_state(tree_state(reference.path))
+    assert old != new
+    runs = []
+    trace: list = []
+    n = 0
+    while True:
+        n += 1
+        root = scenario.setup(work / f"root{n}")
+        killed = in_child(lambda: scenario.command(root, Killer(scenario.kill_at,
+                                                                  scenario.after_commit)))
+        journal = root.path / ".cudnn-setup" / "journal.json"
+        if killed != "killed" or not journal.exists():
+            return {"error": f"the command was not left half done ({killed})"}
+        if n == 1:  # the steps of one whole recovery, for the record
+            probe = scenario.setup(work / "trace")
+            in_child(lambda: scenario.command(probe, Killer(scenario.kill_at,
+                                                            scenario.after_commit)))
+            tracer = Killer(None)
+            placement.recover_pending(probe, fs=tracer)
+            trace = [(name, os.path.relpath(p, probe.path)) for name, p in tracer.trace]
+        kills = 0  # recovery killed at its n-th step, and the recovery after it too
+        while kills < 2 and in_child(
+                lambda: placement.recover_pending(root, fs=Killer(n))) == "killed":
+            kills += 1
+        out, err = io.StringIO(), io.StringIO()
+        code = main(["theanorc", "--cuda-root", str(root.path), "--dry-run", "--theanorc",
+                     str(work / "theanorc"), "--json"], env={"PATH": os.defpath},
+                    home=work, stdout=out, stderr=err)
+        state = without_state(tree_state(root.path))
+        outcome = "old" if state == old else "new" if state == new else "mixed"
+        runs.append({"n": n, "kills": kills, "outcome": outcome, "exit": code,
+                     "journal_left": journal.exists(),
+                     "tx_left": (root.path / ".cudnn-setup" / "tx").exists()})
+        if kills == 0:
+            return {"trace": trace, "runs": runs}
+
+
+if __name__ == "__main__":
+    name, archives, work = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
+    (work / "cc").mkdir(parents=True, exist_ok=True)
+    print(json.dumps(sweep(Scenario(name, archives, Compiler(work / "cc")), work)))

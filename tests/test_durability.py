@@ -1,0 +1,56 @@
+"""Durable commit, watched with strace: every staged file and its directory is fsynced before
+the manifest (the commit point) is renamed into place, so a power cut after "installed" cannot
+leave an empty library."""
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from conftest import clean_env
+from fixtures.generate import GENERATION_SAMPLES
+
+V9 = GENERATION_SAMPLES["9.x"]
+STRACE = shutil.which("strace")
+FD_PATH = r"\d+<(?P<path>[^>]*)>"
+CREATE = re.compile(r"openat\(.*O_CREAT.*\) = " + FD_PATH)
+FSYNC = re.compile(r"\bfsync\(" + FD_PATH)
+RENAME = re.compile(r'\brename(?:at2?)?\((?:[^,]*, )?"(?P<src>[^"]*)", (?:[^,]*, )?"(?P<dst>[^"]*)"')
+
+
+def _strace_works() -> bool:
+    if STRACE is None:
+        return False
+    done = subprocess.run([STRACE, "-f", "-qq", "-e", "trace=none", "true"], capture_output=True)
+    return done.returncode == 0
+
+
+@pytest.mark.skipif(not _strace_works(), reason="strace is missing or may not ptrace here")
+def test_every_staged_file_is_fsynced_before_the_manifest_rename(archives, cuda_root, home,
+                                                                  tmp_path):
+    root = cuda_root("12.4")
+    log = tmp_path / "strace.log"
+    cmd = [STRACE, "-f", "-qq", "-y", "-o", str(log), "-e",
+           "trace=openat,fsync,rename,renameat,renameat2", sys.executable, "-m", "cudnn_setup",
+           "install", str(archives[V9]), "--cuda-root", str(root), "--no-theanorc", "--no-verify"]
+    done = subprocess.run(cmd, env=clean_env(home), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    staged, synced, commit = [], set(), None
+    for number, line in enumerate(log.read_text().splitlines()):
+        m = CREATE.search(line)
+        if m and "/staging/" in m["path"]:
+            staged.append(m["path"])
+        m = FSYNC.search(line)
+        if m:
+            synced.add(m["path"])
+        m = RENAME.search(line)
+        if m and m["dst"] == str(root / ".cudnn-setup" / "manifest.json"):
+            commit = number
+            break
+    assert commit is not None, "the manifest was never renamed into place"
+    assert len(staged) >= 30  # 9.x: 8 libraries, 8 static libraries, headers
+    assert [p for p in staged if p not in synced] == [], "staged but not fsynced before the commit"
+    staging_dirs = {p.rsplit("/", 1)[0] for p in staged}
+    assert staging_dirs <= synced, "staging directories not fsynced"
+    assert {str(root / "include"), str(root / "lib64")} <= synced

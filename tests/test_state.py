@@ -1,0 +1,276 @@
+"""State read back from <root>/.cudnn-setup/ drives nothing until it is validated: hostile or
+damaged manifests, journals and state pieces are refused (exit 5, state-damaged) and nothing
+inside or outside the root changes."""
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import run_json, tree_state
+from cudnn_setup.facts.cuda import find_cuda_root
+from cudnn_setup.state.layout import StateDir
+from fixtures.generate import GENERATION_SAMPLES
+
+V7 = GENERATION_SAMPLES["v4-v7"]
+SENTINEL = b"a file outside the CUDA root\n"
+
+
+@pytest.fixture
+def setup(archives, cuda_root, home, tmp_path):
+    """A root with cuDNN 7 installed over a hand-copied cudnn.h, and a dir outside it."""
+    root = cuda_root()
+    (root / "include" / "cudnn.h").write_text("/* copied by hand */\n")
+    done, _ = run_json(["install", archives[V7], "--cuda-root", root, "--no-theanorc",
+                        "--no-verify"], home)
+    assert done.returncode == 0, done.stderr
+    outside = tmp_path / "outside"
+    (outside / "empty").mkdir(parents=True)
+    (outside / "x").write_bytes(SENTINEL)
+    return root, outside
+
+
+def _state(root: Path) -> Path:
+    return root / ".cudnn-setup"
+
+
+def _edit(root: Path, name: str, change) -> None:
+    path = _state(root) / name
+    data = json.loads(path.read_text())
+    change(data)
+    path.write_text(json.dumps(data))
+
+
+def refused(root: Path, outside: Path, home: Path, args: list, what: str = "") -> dict:
+    before, before_outside = tree_state(root), tree_state(outside)
+    done, out = run_json([*args, "--cuda-root", root], home)
+    assert done.returncode == 5, done.stderr
+    error = out["error"]
+    assert error["code"] == "state-damaged"
+    assert error["message"].startswith(f"the state in {root}/.cudnn-setup is damaged: "), error
+    assert what in error["message"]
+    assert "move" in error["hint"] and "aside" in error["hint"]
+    assert tree_state(root) == before and tree_state(outside) == before_outside
+    return out
+
+
+def _sentinel_record(path: str) -> dict:
+    return {"path": path, "type": "file", "sha256": hashlib.sha256(SENTINEL).hexdigest(),
+            "mode": 0o644, "replaced": None}
+
+
+MANIFEST_CASES = {
+    # name: (change(manifest, outside), fragment of the message)
+    "dotdot": (lambda m, o: m["files"].append(_sentinel_record("../outside/x")), "normalised"),
+    "absolute": (lambda m, o: m["files"].append(_sentinel_record(str(o / "x"))), "absolute"),
+    "dot-part": (lambda m, o: m["files"].append(_sentinel_record("include/./cudnn.h")),
+                 "normalised"),
+    "empty-part": (lambda m, o: m["files"].append(_sentinel_record("include//cudnn.h")),
+                   "normalised"),
+    "trailing-slash": (lambda m, o: m["files"].append(_sentinel_record("include/")),
+                       "normalised"),
+    "empty": (lambda m, o: m["files"].append(_sentinel_record("")), "empty"),
+    "nul": (lambda m, o: m["files"].append(_sentinel_record("include/a\x00b")), "NUL"),
+    "through-a-link": (lambda m, o: m["files"].append(_sentinel_record("include/out/x")),
+                       "leads out of the CUDA root"),
+    "into-the-state": (lambda m, o: m["files"].append(_sentinel_record(".cudnn-setup/journal.json")),
+                       "state dir"),
+    "created-dir-outside": (lambda m, o: m["created_dirs"].append("../outside/empty"),
+                            "created_dirs"),
+    "original-outside": (lambda m, o: m["originals"].update({"../outside/x": {"type": "file",
+                         "sha256": "0" * 64, "mode": 0o644}}), "originals"),
+    "txid-path": (lambda m, o: m.update(txid="../../outside"), "txid"),
+    "lib-dir-outside": (lambda m, o: m.update(lib_dir="../outside"), "lib_dir"),
+    "files-not-a-list": (lambda m, o: m.update(files={}), "not a list"),
+    "entry-not-an-object": (lambda m, o: m["files"].append("include/cudnn.h"), "not an object"),
+    "sha-a-number": (lambda m, o: m["files"][0].update(sha256=5), "sha256"),
+    "mode-a-string": (lambda m, o: m["files"][0].update(mode="644"), "mode"),
+    "mode-a-bool": (lambda m, o: m["files"][0].update(mode=True), "mode"),
+    "type-dir": (lambda m, o: m["files"][0].update(type="dir"), "type"),
+    "stat-short": (lambda m, o: m["files"][0].update(stat=[1, 2]), "stat"),
+    "listed-twice": (lambda m, o: m["files"].append(dict(m["files"][0])), "twice"),
+    "format-2": (lambda m, o: m.update(format=2), "format 2"),
+    "format-a-string": (lambda m, o: m.update(format="1"), "format"),
+    "no-format": (lambda m, o: m.pop("format"), "format is missing"),
+    "version-a-number": (lambda m, o: m.update(cudnn_version=7), "cudnn_version"),
+    "not-an-object": (lambda m, o: m.clear() or m.update(x=1), "missing"),
+}
+
+
+@pytest.mark.parametrize("case", list(MANIFEST_CASES))
+def test_hostile_manifest_is_refused_by_uninstall(case, setup, home):
+    root, outside = setup
+    change, what = MANIFEST_CASES[case]
+    if case == "through-a-link":
+        (root / "include" / "out").symlink_to(outside)
+    _edit(root, "manifest.json", lambda m: change(m, outside))
+    refused(root, outside, home, ["uninstall"], what)
+    assert (outside / "x").read_bytes() == SENTINEL and (outside / "empty").is_dir()
+
+
+@pytest.mark.parametrize("command", [["install", "ARCHIVE", "--no-theanorc", "--no-verify"],
+                                     ["uninstall"], ["verify", "--no-theano"],
+                                     ["theanorc", "--theanorc", "RC"], ["doctor"],
+                                     ["bench", "--no-theano"], ["install", "ARCHIVE", "--dry-run",
+                                                                "--no-theanorc"]])
+def test_every_command_reads_state_through_the_validator(command, setup, home, archives):
+    root, outside = setup
+    _edit(root, "manifest.json", lambda m: m["files"].append(_sentinel_record("../outside/x")))
+    args = [archives[V7] if a == "ARCHIVE" else home / "rc" if a == "RC" else a for a in command]
+    refused(root, outside, home, args, "normalised")
+
+
+@pytest.mark.parametrize("content,what", [
+    (None, "not valid JSON"),  # truncated: the first half of the real manifest
+    (b"", "not valid JSON"),
+    (b"garbage", "not valid JSON"),
+    (b"\xff\xfe{}", "not valid JSON"),
+    (b"[]", "not an object"),
+    (b"[" * 100000, "not valid JSON"),
+])
+def test_damaged_manifest_file_is_refused(content, what, setup, home):
+    root, outside = setup
+    path = _state(root) / "manifest.json"
+    data = path.read_bytes()
+    path.write_bytes(data[:len(data) // 2] if content is None else content)
+    refused(root, outside, home, ["uninstall"], what)
+
+
+def test_manifest_that_is_a_symlink_or_a_fifo_is_refused(setup, home):
+    root, outside = setup
+    path = _state(root) / "manifest.json"
+    (outside / "manifest.json").write_bytes(path.read_bytes())
+    path.unlink()
+    path.symlink_to(outside / "manifest.json")
+    refused(root, outside, home, ["uninstall"], "symbolic link")
+    path.unlink()
+    os.mkfifo(path)  # opening it must not block
+    done, out = run_json(["verify", "--no-theano", "--cuda-root", root], home, timeout=60,
+                         process=True)
+    assert done.returncode == 5 and out["error"]["code"] == "state-damaged"
+    assert "not a regular file" in out["error"]["message"]
+
+
+def _journal(root: Path, **changes) -> dict:
+    manifest = json.loads((_state(root) / "manifest.json").read_text())
+    journal = {"format": 1, "txid": "0123456789ab", "commit": {"manifest_txid": "fedcba987654"},
+               "ops": [{"action": "put", "path": manifest["files"][0]["path"],
+                        "source": ".cudnn-setup/tx/0123456789ab/staging/a", "backup": True,
+                        "original": False, "kind": "file", "ino": 1}]}
+    journal.update(changes)
+    return journal
+
+
+JOURNAL_CASES = {
+    "txid-absolute": (lambda j, o: j.update(txid=str(o)), "txid"),
+    "txid-dotdot": (lambda j, o: j.update(txid="../../../outside"), "txid"),
+    "path-dotdot": (lambda j, o: j["ops"][0].update(path="../outside/x"), "normalised"),
+    "path-absolute": (lambda j, o: j["ops"][0].update(path=str(o / "x")), "absolute"),
+    "source-outside": (lambda j, o: j["ops"][0].update(source="../outside/new"), "normalised"),
+    "source-in-the-root": (lambda j, o: j["ops"][0].update(source="include/cudnn.h"),
+                           "neither staging"),
+    "source-other-tx": (lambda j, o: j["ops"][0].update(
+        source=".cudnn-setup/tx/ffffffffffff/staging/a"), "neither staging"),
+    "unknown-action": (lambda j, o: j["ops"][0].update(action="chmod"), "action"),
+    "put-without-inode": (lambda j, o: j["ops"][0].pop("ino"), "ino is missing"),
+    "no-format": (lambda j, o: j.pop("format"), "format is missing"),
+    "no-commit": (lambda j, o: j.pop("commit"), "commit is missing"),
+    "empty-commit": (lambda j, o: j.update(commit={}), "neither which manifest"),
+}
+
+
+@pytest.mark.parametrize("case", list(JOURNAL_CASES))
+def test_hostile_journal_is_refused_by_recovery(case, setup, home):
+    root, outside = setup
+    change, what = JOURNAL_CASES[case]
+    journal = _journal(root)
+    change(journal, outside)
+    (_state(root) / "journal.json").write_text(json.dumps(journal))
+    refused(root, outside, home, ["verify", "--no-theano"], what)
+    refused(root, outside, home, ["install", "ARCHIVE-unused", "--no-theanorc"], what)
+
+
+def test_state_dir_that_is_a_symlink_is_refused(setup, home):
+    root, outside = setup
+    os.rename(_state(root), outside / "state")
+    _state(root).symlink_to(outside / "state")
+    refused(root, outside, home, ["uninstall"], "symbolic link")
+    refused(root, outside, home, ["verify", "--no-theano"], "symbolic link")
+
+
+def test_dangling_state_link_fails_at_once_instead_of_spinning(archives, cuda_root, home, tmp_path):
+    root = cuda_root()
+    _state(root).symlink_to(tmp_path / "nowhere")
+    start = time.monotonic()
+    done, out = run_json(["install", archives[V7], "--cuda-root", root, "--no-theanorc"], home,
+                         process=True, timeout=120)
+    assert time.monotonic() - start < 60
+    assert done.returncode == 5 and out["error"]["code"] == "state-damaged"
+    assert os.readlink(_state(root)) == str(tmp_path / "nowhere")
+    assert not (root / "include" / "cudnn.h").exists()
+
+
+def test_state_dir_that_is_a_file_is_refused(cuda_root, home, archives, tmp_path):
+    root = cuda_root()
+    _state(root).write_text("not a dir")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    refused(root, outside, home, ["install", archives[V7], "--no-theanorc"], "not a directory")
+
+
+def test_tx_that_is_a_symlink_is_not_emptied(setup, home):
+    root, outside = setup
+    (_state(root) / "tx").symlink_to(outside)
+    refused(root, outside, home, ["verify", "--no-theano"], "tx is a symbolic link")
+    refused(root, outside, home, ["uninstall"], "tx is a symbolic link")
+
+
+def test_originals_that_is_a_symlink_is_refused(setup, home, archives):
+    root, outside = setup
+    store = _state(root) / "originals"
+    os.rename(store, outside / "originals")
+    store.symlink_to(outside / "originals")
+    refused(root, outside, home, ["uninstall"], "originals is a symbolic link")
+    refused(root, outside, home, ["install", archives[V7], "--no-theanorc", "--force"],
+            "originals is a symbolic link")
+
+
+def test_symlinked_dir_inside_a_transaction_is_not_followed(setup, home):
+    """A journal whose backup dir holds a link out of the root: rollback must not pull the
+    outside file into the root."""
+    root, outside = setup
+    manifest = json.loads((_state(root) / "manifest.json").read_text())
+    header = next(f for f in manifest["files"] if f["path"].endswith("cudnn.h"))
+    backup = _state(root) / "tx" / "0123456789ab" / "backup"
+    backup.mkdir(parents=True)
+    (backup / "include").symlink_to(outside)
+    (outside / "cudnn.h").write_text("outside\n")
+    journal = _journal(root, commit={"manifest_absent": True})
+    journal["ops"] = [{"action": "remove", "path": header["path"], "source": None,
+                       "backup": True, "original": False, "kind": "file", "ino": None}]
+    (_state(root) / "journal.json").write_text(json.dumps(journal))
+    refused(root, outside, home, ["verify", "--no-theano"], "symbolic link")
+    assert (outside / "cudnn.h").read_text() == "outside\n"
+
+
+def test_manifest_of_the_previous_release_still_loads(setup):
+    """Format 1 as the previous release wrote it (no include_dir, cuda_source, kept)."""
+    root, _ = setup
+    def old_shape(m):
+        for key in ("include_dir", "cuda_source"):
+            m.pop(key)
+        for original in m["originals"].values():
+            original.pop("kept")
+    _edit(root, "manifest.json", old_shape)
+    manifest = StateDir(find_cuda_root({}, root).path).manifest()
+    assert manifest.include_dir == "include"
+    assert manifest.originals["include/cudnn.h"].in_place is False
+
+
+def test_written_manifest_round_trips(setup):
+    root, _ = setup
+    state = StateDir(root)
+    manifest = state.manifest()
+    assert manifest.to_dict() == json.loads(state.manifest_path.read_text())
