@@ -228,11 +228,13 @@ def _on_sigterm(signum, frame):
 @app.command()
 def inspect(ctx: typer.Context,
             archive: Path = typer.Argument(..., help="cuDNN archive (.tgz, .tar.xz)"),
+            cuda_root: Optional[Path] = typer.Option(None, "--cuda-root", help="also judge "
+                                                     "whether it fits this CUDA root"),
             json_: bool = JsonOpt) -> None:
     """Validate and describe an archive; install nothing."""
     from cudnn_setup.commands.inspect import inspect as run
 
-    _call(ctx, json_, lambda c: run(c, archive))
+    _call(ctx, json_, lambda c: run(c, archive, cuda_root=cuda_root))
 
 
 @app.command()

@@ -27,10 +27,10 @@ from cudnn_setup.facts import cuda as cuda_facts
 from cudnn_setup.facts import cudnn as gen
 from cudnn_setup.facts.cuda import CudaRoot
 from cudnn_setup.fetch.checksums import Expected, mismatch
-from cudnn_setup.fetch.releases import KNOWN_SHA256
+from cudnn_setup.fetch import known_releases
 from cudnn_setup.state.files import record_stats
 from cudnn_setup.state.journal import PUT
-from cudnn_setup.state.layout import StateDir, permission_hint, remove_tree
+from cudnn_setup.state.layout import StateDir, remove_tree
 from cudnn_setup.state.manifest import FILE, Manifest, Source
 from cudnn_setup.state.paths import STATE_DIR, is_within
 from cudnn_setup.state.plan import (Desired, Plan, conflict_error, files_of, make_plan,
@@ -144,11 +144,11 @@ def variant_name(name: str, version: str | None, major: int) -> str | None:
     facts = gen.parse_archive_name(name)
     if facts is None or facts.cudnn_version is None:
         return None
-    for known in sorted(KNOWN_SHA256):
-        other = gen.parse_archive_name(known)
+    for release in known_releases.releases():
+        other = gen.parse_archive_name(release.file_name)
         if other and other.cudnn_version == facts.cudnn_version and other.cuda_major == major \
                 and other.arch == facts.arch:
-            return known
+            return release.file_name
     new = re.sub(r"_cuda\d+(?:\.\d+)?-archive", f"_cuda{major}-archive", name)
     if new != name:
         return new
