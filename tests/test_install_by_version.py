@@ -131,10 +131,14 @@ def test_major_request_takes_the_newest_with_the_roots_cuda_variant(mirror, cuda
         assert out["cudnn_version"] == want.split("-")[3][:5]
         assert out["release"]["url"] == f"{mirror.url}cudnn/linux-x86_64/{want}"
         assert "download" not in out  # a file:// mirror is read in place, not copied
-    # --cuda overrides the root's version (what install then makes of a CUDA 13 build in a
-    # CUDA 12 root is the placement's and verify's business)
+    # --cuda overrides the root's version in the choice of the build; a CUDA 13 build for a
+    # CUDA 12 root is then refused before anything is written, unless --force
     root = cuda_root(version="12.8", layout="lib")
     done, out = _install("9", root, home, "--mirror", mirror.url, "--cuda", "13", "--dry-run")
+    assert done.returncode == 3 and out["error"]["code"] == "cuda-mismatch"
+    assert out["release"]["file_name"] == NEWEST_13
+    done, out = _install("9", root, home, "--mirror", mirror.url, "--cuda", "13", "--dry-run",
+                         "--force")
     assert done.returncode == 0 and out["release"]["file_name"] == NEWEST_13
 
 

@@ -31,11 +31,10 @@ def installed_archive(root: CudaRoot | None) -> dict | None:
     if root is None:
         return None
     manifest = StateDir(root.path).manifest()  # the state package validates what it reads
-    source = manifest.get("source") if isinstance(manifest, dict) else None
-    if not isinstance(source, dict):
+    if manifest is None:
         return None
-    return {"name": source.get("name"), "sha256": source.get("sha256"),
-            "version": manifest.get("cudnn_version")}
+    return {"name": manifest.source.name, "sha256": manifest.source.sha256,
+            "version": manifest.cudnn_version}
 
 
 def rows(releases: list[Release], installed: dict | None,
