@@ -474,7 +474,8 @@ def _without_manifest(state):
 
 def test_sigkill_at_random_moments_leaves_old_or_new(tmp_path, compiler, cuda_root, home, archives,
                                                      record_property):
-    """20 kills at random times of a 9.x install over 7.x: after the next command, old or new."""
+    """20 kills at random moments of a 9.x install over 8.x (timed from its transaction's start):
+    after the next command, exactly old or exactly new."""
     import random
 
     from fixtures.generate import SPECS, compress, spec_entries, tar_bytes
@@ -486,26 +487,45 @@ def test_sigkill_at_random_moments_leaves_old_or_new(tmp_path, compiler, cuda_ro
     reference = cuda_root("12.4")
     _install(archives, V8L, reference, home)
     old = _without_manifest(tree_state(reference))
-    run_json(["install", big, "--cuda-root", reference, "--no-theanorc", "--no-verify"], home)
+    env = clean_env(home)
+    cmd = [sys.executable, "-m", "cudnn_setup", "install", str(big), "--cuda-root"]
+
+    def start(root: Path) -> subprocess.Popen:
+        """The install in a process of its own, returned once its transaction dir exists: kills
+        are timed from there, so they land in the install itself, whatever the machine's load
+        does to the interpreter's start."""
+        proc = subprocess.Popen([*cmd, str(root), "--no-theanorc", "--no-verify"], env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        while proc.poll() is None and not (root / ".cudnn-setup" / "tx").exists():
+            time.sleep(0.002)
+        return proc
+
+    proc = start(reference)
+    started = time.monotonic()
+    assert proc.wait() == 0
+    took = time.monotonic() - started  # staging, renames and commit of one whole run
     new = _without_manifest(tree_state(reference))
     rng = random.Random(7)
     outcomes = {"old": 0, "new": 0}
-    env = clean_env(home)
+    interrupted = 0
     for i in range(20):
         root = cuda_root("12.4")
         _install(archives, V8L, root, home)
-        proc = subprocess.Popen([sys.executable, "-m", "cudnn_setup", "install", str(big),
-                                 "--cuda-root", str(root), "--no-theanorc", "--no-verify"],
-                                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(rng.uniform(0.05, 0.8))
+        proc = start(root)
+        time.sleep(rng.uniform(0, 1.1 * took))
         proc.send_signal(signal.SIGKILL)
         proc.wait()
+        state_dir = root / ".cudnn-setup"
+        if (state_dir / "journal.json").exists() or (state_dir / "tx").exists():
+            interrupted += 1  # the kill left a transaction for the next command to finish
         run_json(["verify", "--cuda-root", root, "--no-theano"], home)
         state = _without_manifest(tree_state(root))
         assert state in (old, new), f"kill {i}: a mix of old and new"
         outcomes["old" if state == old else "new"] += 1
         assert not (root / ".cudnn-setup" / "journal.json").exists()
-    assert sum(outcomes.values()) == 20
+    # The kills must have landed inside installs, not only before or after them.
+    assert interrupted >= 10, (interrupted, outcomes)
+    record_property("kills_mid_transaction", interrupted)
     record_property("kills_old", outcomes["old"])
     record_property("kills_new", outcomes["new"])
 
