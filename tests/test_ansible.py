@@ -73,7 +73,7 @@ def test_bad_archive_fails_the_play_with_the_tools_message(variables, tmp_path, 
     before = tree_state(root)
     done, changed, failed = play(tmp_path, home, variables)
     assert failed == 1
-    assert "exit 3" in done.stdout and "climbs out with '..'" in done.stdout
+    assert "[archive-rejected, exit 3]" in done.stdout and "climbs out with '..'" in done.stdout
     assert tree_state(root) == before
 
 
@@ -113,7 +113,8 @@ def test_version_without_a_build_for_the_root_fails_with_the_tools_message(by_ve
     root = Path(by_version["cudnn_setup_cuda_root"])
     before = tree_state(root)
     done, changed, failed = play(tmp_path, home, by_version)
-    assert failed == 1 and "exit 3" in done.stdout and "no build for CUDA 12" in done.stdout
+    assert failed == 1 and "[no-cuda-variant, exit 3]" in done.stdout
+    assert "no build for CUDA 12" in done.stdout
     assert "cuda13" in done.stdout and tree_state(root) == before
 
 
