@@ -1,0 +1,89 @@
+"""The package's import graph: layers that only look down, and no module cycles.
+
+cli → commands → (archive, checks, fetch, state, theanorc, settings, startup_line) → facts →
+(errors, report, text, child, digest, atomic). Probes run in other interpreters and import
+nothing of the package.
+"""
+import ast
+from pathlib import Path
+
+from conftest import REPO
+
+PACKAGE = REPO / "cudnn_setup"
+LAYER = {"cli": 4, "__main__": 5, "commands": 3, "archive": 2, "checks": 2, "fetch": 2,
+         "state": 2, "theanorc": 2, "settings": 2, "startup_line": 2, "facts": 1,
+         "errors": 0, "report": 0, "text": 0, "child": 0, "digest": 0, "atomic": 0,
+         "probes": None}
+
+
+def _module(path: Path) -> str:
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _imports() -> dict[str, set[str]]:
+    """Every module of the package → the package's modules it imports (anywhere in its body)."""
+    modules = {_module(p): p for p in PACKAGE.rglob("*.py")}
+    out: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                base = node.module
+                for alias in node.names:
+                    candidate = f"{base}.{alias.name}"
+                    found.add(candidate if candidate in modules else base)
+            elif isinstance(node, ast.Import):
+                found.update(a.name for a in node.names)
+        out[name] = {m for m in found if m in modules and m != name}
+    return out
+
+
+def _layer(module: str):
+    parts = module.split(".")
+    return LAYER[parts[1]] if len(parts) > 1 else 0  # the package itself holds its version
+
+
+def test_every_top_level_piece_has_a_layer():
+    pieces = {p.stem if p.is_file() else p.name for p in PACKAGE.iterdir()
+              if (p.suffix == ".py" or (p.is_dir() and (p / "__init__.py").exists()))}
+    assert pieces - {"__init__"} <= set(LAYER), pieces - set(LAYER)
+
+
+def test_nothing_imports_upward():
+    wrong = []
+    for module, imported in _imports().items():
+        mine = _layer(module)
+        for other in imported:
+            theirs = _layer(other)
+            if mine is None:
+                wrong.append(f"{module} (a probe) imports {other}")
+            elif other.split(".")[:2] != module.split(".")[:2] and theirs is not None \
+                    and theirs > mine:
+                wrong.append(f"{module} (layer {mine}) imports {other} (layer {theirs})")
+    assert not wrong, "\n".join(sorted(wrong))
+
+
+def test_no_import_cycles():
+    graph = _imports()
+    state: dict[str, int] = {}
+    cycles = []
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(graph.get(node, ())):
+            if nxt.endswith("__main__"):
+                continue
+            if state.get(nxt) == 1:
+                cycles.append(" -> ".join(path[path.index(nxt):] + [nxt]) if nxt in path
+                              else f"{node} -> {nxt}")
+            elif nxt not in state:
+                visit(nxt, path + [nxt])
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [node])
+    assert not cycles, "\n".join(cycles)
