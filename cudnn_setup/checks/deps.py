@@ -71,7 +71,7 @@ def versions_for(inst: Installation, load_data: dict | None) -> L.Versions:
         cuda = cuda_facts.version_text(number)
     cudnn = cudnn or inst.version
     if cuda is None:
-        cuda = (inst.manifest or {}).get("cuda_version")
+        cuda = inst.manifest.cuda_version if inst.manifest else None
     if cuda is None:
         major = (inst.origin_facts.get("wheel") or {}).get("cuda_major")
         cuda = str(major) if major else None

@@ -85,7 +85,7 @@ def built_for_cuda(inst: Installation, load_data: dict | None = None) -> tuple[s
     number = (load_data or {}).get("cudnnGetCudartVersion")
     if isinstance(number, int) and not isinstance(number, bool) and 1000 <= number < 100000:
         return cuda_facts.version_text(number), "cudnnGetCudartVersion()"
-    recorded = (inst.manifest or {}).get("cuda_version")
+    recorded = inst.manifest.cuda_version if inst.manifest else None
     if isinstance(recorded, str) and re.fullmatch(r"\d+(?:\.\d+)?", recorded):
         return recorded, "archive name"
     major = (inst.origin_facts.get("wheel") or {}).get("cuda_major")
