@@ -228,7 +228,8 @@ def frameworks_check(entries: Sequence[dict], python: str | None = None) -> Chec
     order = (FAIL, WARN, PASS, SKIP)
     status = min((e["status"] for e in entries), key=order.index)
     lines = [f"{e['name']} {e.get('version') or ''}".rstrip() + f": {e['reason']}" for e in entries]
-    return Check(NAME, status, "\n".join(lines))
+    return Check(NAME, status, "\n".join(lines),
+                 {"python": python, "frameworks": frameworks_json(entries)})
 
 
 def check_frameworks(python: str, env: Mapping[str, str], timeout: float = DEFAULT_TIMEOUT, *,

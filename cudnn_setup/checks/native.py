@@ -6,7 +6,7 @@ import re
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from cudnn_setup.checks.installation import Installation
 from cudnn_setup.child import run_command
@@ -76,7 +76,10 @@ int main(void) {
 """
 
 
-def check_compile(inst: Installation, env: Mapping[str, str], cc: str | None = None) -> Check:
+def check_compile(inst: Installation, env: Mapping[str, str], cc: str | None = None,
+                  includes: Sequence[Path] = ()) -> Check:
+    """Build, link and run PROGRAM against `inst`; `includes`: more -I directories after
+    cuDNN's own (the CUDA root's, for a cuDNN outside it)."""
     path = env.get("PATH", os.defpath)
     compiler = cc or env.get("CC") or shutil.which("cc", path=path) or shutil.which("gcc", path=path)
     if not compiler:
@@ -86,8 +89,9 @@ def check_compile(inst: Installation, env: Mapping[str, str], cc: str | None = N
     with tempfile.TemporaryDirectory(prefix="cudnn-setup-compile-") as tmp:
         src, exe = Path(tmp) / "check.c", Path(tmp) / "check"
         src.write_text(PROGRAM)
-        cmd = [compiler, str(src), "-o", str(exe), f"-I{inst.include_dir}", f"-L{inst.lib_dir}",
-               "-lcudnn", f"-Wl,-rpath,{inst.lib_dir}"]
+        cmd = [compiler, str(src), "-o", str(exe), f"-I{inst.include_dir}",
+               *(f"-I{d}" for d in includes), f"-L{inst.lib_dir}", "-lcudnn",
+               f"-Wl,-rpath,{inst.lib_dir}"]
         built = run_command(cmd, COMPILE_TIMEOUT, env)
         if built.timed_out or built.error:
             return Check("compile", FAIL, f"the compiler {built.error or 'did not finish in time'}")
@@ -114,9 +118,9 @@ def check_compile(inst: Installation, env: Mapping[str, str], cc: str | None = N
                else "it did not finish in time" if ran.timed_out
                else f"exit status {ran.returncode}: {ran.err.strip()[-200:]}")
         return Check("compile", FAIL, f"the program built against cuDNN failed: {why}")
+    against = ", ".join(str(d) for d in (inst.include_dir, *includes, inst.lib_dir))
     return Check("compile", PASS, f"compiled and linked a program with -lcudnn against "
-                 f"{inst.include_dir} and {inst.lib_dir}; it ran (versions {versions})",
-                 {"command": cmd})
+                 f"{against}; it ran (versions {versions})", {"command": cmd})
 
 
 def find_cudart(inst: Installation) -> str | None:
