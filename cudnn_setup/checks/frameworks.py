@@ -227,9 +227,12 @@ def frameworks_check(entries: Sequence[dict], python: str | None = None) -> Chec
         return Check(NAME, SKIP, f"no deep-learning framework importable{where}")
     order = (FAIL, WARN, PASS, SKIP)
     status = min((e["status"] for e in entries), key=order.index)
-    lines = [f"{e['name']} {e.get('version') or ''}".rstrip() + f": {e['reason']}" for e in entries]
-    return Check(NAME, status, "\n".join(lines),
+    return Check(NAME, status, " | ".join(one_line(e) for e in entries),
                  {"python": python, "frameworks": frameworks_json(entries)})
+
+
+def one_line(entry: dict) -> str:
+    return f"{entry['name']} {entry.get('version') or ''}".rstrip() + f": {entry['reason']}"
 
 
 def check_frameworks(python: str, env: Mapping[str, str], timeout: float = DEFAULT_TIMEOUT, *,

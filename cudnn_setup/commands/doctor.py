@@ -15,11 +15,11 @@ from pathlib import Path
 
 from cudnn_setup.checks.deps import loader_environment
 from cudnn_setup.checks.driver import describe_gpus, driver_facts, has_driver
-from cudnn_setup.checks.frameworks import frameworks_json
+from cudnn_setup.checks.frameworks import frameworks_json, one_line
 from cudnn_setup.checks.installation import Installation
 from cudnn_setup.checks.locate import describe, locate
 from cudnn_setup.checks.problems import INFO, problems_from
-from cudnn_setup.checks.suite import frameworks_of, run_checks
+from cudnn_setup.checks.suite import Frameworks, frameworks_of, run_checks
 from cudnn_setup.checks.theano_check import stale_dnn_paths
 from cudnn_setup.commands.base import Context, command
 from cudnn_setup.commands.steps import root_installation
@@ -69,7 +69,7 @@ def doctor(result: Result, ctx: Context, message: str | None = None,
     result.add("driver", driver)
     result.add("frameworks", frameworks_json(frameworks.entries))
     result.checks += d.checks() + [problems_check(d.problems)]
-    _describe(result, d, driver, frameworks.check, inst)
+    _describe(result, d, driver, frameworks, inst)
 
 
 @dataclass
@@ -162,7 +162,7 @@ def problems_check(problems: list[dict]) -> Check:
     return Check("problems", status, summary + first)
 
 
-def _describe(result: Result, d: Diagnosis, driver: dict, frameworks: Check,
+def _describe(result: Result, d: Diagnosis, driver: dict, frameworks: Frameworks,
               inst: Installation | None) -> None:
     if inst is not None:
         managed = "installed by cudnn-setup" if inst.manifest else "not installed by cudnn-setup"
@@ -170,7 +170,11 @@ def _describe(result: Result, d: Diagnosis, driver: dict, frameworks: Check,
                             f"({managed})")
     result.lines.append("GPUs and driver: " + (describe_gpus(driver) if has_driver(driver)
                                                else driver.get("reason") or "no NVIDIA driver"))
-    result.lines.append("frameworks: " + frameworks.detail.replace("\n", "\n  "))
+    if frameworks.entries:
+        result.lines.append(f"frameworks of {frameworks.check.data.get('python')}:")
+        result.lines += [f"  {one_line(e)}" for e in frameworks.entries]
+    else:
+        result.lines.append(f"frameworks: {frameworks.check.detail}")
     if d.explanation:
         result.lines.append("explanation:")
         result.lines += [f"  {p['part']}: {p['meaning']}" for p in d.explanation]

@@ -186,5 +186,5 @@ def per_program(lib_dir: Path, breaking: list[str]) -> str:
     """The advice that replaces a bare LD_LIBRARY_PATH line when it would break a framework."""
     frameworks = ", ".join(dict.fromkeys(w.split(" ", 1)[0] for w in breaking))
     return (f"give the programs that need this cuDNN their own environment "
-            f"(`env LD_LIBRARY_PATH={lib_dir} program`), not every program: {frameworks} would "
-            "load this cuDNN instead of the one it was built for (see the ldconfig check)")
+            f"(`env LD_LIBRARY_PATH={lib_dir} program`), not every program: with it, "
+            f"{frameworks} would load this cuDNN, which its rule refuses (see the ldconfig check)")
