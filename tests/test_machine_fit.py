@@ -46,6 +46,24 @@ def test_a_gpu_the_release_dropped_is_refused_before_anything_is_written(archive
                for n in notes)
 
 
+def test_a_misfit_from_an_inferred_row_is_a_note_not_a_refusal(tmp_path, compiler, cuda_root,
+                                                               home):
+    """NVIDIA's matrices for 9.11-9.16 were not found: whether they still run a Pascal GPU is
+    inferred, so it is said, not refused."""
+    from fixtures.generate import SUB9, _archive, spec_entries, write_archive
+
+    spec = _archive("x86_64", "9.12.0.99", "12", SUB9)
+    archive = write_archive(tmp_path / spec.name, spec_entries(spec, compiler))
+    root = cuda_root(version="12.4")
+    env = driver_env(tmp_path, gpus=[("Tesla P100-PCIE-16GB", "6.0")], driver=13000)
+    done, out = install(archive, root, home, env)
+    assert done.returncode == 0, done.stderr
+    [note] = out["install"]["notes"]
+    assert note.startswith("Tesla P100-PCIE-16GB (compute capability 6.0): cuDNN 9.12.0 for "
+                           "CUDA 12 needs compute capability 7.5")
+    assert f"note: {note}" in done.stderr
+
+
 def test_a_driver_too_old_for_the_build_is_refused(archives, cuda_root, home, tmp_path):
     root = cuda_root(version="12.4")
     done, out = install(archives[V9], root, home, driver_env(tmp_path, gpus=[H200], driver=11080))

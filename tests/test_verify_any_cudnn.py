@@ -75,3 +75,14 @@ def test_a_root_without_cudnn_gives_each_skipped_check_its_reason(cuda_root, hom
     assert checks["frameworks"] == {"name": "frameworks", "status": "skip",
                                     "detail": "--no-frameworks"}
     assert out["cudnn"]["version"] is None and out["cudnn_version"] is None
+
+
+def test_doctor_lib_dir_examines_that_cudnn(tmp_path, compiler, cuda_root, home):
+    root = cuda_root(version="12.4")
+    lib = layouts.wheel(tmp_path / "site", compiler)
+    done, out = run_json(["doctor", "--lib-dir", lib, "--cuda-root", root], home)
+    assert out["error"] is None and out["cudnn"]["origin"] == "wheel", done.stderr
+    assert out["cudnn_version"] == "9.3.0"
+    assert done.returncode == 0  # the wheel's missing development link is a warning
+    assert any(p["check"] == "compile" and p["severity"] == "warn" for p in out["problems"])
+    assert f"cuDNN examined: 9.3.0 in {lib} (not installed by cudnn-setup)" in done.stderr
