@@ -66,10 +66,9 @@ def run_checks(inst: Installation, *, python: str, env: Mapping[str, str],
     False); `loader_fix`: what the loader check advises instead of a bare LD_LIBRARY_PATH line;
     `loader`: deps.loader_environment(env) when the caller has it."""
     env = dict(env)
-    driver = driver if driver is not None else driver_facts(env)
+    loader = loader or loader_environment(env)
+    driver = driver if driver is not None else driver_facts(env, loader=loader)
     skipped = skipped_without_cudnn(inst)
-    if loader is None and (skipped is None or (frameworks is None and with_frameworks)):
-        loader = loader_environment(env)
     checks = [check_files(inst, deep)]
     load_data = None
     if skipped is not None:

@@ -49,8 +49,8 @@ def doctor(result: Result, ctx: Context, message: str | None = None,
     elif root is not None:
         inst, damaged = root_installation(result, root, ctx)
     survey(d, ctx, message)
-    driver = driver_facts(ctx.env)
     search = loader_environment(ctx.env)
+    driver = driver_facts(ctx.env, loader=search)
     frameworks = frameworks_of(python, ctx.env, loader=search)
     checks = [frameworks.check]
     if inst is not None:
