@@ -67,3 +67,20 @@ def test_doctor_cli_lists_roots_copies_and_problems(archives, cuda_root, home):
     assert {c["name"]: c for c in out["checks"]}["problems"]["status"] == "fail"
     assert any(e["part"] == "Tesla C2075" for e in out["explanation"])
     assert "explanation:" in done.stderr
+
+
+def test_doctor_notices_theano_dnn_paths_left_pointing_at_an_uninstalled_root(archives,
+                                                                              cuda_root, home):
+    root = cuda_root(version="10.2")
+    rc = home / ".theanorc"
+    done, _ = run_json(["install", archives["cudnn-10.0-linux-x64-v7.4.2.24.tgz"], "--cuda-root",
+                        root, "--theanorc", rc, "--no-verify", "--no-frameworks"], home)
+    assert done.returncode == 0, done.stderr
+    done, _ = run_json(["uninstall", "--cuda-root", root], home)
+    assert done.returncode == 0, done.stderr
+    done, out = run_json(["doctor", "--cuda-root", root], home)
+    stale = [p for p in out["problems"] if p["check"] == "theano-config"
+             and "points where there is no cuDNN" in p["message"]]
+    assert [p["severity"] for p in stale] == ["fail", "fail"]  # optimizer_including=cudnn stops
+    assert str(root / "include") in stale[0]["message"] and "cudnn-setup theanorc" in stale[0]["fix"]
+    assert done.returncode == 1
