@@ -451,3 +451,26 @@ def test_real_cudnn_shim_from_nvidias_wheel(tmp_path):
     torch = by_name(entries)["torch"]
     assert torch["cudnn_loaded"]["version"] == ".".join(version)
     assert torch["cudnn_loaded"]["why"] == fl.WHY_RUNPATH and torch["status"] == PASS
+
+
+def test_dt_rpath_comes_before_ld_library_path_and_the_what_if_runs_it(world, tmp_path):
+    """Like libtorch_cuda.so in PyTorch's wheels: DT_RPATH, not RUNPATH. The loader reads it
+    before LD_LIBRARY_PATH, so an older copy there does not win, and the LD_LIBRARY_PATH what-if,
+    which runs the framework again, says so."""
+    site = tmp_path / "site"
+    lib = site / "nvidia" / "cudnn" / "lib"
+    lib.mkdir(parents=True)
+    (lib / "libcudnn.so.9").symlink_to(world["new"] / "libcudnn.so.9")
+    gcc(site / "torch" / "lib" / "libfake_fw.so", FRAMEWORK_C, "-DBUILT=91900", f"-L{lib}",
+        "-l:libcudnn.so.9", "-Wl,--disable-new-dtags", "-Wl,-rpath,$ORIGIN/../../nvidia/cudnn/lib")
+    write(site / "torch" / "__init__.py", TORCH_PY)
+    env = env_for(site, LD_LIBRARY_PATH=str(world["old"]))
+    torch = by_name(fw.framework_report(sys.executable, env, 60, search=NO_CACHE))["torch"]
+    assert torch["cudnn_loaded"]["version"] == "9.19.0" and torch["status"] == PASS
+    assert torch["cudnn_loaded"]["why"] == fl.WHY_RPATH
+    assert torch["cudnn_loaded"]["detail"] == "DT_RPATH $ORIGIN/../../nvidia/cudnn/lib of libfake_fw.so"
+    tried = by_name_fw(wi.what_if(sys.executable, env_for(site),
+                                  wi.prepend_to_ld_library_path(world["old"]), 60,
+                                  search=NO_CACHE))["torch"]
+    assert (tried["affected"], tried["breaks"]) == (False, False)
+    assert tried["reason"].startswith("unchanged: it still loads cuDNN 9.19.0")

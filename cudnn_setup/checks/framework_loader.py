@@ -43,8 +43,8 @@ class ElfFacts:
             except L.NotLoadable as exc:
                 self._seen[key] = exc
         got = self._seen[key]
-        if isinstance(got, L.NotLoadable):
-            raise got
+        if isinstance(got, L.NotLoadable):  # a fresh one: a raised exception keeps its frames
+            raise L.NotLoadable(str(got), got.fatal)
         return got
 
     def __call__(self, path: str) -> L.ElfObject | None:
