@@ -48,7 +48,14 @@ def _interpreter(ctx: typer.Context, value: Optional[str]) -> Optional[str]:
 
 
 PythonOpt = typer.Option(None, "--python", callback=_interpreter,
-                         help="interpreter whose Theano runs the checks")
+                         help="interpreter whose Theano and frameworks are checked "
+                              "(default: the one running cudnn-setup)")
+LibDirOpt = typer.Option(None, "--lib-dir", help="check the cuDNN in this directory instead of "
+                         "the root's (a copy by hand, /usr/lib/<triple>, a wheel's nvidia/cudnn/lib)")
+IncludeDirOpt = typer.Option(None, "--include-dir", help="its headers (default: where its "
+                             "layout keeps them)")
+NoFrameworksOpt = typer.Option(False, "--no-frameworks", help="do not look at what the "
+                               "deep-learning frameworks of --python load")
 HeaderOpt = typer.Option(None, "--header", help="extra HTTP header, e.g. 'Authorization: Bearer …' "
                          "(repeatable; never printed)")
 CacheOpt = typer.Option(None, "--cache-dir", help="download cache (default: $XDG_CACHE_HOME/cudnn-setup)")
@@ -267,7 +274,7 @@ def install(ctx: typer.Context,
                                           "in /etc/ld.so.conf.d and run ldconfig"),
             header: Optional[list[str]] = HeaderOpt, cache_dir: Optional[Path] = CacheOpt,
             cuda: Optional[str] = CudaOpt, mirror: Optional[str] = MirrorOpt,
-            json_: bool = JsonOpt) -> None:
+            no_frameworks: bool = NoFrameworksOpt, json_: bool = JsonOpt) -> None:
     """Install cuDNN from an archive into a CUDA root, configure Theano, verify."""
     from cudnn_setup.commands.install import install as run
 
@@ -275,7 +282,7 @@ def install(ctx: typer.Context,
                                     theanorc=theanorc, no_theanorc=no_theanorc, python=python,
                                     no_verify=no_verify, dry_run=dry_run, force=force,
                                     ldconfig=ldconfig, headers=header, cache_dir=cache_dir,
-                                    cuda=cuda, mirror=mirror))
+                                    cuda=cuda, mirror=mirror, no_frameworks=no_frameworks))
 
 
 @app.command()
@@ -306,22 +313,27 @@ def verify(ctx: typer.Context, cuda_root: Optional[Path] = CudaRootOpt,
            no_theano: bool = typer.Option(False, "--no-theano", help="skip the Theano check"),
            deep: bool = typer.Option(False, "--deep", help="hash every installed file, even those "
                                      "whose inode, size, mtime and ctime are unchanged"),
-           json_: bool = JsonOpt) -> None:
+           lib_dir: Optional[Path] = LibDirOpt, include_dir: Optional[Path] = IncludeDirOpt,
+           no_frameworks: bool = NoFrameworksOpt, json_: bool = JsonOpt) -> None:
     """Check, layer by layer, that cuDNN is installed right and works."""
     from cudnn_setup.commands.verify import verify as run
 
     _call(ctx, json_, lambda c: run(c, cuda_root=cuda_root, theanorc=theanorc, python=python,
-                                    no_theano=no_theano, deep=deep))
+                                    no_theano=no_theano, deep=deep, lib_dir=lib_dir,
+                                    include_dir=include_dir, no_frameworks=no_frameworks))
 
 
 @app.command()
 def doctor(ctx: typer.Context,
            message: Optional[str] = typer.Argument(None, help="a Theano startup line to explain"),
-           cuda_root: Optional[Path] = CudaRootOpt, json_: bool = JsonOpt) -> None:
+           cuda_root: Optional[Path] = CudaRootOpt, python: Optional[str] = PythonOpt,
+           lib_dir: Optional[Path] = LibDirOpt, include_dir: Optional[Path] = IncludeDirOpt,
+           json_: bool = JsonOpt) -> None:
     """Diagnose cuDNN on this machine; explain a Theano startup line."""
     from cudnn_setup.commands.doctor import doctor as run
 
-    _call(ctx, json_, lambda c: run(c, message, cuda_root))
+    _call(ctx, json_, lambda c: run(c, message, cuda_root, python=python, lib_dir=lib_dir,
+                                    include_dir=include_dir))
 
 
 @app.command()

@@ -21,9 +21,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from cudnn_setup.checks import framework_whatif as wi  # noqa: E402
 from cudnn_setup.checks import frameworks as fw  # noqa: E402
-
-from cudnn_setup.facts.loader import DEFAULT_DIRS, cache_entries  # noqa: E402
+from cudnn_setup.facts import ldresolve as L  # noqa: E402
 
 
 def copy_old(source: Path, lib_dir: Path) -> list[str]:
@@ -48,7 +48,7 @@ def main() -> int:
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ)
-    search = fw.LoaderSearch.from_entries(cache_entries(), DEFAULT_DIRS)
+    search = L.Environment(cache=L.read_cache(), facts=L.probe_loader())
     lib_dir = args.scratch / "lib64"
     copied = copy_old(args.old_from, lib_dir)
     print(f"copied into {lib_dir}: {', '.join(copied) or 'nothing'}")
@@ -62,10 +62,10 @@ def main() -> int:
         "frameworks": fw.frameworks_json(entries)}, indent=1))
     print(f"== frameworks check: {check.status} ({took:.1f} s)\n{check.detail}")
 
-    for change, name in ((fw.prepend_to_ld_library_path(lib_dir), "what-if-ld-library-path"),
-                         (fw.register_with_ldconfig(lib_dir), "what-if-ldconfig")):
+    for change, name in ((wi.prepend_to_ld_library_path(lib_dir), "what-if-ld-library-path"),
+                         (wi.register_with_ldconfig(lib_dir), "what-if-ldconfig")):
         start = time.monotonic()
-        result = fw.what_if(args.python, env, change, args.timeout, search=search,
+        result = wi.what_if(args.python, env, change, args.timeout, search=search,
                             current=entries)
         took = time.monotonic() - start
         (args.out / f"{name}.json").write_text(json.dumps(
@@ -75,7 +75,7 @@ def main() -> int:
         for item in result:
             print(f"  {item['framework']}: affected={item['affected']} breaks={item['breaks']}: "
                   f"{item['reason']}")
-        for line in fw.what_if_warnings(result):
+        for line in wi.what_if_warnings(result):
             print(f"  WARNING {line}")
     return 0
 

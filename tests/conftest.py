@@ -50,7 +50,7 @@ def clean_env(home: Path, **extra) -> dict:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("CUDA_", "THEANO", "LD_LIBRARY_PATH", "CUDNN_SETUP_MIRROR",
                                 "XDG_CONFIG_HOME"))}
-    env.update(HOME=str(home), PYTHONPATH=str(REPO), **extra)
+    env.update({"HOME": str(home), "PYTHONPATH": str(REPO), **extra})
     return env
 
 

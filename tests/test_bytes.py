@@ -94,7 +94,8 @@ def test_nvcc_version_that_is_not_utf8(cuda_root, home):
     _script(root / "bin" / "nvcc", "printf 'nvcc \\377\\376\\351 Cuda compilation tools, "
                                    "release 10.0, V10.0.130\\n'\n")
     done, out = run_json(["doctor", "--cuda-root", root], home)
-    assert done.returncode == 0, done.stderr
+    assert out["error"] is None, done.stderr
+    assert done.returncode == 1  # the root holds no cuDNN: doctor lists that as a failure
     found = next(r for r in out["cuda_roots"] if r["path"] == str(root))
     assert found["version"] == "10.0"
 

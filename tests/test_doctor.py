@@ -54,13 +54,33 @@ def test_doctor_cli_lists_roots_copies_and_problems(archives, cuda_root, home):
         run_json(["install", archives[name], "--cuda-root", root, "--no-verify"], home)
     done, out = run_json(["doctor", C2075, "--cuda-root", r7], home,
                          env_extra={"CUDA_HOME": str(r9)})
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 1, done.stderr  # a GPU that can run no cuDNN is a failure
     roots = [r["path"] for r in out["cuda_roots"] if r["usable"]]
     assert roots[:2] == [str(r7), str(r9)]
     versions = {c["version"] for c in out["cudnn_copies"]}
     assert {"7.4.2", "9.3.0"} <= versions
     messages = [p["message"] for p in out["problems"]]
     assert any("several cuDNN versions" in m for m in messages)
-    assert out["problems"][0]["severity"] == "fail"  # the C2075 comes first
+    top = out["problems"][0]  # the C2075 comes first
+    assert (top["severity"], top["check"], top["rank"]) == ("fail", "gpu", 0)
+    assert [p["severity"] for p in out["problems"]].count("fail") == 1
+    assert {c["name"]: c for c in out["checks"]}["problems"]["status"] == "fail"
     assert any(e["part"] == "Tesla C2075" for e in out["explanation"])
     assert "explanation:" in done.stderr
+
+
+def test_doctor_notices_theano_dnn_paths_left_pointing_at_an_uninstalled_root(archives,
+                                                                              cuda_root, home):
+    root = cuda_root(version="10.2")
+    rc = home / ".theanorc"
+    done, _ = run_json(["install", archives["cudnn-10.0-linux-x64-v7.4.2.24.tgz"], "--cuda-root",
+                        root, "--theanorc", rc, "--no-verify", "--no-frameworks"], home)
+    assert done.returncode == 0, done.stderr
+    done, _ = run_json(["uninstall", "--cuda-root", root], home)
+    assert done.returncode == 0, done.stderr
+    done, out = run_json(["doctor", "--cuda-root", root], home)
+    stale = [p for p in out["problems"] if p["check"] == "theano-config"
+             and "points where there is no cuDNN" in p["message"]]
+    assert [p["severity"] for p in stale] == ["fail", "fail"]  # optimizer_including=cudnn stops
+    assert str(root / "include") in stale[0]["message"] and "cudnn-setup theanorc" in stale[0]["fix"]
+    assert done.returncode == 1

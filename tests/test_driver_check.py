@@ -137,3 +137,20 @@ def test_facts_from_a_child_are_bounded(tmp_path):
     long_name = "X" * 300
     facts = facts_with(tmp_path, gpus=[(long_name, "8.6")])
     assert len(facts["gpus"][0]["name"]) == 200
+
+
+def test_without_any_trace_of_a_driver_no_child_is_started(tmp_path):
+    from cudnn_setup.checks.driver import no_driver
+
+    bare = {"PATH": str(tmp_path / "bin")}
+    if no_driver(bare) is None:
+        pytest.skip("this machine has an NVIDIA driver")
+    nowhere = str(tmp_path / "no-python")  # a child would fail: none is started
+    facts = driver_facts(bare, python=nowhere)
+    assert facts["status"] == "skip" and facts["gpus"] == []
+    assert facts["reason"].startswith("no NVIDIA driver: libcuda.so.1 cannot be loaded (")
+    assert facts["reason"].endswith("; nvidia-smi is not on PATH")
+    # a libcuda.so.1 the loader finds (here through LD_LIBRARY_PATH) is asked, in a child
+    found = dict(bare, LD_LIBRARY_PATH=str(libcuda.build(tmp_path / "drv")))
+    assert no_driver(found) is None
+    assert driver_facts(found, python=nowhere)["status"] == "error"

@@ -19,12 +19,16 @@ from pathlib import Path
 
 import pytest
 
+from cudnn_setup.checks import framework_loader as fl
+from cudnn_setup.checks import framework_probe as fp
+from cudnn_setup.checks import framework_whatif as wi
 from cudnn_setup.checks import frameworks as fw
+from cudnn_setup.errors import UsageError
 from cudnn_setup.facts import frameworks as rules
 from cudnn_setup.report import FAIL, PASS, SKIP, WARN
 
 PROBE = Path(fw.__file__).resolve().parent.parent / "probes" / "frameworks.py"
-NO_CACHE = fw.LoaderSearch({}, ())
+NO_CACHE = fl.NO_SEARCH
 
 CUDNN_C = """
 #include <stddef.h>
@@ -215,7 +219,7 @@ def test_runpath_copy_loaded_and_compatible(world):
     assert loaded["path"] == str(world["new"] / "libcudnn.so.9")
     assert loaded["dir"] == str(world["new"])
     assert loaded["version"] == "9.19.0"  # cudnnGetVersion() of the mapped copy
-    assert loaded["why"] == fw.WHY_RUNPATH
+    assert loaded["why"] == fl.WHY_RUNPATH
     assert "$ORIGIN/../../nvidia/cudnn/lib" in loaded["detail"]
     assert "libfake_fw.so" in loaded["detail"]
     assert torch["cudnn_built_for"] == "9.19.0"
@@ -230,7 +234,7 @@ def test_old_copy_first_on_ld_library_path_breaks_torch(world):
     torch = by_name(fw.framework_report(sys.executable, env, 60, search=NO_CACHE))["torch"]
     loaded = torch["cudnn_loaded"]
     assert loaded["path"] == str(world["old"] / "libcudnn.so.9.14.0")
-    assert (loaded["why"], loaded["version"]) == (fw.WHY_LD_PATH, "9.14.0")
+    assert (loaded["why"], loaded["version"]) == (fl.WHY_LD_PATH, "9.14.0")
     assert (torch["compatible"], torch["status"]) == (False, FAIL)
     assert "9.19.0" in torch["reason"] and "9.14.0" in torch["reason"]
     assert "cuDNN version incompatibility" in torch["reason"]  # its own check, reported too
@@ -243,7 +247,7 @@ def test_full_path_preload_noise_and_no_gpu(world):
                                           search=NO_CACHE))
     cupy = entries["cupy"]  # megabytes of invalid UTF-8 on both fds did not get in the way
     assert cupy["version"] == "13.6.0+standin"
-    assert cupy["cudnn_loaded"]["why"] == fw.WHY_FULL_PATH
+    assert cupy["cudnn_loaded"]["why"] == fl.WHY_FULL_PATH
     assert cupy["cudnn_loaded"]["version"] == "9.19.0"
     assert (cupy["cudnn_built_for"], cupy["status"]) == ("9.14.0", PASS)
     tf = entries["tensorflow"]  # loads cuDNN only with a GPU: a skip, not a failure
@@ -261,8 +265,8 @@ def test_crashing_and_hanging_frameworks_hide_no_other(world):
     assert "did not finish in 8 s" in entries["onnxruntime"]["reason"]
     assert entries["torch"]["status"] == PASS and entries["cupy"]["status"] == PASS
     check = fw.frameworks_check(list(entries.values()))
-    assert check.status == WARN and len(check.detail.splitlines()) == 5
-    jax = by_name_fw(fw.what_if(sys.executable, env, fw.register_with_ldconfig(world["old"]), 8,
+    assert check.status == WARN and len(check.detail.split(" | ")) == 5
+    jax = by_name_fw(wi.what_if(sys.executable, env, wi.register_with_ldconfig(world["old"]), 8,
                                 search=NO_CACHE, current=list(entries.values())))["jax"]
     assert (jax["affected"], jax["breaks"]) == (None, None) and "not known" in jax["reason"]
 
@@ -286,13 +290,13 @@ def test_tensorflow_on_a_gpu_judged_by_its_log_and_its_own_check(world):
 
 def test_what_if_ld_library_path_runs_the_probe_again(world):
     env = env_for(world["site"])
-    result = by_name_fw(fw.what_if(sys.executable, env,
-                                   fw.prepend_to_ld_library_path(world["old"]), 60,
+    result = by_name_fw(wi.what_if(sys.executable, env,
+                                   wi.prepend_to_ld_library_path(world["old"]), 60,
                                    search=NO_CACHE))
     torch = result["torch"]
     assert torch["breaks"] is True and torch["affected"] is True
     assert torch["would_load"]["version"] == "9.14.0"
-    assert torch["would_load"]["why"] == fw.WHY_LD_PATH
+    assert torch["would_load"]["why"] == fl.WHY_LD_PATH
     assert torch["built_for"] == "9.19.0" and torch["loads_now"]["version"] == "9.19.0"
     assert "per-program environment" in torch["safe_alternative"]
     assert "9.19.0 or newer" in torch["safe_alternative"]
@@ -302,14 +306,14 @@ def test_what_if_ld_library_path_runs_the_probe_again(world):
     assert (tf["affected"], tf["breaks"]) == (True, True)
     assert tf["would_load"]["path"] == str(world["old"] / "libcudnn.so.9.14.0")
     assert "once it loads cuDNN" in tf["reason"]
-    warnings = fw.what_if_warnings(list(result.values()))
+    warnings = wi.what_if_warnings(list(result.values()))
     assert [w.split(" ")[0] for w in warnings] == ["torch", "tensorflow"]
     assert warnings[0].startswith("torch 2.11.0+standin would break: would load cuDNN 9.14.0")
 
 
 def test_what_if_ldconfig_is_deduced_from_the_loader_order(world):
     env = env_for(world["site"])
-    result = by_name_fw(fw.what_if(sys.executable, env, fw.register_with_ldconfig(world["old"]),
+    result = by_name_fw(wi.what_if(sys.executable, env, wi.register_with_ldconfig(world["old"]),
                                    60, search=NO_CACHE))
     torch = result["torch"]  # found through RUNPATH, read before the ldconfig cache
     assert (torch["affected"], torch["breaks"]) == (False, False)
@@ -320,7 +324,7 @@ def test_what_if_ldconfig_is_deduced_from_the_loader_order(world):
     assert tf["would_load"]["version"] == "9.14.0" and tf["built_for"] == "9.19.0"
     assert "ldconfig cache" in tf["reason"] and tf["safe_alternative"]
     # The same directory early on LD_LIBRARY_PATH, and a copy at least as new via ldconfig.
-    newer = by_name_fw(fw.what_if(sys.executable, env, fw.register_with_ldconfig(world["new"]),
+    newer = by_name_fw(wi.what_if(sys.executable, env, wi.register_with_ldconfig(world["new"]),
                                   60, search=NO_CACHE))
     assert newer["tensorflow"]["affected"] is True and newer["tensorflow"]["breaks"] is False
 
@@ -329,8 +333,8 @@ def test_ldconfig_what_if_reads_the_version_from_the_library_when_the_name_has_n
                                                                                    tmp_path):
     bare = tmp_path / "bare"  # like a wheel's directory: libcudnn.so.9 only, no version in it
     gcc(bare / "libcudnn.so.9", CUDNN_C, "-DVERSION=91200", "-Wl,-soname,libcudnn.so.9")
-    tf = by_name_fw(fw.what_if(sys.executable, env_for(world["site"]),
-                               fw.register_with_ldconfig(bare), 60, search=NO_CACHE))["tensorflow"]
+    tf = by_name_fw(wi.what_if(sys.executable, env_for(world["site"]),
+                               wi.register_with_ldconfig(bare), 60, search=NO_CACHE))["tensorflow"]
     assert tf["would_load"]["version"] == "9.12.0" and tf["breaks"] is True
 
 
@@ -341,7 +345,7 @@ def test_no_framework_is_a_skip(world, tmp_path):
 
 
 def test_an_interpreter_that_cannot_run_is_a_usage_error(tmp_path):
-    with pytest.raises(fw.UsageError):
+    with pytest.raises(UsageError):
         fw.framework_report(str(tmp_path / "no-python"), env_for(tmp_path), 10)
     check, entries = fw.check_frameworks(str(tmp_path / "no-python"), env_for(tmp_path), 10)
     assert check.status == WARN and entries == []
@@ -372,11 +376,11 @@ def test_probe_answers_bad_arguments_with_json():
 
 
 def test_hostile_child_answers_are_dropped(world):
-    run = fw._Run({"probe": "frameworks", "exe": 5, "env": "x", "framework": {
+    run = fp.Run({"probe": "frameworks", "exe": 5, "env": "x", "framework": {
         "version": ["not", "a", "string"], "mapped": ["relative.so", 7, "/x\0y.so"],
         "cudnn_libraries": [{"path": "/etc/passwd", "get_version": "91900"}, "junk"],
         "built_for": {"value": {"nested": 1}}, "consumers": "nope"}}, None, "")
-    entry = fw._entry("torch", {"version": "1"}, run, NO_CACHE, fw._ElfCache())
+    entry = fw.entry_of("torch", {"version": "1"}, run, NO_CACHE, fl.ElfFacts())
     assert entry["cudnn_loaded"] is None and entry["cudnn_built_for"] is None
     assert entry["status"] == SKIP and entry["version"] == "1"
 
@@ -385,8 +389,8 @@ def test_elf_reader_rejects_damaged_files(tmp_path):
     for name, data in {"empty.so": b"", "text.so": b"hello", "cut.so": b"\x7fELF\x02\x01\x01"
                        + b"\0" * 9 + b"\x03\x00\x3e\x00" + b"\xff" * 40}.items():
         (tmp_path / name).write_bytes(data)
-        assert fw._read_dynamic(str(tmp_path / name)) is None
-    assert fw._read_dynamic(str(tmp_path / "missing.so")) is None
+        assert fl.ElfFacts()(str(tmp_path / name)) is None
+    assert fl.ElfFacts()(str(tmp_path / "missing.so")) is None
 
 
 def by_name_fw(entries):
@@ -446,4 +450,27 @@ def test_real_cudnn_shim_from_nvidias_wheel(tmp_path):
     entries = fw.framework_report(sys.executable, env_for(site), 60, search=NO_CACHE)
     torch = by_name(entries)["torch"]
     assert torch["cudnn_loaded"]["version"] == ".".join(version)
-    assert torch["cudnn_loaded"]["why"] == fw.WHY_RUNPATH and torch["status"] == PASS
+    assert torch["cudnn_loaded"]["why"] == fl.WHY_RUNPATH and torch["status"] == PASS
+
+
+def test_dt_rpath_comes_before_ld_library_path_and_the_what_if_runs_it(world, tmp_path):
+    """Like libtorch_cuda.so in PyTorch's wheels: DT_RPATH, not RUNPATH. The loader reads it
+    before LD_LIBRARY_PATH, so an older copy there does not win, and the LD_LIBRARY_PATH what-if,
+    which runs the framework again, says so."""
+    site = tmp_path / "site"
+    lib = site / "nvidia" / "cudnn" / "lib"
+    lib.mkdir(parents=True)
+    (lib / "libcudnn.so.9").symlink_to(world["new"] / "libcudnn.so.9")
+    gcc(site / "torch" / "lib" / "libfake_fw.so", FRAMEWORK_C, "-DBUILT=91900", f"-L{lib}",
+        "-l:libcudnn.so.9", "-Wl,--disable-new-dtags", "-Wl,-rpath,$ORIGIN/../../nvidia/cudnn/lib")
+    write(site / "torch" / "__init__.py", TORCH_PY)
+    env = env_for(site, LD_LIBRARY_PATH=str(world["old"]))
+    torch = by_name(fw.framework_report(sys.executable, env, 60, search=NO_CACHE))["torch"]
+    assert torch["cudnn_loaded"]["version"] == "9.19.0" and torch["status"] == PASS
+    assert torch["cudnn_loaded"]["why"] == fl.WHY_RPATH
+    assert torch["cudnn_loaded"]["detail"] == "DT_RPATH $ORIGIN/../../nvidia/cudnn/lib of libfake_fw.so"
+    tried = by_name_fw(wi.what_if(sys.executable, env_for(site),
+                                  wi.prepend_to_ld_library_path(world["old"]), 60,
+                                  search=NO_CACHE))["torch"]
+    assert (tried["affected"], tried["breaks"]) == (False, False)
+    assert tried["reason"].startswith("unchanged: it still loads cuDNN 9.19.0")

@@ -256,3 +256,52 @@ def test_damaged_and_foreign_files_are_refused_with_ld_so_words(tmp_path):
         L.read_object(tmp_path / "text.so")
     with pytest.raises(L.NotLoadable, match="Is a directory"):
         L.read_object(tmp_path)
+
+
+def test_each_resolution_says_which_step_found_it_and_what_matched(tmp_path, facts):
+    """step, entry and owner: what a caller needs to say why a copy was chosen."""
+    w = tmp_path / "w"
+    for d in ("r", "l", "u", "c", "dflt"):
+        build(tmp_path / d / "libdep.so.1", "libdep.so.1", work=w)
+    by_rpath = build(tmp_path / "a" / "liba.so.1", "liba.so.1", work=w, rpath="$ORIGIN/../r")
+    by_runpath = build(tmp_path / "b" / "libb.so.1", "libb.so.1", work=w, runpath="$ORIGIN/../u")
+    plain = build(tmp_path / "p" / "libp.so.1", "libp.so.1", work=w)
+    cache = [L.CacheEntry("libdep.so.1", str(tmp_path / "c" / "libdep.so.1"), "x86-64")]
+    nowhere = L.LoaderFacts(default_dirs=(str(tmp_path / "dflt"),))
+
+    def found(requester, **env):
+        proc = L.Process(L.Environment(**{"facts": nowhere, **env}))
+        asker = proc.find(str(requester), None)[1]
+        return proc.find("libdep.so.1", asker)[0]
+
+    res = found(by_rpath, ld_library_path=str(tmp_path / "l"))
+    assert (res.step, res.entry, res.owner) == (L.STEP_RPATH, "$ORIGIN/../r", str(by_rpath))
+    res = found(by_runpath, ld_library_path=f"{tmp_path / 'nothing'}:{tmp_path / 'l'}")
+    assert (res.step, res.entry, res.owner) == (L.STEP_LD_LIBRARY_PATH, str(tmp_path / "l"), None)
+    res = found(by_runpath)
+    assert (res.step, res.entry, res.owner) == (L.STEP_RUNPATH, "$ORIGIN/../u", str(by_runpath))
+    res = found(plain, cache=cache)
+    assert (res.step, res.entry) == (L.STEP_CACHE, str(tmp_path / "c" / "libdep.so.1"))
+    res = found(plain)
+    assert (res.step, res.entry) == (L.STEP_DEFAULT, str(tmp_path / "dflt"))
+    assert res.via == "default directories"  # the words deps and coherence show are unchanged
+    proc = L.Process(L.Environment(facts=nowhere))
+    res = proc.find(str(plain), None)[0]
+    assert res.step == L.STEP_PATH and proc.find("libp.so.1", None)[0].step == L.STEP_LOADED
+    missing = L.Process(L.Environment(facts=L.LoaderFacts(default_dirs=()))).find("libdep.so.1", None)[0]
+    assert not missing.found and missing.step is None and missing.entry is None
+
+
+def test_registered_lists_what_ldconfig_would_add_for_a_directory(tmp_path):
+    w = tmp_path / "w"
+    d = tmp_path / "d"
+    build(d / "libcudnn.so.9.14.0", "libcudnn.so.9", work=w)
+    (d / "libcudnn.so.9").symlink_to("libcudnn.so.9.14.0")
+    build(d / "libcudnn_ops.so.9.14.0", "libcudnn_ops.so.9", work=w)  # no soname link yet
+    build(d / "libold32.so.1", "libold32.so.1", work=w, bits=32)
+    (d / "libnot.so.1").write_text("INPUT(libc.so.6)\n")
+    got = {e.name: e for e in L.registered(d)}
+    assert got["libcudnn.so.9"] == L.CacheEntry("libcudnn.so.9", str(d / "libcudnn.so.9"), "x86-64")
+    assert got["libcudnn_ops.so.9"].path == str(d / "libcudnn_ops.so.9.14.0")
+    assert got["libold32.so.1"].abi == "" and "libnot.so.1" not in got
+    assert L.registered(tmp_path / "missing") == []

@@ -72,7 +72,7 @@ def test_ldconfig_registration_that_fails_is_a_check_not_a_crash(tmp_path, home)
     not_a_dir = tmp_path / "conf.d"
     not_a_dir.write_text("")
     ctx = Context(env={}, home=home, python="python3", ld_conf_dir=not_a_dir)
-    check = loader_step(ctx, Path("/opt/cuda/lib64"), register=True)
+    check = loader_step(ctx, Path("/opt/cuda/lib64"), register=True).check
     assert check.status == "fail" and "Not a directory" in check.detail
     assert check.data["code"] == "os-error"
 

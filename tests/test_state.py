@@ -112,14 +112,32 @@ def test_hostile_manifest_is_refused_by_uninstall(case, setup, home):
 
 @pytest.mark.parametrize("command", [["install", "ARCHIVE", "--no-theanorc", "--no-verify"],
                                      ["uninstall"], ["verify", "--no-theano"],
-                                     ["theanorc", "--theanorc", "RC"], ["doctor"],
-                                     ["bench", "--no-theano"], ["install", "ARCHIVE", "--dry-run",
-                                                                "--no-theanorc"]])
+                                     ["theanorc", "--theanorc", "RC"],
+                                     ["install", "ARCHIVE", "--dry-run", "--no-theanorc"]])
 def test_every_command_reads_state_through_the_validator(command, setup, home, archives):
     root, outside = setup
     _edit(root, "manifest.json", lambda m: m["files"].append(_sentinel_record("../outside/x")))
     args = [archives[V7] if a == "ARCHIVE" else home / "rc" if a == "RC" else a for a in command]
     refused(root, outside, home, args, "normalised")
+
+
+def test_doctor_lists_damaged_state_and_bench_goes_on_without_it(setup, home):
+    """The commands that only look report damaged state instead of stopping on it."""
+    root, outside = setup
+    _edit(root, "manifest.json", lambda m: m["files"].append(_sentinel_record("../outside/x")))
+    before, before_outside = tree_state(root), tree_state(outside)
+    done, out = run_json(["doctor", "--cuda-root", root], home)
+    assert done.returncode == 1 and out["error"] is None, done.stderr
+    [state] = [p for p in out["problems"] if p["check"] == "state"]
+    assert state["severity"] == "fail" and "normalised" in state["message"]
+    assert state["message"].startswith(f"the state in {root}/.cudnn-setup is damaged: ")
+    assert "aside" in state["fix"] and "cudnn" not in out
+    done, out = run_json(["bench", "--cuda-root", root, "--no-theano"], home)
+    assert done.returncode == 0 and out["error"] is None, done.stderr
+    [algorithms] = out["checks"]
+    assert algorithms["status"] == "skip" and "normalised" in algorithms["detail"]
+    assert "benchmarking without the root's cuDNN: the state in" in done.stderr
+    assert tree_state(root) == before and tree_state(outside) == before_outside
 
 
 @pytest.mark.parametrize("content,what", [

@@ -85,3 +85,28 @@ def test_dnn_paths_pointing_where_there_is_no_cudnn(tmp_path):
     assert p["severity"] == "warn" and "does not exist" in p["message"]
     eff["dnn.enabled"] = {"value": "False", "from": "THEANO_FLAGS"}
     assert stale_dnn_paths(eff) == []
+
+
+def test_install_and_theanorc_say_when_theano_cannot_use_the_cudnn_they_configure(archives,
+                                                                                 cuda_root, home):
+    from conftest import run_json
+    from fixtures.generate import GENERATION_SAMPLES
+
+    rc = home / ".theanorc"
+    root = cuda_root(version="12.4")
+    done, out = run_json(["install", archives[GENERATION_SAMPLES["9.x"]], "--cuda-root", root,
+                          "--theanorc", rc, "--no-verify", "--no-frameworks"], home)
+    assert done.returncode == 0, done.stderr
+    step = {c["name"]: c for c in out["checks"]}["theanorc"]
+    assert step["status"] == "warn" and "optimizer_including=cudnn" in rc.read_text().replace(" ", "")
+    assert "Theano 1.0.5 supports cuDNN v5 to v7; this is cuDNN 9.3.0" in step["detail"]
+    assert out["theanorc"]["warnings"][-1].startswith("Theano 1.0.5 supports cuDNN v5 to v7")
+    done, out = run_json(["theanorc", "--cuda-root", root, "--theanorc", rc], home)
+    step = {c["name"]: c for c in out["checks"]}["theanorc"]
+    assert (step["status"], out["cudnn_version"]) == ("warn", "9.3.0")
+    assert "already up to date" in step["detail"] and "cuDNN 9.3.0" in step["detail"]
+    v7 = cuda_root(version="10.2")  # inside v5-v7: nothing to say
+    done, out = run_json(["install", archives[GENERATION_SAMPLES["v4-v7"]], "--cuda-root", v7,
+                          "--theanorc", home / "v7.rc", "--no-verify", "--no-frameworks"], home)
+    step = {c["name"]: c for c in out["checks"]}["theanorc"]
+    assert step["status"] == "pass" and out["theanorc"]["warnings"] == []

@@ -31,10 +31,15 @@ def test_healthy_install(archives, cuda_root, home):
     root = installed(archives, cuda_root, home)
     done, out, checks = verify(root, home)
     assert done.returncode == 0 and out["ok"] and out["cudnn_version"] == "7.4.2"
-    assert [c["name"] for c in out["checks"]] == ["files", "elf", "versions", "load", "loader",
-                                                   "cuda", "compile", "gpu", "theano"]
-    for name in ("files", "elf", "versions", "load", "cuda", "compile"):
+    assert [c["name"] for c in out["checks"]] == ["files", "elf", "versions", "load", "coherence",
+                                                   "deps", "loader", "cuda", "driver", "compile",
+                                                   "gpu", "frameworks", "theano"]
+    for name in ("files", "elf", "versions", "load", "deps", "cuda", "compile"):
         assert checks[name]["status"] == "pass", checks[name]
+    assert checks["coherence"]["status"] == "skip" and "one library" in checks["coherence"]["detail"]
+    assert checks["frameworks"]["status"] == "skip"  # no framework in this interpreter
+    assert "no deep-learning framework importable" in checks["frameworks"]["detail"]
+    assert out["cudnn"]["managed"] is True and out["cudnn"]["version"] == "7.4.2"
     assert "cudnnGetVersion() = 7402" in checks["load"]["detail"]
     assert checks["gpu"]["status"] == "skip" and "libcuda.so.1" in checks["gpu"]["detail"]
     assert checks["loader"]["status"] == "warn" and "LD_LIBRARY_PATH" in checks["loader"]["detail"]

@@ -51,10 +51,14 @@ def theano_checks(inst: Installation | None, python: str, theanorc: Path | None,
             Check("theano-mlp", PASS, f"{mlp} (no convolutions: cuDNN has nothing to speed up)")]
 
 
-def algorithm_check(inst: Installation | None, env: Mapping[str, str]) -> Check:
+def algorithm_check(inst: Installation | None, env: Mapping[str, str],
+                    unusable: str | None = None) -> Check:
+    """cuDNN's forward algorithms timed on the GPU; `unusable` says why the root's cuDNN cannot
+    be looked at (its state is damaged)."""
     target = inst.soname_path() if inst else None
     if target is None:
-        return Check("cudnn-algorithms", SKIP, "no cuDNN installed in the CUDA root")
+        return Check("cudnn-algorithms", SKIP, f"the root's cuDNN cannot be used: {unusable}"
+                     if unusable else "no cuDNN installed in the CUDA root")
     args = probe_module("gpu") + ["--bench", str(target)]
     cudart = find_cudart(inst)
     if cudart:

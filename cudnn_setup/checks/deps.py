@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
+from cudnn_setup.checks.driver import PROC_DRIVER
 from cudnn_setup.checks.installation import Installation
 from cudnn_setup.facts import cuda as cuda_facts
 from cudnn_setup.facts import cudnn as gen
@@ -44,7 +45,6 @@ from cudnn_setup.facts import ldresolve as L
 from cudnn_setup.report import FAIL, PASS, SKIP, WARN, Check
 
 NAME = "deps"
-PROC_DRIVER = Path("/proc/driver/nvidia/version")  # there when the NVIDIA kernel module is loaded
 _RANK = {FAIL: 2, WARN: 1, SKIP: 0}
 MAX_SHOWN = 4  # missing dependencies named in the one-line detail; data lists them all
 
@@ -71,7 +71,7 @@ def versions_for(inst: Installation, load_data: dict | None) -> L.Versions:
         cuda = cuda_facts.version_text(number)
     cudnn = cudnn or inst.version
     if cuda is None:
-        cuda = (inst.manifest or {}).get("cuda_version")
+        cuda = inst.manifest.cuda_version if inst.manifest else None
     if cuda is None:
         major = (inst.origin_facts.get("wheel") or {}).get("cuda_major")
         cuda = str(major) if major else None

@@ -15,7 +15,10 @@
 """
 from __future__ import annotations
 
+import os
 import re
+import shutil
+from pathlib import Path
 from typing import Mapping
 
 from cudnn_setup.archive.problems import Problem
@@ -25,9 +28,11 @@ from cudnn_setup.errors import ArchiveRejected
 from cudnn_setup.facts import cuda as cuda_facts
 from cudnn_setup.facts import gpu_support as S
 from cudnn_setup.facts import gpus as gpu_table
+from cudnn_setup.facts import ldresolve as L
 from cudnn_setup.report import FAIL, PASS, SKIP, WARN, Check
 
 NAME = "driver"
+PROC_DRIVER = Path("/proc/driver/nvidia/version")  # there when the NVIDIA kernel module is loaded
 TIMEOUT = 60.0
 GPU_UNSUPPORTED, DRIVER_TOO_OLD = "gpu-unsupported", "driver-too-old"
 MAX_GPUS = 64
@@ -38,18 +43,44 @@ def _short(value, limit: int) -> str | None:
     return value[:limit] if isinstance(value, str) and value else None
 
 
+def no_driver(env: Mapping[str, str], loader: L.Environment | None = None,
+              smi: bool = True) -> str | None:
+    """Why there is nothing for the driver probe to ask, found without starting it: no NVIDIA
+    kernel module, no libcuda.so.1 that the loader would find for a program started from `env`
+    (facts/ldresolve.py; `loader` when the caller has its environment), no nvidia-smi on its
+    PATH. None when any of them is there."""
+    if PROC_DRIVER.exists():
+        return None
+    if smi and shutil.which("nvidia-smi", path=env.get("PATH", os.defpath)):
+        return None
+    if loader is None:
+        loader = L.Environment(ld_library_path=env.get("LD_LIBRARY_PATH") or None,
+                               cache=L.read_cache(), facts=L.probe_loader())
+    found = L.Process(loader).find("libcuda.so.1", None)[0]
+    if found.found:
+        return None
+    return (f"no NVIDIA driver: libcuda.so.1 cannot be loaded ({found.error})"
+            + ("; nvidia-smi is not on PATH" if smi else ""))
+
+
 def driver_facts(env: Mapping[str, str], *, python: str | None = None,
-                 timeout: float = TIMEOUT, smi: bool = True) -> dict:
+                 timeout: float = TIMEOUT, smi: bool = True,
+                 loader: L.Environment | None = None) -> dict:
     """What the driver says, checked: `status` pass (GPUs listed) | skip (no driver or no GPU,
     `reason` says which) | error (the probe itself failed); `gpus` [{index, name,
     compute_capability}]; `driver_version` ("580.65.06"); `cuda_driver_version` (13000) and
     `cuda` ("13.0"), the newest CUDA the driver runs; `found_via`. `env` is the user's: it
-    decides which libcuda.so.1 and which nvidia-smi the child finds."""
-    args = probe_module("driver") + ([] if smi else ["--no-smi"])
-    result = run_probe(args, timeout, dict(env), python)
+    decides which libcuda.so.1 and which nvidia-smi the child finds. On a machine with no
+    trace of a driver (no_driver) no child is started."""
     out: dict = {"status": "error", "reason": None, "gpus": [], "driver_version": None,
                  "driver_version_from": None, "cuda_driver_version": None, "cuda": None,
                  "found_via": None}
+    absent = no_driver(env, loader, smi)
+    if absent is not None:
+        out.update(status=SKIP, reason=absent)
+        return out
+    args = probe_module("driver") + ([] if smi else ["--no-smi"])
+    result = run_probe(args, timeout, dict(env), python)
     data = result.data
     if data is None:
         out["reason"] = f"the driver probe {result.failure()}"[:500]
@@ -85,7 +116,7 @@ def built_for_cuda(inst: Installation, load_data: dict | None = None) -> tuple[s
     number = (load_data or {}).get("cudnnGetCudartVersion")
     if isinstance(number, int) and not isinstance(number, bool) and 1000 <= number < 100000:
         return cuda_facts.version_text(number), "cudnnGetCudartVersion()"
-    recorded = (inst.manifest or {}).get("cuda_version")
+    recorded = inst.manifest.cuda_version if inst.manifest else None
     if isinstance(recorded, str) and re.fullmatch(r"\d+(?:\.\d+)?", recorded):
         return recorded, "archive name"
     major = (inst.origin_facts.get("wheel") or {}).get("cuda_major")

@@ -5,6 +5,7 @@ import os
 import stat
 
 from cudnn_setup.checks.installation import Installation
+from cudnn_setup.checks.locate import UNMANAGED
 from cudnn_setup.facts import cudnn as gen
 from cudnn_setup.facts.elf import NotElf, read_elf
 from cudnn_setup.state.files import describe, describe_known
@@ -55,8 +56,8 @@ def check_files(inst: Installation, deep: bool = False) -> Check:
     if problems:
         return Check("files", FAIL, "; ".join(problems), data)
     origin = (f"{len(entries)} files and links as installed by cudnn-setup" if inst.manifest
-              else f"headers and {len(inst.libraries)} libraries present (not installed by "
-                   "cudnn-setup: no manifest to compare against)")
+              else f"headers and {len(inst.libraries)} libraries present ({UNMANAGED}; no "
+                   "manifest to compare against)")
     main = inst.library("libcudnn")
     if others and main is not None:
         listing = "; ".join(f"{v} ({len(names)} librar{'y' if len(names) == 1 else 'ies'})"

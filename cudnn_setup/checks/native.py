@@ -6,7 +6,7 @@ import re
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from cudnn_setup.checks.installation import Installation
 from cudnn_setup.child import run_command
@@ -76,18 +76,31 @@ int main(void) {
 """
 
 
-def check_compile(inst: Installation, env: Mapping[str, str], cc: str | None = None) -> Check:
+def check_compile(inst: Installation, env: Mapping[str, str], cc: str | None = None,
+                  includes: Sequence[Path] = ()) -> Check:
+    """Build, link and run PROGRAM against `inst`; `includes`: more -I directories after
+    cuDNN's own (the CUDA root's, for a cuDNN outside it)."""
     path = env.get("PATH", os.defpath)
     compiler = cc or env.get("CC") or shutil.which("cc", path=path) or shutil.which("gcc", path=path)
     if not compiler:
         return Check("compile", SKIP, "no C compiler (cc) on PATH")
     if inst.header_file is None or inst.library("libcudnn") is None:
         return Check("compile", SKIP, "no cudnn.h or libcudnn to build against")
+    link, note = "-lcudnn", ""
+    target = inst.soname_path()
+    if inst.origin is not None and target is not None and \
+            not os.path.lexists(inst.lib_dir / "libcudnn.so"):
+        # A wheel (or a runtime-only package) has no development link; the tool makes one only
+        # in a root it installs into.
+        link = f"-l:{target.name}"
+        note = (f"; {inst.lib_dir} has no libcudnn.so development link, so a build with "
+                f"-lcudnn (as Theano's) would not find this cuDNN: linked with {link}")
     with tempfile.TemporaryDirectory(prefix="cudnn-setup-compile-") as tmp:
         src, exe = Path(tmp) / "check.c", Path(tmp) / "check"
         src.write_text(PROGRAM)
-        cmd = [compiler, str(src), "-o", str(exe), f"-I{inst.include_dir}", f"-L{inst.lib_dir}",
-               "-lcudnn", f"-Wl,-rpath,{inst.lib_dir}"]
+        cmd = [compiler, str(src), "-o", str(exe), f"-I{inst.include_dir}",
+               *(f"-I{d}" for d in includes), f"-L{inst.lib_dir}", link,
+               f"-Wl,-rpath,{inst.lib_dir}"]
         built = run_command(cmd, COMPILE_TIMEOUT, env)
         if built.timed_out or built.error:
             return Check("compile", FAIL, f"the compiler {built.error or 'did not finish in time'}")
@@ -114,9 +127,9 @@ def check_compile(inst: Installation, env: Mapping[str, str], cc: str | None = N
                else "it did not finish in time" if ran.timed_out
                else f"exit status {ran.returncode}: {ran.err.strip()[-200:]}")
         return Check("compile", FAIL, f"the program built against cuDNN failed: {why}")
-    return Check("compile", PASS, f"compiled and linked a program with -lcudnn against "
-                 f"{inst.include_dir} and {inst.lib_dir}; it ran (versions {versions})",
-                 {"command": cmd})
+    against = ", ".join(str(d) for d in (inst.include_dir, *includes, inst.lib_dir))
+    return Check("compile", WARN if note else PASS, f"compiled and linked a program with {link} "
+                 f"against {against}; it ran (versions {versions}){note}", {"command": cmd})
 
 
 def find_cudart(inst: Installation) -> str | None:

@@ -1,31 +1,97 @@
-"""Every verification layer in order, each that still makes sense after a failure."""
+"""Every verification layer in order, each that still makes sense after a failure.
+
+The machine's facts that several layers need are looked at once per run: the driver and its
+GPUs (a child process), the loader's cache and search order (ldconfig -p, ld.so), and the
+frameworks of the interpreter under test (a child per framework).
+"""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
+from cudnn_setup.checks.coherence import check_coherence
+from cudnn_setup.checks.deps import check_deps, loader_environment
+from cudnn_setup.checks.driver import check_driver, driver_facts, has_driver
 from cudnn_setup.checks.files import check_elf, check_files, check_versions
-from cudnn_setup.checks.installation import find_installation
+from cudnn_setup.checks.frameworks import check_frameworks
+from cudnn_setup.checks.installation import Installation
+from cudnn_setup.checks.locate import skipped_without_cudnn
 from cudnn_setup.checks.native import check_compile, check_gpu, check_load
 from cudnn_setup.checks.system import check_cuda, check_loader
 from cudnn_setup.checks.theano_check import check_theano
-from cudnn_setup.facts.cuda import CudaRoot
+from cudnn_setup.facts import ldresolve as L
 from cudnn_setup.facts.host import host_machine
 from cudnn_setup.report import SKIP, Check
 
+ORDER = ("files", "elf", "versions", "load", "coherence", "deps", "loader", "cuda", "driver",
+         "compile", "gpu", "frameworks", "theano")
 
-def run_checks(root: CudaRoot, *, python: str, env: Mapping[str, str],
+
+@dataclass
+class Frameworks:
+    """The frameworks check and the report it came from (checks/frameworks.py)."""
+
+    check: Check
+    entries: list[dict]
+
+
+def frameworks_of(python: str, env: Mapping[str, str], enabled: bool = True,
+                  loader: L.Environment | None = None) -> Frameworks:
+    """The frameworks of `python` (the interpreter under test), or a skip for --no-frameworks."""
+    if not enabled:
+        return Frameworks(Check("frameworks", SKIP, "--no-frameworks"), [])
+    check, entries = check_frameworks(python, env, search=loader or loader_environment(env))
+    return Frameworks(check, entries)
+
+
+def compile_includes(inst: Installation) -> list[Path]:
+    """Extra -I for a cuDNN that is not in a CUDA root (a wheel, the distribution's packages):
+    its cudnn.h includes the CUDA runtime's headers, which are in the CUDA root."""
+    cuda_include = inst.root.include_dir
+    if inst.origin is None or cuda_include == inst.include_dir or not cuda_include.is_dir():
+        return []
+    return [cuda_include]
+
+
+def run_checks(inst: Installation, *, python: str, env: Mapping[str, str],
                theanorc: Path | None = None, theano: bool = True,
-               conf: Path = Path("/etc/ld.so.conf"), deep: bool = False) -> list[Check]:
+               conf: Path = Path("/etc/ld.so.conf"), deep: bool = False,
+               driver: dict | None = None, frameworks: Frameworks | None = None,
+               with_frameworks: bool = True, loader_fix: str | None = None,
+               loader: L.Environment | None = None) -> list[Check]:
+    """verify's checks of `inst`, in ORDER. `python`: the interpreter whose Theano and frameworks
+    are checked; `driver`: driver_facts(env) when the caller has them; `frameworks`: the
+    frameworks check when the caller made it (else it is made here unless `with_frameworks` is
+    False); `loader_fix`: what the loader check advises instead of a bare LD_LIBRARY_PATH line;
+    `loader`: deps.loader_environment(env) when the caller has it."""
     env = dict(env)
-    inst = find_installation(root)
-    checks = [check_files(inst, deep), check_elf(inst, host_machine()), check_versions(inst)]
-    load, load_data = check_load(inst, env)
-    checks += [load, check_loader(inst, env, conf), check_cuda(inst, load_data)]
-    checks.append(check_compile(inst, env))
-    gpu = check_gpu(inst, env) if load_data is not None else Check(
-        "gpu", SKIP, "libcudnn does not load (see load)")
-    checks.append(gpu)
+    loader = loader or loader_environment(env)
+    driver = driver if driver is not None else driver_facts(env, loader=loader)
+    skipped = skipped_without_cudnn(inst)
+    checks = [check_files(inst, deep)]
+    load_data = None
+    if skipped is not None:
+        checks += [skipped[name] for name in ("elf", "versions", "load", "coherence", "deps",
+                                              "loader", "cuda")]
+    else:
+        checks += [check_elf(inst, host_machine()), check_versions(inst)]
+        load, load_data = check_load(inst, env)
+        checks += [load, check_coherence(inst, env, loader=loader, load_data=load_data),
+                   check_deps(inst, env, load_data=load_data, loader=loader,
+                              driver_present=True if has_driver(driver) else None),
+                   check_loader(inst, env, conf, fix=loader_fix), check_cuda(inst, load_data)]
+    checks.append(check_driver(inst, driver, load_data=load_data))
+    if skipped is not None:
+        gpu = skipped["gpu"]
+        checks += [skipped["compile"], gpu]
+    else:
+        gpu = check_gpu(inst, env) if load_data is not None else Check(
+            "gpu", SKIP, "libcudnn does not load (see load)")
+        checks += [check_compile(inst, env, includes=compile_includes(inst)), gpu]
+    if frameworks is None:
+        frameworks = frameworks_of(python, env, with_frameworks, loader)
+    checks.append(frameworks.check)
     if theano:
         checks.append(check_theano(inst, python, theanorc, env, gpu))
     else:

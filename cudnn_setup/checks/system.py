@@ -11,18 +11,22 @@ from cudnn_setup.report import FAIL, PASS, SKIP, WARN, Check
 
 
 def check_loader(inst: Installation, env: Mapping[str, str],
-                 conf: Path = Path("/etc/ld.so.conf")) -> Check:
+                 conf: Path = Path("/etc/ld.so.conf"), fix: str | None = None) -> Check:
+    """Whether a program started from `env` loads this cuDNN; `fix` replaces the advice to put
+    its directory on LD_LIBRARY_PATH (install gives one when that would break a framework)."""
     ours = inst.soname_path()
     if ours is None:
         return Check("loader", SKIP, "no libcudnn installed")
     copies = loader.copies_of(ours.name, env, conf)
     ours_real = os.path.realpath(ours)
     data = {"name": ours.name, "ours": str(ours), "copies": copies}
-    fix = loader.ld_library_path_line(inst.lib_dir)
+    # --ldconfig registers the dir for every program: no alternative when that is the danger
+    also = "" if fix else " (or install with --ldconfig)"
+    fix = fix or loader.ld_library_path_line(inst.lib_dir)
     if not copies:
         return Check("loader", WARN, f"a program started without help would not find "
-                     f"{ours.name}: {inst.lib_dir} is not on the loader path; fix: {fix} "
-                     "(or install with --ldconfig)", data)
+                     f"{ours.name}: {inst.lib_dir} is not on the loader path; fix: {fix}{also}",
+                     data)
     first = copies[0]
     others = [c for c in copies if c["real"] != ours_real]
     listing = "; ".join(f"{c['path']} ({c['version'] or '?'}, via {c['via']})" for c in others)

@@ -4,9 +4,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from cudnn_setup.checks.benchmarks import algorithm_check, theano_checks
-from cudnn_setup.checks.installation import find_installation
 from cudnn_setup.commands.base import Context, command
-from cudnn_setup.commands.steps import recover_first, theanorc_path
+from cudnn_setup.commands.steps import root_installation, theanorc_path
 from cudnn_setup.errors import NoCudaRoot
 from cudnn_setup.facts.cuda import find_cuda_root
 from cudnn_setup.report import Result
@@ -22,13 +21,13 @@ def bench(result: Result, ctx: Context, *, cuda_root: Path | None = None,
         if cuda_root is not None:
             raise
         root = None
-    if root:
-        recover_first(result, root, ctx)
-    inst = find_installation(root) if root else None
+    inst, damaged = root_installation(result, root, ctx) if root else (None, None)
+    if damaged is not None:
+        result.lines.append(f"benchmarking without the root's cuDNN: {damaged.message}")
     result.cuda_root = str(root.path) if root else None
     result.cudnn_version = inst.version if inst else None
     env = dict(ctx.env)
     if not no_theano:
         result.checks += theano_checks(inst, python or ctx.python, theanorc_path(ctx, theanorc),
                                        env)
-    result.checks.append(algorithm_check(inst, env))
+    result.checks.append(algorithm_check(inst, env, damaged.message if damaged else None))

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from cudnn_setup.checks.driver import driver_facts
+from cudnn_setup.checks.installation import find_installation
 from cudnn_setup.checks.suite import run_checks
 from cudnn_setup.commands import placement
 from cudnn_setup.commands.base import Context, command, which
 from cudnn_setup.commands.by_version import resolve_source
 from cudnn_setup.commands.download import check_sha256, fetch
-from cudnn_setup.commands.steps import loader_step, theanorc_path, theanorc_step
+from cudnn_setup.commands.steps import (FrameworkLookahead, loader_step, theanorc_path,
+                                        theanorc_step)
 from cudnn_setup.facts.cuda import CudaRoot, find_cuda_root
 from cudnn_setup.fetch.checksums import expected_for
 from cudnn_setup.report import Result
@@ -22,10 +25,11 @@ def install(result: Result, ctx: Context, source: str, *, cuda_root: Path | None
             python: str | None = None, no_verify: bool = False, dry_run: bool = False,
             force: bool = False, ldconfig: bool = False, headers: list[str] | None = None,
             cache_dir: Path | None = None, cuda: str | None = None,
-            mirror: str | None = None) -> None:
+            mirror: str | None = None, no_frameworks: bool = False) -> None:
     check_sha256(sha256)
     root = find_cuda_root(ctx.env, cuda_root)
     result.cuda_root = str(root.path)
+    python = python or ctx.python
     # A version, a bare NVIDIA archive name or a file:// URL becomes a local archive here.
     by_version = resolve_source(result, ctx, source, root, cuda=cuda, mirror=mirror,
                                 sha256=sha256, headers=headers, cache_dir=cache_dir)
@@ -37,9 +41,10 @@ def install(result: Result, ctx: Context, source: str, *, cuda_root: Path | None
     else:
         archive = Path(source)
         expected = expected_for(archive.name, sha256)
+    driver = driver_facts(ctx.env)  # the GPUs and driver the build must fit, asked once
     outcome = placement.install(archive, root, force=force, dry_run=dry_run, expected=expected,
                                 on_read=_progress(ctx, archive), lock_timeout=ctx.lock_timeout,
-                                xz=which(ctx, "xz"), env=ctx.env)
+                                xz=which(ctx, "xz"), env=ctx.env, driver=driver)
     pkg = outcome.package
     result.cudnn_version = pkg.cudnn_version if pkg else None
     result.changed = outcome.changed and not dry_run
@@ -47,14 +52,28 @@ def install(result: Result, ctx: Context, source: str, *, cuda_root: Path | None
     result.add("would_change", outcome.changed if dry_run else None)
     _describe(result, outcome, root, dry_run)
     lib_dir = outcome.lib_dir or root.lib_dir()
+    step = None
+    frameworks = None if no_frameworks else FrameworkLookahead(ctx, python)
     if not dry_run:
-        result.checks.append(loader_step(ctx, lib_dir, ldconfig, verify_follows=not no_verify))
+        step = loader_step(ctx, lib_dir, ldconfig, verify_follows=not no_verify,
+                           what_if=frameworks.what_if if frameworks else None, force=force)
+        result.checks.append(step.check)
+        if step.what_if:
+            result.add("frameworks_what_if", step.what_if)
     rc = None if no_theanorc else theanorc_path(ctx, theanorc)
     if rc is not None:
-        result.checks.append(theanorc_step(result, rc, root.path, lib_dir, dry_run))
+        result.checks.append(theanorc_step(result, rc, root.path, lib_dir, dry_run,
+                                           result.cudnn_version))
     if not no_verify and not dry_run:
-        result.checks += run_checks(root, python=python or ctx.python, env=ctx.env, theanorc=rc,
-                                    conf=ctx.ld_so_conf)
+        # What was learnt before the loader step still holds unless the step changed it.
+        same = frameworks is not None and not step.changed_loader
+        result.checks += run_checks(find_installation(root), python=python, env=ctx.env,
+                                    theanorc=rc, conf=ctx.ld_so_conf, driver=driver,
+                                    frameworks=frameworks.report() if same else None,
+                                    with_frameworks=not no_frameworks, loader_fix=step.loader_fix,
+                                    loader=frameworks.search if same else None)
+    if step is not None and step.refused:
+        raise step.refused
 
 
 def _progress(ctx: Context, archive: Path):

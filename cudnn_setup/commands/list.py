@@ -6,11 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable, Optional
 
-from packaging.version import Version
+from packaging.version import InvalidVersion, Version
 
+from cudnn_setup.checks.driver import describe_gpus, driver_facts, has_driver
 from cudnn_setup.commands.base import Context, command
 from cudnn_setup.commands.by_version import target, tree_for
 from cudnn_setup.errors import DownloadFailed, NoCudaRoot
+from cudnn_setup.facts import gpu_support as S
 from cudnn_setup.facts.cuda import CudaRoot, find_cuda_root
 from cudnn_setup.fetch import known_releases, redist
 from cudnn_setup.fetch.candidates import Release
@@ -19,11 +21,31 @@ from cudnn_setup.fetch.resolve import catalog
 from cudnn_setup.report import WARN, Check, Result
 from cudnn_setup.state.layout import StateDir
 
-# Extension point: whether a release runs on this machine's GPU and driver, as (fits, why), or
-# None when that is not known. Nothing supplies one yet (it needs the GPU's compute capability
-# and the driver's CUDA version against each release's support matrix); `rows` adds a `fits`
-# entry per release once a caller passes one.
+# Whether a release runs on this machine's GPU and driver, as (fits, why), or None when that is
+# not known; `rows` adds a `fits` entry per release when it is given one.
 FitJudge = Callable[[Release], Optional[tuple[bool, str]]]
+
+
+def machine_judge(facts: dict) -> FitJudge | None:
+    """The judge for the GPUs and driver that `facts` (checks.driver.driver_facts) describe, by
+    facts/gpu_support.py's tables; None when neither a driver nor a GPU is known."""
+    if not has_driver(facts):
+        return None
+    gpus = [(g["name"], g["compute_capability"]) for g in facts.get("gpus", [])]
+
+    def judge(release: Release) -> tuple[bool, str] | None:
+        try:
+            major, minor = redist.parse_variant(release.cuda_variant)
+            misfits = S.fits(release.version, str(major) if minor is None else f"{major}.{minor}",
+                             gpus, facts.get("cuda_driver_version"), facts.get("driver_version"))
+        except (ValueError, InvalidVersion):
+            return None
+        if not misfits:
+            return True, f"runs on {describe_gpus(facts)}"
+        ok = not any(m.severity == "fail" for m in misfits)
+        return ok, "; ".join(f"{m.subject}: {m.reason} ({m.hint})" for m in misfits)
+
+    return judge
 
 
 def installed_archive(root: CudaRoot | None) -> dict | None:
@@ -79,7 +101,7 @@ def list_releases(result: Result, ctx: Context, *, cuda: str | None = None,
     installed = installed_archive(root)
     if installed:
         result.cudnn_version = installed["version"]
-    listed = rows(releases, installed)
+    listed = rows(releases, installed, machine_judge(driver_facts(ctx.env)))
     result.add("releases", listed)
     result.add("platform", platform)
     result.add("cuda_version", cuda_version)
@@ -109,6 +131,9 @@ def _describe(result: Result, listed: list[dict], platform: str, cuda_version: s
         result.lines.append(f"  {variant}:")
         for row in (r for r in listed if r["cuda_variant"] == variant):
             mark = "  installed" if row["installed"] else ""
+            fits = row.get("fits")
+            if fits and not fits["ok"]:
+                mark += f"  does not fit this machine: {fits['why']}"
             result.lines.append(f"    {row['version']:<12} {row['file_name']}{mark}")
     if not listed:
         result.lines.append("  nothing published fits")

@@ -21,6 +21,7 @@ from typing import Callable, Iterator, Mapping
 from cudnn_setup import __version__
 from cudnn_setup.archive import read_package
 from cudnn_setup.archive.package import Package
+from cudnn_setup.checks.driver import fit_before_install, install_refusal
 from cudnn_setup.checks.probe import child_env, probe_module, run_probe
 from cudnn_setup.errors import ArchiveRejected, InstallFailed, os_error
 from cudnn_setup.facts import cuda as cuda_facts
@@ -181,6 +182,18 @@ def cuda_mismatch(pkg: Package, built: BuiltFor, root: CudaRoot, name: str,
         "this one anyway", code="cuda-mismatch")
 
 
+def machine_fit(pkg: Package, built: BuiltFor, driver: dict | None,
+                force: bool) -> tuple[ArchiveRejected | None, list[str]]:
+    """Whether the build runs on this machine's GPUs and driver (checks/driver.py): the refusal
+    (None with --force, or when nothing misfits) and notes for what only warns or was forced."""
+    if not driver or not built.version or not pkg.cudnn_version:
+        return None, []
+    misfits = fit_before_install(pkg.cudnn_version, built.version, driver)
+    refusal = None if force else install_refusal(misfits, pkg.cudnn_version, built.version)
+    return refusal, [("installed anyway (--force): " if m.severity == "fail" else "")
+                     + f"{m.subject}: {m.reason} ({m.hint})" for m in misfits]
+
+
 # --- install and uninstall --------------------------------------------------------------------
 
 @dataclass
@@ -275,9 +288,10 @@ def install(archive: Path, root: CudaRoot, *, force: bool = False, dry_run: bool
             expected: Expected | None = None, fs: Filesystem | None = None,
             lock_timeout: float = 300.0, tmp_dir: Path | None = None,
             on_read: Callable[[int], None] | None = None, xz: str | None = None,
-            env: Mapping[str, str] | None = None) -> Outcome:
+            env: Mapping[str, str] | None = None, driver: dict | None = None) -> Outcome:
     """Install `archive` into `root`. `env` is the environment of the child process that asks
-    a library which CUDA it was built for, when the archive's name does not say."""
+    a library which CUDA it was built for, when the archive's name does not say; `driver`
+    (checks.driver.driver_facts) the GPUs and driver the build must fit."""
     state = StateDir(root.path)
     include_rel, lib_rel = root_dirs(root)
     lib_dir = root.path / lib_rel
@@ -289,11 +303,13 @@ def install(archive: Path, root: CudaRoot, *, force: bool = False, dry_run: bool
             built = built_for(pkg, staging / "probe", env)
             old = state.manifest()
             refusal = None if force else cuda_mismatch(pkg, built, root, archive.name, old)
-            if refusal:
-                raise refusal
+            unfit, fit_notes = machine_fit(pkg, built, driver, force)
+            if refusal or unfit:
+                raise refusal or unfit
             desired = desired_entries(pkg, include_rel, lib_rel, staging / "links")
             plan = make_plan(root.path, old, desired, force)
             notes = ["an interrupted transaction will be rolled back first"] if pending else []
+            notes += fit_notes
             return Outcome(plan.changed, plan, pkg, lib_dir=lib_dir, built_for=built, notes=notes)
     created_state = not state.exists()
     with _rolled_back_errors(root.path, "install", "free disk space or fix the error above"), \
@@ -308,8 +324,10 @@ def install(archive: Path, root: CudaRoot, *, force: bool = False, dry_run: bool
             built = built_for(pkg, tx / "probe", env)
             old = state.manifest()
             refusal = None if force else cuda_mismatch(pkg, built, root, archive.name, old)
-            if refusal:
-                raise refusal
+            unfit, fit_notes = machine_fit(pkg, built, driver, force)
+            if refusal or unfit:
+                raise refusal or unfit
+            notes += fit_notes
             desired = desired_entries(pkg, include_rel, lib_rel, tx / "links")
             plan = make_plan(root.path, old, desired, force)
             if plan.conflicts:

@@ -1,16 +1,28 @@
 """Steps several commands take: finishing an interrupted transaction, Theano's config, the loader."""
 from __future__ import annotations
 
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Callable
 
+from cudnn_setup.checks.deps import loader_environment
+from cudnn_setup.checks.framework_whatif import (Change, prepend_to_ld_library_path,
+                                                 register_with_ldconfig, what_if,
+                                                 what_if_warnings)
+from cudnn_setup.checks.frameworks import framework_report, frameworks_check
+from cudnn_setup.checks.installation import Installation, find_installation
+from cudnn_setup.checks.suite import Frameworks
+from cudnn_setup.checks.theano_check import theano_range_note, theano_supports
 from cudnn_setup.commands.base import Context
 from cudnn_setup.commands.placement import recover_pending
+from cudnn_setup.errors import InstallFailed, SetupError, os_error
 from cudnn_setup.facts import loader
 from cudnn_setup.facts.cuda import CudaRoot
-from cudnn_setup.errors import os_error
 from cudnn_setup.report import FAIL, PASS, SKIP, WARN, Check, Result
 from cudnn_setup.text import show_path
 from cudnn_setup.theanorc import TheanorcRefused, configure, default_path
+
+STATE_DAMAGED = "state-damaged"
 
 
 def recover_first(result: Result, root: CudaRoot, ctx: Context) -> None:
@@ -21,17 +33,35 @@ def recover_first(result: Result, root: CudaRoot, ctx: Context) -> None:
         result.add("recovered", said)
 
 
+def root_installation(result: Result, root: CudaRoot,
+                      ctx: Context) -> tuple[Installation | None, SetupError | None]:
+    """The root's cuDNN after recovery, for commands that look without changing anything
+    (doctor, bench): damaged state there is a finding, (None, the error), not the end."""
+    try:
+        recover_first(result, root, ctx)
+        return find_installation(root), None
+    except SetupError as exc:
+        if exc.code != STATE_DAMAGED:
+            raise
+        return None, exc
+
+
 def theanorc_path(ctx: Context, explicit: Path | None) -> Path:
     return explicit or default_path(ctx.env, ctx.home)
 
 
-def theanorc_step(result: Result, path: Path, root: Path, lib_dir: Path, dry_run: bool) -> Check:
-    """Merge the cuDNN settings into Theano's config; a refusal is a failed check, not an error."""
+def theanorc_step(result: Result, path: Path, root: Path, lib_dir: Path, dry_run: bool,
+                  cudnn_version: str | None = None) -> Check:
+    """Merge the cuDNN settings into Theano's config; a refusal is a failed check, not an error.
+    The config asks for cuDNN (optimizer_including=cudnn), so a cuDNN Theano 1.0.5 cannot use
+    is said here: Theano would stop on it instead of running without."""
     try:
         change = configure(path, root, lib_dir, dry_run=dry_run)
     except TheanorcRefused as exc:  # also what an OSError became: the install still stands
         return Check("theanorc", FAIL, f"{exc.message} — {exc.hint}",
                      {"code": exc.code, "hint": exc.hint})
+    if cudnn_version and not theano_supports(cudnn_version):
+        change = replace(change, warnings=(*change.warnings, theano_range_note(cudnn_version)))
     result.add("theanorc", change.to_dict())
     if dry_run and change.changed:
         result.lines += change.diff.rstrip("\n").splitlines()
@@ -43,34 +73,118 @@ def theanorc_step(result: Result, path: Path, root: Path, lib_dir: Path, dry_run
     return Check("theanorc", WARN if change.warnings else PASS, detail)
 
 
-def loader_step(ctx: Context, lib_dir: Path, register: bool, verify_follows: bool = False) -> Check:
+class FrameworkLookahead:
+    """What the frameworks of `python` load now, made once, and what a change to the loader's
+    path would make them load (checks/framework_whatif.py)."""
+
+    def __init__(self, ctx: Context, python: str):
+        self.ctx, self.python = ctx, python
+        self.now: list[dict] | None = None  # None: not made, or the interpreter could not say
+        self.search = None
+
+    def what_if(self, change: Change) -> list[dict]:
+        if self.now is None:
+            self.search = loader_environment(self.ctx.env)
+            try:
+                self.now = framework_report(self.python, self.ctx.env, search=self.search)
+            except SetupError:  # verify's frameworks check says why
+                return []
+        return what_if(self.python, self.ctx.env, change, search=self.search, current=self.now)
+
+    def report(self) -> Frameworks | None:
+        """The frameworks check from the report made before the change, if one was made."""
+        if self.now is None:
+            return None
+        return Frameworks(frameworks_check(self.now, self.python), self.now)
+
+
+@dataclass
+class LoaderStep:
+    """The `ldconfig` check, what the frameworks would do with the change it made or advises,
+    and whether it changed what programs load."""
+
+    check: Check
+    what_if: list[dict] = field(default_factory=list)
+    refused: SetupError | None = None  # --ldconfig not done: it would break a framework
+    changed_loader: bool = False
+    loader_fix: str | None = None  # the loader check's advice instead of LD_LIBRARY_PATH
+
+    @property
+    def breaking(self) -> list[str]:
+        return what_if_warnings(self.what_if)
+
+
+def loader_step(ctx: Context, lib_dir: Path, register: bool, verify_follows: bool = False, *,
+                what_if: Callable[[Change], list[dict]] | None = None,
+                force: bool = False) -> LoaderStep:
     """Make programs find the new libraries: ldconfig where allowed, else say how.
 
-    When verification follows, its `loader` check gives the LD_LIBRARY_PATH line (with every
-    copy of cuDNN it found), so it is not printed twice.
+    Before registering `lib_dir` (--ldconfig) or advising LD_LIBRARY_PATH, `what_if` says what
+    each framework would then load: registering a directory that would give a framework an
+    older cuDNN than it was built for is refused unless `force`, and the LD_LIBRARY_PATH line
+    becomes a per-program one with the reason. When verification follows, its `loader` check
+    gives the LD_LIBRARY_PATH line (with every copy of cuDNN it found), so it is not printed
+    twice.
     """
     if register:
+        results = what_if(register_with_ldconfig(lib_dir)) if what_if else []
+        step = LoaderStep(Check("ldconfig", PASS, ""), results)
+        if step.breaking and not force:
+            step.loader_fix = per_program(lib_dir, step.breaking)
+            more = len(step.breaking) - 1
+            step.refused = InstallFailed(
+                f"{lib_dir} was not registered with the loader: {step.breaking[0]}"
+                + (f" (and {more} more framework(s))" if more else "")
+                + "; the cuDNN installed there stands", f"{step.loader_fix}; --force registers "
+                "it anyway", code="would-break-frameworks")
+            step.check = Check("ldconfig", FAIL, f"did not register {lib_dir} with the loader: "
+                               + "; ".join(step.breaking) + " (--force registers it anyway)",
+                               {"code": step.refused.code, "hint": step.loader_fix})
+            return step
         try:
             conf = loader.write_conf(ctx.ld_conf_dir, lib_dir)
         except OSError as exc:
             error = os_error(exc, f"cannot register {show_path(lib_dir)} with the loader")
-            return Check("ldconfig", FAIL, f"{error.message} — {error.hint}",
-                         {"code": error.code, "hint": error.hint})
+            step.check = Check("ldconfig", FAIL, f"{error.message} — {error.hint}",
+                               {"code": error.code, "hint": error.hint})
+            return step
         ok, out = loader.run_ldconfig()
-        return Check("ldconfig", PASS if ok else FAIL,
-                     f"wrote {conf} and ran ldconfig" if ok else f"ldconfig failed: {out}")
+        step.changed_loader = True
+        forced = "".join(f"; registered although {w}" for w in step.breaking)
+        step.check = Check("ldconfig", PASS if ok else FAIL,
+                           (f"wrote {conf} and ran ldconfig" if ok else f"ldconfig failed: {out}")
+                           + forced)
+        return step
     if loader.on_loader_path(lib_dir, ctx.ld_so_conf):
         if ctx.euid == 0:
             ok, out = loader.run_ldconfig()
-            return Check("ldconfig", PASS if ok else WARN,
-                         "ran ldconfig: programs find the new libraries" if ok
-                         else f"ldconfig failed: {out}")
-        return Check("ldconfig", WARN, f"{lib_dir} is on the loader path but only root can "
-                     "refresh its cache: run `sudo ldconfig`")
-    if verify_follows:
-        return Check("ldconfig", SKIP, f"{lib_dir} is not on the system loader path; the loader "
-                     "check below says how programs can find it (or install with --ldconfig, "
-                     "as root, to register it)")
-    return Check("ldconfig", SKIP, f"{lib_dir} is not on the system loader path; to load cuDNN "
-                 f"from it, run: {loader.ld_library_path_line(lib_dir)}  (or install with "
-                 "--ldconfig, as root, to register it)")
+            return LoaderStep(Check("ldconfig", PASS if ok else WARN,
+                                    "ran ldconfig: programs find the new libraries" if ok
+                                    else f"ldconfig failed: {out}"), changed_loader=True)
+        return LoaderStep(Check("ldconfig", WARN, f"{lib_dir} is on the loader path but only "
+                                "root can refresh its cache: run `sudo ldconfig`"))
+    step = LoaderStep(Check("ldconfig", SKIP, ""),
+                      what_if(prepend_to_ld_library_path(lib_dir)) if what_if else [])
+    if step.breaking:
+        step.loader_fix = per_program(lib_dir, step.breaking)
+        step.check = Check("ldconfig", WARN, f"{lib_dir} is not on the system loader path, and "
+                           "putting it on LD_LIBRARY_PATH for every program would break a "
+                           "framework: " + "; ".join(step.breaking),
+                           {"hint": step.loader_fix})
+    elif verify_follows:
+        step.check = Check("ldconfig", SKIP, f"{lib_dir} is not on the system loader path; the "
+                           "loader check below says how programs can find it (or install with "
+                           "--ldconfig, as root, to register it)")
+    else:
+        step.check = Check("ldconfig", SKIP, f"{lib_dir} is not on the system loader path; to "
+                           f"load cuDNN from it, run: {loader.ld_library_path_line(lib_dir)}  (or "
+                           "install with --ldconfig, as root, to register it)")
+    return step
+
+
+def per_program(lib_dir: Path, breaking: list[str]) -> str:
+    """The advice that replaces a bare LD_LIBRARY_PATH line when it would break a framework."""
+    frameworks = ", ".join(dict.fromkeys(w.split(" ", 1)[0] for w in breaking))
+    return (f"give the programs that need this cuDNN their own environment "
+            f"(`env LD_LIBRARY_PATH={lib_dir} program`), not every program: with it, "
+            f"{frameworks} would load this cuDNN, which its rule refuses (see the ldconfig check)")

@@ -1,28 +1,54 @@
-"""`verify`: check, layer by layer, that cuDNN in a CUDA root is installed right and works."""
+"""`verify`: check, layer by layer, that cuDNN is installed right and works: the cuDNN in a CUDA
+root, or any other one named with --lib-dir (a hand-copied one, the distribution's packages, a
+pip wheel's directory)."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
+from cudnn_setup.checks.installation import find_installation
+from cudnn_setup.checks.locate import describe, locate
 from cudnn_setup.checks.suite import run_checks
 from cudnn_setup.commands.base import Context, command
 from cudnn_setup.commands.steps import recover_first, theanorc_path
-from cudnn_setup.facts.cuda import find_cuda_root
+from cudnn_setup.errors import NoCudaRoot
+from cudnn_setup.facts.cuda import CudaRoot, find_cuda_root
 from cudnn_setup.report import FAIL, Result
-from cudnn_setup.state.layout import StateDir
 
 
 @command("verify")
 def verify(result: Result, ctx: Context, *, cuda_root: Path | None = None,
            theanorc: Path | None = None, python: str | None = None, no_theano: bool = False,
-           deep: bool = False) -> None:
-    root = find_cuda_root(ctx.env, cuda_root)
-    result.cuda_root = str(root.path)
-    recover_first(result, root, ctx)
-    result.checks += run_checks(root, python=python or ctx.python, env=ctx.env,
+           deep: bool = False, lib_dir: Path | None = None, include_dir: Path | None = None,
+           no_frameworks: bool = False) -> None:
+    if lib_dir is None:
+        root = find_cuda_root(ctx.env, cuda_root)
+        recover_first(result, root, ctx)
+        inst = find_installation(root)
+    else:
+        root = root_if_any(ctx, cuda_root)
+        if root is not None and include_dir is None and \
+                os.path.realpath(lib_dir) == os.path.realpath(root.lib_dir()):
+            recover_first(result, root, ctx)  # the root's own cuDNN, read with its manifest
+        inst = locate(lib_dir, include_dir, root)
+    result.cuda_root = str(root.path) if root is not None else None
+    result.checks += run_checks(inst, python=python or ctx.python, env=ctx.env,
                                 theanorc=theanorc_path(ctx, theanorc), theano=not no_theano,
-                                conf=ctx.ld_so_conf, deep=deep)
-    manifest = StateDir(root.path).manifest()
-    result.cudnn_version = manifest.cudnn_version if manifest else None
+                                conf=ctx.ld_so_conf, deep=deep, with_frameworks=not no_frameworks)
+    result.cudnn_version = inst.version
+    result.add("cudnn", describe(inst))
     failed = [c.name for c in result.checks if c.status == FAIL]
-    result.lines.append(f"cuDNN in {root.path}: " + (f"FAILED ({', '.join(failed)})" if failed
-                                                     else "ok"))
+    where = root.path if lib_dir is None else inst.lib_dir
+    result.lines.append(f"cuDNN in {where}: " + (f"FAILED ({', '.join(failed)})" if failed
+                                                  else "ok"))
+
+
+def root_if_any(ctx: Context, cuda_root: Path | None) -> CudaRoot | None:
+    """The CUDA root for a cuDNN outside one (its headers serve the compile check); none found
+    is fine unless --cuda-root named one."""
+    try:
+        return find_cuda_root(ctx.env, cuda_root)
+    except NoCudaRoot:
+        if cuda_root is not None:
+            raise
+        return None

@@ -31,7 +31,7 @@ import re
 import subprocess
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 from elftools.common.exceptions import ELFError
 from elftools.elf.constants import SH_FLAGS
@@ -248,6 +248,32 @@ def parse_ldconfig_p(text: str) -> list[CacheEntry]:
     return out
 
 
+def registered(directory: str | os.PathLike) -> list[CacheEntry]:
+    """The cache entries `ldconfig` adds for a directory: one per shared object in it with a
+    DT_SONAME, under that name, for the object's ABI, pointing at the soname link (which
+    ldconfig creates when it is missing); files it cannot read as ELF are skipped
+    (ldconfig.c search_dir)."""
+    base = os.fspath(directory)
+    out: dict[str, CacheEntry] = {}
+    try:
+        names = sorted(os.listdir(base))
+    except OSError:
+        return []
+    for name in names:
+        path = os.path.join(base, name)
+        if ".so" not in name or not os.path.isfile(path):
+            continue
+        try:
+            obj = read_object(path)
+        except NotLoadable:
+            continue
+        abi = _CACHE_ABI.get((obj.machine, obj.bits))
+        if obj.soname and abi is not None and obj.soname not in out:
+            link = os.path.join(base, obj.soname)
+            out[obj.soname] = CacheEntry(obj.soname, link if os.path.exists(link) else path, abi)
+    return list(out.values())
+
+
 def read_cache(ldconfig: str | None = None, cache_file: str | None = None,
                timeout: float = 30.0) -> list[CacheEntry]:
     """The loader cache as `ldconfig -p` prints it ([] when ldconfig cannot be run)."""
@@ -291,6 +317,12 @@ class Loaded:
         return os.path.dirname(self.opened_as) or "."
 
 
+# The step of the search that found an object (Resolution.step).
+STEP_PATH, STEP_LOADED = "full_path", "already_loaded"
+STEP_RPATH, STEP_LD_LIBRARY_PATH, STEP_RUNPATH = "rpath", "ld_library_path", "runpath"
+STEP_CACHE, STEP_DEFAULT = "ld_cache", "default_dir"
+
+
 @dataclass
 class Resolution:
     name: str
@@ -298,6 +330,9 @@ class Resolution:
     via: str | None = None
     error: str | None = None  # the loader's message when it gives up
     skipped: list[tuple[str, str]] = field(default_factory=list)  # (candidate, why passed over)
+    step: str | None = None  # STEP_*: which step of the search found it
+    entry: str | None = None  # the raw entry that matched: "$ORIGIN/../lib", a directory, a path
+    owner: str | None = None  # the object whose DT_RPATH/DT_RUNPATH it is, as it was opened
 
     @property
     def found(self) -> bool:
@@ -309,17 +344,22 @@ class Resolution:
 
 
 class Process:
-    """Loads objects into an emulated process the way ld.so does, without running them."""
+    """Loads objects into an emulated process the way ld.so does, without running them.
 
-    def __init__(self, env: Environment, host: tuple[str, int, bool] | None = None):
+    `reader` reads one file's facts (read_object; a caller asking many questions about the
+    same files passes one that remembers them)."""
+
+    def __init__(self, env: Environment, host: tuple[str, int, bool] | None = None,
+                 reader: Callable[[str], ElfObject] = read_object):
         self.env = env
+        self.read = reader
         self.loaded: list[Loaded] = []
         self._by_name: dict[str, Loaded] = {}
         self._by_file: dict[tuple[int, int], Loaded] = {}
         self.main: Loaded | None = None
         self.host = host
         if env.executable:
-            exe = read_object(env.executable)
+            exe = self.read(env.executable)
             self.main = Loaded(exe, os.path.realpath(env.executable), None)
             self.host = self.host or exe.host
 
@@ -334,20 +374,21 @@ class Process:
         expanded = _DST.sub(sub, entry)
         return expanded or self.env.cwd
 
-    def _dirs(self, entries: Iterable[str], origin: str) -> Iterator[str]:
+    def _dirs(self, entries: Iterable[str], origin: str) -> Iterator[tuple[str, str]]:
+        """(raw entry, directory to try) in search order."""
         for entry in entries:
             directory = self._expand(entry, origin)
             if not os.path.isabs(directory):
                 directory = os.path.join(self.env.cwd, directory)
             for sub in self.env.facts.subdirs:
-                yield os.path.join(directory, sub) if sub else directory
+                yield entry, (os.path.join(directory, sub) if sub else directory)
 
     def _candidate(self, path: str, res: Resolution) -> ElfObject | None:
         """open_verify: the object, None to go on searching, NotLoadable to stop."""
         if not os.path.lexists(path) or (os.path.islink(path) and not os.path.exists(path)):
             return None
         try:
-            obj = read_object(path)
+            obj = self.read(path)
         except NotLoadable as exc:
             if exc.fatal:
                 raise
@@ -361,10 +402,12 @@ class Process:
             return None
         return obj
 
-    def _search(self, name: str, dirs: Iterable[str], res: Resolution) -> ElfObject | None:
-        for directory in dirs:
+    def _search(self, name: str, dirs: Iterable[tuple[str, str]],
+                res: Resolution) -> ElfObject | None:
+        for entry, directory in dirs:
             obj = self._candidate(os.path.join(directory, name), res)
             if obj is not None:
+                res.entry = entry
                 return obj
         return None
 
@@ -381,6 +424,7 @@ class Process:
                 continue
             obj = self._candidate(entry.path, res)
             if obj is not None:
+                res.entry = entry.path
                 return obj
         return None
 
@@ -389,7 +433,7 @@ class Process:
         res = Resolution(name)
         if name in self._by_name:
             hit = self._by_name[name]
-            res.path, res.via = hit.opened_as, "already loaded"
+            res.path, res.via, res.step = hit.opened_as, "already loaded", STEP_LOADED
             return res, hit
         if self.host is None and requester is not None:
             self.host = requester.obj.host
@@ -399,6 +443,7 @@ class Process:
             res.error = str(exc)
             return res, None
         if obj is None:
+            res.step = res.entry = res.owner = None
             wrong_class = next((why for _, why in res.skipped if why.startswith("wrong ELF class")), None)
             res.error = f"{name}: {wrong_class}" if wrong_class else \
                 f"{name}: cannot open shared object file: No such file or directory"
@@ -407,8 +452,11 @@ class Process:
         return res, self._add(obj, name, requester)
 
     def _locate(self, name: str, req: Loaded | None, res: Resolution) -> tuple[ElfObject | None, str]:
+        """The object the search finds and its `via`; res.step, entry and owner say the same
+        for programs."""
         if "/" in name:
             path = name if os.path.isabs(name) else os.path.join(self.env.cwd, name)
+            res.step, res.entry = STEP_PATH, name
             return self._candidate(path, res), "path"
         if req is None or req.obj.runpath is None:
             chain, seen_main = [], False
@@ -423,26 +471,32 @@ class Process:
                 if owner.obj.rpath is not None:
                     hit = self._search(name, self._dirs(owner.obj.rpath, owner.origin), res)
                     if hit:
+                        res.step, res.owner = STEP_RPATH, owner.opened_as
                         return hit, f"DT_RPATH of {owner.opened_as}"
         if self.env.ld_library_path is not None:
             origin = self.main.origin if self.main else self.env.cwd
             hit = self._search(name, self._dirs(_split_path(self.env.ld_library_path, ":;"), origin), res)
             if hit:
+                res.step = STEP_LD_LIBRARY_PATH
                 return hit, "LD_LIBRARY_PATH"
         if req is not None and req.obj.runpath is not None:
             hit = self._search(name, self._dirs(req.obj.runpath, req.origin), res)
             if hit:
+                res.step, res.owner = STEP_RUNPATH, req.opened_as
                 return hit, f"DT_RUNPATH of {req.opened_as}"
         hit = self._cache_lookup(name, res)
         if hit:
+            res.step = STEP_CACHE
             return hit, "ld.so.cache"
         nodeflib = (req or self.main).obj.nodeflib if (req or self.main) else False
         if not nodeflib:
-            hit = self._search(name, (os.path.join(d, s) if s else d
+            hit = self._search(name, ((d, os.path.join(d, s) if s else d)
                                       for d in self.env.facts.default_dirs
                                       for s in self.env.facts.subdirs), res)
             if hit:
+                res.step = STEP_DEFAULT
                 return hit, "default directories"
+        res.entry = None
         return None, ""
 
     def _add(self, obj: ElfObject, name: str, requester: Loaded | None) -> Loaded:

@@ -101,17 +101,20 @@ def distribution_version(names):
 
 
 def importable():
-    """Which frameworks this interpreter could import, without importing any."""
+    """Which frameworks this interpreter could import, without importing any. Distribution
+    metadata (a scan of sys.path per name) is read only for those that are there."""
     out = []
     for name in FRAMEWORKS:
         where = package_dir(name)
-        entry = {"name": name, "importable": where is not None, "location": where}
-        if name == "jax":
+        entry = {"name": name, "importable": where is not None, "location": where,
+                 "distribution": None, "version": None}
+        if name == "jax" and where is not None:
             entry["jaxlib"] = package_dir("jaxlib")
-            entry["importable"] = where is not None and entry["jaxlib"] is not None
+            entry["importable"] = entry["jaxlib"] is not None
             entry["plugins"] = [m for m in JAX_PLUGIN_MODULES if package_dir(m)]
             entry["plugin_distribution"] = distribution_version(JAX_PLUGIN_DISTRIBUTIONS)
-        entry["distribution"], entry["version"] = distribution_version(DISTRIBUTIONS[name])
+        if entry["importable"]:
+            entry["distribution"], entry["version"] = distribution_version(DISTRIBUTIONS[name])
         out.append(entry)
     return out
 

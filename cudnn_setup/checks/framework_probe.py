@@ -1,0 +1,118 @@
+"""Running probes/frameworks.py in an interpreter: one framework per child, with a time limit,
+its own output kept in a log, and everything it answers checked before anything uses it.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+from cudnn_setup.checks.probe import probe_module, run_probe
+from cudnn_setup.errors import SetupError, UsageError
+
+DEFAULT_TIMEOUT = 180.0  # one framework: import, GPU start-up, one convolution
+LIST_TIMEOUT = 60.0
+LOG_TAIL = 256 * 1024  # bytes of a framework's own output kept for messages
+MAX_OBJECTS = 4000  # mapped objects or consumers taken from one child
+# Frameworks grab most of the GPU's memory at start unless told otherwise; the probe only needs
+# a few kilobytes, and it must not starve the programs already running there.
+QUIET_GPU = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false", "TF_FORCE_GPU_ALLOW_GROWTH": "true"}
+
+
+@dataclass
+class Run:
+    data: dict | None
+    failure: str | None  # how the child failed, one line, when it gave no answer
+    output: str  # the tail of what the framework printed, decoded
+
+
+def child_env(env: Mapping[str, str]) -> dict[str, str]:
+    out = dict(env)
+    for key, value in QUIET_GPU.items():
+        out.setdefault(key, value)
+    return out
+
+
+def run(python: str, args: list[str], env: Mapping[str, str], timeout: float,
+        log: Path | None = None) -> Run:
+    """probes/frameworks.py ARGS under `python` with `env`; its answer or how it failed."""
+    argv = probe_module("frameworks") + args + (["--log", str(log)] if log else [])
+    try:
+        result = run_probe(argv, timeout, child_env(env), python=python)
+    except (UnicodeDecodeError, ValueError) as exc:  # output that could not be read back
+        return Run(None, f"its output could not be read ({exc})", tail(log))
+    output = tail(log) + (result.stderr or "")[-LOG_TAIL:]
+    data = result.data if isinstance(result.data, dict) else None
+    if data is not None and data.get("probe") == "frameworks":
+        return Run(data, None, output)
+    error = getattr(result, "error", None)
+    if error is None and result.returncode is None and not result.timed_out:
+        error = last_line(result.stderr or "") or "unknown reason"  # it never ran
+    if result.timed_out:
+        how = f"did not finish in {timeout:.0f} s"
+    elif error:
+        how = f"could not be started: {error}"
+    elif result.crashed:
+        how = f"died of {result.crashed}"
+    else:
+        how = f"exited with status {result.returncode} without an answer"
+    last = last_line(output)
+    return Run(None, how + (f" (last output: {last})" if last else ""), output)
+
+
+def tail(log: Path | None) -> str:
+    if log is None:
+        return ""
+    try:
+        with open(log, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - LOG_TAIL))
+            return f.read(LOG_TAIL).decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+def last_line(output: str, limit: int = 300) -> str:
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    return lines[-1][:limit] if lines else ""
+
+
+def paths(value: object, limit: int = MAX_OBJECTS) -> list[str]:
+    """A list of absolute paths from a child's answer; anything else dropped."""
+    if not isinstance(value, list):
+        return []
+    return [v for v in value[:limit] if isinstance(v, str) and v.startswith("/") and
+            len(v) < 4096 and "\0" not in v]
+
+
+def text(value: object, limit: int = 300) -> str | None:
+    return value[:limit] if isinstance(value, str) else None
+
+
+def mapping(value: object) -> dict:
+    return value if isinstance(value, dict) else {}
+
+
+def importable_frameworks(python: str, env: Mapping[str, str],
+                          timeout: float = LIST_TIMEOUT) -> list[dict]:
+    """[{name, importable, version, ...}] for the frameworks `python` could import; nothing is
+    imported. Raises UsageError when `python` cannot be run, SetupError when it gives no list."""
+    got = run(python, ["--list"], env, min(timeout, LIST_TIMEOUT))
+    if got.data is None:
+        if got.failure and got.failure.startswith("could not be started"):
+            raise UsageError(f"{python} {got.failure}", "give --python an interpreter that runs")
+        raise SetupError(f"{python} could not list its frameworks: {got.failure}")
+    listed = got.data.get("frameworks")
+    if not isinstance(listed, list):
+        raise SetupError(f"{python} gave no list of frameworks: {text(got.data.get('error'))}")
+    return [e for e in listed if isinstance(e, dict) and isinstance(e.get("name"), str)]
+
+
+def library_version(python: str, path: str, env: Mapping[str, str],
+                    timeout: float = LIST_TIMEOUT) -> int | None:
+    """cudnnGetVersion() of one library file, asked in a child of `python`."""
+    got = run(python, ["--library", path], env, min(timeout, LIST_TIMEOUT))
+    value = mapping(got.data.get("library")).get("get_version") if got.data else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None

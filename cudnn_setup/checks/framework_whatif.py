@@ -1,0 +1,189 @@
+"""What a change to where programs find libraries would make each framework load, before the
+change is made or advised: a directory put first on LD_LIBRARY_PATH, or registered with
+ldconfig.
+
+A new LD_LIBRARY_PATH is tried for real: the framework probes run again with it. The loader's
+documented order says RPATH comes before LD_LIBRARY_PATH, yet a framework can still end up with
+the LD_LIBRARY_PATH copy (a library of it without that RPATH opens cuDNN first, as PyTorch did
+on an H200 with an older cuDNN 9.14 first on the path); only running it shows that. Registering
+a directory with ldconfig needs root and changes every program, so it is worked out from the
+loader's order instead (checks/framework_loader.py): a framework whose cuDNN came through
+LD_PRELOAD, RPATH, LD_LIBRARY_PATH, RUNPATH or a full-path dlopen keeps it; one whose copy came
+from the cache or a default directory, or that found none, would take the directory's copy. A
+framework that loads cuDNN only on a GPU (TensorFlow, JAX without one) is judged by where the
+libraries that need libcudnn would find it.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+from cudnn_setup.checks.framework_loader import BEFORE_CACHE, WHY_FULL_PATH, ChildLoader
+from cudnn_setup.checks.framework_probe import DEFAULT_TIMEOUT, library_version
+from cudnn_setup.checks.frameworks import file_version, framework_report
+from cudnn_setup.facts import frameworks as rules
+from cudnn_setup.facts import ldresolve as L
+
+LD_LIBRARY_PATH, LDCONFIG = "ld_library_path", "ldconfig"
+
+
+@dataclass(frozen=True)
+class Change:
+    """A change to where programs find libraries: `kind` is LD_LIBRARY_PATH or LDCONFIG."""
+
+    kind: str
+    directory: str
+
+    def describe(self) -> str:
+        if self.kind == LD_LIBRARY_PATH:
+            return f"prepend {self.directory} to LD_LIBRARY_PATH"
+        return f"register {self.directory} with ldconfig"
+
+
+def prepend_to_ld_library_path(directory: str | os.PathLike) -> Change:
+    return Change(LD_LIBRARY_PATH, os.path.abspath(directory))
+
+
+def register_with_ldconfig(directory: str | os.PathLike) -> Change:
+    return Change(LDCONFIG, os.path.abspath(directory))
+
+
+def what_if(python: str, env: Mapping[str, str], change: Change,
+            timeout: float = DEFAULT_TIMEOUT, *, search: L.Environment | None = None,
+            current: list[dict] | None = None) -> list[dict]:
+    """For each framework in `python`: the cuDNN it would load after `change`, and whether that
+    breaks it by its own rule. `current` is a framework_report() of `python` under `env`, if one
+    was made already; with no framework in it nothing more is run."""
+    now = current if current is not None else framework_report(python, env, timeout, search=search)
+    if not now:
+        return []
+    if change.kind == LD_LIBRARY_PATH:
+        changed = dict(env)
+        old = changed.get("LD_LIBRARY_PATH")
+        changed["LD_LIBRARY_PATH"] = change.directory + (f":{old}" if old else "")
+        after = {e["name"]: e for e in framework_report(python, changed, timeout, search=search)}
+        return [_tried(change, e, after.get(e["name"]), python, env, timeout) for e in now]
+    if change.kind == LDCONFIG:
+        entries = L.registered(change.directory)
+        return [_deduced(change, e, entries, python, env, timeout) for e in now]
+    raise ValueError(f"unknown change {change.kind!r}")
+
+
+def _tried(change: Change, now: dict, after: dict | None, python: str, env: Mapping[str, str],
+           timeout: float) -> dict:
+    out = _base(change, now)
+    if after is None:
+        out["reason"] = "it is not importable with that change"
+        return out
+    if "_loader" not in after:  # the probe died or hung with the change
+        if "_loader" not in now:
+            out["reason"] = f"its cuDNN use is not known: {after['reason']}"
+            return out
+        out.update(affected=True, breaks=True, reason=f"with that change: {after['reason']}")
+        return _advise(out, now, change)
+    loaded = after.get("cudnn_loaded")
+    if loaded is None:
+        return _predicted(change, out, now, after, after["_loader"]["loader"], None, python, env,
+                          timeout)
+    out["would_load"] = _public(loaded)
+    out["affected"] = _path(now) != loaded["path"]
+    status, because = rules.judge(now["name"], now.get("cudnn_built_for"), loaded["version"])
+    if after.get("compatible") is False:
+        status = rules.INCOMPATIBLE
+    out.update(status=status, breaks=status == rules.INCOMPATIBLE)
+    what = f"cuDNN {loaded['version']} from {loaded['dir']} ({loaded['detail']})"
+    out["reason"] = (f"would load {what}: {because}" if out["affected"] else
+                     f"unchanged: it still loads {what}")
+    return _advise(out, now, change)
+
+
+def _deduced(change: Change, now: dict, entries: Sequence[L.CacheEntry], python: str,
+             env: Mapping[str, str], timeout: float) -> dict:
+    out = _base(change, now)
+    current = now.get("cudnn_loaded")
+    if "_loader" not in now:
+        out["reason"] = "its cuDNN use is not known (the probe gave no answer)"
+        return out
+    if current and current["why"] in BEFORE_CACHE:
+        out.update(would_load=_public(current), affected=False, breaks=False,
+                   status=rules.COMPATIBLE if now.get("compatible") else rules.UNKNOWN)
+        out["reason"] = ("unchanged: its cuDNN is opened by full path, which no search path "
+                         "changes" if current["why"] == WHY_FULL_PATH else
+                         f"unchanged: its cuDNN is found through {current['detail']}, which the "
+                         "loader reads before the ldconfig cache")
+        return out
+    facts = now["_loader"]
+    soname = facts["soname"]
+    entry = next((e for e in entries if e.name == soname), None) if soname else None
+    if entry is None:
+        out.update(affected=False, breaks=False,
+                   reason=f"unchanged: {change.directory} holds no {soname or 'libcudnn'}")
+        return out
+    registered = facts["loader"].with_cache_first([entry])
+    return _predicted(change, out, now, now, registered, os.path.realpath(entry.path), python,
+                      env, timeout)
+
+
+def _predicted(change: Change, out: dict, now: dict, entry: dict, loader: ChildLoader,
+               target: str | None, python: str, env: Mapping[str, str], timeout: float) -> dict:
+    """The copy `loader` would give the libraries of `entry`'s child that need libcudnn;
+    `target`, when given, is the copy the change brings in."""
+    facts = entry["_loader"]
+    soname = facts["soname"]
+    if not soname:
+        out.update(affected=False, breaks=False, reason=f"unchanged: {entry['reason']}")
+        return out
+    requesters = [o for o in (*facts["mapped"], *facts["consumers"])
+                  if loader.needs(o, soname)] or [None]
+    hits = [h for h in (loader.first_hit(soname, r) for r in requesters) if h]
+    hit = next((h for h in hits if h.path == target), None) if target else (
+        hits[0] if hits else None)
+    if hit is None or (target is None and hit.path == _path(now)):
+        found = hits[0] if hits else None
+        out.update(affected=False, breaks=False, reason="unchanged: it finds " + (
+            f"{found.path} ({found.detail()}) first" if found else f"no {soname} either way"))
+        return out
+    version = file_version(hit.path) or rules.parse_version(
+        library_version(python, hit.path, env, timeout))
+    out["would_load"] = {"path": hit.path, "dir": os.path.dirname(hit.path),
+                         "version": rules.version_text(version), "why": hit.why}
+    status, because = rules.judge(now["name"], now.get("cudnn_built_for"), version)
+    when = "" if now.get("cudnn_loaded") else " once it loads cuDNN (it has not here)"
+    out.update(affected=True, status=status, breaks=status == rules.INCOMPATIBLE,
+               reason=(f"would load cuDNN {rules.version_text(version) or '(version unknown)'} "
+                       f"from {os.path.dirname(hit.path)} through {hit.detail()}{when}: "
+                       f"{because}"))
+    return _advise(out, now, change)
+
+
+def _base(change: Change, now: dict) -> dict:
+    current = now.get("cudnn_loaded")
+    return {"framework": now["name"], "version": now.get("version"), "change": change.describe(),
+            "built_for": now.get("cudnn_built_for"),
+            "loads_now": current and {"path": current["path"], "version": current["version"]},
+            "would_load": None, "affected": None, "breaks": None, "status": rules.UNKNOWN,
+            "rule": now.get("rule"), "reason": "", "safe_alternative": None}
+
+
+def _advise(out: dict, now: dict, change: Change) -> dict:
+    if out["breaks"]:
+        out["safe_alternative"] = rules.safe_alternative(now.get("cudnn_built_for"),
+                                                         change.directory)
+    return out
+
+
+def _path(entry: dict) -> str | None:
+    loaded = entry.get("cudnn_loaded")
+    return loaded["path"] if loaded else None
+
+
+def _public(loaded: dict) -> dict:
+    return {k: loaded[k] for k in ("path", "dir", "version", "why")}
+
+
+def what_if_warnings(entries: Sequence[dict]) -> list[str]:
+    """One line per framework that a change would break, to print next to the advice."""
+    return [f"{e['framework']} {e.get('version') or ''}".rstrip() +
+            f" would break: {e['reason']}. Instead: {e['safe_alternative']}"
+            for e in entries if e.get("breaks")]
