@@ -12,7 +12,6 @@ where `import torch` then failed with "cuDNN version incompatibility".
 import os
 import shutil
 import sys
-from pathlib import Path
 
 import pytest
 
