@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import importlib.util
 import io
 import lzma
+import os
 import queue
 import subprocess
+import sys
 import tarfile
 import threading
 import zlib
@@ -20,7 +23,6 @@ from typing import Callable, IO
 
 from cudnn_setup.archive import liblzma
 from cudnn_setup.errors import ArchiveRejected
-from cudnn_setup.digest import file_digest
 from cudnn_setup.text import escape
 
 CHUNK = 1 << 20
@@ -29,12 +31,26 @@ CHUNK = 1 << 20
 DECODED_PIECE = 128 << 10
 
 GZIP, XZ, BZIP2, PLAIN_TAR, ZIP = "gzip", "xz", "bzip2", "tar", "zip"
+RAPIDGZIP, ISAL, ZLIB = "rapidgzip", "isal", "zlib"  # gzip decoders, fastest first
+# Measured with bench/install_speed.py (docs/performance.md): on 2 cores ISA-L alone decodes a
+# cuDNN .tar.gz as fast as rapidgzip on both, and leaves the second core to hashing and writing.
+RAPIDGZIP_MIN_CORES = 4
+# Said by the rapidgzip path when the decoded size disagrees with gzip's trailer: the archive
+# is then read again by ISA-L or zlib, whose verdict stands (see archive.reader).
+GZIP_SIZE_MISMATCH = "the decoded size does not match the gzip trailer"
 
 try:  # ISA-L's gzip decoder, when installed, reports damage with its own error type
     from isal.igzip_lib import IsalError
 except ImportError:  # pragma: no cover - isal is an optional speed-up
     IsalError = zlib.error
-DECODE_ERRORS = (tarfile.TarError, EOFError, lzma.LZMAError, zlib.error, IsalError, OSError)
+
+
+class RapidgzipError(Exception):
+    """Damage as rapidgzip reports it (it raises ValueError: a CRC mismatch, a bad header)."""
+
+
+DECODE_ERRORS = (tarfile.TarError, EOFError, lzma.LZMAError, zlib.error, IsalError, OSError,
+                 RapidgzipError)
 
 
 def sniff(path: Path) -> str:
@@ -56,28 +72,36 @@ def sniff(path: Path) -> str:
     )
 
 
-class HashingReader(io.RawIOBase):
-    """The raw archive file, counted (and hashed, when `digest` is given) as the decoder reads it."""
+class ArchiveFile(io.RawIOBase):
+    """The archive file, read once: the bytes handed to the decoder are the bytes hashed.
+
+    Hashing never reads the file a second time, so a file rewritten in place while it is
+    installed cannot pass the checksum with one content and install another. With
+    `hash_aside`, each piece read is copied into a recycled buffer and hashed on a thread of its
+    own, so the sha256 does not slow a decoder that runs on the reading thread.
+    """
 
     def __init__(self, path: Path, on_read: Callable[[int], None] | None = None,
-                 digest=None):
-        self.file = open(path, "rb")
-        self.digest = digest
+                 hash_aside: bool = False):
+        self.file = open(path, "rb", buffering=0)
         self.count = 0
         self.on_read = on_read
+        self.hasher = Hasher(background=hash_aside)
 
     def readable(self) -> bool:
         return True
 
+    def fileno(self) -> int:
+        return self.file.fileno()
+
     def readinto(self, buffer) -> int:
-        n = self.file.readinto(buffer)
+        view = memoryview(buffer).cast("B")
+        n = self.hasher.read_from(self.file, view)
         if n:
-            if self.digest is not None:
-                self.digest.update(memoryview(buffer)[:n])
             self.count += n
             if self.on_read:
                 self.on_read(self.count)
-        return n or 0
+        return n
 
     def drain(self) -> None:
         buf = bytearray(CHUNK)
@@ -85,47 +109,95 @@ class HashingReader(io.RawIOBase):
             pass
 
     def close(self) -> None:
+        self.hasher.stop()
         self.file.close()
         super().close()
+
+
+class Hasher:
+    """sha256 of a stream, on the calling thread or on a thread of its own.
+
+    In the background, each piece is read into a buffer of this class's own pool and copied out
+    to the caller, and the pool buffer is hashed and recycled: the copy costs far less than the
+    hashing it takes off the reading thread.
+    """
+
+    DEPTH = 8
+
+    def __init__(self, background: bool):
+        self.digest = hashlib.sha256()
+        self.thread: threading.Thread | None = None
+        if background:
+            self.pool: queue.Queue = queue.Queue()
+            for _ in range(self.DEPTH):
+                self.pool.put(bytearray(CHUNK))
+            self.queue: queue.Queue = queue.Queue()
+            self.thread = threading.Thread(target=self._run, daemon=True)
+            self.thread.start()
+
+    def read_from(self, file: IO[bytes], view: memoryview) -> int:
+        if self.thread is None:
+            n = file.readinto(view) or 0
+            self.digest.update(view[:n])
+            return n
+        buf = self.pool.get()
+        n = file.readinto(memoryview(buf)[:min(len(view), CHUNK)]) or 0
+        view[:n] = memoryview(buf)[:n]
+        self.queue.put((buf, n))
+        return n
+
+    def _run(self) -> None:
+        while (item := self.queue.get()) is not None:
+            buf, n = item
+            self.digest.update(memoryview(buf)[:n])
+            self.pool.put(buf)
+
+    def stop(self) -> None:
+        if self.thread is not None and self.thread.is_alive():
+            self.queue.put(None)
+            self.thread.join()
+
+    def hexdigest(self) -> str:
+        self.stop()
+        return self.digest.hexdigest()
 
 
 class Decoder:
     """A readable stream of the decompressed tar, from the fastest decoder at hand.
 
     A .tar.xz of several blocks goes through the `xz` binary, which decodes blocks on all cores;
-    a thread feeds it the file, hashing the bytes on the way. A single xz block can only be
-    decoded sequentially: liblzma then decodes it in this process, straight into the buffers the
-    writer thread writes from (the pipe out of `xz` would cost it 7% of its time). gzip and
-    bzip2 are decoded on a thread of their own. Whenever the decoding happens in this process,
-    another thread hashes the archive file from the page cache on the other core.
+    a thread feeds it the file. A single xz block can only be decoded sequentially: liblzma then
+    decodes it in this process, straight into the buffers the writer thread writes from (the
+    pipe out of `xz` would cost it 7% of its time). gzip is decoded by rapidgzip on many cores
+    (see `gzip_decoder`), else by ISA-L or zlib on a thread of their own, as is bzip2. Whatever
+    decodes, the archive is read once and the bytes decoded are the bytes hashed.
     """
 
     def __init__(self, path: Path, compression: str, on_read: Callable[[int], None] | None,
-                 xz: str | None = None):
-        self.proc: subprocess.Popen | None = None
+                 xz: str | None = None, gzip: str | None = None):
+        self.proc: subprocess.Popen | None = None  # the decoder's or the feeder's child
         self.feeder: threading.Thread | None = None
-        self.hasher: threading.Thread | None = None
-        self.digest = hashlib.sha256()
-        self.file_sha256 = ""  # from the hasher thread, when decoding happens in this process
-        self.hash_error: OSError | None = None  # the hasher thread's, raised by `sha256`
         self.stream: IO[bytes]
         xz = xz if compression == XZ else None
         piped = xz is not None and _xz_decodes_in_parallel(xz) and _xz_blocks(xz, path) != 1
-        self.raw = HashingReader(path, on_read, self.digest if piped else None)
+        gzip = (gzip or gzip_decoder()) if compression == GZIP else None
+        self.name = ("xz -T0" if piped else gzip if gzip else
+                     "liblzma" if compression == XZ and liblzma.load() else compression)
+        self.raw = ArchiveFile(path, on_read, hash_aside=not piped and gzip != RAPIDGZIP)
         if piped:
             self.proc = subprocess.Popen(
                 [xz, "-dc", "-T0", "-q", *_xz_memory_limit()], stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=CHUNK,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=CHUNK, env=_xz_env(),
             )
             _widen_pipe(self.proc.stdout)
             _widen_pipe(self.proc.stdin)
             self.stream = self.proc.stdout  # type: ignore[assignment]
             self.feeder = threading.Thread(target=self._feed, daemon=True)
             self.feeder.start()
+        elif gzip == RAPIDGZIP:
+            self.stream = self._rapidgzip(on_read)
         else:
-            self.hasher = threading.Thread(target=self._hash_file, args=(path,), daemon=True)
-            self.hasher.start()
-            self.stream = _in_process_stream(compression, self.raw)
+            self.stream = _in_process_stream(compression, self.raw, gzip)
 
     def _feed(self) -> None:
         assert self.proc is not None and self.proc.stdin is not None
@@ -144,27 +216,37 @@ class Decoder:
             except OSError:
                 pass
 
-    def _hash_file(self, path: Path) -> None:
-        try:
-            self.file_sha256 = file_digest(path)
-        except OSError as exc:
-            self.hash_error = exc
+    def _rapidgzip(self, on_read: Callable[[int], None] | None) -> IO[bytes]:
+        """rapidgzip decoding what a child reads from our open file and hashes on the way.
+
+        rapidgzip holds the GIL while it waits for input, so no thread of this process could
+        feed it; the child reads the very file this process opened (its stdin shares our file
+        offset, which is how progress is seen) and reports the sha256 of what it passed on.
+        """
+        import rapidgzip
+
+        self.proc = subprocess.Popen([sys.executable, "-I", "-S", "-c", _TEE], stdin=self.raw.file,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0)
+        _widen_pipe(self.proc.stdout)
+        decoded = rapidgzip.open(self.proc.stdout.fileno(), parallelization=usable_cores())
+        return _Progress(decoded, self.raw.file.fileno(), on_read)
 
     @property
     def sha256(self) -> str:
-        if self.hasher is not None:
-            self.hasher.join()
-            if self.hash_error is not None:
-                raise self.hash_error
-            return self.file_sha256
-        return self.digest.hexdigest()
+        if self.feeder is None and self.proc is not None:  # the rapidgzip feeder's report
+            return self.tee_sha256
+        return self.raw.hasher.hexdigest()
 
     @property
     def size(self) -> int:
+        if self.feeder is None and self.proc is not None:
+            return self.tee_size
         return self.raw.count
 
     def finish(self, complete: bool) -> str | None:
         """Close the decoder; return the decoder's complaint if it found the input damaged."""
+        if self.proc is not None and self.feeder is None:
+            return self._finish_tee(complete)
         if self.proc is None:
             try:
                 if complete:
@@ -192,14 +274,97 @@ class Decoder:
             return err.splitlines()[-1] if err else f"xz exited with status {rc}"
         return None
 
+    def _finish_tee(self, complete: bool) -> str | None:
+        complaint = None
+        try:
+            if complete:
+                while self.stream.read(CHUNK):  # padding after the tar's end marker
+                    pass
+        except DECODE_ERRORS as exc:
+            complaint = str(exc) or type(exc).__name__
+        finally:
+            if not complete or complaint:
+                self.proc.kill()
+            self.stream.close()
+            report = self.proc.stderr.read(4096).decode(errors="replace")
+            self.proc.stdout.close()
+            self.proc.stderr.close()
+            rc = self.proc.wait()
+            self.raw.close()
+        fields = report.split()
+        if fields[:1] == ["error"] and len(fields) > 2 and fields[1].isdigit():
+            raise OSError(int(fields[1]), " ".join(fields[2:]))
+        if not complete or complaint:
+            return complaint
+        if rc != 0 or len(fields) != 3 or len(fields[0]) != 64 or not fields[1].isdigit():
+            return f"the reading child exited with status {rc}: {escape(report[-200:])}"
+        self.tee_sha256, self.tee_size = fields[0], int(fields[1])
+        # rapidgzip takes a stream cut short for a whole one; gzip's last 4 bytes hold the
+        # decoded size mod 2**32 (of the last member: a file of several members is re-read).
+        isize = int.from_bytes(bytes.fromhex(fields[2]), "little") if fields[2] != "-" else -1
+        if isize != self.stream.decoded & 0xFFFFFFFF:
+            return GZIP_SIZE_MISMATCH
+        return None
 
-def _in_process_stream(compression: str, raw: HashingReader) -> IO[bytes]:
+
+# The rapidgzip feeder: stdin (our open archive) to stdout, hashing every byte it passes on;
+# prints "<sha256> <bytes> <last 4 bytes in hex>" at the end, or "error <errno> <message>"
+# when reading fails.
+_TEE = """
+import hashlib, os, sys
+h, buf, total, tail = hashlib.sha256(), bytearray(1 << 20), 0, b""
+view = memoryview(buf)
+try:
+    while n := sys.stdin.buffer.raw.readinto(buf):
+        h.update(view[:n])
+        total += n
+        tail = (tail + bytes(view[max(0, n - 4):n]))[-4:]
+        out = view[:n]
+        while out:
+            out = out[os.write(1, out):]
+except BrokenPipeError:
+    sys.exit(1)
+except OSError as exc:
+    sys.stderr.write(f"error {exc.errno or 5} {exc.strerror}")
+    sys.exit(1)
+sys.stderr.write(f"{h.hexdigest()} {total} {tail.hex() or '-'}")
+"""
+
+
+class _Progress(io.RawIOBase):
+    """rapidgzip's output, counted, reporting how far the archive has been read (shared offset)."""
+
+    def __init__(self, source, fd: int, on_read: Callable[[int], None] | None):
+        self.source = source
+        self.decoded = 0
+        self.fd = fd
+        self.on_read = on_read
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        try:
+            n = self.source.readinto(buffer)
+        except ValueError as exc:
+            raise RapidgzipError(str(exc)) from None
+        self.decoded += n
+        if self.on_read:
+            self.on_read(os.lseek(self.fd, 0, os.SEEK_CUR))
+        return n
+
+    def close(self) -> None:
+        self.source.close()
+        super().close()
+
+
+def _in_process_stream(compression: str, raw: ArchiveFile, gzip: str | None) -> IO[bytes]:
     if compression == XZ and (lib := liblzma.load()) is not None:
         return liblzma.XzReader(lib, raw)  # decodes into our write buffers
     if compression == XZ:
         return ReadAhead(lzma.open(raw, "rb"))
     if compression == GZIP:
-        return ReadAhead(_open_gzip(raw))
+        return ReadAhead(_open_gzip(raw, gzip))
     if compression == BZIP2:
         import bz2
 
@@ -278,15 +443,36 @@ def _widen_pipe(pipe: IO[bytes] | None) -> None:
         pass  # over /proc/sys/fs/pipe-max-size for this user: keep the default
 
 
-def _open_gzip(raw: IO[bytes]) -> IO[bytes]:
-    try:
-        from isal import igzip  # ISA-L: about twice as fast as zlib where it is installed
+def _open_gzip(raw: IO[bytes], gzip: str | None) -> IO[bytes]:
+    if gzip == ISAL:
+        from isal import igzip  # ISA-L: about twice as fast as zlib
 
         return igzip.open(raw, "rb")
-    except ImportError:
-        import gzip
+    import gzip as zlib_gzip
 
-        return gzip.open(raw, "rb")
+    return zlib_gzip.open(raw, "rb")
+
+
+def fallback_gzip() -> str:
+    """The gzip decoder whose verdict stands when rapidgzip finds fault: ISA-L, else zlib."""
+    return ISAL if importlib.util.find_spec("isal") is not None else ZLIB
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity mask, which containers narrow)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def gzip_decoder(cores: int | None = None) -> str:
+    """The gzip decoder for this machine: rapidgzip on RAPIDGZIP_MIN_CORES cores or more,
+    ISA-L below that (or where rapidgzip is missing), zlib where neither is installed."""
+    cores = usable_cores() if cores is None else cores
+    if cores >= RAPIDGZIP_MIN_CORES and importlib.util.find_spec("rapidgzip") is not None:
+        return RAPIDGZIP
+    return fallback_gzip()
 
 
 def _xz_decodes_in_parallel(xz: str) -> bool:
@@ -297,7 +483,7 @@ def _xz_decodes_in_parallel(xz: str) -> bool:
     """
     try:
         done = subprocess.run([xz, "--robot", "--version"], capture_output=True, text=True,
-                              timeout=60)
+                              timeout=60, env=_xz_env())
         number = done.stdout.split("XZ_VERSION=")[1].split()[0]
     except (OSError, subprocess.SubprocessError, IndexError):
         return False
@@ -308,7 +494,7 @@ def _xz_blocks(xz: str, path: Path) -> int | None:
     """How many blocks the .xz file has, from its index (None when xz cannot read it)."""
     try:
         done = subprocess.run([xz, "--robot", "--list", "--", str(path)], capture_output=True,
-                              text=True, timeout=60)
+                              text=True, timeout=60, env=_xz_env())
     except (OSError, subprocess.SubprocessError):
         return None
     for line in done.stdout.splitlines():
@@ -316,6 +502,12 @@ def _xz_blocks(xz: str, path: Path) -> int | None:
         if fields[0] == "file" and len(fields) > 2 and fields[2].isdigit():
             return int(fields[2])
     return None
+
+
+def _xz_env() -> dict[str, str]:
+    """The environment for `xz`, without the variables that would add options to ours
+    (XZ_DEFAULTS and XZ_OPT could, say, lower its thread count or memory limit)."""
+    return {k: v for k, v in os.environ.items() if k not in ("XZ_DEFAULTS", "XZ_OPT")}
 
 
 def _xz_memory_limit() -> list[str]:

@@ -7,12 +7,14 @@ directory the caller owns.
 from __future__ import annotations
 
 import io
+import shutil
 import tarfile
 from pathlib import Path
 from typing import IO, Callable
 
 from cudnn_setup.archive import headers, staging
-from cudnn_setup.archive.decoders import CHUNK, DECODE_ERRORS, ZIP, Decoder, sniff
+from cudnn_setup.archive.decoders import (CHUNK, DECODE_ERRORS, RAPIDGZIP, ZIP, Decoder,
+                                         fallback_gzip, sniff, usable_cores)
 from cudnn_setup.archive.listing import Listing, Member, Wanted
 from cudnn_setup.archive.problems import Problem
 from cudnn_setup.archive.rules import Limits, MemberRules, Stop, corrupt
@@ -21,11 +23,15 @@ from cudnn_setup.text import escape, show_path
 
 
 def read(path: Path, staging_dir: Path, want: Wanted, limits: Limits | None = None,
-         on_read: Callable[[int], None] | None = None, xz: str | None = None) -> Listing:
+         on_read: Callable[[int], None] | None = None, xz: str | None = None,
+         gzip: str | None = None) -> Listing:
     """Stream `path` once; write the members `want` accepts under `staging_dir`; record everything.
 
     `xz` is the xz program to decode multi-block .tar.xz with, on every core (None: decode in
-    this process). Problems with single members are all collected; a stream that cannot be decoded ends the pass
+    this process); `gzip` the gzip decoder (None: the one for this machine). When rapidgzip
+    finds fault with a .tar.gz, the archive is read again by ISA-L or zlib, whose verdict stands:
+    rapidgzip refuses some files that gzip reads (zeros after the end) and cannot tell a stream
+    cut short. Problems with single members are all collected; a stream that cannot be decoded ends the pass
     with one more problem. The caller judges the listing and decides what to do with the staging
     directory.
     """
@@ -40,9 +46,10 @@ def read(path: Path, staging_dir: Path, want: Wanted, limits: Limits | None = No
         )
     listing = Listing(compression=compression)
     try:
-        decoder = Decoder(path, compression, on_read, xz)
+        decoder = Decoder(path, compression, on_read, xz, gzip)
     except OSError as exc:
         raise unreadable(path, exc) from None
+    decoded_by_rapidgzip = decoder.name == RAPIDGZIP
     complete = False
     try:
         _walk(decoder.stream, staging_dir, want, MemberRules(limits or Limits()), listing)
@@ -59,7 +66,13 @@ def read(path: Path, staging_dir: Path, want: Wanted, limits: Limits | None = No
             raise unreadable(path, exc) from None
         listing.problems.append(corrupt(str(exc) or type(exc).__name__))
     finally:
-        complaint = decoder.finish(complete)
+        try:
+            complaint = decoder.finish(complete)
+        except OSError as exc:  # the rapidgzip feeder could not read the file
+            raise unreadable(path, exc) from None
+    if decoded_by_rapidgzip and (complaint or not complete):
+        _empty(staging_dir)
+        return read(path, staging_dir, want, limits, on_read, xz, gzip=fallback_gzip())
     if complaint:
         listing.problems.append(corrupt(complaint))
     if complete and not complaint:
@@ -68,6 +81,15 @@ def read(path: Path, staging_dir: Path, want: Wanted, limits: Limits | None = No
         except OSError as exc:
             raise unreadable(path, exc) from None
     return listing
+
+
+def _empty(staging_dir: Path) -> None:
+    """Remove what a first pass staged, leaving the (caller's) directory itself."""
+    for entry in staging_dir.iterdir():
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
 
 
 def unreadable(path: Path, exc: OSError) -> ArchiveRejected:
@@ -129,7 +151,8 @@ class ForwardStream(io.RawIOBase):
 
 def _walk(stream: IO[bytes], staging_dir: Path, want: Wanted, rules: MemberRules,
           listing: Listing) -> None:
-    writer = staging.Writer(direct=staging.direct_io_allowed(staging_dir))
+    writer = staging.Writer(direct=staging.direct_io_allowed(staging_dir),
+                            lanes=staging.hash_lanes(usable_cores()))
     try:
         _walk_members(ForwardStream(stream), staging_dir, want, rules, listing, writer)
     finally:

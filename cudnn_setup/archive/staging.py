@@ -28,51 +28,91 @@ class StagingWriteFailed(Exception):
 
 
 class Writer:
-    """Hashes and writes member bytes on a thread of its own.
+    """Hashes and writes member bytes on threads of their own.
 
-    hashlib and file writes release the GIL, so on two cores this overlaps with decompressing and
-    parsing the tar stream; the bounded queue keeps memory flat (QUEUE_CHUNKS MiB at most).
+    One thread writes every file in archive order; each file is hashed on one of `lanes` hashing
+    threads, in turn, so one file's sha256 runs beside the next file's decoding and beside the
+    writes (hashlib and write() release the GIL). A buffer goes back to the pool when both its
+    hash and its write are done; the pool (POOL_CHUNKS MiB) bounds memory however far any thread
+    falls behind.
     """
 
-    QUEUE_CHUNKS = 8
+    POOL_CHUNKS = 16
 
-    def __init__(self, direct: bool = False):
+    def __init__(self, direct: bool = False, lanes: int = 1):
         self.direct = direct  # big files are written with O_DIRECT
-        self.queue: queue.Queue = queue.Queue(maxsize=self.QUEUE_CHUNKS)
         self.buffers: queue.Queue = queue.Queue()
-        for _ in range(self.QUEUE_CHUNKS + 2):
+        for _ in range(self.POOL_CHUNKS + 2):
             self.buffers.put(mmap.mmap(-1, CHUNK))  # page-aligned, as O_DIRECT writes need
         self.error: Exception | None = None
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
+        self.queues = [queue.SimpleQueue() for _ in range(1 + max(1, lanes))]
+        self.threads = [threading.Thread(target=self._run, args=(q,), daemon=True)
+                        for q in self.queues]
+        for t in self.threads:
+            t.start()
+        self.turn = 0
 
-    def _run(self) -> None:
-        while True:
-            item = self.queue.get()
-            if item is None:
-                return
-            job, buf = item
+    def _run(self, jobs: queue.SimpleQueue) -> None:
+        while (item := jobs.get()) is not None:
+            job, chunk = item
             try:
                 if self.error is None:
                     job()
             except Exception as exc:  # kept for the reading thread; this one must keep draining
-                self.error = exc
+                self.error = self.error or exc
             finally:
-                if buf is not None:  # recycled even after an error, so the reader never starves
-                    self.buffers.put(buf)
+                if chunk is not None:  # recycled even after an error, so the reader never starves
+                    chunk.release()
 
-    def put(self, job: Callable[[], None], buf: mmap.mmap | None = None) -> None:
+    def lane(self) -> queue.SimpleQueue:
+        """The hashing queue for the next file."""
+        self.turn = self.turn % (len(self.queues) - 1) + 1
+        return self.queues[self.turn]
+
+    def check(self) -> None:
         if self.error is not None:
-            if buf is not None:
-                self.buffers.put(buf)
             raise StagingWriteFailed() from self.error
-        self.queue.put((job, buf))
+
+    def put(self, jobs: queue.SimpleQueue, job: Callable[[], None]) -> None:
+        self.check()
+        jobs.put((job, None))
+
+    def put_chunk(self, sink: "Sink", hashing: queue.SimpleQueue, buf: mmap.mmap, n: int) -> None:
+        chunk = _Chunk(buf, self.buffers)
+        if self.error is not None:
+            chunk.release(2)
+            self.check()
+        view = memoryview(buf)[:n]
+        hashing.put((lambda: sink.hash(view), chunk))
+        self.queues[0].put((lambda: sink.write(view), chunk))
+
+    @property
+    def writes(self) -> queue.SimpleQueue:
+        return self.queues[0]
 
     def finish(self) -> None:
-        self.queue.put(None)
-        self.thread.join()
-        if self.error is not None:
-            raise StagingWriteFailed() from self.error
+        for q in self.queues:
+            q.put(None)
+        for t in self.threads:
+            t.join()
+        self.check()
+
+
+class _Chunk:
+    """A pool buffer shared by a hash job and a write job; back to the pool when both are done."""
+
+    def __init__(self, buf: mmap.mmap, pool: queue.Queue):
+        self.buf = buf
+        self.pool = pool
+        self.users = 2
+        self.lock = threading.Lock()
+
+    def release(self, count: int = 1) -> None:
+        with self.lock:
+            self.users -= count
+            last = self.users == 0
+        if last:
+            self.pool.put(self.buf)
 
 
 class Sink:
@@ -88,15 +128,13 @@ class Sink:
         if staging is not None:
             member.staged = staging / member.path
 
+    # On the writing thread, in archive order:
     def open(self) -> None:
         if self.member.staged is not None:
             self.member.staged.parent.mkdir(parents=True, exist_ok=True)
             self.out = StagedFile(self.member.staged, self.direct)
 
-    def feed(self, chunk: memoryview) -> None:
-        self.digest.update(chunk)
-        if self.keep_text:
-            self.chunks.append(bytes(chunk))
+    def write(self, chunk: memoryview) -> None:
         if self.out is not None:
             self.out.write(chunk)
 
@@ -106,9 +144,17 @@ class Sink:
             self.out.close()
             # World-readable, never group/other-writable; set-id bits were refused earlier.
             os.chmod(m.staged, (m.mode & 0o755) | 0o444)
-        m.sha256 = self.digest.hexdigest()
+
+    # On the file's hashing thread:
+    def hash(self, chunk: memoryview) -> None:
+        self.digest.update(chunk)
         if self.keep_text:
-            m.text = b"".join(self.chunks).decode("utf-8", errors="replace")
+            self.chunks.append(bytes(chunk))
+
+    def seal(self) -> None:
+        self.member.sha256 = self.digest.hexdigest()
+        if self.keep_text:
+            self.member.text = b"".join(self.chunks).decode("utf-8", errors="replace")
 
 
 # Libraries are written with O_DIRECT: the bytes go from our recycled buffers to the disk
@@ -160,10 +206,11 @@ class StagedFile:
 
 
 def consume(stream: IO[bytes], member: Member, staging: Path | None,
-             writer: Writer) -> None:
-    """Read one member's bytes once, into recycled buffers; the writer thread hashes and writes."""
+            writer: Writer) -> None:
+    """Read one member's bytes once, into pool buffers, for the writer's threads."""
     sink = Sink(member, staging, writer.direct)
-    writer.put(sink.open)
+    hashing = writer.lane()
+    writer.put(writer.writes, sink.open)
     remaining = member.size
     while remaining:
         buf = writer.buffers.get()
@@ -174,8 +221,19 @@ def consume(stream: IO[bytes], member: Member, staging: Path | None,
         if remaining == member.size:
             member.head = bytes(buf[:min(n, 64)])
         remaining -= n
-        writer.put(lambda buf=buf, n=n: sink.feed(memoryview(buf)[:n]), buf)
-    writer.put(sink.close)
+        writer.put_chunk(sink, hashing, buf, n)
+    writer.put(writer.writes, sink.close)
+    writer.put(hashing, sink.seal)
+
+
+def hash_lanes(cores: int) -> int:
+    """Hashing threads for member files: one per four cores, up to four.
+
+    One sha256 thread (1 to 2 GB/s with SHA extensions) keeps up with every decoder on two
+    cores; on many cores rapidgzip and `xz -T0` decode faster than one thread hashes, and
+    cuDNN's bytes sit in a few large libraries, so more than four lanes would wait idle.
+    """
+    return max(1, min(4, cores // 4))
 
 
 def direct_io_allowed(staging_dir: Path) -> bool:

@@ -1,0 +1,227 @@
+"""The archive is read once: the bytes hashed are the bytes decoded, on every decoder path.
+
+Also the gzip decoders: rapidgzip (chosen on many cores) stages the same bytes as ISA-L, and
+whenever it finds fault with an archive, ISA-L or zlib reads it again and their verdict stands.
+"""
+import gzip
+import hashlib
+import lzma
+import os
+import shutil
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from conftest import run_json, tree_state
+from cudnn_setup.archive import decoders, reader, staging
+from fixtures.generate import SPECS, compress, spec_entries, tar_bytes
+
+NAME = "cudnn-linux-x86_64-9.3.0.75_cuda12-archive"
+XZ = shutil.which("xz")
+PAD = {"libcudnn_engines_precompiled": 6 * decoders.CHUNK + 99, "libcudnn_adv": 3 * decoders.CHUNK,
+       "libcudnn_ops": 2 * decoders.CHUNK + 5}
+HAS_RAPIDGZIP = pytest.mark.skipif(decoders.importlib.util.find_spec("rapidgzip") is None,
+                                   reason="rapidgzip is not installed")
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory, compiler) -> dict:
+    out = tmp_path_factory.mktemp("one-stream")
+    entries = spec_entries(SPECS[f"{NAME}.tar.xz"], compiler, PAD)
+    raw = tar_bytes(entries)
+    files = {e.name: e.data for e in entries if e.type == tarfile.REGTYPE}
+    paths = {}
+    for key, data in (("single", lzma.compress(raw, preset=0)), ("gz", compress(raw, ".tgz"))):
+        paths[key] = out / key / (NAME + (".tar.xz" if key == "single" else ".tgz"))
+        paths[key].parent.mkdir()
+        paths[key].write_bytes(data)
+    paths["multi"] = out / "multi" / f"{NAME}.tar.xz"
+    paths["multi"].parent.mkdir()
+    with open(paths["multi"], "wb") as f:
+        subprocess.run([XZ, "-T2", "-0", "--block-size=1MiB", "-c"], input=raw, stdout=f,
+                       check=True)
+    return {"raw": raw, "files": files, **paths}
+
+
+def _read(path: Path, staging_dir: Path, gzip_decoder: str | None = None, on_read=None):
+    staging_dir.mkdir()
+    return reader.read(path, staging_dir, lambda m: True, on_read=on_read, xz=XZ,
+                       gzip=gzip_decoder)
+
+
+def _other_archive(made: dict, key: str) -> bytes:
+    """The archive `key` with two MiB of its largest library swapped: same names, other bytes."""
+    raw = made["raw"]
+    lib = next(n for n in made["files"] if "engines_precompiled" in n)
+    start = raw.index(made["files"][lib][:4096]) + (1 << 20)
+    half = decoders.CHUNK
+    swapped = raw[:start] + raw[start + half:start + 2 * half] + raw[start:start + half] + \
+        raw[start + 2 * half:]
+    assert swapped != raw
+    if key == "gz":
+        return compress(swapped, ".tgz")
+    if key == "single":
+        return lzma.compress(swapped, preset=0)
+    return subprocess.run([XZ, "-T2", "-0", "--block-size=1MiB", "-c"], input=swapped,
+                          capture_output=True, check=True).stdout
+
+
+def _check(listing, made, path: Path) -> None:
+    assert not listing.problems, listing.problems
+    assert listing.sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert listing.size == path.stat().st_size
+    for m in listing.files():
+        assert m.staged.read_bytes() == made["files"][m.path], m.path
+        assert m.sha256 == hashlib.sha256(made["files"][m.path]).hexdigest(), m.path
+
+
+@pytest.mark.parametrize("decoder", [decoders.ISAL, decoders.ZLIB,
+                                     pytest.param(decoders.RAPIDGZIP, marks=HAS_RAPIDGZIP)])
+def test_every_gzip_decoder_stages_the_same_bytes(decoder, made, tmp_path):
+    if decoder == decoders.ISAL and decoders.importlib.util.find_spec("isal") is None:
+        pytest.skip("isal is not installed")
+    seen = []
+    listing = _read(made["gz"], tmp_path / "s", decoder, on_read=seen.append)
+    _check(listing, made, made["gz"])
+    assert seen and seen[-1] == made["gz"].stat().st_size  # progress reaches the whole file
+    assert seen == sorted(seen)
+
+
+@pytest.mark.parametrize("key,decoder", [
+    ("multi", None), ("single", None), ("gz", decoders.ISAL), ("gz", decoders.ZLIB),
+    pytest.param("gz", decoders.RAPIDGZIP, marks=HAS_RAPIDGZIP)])
+def test_a_file_rewritten_during_the_read_is_hashed_as_decoded(key, decoder, made, tmp_path):
+    """Rewritten in place once the read has begun: the hash is of the bytes that were decoded.
+
+    The rewrite swaps two MiBs of a large library's payload, so the new file decodes to a valid
+    tar with other bytes: every staged file must hash to its recorded sha256, and the archive's
+    sha256 must be that of the bytes read (old up to the rewrite, new after it), never that of
+    the old file, which a second read of the file from its start might have seen.
+    """
+    victim = tmp_path / "in" / made[key].name
+    victim.parent.mkdir()
+    shutil.copy(made[key], victim)
+    old = victim.read_bytes()
+    new = _other_archive(made, key)
+    rewritten = []
+
+    def rewrite(count: int) -> None:
+        if not rewritten:  # after the first piece is read, the rest of the file changes
+            with open(victim, "r+b") as f:
+                f.write(new)
+                f.truncate()
+            rewritten.append(count)
+
+    listing = _read(victim, tmp_path / "s", decoder, on_read=rewrite)
+    assert rewritten
+    if listing.problems:  # a mix of old and new bytes that does not decode
+        assert listing.sha256 is None
+        return
+    for m in listing.files():
+        assert m.sha256 == hashlib.sha256(m.staged.read_bytes()).hexdigest(), m.path
+    # What was decoded: the old bytes up to where the file had been read when it changed, the
+    # new ones after. In this process that is the count seen by the hook; rapidgzip's feeder
+    # reads on (1 MiB at a time) while the hook runs, so there it is one of the MiBs after it.
+    k = rewritten[0]
+    if decoder == decoders.RAPIDGZIP:
+        cuts = [k, *range(k - k % decoders.CHUNK + decoders.CHUNK, len(old), decoders.CHUNK),
+                len(old)]
+    else:
+        cuts = [k]
+    mixes = {hashlib.sha256(old[:j] + new[j:]).hexdigest() for j in cuts}
+    if decoder == decoders.RAPIDGZIP:  # the feeder may have read all of the old file already
+        mixes.add(hashlib.sha256(old).hexdigest())
+    assert listing.sha256 in mixes, (k, len(old), len(new))
+    if decoder != decoders.RAPIDGZIP and old[k:] != new[k:]:
+        assert listing.sha256 != hashlib.sha256(old).hexdigest()
+
+
+def test_install_refuses_a_file_rewritten_after_its_checksum_was_taken(made, cuda_root, home,
+                                                                       monkeypatch, tmp_path):
+    """--sha256 of the original; the file changes under the install: refused, root unchanged."""
+    victim = tmp_path / made["gz"].name
+    shutil.copy(made["gz"], victim)
+    good = hashlib.sha256(victim.read_bytes()).hexdigest()
+    other = _other_archive(made, "gz")  # a valid archive, other bytes
+    original = decoders.ArchiveFile.readinto
+
+    def readinto(self, buffer):
+        n = original(self, buffer)
+        if self.count == n and n:  # the first piece has been read: rewrite the file in place
+            with open(victim, "r+b") as f:
+                f.write(other)
+                f.truncate()
+        return n
+
+    monkeypatch.setattr(decoders.ArchiveFile, "readinto", readinto)
+    monkeypatch.setattr(decoders, "gzip_decoder", lambda cores=None: decoders.fallback_gzip())
+    root = cuda_root("12.4")
+    before = tree_state(root)
+    done, out = run_json(["install", victim, "--cuda-root", root, "--sha256", good,
+                          "--no-theanorc", "--no-verify"], home)
+    assert done.returncode != 0 and out["error"]["code"] in ("checksum-mismatch", "archive-invalid"), out
+    assert tree_state(root) == before
+
+
+@HAS_RAPIDGZIP
+@pytest.mark.parametrize("damage", ["truncated", "flipped", "zeros-after-end", "two-members"])
+def test_rapidgzip_doubts_are_settled_by_a_second_decoder(damage, made, tmp_path):
+    raw = made["raw"]
+    data = made["gz"].read_bytes()
+    if damage == "truncated":  # rapidgzip alone would take this for the whole stream
+        data = data[: len(data) * 3 // 4]
+    elif damage == "flipped":
+        mid = len(data) // 2
+        data = data[:mid] + bytes(b ^ 0x5A for b in data[mid:mid + 4096]) + data[mid + 4096:]
+    elif damage == "zeros-after-end":  # gzip and ISA-L read this; rapidgzip refuses it
+        data += bytes(4096)
+    else:  # two gzip members, as `cat a.gz b.gz` makes: the trailer holds the last one's size
+        cut = len(raw) // 3
+        data = gzip.compress(raw[:cut], mtime=0) + gzip.compress(raw[cut:], mtime=0)
+    path = tmp_path / "in" / made["gz"].name
+    path.parent.mkdir()
+    path.write_bytes(data)
+    by_rapidgzip = _read(path, tmp_path / "r", decoders.RAPIDGZIP)
+    by_isal = _read(path, tmp_path / "i", decoders.fallback_gzip())
+    assert [p.code for p in by_rapidgzip.problems] == [p.code for p in by_isal.problems]
+    assert by_rapidgzip.sha256 == by_isal.sha256
+    if damage in ("zeros-after-end", "two-members"):
+        _check(by_rapidgzip, made, path)
+    else:
+        assert [p.code for p in by_rapidgzip.problems] == ["corrupt"]
+        assert not [m for m in by_rapidgzip.files() if m.staged and not m.staged.exists()]
+
+
+def test_the_gzip_decoder_follows_the_cores(monkeypatch):
+    found = {"rapidgzip": True, "isal": True}
+    monkeypatch.setattr(decoders.importlib.util, "find_spec",
+                        lambda name: object() if found.get(name) else None)
+    assert decoders.gzip_decoder(decoders.RAPIDGZIP_MIN_CORES) == decoders.RAPIDGZIP
+    assert decoders.gzip_decoder(decoders.RAPIDGZIP_MIN_CORES - 1) == decoders.ISAL
+    found["rapidgzip"] = False
+    assert decoders.gzip_decoder(64) == decoders.ISAL
+    found["isal"] = False
+    assert decoders.gzip_decoder(64) == decoders.ZLIB
+
+
+@pytest.mark.parametrize("lanes", [1, 3])
+def test_files_hashed_on_several_lanes_keep_their_own_digests(lanes, made, tmp_path, monkeypatch):
+    monkeypatch.setattr(staging, "hash_lanes", lambda cores: lanes)
+    made_lanes = []
+    original = staging.Writer.__init__
+
+    def init(self, direct=False, lanes=1):
+        made_lanes.append(lanes)
+        original(self, direct, lanes)
+
+    monkeypatch.setattr(staging.Writer, "__init__", init)
+    listing = _read(made["single"], tmp_path / "s")
+    assert made_lanes == [lanes]
+    _check(listing, made, made["single"])
+
+
+def test_hash_lanes_grow_with_cores_and_stop_at_four():
+    assert [staging.hash_lanes(c) for c in (1, 2, 4, 8, 16, 128)] == [1, 1, 1, 2, 4, 4]
+
