@@ -6,9 +6,15 @@ Without --archive it generates a cuDNN 9.x-shaped archive holding --size-mib of 
 library payload, as multi-block .tar.xz, single-block .tar.xz and .tgz (cached in --work). For
 each archive, each of --runs rounds times, into fresh CUDA roots on the same filesystem:
   (a) manual: tar -xf into a temp dir, cp -P headers and libraries, chmod a+r
-  (b) floor:  decompress to /dev/null with the fastest decoder at hand (xz -T0; isal or zlib)
-  (c) tool:   cudnn-setup install --no-verify --no-theanorc
-and reports medians, c/a and c/b. Peak memory is measured in one more, untimed run of (c): the
+  (b) floor:  decompress to /dev/null with the fastest decoder at hand: `xz -dc -T0` for .xz;
+              for gzip the faster of ISA-L (one thread) and rapidgzip on every usable core,
+              each timed (zlib where neither is installed)
+  (c) tool:   cudnn-setup install --no-verify --no-theanorc --no-frameworks
+and reports medians, c/a and c/b, and which decoder the tool picks on this machine. For .gz
+archives, --gzip-sweep also times rapidgzip at 1, 2, 4… usable cores against ISA-L: the data
+behind the tool's choice (cudnn_setup/archive/decoders.py, RAPIDGZIP_MIN_CORES). "fixed_s" is the
+tool installing the bundled 2.5 KB sample: start-up, locking, journal, fsync and manifest, the
+part of (c) that does not grow with the archive. Peak memory is measured in one more, untimed run of (c): the
 RSS of the tool and of its child processes (xz), summed, sampled every 10 ms; sampling during
 the timed runs would take CPU from them. That run's root (given CUDA's own headers from
 --cuda-include, so that the compile check can build against cudnn.h) is then verified: `verify
@@ -18,6 +24,7 @@ the timed runs would take CPU from them. That run's root (given CUDA's own heade
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import shutil
@@ -81,20 +88,60 @@ def manual(archive: Path, root: Path, scratch: Path) -> None:
     shutil.rmtree(scratch)
 
 
-FLOOR_GZ = ("import sys\ntry:\n    from isal import igzip as g\nexcept ImportError:\n    import gzip as g\n"
-            "f = g.open(sys.argv[1], 'rb')\nwhile f.read(1 << 20):\n    pass\n")
+# Decode a gzip file to nowhere: argv[1] the file, argv[2] "isal", "zlib" or rapidgzip's thread count.
+FLOOR_GZ = """import sys
+buf = bytearray(1 << 20)
+if sys.argv[2] == "isal":
+    from isal import igzip
+    f = igzip.open(sys.argv[1], "rb")
+elif sys.argv[2] == "zlib":
+    import gzip
+    f = gzip.open(sys.argv[1], "rb")
+else:
+    import rapidgzip
+    f = rapidgzip.open(sys.argv[1], parallelization=int(sys.argv[2]))
+with f:
+    while f.readinto(buf):
+        pass
+"""
 
 
-def floor(archive: Path) -> None:
-    if archive.name.endswith(".xz"):
+def cores() -> int:
+    return len(os.sched_getaffinity(0))
+
+
+def gzip_floors() -> list[str]:
+    """The gzip decoders to time as the floor: ISA-L, rapidgzip on every usable core; else zlib."""
+    have = [m for m in ("isal", "rapidgzip") if importlib.util.find_spec(m) is not None]
+    out = ["isal"] if "isal" in have else ["zlib"]
+    return out + ([str(cores())] if "rapidgzip" in have else [])
+
+
+def decode(archive: Path, how: str) -> None:
+    if how == "xz":
         subprocess.run(["xz", "-dc", "-T0", str(archive)], stdout=subprocess.DEVNULL, check=True)
     else:
-        subprocess.run([sys.executable, "-c", FLOOR_GZ, str(archive)], check=True)
+        subprocess.run([sys.executable, "-c", FLOOR_GZ, str(archive), how], check=True)
+
+
+def floor_ways(archive: Path) -> list[str]:
+    return ["xz"] if archive.name.endswith(".xz") else gzip_floors()
+
+
+def tool_decoder(archive: Path) -> str:
+    """The decoder `install` picks for this archive on this machine."""
+    from cudnn_setup.archive import decoders
+
+    d = decoders.Decoder(archive, decoders.sniff(archive), None, shutil.which("xz"))
+    try:
+        return d.name
+    finally:
+        d.finish(False)
 
 
 def tool_command(archive: Path, root: Path) -> list[str]:
     return [sys.executable, "-m", "cudnn_setup", "install", str(archive), "--cuda-root", str(root),
-            "--no-verify", "--no-theanorc", "--json"]
+            "--no-verify", "--no-theanorc", "--no-frameworks", "--json"]
 
 
 TOOL_ENV = dict(os.environ, PYTHONPATH=str(REPO))
@@ -178,32 +225,67 @@ def timed(fn) -> float:
     return time.perf_counter() - start
 
 
-def measure(archive: Path, runs: int, base: Path, cuda_include: Path | None) -> dict:
-    times = {"manual": [], "floor": [], "tool": []}
+def measure(archive: Path, runs: int, base: Path, cuda_include: Path | None,
+            with_verify: bool) -> dict:
+    ways = floor_ways(archive)
+    times: dict[str, list[float]] = {"manual": [], "tool": [], **{f"floor:{w}": [] for w in ways}}
     for i in range(runs):
         root_a, root_c = fresh_root(base, 2 * i), fresh_root(base, 2 * i + 1)
         subprocess.run(["sync"])
         times["manual"].append(timed(lambda: manual(archive, root_a, base / f"x{i}")))
-        subprocess.run(["sync"])
-        times["floor"].append(timed(lambda: floor(archive)))
+        for way in ways:
+            subprocess.run(["sync"])
+            times[f"floor:{way}"].append(timed(lambda: decode(archive, way)))
         subprocess.run(["sync"])
         times["tool"].append(timed(lambda: tool(archive, root_c)))
         shutil.rmtree(root_a)
         shutil.rmtree(root_c)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    best = min(ways, key=lambda w: med[f"floor:{w}"])
+    med["floor"] = med[f"floor:{best}"]
     root_m = fresh_root(base, 2 * runs)
     if cuda_include and cuda_include.is_dir():
         shutil.copytree(cuda_include, root_m / "include", dirs_exist_ok=True)
     peak = peak_memory(archive, root_m)
-    verify = verify_times(root_m, base / "verify", runs)
+    verify = verify_times(root_m, base / "verify", runs) if with_verify else None
     shutil.rmtree(root_m)
-    shutil.rmtree(base / "verify")
-    med = {k: statistics.median(v) for k, v in times.items()}
+    shutil.rmtree(base / "verify", ignore_errors=True)
     return {"archive": str(archive), "compressed_mib": round(archive.stat().st_size / 2**20, 1),
-            "runs": runs, "median_s": {k: round(v, 2) for k, v in med.items()},
+            "runs": runs, "tool_decoder": tool_decoder(archive),
+            "floor_decoder": {"xz": "xz -dc -T0", "isal": "ISA-L", "zlib": "zlib"}.get(
+                best, f"rapidgzip -P {best}"),
+            "median_s": {k: round(v, 2) for k, v in med.items()},
             "all_s": {k: [round(x, 2) for x in v] for k, v in times.items()},
             "tool_vs_manual": round(med["tool"] / med["manual"], 3),
             "tool_vs_floor": round(med["tool"] / med["floor"], 3),
             "tool_peak_rss_mib": peak, "verify": verify}
+
+
+def gzip_sweep(archive: Path, runs: int) -> dict:
+    """ISA-L against rapidgzip at 1, 2, 4… cores, decoding to nowhere: medians in seconds."""
+    ways = ["isal"] if importlib.util.find_spec("isal") else []
+    if importlib.util.find_spec("rapidgzip"):
+        p = 1
+        while p < cores():
+            ways.append(str(p))
+            p *= 2
+        ways.append(str(cores()))
+    out = {}
+    for way in ways:
+        out["ISA-L" if way == "isal" else f"rapidgzip -P {way}"] = round(statistics.median(
+            timed(lambda: decode(archive, way)) for _ in range(runs)), 3)
+    return out
+
+
+def fixed_cost(base: Path, runs: int) -> float:
+    """The tool installing the bundled 2.5 KB sample: what (c) costs whatever the archive."""
+    sample = REPO / "fixtures" / "samples" / "cudnn-10.0-linux-x64-v7.4.2.24.tgz"
+    took = []
+    for i in range(runs):
+        root = make_cuda_root(base / f"fixed{i}", "10.0")
+        took.append(timed(lambda: tool(sample, root)))
+        shutil.rmtree(root)
+    return round(statistics.median(took), 3)
 
 
 def main() -> int:
@@ -215,24 +297,38 @@ def main() -> int:
     p.add_argument("--json", type=Path)
     p.add_argument("--cuda-include", type=Path, default=Path("/usr/local/cuda/include"),
                    help="CUDA headers for the verify runs' compile check (read, never written)")
+    p.add_argument("--no-verify-times", action="store_true",
+                   help="skip timing `verify` on the installed root")
+    p.add_argument("--gzip-sweep", action="store_true",
+                   help="also time ISA-L against rapidgzip at 1, 2, 4… cores on each .gz archive")
     args = p.parse_args()
     archives = args.archive or generate(args.work, args.size_mib)
     results = []
+    machine = {"cpus": os.cpu_count(), "usable_cores": cores(), "uname": os.uname().release}
     with tempfile.TemporaryDirectory(dir=args.work.parent if args.work.exists() else None) as tmp:
+        machine["tool_fixed_s"] = fixed_cost(Path(tmp), args.runs)
+        print(f"{cores()} usable cores; the tool on the 2.5 KB sample: {machine['tool_fixed_s']} s",
+              flush=True)
         for archive in archives:
-            r = measure(archive, args.runs, Path(tmp), args.cuda_include)
+            r = measure(archive, args.runs, Path(tmp), args.cuda_include,
+                        not args.no_verify_times)
+            if args.gzip_sweep and not archive.name.endswith(".xz"):
+                r["gzip_sweep_s"] = gzip_sweep(archive, args.runs)
             results.append(r)
+            verify = r["verify"]
             print(f"{archive.name} ({r['compressed_mib']} MiB, {archive.parent.name}): "
-                  f"manual {r['median_s']['manual']} s, floor {r['median_s']['floor']} s, "
-                  f"tool {r['median_s']['tool']} s; tool/manual {r['tool_vs_manual']}, "
-                  f"tool/floor {r['tool_vs_floor']}; peak RSS {r['tool_peak_rss_mib']['tree_mib']} MiB "
-                  f"(tool process {r['tool_peak_rss_mib']['tool_process_mib']} MiB); verify "
-                  f"--no-theano {r['verify']['no_theano_s']} s, with Theano "
-                  f"{r['verify']['theano_warm_s']} s warm ({r['verify']['theano_cold_s']} s cold)",
+                  f"manual {r['median_s']['manual']} s, floor {r['median_s']['floor']} s "
+                  f"({r['floor_decoder']}), tool {r['median_s']['tool']} s ({r['tool_decoder']}); "
+                  f"tool/manual {r['tool_vs_manual']}, tool/floor {r['tool_vs_floor']}; peak RSS "
+                  f"{r['tool_peak_rss_mib']['tree_mib']} MiB (tool process "
+                  f"{r['tool_peak_rss_mib']['tool_process_mib']} MiB)"
+                  + (f"; verify --no-theano {verify['no_theano_s']} s, with Theano "
+                     f"{verify['theano_warm_s']} s warm ({verify['theano_cold_s']} s cold)"
+                     if verify else "")
+                  + (f"; gzip sweep {r['gzip_sweep_s']}" if "gzip_sweep_s" in r else ""),
                   flush=True)
     if args.json:
-        args.json.write_text(json.dumps({"machine": {"cpus": os.cpu_count(), "uname": os.uname().release},
-                                         "results": results}, indent=1))
+        args.json.write_text(json.dumps({"machine": machine, "results": results}, indent=1))
     return 0
 
 
