@@ -144,7 +144,8 @@ def tool_command(archive: Path, root: Path) -> list[str]:
             "--no-verify", "--no-theanorc", "--no-frameworks", "--json"]
 
 
-TOOL_ENV = dict(os.environ, PYTHONPATH=str(REPO))
+TOOL_ENV = dict(os.environ, PYTHONPATH=os.pathsep.join(
+    [str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]))
 
 
 def tool(archive: Path, root: Path) -> None:
