@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import re
 import os
 import shutil
 import statistics
@@ -71,8 +72,14 @@ def generate(work: Path, size_mib: int) -> list[Path]:
     return list(outs.values())
 
 
-def fresh_root(base: Path, i: int) -> Path:
-    return make_cuda_root(base / f"root{i}", "12.4")
+def cuda_of(archive: Path) -> str:
+    """The CUDA version of a fresh root for this archive: its `_cudaNN` major, else 12.4."""
+    found = re.search(r"_cuda(\d+)", archive.name)
+    return {"11": "11.8", "13": "13.0"}.get(found.group(1), "12.4") if found else "12.4"
+
+
+def fresh_root(base: Path, i: int, cuda: str = "12.4") -> Path:
+    return make_cuda_root(base / f"root{i}", cuda)
 
 
 def manual(archive: Path, root: Path, scratch: Path) -> None:
@@ -231,7 +238,8 @@ def measure(archive: Path, runs: int, base: Path, cuda_include: Path | None,
     ways = floor_ways(archive)
     times: dict[str, list[float]] = {"manual": [], "tool": [], **{f"floor:{w}": [] for w in ways}}
     for i in range(runs):
-        root_a, root_c = fresh_root(base, 2 * i), fresh_root(base, 2 * i + 1)
+        root_a, root_c = (fresh_root(base, 2 * i, cuda_of(archive)),
+                          fresh_root(base, 2 * i + 1, cuda_of(archive)))
         subprocess.run(["sync"])
         times["manual"].append(timed(lambda: manual(archive, root_a, base / f"x{i}")))
         for way in ways:
@@ -244,7 +252,7 @@ def measure(archive: Path, runs: int, base: Path, cuda_include: Path | None,
     med = {k: statistics.median(v) for k, v in times.items()}
     best = min(ways, key=lambda w: med[f"floor:{w}"])
     med["floor"] = med[f"floor:{best}"]
-    root_m = fresh_root(base, 2 * runs)
+    root_m = fresh_root(base, 2 * runs, cuda_of(archive))
     if cuda_include and cuda_include.is_dir():
         shutil.copytree(cuda_include, root_m / "include", dirs_exist_ok=True)
     peak = peak_memory(archive, root_m)
