@@ -37,7 +37,7 @@ for a in "${archives[@]}"; do
   i=$((i + 1))
   root=$work/profile-root
   rm -rf "$root"
-  $py -c "import sys; sys.path.insert(0, '.'); from fixtures.generate import make_cuda_root; from pathlib import Path; make_cuda_root(Path("$root"), "13.0")"
+  $py -c "import sys; sys.path.insert(0, '.'); from fixtures.generate import make_cuda_root; from pathlib import Path; make_cuda_root(Path('$root'), '13.0')"
   sync
   $py -m cProfile -s cumulative -m cudnn_setup install "$a" --cuda-root "$root" --no-verify \
     --no-theanorc --no-frameworks --json 2>&1 | head -70 >"$out/profile-$i.txt" || true
