@@ -430,6 +430,7 @@ def test_versions(value, expected):
     assert rules.parse_version(value) == expected
 
 
+@pytest.mark.real_cudnn
 def test_real_cudnn_shim_from_nvidias_wheel(tmp_path):
     """With NVIDIA's wheel in CUDNN_SETUP_WHEEL_CACHE: the real libcudnn.so.9, loaded through a
     stand-in framework's RUNPATH, reports its own version to the probe."""

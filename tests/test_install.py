@@ -472,18 +472,21 @@ def _without_manifest(state):
     return {k: v for k, v in state.items() if not k.startswith(".cudnn-setup")}
 
 
-def test_sigkill_at_random_moments_leaves_old_or_new(tmp_path, compiler, cuda_root, home, archives,
-                                                     record_property):
-    """20 kills at random moments of a 9.x install over 8.x (timed from its transaction's start):
-    after the next command, exactly old or exactly new."""
+def _random_kills(tmp_path, compiler, cuda_root, home, archives, pad: dict[str, int],
+                  kills: int, enough: int | None = None) -> tuple[int, dict[str, int]]:
+    """Kill a 9.x install over 8.x at random moments (timed from its transaction's start),
+    `kills` times or until `enough` kills landed inside the transaction; after each, the next
+    command must leave exactly old or exactly new. Returns (kills inside, outcomes)."""
+    import lzma
     import random
 
-    from fixtures.generate import SPECS, compress, spec_entries, tar_bytes
+    from fixtures.generate import SPECS, spec_entries, tar_bytes
 
     name = V9
-    pad = {"libcudnn_engines_precompiled": 24 << 20, "libcudnn_adv": 8 << 20}
     big = tmp_path / name
-    big.write_bytes(compress(tar_bytes(spec_entries(SPECS[name], compiler, pad)), name))
+    # the padding is random bytes: xz's fastest preset stores them as well as its default does
+    big.write_bytes(lzma.compress(tar_bytes(spec_entries(SPECS[name], compiler, pad)),
+                                  format=lzma.FORMAT_XZ, check=lzma.CHECK_CRC64, preset=0))
     reference = cuda_root("12.4")
     _install(archives, V8L, reference, home)
     old = _without_manifest(tree_state(reference))
@@ -505,10 +508,11 @@ def test_sigkill_at_random_moments_leaves_old_or_new(tmp_path, compiler, cuda_ro
     assert proc.wait() == 0
     took = time.monotonic() - started  # staging, renames and commit of one whole run
     new = _without_manifest(tree_state(reference))
+    assert new != old
     rng = random.Random(7)
     outcomes = {"old": 0, "new": 0}
     interrupted = 0
-    for i in range(20):
+    for i in range(kills):
         root = cuda_root("12.4")
         _install(archives, V8L, root, home)
         proc = start(root)
@@ -523,11 +527,33 @@ def test_sigkill_at_random_moments_leaves_old_or_new(tmp_path, compiler, cuda_ro
         assert state in (old, new), f"kill {i}: a mix of old and new"
         outcomes["old" if state == old else "new"] += 1
         assert not (root / ".cudnn-setup" / "journal.json").exists()
+        if enough is not None and interrupted >= enough:
+            break
+    return interrupted, outcomes
+
+
+@pytest.mark.slow
+def test_sigkill_at_random_moments_leaves_old_or_new(tmp_path, compiler, cuda_root, home, archives,
+                                                     record_property):
+    """20 kills at random moments of a 32 MiB 9.x install over 8.x: after the next command,
+    exactly old or exactly new."""
+    pad = {"libcudnn_engines_precompiled": 24 << 20, "libcudnn_adv": 8 << 20}
+    interrupted, outcomes = _random_kills(tmp_path, compiler, cuda_root, home, archives, pad, 20)
     # The kills must have landed inside installs, not only before or after them.
     assert interrupted >= 10, (interrupted, outcomes)
     record_property("kills_mid_transaction", interrupted)
     record_property("kills_old", outcomes["old"])
     record_property("kills_new", outcomes["new"])
+
+
+def test_sigkill_at_a_few_random_moments_leaves_old_or_new(tmp_path, compiler, cuda_root, home,
+                                                           archives):
+    """The default run's share of the random kills (all 20 are `slow`): an 8 MiB install,
+    killed until 3 kills have landed inside its transaction."""
+    pad = {"libcudnn_engines_precompiled": 6 << 20, "libcudnn_adv": 2 << 20}
+    interrupted, outcomes = _random_kills(tmp_path, compiler, cuda_root, home, archives, pad,
+                                          kills=12, enough=3)
+    assert interrupted >= 3, (interrupted, outcomes)
 
 
 def test_plan_names_links_by_kind_not_by_path(archives, compiler, tmp_path, home):
