@@ -283,8 +283,9 @@ class Faulty(Filesystem):
         super().unlink(path)
 
 
-def _fault_sweep(action, root):
-    """Fail at step 1, 2, … until the action succeeds; every failure must leave the same tree.
+def _fault_sweep(action, root, stride=1):
+    """Fail at step 1, 2, … (or 1, 1 + stride, …) until the action succeeds; every failure must
+    leave the same tree. Returns the steps before the first run that succeeded.
 
     A fault after the commit point does not fail the command (its change stands): the journal
     stays, and the next command, here recover_pending, tidies up."""
@@ -296,30 +297,40 @@ def _fault_sweep(action, root):
             action(fs)
         except InstallFailed:
             assert tree_state(root) == before, f"fault at step {n} left a changed tree"
-            n += 1
+            n += stride
             continue
         inst.recover_pending(_root(root))
         assert not (root / ".cudnn-setup" / "journal.json").exists()
         return n - 1
 
 
-def test_fault_at_each_step_of_install_upgrade_uninstall_rolls_back(archives, cuda_root, tmp_path,
-                                                                   record_property):
-    root_path = cuda_root()
+def _install_upgrade_uninstall_sweeps(archives, root_path, stride):
     root = _root(root_path)
     (root_path / "include" / "cudnn.h").write_text("/* a manual cudnn.h */\n")
-    faults = _fault_sweep(lambda fs: inst.install(archives[V7], root, fs=fs), root_path)
-    assert faults >= 5
-    record_property("faults_install", faults)
+    install = _fault_sweep(lambda fs: inst.install(archives[V7], root, fs=fs), root_path, stride)
+    assert install >= 5
     # another CUDA major, so forced: the biggest upgrade the samples make
-    faults = _fault_sweep(lambda fs: inst.install(archives[V9], root, fs=fs, force=True),
-                          root_path)
-    assert faults >= 20
-    record_property("faults_upgrade", faults)
-    faults = _fault_sweep(lambda fs: inst.uninstall(root, fs=fs), root_path)
-    assert faults >= 10
-    record_property("faults_uninstall", faults)
+    upgrade = _fault_sweep(lambda fs: inst.install(archives[V9], root, fs=fs, force=True),
+                           root_path, stride)
+    assert upgrade >= 20
+    uninstall = _fault_sweep(lambda fs: inst.uninstall(root, fs=fs), root_path, stride)
+    assert uninstall >= 10
     assert (root_path / "include" / "cudnn.h").read_text() == "/* a manual cudnn.h */\n"
+    return install, upgrade, uninstall
+
+
+@pytest.mark.slow
+def test_fault_at_each_step_of_install_upgrade_uninstall_rolls_back(archives, cuda_root,
+                                                                   record_property):
+    install, upgrade, uninstall = _install_upgrade_uninstall_sweeps(archives, cuda_root(), 1)
+    record_property("faults_install", install)
+    record_property("faults_upgrade", upgrade)
+    record_property("faults_uninstall", uninstall)
+
+
+def test_fault_at_every_5th_step_of_install_upgrade_uninstall_rolls_back(archives, cuda_root):
+    """The default run's share of the sweep above (`slow`): steps 1, 6, 11, …"""
+    _install_upgrade_uninstall_sweeps(archives, cuda_root(), 5)
 
 
 def test_full_disk_exits_5_and_keeps_the_tree(archives, cuda_root, home):
