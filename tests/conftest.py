@@ -61,9 +61,11 @@ def cuda_root(tmp_path, compiler):
 
 
 def clean_env(home: Path, **extra) -> dict:
+    """The caller's environment for a run of the tool with `home` as its home: no CUDA or Theano
+    settings, and no XDG dirs, which would put its download cache and config outside `home`."""
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("CUDA_", "THEANO", "LD_LIBRARY_PATH", "CUDNN_SETUP_MIRROR",
-                                "XDG_CONFIG_HOME"))}
+                                "XDG_"))}
     env.update({"HOME": str(home), "PYTHONPATH": str(REPO), **extra})
     return env
 
