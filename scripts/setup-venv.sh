@@ -37,7 +37,11 @@ run_logged() {
   "$@" >>"$log" 2>&1 &
   local pid=$! waited=0 last
   while kill -0 "$pid" 2>/dev/null; do
-    sleep 1
+    # a second at most, in tenths, so that a pip that is done is not waited for
+    for _ in 1 2 3 4 5 6 7 8 9 10; do
+      kill -0 "$pid" 2>/dev/null || break 2
+      sleep 0.1
+    done
     waited=$((waited + 1))
     if [ $((waited % tick)) -eq 0 ]; then
       last="$(grep -E '^(Collecting|Downloading|Building|Installing|Successfully)' "$log" \

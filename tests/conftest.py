@@ -27,10 +27,24 @@ def archives(tmp_path_factory, compiler) -> dict[str, Path]:
     return {p.name: p for p in build(out, cc=compiler)}
 
 
+@pytest.fixture(scope="session")
+def theano_compiledir(tmp_path_factory) -> Path:
+    """One Theano compile cache for the session (Theano locks it itself): the C code of T.exp
+    and of the conv net is compiled once, not once per test's home."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker is None:
+        return tmp_path_factory.mktemp("theano")
+    shared = tmp_path_factory.getbasetemp().parent / "theano"  # the workers' common base
+    shared.mkdir(exist_ok=True)
+    return shared
+
+
 @pytest.fixture
-def home(tmp_path) -> Path:
+def home(tmp_path, theano_compiledir) -> Path:
+    """A fresh home. Its ~/.theano, where Theano keeps its compile cache, is the session's."""
     h = tmp_path / "home"
     h.mkdir()
+    (h / ".theano").symlink_to(theano_compiledir, target_is_directory=True)
     return h
 
 
@@ -47,9 +61,11 @@ def cuda_root(tmp_path, compiler):
 
 
 def clean_env(home: Path, **extra) -> dict:
+    """The caller's environment for a run of the tool with `home` as its home: no CUDA or Theano
+    settings, and no XDG dirs, which would put its download cache and config outside `home`."""
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("CUDA_", "THEANO", "LD_LIBRARY_PATH", "CUDNN_SETUP_MIRROR",
-                                "XDG_CONFIG_HOME"))}
+                                "XDG_"))}
     env.update({"HOME": str(home), "PYTHONPATH": str(REPO), **extra})
     return env
 

@@ -99,7 +99,8 @@ class ArchiveServer:
         # kept here instead of printed, where it would land in the CLI's captured stderr
         self.errors: list = []
         self.httpd.handle_error = lambda request, address: self.errors.append(address)
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.02},
+                                       daemon=True)
 
     @property
     def port(self) -> int:

@@ -4,7 +4,9 @@ untrue about a commit, and changes nothing outside the CUDA root and the files i
 
 A command is first run without faults to count its calls (`n`); then once for each call
 N = 1..n, the Nth raising OSError(EIO). Commands whose runs are slow (Theano, the verification
-after an install) are sampled: N at an even stride, said in the test's id and recorded.
+after an install) are sampled: N at an even stride and the last, recorded. That sweep is
+`slow` (`pytest -m slow`, bench/reliability.py); the default run faults a few calls of each
+command spread from its first to its last (test_fault_at_sampled_filesystem_calls).
 """
 from __future__ import annotations
 
@@ -145,14 +147,34 @@ def _judge(code: int, stdout: str, stderr: str, faults: Faults) -> list[str]:
     return problems
 
 
-@pytest.mark.parametrize("name", list(COMMANDS))
-def test_fault_at_every_filesystem_call(name, templates, archives, server, tmp_path,
-                                        monkeypatch, record_property):
-    template, make_argv, stride = COMMANDS[name]
+# command name -> how many calls the default run faults, spread evenly up to the last call
+SAMPLED = {"inspect": 8, "install": 12, "install-dry-run": 8, "install+verify": 2,
+           "uninstall": 8, "verify": 6, "verify+theano": 2, "doctor": 8, "theanorc": 6,
+           "download": 5, "bench": 5}
+
+
+def _every(total: int, stride: int | None) -> list[int]:
+    points = list(range(1, total + 1, stride or 1))
+    if stride and points[-1] != total:
+        points.append(total)
+    return points
+
+
+def _spread(total: int, runs: int) -> list[int]:
+    """`runs` calls evenly up to the last one, and the first call when there are several."""
+    points = {max(1, round(i * total / runs)) for i in range(1, runs + 1)}
+    return sorted(points | ({1} if runs >= 4 else set()))
+
+
+def _sweep(name, choose, templates, archives, server, tmp_path, theano_compiledir,
+           monkeypatch) -> tuple[int, list[int]]:
+    """Count the command's calls, then fault each call `choose(total)` names, one per run;
+    returns the total and the calls faulted."""
+    template, make_argv, _ = COMMANDS[name]
     url = f"{server.base}/mirror/{V7}"
 
     def one_run(n: int | None, label: str) -> tuple[Faults, list[str]]:
-        sandbox = _sandbox(tmp_path / label, templates[template], tmp_path / "theano-cache")
+        sandbox = _sandbox(tmp_path / label, templates[template], theano_compiledir)
         before = sandbox.outside()
         faults = Faults(n)
         code, stdout, stderr = _run(sandbox, make_argv(sandbox, archives[V7], url), faults,
@@ -169,18 +191,42 @@ def test_fault_at_every_filesystem_call(name, templates, archives, server, tmp_p
     assert not problems, problems
     total = counted.calls
     assert total > 0
-    points = list(range(1, total + 1, stride or 1))
-    if stride and points[-1] != total:
-        points.append(total)
+    points = choose(total)
+    assert points and all(1 <= n <= total for n in points), (total, points)
     failures, hit = [], 0
     for n in points:
         faults, problems = one_run(n, f"n{n}")
         hit += faults.hit is not None
         failures += problems
-    record_property(f"fault_runs_{name}", len(points))
-    record_property(f"fault_calls_{name}", total)
     assert hit > 0  # the faults did land
     assert not failures, "\n".join(failures[:20])
+    return total, points
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_fault_at_every_filesystem_call(name, templates, archives, server, tmp_path,
+                                        theano_compiledir, monkeypatch, record_property):
+    stride = COMMANDS[name][2]
+    total, points = _sweep(name, lambda total: _every(total, stride), templates, archives,
+                           server, tmp_path, theano_compiledir, monkeypatch)
+    record_property(f"fault_runs_{name}", len(points))
+    record_property(f"fault_calls_{name}", total)
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_fault_at_sampled_filesystem_calls(name, templates, archives, server, tmp_path,
+                                           theano_compiledir, monkeypatch):
+    _sweep(name, lambda total: _spread(total, SAMPLED[name]), templates, archives, server,
+           tmp_path, theano_compiledir, monkeypatch)
+
+
+def test_the_sample_reaches_the_last_call_and_the_sweep_every_call():
+    assert _spread(178, 12)[-1] == 178 and _spread(178, 12)[0] == 1 and len(_spread(178, 12)) == 13
+    assert _spread(124, 2) == [62, 124] and _spread(3, 8) == [1, 2, 3]
+    assert _every(10, None) == list(range(1, 11)) and _every(211, 30) == [1, 31, 61, 91, 121,
+                                                                          151, 181, 211]
+    assert _every(124, 12)[-2:] == [121, 124]
 
 
 @pytest.mark.parametrize("command", ["inspect", "download"])

@@ -283,8 +283,9 @@ class Faulty(Filesystem):
         super().unlink(path)
 
 
-def _fault_sweep(action, root):
-    """Fail at step 1, 2, … until the action succeeds; every failure must leave the same tree.
+def _fault_sweep(action, root, stride=1):
+    """Fail at step 1, 2, … (or 1, 1 + stride, …) until the action succeeds; every failure must
+    leave the same tree. Returns the steps before the first run that succeeded.
 
     A fault after the commit point does not fail the command (its change stands): the journal
     stays, and the next command, here recover_pending, tidies up."""
@@ -296,30 +297,40 @@ def _fault_sweep(action, root):
             action(fs)
         except InstallFailed:
             assert tree_state(root) == before, f"fault at step {n} left a changed tree"
-            n += 1
+            n += stride
             continue
         inst.recover_pending(_root(root))
         assert not (root / ".cudnn-setup" / "journal.json").exists()
         return n - 1
 
 
-def test_fault_at_each_step_of_install_upgrade_uninstall_rolls_back(archives, cuda_root, tmp_path,
-                                                                   record_property):
-    root_path = cuda_root()
+def _install_upgrade_uninstall_sweeps(archives, root_path, stride):
     root = _root(root_path)
     (root_path / "include" / "cudnn.h").write_text("/* a manual cudnn.h */\n")
-    faults = _fault_sweep(lambda fs: inst.install(archives[V7], root, fs=fs), root_path)
-    assert faults >= 5
-    record_property("faults_install", faults)
+    install = _fault_sweep(lambda fs: inst.install(archives[V7], root, fs=fs), root_path, stride)
+    assert install >= 5
     # another CUDA major, so forced: the biggest upgrade the samples make
-    faults = _fault_sweep(lambda fs: inst.install(archives[V9], root, fs=fs, force=True),
-                          root_path)
-    assert faults >= 20
-    record_property("faults_upgrade", faults)
-    faults = _fault_sweep(lambda fs: inst.uninstall(root, fs=fs), root_path)
-    assert faults >= 10
-    record_property("faults_uninstall", faults)
+    upgrade = _fault_sweep(lambda fs: inst.install(archives[V9], root, fs=fs, force=True),
+                           root_path, stride)
+    assert upgrade >= 20
+    uninstall = _fault_sweep(lambda fs: inst.uninstall(root, fs=fs), root_path, stride)
+    assert uninstall >= 10
     assert (root_path / "include" / "cudnn.h").read_text() == "/* a manual cudnn.h */\n"
+    return install, upgrade, uninstall
+
+
+@pytest.mark.slow
+def test_fault_at_each_step_of_install_upgrade_uninstall_rolls_back(archives, cuda_root,
+                                                                   record_property):
+    install, upgrade, uninstall = _install_upgrade_uninstall_sweeps(archives, cuda_root(), 1)
+    record_property("faults_install", install)
+    record_property("faults_upgrade", upgrade)
+    record_property("faults_uninstall", uninstall)
+
+
+def test_fault_at_every_5th_step_of_install_upgrade_uninstall_rolls_back(archives, cuda_root):
+    """The default run's share of the sweep above (`slow`): steps 1, 6, 11, …"""
+    _install_upgrade_uninstall_sweeps(archives, cuda_root(), 5)
 
 
 def test_full_disk_exits_5_and_keeps_the_tree(archives, cuda_root, home):
@@ -472,18 +483,21 @@ def _without_manifest(state):
     return {k: v for k, v in state.items() if not k.startswith(".cudnn-setup")}
 
 
-def test_sigkill_at_random_moments_leaves_old_or_new(tmp_path, compiler, cuda_root, home, archives,
-                                                     record_property):
-    """20 kills at random moments of a 9.x install over 8.x (timed from its transaction's start):
-    after the next command, exactly old or exactly new."""
+def _random_kills(tmp_path, compiler, cuda_root, home, archives, pad: dict[str, int],
+                  kills: int, enough: int | None = None) -> tuple[int, dict[str, int]]:
+    """Kill a 9.x install over 8.x at random moments (timed from its transaction's start),
+    `kills` times or until `enough` kills landed inside the transaction; after each, the next
+    command must leave exactly old or exactly new. Returns (kills inside, outcomes)."""
+    import lzma
     import random
 
-    from fixtures.generate import SPECS, compress, spec_entries, tar_bytes
+    from fixtures.generate import SPECS, spec_entries, tar_bytes
 
     name = V9
-    pad = {"libcudnn_engines_precompiled": 24 << 20, "libcudnn_adv": 8 << 20}
     big = tmp_path / name
-    big.write_bytes(compress(tar_bytes(spec_entries(SPECS[name], compiler, pad)), name))
+    # the padding is random bytes: xz's fastest preset stores them as well as its default does
+    big.write_bytes(lzma.compress(tar_bytes(spec_entries(SPECS[name], compiler, pad)),
+                                  format=lzma.FORMAT_XZ, check=lzma.CHECK_CRC64, preset=0))
     reference = cuda_root("12.4")
     _install(archives, V8L, reference, home)
     old = _without_manifest(tree_state(reference))
@@ -505,10 +519,11 @@ def test_sigkill_at_random_moments_leaves_old_or_new(tmp_path, compiler, cuda_ro
     assert proc.wait() == 0
     took = time.monotonic() - started  # staging, renames and commit of one whole run
     new = _without_manifest(tree_state(reference))
+    assert new != old
     rng = random.Random(7)
     outcomes = {"old": 0, "new": 0}
     interrupted = 0
-    for i in range(20):
+    for i in range(kills):
         root = cuda_root("12.4")
         _install(archives, V8L, root, home)
         proc = start(root)
@@ -523,11 +538,33 @@ def test_sigkill_at_random_moments_leaves_old_or_new(tmp_path, compiler, cuda_ro
         assert state in (old, new), f"kill {i}: a mix of old and new"
         outcomes["old" if state == old else "new"] += 1
         assert not (root / ".cudnn-setup" / "journal.json").exists()
+        if enough is not None and interrupted >= enough:
+            break
+    return interrupted, outcomes
+
+
+@pytest.mark.slow
+def test_sigkill_at_random_moments_leaves_old_or_new(tmp_path, compiler, cuda_root, home, archives,
+                                                     record_property):
+    """20 kills at random moments of a 32 MiB 9.x install over 8.x: after the next command,
+    exactly old or exactly new."""
+    pad = {"libcudnn_engines_precompiled": 24 << 20, "libcudnn_adv": 8 << 20}
+    interrupted, outcomes = _random_kills(tmp_path, compiler, cuda_root, home, archives, pad, 20)
     # The kills must have landed inside installs, not only before or after them.
     assert interrupted >= 10, (interrupted, outcomes)
     record_property("kills_mid_transaction", interrupted)
     record_property("kills_old", outcomes["old"])
     record_property("kills_new", outcomes["new"])
+
+
+def test_sigkill_at_a_few_random_moments_leaves_old_or_new(tmp_path, compiler, cuda_root, home,
+                                                           archives):
+    """The default run's share of the random kills (all 20 are `slow`): an 8 MiB install,
+    killed until 3 kills have landed inside its transaction."""
+    pad = {"libcudnn_engines_precompiled": 6 << 20, "libcudnn_adv": 2 << 20}
+    interrupted, outcomes = _random_kills(tmp_path, compiler, cuda_root, home, archives, pad,
+                                          kills=12, enough=3)
+    assert interrupted >= 3, (interrupted, outcomes)
 
 
 def test_plan_names_links_by_kind_not_by_path(archives, compiler, tmp_path, home):

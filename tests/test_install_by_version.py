@@ -55,7 +55,8 @@ class Served:
         self.log: list = []
         handler = type("H", (_Logged,), {"log": self.log})
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), partial(handler, directory=str(root)))
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.02},
+                                       daemon=True)
         self.url = f"http://127.0.0.1:{self.httpd.server_port}/"
 
     def paths(self):

@@ -536,7 +536,8 @@ class _Quiet(SimpleHTTPRequestHandler):
 
 def test_mirror_served_over_http_lists_and_serves_its_manifests(mirror):
     server = ThreadingHTTPServer(("127.0.0.1", 0), partial(_Quiet, directory=str(mirror.root)))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02},
+                              daemon=True)
     thread.start()
     try:
         base = redist.normalize_mirror(f"http://127.0.0.1:{server.server_port}")

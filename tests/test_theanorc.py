@@ -185,7 +185,6 @@ def test_multiline_path_value_is_replaced_whole():
     assert "/older" not in merged
 
 
-@pytest.mark.slow
 def test_real_theano_reads_the_merged_multiline_file(tmp_path, home):
     """Theano itself, in a child interpreter, reads the merged file as intended."""
     rc = tmp_path / ".theanorc"
