@@ -71,8 +71,9 @@ class _Session:
     """What one invocation of main() was given: where to write, and the Context for commands."""
 
     def __init__(self, argv: list[str], env: Mapping[str, str], home: Path, out: IO[str],
-                 err: IO[str], system_config: Path | None = None):
+                 err: IO[str], system_config: Path | None = None, cwd: Path | None = None):
         self.argv, self.env, self.home, self.out, self.err = argv, env, home, out, err
+        self.cwd = cwd
         self.rendered = False
         self.code = 0
         self.system_config = system_config
@@ -80,6 +81,7 @@ class _Session:
     def context(self, as_json: bool) -> Context:
         settings = {"system_config": self.system_config} if self.system_config else {}
         return Context(env=self.env, home=self.home, python=sys.executable, euid=os.geteuid(),
+                       cwd=self.cwd,
                        progress=_progress_factory(not as_json and _isatty(self.err), self.err),
                        **settings)
 
@@ -374,17 +376,19 @@ def _main(version: bool = typer.Option(False, "--version", callback=_version_cal
 
 def main(argv: list[str] | None = None, *, env: Mapping[str, str] | None = None,
          home: Path | None = None, stdout: IO[str] | None = None,
-         stderr: IO[str] | None = None, system_config: Path | None = None) -> int:
+         stderr: IO[str] | None = None, system_config: Path | None = None,
+         cwd: Path | None = None) -> int:
     """Run the command line in this process; return the exit code.
 
-    Everything a command may look at comes from the arguments (environment, home, streams), so
-    a provisioning script or a test calls this exactly as the shell would call the program;
-    `system_config` replaces /etc/cudnn-setup.conf.
+    Everything a command may look at comes from the arguments (environment, home, working
+    directory, streams), so a provisioning script or a test calls this exactly as the shell
+    would call the program; `system_config` replaces /etc/cudnn-setup.conf.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     env = dict(os.environ if env is None else env)
     home = home or Path(env.get("HOME") or Path.home())
-    session = _Session(argv, env, home, stdout or sys.stdout, stderr or sys.stderr, system_config)
+    session = _Session(argv, env, home, stdout or sys.stdout, stderr or sys.stderr, system_config,
+                       cwd or Path.cwd())
     as_json = "--json" in argv
     command = next((a for a in argv if not a.startswith("-")), "")
     try:

@@ -8,11 +8,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from cudnn_setup.errors import SetupError
+from cudnn_setup.errors import VERIFY_FAILED, SetupError
 
 SCHEMA = 2
 PASS, WARN, FAIL, SKIP = "pass", "warn", "fail", "skip"
-STATUSES = (PASS, WARN, FAIL, SKIP)
 BASE_KEYS = ("schema", "ok", "command", "cuda_root", "cudnn_version", "changed", "checks", "error")
 
 
@@ -49,7 +48,7 @@ class Result:
     def exit_code(self) -> int:
         if self.error is not None:
             return self.error.exit_code
-        return 1 if any(c.status == FAIL for c in self.checks) else 0
+        return VERIFY_FAILED if any(c.status == FAIL for c in self.checks) else 0
 
     def add(self, key: str, value: Any) -> None:
         """Set one of the command's own keys; a key set twice is a bug, not a silent overwrite."""

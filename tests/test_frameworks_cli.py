@@ -10,7 +10,6 @@ is an older 9.14, into a root that is not on the loader path: the situation repr
 where `import torch` then failed with "cuDNN version incompatibility".
 """
 import os
-import shutil
 import sys
 
 import pytest
@@ -18,6 +17,7 @@ import pytest
 from conftest import REPO, clean_env, run_json
 from cudnn_setup.commands.base import Context
 from cudnn_setup.commands.install import install
+from cudnn_setup.facts import ldresolve as L
 from fixtures.generate import SPECS, SUB9, _archive, spec_entries, write_archive
 from test_frameworks import CUDNN_C, FRAMEWORK_C, TENSORFLOW_PY, TORCH_PY, gcc, write
 
@@ -107,17 +107,16 @@ def test_no_frameworks_skips_the_what_if(site, old_archive, cuda_root, home):
 
 
 @pytest.fixture
-def private_ldconfig(tmp_path, monkeypatch):
-    """`ldconfig` on PATH is the real one working on a cache and a config of the test's own."""
-    real = shutil.which("ldconfig") or next(
-        p for p in ("/sbin/ldconfig", "/usr/sbin/ldconfig") if os.access(p, os.X_OK))
+def private_ldconfig(tmp_path):
+    """tmp_path/bin/ldconfig: the real one working on a cache and a config of the test's own
+    (the Context names it; the tool never looks ldconfig up on PATH)."""
+    real = L.ldconfig_binary()
     conf = tmp_path / "ld.so.conf"
     conf.write_text(f"include {tmp_path / 'conf.d'}/*.conf\n")
     wrapper = tmp_path / "bin" / "ldconfig"
     wrapper.parent.mkdir()
     wrapper.write_text(f"#!/bin/sh\nexec {real} -C {tmp_path / 'ld.so.cache'} -f {conf} \"$@\"\n")
     wrapper.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{wrapper.parent}{os.pathsep}{os.environ.get('PATH', '')}")
     return tmp_path / "ld.so.cache"
 
 
@@ -127,7 +126,8 @@ def test_ldconfig_registration_that_would_break_a_framework_is_refused_unless_fo
     conf_dir = tmp_path / "conf.d"
     conf_dir.mkdir()
     ctx = Context(env=clean_env(home, **env_with(site)), home=home, python=str(site["python"]),
-                  ld_conf_dir=conf_dir, ld_so_conf=tmp_path / "ld.so.conf")
+                  ld_conf_dir=conf_dir, ld_so_conf=tmp_path / "ld.so.conf",
+                  ldconfig=str(tmp_path / "bin" / "ldconfig"))
     result = install(ctx, str(old_archive), cuda_root=root, no_theanorc=True, no_verify=True,
                      ldconfig=True)
     assert result.exit_code == 5 and result.error.code == "would-break-frameworks"

@@ -31,6 +31,16 @@ def test_oldest_supported_compute_capability(version, cuda, expected):
     assert G.lowest_supported_cc(version, cuda) == expected
 
 
+@pytest.mark.parametrize("version,cc,floor", [
+    ("7.6.5", "2.0", "3.0"), ("7.6.5", "3.5", None), ("8.2.1", "3.0", None),
+    ("9.3.0", "3.7", "5.0"), ("9.3.0", "9.0", None), ("9.17.0", "6.1", "7.5"),
+    ("9.12.0", "6.1", None),  # the CUDA 12 row for 9.11-9.16 is inferred: no refusal from it
+    ("not a version", "2.0", None),
+])
+def test_compute_capability_below_every_build_of_a_release(version, cc, floor):
+    assert G.below_every_build(version, cc) == floor
+
+
 @pytest.mark.parametrize("value,cuda", [(13000, "13.0"), (12040, "12.4"), (11080, "11.8"),
                                         (10020, "10.2"), (9000, "9.0")])
 def test_driver_integer_to_cuda(value, cuda):

@@ -19,6 +19,7 @@ from cudnn_setup.errors import ArchiveRejected, InstallFailed
 from cudnn_setup.state.transaction import Filesystem
 from fixtures.generate import GENERATION_SAMPLES, SPECS
 from fixtures.hostile import CASES, build_case, damaged
+from sandboxfs import SMALL_FS, nearly_full, require, run_cli_in, tree_listing
 
 V7 = GENERATION_SAMPLES["v4-v7"]
 V8 = GENERATION_SAMPLES["8.0-8.3.0"]
@@ -333,21 +334,27 @@ def test_fault_at_every_5th_step_of_install_upgrade_uninstall_rolls_back(archive
     _install_upgrade_uninstall_sweeps(archives, cuda_root(), 5)
 
 
-def test_full_disk_exits_5_and_keeps_the_tree(archives, cuda_root, home):
-    import resource
-
+@pytest.mark.parametrize("kind", SMALL_FS)
+def test_full_disk_exits_5_and_keeps_the_tree(kind, archives, cuda_root, home, tmp_path):
+    """The root on a real filesystem with 64 KiB left, less than the 9.x sample's files need:
+    staging them fails with ENOSPC, and the root is left exactly as it was."""
+    require(kind)
     root = cuda_root("12.4")
-    before = tree_state(root)
-
-    def small_disk():
-        resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
-
-    done = run_cli(["install", archives[V9], "--cuda-root", root, "--no-theanorc", "--json"], home,
-                   preexec_fn=small_disk)
-    assert done.returncode == 5, done.stderr
-    out = json.loads(done.stdout)
-    assert "File too large" in out["error"]["message"] and out["error"]["hint"]
-    assert tree_state(root) == before
+    before = subprocess.run(["sh", "-c", tree_listing(root)], capture_output=True, text=True,
+                            check=True).stdout
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    setup = nearly_full(kind, mnt, 8 << 10, root, free_kib=64)
+    done = run_cli_in(setup, ["install", archives[V9], "--cuda-root", mnt / root.name,
+                              "--no-theanorc", "--json"], home,
+                      after=f"{tree_listing(mnt / root.name)}; df -k {mnt}",
+                      user_namespace=kind == "tmpfs")
+    answer, _, after = done.stdout.partition("--after--\n")
+    assert done.returncode == 5, done.stdout + done.stderr
+    error = json.loads(answer)["error"]
+    assert error["code"] == "disk-full", error
+    assert "no space left on the device" in error["message"] and "free some space" in error["hint"]
+    assert after.startswith(before), after
 
 
 KILLER = r"""

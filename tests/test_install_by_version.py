@@ -3,6 +3,7 @@
 table has, and NVIDIA-schema manifests. No test reaches the internet: NVIDIA's own tree is
 read from a local copy wherever its URLs are resolved."""
 import hashlib
+import io
 import json
 import shutil
 import socket
@@ -13,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, run_json, tree_state
+from conftest import REPO, clean_env, run_json, tree_state
+from cudnn_setup.cli import main
 from cudnn_setup.commands.by_version import NAME, PATH, URL, VERSION, classify, target
 from cudnn_setup.commands.list import rows
 from cudnn_setup.errors import ARCHIVE_REJECTED, DOWNLOAD_FAILED, USAGE, UsageError
@@ -370,6 +372,17 @@ def test_mirror_setting_precedence(tmp_path, home):
     (xdg / "cudnn-setup").mkdir(parents=True)
     (xdg / "cudnn-setup" / "config.ini").write_text(f"[cudnn-setup]\nmirror={dirs['user']}\n")
     assert chosen(env={"XDG_CONFIG_HOME": str(xdg)}) == dirs["user"].as_uri() + "/"
+
+
+def test_relative_mirror_option_is_taken_from_the_callers_directory(tmp_path, home):
+    """The directory comes from main()'s caller (the shell's), never from this process's cwd."""
+    (tmp_path / "here" / "rel").mkdir(parents=True)
+    out, err = io.StringIO(), io.StringIO()
+    code = main(["list", "--cuda", "12", "--mirror", "rel", "--json"], env=clean_env(home),
+                home=home, stdout=out, stderr=err, system_config=home / "etc-cudnn-setup.conf",
+                cwd=tmp_path / "here")
+    assert code == 0, err.getvalue()
+    assert json.loads(out.getvalue())["mirror"] == (tmp_path / "here" / "rel").as_uri() + "/"
 
 
 @pytest.mark.parametrize("text,complaint", [

@@ -28,7 +28,7 @@ def test_registered_root_is_found_by_ldconfig(archives, cuda_root, home, tmp_pat
     cache = tmp_path / "ld.so.cache"
     ok, out = loader.run_ldconfig(("-f", str(main_conf), "-C", str(cache)))
     assert ok, out
-    entries = loader.cache_entries("libcudnn", ("-p", "-C", str(cache)))
+    entries = loader.cache_entries("libcudnn", str(cache))
     assert ("libcudnn.so.7", str(lib / "libcudnn.so.7")) in entries
     assert loader.remove_conf(conf_d, lib) and not written.exists()
     assert not loader.remove_conf(conf_d, lib)

@@ -1,6 +1,7 @@
 """doctor's problem list: a GPU that can run no cuDNN first, then fail before warn, root causes
 before what they cause; the exit code follows the severities listed."""
-from cudnn_setup.checks.problems import cannot_run_cudnn, exit_code, problems_from
+from cudnn_setup.checks.problems import cannot_run_cudnn, problems_from
+from cudnn_setup.commands.doctor import problems_check
 from cudnn_setup.report import Check
 from cudnn_setup.startup_line import explain
 
@@ -19,7 +20,7 @@ def test_a_gpu_that_cannot_run_cudnn_at_all_ranks_above_everything():
     assert top["rank"] == 0 and top["severity"] == "fail"
     assert top["message"].startswith("Tesla C2075 (compute capability 2.0) cannot run cuDNN at all")
     assert problems[2]["fix"] == "reinstall"
-    assert exit_code(problems) == 1
+    assert problems_check(problems).status == "fail"  # doctor exits 1
 
 
 def test_driver_facts_count_too_and_each_gpu_is_listed_once():
@@ -33,8 +34,8 @@ def test_warnings_and_notes_alone_exit_0():
     problems = problems_from([Check("loader", "warn", "x"), Check("theano", "pass", "y")],
                              extra=[{"severity": "info", "message": "device=cpu"}])
     assert [p["severity"] for p in problems] == ["warn", "info"]
-    assert exit_code(problems) == 0
-    assert exit_code([]) == 0
+    assert problems_check(problems).status == "warn"  # doctor exits 0
+    assert problems_check([]).status == "pass"
 
 
 def test_deps_fix_comes_from_its_first_missing_dependency():

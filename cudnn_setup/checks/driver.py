@@ -27,7 +27,6 @@ from cudnn_setup.checks.probe import probe_module, run_probe
 from cudnn_setup.errors import ArchiveRejected
 from cudnn_setup.facts import cuda as cuda_facts
 from cudnn_setup.facts import gpu_support as S
-from cudnn_setup.facts import gpus as gpu_table
 from cudnn_setup.facts import ldresolve as L
 from cudnn_setup.report import FAIL, PASS, SKIP, WARN, Check
 
@@ -149,14 +148,15 @@ def check_driver(inst: Installation, facts: dict, *, load_data: dict | None = No
     gpus = [(g["name"], g["compute_capability"]) for g in facts.get("gpus", [])]
     if variant is None:
         data["misfits"] = []
-        unsupported = [f"{n} (compute capability {cc})" for n, cc in gpus
-                       if inst.major and not gpu_table.cudnn_supports(inst.major, cc)]
+        floors = [(f"{n} (compute capability {cc})", S.below_every_build(version, cc))
+                  for n, cc in gpus]
+        unsupported = [(gpu, floor) for gpu, floor in floors if floor]
         note = ("the CUDA version this cuDNN was built for is unknown (it did not load), so the "
                 "driver is not judged")
         if unsupported:
-            return Check(NAME, FAIL, f"cuDNN {version} does not support {', '.join(unsupported)}: "
-                         f"cuDNN {inst.major} needs compute capability "
-                         f"{gpu_table.CUDNN_MIN_CC.get(inst.major, '?')} or newer; {note}", data)
+            return Check(NAME, FAIL, f"cuDNN {version} does not support "
+                         f"{', '.join(gpu for gpu, _ in unsupported)}: every build of it needs "
+                         f"compute capability {unsupported[0][1]} or newer; {note}", data)
         return Check(NAME, WARN if gpus else SKIP, f"{seen}; {note}", data)
     misfits = S.fits(version, variant, gpus, facts.get("cuda_driver_version"),
                      facts.get("driver_version"))

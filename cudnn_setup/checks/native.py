@@ -12,7 +12,7 @@ from cudnn_setup.checks.installation import Installation
 from cudnn_setup.child import run_command
 from cudnn_setup.checks.probe import ProbeResult, child_env, probe_module, run_probe
 from cudnn_setup.facts import cudnn as gen
-from cudnn_setup.facts import gpus
+from cudnn_setup.facts import gpu_support as S
 from cudnn_setup.report import FAIL, PASS, SKIP, WARN, Check
 
 LOAD_TIMEOUT = 60.0
@@ -159,10 +159,11 @@ def check_gpu(inst: Installation, env: Mapping[str, str]) -> Check:
         return Check("gpu", SKIP, data.get("reason", "no GPU"), data)
     gpu = f"{data.get('gpu')} (compute capability {data.get('compute_capability')})"
     cc = data.get("compute_capability")
-    if cc and inst.major and not gpus.cudnn_supports(inst.major, cc):
+    floor = S.below_every_build(inst.version, cc) if cc and inst.version else None
+    if floor:
         data["supported"] = False
-        return Check("gpu", FAIL, f"{gpu}: cuDNN {inst.major} needs compute capability "
-                     f"{gpus.CUDNN_MIN_CC[inst.major]} or newer", data)
+        return Check("gpu", FAIL, f"{gpu}: every build of cuDNN {inst.version} needs compute "
+                     f"capability {floor} or newer", data)
     if status != "pass":
         return Check("gpu", FAIL, f"{gpu}: {data.get('reason')}", data)
     data["supported"] = True

@@ -1,4 +1,4 @@
-"""The problems a diagnosis lists, most important first, and what `doctor` exits with.
+"""The problems a diagnosis lists, most important first.
 
 Order (rank, lowest first):
 
@@ -10,7 +10,7 @@ Order (rank, lowest first):
    loader, compile, gpu, theano, then any other check by name.
 
 `doctor` exits 1 when it lists a problem of severity fail, else 0 (warnings and notes do not
-fail it: nothing there is broken).
+fail it: nothing there is broken); its `problems` check (commands/doctor.py) carries that.
 """
 from __future__ import annotations
 
@@ -87,9 +87,3 @@ def problems_from(checks: Iterable[Check], *, driver: dict | None = None,
                     "rank": SEVERITY_RANK.get(severity, 3)})
     order = {name: i for i, name in enumerate(CHECK_ORDER)}
     return sorted(out, key=lambda p: (p["rank"], order.get(p["check"], len(order)), p["check"]))
-
-
-def exit_code(problems: Iterable[dict]) -> int:
-    """doctor's exit status: 1 when a listed problem has severity fail, else 0."""
-    return 1 if any(p.get("severity") == FAIL for p in problems) else 0
-

@@ -13,8 +13,10 @@ from pathlib import Path
 from typing import Callable, Mapping, Optional
 
 from cudnn_setup.errors import (DownloadFailed, InstallFailed, InternalError, Interrupted,
-                                 SetupError, os_error)
+                                 NoCudaRoot, SetupError, os_error)
+from cudnn_setup.facts.cuda import CudaRoot, find_cuda_root
 from cudnn_setup.report import Result
+from cudnn_setup.settings import SYSTEM_CONFIG
 from cudnn_setup.text import escape
 
 Progress = Callable[[int, Optional[int]], None]  # bytes done, bytes in all (None: unknown)
@@ -27,15 +29,28 @@ class Context:
     env: Mapping[str, str]
     home: Path
     python: str  # the interpreter running the tool: the default for --python
+    cwd: Optional[Path] = None  # the shell's directory, for relative paths in settings
     euid: int = 0
     ld_conf_dir: Path = Path("/etc/ld.so.conf.d")
     ld_so_conf: Path = Path("/etc/ld.so.conf")
+    ldconfig: Optional[str] = None  # the ldconfig to run; None: the system's (/sbin, /usr/sbin)
     lock_timeout: float = 300.0
     # Settings files (cudnn_setup.settings); user_config None: $XDG_CONFIG_HOME or ~/.config.
-    system_config: Path = Path("/etc/cudnn-setup.conf")
+    system_config: Path = SYSTEM_CONFIG
     user_config: Optional[Path] = None
     # Makes a progress callback for a label ("downloading", "installing"), or None for none.
     progress: Callable[[str], Optional[Progress]] = field(default=lambda label: None)
+
+
+def root_if_any(ctx: Context, cuda_root: Path | None) -> CudaRoot | None:
+    """The CUDA root, for a command that can do without one (verify --lib-dir, list, bench):
+    none found is fine unless --cuda-root named one."""
+    try:
+        return find_cuda_root(ctx.env, cuda_root)
+    except NoCudaRoot:
+        if cuda_root is not None:
+            raise
+        return None
 
 
 def which(ctx: Context, program: str) -> str | None:

@@ -4,10 +4,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from cudnn_setup.checks.benchmarks import algorithm_check, theano_checks
-from cudnn_setup.commands.base import Context, command
+from cudnn_setup.commands.base import Context, command, root_if_any
 from cudnn_setup.commands.steps import root_installation, theanorc_path
-from cudnn_setup.errors import NoCudaRoot
-from cudnn_setup.facts.cuda import find_cuda_root
 from cudnn_setup.report import Result
 
 
@@ -15,12 +13,7 @@ from cudnn_setup.report import Result
 def bench(result: Result, ctx: Context, *, cuda_root: Path | None = None,
           theanorc: Path | None = None, python: str | None = None,
           no_theano: bool = False) -> None:
-    try:
-        root = find_cuda_root(ctx.env, cuda_root)
-    except NoCudaRoot:
-        if cuda_root is not None:
-            raise
-        root = None
+    root = root_if_any(ctx, cuda_root)
     inst, damaged = root_installation(result, root, ctx) if root else (None, None)
     if damaged is not None:
         result.lines.append(f"benchmarking without the root's cuDNN: {damaged.message}")

@@ -63,7 +63,7 @@ def tree_for(ctx: Context, mirror: str | None, headers: list[str] | None) -> Tre
         try:
             # a relative path is taken from the shell's directory on the command line only
             url = redist.normalize_mirror(setting.value,
-                                          Path.cwd() if setting.origin == "--mirror" else None)
+                                          ctx.cwd if setting.origin == "--mirror" else None)
         except UsageError as exc:
             raise UsageError(f"{exc.message} (set by {setting.origin})", exc.hint) from None
     return Tree(url, Reader(headers=parse_headers(headers)))

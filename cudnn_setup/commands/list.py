@@ -9,11 +9,11 @@ from typing import Callable, Optional
 from packaging.version import InvalidVersion, Version
 
 from cudnn_setup.checks.driver import describe_gpus, driver_facts, has_driver
-from cudnn_setup.commands.base import Context, command
+from cudnn_setup.commands.base import Context, command, root_if_any
 from cudnn_setup.commands.by_version import target, tree_for
-from cudnn_setup.errors import DownloadFailed, NoCudaRoot
+from cudnn_setup.errors import DownloadFailed
 from cudnn_setup.facts import gpu_support as S
-from cudnn_setup.facts.cuda import CudaRoot, find_cuda_root
+from cudnn_setup.facts.cuda import CudaRoot
 from cudnn_setup.fetch import known_releases, redist
 from cudnn_setup.fetch.candidates import Release
 from cudnn_setup.fetch.download import redact
@@ -80,7 +80,7 @@ def rows(releases: list[Release], installed: dict | None,
 def list_releases(result: Result, ctx: Context, *, cuda: str | None = None,
                   cuda_root: Path | None = None, mirror: str | None = None,
                   headers: list[str] | None = None) -> None:
-    root = _root(ctx, cuda_root)
+    root = root_if_any(ctx, cuda_root)
     if root is not None:
         result.cuda_root = str(root.path)
     platform, cuda_version = target(root, cuda)
@@ -107,17 +107,6 @@ def list_releases(result: Result, ctx: Context, *, cuda: str | None = None,
     result.add("cuda_version", cuda_version)
     result.add("mirror", None if tree.nvidia else redact(tree.url))
     _describe(result, listed, platform, cuda_version, root, tree.url, installed, notes)
-
-
-def _root(ctx: Context, cuda_root: Path | None) -> CudaRoot | None:
-    """The CUDA root; without one (and without --cuda-root) list shows every CUDA variant, or
-    those for --cuda N."""
-    try:
-        return find_cuda_root(ctx.env, cuda_root)
-    except NoCudaRoot:
-        if cuda_root is not None:
-            raise
-        return None
 
 
 def _describe(result: Result, listed: list[dict], platform: str, cuda_version: str | None,

@@ -295,38 +295,36 @@ def install(archive: Path, root: CudaRoot, *, force: bool = False, dry_run: bool
     state = StateDir(root.path)
     include_rel, lib_rel = root_dirs(root)
     lib_dir = root.path / lib_rel
+    def judged(work: Path) -> tuple[Package, BuiltFor, Manifest | None, list[str]]:
+        """Stage and judge the archive under `work`; refuse what does not fit (exit 3)."""
+        pkg = _stage(archive, work / "staging", expected, on_read, xz)
+        built = built_for(pkg, work / "probe", env)
+        old = state.manifest()
+        refusal = None if force else cuda_mismatch(pkg, built, root, archive.name, old)
+        unfit, fit_notes = machine_fit(pkg, built, driver, force)
+        if refusal or unfit:
+            raise refusal or unfit
+        return pkg, built, old, fit_notes
+
     if dry_run:
         pending = state.pending()
         with tempfile.TemporaryDirectory(prefix="cudnn-setup-plan-", dir=tmp_dir) as tmp:
             staging = Path(tmp)
-            pkg = _stage(archive, staging / "staging", expected, on_read, xz)
-            built = built_for(pkg, staging / "probe", env)
-            old = state.manifest()
-            refusal = None if force else cuda_mismatch(pkg, built, root, archive.name, old)
-            unfit, fit_notes = machine_fit(pkg, built, driver, force)
-            if refusal or unfit:
-                raise refusal or unfit
+            pkg, built, old, fit_notes = judged(staging)
             desired = desired_entries(pkg, include_rel, lib_rel, staging / "links")
             plan = make_plan(root.path, old, desired, force)
             notes = ["an interrupted transaction will be rolled back first"] if pending else []
             notes += fit_notes
             return Outcome(plan.changed, plan, pkg, lib_dir=lib_dir, built_for=built, notes=notes)
     created_state = not state.exists()
-    with _rolled_back_errors(root.path, "install", "free disk space or fix the error above"), \
-            state.locked(lock_timeout):
+    with _rolled_back_errors("install"), state.locked(lock_timeout):
         recovered = recover(state)
         txid = uuid.uuid4().hex[:12]
         tx = state.tx_dir(txid)
         notes: list[str] = []
         try:
             state.check()
-            pkg = _stage(archive, tx / "staging", expected, on_read, xz)
-            built = built_for(pkg, tx / "probe", env)
-            old = state.manifest()
-            refusal = None if force else cuda_mismatch(pkg, built, root, archive.name, old)
-            unfit, fit_notes = machine_fit(pkg, built, driver, force)
-            if refusal or unfit:
-                raise refusal or unfit
+            pkg, built, old, fit_notes = judged(tx)
             notes += fit_notes
             desired = desired_entries(pkg, include_rel, lib_rel, tx / "links")
             plan = make_plan(root.path, old, desired, force)
@@ -368,7 +366,7 @@ def _unfinished(transaction: Transaction) -> list[str]:
 
 
 @contextmanager
-def _rolled_back_errors(root: Path, what: str, hint: str) -> Iterator[None]:
+def _rolled_back_errors(what: str) -> Iterator[None]:
     """OSErrors of a transaction as the tool's exit-5 error, said by errno (errors.os_error)."""
     try:
         yield
@@ -382,8 +380,8 @@ def recover_pending(root: CudaRoot, lock_timeout: float = 300.0,
     state = StateDir(root.path)
     if not state.pending():
         return None
-    with _rolled_back_errors(root.path, "finishing an interrupted transaction",
-                             "fix the error above"), state.locked(lock_timeout):
+    with _rolled_back_errors("finishing an interrupted transaction"), \
+            state.locked(lock_timeout):
         said = recover(state, fs)
         state.tidy()
         return said
@@ -399,8 +397,7 @@ def uninstall(root: CudaRoot, *, force: bool = False, dry_run: bool = False,
                        manifest=manifest.to_dict() if manifest else None)
     if not state.exists():
         return Outcome(False, Plan(), notes=["cudnn-setup has installed nothing here"])
-    with _rolled_back_errors(root.path, "uninstall", "fix the error above"), \
-            state.locked(lock_timeout):
+    with _rolled_back_errors("uninstall"), state.locked(lock_timeout):
         recovered = recover(state)
         manifest = state.manifest()
         plan = uninstall_plan(root.path, manifest, state.originals_rel, force)

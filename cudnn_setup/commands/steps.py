@@ -148,7 +148,7 @@ def loader_step(ctx: Context, lib_dir: Path, register: bool, verify_follows: boo
             step.check = Check("ldconfig", FAIL, f"{error.message} — {error.hint}",
                                {"code": error.code, "hint": error.hint})
             return step
-        ok, out = loader.run_ldconfig()
+        ok, out = loader.run_ldconfig(binary=ctx.ldconfig)
         step.changed_loader = True
         forced = "".join(f"; registered although {w}" for w in step.breaking)
         step.check = Check("ldconfig", PASS if ok else FAIL,
@@ -157,7 +157,7 @@ def loader_step(ctx: Context, lib_dir: Path, register: bool, verify_follows: boo
         return step
     if loader.on_loader_path(lib_dir, ctx.ld_so_conf):
         if ctx.euid == 0:
-            ok, out = loader.run_ldconfig()
+            ok, out = loader.run_ldconfig(binary=ctx.ldconfig)
             return LoaderStep(Check("ldconfig", PASS if ok else WARN,
                                     "ran ldconfig: programs find the new libraries" if ok
                                     else f"ldconfig failed: {out}"), changed_loader=True)

@@ -38,7 +38,7 @@ def uninstall(result: Result, ctx: Context, *, cuda_root: Path | None = None,
                             f"optimizer_including=cudnn ({before})")
     lib_dir = root.path / outcome.manifest.get("lib_dir", "lib64")
     if not dry_run and outcome.changed and loader.remove_conf(ctx.ld_conf_dir, lib_dir):
-        ok, out = loader.run_ldconfig()
+        ok, out = loader.run_ldconfig(binary=ctx.ldconfig)
         result.lines.append(f"removed {ctx.ld_conf_dir / loader.CONF_NAME}; ldconfig "
                             + ("ran" if ok else f"failed: {out}"))
     result.lines.append(head)

@@ -9,10 +9,9 @@ from pathlib import Path
 from cudnn_setup.checks.installation import find_installation
 from cudnn_setup.checks.locate import describe, locate
 from cudnn_setup.checks.suite import run_checks
-from cudnn_setup.commands.base import Context, command
+from cudnn_setup.commands.base import Context, command, root_if_any
 from cudnn_setup.commands.steps import recover_first, theanorc_path
-from cudnn_setup.errors import NoCudaRoot
-from cudnn_setup.facts.cuda import CudaRoot, find_cuda_root
+from cudnn_setup.facts.cuda import find_cuda_root
 from cudnn_setup.report import FAIL, Result
 
 
@@ -42,13 +41,3 @@ def verify(result: Result, ctx: Context, *, cuda_root: Path | None = None,
     result.lines.append(f"cuDNN in {where}: " + (f"FAILED ({', '.join(failed)})" if failed
                                                   else "ok"))
 
-
-def root_if_any(ctx: Context, cuda_root: Path | None) -> CudaRoot | None:
-    """The CUDA root for a cuDNN outside one (its headers serve the compile check); none found
-    is fine unless --cuda-root named one."""
-    try:
-        return find_cuda_root(ctx.env, cuda_root)
-    except NoCudaRoot:
-        if cuda_root is not None:
-            raise
-        return None

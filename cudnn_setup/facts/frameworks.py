@@ -26,7 +26,6 @@ XLA_RULE_URL = ("https://github.com/openxla/xla/blob/main/xla/stream_executor/cu
 JAX_RULE_URL = "https://github.com/jax-ml/jax/blob/main/jax_plugins/cuda/__init__.py"
 ORT_RULE_URL = ("https://onnxruntime.ai/docs/execution-providers/"
                 "CUDA-ExecutionProvider.html#requirements")
-CUPY_RULE_URL = "https://docs.cupy.dev/en/latest/upgrade.html"
 
 _DOTTED = re.compile(r"^\s*v?(\d{1,3})(?:\.(\d{1,3}))?(?:\.(\d{1,4}))?(?:\.\d+)*\s*$")
 

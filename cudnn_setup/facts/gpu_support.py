@@ -227,6 +227,20 @@ def lowest_supported_cc(cudnn_version: str, cuda_major: int) -> str | None:
     return row.min_cc if row else None
 
 
+def below_every_build(cudnn_version: str, cc: str) -> str | None:
+    """For a release whose CUDA build is not known: the oldest compute capability any of its
+    builds supports, when `cc` is older than that by every row of the table for the release and
+    every such row is verified; None when some build may run on it (or the version is unknown)."""
+    try:
+        v, ccv = _v(cudnn_version), cc_version(cc)
+    except InvalidVersion:
+        return None
+    rows = [r for r in CUDNN_SUPPORT if _v(r.first) <= v and (r.last is None or v <= _v(r.last))]
+    if not rows or any(not r.verified or ccv >= cc_version(r.min_cc) for r in rows):
+        return None
+    return min((r.min_cc for r in rows), key=cc_version)
+
+
 def gpus_from(items: Iterable[dict]) -> list[tuple[str, str]]:
     """(name, cc) pairs from the driver probe's "gpus" list, skipping malformed entries."""
     out = []

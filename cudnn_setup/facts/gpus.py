@@ -1,4 +1,7 @@
-"""GPUs and compute capabilities: the one table the tool knows them from."""
+"""GPU names and their compute capabilities: the one table the tool knows them from.
+
+Which compute capabilities a cuDNN release supports is facts/gpu_support.py's table.
+"""
 from __future__ import annotations
 
 import re
@@ -21,9 +24,6 @@ COMPUTE_CAPABILITY: dict[str, str] = {
     "H100 PCIe": "9.0", "H200": "9.0", "B200": "10.0", "GeForce RTX 5090": "12.0",
 }
 
-# Oldest compute capability each cuDNN major supports (NVIDIA's support matrices).
-CUDNN_MIN_CC: dict[int, str] = {1: "3.0", 2: "3.0", 3: "3.0", 4: "3.0", 5: "3.0", 6: "3.0",
-                                7: "3.0", 8: "3.5", 9: "5.0"}
 THEANO_MIN_CC = "3.0"  # theano/gpuarray/dnn.py refuses older GPUs
 
 
@@ -42,7 +42,3 @@ def lookup(name: str) -> str | None:
             return cc
     return None
 
-
-def cudnn_supports(cudnn_major: int, cc: str) -> bool:
-    minimum = CUDNN_MIN_CC.get(cudnn_major, CUDNN_MIN_CC[max(CUDNN_MIN_CC)])
-    return cc_tuple(cc) >= cc_tuple(minimum)

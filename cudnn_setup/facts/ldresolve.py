@@ -38,10 +38,14 @@ from elftools.elf.constants import SH_FLAGS
 from elftools.elf.dynamic import DynamicSection
 from elftools.elf.elffile import ELFFile
 
+from cudnn_setup.child import run_command
+
 # glibc's trusted directories when the loader cannot be asked (x86-64 Debian/Ubuntu, then
 # Fedora/RHEL/SUSE); probe_loader() replaces them with what the running ld.so says.
 FALLBACK_DEFAULT_DIRS = ("/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64",
                          "/usr/lib64", "/lib", "/usr/lib")
+# Where ldconfig is installed (glibc puts it in /sbin; merged-/usr systems have both).
+LDCONFIG_PATHS = ("/sbin/ldconfig", "/usr/sbin/ldconfig")
 
 _EHDR_SIZE = {1: 52, 2: 64}
 _DF_1_NODEFLIB = 0x800
@@ -274,19 +278,21 @@ def registered(directory: str | os.PathLike) -> list[CacheEntry]:
     return list(out.values())
 
 
+def ldconfig_binary() -> str | None:
+    """The system's ldconfig, from the directories it is installed in; never looked up through
+    anyone's PATH, which would let the caller's environment choose the program run as root."""
+    return next((p for p in LDCONFIG_PATHS if os.access(p, os.X_OK)), None)
+
+
 def read_cache(ldconfig: str | None = None, cache_file: str | None = None,
                timeout: float = 30.0) -> list[CacheEntry]:
     """The loader cache as `ldconfig -p` prints it ([] when ldconfig cannot be run)."""
-    binary = ldconfig or next((p for p in ("/sbin/ldconfig", "/usr/sbin/ldconfig")
-                               if os.access(p, os.X_OK)), None)
+    binary = ldconfig or ldconfig_binary()
     if binary is None:
         return []
-    cmd = [binary, "-p"] + (["-C", cache_file] if cache_file else [])
-    try:
-        done = subprocess.run(cmd, capture_output=True, timeout=timeout)
-    except (OSError, subprocess.SubprocessError):
-        return []
-    return parse_ldconfig_p(done.stdout.decode(errors="replace")) if done.returncode == 0 else []
+    done = run_command([binary, "-p"] + (["-C", cache_file] if cache_file else []), timeout,
+                       env={})
+    return parse_ldconfig_p(done.stdout.decode(errors="replace")) if done.ok else []
 
 
 # --- one process's view -----------------------------------------------------------------------

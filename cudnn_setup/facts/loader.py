@@ -1,22 +1,25 @@
-"""The system's dynamic loader: where it looks, what its cache holds, and keeping it current."""
+"""The system's dynamic loader as the install sees it: where it looks (ld.so.conf and the
+default dirs), which copies of a library it would consider, and keeping its cache current.
+
+Reading the cache (`ldconfig -p`) and finding ldconfig itself are facts/ldresolve.py's; this
+module runs ldconfig to change the cache and writes the tool's ld.so.conf.d entry.
+"""
 from __future__ import annotations
 
 import glob
 import os
-import re
-import shutil
 from pathlib import Path
 from typing import Mapping
 
 from cudnn_setup.atomic import write_atomic
 from cudnn_setup.child import run_command
 from cudnn_setup.facts.cudnn import library_file_version
+from cudnn_setup.facts.ldresolve import ldconfig_binary, read_cache
 
 # Where glibc's ld.so looks without being told (its "trusted" directories).
 DEFAULT_DIRS = ("/lib", "/usr/lib", "/lib64", "/usr/lib64", "/lib/x86_64-linux-gnu",
                 "/usr/lib/x86_64-linux-gnu")
 CONF_NAME = "cudnn-setup.conf"
-_CACHE_LINE = re.compile(r"^\s*(?P<name>\S+)\s+\((?P<flags>[^)]*)\)\s+=>\s+(?P<path>\S+)\s*$")
 
 
 def conf_dirs(conf: Path = Path("/etc/ld.so.conf"), _seen: set | None = None) -> list[str]:
@@ -58,16 +61,13 @@ def ld_library_path_line(lib_dir: Path) -> str:
     return f'export LD_LIBRARY_PATH={lib_dir}${{LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}}'
 
 
-def ldconfig_binary() -> str | None:
-    return shutil.which("ldconfig") or next(
-        (p for p in ("/sbin/ldconfig", "/usr/sbin/ldconfig") if os.access(p, os.X_OK)), None)
-
-
-def run_ldconfig(args: tuple[str, ...] = ()) -> tuple[bool, str]:
-    binary = ldconfig_binary()
+def run_ldconfig(args: tuple[str, ...] = (), binary: str | None = None) -> tuple[bool, str]:
+    """Run ldconfig: `binary`, else the system's (facts/ldresolve.py finds it); (it succeeded,
+    what it said)."""
+    binary = binary or ldconfig_binary()
     if binary is None:
         return False, "ldconfig not found"
-    done = run_command([binary, *args], 120)
+    done = run_command([binary, *args], 120, env={})
     return done.ok, done.text()
 
 
@@ -91,18 +91,11 @@ def remove_conf(conf_dir: Path, lib_dir: Path) -> bool:
     return True
 
 
-def cache_entries(name_prefix: str = "libcudnn", ldconfig_args: tuple[str, ...] = ("-p",)) \
+def cache_entries(name_prefix: str = "libcudnn", cache_file: str | None = None) \
         -> list[tuple[str, str]]:
-    """(soname, path) pairs from the loader cache (`ldconfig -p`) for names with the prefix."""
-    ok, out = run_ldconfig(ldconfig_args)
-    if not ok:
-        return []
-    entries = []
-    for line in out.splitlines():
-        m = _CACHE_LINE.match(line)
-        if m and m["name"].startswith(name_prefix):
-            entries.append((m["name"], m["path"]))
-    return entries
+    """(soname, path) pairs of the loader cache for names with the prefix."""
+    return [(e.name, e.path) for e in read_cache(cache_file=cache_file)
+            if e.name.startswith(name_prefix)]
 
 
 def _resolve_version(path: Path) -> str | None:

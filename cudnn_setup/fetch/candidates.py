@@ -131,14 +131,6 @@ def merge(known: Iterable[Release], published: Iterable[Release]) -> list[Releas
                   reverse=True)
 
 
-def available(releases: Iterable[Release], platform: str,
-              cuda_version: str | None = None) -> list[Release]:
-    """Releases for this platform (and CUDA root, when given), newest first."""
-    out = [r for r in releases if r.platform == platform
-           and (cuda_version is None or variant_fits(r.cuda_variant, cuda_version))]
-    return sorted(out, key=lambda r: Version(r.version), reverse=True)
-
-
 def select(request: VersionRequest, releases: Iterable[Release], platform: str,
            cuda_version: str) -> Release:
     """The newest release matching `request` that has a build for this platform and CUDA root.

@@ -119,11 +119,6 @@ def variant_key(variant: str) -> tuple[int, int]:
     return major, -1 if minor is None else minor
 
 
-def variants_for_major(major: int, variants: Iterable[str]) -> list[str]:
-    """The variants among `variants` built for CUDA `major` (`cuda12`; `cuda11`, `cuda11.5`…)."""
-    return sorted({v for v in variants if parse_variant(v)[0] == major}, key=variant_key)
-
-
 def variant_fits(variant: str, cuda_version: str) -> bool:
     """Whether a build for `variant` runs on a CUDA root of `cuda_version`.
 

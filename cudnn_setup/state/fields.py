@@ -41,6 +41,16 @@ class Fields:
         self.data = data
         self.where = where
 
+    @staticmethod
+    def record(data: Any, what: str, known_format: int) -> "Fields":
+        """A whole record (the manifest, the journal), refused unless it is of the format this
+        version reads."""
+        f = Fields(data, "")
+        fmt = f.integer("format")
+        if fmt != known_format:
+            raise Damaged(f"{what} format {fmt} is not the one this version reads ({known_format})")
+        return f
+
     def at(self, key: str) -> str:
         return f"{self.where}.{key}" if self.where else key
 

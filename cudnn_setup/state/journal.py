@@ -51,10 +51,7 @@ class Journal:
 
     @staticmethod
     def load(data: object, root: Path) -> "Journal":
-        f = Fields(data, "")
-        fmt = f.integer("format")
-        if fmt != FORMAT:
-            raise Damaged(f"journal format {fmt} is not the one this version reads ({FORMAT})")
+        f = Fields.record(data, "journal", FORMAT)
         txid = f.text("txid", pattern=HEX_ID)
         real_root = os.path.realpath(root)
         sources = (f"{STATE_DIR}/{TX}/{txid}", f"{STATE_DIR}/{ORIGINALS}")
@@ -79,4 +76,4 @@ class Journal:
         manifest_txid = commit.text("manifest_txid", optional=True, pattern=HEX_ID)
         if manifest_txid is None and commit.flag("manifest_absent") is not True:
             raise Damaged("commit says neither which manifest nor its absence commits it")
-        return Journal(txid, ops, manifest_txid, fmt)
+        return Journal(txid, ops, manifest_txid, FORMAT)

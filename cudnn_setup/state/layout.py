@@ -16,7 +16,7 @@ import stat
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator, TypeVar
 
 from cudnn_setup.atomic import write_atomic
 from cudnn_setup.errors import InstallFailed
@@ -28,6 +28,7 @@ MANIFEST = "manifest.json"
 JOURNAL = "journal.json"
 DEFAULT_LOCK_TIMEOUT = 300.0
 MAX_STATE_BYTES = 64 << 20  # a manifest of cuDNN 9 is about 40 KiB
+T = TypeVar("T")
 
 
 def permission_hint(path: Path) -> str:
@@ -158,25 +159,23 @@ class StateDir:
         except (UnicodeDecodeError, ValueError, RecursionError) as exc:
             raise self.damaged(f"{name} is not valid JSON ({str(exc)[:200]})") from None
 
+    def _record(self, name: str, load: Callable[[object, Path], T]) -> T | None:
+        """One validated record, None when there is none; damaged state raises."""
+        data = self._read(name)
+        if data is None:
+            return None
+        try:
+            return load(data, self.root)
+        except Damaged as exc:
+            raise self.damaged(f"{name}: {exc}") from None
+
     def manifest(self) -> Manifest | None:
         """The validated manifest, None when there is none; damaged state raises."""
-        data = self._read(MANIFEST)
-        if data is None:
-            return None
-        try:
-            return Manifest.load(data, self.root)
-        except Damaged as exc:
-            raise self.damaged(f"{MANIFEST}: {exc}") from None
+        return self._record(MANIFEST, Manifest.load)
 
     def journal(self) -> Journal | None:
-        data = self._read(JOURNAL)
-        if data is None:
-            return None
-        try:
-            journal = Journal.load(data, self.root)
-        except Damaged as exc:
-            raise self.damaged(f"{JOURNAL}: {exc}") from None
-        return journal
+        """The validated journal of an unfinished transaction, None when there is none."""
+        return self._record(JOURNAL, Journal.load)
 
     def write_journal(self, journal: Journal) -> None:
         self.check()

@@ -142,10 +142,7 @@ class Manifest:
     @staticmethod
     def load(data: object, root: Path) -> "Manifest":
         """The manifest in `data` (parsed JSON), or Damaged saying what is wrong with it."""
-        f = Fields(data, "")
-        fmt = f.integer("format")
-        if fmt != FORMAT:
-            raise Damaged(f"manifest format {fmt} is not the one this version reads ({FORMAT})")
+        f = Fields.record(data, "manifest", FORMAT)
         real_root = os.path.realpath(root)
 
         def path(value: object, where: str) -> str:
@@ -181,7 +178,7 @@ class Manifest:
             raise Damaged(f"generation {generation[:40]!r} is not a cuDNN generation")
         libraries = [text(v, w, _NAME) for w, v in f.items("libraries")]
         return Manifest(
-            format=fmt,
+            format=FORMAT,
             txid=f.text("txid", pattern=HEX_ID),
             tool_version=f.text("tool_version", optional=True) or "",
             installed_at=f.text("installed_at", optional=True) or "",
