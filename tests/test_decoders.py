@@ -162,14 +162,14 @@ def test_staged_file_writes_directly_then_buffers_its_tail(tmp_path):
         piece = data[i:i + decoders.CHUNK]
         buf[:len(piece)] = piece
         out.write(memoryview(buf)[:len(piece)])
-    assert not out.direct  # the short tail went through the page cache
+    assert out.direct and out.buffered_fd not in (None, out.fd)  # the tail: page cache
     out.close()
     assert (tmp_path / "lib.so").read_bytes() == data
 
 
 def test_filesystem_without_direct_io_falls_back(padded, tmp_path, monkeypatch):
     _skip_without_direct_io(tmp_path)
-    real_open, real_write = os.open, os.write
+    real_open, real_pwrite = os.open, os.pwrite
     refused = {"open": 0, "write": 0}
 
     def open_no_direct(path, flags, *a, **kw):
@@ -178,20 +178,21 @@ def test_filesystem_without_direct_io_falls_back(padded, tmp_path, monkeypatch):
             raise OSError(errno.EINVAL, "Invalid argument")
         return real_open(path, flags, *a, **kw)
 
-    def write_strict(fd, data):
+    def write_strict(fd, data, offset):
         import fcntl
 
         if fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_DIRECT:  # …another wants stricter alignment
             refused["write"] += 1
             raise OSError(errno.EINVAL, "Invalid argument")
-        return real_write(fd, data)
+        return real_pwrite(fd, data, offset)
 
     monkeypatch.setattr(os, "open", open_no_direct)
-    monkeypatch.setattr(os, "write", write_strict)
+    monkeypatch.setattr(os, "pwrite", write_strict)
     listing = _read(padded["single"], tmp_path / "staging")
     assert not listing.problems
     _check_staged(listing, padded["files"])
-    assert refused["open"] == 1 and refused["write"] == 1
+    # writes in flight on several threads may each be refused before the file turns buffered
+    assert refused["open"] == 1 and 1 <= refused["write"] <= staging.Writer.WRITERS
 
 
 def test_full_disk_during_a_direct_write_exits_5(padded, cuda_root, home):

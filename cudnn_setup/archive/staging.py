@@ -30,14 +30,15 @@ class StagingWriteFailed(Exception):
 class Writer:
     """Hashes and writes member bytes on threads of their own.
 
-    One thread writes every file in archive order; each file is hashed on one of `lanes` hashing
-    threads, in turn, so one file's sha256 runs beside the next file's decoding and beside the
-    writes (hashlib and write() release the GIL). A buffer goes back to the pool when both its
-    hash and its write are done; the pool (POOL_CHUNKS MiB) bounds memory however far any thread
-    falls behind.
+    Each file is hashed on one of `lanes` hashing threads, in turn, so one file's sha256 runs
+    beside the next file's decoding; its chunks are written by WRITERS threads at their offsets
+    (pwrite), so a slow disk sees several direct writes in flight rather than one. hashlib and
+    the writes release the GIL. A buffer goes back to the pool when both its hash and its write
+    are done; the pool (POOL_CHUNKS MiB) bounds memory however far any thread falls behind.
     """
 
     POOL_CHUNKS = 16
+    WRITERS = 4
 
     def __init__(self, direct: bool = False, lanes: int = 1):
         self.direct = direct  # big files are written with O_DIRECT
@@ -45,12 +46,14 @@ class Writer:
         for _ in range(self.POOL_CHUNKS + 2):
             self.buffers.put(mmap.mmap(-1, CHUNK))  # page-aligned, as O_DIRECT writes need
         self.error: Exception | None = None
-        self.queues = [queue.SimpleQueue() for _ in range(1 + max(1, lanes))]
+        self.writes: queue.SimpleQueue = queue.SimpleQueue()
+        self.lanes = [queue.SimpleQueue() for _ in range(max(1, lanes))]
         self.threads = [threading.Thread(target=self._run, args=(q,), daemon=True)
-                        for q in self.queues]
+                        for q in [self.writes] * self.WRITERS + self.lanes]
         for t in self.threads:
             t.start()
         self.turn = 0
+        self.open_sinks: set[Sink] = set()
 
     def _run(self, jobs: queue.SimpleQueue) -> None:
         while (item := jobs.get()) is not None:
@@ -66,8 +69,8 @@ class Writer:
 
     def lane(self) -> queue.SimpleQueue:
         """The hashing queue for the next file."""
-        self.turn = self.turn % (len(self.queues) - 1) + 1
-        return self.queues[self.turn]
+        self.turn = (self.turn + 1) % len(self.lanes)
+        return self.lanes[self.turn]
 
     def check(self) -> None:
         if self.error is not None:
@@ -77,24 +80,26 @@ class Writer:
         self.check()
         jobs.put((job, None))
 
-    def put_chunk(self, sink: "Sink", hashing: queue.SimpleQueue, buf: mmap.mmap, n: int) -> None:
+    def put_chunk(self, sink: "Sink", hashing: queue.SimpleQueue, buf: mmap.mmap, n: int,
+                  offset: int) -> None:
         chunk = _Chunk(buf, self.buffers)
         if self.error is not None:
             chunk.release(2)
             self.check()
         view = memoryview(buf)[:n]
         hashing.put((lambda: sink.hash(view), chunk))
-        self.queues[0].put((lambda: sink.write(view), chunk))
-
-    @property
-    def writes(self) -> queue.SimpleQueue:
-        return self.queues[0]
+        sink.queued()
+        self.writes.put((lambda: sink.write_at(view, offset), chunk))
 
     def finish(self) -> None:
-        for q in self.queues:
+        for _ in range(self.WRITERS):
+            self.writes.put(None)
+        for q in self.lanes:
             q.put(None)
         for t in self.threads:
             t.join()
+        for sink in list(self.open_sinks):  # left open by a write that failed
+            sink.abandon()
         self.check()
 
 
@@ -116,34 +121,66 @@ class _Chunk:
 
 
 class Sink:
-    """One member's destination: its digest, its staged file, its text if it is a header."""
+    """One member's destination: its digest, its staged file, its text if it is a header.
 
-    def __init__(self, member: Member, staging: Path | None, direct: bool):
+    The staged file is closed by whichever comes last: the reading thread saying every chunk
+    is queued, or the writing thread finishing the last queued write.
+    """
+
+    def __init__(self, member: Member, staging: Path | None, writer: Writer):
         self.member = member
-        self.direct = direct and member.size >= DIRECT_MIN_BYTES
+        self.writer = writer
+        self.direct = writer.direct and member.size >= DIRECT_MIN_BYTES
         self.digest = hashlib.sha256()
         self.keep_text = member.name.endswith(".h") and member.size <= MAX_HEADER_BYTES
         self.chunks: list[bytes] = []
         self.out: StagedFile | None = None
+        self.lock = threading.Lock()
+        self.pending = 0
+        self.all_queued = False
         if staging is not None:
             member.staged = staging / member.path
 
-    # On the writing thread, in archive order:
+    # On the reading thread:
     def open(self) -> None:
         if self.member.staged is not None:
             self.member.staged.parent.mkdir(parents=True, exist_ok=True)
             self.out = StagedFile(self.member.staged, self.direct)
+            self.writer.open_sinks.add(self)
 
-    def write(self, chunk: memoryview) -> None:
+    def queued(self) -> None:
+        with self.lock:
+            self.pending += 1
+
+    def done_queuing(self) -> None:
+        with self.lock:
+            self.all_queued = True
+            last = self.pending == 0
+        if last:
+            self.close()
+
+    # On a writing thread:
+    def write_at(self, chunk: memoryview, offset: int) -> None:
         if self.out is not None:
-            self.out.write(chunk)
+            self.out.write_at(chunk, offset)
+        with self.lock:
+            self.pending -= 1
+            last = self.all_queued and self.pending == 0
+        if last:
+            self.close()
 
     def close(self) -> None:
         m = self.member
         if self.out is not None:
+            self.writer.open_sinks.discard(self)
             self.out.close()
             # World-readable, never group/other-writable; set-id bits were refused earlier.
             os.chmod(m.staged, (m.mode & 0o755) | 0o444)
+
+    def abandon(self) -> None:
+        self.writer.open_sinks.discard(self)
+        if self.out is not None:
+            self.out.close()
 
     # On the file's hashing thread:
     def hash(self, chunk: memoryview) -> None:
@@ -169,11 +206,21 @@ DIRECT_ALIGN = 4096  # the largest logical block size in use; every full chunk i
 
 
 class StagedFile:
-    """A new staging file, written chunk by chunk at offsets that are multiples of CHUNK."""
+    """A new staging file, written in chunks at offsets that are multiples of CHUNK, by one
+    thread or several.
+
+    Full chunks go straight to the disk when `direct`; a short one (the file's tail), and every
+    chunk once the device has refused a direct write (EINVAL: stricter alignment than ours), go
+    through a second, buffered descriptor of the same file.
+    """
 
     def __init__(self, path: Path, direct: bool):
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+        self.path = path
         self.direct = False
+        self.pos = 0
+        self.lock = threading.Lock()
+        self.buffered_fd: int | None = None
         if direct and hasattr(os, "O_DIRECT"):
             try:
                 self.fd = os.open(path, flags | os.O_DIRECT, 0o600)
@@ -185,44 +232,63 @@ class StagedFile:
         self.fd = os.open(path, flags, 0o600)
 
     def write(self, chunk: memoryview) -> None:
-        if self.direct and len(chunk) % DIRECT_ALIGN:
-            self._buffered()  # the file's short last chunk
-        while chunk:
-            try:
-                n = os.write(self.fd, chunk)
-            except OSError as exc:
-                if not (self.direct and exc.errno == errno.EINVAL):
-                    raise
-                self._buffered()  # a device with stricter alignment than ours
-                continue
-            chunk = chunk[n:]
+        """The next chunk, after the last one written."""
+        self.write_at(chunk, self.pos)
+        self.pos += len(chunk)
 
-    def _buffered(self) -> None:
-        fcntl.fcntl(self.fd, fcntl.F_SETFL, fcntl.fcntl(self.fd, fcntl.F_GETFL) & ~os.O_DIRECT)
-        self.direct = False
+    def write_at(self, chunk: memoryview, offset: int) -> None:
+        if self.direct and not len(chunk) % DIRECT_ALIGN:
+            try:
+                _pwrite_all(self.fd, chunk, offset)
+                return
+            except OSError as exc:
+                if exc.errno != errno.EINVAL:
+                    raise
+                self.direct = False  # a device with stricter alignment: the page cache from now
+        _pwrite_all(self._buffered(), chunk, offset)
+
+    def _buffered(self) -> int:
+        with self.lock:
+            if self.buffered_fd is None:
+                opened_direct = fcntl.fcntl(self.fd, fcntl.F_GETFL) & getattr(os, "O_DIRECT", 0)
+                self.buffered_fd = (os.open(self.path, os.O_WRONLY | os.O_CLOEXEC)
+                                    if opened_direct else self.fd)
+            return self.buffered_fd
 
     def close(self) -> None:
+        if self.buffered_fd is not None and self.buffered_fd != self.fd:
+            os.close(self.buffered_fd)
         os.close(self.fd)
+
+
+def _pwrite_all(fd: int, chunk: memoryview, offset: int) -> None:
+    while chunk:
+        n = os.pwrite(fd, chunk, offset)
+        chunk, offset = chunk[n:], offset + n
 
 
 def consume(stream: IO[bytes], member: Member, staging: Path | None,
             writer: Writer) -> None:
     """Read one member's bytes once, into pool buffers, for the writer's threads."""
-    sink = Sink(member, staging, writer.direct)
+    sink = Sink(member, staging, writer)
     hashing = writer.lane()
-    writer.put(writer.writes, sink.open)
-    remaining = member.size
-    while remaining:
+    writer.check()
+    try:
+        sink.open()
+    except OSError as exc:  # the machine's fault (disk full, a name too long), as a write's
+        raise StagingWriteFailed() from exc
+    offset = 0
+    while offset < member.size:
         buf = writer.buffers.get()
-        n = stream.readinto(memoryview(buf)[:min(CHUNK, remaining)])
+        n = stream.readinto(memoryview(buf)[:min(CHUNK, member.size - offset)])
         if not n:
-            writer.buffers.put(buf)
+            writer.buffers.put(buf)  # the file is closed by Writer.finish, after its writes
             raise EOFError(f"unexpected end of data in {member.path}")
-        if remaining == member.size:
+        if offset == 0:
             member.head = bytes(buf[:min(n, 64)])
-        remaining -= n
-        writer.put_chunk(sink, hashing, buf, n)
-    writer.put(writer.writes, sink.close)
+        writer.put_chunk(sink, hashing, buf, n, offset)
+        offset += n
+    sink.done_queuing()
     writer.put(hashing, sink.seal)
 
 

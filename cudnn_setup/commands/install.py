@@ -3,6 +3,7 @@ make the loader find it, write Theano's config, verify.
 """
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from cudnn_setup.checks.driver import driver_facts
@@ -41,10 +42,13 @@ def install(result: Result, ctx: Context, source: str, *, cuda_root: Path | None
     else:
         archive = Path(source)
         expected = expected_for(archive.name, sha256)
-    driver = driver_facts(ctx.env)  # the GPUs and driver the build must fit, asked once
-    outcome = placement.install(archive, root, force=force, dry_run=dry_run, expected=expected,
-                                on_read=_progress(ctx, archive), lock_timeout=ctx.lock_timeout,
-                                xz=which(ctx, "xz"), env=ctx.env, driver=driver)
+    # The GPUs and driver the build must fit, asked once, by a child that starts the driver
+    # (half a second on a GPU machine): it runs while the archive is read, and is waited for
+    # when the staged build is judged, before anything is placed.
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        asked = pool.submit(driver_facts, ctx.env)
+        outcome = _place(ctx, archive, root, force, dry_run, expected, asked.result)
+        driver = asked.result()
     pkg = outcome.package
     result.cudnn_version = pkg.cudnn_version if pkg else None
     result.changed = outcome.changed and not dry_run
@@ -74,6 +78,13 @@ def install(result: Result, ctx: Context, source: str, *, cuda_root: Path | None
                                     loader=frameworks.search if same else None)
     if step is not None and step.refused:
         raise step.refused
+
+
+def _place(ctx: Context, archive: Path, root: CudaRoot, force: bool, dry_run: bool, expected,
+           driver) -> placement.Outcome:
+    return placement.install(archive, root, force=force, dry_run=dry_run, expected=expected,
+                             on_read=_progress(ctx, archive), lock_timeout=ctx.lock_timeout,
+                             xz=which(ctx, "xz"), env=ctx.env, driver=driver)
 
 
 def _progress(ctx: Context, archive: Path):

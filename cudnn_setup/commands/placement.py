@@ -288,10 +288,12 @@ def install(archive: Path, root: CudaRoot, *, force: bool = False, dry_run: bool
             expected: Expected | None = None, fs: Filesystem | None = None,
             lock_timeout: float = 300.0, tmp_dir: Path | None = None,
             on_read: Callable[[int], None] | None = None, xz: str | None = None,
-            env: Mapping[str, str] | None = None, driver: dict | None = None) -> Outcome:
+            env: Mapping[str, str] | None = None,
+            driver: Callable[[], dict | None] | dict | None = None) -> Outcome:
     """Install `archive` into `root`. `env` is the environment of the child process that asks
     a library which CUDA it was built for, when the archive's name does not say; `driver`
-    (checks.driver.driver_facts) the GPUs and driver the build must fit."""
+    (checks.driver.driver_facts, or a function that waits for them) the GPUs and driver the
+    build must fit."""
     state = StateDir(root.path)
     include_rel, lib_rel = root_dirs(root)
     lib_dir = root.path / lib_rel
@@ -301,7 +303,8 @@ def install(archive: Path, root: CudaRoot, *, force: bool = False, dry_run: bool
         built = built_for(pkg, work / "probe", env)
         old = state.manifest()
         refusal = None if force else cuda_mismatch(pkg, built, root, archive.name, old)
-        unfit, fit_notes = machine_fit(pkg, built, driver, force)
+        unfit, fit_notes = machine_fit(pkg, built, driver() if callable(driver) else driver,
+                                       force)
         if refusal or unfit:
             raise refusal or unfit
         return pkg, built, old, fit_notes
