@@ -10,7 +10,9 @@ each archive, each of --runs rounds times, into fresh CUDA roots on the same fil
               for gzip the faster of ISA-L (one thread) and rapidgzip on every usable core,
               each timed (zlib where neither is installed)
   (c) tool:   cudnn-setup install --no-verify --no-theanorc --no-frameworks
-and reports medians, c/a and c/b, and which decoder the tool picks on this machine. For .gz
+and reports medians, c/a and c/b, and "decode_and_write": the fastest decoder writing the tar
+into one file on the roots' filesystem, fsync'd (the floor when the disk is slower than the
+decoder), and which decoder the tool picks on this machine. For .gz
 archives, --gzip-sweep also times rapidgzip at 1, 2, 4… usable cores against ISA-L: the data
 behind the tool's choice (cudnn_setup/archive/decoders.py, RAPIDGZIP_MIN_CORES). "fixed_s" is the
 tool installing the bundled 2.5 KB sample: start-up, locking, journal, fsync and manifest, the
@@ -96,8 +98,9 @@ def manual(archive: Path, root: Path, scratch: Path) -> None:
 
 
 # Decode a gzip file to nowhere: argv[1] the file, argv[2] "isal", "zlib" or rapidgzip's thread count.
-FLOOR_GZ = """import sys
+FLOOR_GZ = """import os, sys
 buf = bytearray(1 << 20)
+out = open(sys.argv[3], "wb") if len(sys.argv) > 3 else None
 if sys.argv[2] == "isal":
     from isal import igzip
     f = igzip.open(sys.argv[1], "rb")
@@ -108,8 +111,12 @@ else:
     import rapidgzip
     f = rapidgzip.open(sys.argv[1], parallelization=int(sys.argv[2]))
 with f:
-    while f.readinto(buf):
-        pass
+    while n := f.readinto(buf):
+        if out:
+            out.write(memoryview(buf)[:n])
+if out:
+    out.flush()
+    os.fsync(out.fileno())
 """
 
 
@@ -124,11 +131,16 @@ def gzip_floors() -> list[str]:
     return out + ([str(cores())] if "rapidgzip" in have else [])
 
 
-def decode(archive: Path, how: str) -> None:
+def decode(archive: Path, how: str, to: Path | None = None) -> None:
+    """Decode to nowhere, or into the file `to`, fsync'd (the floor of decoding and writing)."""
     if how == "xz":
-        subprocess.run(["xz", "-dc", "-T0", str(archive)], stdout=subprocess.DEVNULL, check=True)
+        with open(to or os.devnull, "wb") as out:
+            subprocess.run(["xz", "-dc", "-T0", str(archive)], stdout=out, check=True)
+            if to:
+                os.fsync(out.fileno())
     else:
-        subprocess.run([sys.executable, "-c", FLOOR_GZ, str(archive), how], check=True)
+        subprocess.run([sys.executable, "-c", FLOOR_GZ, str(archive), how,
+                        *([str(to)] if to else [])], check=True)
 
 
 def floor_ways(archive: Path) -> list[str]:
@@ -246,6 +258,11 @@ def measure(archive: Path, runs: int, base: Path, cuda_include: Path | None,
             subprocess.run(["sync"])
             times[f"floor:{way}"].append(timed(lambda: decode(archive, way)))
         subprocess.run(["sync"])
+        written = base / f"written{i}.tar"
+        times.setdefault("decode_and_write", []).append(
+            timed(lambda: decode(archive, best_way(ways, times), written)))
+        written.unlink()
+        subprocess.run(["sync"])
         times["tool"].append(timed(lambda: tool(archive, root_c)))
         shutil.rmtree(root_a)
         shutil.rmtree(root_c)
@@ -268,6 +285,11 @@ def measure(archive: Path, runs: int, base: Path, cuda_include: Path | None,
             "tool_vs_manual": round(med["tool"] / med["manual"], 3),
             "tool_vs_floor": round(med["tool"] / med["floor"], 3),
             "tool_peak_rss_mib": peak, "verify": verify}
+
+
+def best_way(ways: list[str], times: dict) -> str:
+    """The decoder that has been fastest so far in this measurement."""
+    return min(ways, key=lambda w: statistics.median(times[f"floor:{w}"]))
 
 
 def gzip_sweep(archive: Path, runs: int) -> dict:
@@ -327,7 +349,8 @@ def main() -> int:
             verify = r["verify"]
             print(f"{archive.name} ({r['compressed_mib']} MiB, {archive.parent.name}): "
                   f"manual {r['median_s']['manual']} s, floor {r['median_s']['floor']} s "
-                  f"({r['floor_decoder']}), tool {r['median_s']['tool']} s ({r['tool_decoder']}); "
+                  f"({r['floor_decoder']}), decode+write {r['median_s']['decode_and_write']} s, "
+                  f"tool {r['median_s']['tool']} s ({r['tool_decoder']}); "
                   f"tool/manual {r['tool_vs_manual']}, tool/floor {r['tool_vs_floor']}; peak RSS "
                   f"{r['tool_peak_rss_mib']['tree_mib']} MiB (tool process "
                   f"{r['tool_peak_rss_mib']['tool_process_mib']} MiB)"

@@ -16,6 +16,8 @@ mkdir -p "$work" "$out"
 src=${CUDNN_WHEEL_DIR:-$($py -c "import importlib.util as u; print(list(u.find_spec('nvidia.cudnn').submodule_search_locations)[0])")}
 major=$(awk '/#define CUDA_VERSION/ {print int($3/1000); exit}' /usr/local/cuda/include/cuda.h)
 echo "cuDNN from $src, CUDA $major; $(nproc) cores; $(xz --version | head -1); filesystem of $work: $(findmnt -n -o FSTYPE -T "$work" 2>/dev/null || echo unknown)"
+# As pip would have: the tool's modules byte-compiled, so (c) does not compile them each run.
+$py -m compileall -q cudnn_setup ${PYTHONPATH:+$(tr ':' ' ' <<<"$PYTHONPATH")} >/dev/null 2>&1 || true
 archives=()
 for f in xz:2 xz1:2 gz:6; do
   fmt=${f%%:*}
@@ -39,8 +41,9 @@ for a in "${archives[@]}"; do
   rm -rf "$root"
   $py -c "import sys; sys.path.insert(0, '.'); from fixtures.generate import make_cuda_root; from pathlib import Path; make_cuda_root(Path('$root'), '13.0')"
   sync
-  $py -m cProfile -s cumulative -m cudnn_setup install "$a" --cuda-root "$root" --no-verify \
-    --no-theanorc --no-frameworks --json 2>&1 | head -70 >"$out/profile-$i.txt" || true
+  $py -m cProfile -o "$work/p$i.prof" -m cudnn_setup install "$a" --cuda-root "$root" \
+    --no-verify --no-theanorc --no-frameworks --json >/dev/null 2>&1 || true
+  $py -c "import pstats, sys; p = pstats.Stats(sys.argv[1]); p.sort_stats('cumulative').print_stats(45); p.print_callers('sleep|acquire')" "$work/p$i.prof" >"$out/profile-$i.txt" 2>&1 || true
 done
 rm -rf "$work/profile-root"
 $py -X importtime -m cudnn_setup --help 2>&1 >/dev/null | sort -t'|' -k2 -n | tail -25 >"$out/importtime.txt"
