@@ -154,3 +154,23 @@ def test_nothing_to_resolve_without_cudnn(tmp_path, loader_facts):
     inst = Installation(CudaRoot(tmp_path, "test", None, None), tmp_path / "lib64", None)
     check = check_deps(inst, {}, loader=L.Environment(), driver_present=False)
     assert check.status == "skip" and "nothing to resolve" in check.detail
+
+
+def test_names_only_the_driver_opens_are_not_cudnn_problems(tmp_path, loader_facts):
+    """A libcuda.so.1 that embeds names of its own optional pieces (EGL, NvSci on a real driver):
+    missing, they are a skip naming who opens them, not a warning about cuDNN."""
+    drv = tmp_path / "driver"
+    build(drv / "libcuda.so.1", "libcuda.so.1", work=tmp_path / "wd", runtime="libEGL_vendor.so.0")
+    lib = layouts.built_set(tmp_path / "cudnn", tmp_path / "w",
+                            options={"ops": {"runtime": "libcuda.so.1"}})
+    check, got = deps(lib, loader_facts, llp=str(drv), driver_present=True)
+    assert got["libcuda.so.1"]["found"]
+    egl = got["libEGL_vendor.so.0"]
+    assert not egl["found"] and egl["severity"] == "skip", egl
+    assert check.status == "pass", check.detail
+    assert "libEGL_vendor.so.0 (opened at run time by libcuda.so.1 only" in check.detail
+    # the same unknown name asked for by a cuDNN library stays a warning
+    lib2 = layouts.built_set(tmp_path / "cudnn2", tmp_path / "w2",
+                             options={"ops": {"runtime": "libEGL_vendor.so.0"}})
+    check2, got2 = deps(lib2, loader_facts)
+    assert got2["libEGL_vendor.so.0"]["severity"] == "warn" and check2.status == "warn"

@@ -475,3 +475,24 @@ def test_dt_rpath_comes_before_ld_library_path_and_the_what_if_runs_it(world, tm
                                   search=NO_CACHE))["torch"]
     assert (tried["affected"], tried["breaks"]) == (False, False)
     assert tried["reason"].startswith("unchanged: it still loads cuDNN 9.19.0")
+
+
+def test_what_if_names_a_mix_of_copies_behind_the_same_shim():
+    """Seen on a GPU machine: with an older cuDNN first on LD_LIBRARY_PATH, torch still maps the
+    wheel's libcudnn.so.9 (its DT_RPATH wins) but cuDNN reports the older version, because the
+    sub-libraries the shim opens come from LD_LIBRARY_PATH first. That is a change, not 'unchanged'."""
+    from cudnn_setup.checks import framework_whatif as W
+
+    wheel = "/venv/site-packages/nvidia/cudnn/lib"
+    change = W.prepend_to_ld_library_path("/opt/old/lib64")
+    now = {"name": "torch", "version": "2.11.0", "cudnn_built_for": "9.19.0", "_loader": {},
+           "cudnn_loaded": {"path": f"{wheel}/libcudnn.so.9", "dir": wheel, "version": "9.19.0",
+                            "why": "rpath", "detail": "DT_RPATH of libtorch_cuda.so"}}
+    after = dict(now, cudnn_loaded=dict(now["cudnn_loaded"], version="9.14.0"))
+    out = W._tried(change, now, after, "python3", {}, 10)
+    assert out["affected"] is True and out["breaks"] is True
+    assert "unchanged" not in out["reason"]
+    assert "9.14.0 instead of 9.19.0" in out["reason"] and "/opt/old/lib64" in out["reason"]
+    assert out["safe_alternative"]
+    same = W._tried(change, now, dict(now), "python3", {}, 10)
+    assert same["affected"] is False and same["reason"].startswith("unchanged")

@@ -214,7 +214,7 @@ def check_deps(inst: Installation, env: Mapping[str, str], *, load_data: dict | 
     manager = _manager(distro_id) if missing else None
     search = list(search_dirs) if search_dirs is not None else (likely_dirs(inst, env) if missing else [])
     for e in missing:
-        e.severity = rate(e.kind, e.name, driver_present)
+        e.severity = SKIP if _driver_internal(e) else rate(e.kind, e.name, driver_present)
         e.what_breaks = what_breaks(e, inst.lib_dir)
         e.fixes = [vars(f) for f in fixes_for(e, versions.cuda, manager, search, inst.lib_dir)]
     data = {"lib_dir": str(inst.lib_dir), "libraries": [str(r) for r in roots],
@@ -250,9 +250,20 @@ def _line(e: Entry) -> str:
     return f"{e.name} not found ({how} by {who}) [{e.severity}] — {what}{fix}"
 
 
+def _driver_internal(e: Entry) -> bool:
+    """A name that only libraries outside cuDNN open at run time, and that this tool does not
+    know: the driver's own optional pieces (libcuda.so.1 names EGL, Tegra and NvSci libraries
+    it opens for graphics and embedded features), nothing cuDNN asks for."""
+    return (e.kind == "runtime" and D.classify(e.name) is None
+            and not any(os.path.basename(p).startswith("libcudnn") for p in e.needed_by))
+
+
 def _skip_reason(e: Entry, driver_present: bool) -> str:
     if D.stem_of(e.name) == "libcuda.so" and not driver_present:
         return "no NVIDIA driver on this machine"
+    if _driver_internal(e):
+        who = ", ".join(sorted({os.path.basename(p) for p in e.needed_by}))
+        return f"opened at run time by {who} only, for features cuDNN does not use"
     need = D.classify(e.name)
     return need.why if need else "optional"
 

@@ -87,14 +87,24 @@ def _tried(change: Change, now: dict, after: dict | None, python: str, env: Mapp
         return _predicted(change, out, now, after, after["_loader"]["loader"], None, python, env,
                           timeout)
     out["would_load"] = _public(loaded)
-    out["affected"] = _path(now) != loaded["path"]
+    before = (now.get("cudnn_loaded") or {}).get("version")
+    moved = _path(now) != loaded["path"]
+    # Same libcudnn.so.N, other version: the loader still finds the shim through the framework's
+    # RPATH, but the sub-libraries the shim opens come from the new directory first.
+    mixed = not moved and before is not None and before != loaded["version"]
+    out["affected"] = moved or mixed
     status, because = rules.judge(now["name"], now.get("cudnn_built_for"), loaded["version"])
     if after.get("compatible") is False:
         status = rules.INCOMPATIBLE
     out.update(status=status, breaks=status == rules.INCOMPATIBLE)
     what = f"cuDNN {loaded['version']} from {loaded['dir']} ({loaded['detail']})"
-    out["reason"] = (f"would load {what}: {because}" if out["affected"] else
-                     f"unchanged: it still loads {what}")
+    if mixed:
+        out["reason"] = (f"libcudnn comes from {loaded['dir']} as before ({loaded['detail']}), "
+                         f"but cuDNN would report {loaded['version']} instead of {before}: its "
+                         f"sub-libraries would be found in {change.directory} first: {because}")
+    else:
+        out["reason"] = (f"would load {what}: {because}" if moved else
+                         f"unchanged: it still loads {what}")
     return _advise(out, now, change)
 
 
