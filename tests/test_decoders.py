@@ -192,7 +192,7 @@ def test_filesystem_without_direct_io_falls_back(padded, tmp_path, monkeypatch):
     assert not listing.problems
     _check_staged(listing, padded["files"])
     # writes in flight on several threads may each be refused before the file turns buffered
-    assert refused["open"] == 1 and 1 <= refused["write"] <= staging.Writer.WRITERS
+    assert refused["open"] == 1 and 1 <= refused["write"] <= staging.write_threads(os.cpu_count())
 
 
 def test_full_disk_during_a_direct_write_exits_5(padded, cuda_root, home):

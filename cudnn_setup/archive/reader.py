@@ -151,8 +151,9 @@ class ForwardStream(io.RawIOBase):
 
 def _walk(stream: IO[bytes], staging_dir: Path, want: Wanted, rules: MemberRules,
           listing: Listing) -> None:
+    cores = usable_cores()
     writer = staging.Writer(direct=staging.direct_io_allowed(staging_dir),
-                            lanes=staging.hash_lanes(usable_cores()))
+                            lanes=staging.hash_lanes(cores), writers=staging.write_threads(cores))
     try:
         _walk_members(ForwardStream(stream), staging_dir, want, rules, listing, writer)
     finally:
