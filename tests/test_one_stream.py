@@ -152,7 +152,7 @@ def test_install_refuses_a_file_rewritten_after_its_checksum_was_taken(made, cud
         return n
 
     monkeypatch.setattr(decoders.ArchiveFile, "readinto", readinto)
-    monkeypatch.setattr(decoders, "gzip_decoder", lambda cores=None: decoders.fallback_gzip())
+    monkeypatch.setattr(decoders, "gzip_decoder", lambda *a, **k: decoders.fallback_gzip())
     root = cuda_root("12.4")
     before = tree_state(root)
     done, out = run_json(["install", victim, "--cuda-root", root, "--sha256", good,
@@ -194,12 +194,17 @@ def test_the_gzip_decoder_follows_the_cores(monkeypatch):
     found = {"rapidgzip": True, "isal": True}
     monkeypatch.setattr(decoders.importlib.util, "find_spec",
                         lambda name: object() if found.get(name) else None)
-    assert decoders.gzip_decoder(decoders.RAPIDGZIP_MIN_CORES) == decoders.RAPIDGZIP
-    assert decoders.gzip_decoder(decoders.RAPIDGZIP_MIN_CORES - 1) == decoders.ISAL
+    lots = 64 << 30
+    assert decoders.gzip_decoder(decoders.RAPIDGZIP_MIN_CORES, 700 << 20, lots) == decoders.RAPIDGZIP
+    assert decoders.gzip_decoder(decoders.RAPIDGZIP_MIN_CORES - 1, 1, lots) == decoders.ISAL
+    # rapidgzip keeps much of what it reads from a pipe: not where a quarter of the memory
+    # available would not hold it (a container with 2 GiB left, a 700 MB archive)
+    assert decoders.gzip_decoder(16, 700 << 20, 2 << 30) == decoders.ISAL
+    assert decoders.gzip_decoder(16, 100 << 20, 4 << 30) == decoders.RAPIDGZIP
     found["rapidgzip"] = False
-    assert decoders.gzip_decoder(64) == decoders.ISAL
+    assert decoders.gzip_decoder(64, 1, lots) == decoders.ISAL
     found["isal"] = False
-    assert decoders.gzip_decoder(64) == decoders.ZLIB
+    assert decoders.gzip_decoder(64, 1, lots) == decoders.ZLIB
 
 
 @pytest.mark.parametrize("lanes", [1, 3])
