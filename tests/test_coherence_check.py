@@ -170,3 +170,23 @@ def test_whatever_the_probe_answers_is_judged_without_raising():
     assert sub["problems"][0].startswith("libcudnn_ops.so.9 comes from another copy: /y/libcudnn_ops.so.9")
     assert "cuDNN's own cudnnOpsVersionCheck() returned CUDNN_STATUS_SUBLIBRARY_VERSION_MISMATCH" \
         in sub["problems"]
+
+
+def test_a_stale_version_constant_is_no_mismatch_when_cudnns_own_check_accepts_it():
+    """Seen with NVIDIA's cuDNN 9.19.0 wheel on a GPU machine: libcudnn_adv.so.9 exports
+    cudnn_adv_infer_version = 9.13.0, yet cudnnAdvVersionCheck() returns success. The check that
+    cuDNN itself applies stands; a version from cudnnGetVersion that differs still fails."""
+    from cudnn_setup.checks.coherence import judge as judge_one
+    from cudnn_setup.facts.ldresolve import Resolution
+
+    d = "/opt/cudnn/lib"
+    res = Resolution("libcudnn_adv.so.9", path=f"{d}/libcudnn_adv.so.9", via="RUNPATH")
+    accepted = {"status": 0, "function": "cudnnAdvVersionCheck", "mapped": [f"{d}/libcudnn_adv.so.9"]}
+    got = {"loaded": True, "mapped": f"{d}/libcudnn_adv.so.9", "version": "9.13.0",
+           "version_from": "cudnn_adv_infer_version", "version_check": accepted}
+    sub = judge_one("libcudnn_adv.so.9", res, got, d, "9.19.0", "libcudnn.so.9")
+    assert sub["problems"] == [] and "9.13.0" in sub["note"] and "cudnnAdvVersionCheck" in sub["note"]
+    refused = dict(got, version_check=dict(accepted, status=1003))
+    assert judge_one("libcudnn_adv.so.9", res, refused, d, "9.19.0", "libcudnn.so.9")["problems"]
+    asked = dict(got, version_from="cudnnGetVersion")
+    assert judge_one("libcudnn_adv.so.9", res, asked, d, "9.19.0", "libcudnn.so.9")["problems"]

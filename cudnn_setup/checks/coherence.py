@@ -222,9 +222,16 @@ def judge(soname: str, res: L.Resolution, got: dict, main_dir: str | None,
                             f"via {via}) while {main_name} is in {main_dir} (cuDNN "
                             f"{main_version or '?'})")
         elif version and main_version and not gen.same_release(version, main_version):
-            rank.append(RANK["other-version"])
-            problems.append(f"{soname} is cuDNN {version} ({path}) but {main_name} is cuDNN "
-                            f"{main_version} ({main_dir})")
+            if _own_check_passed(check) and sub["version_from"] != "cudnnGetVersion":
+                # cuDNN 9.19's sub-libraries still carry cudnn_adv_infer_version and
+                # cudnn_ops_infer_version constants of 9.13.0, while cuDNN's own version check
+                # (the one behind SUBLIBRARY_VERSION_MISMATCH) accepts them: its word stands.
+                sub["note"] = (f"its {sub['version_from']} constant says {version}; cuDNN's own "
+                               f"{check.get('function')}() accepts it with {main_name}")
+            else:
+                rank.append(RANK["other-version"])
+                problems.append(f"{soname} is cuDNN {version} ({path}) but {main_name} is cuDNN "
+                                f"{main_version} ({main_dir})")
     if check is not None:
         sub["version_check"] = check
         status = check.get("status") if isinstance(check.get("status"), int) else None
@@ -244,6 +251,11 @@ def judge(soname: str, res: L.Resolution, got: dict, main_dir: str | None,
     sub["problems"] = list(dict.fromkeys(problems))
     sub["rank"] = min(rank, default=RANK["version-check"]) if problems else None
     return sub
+
+
+def _own_check_passed(check: dict | None) -> bool:
+    return (isinstance(check, dict) and check.get("status") == 0 and not check.get("error")
+            and isinstance(check.get("function"), str))
 
 
 def hint_for(subs: list[dict], main_dir: str | None, ld_library_path: str | None) -> str:
