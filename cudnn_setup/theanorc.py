@@ -231,7 +231,7 @@ def merge(text: str, root: Path, lib_dir: Path, origin: str = ".theanorc") -> tu
         raise TheanorcRefused(f"{shown} has a duplicate entry ({escape(_first_line(exc))}), "
                               "which stops Theano at import (its ConfigParser is strict); left "
                               "untouched", "remove the duplicate, then run `cudnn-setup "
-                              "theanorc`") from None
+                              "theanorc`", code="theanorc-ambiguous") from None
     except configparser.Error as exc:
         raise TheanorcRefused(f"{shown} is not a valid config file ({escape(_first_line(exc))}); "
                               "left untouched",

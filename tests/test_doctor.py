@@ -84,3 +84,21 @@ def test_doctor_notices_theano_dnn_paths_left_pointing_at_an_uninstalled_root(ar
     assert [p["severity"] for p in stale] == ["fail", "fail"]  # optimizer_including=cudnn stops
     assert str(root / "include") in stale[0]["message"] and "cudnn-setup theanorc" in stale[0]["fix"]
     assert done.returncode == 1
+
+
+def test_relative_paths_are_taken_from_the_callers_directory(archives, cuda_root, home, tmp_path):
+    """doctor --cuda-root and verify --lib-dir given relative paths judge the same files as
+    with absolute ones (the loader's search used to read them against another directory)."""
+    from conftest import run_json
+
+    root = cuda_root()
+    run_json(["install", archives["cudnn-10.0-linux-x64-v7.4.2.24.tgz"], "--cuda-root", root,
+              "--no-theanorc", "--no-verify"], home)
+    rel = os.path.relpath(root, tmp_path)
+    for argv in (["doctor", "--cuda-root"], ["verify", "--no-theano", "--lib-dir"]):
+        target = rel if argv[0] == "doctor" else os.path.join(rel, "lib64")
+        absolute = root if argv[0] == "doctor" else root / "lib64"
+        _, by_rel = run_json([*argv, target], home, cwd=tmp_path)
+        _, by_abs = run_json([*argv, absolute], home, cwd=tmp_path)
+        statuses = lambda out: {c["name"]: c["status"] for c in out["checks"]}
+        assert statuses(by_rel) == statuses(by_abs), argv

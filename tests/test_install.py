@@ -553,10 +553,11 @@ def _random_kills(tmp_path, compiler, cuda_root, home, archives, pad: dict[str, 
 @pytest.mark.slow
 def test_sigkill_at_random_moments_leaves_old_or_new(tmp_path, compiler, cuda_root, home, archives,
                                                      record_property):
-    """20 kills at random moments of a 32 MiB 9.x install over 8.x: after the next command,
-    exactly old or exactly new."""
+    """Kills at random moments of a 32 MiB 9.x install over 8.x, until 10 have landed inside its
+    transaction (30 at most): after the next command, exactly old or exactly new."""
     pad = {"libcudnn_engines_precompiled": 24 << 20, "libcudnn_adv": 8 << 20}
-    interrupted, outcomes = _random_kills(tmp_path, compiler, cuda_root, home, archives, pad, 20)
+    interrupted, outcomes = _random_kills(tmp_path, compiler, cuda_root, home, archives, pad,
+                                          kills=30, enough=10)
     # The kills must have landed inside installs, not only before or after them.
     assert interrupted >= 10, (interrupted, outcomes)
     record_property("kills_mid_transaction", interrupted)

@@ -380,3 +380,20 @@ def test_uninstall_is_not_failed_by_a_config_it_cannot_read(archives, cuda_root,
         done = subprocess.run(cmd, env=clean_env(home), capture_output=True, text=True,
                               timeout=120)
         assert done.returncode == 0 and json.loads(done.stdout)["changed"] is True, done.stderr
+
+
+def test_theanorc_command_keeps_each_refusals_code_and_hint(archives, cuda_root, tmp_path, home):
+    """docs/json.md names a code for each refusal; the command must not flatten them into one."""
+    root = cuda_root()
+    run_json(["install", archives["cudnn-10.0-linux-x64-v7.4.2.24.tgz"], "--cuda-root", root,
+              "--no-theanorc", "--no-verify"], home)
+    dup = tmp_path / "dup.theanorc"
+    dup.write_text("[global]\ndevice = cpu\ndevice = cuda\n")
+    cases = {"theanorc-no-directory": tmp_path / "missing" / ".theanorc",
+             "theanorc-not-a-file": tmp_path, "theanorc-ambiguous": dup}
+    for code, path in cases.items():
+        done, out = run_json(["theanorc", "--cuda-root", root, "--theanorc", path], home)
+        assert done.returncode == 5, out
+        assert out["error"]["code"] == code, (code, out["error"])
+        assert out["error"]["hint"] and out["error"]["hint"] not in out["error"]["message"]
+    assert dup.read_text() == "[global]\ndevice = cpu\ndevice = cuda\n"

@@ -70,6 +70,10 @@ def command(name: str, fails_as: type[SetupError] = InstallFailed):
         @functools.wraps(body)
         def run(*args, **kwargs) -> Result:
             result = Result(name)
+            ctx = next((a for a in args if isinstance(a, Context)), kwargs.get("ctx"))
+            if ctx is not None and ctx.cwd is not None:  # every path taken as the user meant it
+                args = tuple(_absolute(a, ctx.cwd) for a in args)
+                kwargs = {k: _absolute(v, ctx.cwd) for k, v in kwargs.items()}
             try:
                 body(result, *args, **kwargs)
             except SetupError as exc:
@@ -86,6 +90,18 @@ def command(name: str, fails_as: type[SetupError] = InstallFailed):
         return run
 
     return wrap
+
+
+def _absolute(value, cwd: Path):
+    """A relative path given by the user, joined to the directory it was given in.
+
+    Library code checks paths from roots down (the loader's search, ELF RUNPATHs, the state's
+    containment); a relative one would be read against whatever directory each part assumes."""
+    if isinstance(value, Path) and not value.is_absolute():
+        return cwd / value
+    if isinstance(value, (list, tuple)) and any(isinstance(v, Path) for v in value):
+        return type(value)(_absolute(v, cwd) for v in value)
+    return value
 
 
 def committed_outcome(result: Result) -> str:

@@ -21,6 +21,11 @@ def theanorc(result: Result, ctx: Context, *, cuda_root: Path | None = None,
     result.cudnn_version = inst.version
     check = theanorc_step(result, theanorc_path(ctx, theanorc), root.path, inst.lib_dir, dry_run,
                           inst.version)
-    if check.status == FAIL:
-        raise TheanorcRefused(check.detail, "")
+    if check.status == FAIL:  # the step's own error, its code and hint kept
+        data = check.data or {}
+        message = check.detail
+        hint = data.get("hint") or ""
+        if hint and message.endswith(f" — {hint}"):
+            message = message[: -len(f" — {hint}")]
+        raise TheanorcRefused(message, hint, code=data.get("code") or None)
     result.checks.append(check)
