@@ -46,7 +46,8 @@ except ImportError:  # pragma: no cover - isal is an optional speed-up
 
 
 class RapidgzipError(Exception):
-    """Damage as rapidgzip reports it (it raises ValueError: a CRC mismatch, a bad header)."""
+    """Damage as rapidgzip reports it (ValueError for a CRC mismatch or a bad header,
+    RuntimeError for a trailer cut short or a size that disagrees with it)."""
 
 
 DECODE_ERRORS = (tarfile.TarError, EOFError, lzma.LZMAError, zlib.error, IsalError, OSError,
@@ -348,8 +349,8 @@ class _Progress(io.RawIOBase):
     def readinto(self, buffer) -> int:
         try:
             n = self.source.readinto(buffer)
-        except ValueError as exc:
-            raise RapidgzipError(str(exc)) from None
+        except Exception as exc:  # ValueError, RuntimeError ("End of file reached!")…
+            raise RapidgzipError(str(exc) or type(exc).__name__) from None
         self.decoded += n
         if self.on_read:
             self.on_read(os.lseek(self.fd, 0, os.SEEK_CUR))

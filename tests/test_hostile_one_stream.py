@@ -1,0 +1,88 @@
+"""Hostile and odd inputs for the one-stream read: rapidgzip's doubts, odd archive files, many
+writer threads, a disk that fills, signals. Each outcome is the documented one: one JSON object,
+the documented exit code, the root unchanged, no descriptor or child left behind, no hang.
+
+This machine may have too few cores for rapidgzip or several writers to be chosen; the tests
+ask for them by name.
+"""
+import gzip
+import hashlib
+import io
+import os
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from conftest import run_json, tree_state
+from cudnn_setup.archive import decoders, reader, staging
+from fixtures.generate import SPECS, compress, spec_entries, tar_bytes
+
+NAME = "cudnn-linux-x86_64-9.3.0.75_cuda12-archive"
+MB = decoders.CHUNK
+HAS_RAPIDGZIP = pytest.mark.skipif(decoders.importlib.util.find_spec("rapidgzip") is None,
+                                   reason="rapidgzip is not installed")
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory, compiler) -> dict:
+    out = tmp_path_factory.mktemp("hostile")
+    entries = spec_entries(SPECS[f"{NAME}.tar.xz"], compiler,
+                           {"libcudnn_engines_precompiled": 5 * MB + 7, "libcudnn_adv": 2 * MB})
+    raw = tar_bytes(entries)
+    return {"raw": raw, "gz": compress(raw, ".tgz"), "dir": out,
+            "files": {e.name: e.data for e in entries if e.type == tarfile.REGTYPE}}
+
+
+def _fds() -> set[str]:
+    return set(os.listdir("/proc/self/fd"))
+
+
+def _tar(files: dict[str, bytes]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.GNU_FORMAT) as t:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), 0o644
+            t.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def _read(path: Path, staging_dir: Path, gzip_decoder=decoders.RAPIDGZIP, **kw):
+    staging_dir.mkdir()
+    return reader.read(path, staging_dir, lambda m: True, gzip=gzip_decoder, **kw)
+
+
+@HAS_RAPIDGZIP
+@pytest.mark.parametrize("damage", ["trailer-cut", "no-trailer", "huge-isize"])
+def test_rapidgzip_runtime_errors_are_settled_by_a_second_decoder(damage, made, tmp_path):
+    """rapidgzip raises RuntimeError (not ValueError) for a gzip trailer cut short or one whose
+    size field disagrees: that too is a doubt for ISA-L or zlib to settle, never a traceback."""
+    data = made["gz"]
+    data = {"trailer-cut": data[:-3], "no-trailer": data[:-8],
+            "huge-isize": data[:-4] + (0xFFFFFFFF).to_bytes(4, "little")}[damage]
+    path = tmp_path / f"{NAME}.tgz"
+    path.write_bytes(data)
+    before = _fds()
+    by_rapidgzip = _read(path, tmp_path / "r")
+    by_fallback = _read(path, tmp_path / "f", decoders.fallback_gzip())
+    assert _fds() <= before
+    assert [p.code for p in by_rapidgzip.problems] == ["corrupt"]
+    assert [p.code for p in by_rapidgzip.problems] == [p.code for p in by_fallback.problems]
+    assert by_rapidgzip.sha256 is None
+
+
+@HAS_RAPIDGZIP
+def test_install_of_a_cut_gzip_trailer_through_rapidgzip_is_refused(made, cuda_root, home,
+                                                                    monkeypatch, tmp_path):
+    monkeypatch.setattr(decoders, "gzip_decoder", lambda *a, **k: decoders.RAPIDGZIP)
+    path = tmp_path / f"{NAME}.tgz"
+    path.write_bytes(made["gz"][:-3])
+    root = cuda_root("12.4")
+    before = tree_state(root)
+    done, out = run_json(["install", path, "--cuda-root", root, "--no-theanorc", "--no-verify"],
+                         home)
+    assert out["error"]["code"] == "archive-rejected", out
+    assert done.returncode == out["error"]["exit_code"] == 3
+    assert "Traceback" not in done.stderr
+    assert tree_state(root) == before
