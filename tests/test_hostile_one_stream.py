@@ -86,3 +86,64 @@ def test_install_of_a_cut_gzip_trailer_through_rapidgzip_is_refused(made, cuda_r
     assert done.returncode == out["error"]["exit_code"] == 3
     assert "Traceback" not in done.stderr
     assert tree_state(root) == before
+
+
+def _slow_driver(tmp_path: Path, seconds: int) -> dict:
+    """An nvidia-smi on PATH that answers nothing for `seconds`: the driver probe waits on it."""
+    bin_dir = tmp_path / "slow-bin"
+    bin_dir.mkdir()
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text(f"#!/bin/sh\nsleep {seconds}\n")
+    smi.chmod(0o755)
+    return {"PATH": f"{bin_dir}:{os.environ.get('PATH', os.defpath)}"}
+
+
+def test_a_refused_archive_does_not_wait_for_the_driver_probe(cuda_root, home, tmp_path):
+    """The driver is asked while the archive is read; when the read fails, the answer is of no
+    use, and the refusal comes at once, not when a slow driver answers."""
+    import time
+
+    path = tmp_path / f"{NAME}.tgz"
+    path.write_bytes(b"not an archive " * 100)
+    root = cuda_root("12.4")
+    started = time.monotonic()
+    done, out = run_json(["install", path, "--cuda-root", root, "--no-theanorc", "--no-verify"],
+                         home, env_extra=_slow_driver(tmp_path, 25))
+    took = time.monotonic() - started
+    assert out["error"]["code"] == "archive-rejected", out
+    assert took < 10, f"the refusal waited {took:.0f} s for the driver probe"
+
+
+def test_sigterm_while_the_driver_probe_runs_is_answered_at_once(archives, cuda_root, home,
+                                                                 tmp_path):
+    """SIGTERM while the install waits for a slow driver probe (in a session of its own, so a
+    Ctrl-C at the terminal does not reach it): `interrupted` within seconds, root unchanged."""
+    import json
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from conftest import clean_env
+
+    root = cuda_root("12.4")
+    before = tree_state(root)
+    env = clean_env(home, **_slow_driver(tmp_path, 25))
+    proc = subprocess.Popen([sys.executable, "-m", "cudnn_setup", "install",
+                             str(archives[f"{NAME}.tar.xz"]), "--cuda-root", str(root),
+                             "--no-theanorc", "--no-verify", "--json"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(3)  # the archive is read by now; the install waits for the probe
+    proc.send_signal(signal.SIGTERM)
+    started = time.monotonic()
+    try:
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    took = time.monotonic() - started
+    result = json.loads(out)
+    assert result["error"]["code"] == "interrupted", result
+    assert proc.returncode == 5
+    assert "Traceback" not in err
+    assert tree_state(root) == before
+    assert took < 10, f"SIGTERM was answered after {took:.0f} s"
