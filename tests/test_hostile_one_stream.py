@@ -147,3 +147,71 @@ def test_sigterm_while_the_driver_probe_runs_is_answered_at_once(archives, cuda_
     assert "Traceback" not in err
     assert tree_state(root) == before
     assert took < 10, f"SIGTERM was answered after {took:.0f} s"
+
+
+def test_the_same_archive_installed_twice_at_once(archives, cuda_root, home, tmp_path):
+    """Two installs of one archive into one root at the same time: both end with one JSON
+    object; one installs, the other finds it installed (or waits on the lock and says so);
+    no staging directory is left behind."""
+    import json
+    import subprocess
+    import sys
+
+    from conftest import clean_env
+
+    root = cuda_root("12.4")
+    args = [sys.executable, "-m", "cudnn_setup", "install", str(archives[f"{NAME}.tar.xz"]),
+            "--cuda-root", str(root), "--no-theanorc", "--no-verify", "--json"]
+    procs = [subprocess.Popen(args, env=clean_env(home), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    results = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=300)
+        assert "Traceback" not in err
+        results.append((proc.returncode, json.loads(out)))
+    codes = sorted(rc for rc, _ in results)
+    assert codes[0] == 0, results
+    assert codes[1] == 0 or results[codes.index(codes[1])][1]["error"]["code"] == "lock-held"
+    assert sum(r["changed"] for _, r in results) == 1, results
+    leftovers = [p for p in root.rglob("*") if "staging" in p.name or "cudnn-setup-" in p.name]
+    assert not leftovers, leftovers
+
+
+def _children() -> set[str]:
+    found = set()
+    for task in os.listdir("/proc/self/task"):
+        try:
+            found |= set(Path(f"/proc/self/task/{task}/children").read_text().split())
+        except OSError:
+            pass
+    return found
+
+
+@HAS_RAPIDGZIP
+@pytest.mark.parametrize("failure", ["no-child", "no-threads"])
+def test_rapidgzip_that_cannot_start_leaves_the_read_to_the_second_decoder(failure, made, tmp_path,
+                                                                          monkeypatch):
+    """The feeding child cannot be started (EAGAIN: a pids limit), or rapidgzip cannot start its
+    threads (it raises RuntimeError): ISA-L or zlib reads the archive; no descriptor, no child
+    is left behind, and it is not said to be the archive's fault."""
+    import errno
+    import rapidgzip
+
+    if failure == "no-child":
+        def popen(*args, **kwargs):
+            raise OSError(errno.EAGAIN, "Resource temporarily unavailable")
+        monkeypatch.setattr(decoders.subprocess, "Popen", popen)
+    else:
+        def no_threads(*args, **kwargs):
+            raise RuntimeError("Resource temporarily unavailable")
+        monkeypatch.setattr(rapidgzip, "open", no_threads)
+    path = tmp_path / f"{NAME}.tgz"
+    path.write_bytes(made["gz"])
+    fds, children = _fds(), _children()
+    listing = _read(path, tmp_path / "s")
+    assert not listing.problems, listing.problems
+    assert listing.sha256 == hashlib.sha256(made["gz"]).hexdigest()
+    for m in listing.files():
+        assert m.staged.read_bytes() == made["files"][m.path], m.path
+    assert _fds() <= fds
+    assert _children() <= children

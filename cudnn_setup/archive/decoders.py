@@ -198,7 +198,14 @@ class Decoder:
             self.feeder = threading.Thread(target=self._feed, daemon=True)
             self.feeder.start()
         elif gzip == RAPIDGZIP:
-            self.stream = self._rapidgzip(on_read)
+            try:
+                self.stream = self._rapidgzip(on_read)
+            except Exception:  # no child, or no threads for rapidgzip (a pids limit): the
+                self._stop_tee()  # archive is not at fault, and ISA-L or zlib reads it
+                self.raw.close()
+                self.name = gzip = fallback_gzip()
+                self.raw = ArchiveFile(path, on_read, hash_aside=True)
+                self.stream = _in_process_stream(compression, self.raw, gzip)
         else:
             self.stream = _in_process_stream(compression, self.raw, gzip)
 
@@ -233,6 +240,14 @@ class Decoder:
         _widen_pipe(self.proc.stdout)
         decoded = rapidgzip.open(self.proc.stdout.fileno(), parallelization=usable_cores())
         return _Progress(decoded, self.raw.file.fileno(), on_read)
+
+    def _stop_tee(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is not None:
+            proc.kill()
+            proc.stdout.close()
+            proc.stderr.close()
+            proc.wait()
 
     @property
     def sha256(self) -> str:
