@@ -215,3 +215,24 @@ def test_rapidgzip_that_cannot_start_leaves_the_read_to_the_second_decoder(failu
         assert m.staged.read_bytes() == made["files"][m.path], m.path
     assert _fds() <= fds
     assert _children() <= children
+
+
+def test_many_large_headers_are_not_all_kept_in_memory(tmp_path, home):
+    """Forty 16 MiB headers of zeros (a 650 KB .tgz): only so much header text is kept for
+    version parsing, so `inspect` stays under the 200 MB bound (each was kept: 760 MB)."""
+    import zlib
+
+    from test_hostile_headers import PEAK_RSS_LIMIT, _peak_rss
+
+    path = tmp_path / "headers.tgz"
+    packer = zlib.compressobj(6, zlib.DEFLATED, 31)
+    with open(path, "wb") as f:
+        for i in range(40):
+            info = tarfile.TarInfo(f"cudnn/include/cudnn_{i}.h")
+            info.size, info.mode = staging.MAX_HEADER_BYTES, 0o644
+            f.write(packer.compress(info.tobuf(format=tarfile.GNU_FORMAT)))
+            f.write(packer.compress(bytes(staging.MAX_HEADER_BYTES)))
+        f.write(packer.compress(bytes(10240)) + packer.flush())
+    code, peak, out = _peak_rss(["inspect", str(path), "--json"], home)
+    assert code == 3, out
+    assert peak < PEAK_RSS_LIMIT, f"peak RSS {peak >> 20} MiB"
