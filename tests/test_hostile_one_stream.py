@@ -236,3 +236,34 @@ def test_many_large_headers_are_not_all_kept_in_memory(tmp_path, home):
     code, peak, out = _peak_rss(["inspect", str(path), "--json"], home)
     assert code == 3, out
     assert peak < PEAK_RSS_LIMIT, f"peak RSS {peak >> 20} MiB"
+
+
+@pytest.mark.parametrize("decoder", [decoders.fallback_gzip(),
+                                     pytest.param(decoders.RAPIDGZIP, marks=HAS_RAPIDGZIP)])
+def test_a_staged_file_that_cannot_be_finished_is_the_machines_fault(decoder, made, cuda_root,
+                                                                    home, tmp_path, monkeypatch):
+    """A staged file is closed and made read-only by whichever thread comes last; for an empty
+    member that is the reading thread. A quota met there (NFS says EDQUOT at close) is the
+    staging disk's fault, exit 5 `disk-full`, not an archive that cannot be read (exit 3)."""
+    import errno
+
+    first = tarfile.TarInfo(f"{NAME}/include/cudnn_empty_first.h")  # an empty header first
+    first.mode = 0o644
+    raw = first.tobuf(format=tarfile.GNU_FORMAT) + made["raw"]
+    path = tmp_path / f"{NAME}.tgz"
+    path.write_bytes(gzip.compress(raw, mtime=0))
+    real = os.chmod
+
+    def chmod(target, mode, *args, **kwargs):
+        if str(target).endswith("cudnn_empty_first.h"):
+            raise OSError(errno.EDQUOT, os.strerror(errno.EDQUOT), str(target))
+        return real(target, mode, *args, **kwargs)
+
+    monkeypatch.setattr(staging.os, "chmod", chmod)
+    monkeypatch.setattr(decoders, "gzip_decoder", lambda *a, **k: decoder)
+    root = cuda_root("12.4")
+    before = tree_state(root)
+    done, out = run_json(["install", path, "--cuda-root", root, "--no-theanorc", "--no-verify"],
+                         home)
+    assert (out["error"]["code"], done.returncode) == ("disk-full", 5), out
+    assert tree_state(root) == before

@@ -292,7 +292,10 @@ def consume(stream: IO[bytes], member: Member, staging: Path | None,
             member.head = bytes(buf[:min(n, 64)])
         writer.put_chunk(sink, hashing, buf, n, offset)
         offset += n
-    sink.done_queuing()
+    try:
+        sink.done_queuing()  # closes the file here when its writes are all done
+    except OSError as exc:  # closing or chmod: the staging disk's fault, as a write's would be
+        raise StagingWriteFailed() from exc
     writer.put(hashing, sink.seal)
 
 
