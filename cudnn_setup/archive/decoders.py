@@ -46,7 +46,8 @@ except ImportError:  # pragma: no cover - isal is an optional speed-up
 
 
 class RapidgzipError(Exception):
-    """Damage as rapidgzip reports it (it raises ValueError: a CRC mismatch, a bad header)."""
+    """Damage as rapidgzip reports it (ValueError for a CRC mismatch or a bad header,
+    RuntimeError for a trailer cut short or a size that disagrees with it)."""
 
 
 DECODE_ERRORS = (tarfile.TarError, EOFError, lzma.LZMAError, zlib.error, IsalError, OSError,
@@ -197,7 +198,14 @@ class Decoder:
             self.feeder = threading.Thread(target=self._feed, daemon=True)
             self.feeder.start()
         elif gzip == RAPIDGZIP:
-            self.stream = self._rapidgzip(on_read)
+            try:
+                self.stream = self._rapidgzip(on_read)
+            except Exception:  # no child, or no threads for rapidgzip (a pids limit): the
+                self._stop_tee()  # archive is not at fault, and ISA-L or zlib reads it
+                self.raw.close()
+                self.name = gzip = fallback_gzip()
+                self.raw = ArchiveFile(path, on_read, hash_aside=True)
+                self.stream = _in_process_stream(compression, self.raw, gzip)
         else:
             self.stream = _in_process_stream(compression, self.raw, gzip)
 
@@ -232,6 +240,14 @@ class Decoder:
         _widen_pipe(self.proc.stdout)
         decoded = rapidgzip.open(self.proc.stdout.fileno(), parallelization=usable_cores())
         return _Progress(decoded, self.raw.file.fileno(), on_read)
+
+    def _stop_tee(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is not None:
+            proc.kill()
+            proc.stdout.close()
+            proc.stderr.close()
+            proc.wait()
 
     @property
     def sha256(self) -> str:
@@ -348,8 +364,8 @@ class _Progress(io.RawIOBase):
     def readinto(self, buffer) -> int:
         try:
             n = self.source.readinto(buffer)
-        except ValueError as exc:
-            raise RapidgzipError(str(exc)) from None
+        except Exception as exc:  # ValueError, RuntimeError ("End of file reached!")…
+            raise RapidgzipError(str(exc) or type(exc).__name__) from None
         self.decoded += n
         if self.on_read:
             self.on_read(os.lseek(self.fd, 0, os.SEEK_CUR))

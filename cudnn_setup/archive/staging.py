@@ -19,7 +19,9 @@ from cudnn_setup.archive.decoders import CHUNK
 from cudnn_setup.archive.listing import Member
 from cudnn_setup.facts import mounts
 
-MAX_HEADER_BYTES = 16 << 20  # headers up to this size are kept as text, for version parsing
+# Headers are kept as text, for version parsing, up to this size all together: cuDNN's come to
+# well under a MiB, and a hostile archive of many large headers must not fill the memory.
+MAX_HEADER_BYTES = 16 << 20
 
 
 class StagingWriteFailed(Exception):
@@ -53,6 +55,7 @@ class Writer:
             t.start()
         self.turn = 0
         self.open_sinks: set[Sink] = set()
+        self.text_left = MAX_HEADER_BYTES  # header text still to be kept (reading thread only)
 
     def _run(self, jobs: queue.SimpleQueue) -> None:
         while (item := jobs.get()) is not None:
@@ -131,7 +134,9 @@ class Sink:
         self.writer = writer
         self.direct = writer.direct and member.size >= DIRECT_MIN_BYTES
         self.digest = hashlib.sha256()
-        self.keep_text = member.name.endswith(".h") and member.size <= MAX_HEADER_BYTES
+        self.keep_text = member.name.endswith(".h") and member.size <= writer.text_left
+        if self.keep_text:
+            writer.text_left -= member.size
         self.chunks: list[bytes] = []
         self.out: StagedFile | None = None
         self.lock = threading.Lock()
@@ -287,7 +292,10 @@ def consume(stream: IO[bytes], member: Member, staging: Path | None,
             member.head = bytes(buf[:min(n, 64)])
         writer.put_chunk(sink, hashing, buf, n, offset)
         offset += n
-    sink.done_queuing()
+    try:
+        sink.done_queuing()  # closes the file here when its writes are all done
+    except OSError as exc:  # closing or chmod: the staging disk's fault, as a write's would be
+        raise StagingWriteFailed() from exc
     writer.put(hashing, sink.seal)
 
 

@@ -3,7 +3,7 @@ make the loader find it, write Theano's config, verify.
 """
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
+import threading
 from pathlib import Path
 
 from cudnn_setup.checks.driver import driver_facts
@@ -44,11 +44,11 @@ def install(result: Result, ctx: Context, source: str, *, cuda_root: Path | None
         expected = expected_for(archive.name, sha256)
     # The GPUs and driver the build must fit, asked once, by a child that starts the driver
     # (half a second on a GPU machine): it runs while the archive is read, and is waited for
-    # when the staged build is judged, before anything is placed.
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        asked = pool.submit(driver_facts, ctx.env)
-        outcome = _place(ctx, archive, root, force, dry_run, expected, asked.result)
-        driver = asked.result()
+    # when the staged build is judged, before anything is placed. When the install fails or is
+    # interrupted first, it is not waited for (its child times out in a session of its own).
+    asked = _Background(driver_facts, ctx.env)
+    outcome = _place(ctx, archive, root, force, dry_run, expected, asked.result)
+    driver = asked.result()
     pkg = outcome.package
     result.cudnn_version = pkg.cudnn_version if pkg else None
     result.changed = outcome.changed and not dry_run
@@ -78,6 +78,29 @@ def install(result: Result, ctx: Context, source: str, *, cuda_root: Path | None
                                     loader=frameworks.search if same else None)
     if step is not None and step.refused:
         raise step.refused
+
+
+class _Background:
+    """A call on a daemon thread: unlike a ThreadPoolExecutor's, it holds up neither an error
+    nor the interpreter's exit while it runs."""
+
+    def __init__(self, fn, *args):
+        self.value = None
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, args=(fn, *args), daemon=True)
+        self.thread.start()
+
+    def _run(self, fn, *args) -> None:
+        try:
+            self.value = fn(*args)
+        except BaseException as exc:  # raised where the answer is asked for
+            self.error = exc
+
+    def result(self):
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+        return self.value
 
 
 def _place(ctx: Context, archive: Path, root: CudaRoot, force: bool, dry_run: bool, expected,
