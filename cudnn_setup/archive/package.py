@@ -195,7 +195,7 @@ def _collect(pkg: Package, listing: Listing) -> None:
 
 def _version(pkg: Package) -> None:
     by_name = {h.name: h for h in pkg.headers}
-    for name in ("cudnn_version.h", "cudnn.h"):
+    for name in gen.VERSION_HEADERS:
         header = by_name.get(name)
         version = gen.header_version(header.text or "") if header else None
         if version:

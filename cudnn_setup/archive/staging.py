@@ -17,6 +17,7 @@ from typing import IO, Callable
 
 from cudnn_setup.archive.decoders import CHUNK
 from cudnn_setup.archive.listing import Member
+from cudnn_setup.facts import cudnn as gen
 from cudnn_setup.facts import mounts
 
 # Headers are kept as text, for version parsing, up to this size all together: cuDNN's come to
@@ -134,7 +135,7 @@ class Sink:
         self.writer = writer
         self.direct = writer.direct and member.size >= DIRECT_MIN_BYTES
         self.digest = hashlib.sha256()
-        self.keep_text = member.name.endswith(".h") and member.size <= writer.text_left
+        self.keep_text = member.name in gen.VERSION_HEADERS and member.size <= writer.text_left
         if self.keep_text:
             writer.text_left -= member.size
         self.chunks: list[bytes] = []

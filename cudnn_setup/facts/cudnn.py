@@ -116,6 +116,10 @@ def library_file_version(name: str) -> str | None:
     return m["ver"] if m else None
 
 
+# The headers a version is read from, in order: cudnn_version.h from 8.0 on, cudnn.h before.
+VERSION_HEADERS = ("cudnn_version.h", "cudnn.h")
+
+
 def header_version(text: str) -> tuple[int, int, int] | None:
     """MAJOR, MINOR, PATCH from a cuDNN header's macros; None when it has none (R1)."""
     macros = {name: int(value) for name, value in _MACRO.findall(text)}
