@@ -26,6 +26,21 @@ def _strace_works() -> bool:
     return done.returncode == 0
 
 
+def _joined(lines):
+    """strace -f splits a call that another thread interrupts into "<unfinished ...>" and
+    "<... call resumed>" lines: put each call back on one line."""
+    pending = {}
+    for line in lines:
+        pid, _, rest = line.partition(" ")
+        if rest.endswith("<unfinished ...>"):
+            pending[pid] = rest[: -len("<unfinished ...>")]
+            continue
+        m = re.match(r"<\.\.\. \w+ resumed>(.*)", rest)
+        if m and pid in pending:
+            rest = pending.pop(pid) + m.group(1)
+        yield f"{pid} {rest}"
+
+
 @pytest.mark.skipif(not _strace_works(), reason="strace is missing or may not ptrace here")
 def test_every_staged_file_is_fsynced_before_the_manifest_rename(archives, cuda_root, home,
                                                                   tmp_path):
@@ -37,7 +52,7 @@ def test_every_staged_file_is_fsynced_before_the_manifest_rename(archives, cuda_
     done = subprocess.run(cmd, env=clean_env(home), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     staged, synced, commit = [], set(), None
-    for number, line in enumerate(log.read_text().splitlines()):
+    for number, line in enumerate(_joined(log.read_text().splitlines())):
         m = CREATE.search(line)
         if m and "/staging/" in m["path"]:
             staged.append(m["path"])
