@@ -267,3 +267,21 @@ def test_a_staged_file_that_cannot_be_finished_is_the_machines_fault(decoder, ma
                          home)
     assert (out["error"]["code"], done.returncode) == ("disk-full", 5), out
     assert tree_state(root) == before
+
+
+def test_a_member_claiming_more_than_any_cudnn_file_stops_the_read(tmp_path):
+    """Skipping a refused member means decoding all it claims: a bomb stops the pass instead
+    (before, a 4 MB .tgz claiming 100 GiB kept the decoder busy for minutes)."""
+    import gzip as gz
+    import tarfile as tf
+
+    from cudnn_setup.archive import reader as rd
+
+    info = tf.TarInfo("cuda/lib64/libcudnn.so.9.1.0")
+    info.size = 5 << 30  # over Limits.member_bytes (4 GiB); the data that follows is short
+    raw = info.tobuf(tf.GNU_FORMAT) + bytes(1 << 20)
+    path = tmp_path / "cudnn-linux-x86_64-9.1.0.70_cuda12-archive.tar.gz"
+    path.write_bytes(gz.compress(raw, mtime=0))
+    (tmp_path / "s").mkdir()
+    listing = rd.read(path, tmp_path / "s", lambda m: True)
+    assert [p.code for p in listing.problems] == ["too-large"], listing.problems

@@ -146,10 +146,12 @@ class MemberRules:
 
     def _file(self, rel: str, mode: int, size: int) -> Member | Problem:
         if size > self.limits.member_bytes:
-            return Problem("too-large",
-                           f"member {escape(rel)} claims {size} bytes, more than any real "
-                           f"cuDNN file ({self.limits.member_bytes} at most)",
-                           "a decompression bomb or a damaged archive; do not use it")
+            # A stop, not a problem to read past: skipping the member means decoding all it
+            # claims (100 GiB from a 4 MB .tgz took minutes), which a bomb is made for.
+            raise Stop(Problem("too-large",
+                               f"member {escape(rel)} claims {size} bytes, more than any real "
+                               f"cuDNN file ({self.limits.member_bytes} at most)",
+                               "a decompression bomb or a damaged archive; do not use it"))
         self.total += size
         if self.total > self.limits.total_bytes:
             raise Stop(Problem("too-large", f"the archive unpacks to more than "
