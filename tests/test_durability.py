@@ -1,6 +1,7 @@
 """Durable commit, watched with strace: every staged file and its directory is fsynced before
 the manifest (the commit point) is renamed into place, so a power cut after "installed" cannot
 leave an empty library."""
+import json
 import re
 import shutil
 import subprocess
@@ -65,8 +66,14 @@ def test_every_staged_file_is_fsynced_before_the_manifest_rename(archives, cuda_
         if m and m["dst"] == str(root / ".cudnn-setup" / "manifest.json"):
             commit = number
     assert commit is not None, "the manifest was never renamed into place"
-    assert len(staged) >= 30  # 9.x: 8 libraries, 8 static libraries, headers
+    assert len(staged) >= 25  # 9.x: 8 libraries, 8 static libraries, headers (a few opens may
+    # be lost when strace interleaves threads: the count that matters is the fsyncs, below)
     assert [p for p in staged if p not in synced] == [], "staged but not fsynced before the commit"
+    manifest = json.loads((root / ".cudnn-setup" / "manifest.json").read_text())
+    files = [f for f in manifest["files"] if f["type"] == "file"]
+    synced_staged = {p for p in synced if "/staging/" in p and p not in
+                     {q.rsplit("/", 1)[0] for q in synced}}
+    assert len(files) >= 30 and len(synced_staged) >= len(files), (len(files), len(synced_staged))
     staging_dirs = {p.rsplit("/", 1)[0] for p in staged}
     assert staging_dirs <= synced, "staging directories not fsynced"
     assert {str(root / "include"), str(root / "lib64")} <= synced
