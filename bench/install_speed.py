@@ -41,6 +41,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from cudnn_setup.archive.decoders import usable_cores as cores  # noqa: E402
 from fixtures.generate import SPECS, Compiler, make_cuda_root, spec_entries, tar_bytes  # noqa: E402
 
 NAME = "cudnn-linux-x86_64-9.3.0.75_cuda12-archive"
@@ -118,10 +119,6 @@ if out:
     out.flush()
     os.fsync(out.fileno())
 """
-
-
-def cores() -> int:
-    return len(os.sched_getaffinity(0))
 
 
 def gzip_floors() -> list[str]:
@@ -267,7 +264,7 @@ def measure(archive: Path, runs: int, base: Path, cuda_include: Path | None,
         shutil.rmtree(root_a)
         shutil.rmtree(root_c)
     med = {k: statistics.median(v) for k, v in times.items()}
-    best = min(ways, key=lambda w: med[f"floor:{w}"])
+    best = best_way(ways, times)
     med["floor"] = med[f"floor:{best}"]
     root_m = fresh_root(base, 2 * runs, cuda_of(archive))
     if cuda_include and cuda_include.is_dir():

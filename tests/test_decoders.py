@@ -161,7 +161,7 @@ def test_staged_file_writes_directly_then_buffers_its_tail(tmp_path):
     for i in range(0, len(data), decoders.CHUNK):
         piece = data[i:i + decoders.CHUNK]
         buf[:len(piece)] = piece
-        out.write(memoryview(buf)[:len(piece)])
+        out.write_at(memoryview(buf)[:len(piece)], i)
     assert out.direct and out.buffered_fd not in (None, out.fd)  # the tail: page cache
     out.close()
     assert (tmp_path / "lib.so").read_bytes() == data

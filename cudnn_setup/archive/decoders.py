@@ -181,9 +181,8 @@ class Decoder:
         self.stream: IO[bytes]
         xz = xz if compression == XZ else None
         piped = xz is not None and _xz_decodes_in_parallel(xz) and _xz_blocks(xz, path) != 1
-        if compression == GZIP and gzip is None:
-            gzip = gzip_decoder(archive_bytes=path.stat().st_size)
-        gzip = gzip if compression == GZIP else None
+        gzip = (gzip or gzip_decoder(archive_bytes=path.stat().st_size)) \
+            if compression == GZIP else None
         self.name = ("xz -T0" if piped else gzip if gzip else
                      "liblzma" if compression == XZ and liblzma.load() else compression)
         self.raw = ArchiveFile(path, on_read, hash_aside=not piped and gzip != RAPIDGZIP)
@@ -250,20 +249,21 @@ class Decoder:
             proc.wait()
 
     @property
+    def _teed(self) -> bool:
+        """Whether rapidgzip's feeder child reads and hashes the archive (a child, no feeder)."""
+        return self.proc is not None and self.feeder is None
+
+    @property
     def sha256(self) -> str:
-        if self.feeder is None and self.proc is not None:  # the rapidgzip feeder's report
-            return self.tee_sha256
-        return self.raw.hasher.hexdigest()
+        return self.tee_sha256 if self._teed else self.raw.hasher.hexdigest()
 
     @property
     def size(self) -> int:
-        if self.feeder is None and self.proc is not None:
-            return self.tee_size
-        return self.raw.count
+        return self.tee_size if self._teed else self.raw.count
 
     def finish(self, complete: bool) -> str | None:
         """Close the decoder; return the decoder's complaint if it found the input damaged."""
-        if self.proc is not None and self.feeder is None:
+        if self._teed:
             return self._finish_tee(complete)
         if self.proc is None:
             try:

@@ -223,7 +223,6 @@ class StagedFile:
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
         self.path = path
         self.direct = False
-        self.pos = 0
         self.lock = threading.Lock()
         self.buffered_fd: int | None = None
         if direct and hasattr(os, "O_DIRECT"):
@@ -235,11 +234,6 @@ class StagedFile:
                 if exc.errno != errno.EINVAL:  # EINVAL: this filesystem has no direct I/O
                     raise
         self.fd = os.open(path, flags, 0o600)
-
-    def write(self, chunk: memoryview) -> None:
-        """The next chunk, after the last one written."""
-        self.write_at(chunk, self.pos)
-        self.pos += len(chunk)
 
     def write_at(self, chunk: memoryview, offset: int) -> None:
         if self.direct and not len(chunk) % DIRECT_ALIGN:

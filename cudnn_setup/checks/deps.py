@@ -213,8 +213,9 @@ def check_deps(inst: Installation, env: Mapping[str, str], *, load_data: dict | 
     missing = [e for e in entries if not e.found]
     manager = _manager(distro_id) if missing else None
     search = list(search_dirs) if search_dirs is not None else (likely_dirs(inst, env) if missing else [])
+    internal = [e for e in missing if _driver_internal(e)]
     for e in missing:
-        e.severity = SKIP if _driver_internal(e) else rate(e.kind, e.name, driver_present)
+        e.severity = SKIP if e in internal else rate(e.kind, e.name, driver_present)
         e.what_breaks = what_breaks(e, inst.lib_dir)
         e.fixes = [vars(f) for f in fixes_for(e, versions.cuda, manager, search, inst.lib_dir)]
     data = {"lib_dir": str(inst.lib_dir), "libraries": [str(r) for r in roots],
@@ -234,8 +235,7 @@ def check_deps(inst: Installation, env: Mapping[str, str], *, load_data: dict | 
     found = [e for e in entries if e.found]
     detail = (f"the {len(found)} libraries that {len(roots)} cuDNN libraries in {inst.lib_dir} "
               "need at load and run time are found")
-    skipped = [e for e in missing if e.severity == SKIP and not _driver_internal(e)]
-    internal = [e for e in missing if e.severity == SKIP and _driver_internal(e)]
+    skipped = [e for e in missing if e.severity == SKIP and e not in internal]
     if skipped:
         detail += "; not found, and not needed here: " + "; ".join(
             f"{e.name} ({_skip_reason(e, driver_present)})" for e in skipped)
@@ -267,9 +267,6 @@ def _driver_internal(e: Entry) -> bool:
 def _skip_reason(e: Entry, driver_present: bool) -> str:
     if D.stem_of(e.name) == "libcuda.so" and not driver_present:
         return "no NVIDIA driver on this machine"
-    if _driver_internal(e):
-        who = ", ".join(sorted({os.path.basename(p) for p in e.needed_by}))
-        return f"opened at run time by {who} only, for features cuDNN does not use"
     need = D.classify(e.name)
     return need.why if need else "optional"
 

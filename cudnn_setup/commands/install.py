@@ -47,7 +47,9 @@ def install(result: Result, ctx: Context, source: str, *, cuda_root: Path | None
     # when the staged build is judged, before anything is placed. When the install fails or is
     # interrupted first, it is not waited for (its child times out in a session of its own).
     asked = _Background(driver_facts, ctx.env)
-    outcome = _place(ctx, archive, root, force, dry_run, expected, asked.result)
+    outcome = placement.install(archive, root, force=force, dry_run=dry_run, expected=expected,
+                                on_read=_progress(ctx, archive), lock_timeout=ctx.lock_timeout,
+                                xz=which(ctx, "xz"), env=ctx.env, driver=asked.result)
     driver = asked.result()
     pkg = outcome.package
     result.cudnn_version = pkg.cudnn_version if pkg else None
@@ -101,13 +103,6 @@ class _Background:
         if self.error is not None:
             raise self.error
         return self.value
-
-
-def _place(ctx: Context, archive: Path, root: CudaRoot, force: bool, dry_run: bool, expected,
-           driver) -> placement.Outcome:
-    return placement.install(archive, root, force=force, dry_run=dry_run, expected=expected,
-                             on_read=_progress(ctx, archive), lock_timeout=ctx.lock_timeout,
-                             xz=which(ctx, "xz"), env=ctx.env, driver=driver)
 
 
 def _progress(ctx: Context, archive: Path):

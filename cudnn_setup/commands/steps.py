@@ -59,7 +59,7 @@ def theanorc_step(result: Result, path: Path, root: Path, lib_dir: Path, dry_run
         change = configure(path, root, lib_dir, dry_run=dry_run)
     except TheanorcRefused as exc:  # also what an OSError became: the install still stands
         return Check("theanorc", FAIL, f"{exc.message} — {exc.hint}",
-                     {"code": exc.code, "hint": exc.hint})
+                     {"code": exc.code, "message": exc.message, "hint": exc.hint})
     if cudnn_version and not theano_supports(cudnn_version):
         change = replace(change, warnings=(*change.warnings, theano_range_note(cudnn_version)))
     result.add("theanorc", change.to_dict())

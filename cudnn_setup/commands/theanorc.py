@@ -21,11 +21,6 @@ def theanorc(result: Result, ctx: Context, *, cuda_root: Path | None = None,
     result.cudnn_version = inst.version
     check = theanorc_step(result, theanorc_path(ctx, theanorc), root.path, inst.lib_dir, dry_run,
                           inst.version)
-    if check.status == FAIL:  # the step's own error, its code and hint kept
-        data = check.data or {}
-        message = check.detail
-        hint = data.get("hint") or ""
-        if hint and message.endswith(f" — {hint}"):
-            message = message[: -len(f" — {hint}")]
-        raise TheanorcRefused(message, hint, code=data.get("code") or None)
+    if check.status == FAIL:  # the step's own refusal, its code and hint kept
+        raise TheanorcRefused(check.data["message"], check.data["hint"], code=check.data["code"])
     result.checks.append(check)
