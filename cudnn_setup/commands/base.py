@@ -40,6 +40,9 @@ class Context:
     user_config: Optional[Path] = None
     # Makes a progress callback for a label ("downloading", "installing"), or None for none.
     progress: Callable[[str], Optional[Progress]] = field(default=lambda label: None)
+    # Takes one line for a person about a step or a wait (a retry and why, a lock held by
+    # another run); the CLI decides how it is shown. Never part of the Result.
+    status: Callable[[str], None] = field(default=lambda line: None)
 
 
 def root_if_any(ctx: Context, cuda_root: Path | None) -> CudaRoot | None:
