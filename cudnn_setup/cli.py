@@ -1,41 +1,56 @@
 """The command line: parse argv, call a command, render its Result. Errors become exit codes here
 and nowhere else; whatever happens, `--json` prints one JSON object.
+
+Start-up is part of every command (`--version` and `--help` are little else), so this module
+imports only what parsing needs; each command's module, and what it needs, is imported when that
+command runs. Help is click's plain help, not typer's rich panels: those import rich, markdown-it
+and pygments (about 80 ms) for every `--help`. tests/test_startup.py pins what is imported.
 """
 from __future__ import annotations
 
-import contextlib
-import datetime
-import json
 import os
-import shutil
-import signal
 import sys
-import tempfile
+import typing
 from pathlib import Path
-from typing import IO, Callable, Mapping, Optional
+from typing import IO, TYPE_CHECKING, Callable, Mapping, Optional
 
 import typer
+import typer.main
 
 from cudnn_setup import __version__
-from cudnn_setup.commands.base import Context, interrupted
 from cudnn_setup.errors import INTERNAL, USAGE, InternalError, Interrupted, UsageError
-from cudnn_setup.report import SCHEMA, Result, check_lines
-from cudnn_setup.text import escape, printable, valid_unicode
+
+if TYPE_CHECKING:
+    from cudnn_setup.commands.base import Context
+    from cudnn_setup.report import Result
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  rich_markup_mode=None,
                   help="Install NVIDIA cuDNN from an archive into a CUDA toolkit, configure "
                        "Theano for it, and prove that it works.")
 
-CudaRootOpt = typer.Option(None, "--cuda-root", help="CUDA root (default: discovered)")
+# Every option that takes a value names it (metavar): a flag shows none, so help never suggests
+# `--json true`; tests/test_cli_help.py reads the help of every command.
+CudaRootOpt = typer.Option(None, "--cuda-root", metavar="DIR",
+                           help="CUDA root (default: discovered)")
 JsonOpt = typer.Option(False, "--json", help="one JSON object on stdout; human output on stderr")
-TheanorcOpt = typer.Option(None, "--theanorc", help="Theano config to write "
-                           "(default: last entry of $THEANORC, else ~/.theanorc)")
+_RC_DEFAULT = "(default: last entry of $THEANORC, else ~/.theanorc)"
+TheanorcOpt = typer.Option(None, "--theanorc", metavar="FILE",
+                           help=f"Theano config to write {_RC_DEFAULT}")
+TheanorcCheckedOpt = typer.Option(None, "--theanorc", metavar="FILE",
+                                  help=f"Theano config the Theano check reads {_RC_DEFAULT}")
+TheanorcBenchOpt = typer.Option(None, "--theanorc", metavar="FILE",
+                                help=f"Theano config the benchmark reads {_RC_DEFAULT}")
 
 
 def _interpreter(ctx: typer.Context, value: Optional[str]) -> Optional[str]:
     """--python must name a program that exists, or a test of Theano there would be meaningless."""
     if value is None:
         return None
+    import shutil
+
+    from cudnn_setup.text import escape
+
     session = ctx.find_object(_Session)
     path = session.env.get("PATH", os.defpath) if session else os.defpath
     found = shutil.which(value, path=path) if "/" not in value else (
@@ -47,23 +62,23 @@ def _interpreter(ctx: typer.Context, value: Optional[str]) -> Optional[str]:
     return value
 
 
-PythonOpt = typer.Option(None, "--python", callback=_interpreter,
+PythonOpt = typer.Option(None, "--python", callback=_interpreter, metavar="EXE",
                          help="interpreter whose Theano and frameworks are checked "
                               "(default: the one running cudnn-setup)")
-LibDirOpt = typer.Option(None, "--lib-dir", help="check the cuDNN in this directory instead of "
+LibDirOpt = typer.Option(None, "--lib-dir", metavar="DIR", help="check the cuDNN in this directory instead of "
                          "the root's (a copy by hand, /usr/lib/<triple>, a wheel's nvidia/cudnn/lib)")
-IncludeDirOpt = typer.Option(None, "--include-dir", help="its headers (default: where its "
+IncludeDirOpt = typer.Option(None, "--include-dir", metavar="DIR", help="its headers (default: where its "
                              "layout keeps them)")
 NoFrameworksOpt = typer.Option(False, "--no-frameworks", help="do not look at what the "
                                "deep-learning frameworks of --python load")
-HeaderOpt = typer.Option(None, "--header", help="extra HTTP header, e.g. 'Authorization: Bearer …' "
+HeaderOpt = typer.Option(None, "--header", metavar="'NAME: VALUE'", help="extra HTTP header, e.g. 'Authorization: Bearer …' "
                          "(repeatable; never printed)")
-CacheOpt = typer.Option(None, "--cache-dir", help="download cache (default: $XDG_CACHE_HOME/cudnn-setup)")
+CacheOpt = typer.Option(None, "--cache-dir", metavar="DIR", help="download cache (default: $XDG_CACHE_HOME/cudnn-setup)")
 DryRunOpt = typer.Option(False, "--dry-run", help="print the plan, change nothing")
-MirrorOpt = typer.Option(None, "--mirror", help="copy of NVIDIA's cudnn/redist/ tree: http(s) "
+MirrorOpt = typer.Option(None, "--mirror", metavar="URL|DIR", help="copy of NVIDIA's cudnn/redist/ tree: http(s) "
                          "URL, file:// URL or directory (default: $CUDNN_SETUP_MIRROR, then "
                          "the config files, then NVIDIA's)")
-CudaOpt = typer.Option(None, "--cuda", help="CUDA version the build must fit, e.g. 12 "
+CudaOpt = typer.Option(None, "--cuda", metavar="N", help="CUDA version the build must fit, e.g. 12 "
                        "(default: the root's)")
 
 
@@ -79,6 +94,8 @@ class _Session:
         self.system_config = system_config
 
     def context(self, as_json: bool) -> Context:
+        from cudnn_setup.commands.base import Context
+
         settings = {"system_config": self.system_config} if self.system_config else {}
         return Context(env=self.env, home=self.home, python=sys.executable, euid=os.geteuid(),
                        cwd=self.cwd,
@@ -131,6 +148,10 @@ def _render(session: _Session, result: Result, as_json: bool) -> int:
     Every line passes printable(), so a newline, an escape sequence or an undecodable byte in a
     path shows as a visible code whatever the locale; the JSON is ASCII and valid Unicode.
     """
+    import json
+
+    from cudnn_setup.report import check_lines
+
     human = session.err if as_json else session.out
     error = result.error
     if isinstance(error, InternalError) and not error.saved:
@@ -156,6 +177,8 @@ def _render(session: _Session, result: Result, as_json: bool) -> int:
 
 def _emit(stream: IO[str], text: str, raw: bool = False) -> None:
     """One line out; a stream that is gone (closed, broken pipe) does not stop the rest."""
+    from cudnn_setup.text import printable
+
     try:
         print(text if raw else _safe(printable(text), stream), file=stream)
         stream.flush()
@@ -165,6 +188,8 @@ def _emit(stream: IO[str], text: str, raw: bool = False) -> None:
 
 def _json_safe(value):
     """Every string of the JSON object as valid Unicode (keys included)."""
+    from cudnn_setup.text import valid_unicode
+
     if isinstance(value, str):
         return valid_unicode(value)
     if isinstance(value, dict):
@@ -176,7 +201,11 @@ def _json_safe(value):
 
 def _last_resort(session: _Session, command: str, exc: BaseException, as_json: bool) -> int:
     """A bug reached the top: still one line, one JSON object, exit 70, the traceback kept."""
+    import json
+
     from cudnn_setup.commands.base import internal_error
+    from cudnn_setup.report import SCHEMA, Result
+    from cudnn_setup.text import valid_unicode
 
     if session.rendered:  # the answer is out; what broke after it cannot change it
         return session.code
@@ -195,6 +224,11 @@ def _last_resort(session: _Session, command: str, exc: BaseException, as_json: b
 
 
 def _save_traceback(session: _Session, error: InternalError) -> str:
+    import datetime
+    import tempfile
+
+    from cudnn_setup.text import escape
+
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     base = session.env.get("XDG_CACHE_HOME") or str(session.home / ".cache")
     text = f"cudnn-setup {__version__}\n{' '.join(session.argv)}\n\n{error.traceback}"
@@ -211,6 +245,8 @@ def _save_traceback(session: _Session, error: InternalError) -> str:
 
 
 def _call(ctx: typer.Context, as_json: bool, run: Callable[[Context], Result]) -> None:
+    import signal
+
     session: _Session = ctx.obj
     previous = signal.getsignal(signal.SIGTERM)
     in_main_thread = _main_thread()
@@ -230,14 +266,14 @@ def _main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
 
 
-def _on_sigterm(signum, frame):
+def _on_sigterm(signum, frame):  # set by _call only: signal is imported by then
     raise Interrupted()
 
 
 @app.command()
 def inspect(ctx: typer.Context,
-            archive: Path = typer.Argument(..., help="cuDNN archive (.tgz, .tar.xz)"),
-            cuda_root: Optional[Path] = typer.Option(None, "--cuda-root", help="also judge "
+            archive: Path = typer.Argument(..., metavar="ARCHIVE", help="cuDNN archive (.tgz, .tar.xz)"),
+            cuda_root: Optional[Path] = typer.Option(None, "--cuda-root", metavar="DIR", help="also judge "
                                                      "whether it fits this CUDA root"),
             json_: bool = JsonOpt) -> None:
     """Validate and describe an archive; install nothing."""
@@ -248,10 +284,10 @@ def inspect(ctx: typer.Context,
 
 @app.command()
 def download(ctx: typer.Context,
-             url: str = typer.Argument(..., help="http(s) URL of a cuDNN archive"),
-             output: Optional[Path] = typer.Option(None, "-o", "--output", help="directory to "
+             url: str = typer.Argument(..., metavar="URL", help="http(s) URL of a cuDNN archive"),
+             output: Optional[Path] = typer.Option(None, "-o", "--output", metavar="DIR", help="directory to "
                                                    "place the archive in (default: the cache)"),
-             sha256: Optional[str] = typer.Option(None, "--sha256", help="expected checksum"),
+             sha256: Optional[str] = typer.Option(None, "--sha256", metavar="HEX", help="expected checksum"),
              header: Optional[list[str]] = HeaderOpt, cache_dir: Optional[Path] = CacheOpt,
              json_: bool = JsonOpt) -> None:
     """Download an archive into the cache (resumable, checksummed)."""
@@ -262,10 +298,10 @@ def download(ctx: typer.Context,
 
 @app.command()
 def install(ctx: typer.Context,
-            source: str = typer.Argument(..., help="archive path, http(s)/file URL, or a "
+            source: str = typer.Argument(..., metavar="SOURCE", help="archive path, http(s)/file URL, or a "
                                          "version (9, 9.17, 9.17.0.29) to fetch"),
             cuda_root: Optional[Path] = CudaRootOpt,
-            sha256: Optional[str] = typer.Option(None, "--sha256", help="expected checksum"),
+            sha256: Optional[str] = typer.Option(None, "--sha256", metavar="HEX", help="expected checksum"),
             theanorc: Optional[Path] = TheanorcOpt,
             no_theanorc: bool = typer.Option(False, "--no-theanorc", help="leave Theano's config alone"),
             python: Optional[str] = PythonOpt,
@@ -311,7 +347,7 @@ def theanorc(ctx: typer.Context, cuda_root: Optional[Path] = CudaRootOpt,
 
 @app.command()
 def verify(ctx: typer.Context, cuda_root: Optional[Path] = CudaRootOpt,
-           theanorc: Optional[Path] = TheanorcOpt, python: Optional[str] = PythonOpt,
+           theanorc: Optional[Path] = TheanorcCheckedOpt, python: Optional[str] = PythonOpt,
            no_theano: bool = typer.Option(False, "--no-theano", help="skip the Theano check"),
            deep: bool = typer.Option(False, "--deep", help="hash every installed file, even those "
                                      "whose inode, size, mtime and ctime are unchanged"),
@@ -327,7 +363,7 @@ def verify(ctx: typer.Context, cuda_root: Optional[Path] = CudaRootOpt,
 
 @app.command()
 def doctor(ctx: typer.Context,
-           message: Optional[str] = typer.Argument(None, help="a Theano startup line to explain"),
+           message: Optional[str] = typer.Argument(None, metavar="MESSAGE", help="a Theano startup line to explain"),
            cuda_root: Optional[Path] = CudaRootOpt, python: Optional[str] = PythonOpt,
            lib_dir: Optional[Path] = LibDirOpt, include_dir: Optional[Path] = IncludeDirOpt,
            json_: bool = JsonOpt) -> None:
@@ -340,7 +376,7 @@ def doctor(ctx: typer.Context,
 
 @app.command()
 def bench(ctx: typer.Context, cuda_root: Optional[Path] = CudaRootOpt,
-          theanorc: Optional[Path] = TheanorcOpt, python: Optional[str] = PythonOpt,
+          theanorc: Optional[Path] = TheanorcBenchOpt, python: Optional[str] = PythonOpt,
           no_theano: bool = typer.Option(False, "--no-theano", help="only cuDNN's own timings"),
           json_: bool = JsonOpt) -> None:
     """Theano conv net with cuDNN vs without; cuDNN's algorithm timings on the GPU."""
@@ -374,6 +410,59 @@ def _main(version: bool = typer.Option(False, "--version", callback=_version_cal
     pass
 
 
+class _PlainValues:
+    """One option's values converted without a validation library.
+
+    typer 0.2x converts every option value through a pydantic TypeAdapter, so any command
+    that has an option with a value (all but --version) imported pydantic first, about 100 ms
+    and more than the rest of the start-up. The options here are str, Path and list[str] (flags
+    are bools, or None when not given), which need nothing more than this.
+    """
+
+    def __init__(self, convert: Callable[[str], object], multiple: bool):
+        self.convert, self.multiple = convert, multiple
+
+    def coerce(self, value, param=None, ctx=None):
+        if value is None:
+            return () if self.multiple else None
+        if self.multiple:
+            return [self.convert(v) for v in value]
+        return self.convert(value)
+
+
+def _flag(value) -> bool:
+    if not isinstance(value, bool):  # click gives a flag True or False, never text
+        raise typer.BadParameter(f"{value!r} is not a flag's value")
+    return value
+
+
+_PLAIN = {str: str, Path: Path, bool: _flag}
+
+
+def _parser():
+    """The click command typer builds from `app`, with plain conversions where typer has the
+    hook for them (typer versions without it convert as they always did)."""
+    command = typer.main.get_command(app)
+    for cmd in [command, *getattr(command, "commands", {}).values()]:
+        try:  # --help is made on first use and kept: made here, it is converted plainly too
+            cmd.get_help_option(cmd.context_class(cmd))
+        except Exception:  # another typer: its --help stays as it makes it
+            pass
+        for param in [*cmd.params, getattr(cmd, "_help_option", None)]:
+            if param is None:
+                continue
+            desc = getattr(param, "type_descriptor", None)
+            if desc is None or getattr(param, "_runtime_param", False) is not None:
+                continue
+            annotation, multiple = desc.annotation, bool(param.multiple or param.nargs == -1)
+            if multiple and getattr(desc, "is_list", False):
+                annotation = typing.get_args(annotation)[0] if typing.get_args(annotation) else None
+            if annotation in _PLAIN and not getattr(desc, "file_annotation", None) \
+                    and getattr(desc.parameter_info, "parser", None) is None:
+                param._runtime_param = _PlainValues(_PLAIN[annotation], multiple)
+    return command
+
+
 def main(argv: list[str] | None = None, *, env: Mapping[str, str] | None = None,
          home: Path | None = None, stdout: IO[str] | None = None,
          stderr: IO[str] | None = None, system_config: Path | None = None,
@@ -392,8 +481,11 @@ def main(argv: list[str] | None = None, *, env: Mapping[str, str] | None = None,
     as_json = "--json" in argv
     command = next((a for a in argv if not a.startswith("-")), "")
     try:
+        import contextlib
+
         with contextlib.redirect_stdout(session.out), contextlib.redirect_stderr(session.err):
-            code = app(args=argv, prog_name="cudnn-setup", standalone_mode=False, obj=session)
+            code = _parser()(args=argv, prog_name="cudnn-setup", standalone_mode=False,
+                             obj=session)
         return code if isinstance(code, int) else 0
     except typer.Exit as exc:
         return exc.exit_code
@@ -401,20 +493,44 @@ def main(argv: list[str] | None = None, *, env: Mapping[str, str] | None = None,
         # Ctrl-C while arguments were parsed or a command module loaded: nothing had started
         if session.rendered:
             return session.code
+        from cudnn_setup.commands.base import interrupted
+        from cudnn_setup.report import Result
+
         return _render(session, Result(command, error=interrupted(Result(command))), as_json)
     except Exception as exc:
         # click's UsageError (typer may carry its own copy of click, so matched by its shape)
         if getattr(exc, "exit_code", None) == USAGE and hasattr(exc, "format_message"):
             if as_json and not session.rendered:
-                error = UsageError(exc.format_message(), f"see `cudnn-setup {command} --help`")
+                import json
+
+                from cudnn_setup.report import Result
+
+                error = UsageError(exc.format_message(),
+                                   _usage_hint(argv, command, exc.format_message()))
                 _emit(session.out, json.dumps(_json_safe(Result(command, error=error).to_dict())),
                       raw=True)
             try:
                 exc.show(file=session.err)
             except (OSError, ValueError, UnicodeError):
                 pass
+            flag = _usage_hint(argv, command, exc.format_message())
+            if not flag.startswith("see "):
+                _emit(session.err, f"hint: {flag}")
             return USAGE
         return _last_resort(session, command, exc, as_json)
+
+
+_BOOL_WORDS = {"true", "false", "yes", "no", "on", "off", "1", "0"}
+
+
+def _usage_hint(argv: list[str], command: str, message: str) -> str:
+    """`--json true` reads as a value given to a flag; say that flags take none."""
+    for before, word in zip(argv, argv[1:]):
+        if "extra argument" not in message:
+            break
+        if word.lower() in _BOOL_WORDS and before.startswith("--") and "=" not in before:
+            return f"{before} is a flag and takes no value: give {before} alone, or leave it out"
+    return f"see `cudnn-setup {command} --help`"
 
 
 def console_main() -> None:

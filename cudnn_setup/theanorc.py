@@ -15,14 +15,14 @@ import shlex
 import stat
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
-
-from configupdater import ConfigUpdater
-from configupdater.parser import DuplicateOptionError, DuplicateSectionError, ParsingError
+from typing import TYPE_CHECKING, Mapping
 
 from cudnn_setup.atomic import write_atomic
 from cudnn_setup.errors import SetupError, os_error
 from cudnn_setup.text import escape, printable, show_path
+
+if TYPE_CHECKING:  # imported by merge(), the one user: verify and doctor only read configs
+    from configupdater import ConfigUpdater
 
 BACKUP_SUFFIX = ".cudnn-setup.bak"
 MAX_BYTES = 1 << 20  # a Theano config is a few hundred bytes; /dev/zero is endless
@@ -236,6 +236,9 @@ def merge(text: str, root: Path, lib_dir: Path, origin: str = ".theanorc") -> tu
         raise TheanorcRefused(f"{shown} is not a valid config file ({escape(_first_line(exc))}); "
                               "left untouched",
                               "fix the line it names, then run `cudnn-setup theanorc`") from None
+    from configupdater import ConfigUpdater
+    from configupdater.parser import DuplicateOptionError, DuplicateSectionError, ParsingError
+
     updater = ConfigUpdater()
     try:
         updater.read_string(text, source=origin)

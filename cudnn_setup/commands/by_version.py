@@ -18,9 +18,9 @@ The tree: `--mirror`, else $CUDNN_SETUP_MIRROR, else the user's then the system'
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cudnn_setup.commands.base import Context
-from cudnn_setup.commands.download import fetch, parse_headers
 from cudnn_setup.errors import UsageError
 from cudnn_setup.facts.cuda import CudaRoot
 from cudnn_setup.facts.cudnn import parse_archive_name
@@ -28,11 +28,13 @@ from cudnn_setup.facts.host import host_machine
 from cudnn_setup.fetch import known_releases, redist
 from cudnn_setup.fetch.candidates import is_version_request, parse_request
 from cudnn_setup.fetch.checksums import Expected, expected_for, mismatch
-from cudnn_setup.fetch.download import redact
-from cudnn_setup.fetch.remote import Reader
-from cudnn_setup.fetch.resolve import TABLE, Choice, Tree, resolve, resolve_name
 from cudnn_setup.report import Result
 from cudnn_setup.settings import mirror_setting, user_config_path
+
+# What reads a redist tree or downloads (requests and its imports, about 70 ms) is imported
+# by the functions that do so: an install of a local archive or a file:// URL needs none of it.
+if TYPE_CHECKING:
+    from cudnn_setup.fetch.resolve import Choice, Tree
 
 PATH, URL, FILE_URL, VERSION, NAME = "path", "url", "file-url", "version", "name"
 
@@ -55,6 +57,10 @@ def classify(source: str) -> str:
 
 def tree_for(ctx: Context, mirror: str | None, headers: list[str] | None) -> Tree:
     """The redist tree the settings name (NVIDIA's when none does), with a reader for it."""
+    from cudnn_setup.commands.download import parse_headers
+    from cudnn_setup.fetch.remote import Reader
+    from cudnn_setup.fetch.resolve import Tree
+
     user_config = ctx.user_config or user_config_path(ctx.env, ctx.home)
     setting = mirror_setting(mirror, ctx.env, user_config, ctx.system_config)
     if setting is None:
@@ -96,6 +102,9 @@ def resolve_source(result: Result, ctx: Context, source: str, root: CudaRoot, *,
     if kind == FILE_URL:
         path = redist.local_path(source)
         return path, expected_for(path.name, sha256)
+    from cudnn_setup.fetch.download import redact
+    from cudnn_setup.fetch.resolve import resolve, resolve_name
+
     tree = tree_for(ctx, mirror, headers)
     if kind == VERSION:
         platform, cuda_version = target(root, cuda)
@@ -118,6 +127,10 @@ def resolve_source(result: Result, ctx: Context, source: str, root: CudaRoot, *,
 def _fetch_choice(result: Result, ctx: Context, choice: Choice, why: str, tree: Tree,
                   sha256: str | None, headers: list[str] | None,
                   cache_dir: Path | None) -> tuple[Path, Expected | None]:
+    from cudnn_setup.commands.download import fetch
+    from cudnn_setup.fetch.download import redact
+    from cudnn_setup.fetch.resolve import TABLE
+
     release = choice.release
     result.add("release", {**choice.to_dict(), "url": redact(choice.url)})
     result.lines.append(f"cuDNN {release.version} ({release.cuda_variant}, {release.platform}), "

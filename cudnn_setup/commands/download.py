@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cudnn_setup.commands.base import Context, command
 from cudnn_setup.errors import DownloadFailed, UsageError
 from cudnn_setup.fetch.checksums import Expected, expected_for
-from cudnn_setup.fetch.download import Downloader, Fetched, default_cache_dir, file_name
 from cudnn_setup.report import Result
+
+if TYPE_CHECKING:
+    from cudnn_setup.fetch.download import Fetched
 from cudnn_setup.text import escape
 
 # Names of --header headers that may follow a redirect to another host (comma-separated);
@@ -42,6 +45,9 @@ def fetch(result: Result, ctx: Context, url: str, sha256: str | None,
           expected: Expected | None = None) -> Fetched:
     """Download `url` into the cache (or reuse it), checked against what is known of it
     (`expected`, when the caller knows where the checksum comes from)."""
+    # requests and what it imports (about 70 ms) only for a command that downloads
+    from cudnn_setup.fetch.download import Downloader, default_cache_dir, file_name
+
     cache = cache_dir or default_cache_dir(ctx.env, ctx.home)
     keep = [h.strip() for h in ctx.env.get(KEEP_HEADERS_VAR, "").split(",") if h.strip()]
     downloader = Downloader(cache, headers=parse_headers(headers),

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import re
 import urllib.parse
-import urllib.request
 from pathlib import Path
 from typing import Iterable
 
@@ -282,7 +281,9 @@ def local_path(url: str) -> Path | None:
         return None
     if parts.netloc not in ("", "localhost"):
         raise UsageError(f"file URL {url[:80]!r} names a remote host", "use file:///path")
-    return Path(urllib.request.url2pathname(parts.path))
+    from urllib.request import url2pathname  # loads http.client and ssl: for file:// only
+
+    return Path(url2pathname(parts.path))
 
 
 _LISTED = re.compile(r"""href=["']?(?:[^"'>\s]*/)?redistrib_(\d{1,4}\.\d{1,4}\.\d{1,6})\.json["'>\s]""")

@@ -1,0 +1,109 @@
+"""Start-up: what a command imports is what it uses.
+
+Each case runs the CLI in a fresh interpreter and reads back the modules it had loaded when it
+exited. `install --no-verify` of a local archive must not load the download stack (requests,
+urllib3), rich, pydantic (typer converts option values through it unless the CLI does), Theano's
+config merger or markdown rendering; `--version` and `--help` load no command at all. The
+exact set of the tool's own modules an install loads is pinned, so a new top-level import that
+drags a layer in fails here and is either made lazy or added to the list on purpose.
+"""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO, clean_env
+
+SAMPLE = REPO / "fixtures" / "samples" / "cudnn-10.0-linux-x64-v7.4.2.24.tgz"
+
+# Run main() as the console script does, then print the modules loaded (stdout is the CLI's,
+# so the list goes to a file named by argv[1]).
+CHILD = r"""
+import atexit, json, sys
+out, argv = sys.argv[1], sys.argv[2:]
+atexit.register(lambda: open(out, "w").write(json.dumps(sorted(sys.modules))))
+from cudnn_setup.cli import main
+sys.exit(main(argv))
+"""
+
+# Never for a local install: the network stack, terminal rendering, validation, Theano.
+NEVER = {"requests", "urllib3", "charset_normalizer", "idna", "certifi", "rich", "pydantic",
+         "pydantic_core", "markdown_it", "pygments", "configupdater", "numpy", "theano",
+         "ssl", "http.client", "email.parser"}
+# What parsing the command line may load besides the standard library: typer and its needs.
+PARSER = {"typer", "click", "shellingham", "annotated_doc", "typing_extensions", "colorama",
+          "_typeshed"}
+# And an install of a local .tgz: ELF parsing, version numbers, the distribution's name, ISA-L.
+INSTALL = PARSER | {"elftools", "packaging", "distro", "isal"}
+
+INSTALL_MODULES = {
+    "cudnn_setup", "cudnn_setup.archive", "cudnn_setup.archive.decoders",
+    "cudnn_setup.archive.headers", "cudnn_setup.archive.liblzma", "cudnn_setup.archive.listing",
+    "cudnn_setup.archive.package", "cudnn_setup.archive.problems", "cudnn_setup.archive.reader",
+    "cudnn_setup.archive.rules", "cudnn_setup.archive.staging", "cudnn_setup.atomic",
+    "cudnn_setup.checks", "cudnn_setup.checks.coherence", "cudnn_setup.checks.deps",
+    "cudnn_setup.checks.driver", "cudnn_setup.checks.files",
+    "cudnn_setup.checks.framework_loader", "cudnn_setup.checks.framework_probe",
+    "cudnn_setup.checks.framework_whatif", "cudnn_setup.checks.frameworks",
+    "cudnn_setup.checks.installation", "cudnn_setup.checks.locate",
+    "cudnn_setup.checks.native", "cudnn_setup.checks.probe", "cudnn_setup.checks.suite",
+    "cudnn_setup.checks.system", "cudnn_setup.checks.theano_check", "cudnn_setup.child",
+    "cudnn_setup.cli", "cudnn_setup.commands", "cudnn_setup.commands.base",
+    "cudnn_setup.commands.by_version", "cudnn_setup.commands.download",
+    "cudnn_setup.commands.install", "cudnn_setup.commands.placement",
+    "cudnn_setup.commands.steps", "cudnn_setup.digest", "cudnn_setup.errors",
+    "cudnn_setup.facts", "cudnn_setup.facts.cuda", "cudnn_setup.facts.cudnn",
+    "cudnn_setup.facts.dependencies", "cudnn_setup.facts.elf", "cudnn_setup.facts.frameworks",
+    "cudnn_setup.facts.gpu_support", "cudnn_setup.facts.gpus", "cudnn_setup.facts.host",
+    "cudnn_setup.facts.ldresolve", "cudnn_setup.facts.loader", "cudnn_setup.facts.mounts",
+    "cudnn_setup.fetch", "cudnn_setup.fetch.candidates", "cudnn_setup.fetch.checksums",
+    "cudnn_setup.fetch.known_releases", "cudnn_setup.fetch.redist", "cudnn_setup.report",
+    "cudnn_setup.settings", "cudnn_setup.state", "cudnn_setup.state.fields",
+    "cudnn_setup.state.files", "cudnn_setup.state.journal", "cudnn_setup.state.layout",
+    "cudnn_setup.state.manifest", "cudnn_setup.state.paths", "cudnn_setup.state.plan",
+    "cudnn_setup.state.transaction", "cudnn_setup.text", "cudnn_setup.theanorc",
+}
+
+
+def loaded(tmp_path, home, *argv: str) -> tuple[int, set[str]]:
+    out = tmp_path / "modules.json"
+    done = subprocess.run([sys.executable, "-c", CHILD, str(out), *argv], cwd=REPO,
+                          env=clean_env(home), capture_output=True, timeout=120)
+    return done.returncode, set(json.loads(out.read_text()))
+
+
+def third_party(modules: set[str]) -> set[str]:
+    return {m.split(".")[0] for m in modules} - set(sys.stdlib_module_names) - {
+        "cudnn_setup", "__main__", "_distutils_hack", "sitecustomize", "usercustomize"} - {
+        m for m in modules if m.startswith("__editable__")}
+
+
+def test_local_install_imports_only_what_it_uses(tmp_path, home, cuda_root):
+    root = cuda_root("10.0")
+    code, modules = loaded(tmp_path, home, "install", str(SAMPLE), "--cuda-root", str(root),
+                           "--no-verify", "--no-theanorc", "--no-frameworks", "--json")
+    assert code == 0
+    assert not modules & NEVER, sorted(modules & NEVER)
+    assert third_party(modules) <= INSTALL, sorted(third_party(modules) - INSTALL)
+    ours = {m for m in modules if m == "cudnn_setup" or m.startswith("cudnn_setup.")}
+    assert ours == INSTALL_MODULES, {"new": sorted(ours - INSTALL_MODULES),
+                                     "gone": sorted(INSTALL_MODULES - ours)}
+
+
+@pytest.mark.parametrize("argv", [["--version"], ["--help"], ["install", "--help"],
+                                  ["verify", "--help"]])
+def test_version_and_help_load_no_command(tmp_path, home, argv):
+    code, modules = loaded(tmp_path, home, *argv)
+    assert code == 0
+    assert not modules & NEVER, sorted(modules & NEVER)
+    assert third_party(modules) <= PARSER, sorted(third_party(modules) - PARSER)
+    assert not {m for m in modules if m.startswith(("cudnn_setup.commands", "cudnn_setup.checks",
+                                                    "cudnn_setup.archive"))}
+
+
+def test_a_usage_error_loads_no_validation_library(tmp_path, home):
+    """Option values are converted by the CLI (str, Path, lists of str), not by pydantic."""
+    code, modules = loaded(tmp_path, home, "list", "--json", "true")
+    assert code == 2
+    assert not modules & {"pydantic", "rich", "requests"}
