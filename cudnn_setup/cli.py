@@ -30,7 +30,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
                        "Theano for it, and prove that it works.")
 
 # Every option that takes a value names it (metavar): a flag shows none, so help never suggests
-# `--json true`; tests/test_cli_help.py reads the help of every command.
+# `--json true`; tests/test_startup.py reads the help of every command.
 CudaRootOpt = typer.Option(None, "--cuda-root", metavar="DIR",
                            help="CUDA root (default: discovered)")
 JsonOpt = typer.Option(False, "--json", help="one JSON object on stdout; human output on stderr")

@@ -107,3 +107,42 @@ def test_a_usage_error_loads_no_validation_library(tmp_path, home):
     code, modules = loaded(tmp_path, home, "list", "--json", "true")
     assert code == 2
     assert not modules & {"pydantic", "rich", "requests"}
+
+
+COMMANDS = ["inspect", "download", "install", "uninstall", "theanorc", "verify", "doctor",
+            "bench", "list"]
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_help_shows_flags_as_flags_and_names_each_value(command):
+    import io
+    import re
+
+    from cudnn_setup.cli import main
+
+    out = io.StringIO()
+    assert main([command, "--help"], env={}, stdout=out, stderr=io.StringIO()) == 0
+    text = out.getvalue()
+    options_part = text.split("Options:", 1)[1]
+    options = re.findall(r"^\s+((?:-\w, )?--[\w-]+)(?: (\S+))?", options_part, re.M)
+    assert options
+    for name, value in options:
+        # a flag shows no value; an option's value is named in capitals (DIR, FILE, N…)
+        assert value == "" or not value.startswith("<"), (name, value)
+    assert not re.search(r"<(bool|str|path|list\[str\])>", options_part)
+    if command in ("verify", "bench"):
+        assert "config to write" not in text and "--theanorc FILE" in text
+    if command in ("install", "theanorc"):
+        assert "Theano config to write" in text
+
+
+def test_a_flag_given_a_value_says_flags_take_none():
+    import io
+
+    from cudnn_setup.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    assert main(["list", "--json", "true"], env={}, stdout=out, stderr=err) == 2
+    error = json.loads(out.getvalue())["error"]
+    assert error["code"] == "usage" and "--json is a flag" in error["hint"]
+    assert "--json is a flag" in err.getvalue()
