@@ -1,7 +1,7 @@
 """The package's import graph: layers that only look down, and no module cycles.
 
 cli → commands → (archive, checks, fetch, state, theanorc, settings, startup_line) → facts →
-(errors, report, text, child, digest, atomic). Probes run in other interpreters and import
+(errors, report, text, child, digest, atomic, parallel). Probes run in other interpreters and import
 nothing of the package.
 """
 import ast
@@ -12,7 +12,7 @@ from conftest import REPO
 PACKAGE = REPO / "cudnn_setup"
 LAYER = {"cli": 4, "__main__": 5, "commands": 3, "archive": 2, "checks": 2, "fetch": 2,
          "state": 2, "theanorc": 2, "settings": 2, "startup_line": 2, "facts": 1,
-         "errors": 0, "report": 0, "text": 0, "child": 0, "digest": 0, "atomic": 0,
+         "errors": 0, "report": 0, "text": 0, "child": 0, "digest": 0, "atomic": 0, "parallel": 0,
          "probes": None}
 
 

@@ -22,6 +22,7 @@ from cudnn_setup.checks.framework_probe import (DEFAULT_TIMEOUT, Run, importable
 from cudnn_setup.errors import SetupError
 from cudnn_setup.facts import frameworks as rules
 from cudnn_setup.facts import ldresolve as L
+from cudnn_setup.parallel import at_once
 from cudnn_setup.report import FAIL, PASS, SKIP, WARN, Check
 
 NAME = "frameworks"
@@ -44,14 +45,15 @@ def framework_report(python: str, env: Mapping[str, str], timeout: float = DEFAU
     elf = ElfFacts()
     entries = []
     with tempfile.TemporaryDirectory(prefix="cudnn-setup-frameworks-") as tmp:
-        for listed in importable_frameworks(python, env, timeout):
-            if not listed.get("importable"):
-                continue
-            name = listed["name"]
-            log = Path(tmp) / f"{name}.log"
+        listed = [f for f in importable_frameworks(python, env, timeout) if f.get("importable")]
+        logs = [Path(tmp) / f"{f['name']}.log" for f in listed]
+        for log in logs:
             log.touch(mode=0o600)
-            entries.append(entry_of(name, listed, run(python, [name], env, timeout, log),
-                                    search, elf))
+        # one child per framework, all at once: each spends seconds importing its framework
+        runs = at_once([lambda f=f, log=log: run(python, [f["name"]], env, timeout, log)
+                        for f, log in zip(listed, logs)])
+        for f, got in zip(listed, runs):
+            entries.append(entry_of(f["name"], f, got, search, elf))
     return entries
 
 

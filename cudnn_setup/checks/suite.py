@@ -2,7 +2,8 @@
 
 The machine's facts that several layers need are looked at once per run: the driver and its
 GPUs (a child process), the loader's cache and search order (ldconfig -p, ld.so), and the
-frameworks of the interpreter under test (a child per framework).
+frameworks of the interpreter under test (a child per framework). Checks whose children can run
+at the same time do (cudnn_setup/parallel.py); the report keeps ORDER.
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from cudnn_setup.checks.system import check_cuda, check_loader
 from cudnn_setup.checks.theano_check import check_theano
 from cudnn_setup.facts import ldresolve as L
 from cudnn_setup.facts.host import host_machine
+from cudnn_setup.parallel import Done, Later
 from cudnn_setup.report import SKIP, Check
 
 ORDER = ("files", "elf", "versions", "load", "coherence", "deps", "loader", "cuda", "driver",
@@ -64,11 +66,37 @@ def run_checks(inst: Installation, *, python: str, env: Mapping[str, str],
     are checked; `driver`: driver_facts(env) when the caller has them; `frameworks`: the
     frameworks check when the caller made it (else it is made here unless `with_frameworks` is
     False); `loader_fix`: what the loader check advises instead of a bare LD_LIBRARY_PATH line;
-    `loader`: deps.loader_environment(env) when the caller has it."""
+    `loader`: deps.loader_environment(env) when the caller has it.
+
+    The checks that run children start at once, each as soon as what it needs is known (the
+    driver probe, compile, frameworks and Theano at the start; coherence and gpu once load has
+    answered), and the checks made in this process run meanwhile; every verdict is the one the
+    same check gives on its own, and the list keeps ORDER."""
     env = dict(env)
     loader = loader or loader_environment(env)
-    driver = driver if driver is not None else driver_facts(env, loader=loader)
     skipped = skipped_without_cudnn(inst)
+    if skipped is not None:
+        load_later = coherence_later = compile_later = gpu_later = None
+    else:
+        load_later = Later(check_load, inst, env)
+
+        def after_load(check):
+            load, load_data = load_later.result()
+            return check(load_data)
+
+        coherence_later = Later(after_load, lambda data: check_coherence(
+            inst, env, loader=loader, load_data=data))
+        gpu_later = Later(after_load, lambda data: check_gpu(inst, env) if data is not None
+                          else Check("gpu", SKIP, "libcudnn does not load (see load)"))
+        compile_later = Later(check_compile, inst, env, includes=compile_includes(inst))
+    driver_later = Done(driver) if driver is not None else Later(driver_facts, env, loader=loader)
+    frameworks_later = Done(frameworks) if frameworks is not None else Later(
+        frameworks_of, python, env, with_frameworks, loader)
+    gpu_check = gpu_later.result if gpu_later is not None else (lambda: skipped["gpu"])
+    # Theano runs its graphs at once: the gpu check only words why cuDNN was not used, so
+    # check_theano waits for it after the graphs ran.
+    theano_later = Later(check_theano, inst, python, theanorc, env, gpu_check) if theano \
+        else Done(Check("theano", SKIP, "--no-theano"))
     checks = [check_files(inst, deep)]
     load_data = None
     if skipped is not None:
@@ -76,24 +104,16 @@ def run_checks(inst: Installation, *, python: str, env: Mapping[str, str],
                                               "loader", "cuda")]
     else:
         checks += [check_elf(inst, host_machine()), check_versions(inst)]
-        load, load_data = check_load(inst, env)
-        checks += [load, check_coherence(inst, env, loader=loader, load_data=load_data),
-                   check_deps(inst, env, load_data=load_data, loader=loader,
-                              driver_present=True if has_driver(driver) else None),
-                   check_loader(inst, env, conf, fix=loader_fix), check_cuda(inst, load_data)]
-    checks.append(check_driver(inst, driver, load_data=load_data))
+        load, load_data = load_later.result()
+        deps = check_deps(inst, env, load_data=load_data, loader=loader,
+                          driver_present=True if has_driver(driver_later.result()) else None)
+        local = [check_loader(inst, env, conf, fix=loader_fix), check_cuda(inst, load_data)]
+        checks += [load, coherence_later.result(), deps, *local]
+    checks.append(check_driver(inst, driver_later.result(), load_data=load_data))
     if skipped is not None:
-        gpu = skipped["gpu"]
-        checks += [skipped["compile"], gpu]
+        checks += [skipped["compile"], skipped["gpu"]]
     else:
-        gpu = check_gpu(inst, env) if load_data is not None else Check(
-            "gpu", SKIP, "libcudnn does not load (see load)")
-        checks += [check_compile(inst, env, includes=compile_includes(inst)), gpu]
-    if frameworks is None:
-        frameworks = frameworks_of(python, env, with_frameworks, loader)
-    checks.append(frameworks.check)
-    if theano:
-        checks.append(check_theano(inst, python, theanorc, env, gpu))
-    else:
-        checks.append(Check("theano", SKIP, "--no-theano"))
+        checks += [compile_later.result(), gpu_later.result()]
+    checks.append(frameworks_later.result().check)
+    checks.append(theano_later.result())
     return checks

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Mapping
+from typing import Callable, Mapping
 
 from cudnn_setup.checks.installation import Installation
 from cudnn_setup.child import run_command
@@ -85,7 +85,9 @@ def why_not_cudnn(data: dict, inst: Installation, gpu: Check | None) -> str:
 
 
 def check_theano(inst: Installation, python: str, theanorc: Path | None,
-                 env: Mapping[str, str], gpu: Check | None) -> Check:
+                 env: Mapping[str, str], gpu: Check | Callable[[], Check | None] | None) -> Check:
+    """The theano check; `gpu` (the gpu check, or a function that waits for it) only words
+    why cuDNN was not used, so it is asked for after Theano's graphs ran."""
     if not has_theano(python):
         note = theano_range_note(inst.version) if not theano_supports(inst.version) else None
         return Check("theano", SKIP, (f"{note}; besides, " if note else "")
@@ -104,7 +106,7 @@ def check_theano(inst: Installation, python: str, theanorc: Path | None,
         return Check("theano", FAIL, summary + ": wrong results", data)
     if data["uses_cudnn"]:
         return Check("theano", PASS, summary + " (cuDNN)", data)
-    reason = why_not_cudnn(data, inst, gpu)
+    reason = why_not_cudnn(data, inst, gpu() if callable(gpu) else gpu)
     data["reason"] = reason
     if theanorc is not None and "cudnn" not in data.get("optimizer_including", ""):
         return Check("theano", FAIL, summary + f"; the theanorc {theanorc} was not picked up "

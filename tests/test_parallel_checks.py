@@ -1,0 +1,84 @@
+"""Checks whose children can run at the same time do, and the report is the one a run of the
+same checks one after another gives.
+
+Slow stand-ins make the overlap visible: a C compiler (`CC`) that waits before running gcc, and
+framework packages that wait at import, each a real child process. Run one after another they
+would take the sum of their waits; together, about the longest.
+"""
+import os
+import sys
+import time
+from pathlib import Path
+
+from conftest import REPO, clean_env, main
+
+from cudnn_setup.checks import frameworks as fw
+from cudnn_setup.checks.installation import find_installation
+from cudnn_setup.checks.suite import run_checks
+from cudnn_setup.facts.cuda import find_cuda_root
+from cudnn_setup.parallel import Done, Later, at_once
+
+SAMPLE = REPO / "fixtures" / "samples" / "cudnn-10.0-linux-x64-v7.4.2.24.tgz"
+WAIT = 3.0
+
+
+def slow_site(tmp_path: Path, names=("onnxruntime", "cupy", "tensorflow")) -> Path:
+    site = tmp_path / "site"
+    for name in names:
+        (site / name).mkdir(parents=True)
+        (site / name / "__init__.py").write_text(f"import time\ntime.sleep({WAIT})\n")
+    return site
+
+
+def slow_cc(tmp_path: Path) -> Path:
+    cc = tmp_path / "slow-cc"
+    cc.write_text(f"#!/bin/sh\nsleep {WAIT}\nexec gcc \"$@\"\n")
+    cc.chmod(0o755)
+    return cc
+
+
+def test_framework_probes_run_at_once(tmp_path):
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(slow_site(tmp_path))}
+    start = time.monotonic()
+    entries = fw.framework_report(sys.executable, env, timeout=60)
+    took = time.monotonic() - start
+    assert sorted(e["name"] for e in entries) == ["cupy", "onnxruntime", "tensorflow"]
+    assert took < 2.2 * WAIT, took  # one after another: at least 3 * WAIT
+
+
+def test_verify_runs_its_children_side_by_side_with_the_same_verdicts(tmp_path, home,
+                                                                     cuda_root):
+    root = cuda_root("10.0")
+    env = clean_env(home)
+    assert main(["install", str(SAMPLE), "--cuda-root", str(root), "--no-verify",
+                 "--no-theanorc"], env=env) == 0
+    inst = find_installation(find_cuda_root(env, root))
+    fast = run_checks(inst, python=sys.executable, env=env, theano=False)
+
+    slow_env = dict(env, CC=str(slow_cc(tmp_path)), PYTHONPATH=str(slow_site(tmp_path, ("cupy",))))
+    start = time.monotonic()
+    slow = run_checks(inst, python=sys.executable, env=slow_env, theano=False)
+    took = time.monotonic() - start
+    assert took < 1.7 * WAIT, took  # compile and the framework probe, each WAIT, overlapped
+    assert [c.name for c in slow] == [c.name for c in fast]
+    same = {c.name: c.status for c in fast if c.name != "frameworks"}
+    assert {c.name: c.status for c in slow if c.name != "frameworks"} == same
+    assert same["compile"] == "pass" and same["load"] == "pass"
+
+
+def test_later_gives_back_the_value_or_the_error_where_asked():
+    def boom():
+        raise KeyError("x")
+
+    assert Later(lambda: 41 + 1).result() == 42
+    assert Done(7).result() == 7
+    failed = Later(boom)
+    try:
+        failed.result()
+    except KeyError:
+        pass
+    else:
+        raise AssertionError("the error was lost")
+    start = time.monotonic()
+    assert at_once([lambda i=i: (time.sleep(0.5), i)[1] for i in range(4)]) == [0, 1, 2, 3]
+    assert time.monotonic() - start < 1.5
