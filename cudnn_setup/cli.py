@@ -312,7 +312,11 @@ def install(ctx: typer.Context,
                                           "in /etc/ld.so.conf.d and run ldconfig"),
             header: Optional[list[str]] = HeaderOpt, cache_dir: Optional[Path] = CacheOpt,
             cuda: Optional[str] = CudaOpt, mirror: Optional[str] = MirrorOpt,
-            no_frameworks: bool = NoFrameworksOpt, json_: bool = JsonOpt) -> None:
+            no_frameworks: bool = NoFrameworksOpt,
+            verify_content: bool = typer.Option(False, "--verify-content", help="to tell "
+                                                "whether the archive is already installed, hash "
+                                                "the installed files (default: their stat)"),
+            json_: bool = JsonOpt) -> None:
     """Install cuDNN from an archive into a CUDA root, configure Theano, verify."""
     from cudnn_setup.commands.install import install as run
 
@@ -320,7 +324,8 @@ def install(ctx: typer.Context,
                                     theanorc=theanorc, no_theanorc=no_theanorc, python=python,
                                     no_verify=no_verify, dry_run=dry_run, force=force,
                                     ldconfig=ldconfig, headers=header, cache_dir=cache_dir,
-                                    cuda=cuda, mirror=mirror, no_frameworks=no_frameworks))
+                                    cuda=cuda, mirror=mirror, no_frameworks=no_frameworks,
+                                    verify_content=verify_content))
 
 
 @app.command()

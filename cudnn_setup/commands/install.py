@@ -26,7 +26,8 @@ def install(result: Result, ctx: Context, source: str, *, cuda_root: Path | None
             python: str | None = None, no_verify: bool = False, dry_run: bool = False,
             force: bool = False, ldconfig: bool = False, headers: list[str] | None = None,
             cache_dir: Path | None = None, cuda: str | None = None,
-            mirror: str | None = None, no_frameworks: bool = False) -> None:
+            mirror: str | None = None, no_frameworks: bool = False,
+            verify_content: bool = False) -> None:
     check_sha256(sha256)
     root = find_cuda_root(ctx.env, cuda_root)
     result.cuda_root = str(root.path)
@@ -34,6 +35,7 @@ def install(result: Result, ctx: Context, source: str, *, cuda_root: Path | None
     # A version, a bare NVIDIA archive name or a file:// URL becomes a local archive here.
     by_version = resolve_source(result, ctx, source, root, cuda=cuda, mirror=mirror,
                                 sha256=sha256, headers=headers, cache_dir=cache_dir)
+    known = None  # a checksum published for the release asked for (not from a file's name)
     if by_version is not None:
         archive, expected = by_version
     elif source.startswith(("http://", "https://")):
@@ -49,10 +51,10 @@ def install(result: Result, ctx: Context, source: str, *, cuda_root: Path | None
     asked = _Background(driver_facts, ctx.env)
     outcome = placement.install(archive, root, force=force, dry_run=dry_run, expected=expected,
                                 on_read=_progress(ctx, archive), lock_timeout=ctx.lock_timeout,
-                                xz=which(ctx, "xz"), env=ctx.env, driver=asked.result)
+                                xz=which(ctx, "xz"), env=ctx.env, driver=asked.result,
+                                known=known, verify_content=verify_content)
     driver = asked.result()
-    pkg = outcome.package
-    result.cudnn_version = pkg.cudnn_version if pkg else None
+    result.cudnn_version = outcome.cudnn_version
     result.changed = outcome.changed and not dry_run
     result.add("install", outcome.to_dict())
     result.add("would_change", outcome.changed if dry_run else None)
@@ -117,10 +119,10 @@ def _progress(ctx: Context, archive: Path):
 
 
 def _describe(result: Result, outcome: placement.Outcome, root: CudaRoot, dry_run: bool) -> None:
-    pkg = outcome.package
     if outcome.recovered:
         result.lines.append(outcome.recovered)
-    what = f"cuDNN {pkg.cudnn_version} ({pkg.generation})" if pkg else "cuDNN"
+    what = (f"cuDNN {outcome.cudnn_version} ({outcome.generation})" if outcome.cudnn_version
+            else "cuDNN")
     where = f"{root.path} (found via {root.found_via})"
     if dry_run:
         result.lines.append(f"plan for {what} into {where}:" if outcome.changed

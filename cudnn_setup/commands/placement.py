@@ -23,6 +23,7 @@ from cudnn_setup.archive import read_package
 from cudnn_setup.archive.package import Package
 from cudnn_setup.checks.driver import fit_before_install, install_refusal
 from cudnn_setup.checks.probe import child_env, probe_module, run_probe
+from cudnn_setup.digest import file_digest
 from cudnn_setup.errors import ArchiveRejected, InstallFailed, os_error
 from cudnn_setup.facts import cuda as cuda_facts
 from cudnn_setup.facts import cudnn as gen
@@ -209,6 +210,20 @@ class Outcome:
     built_for: BuiltFor | None = None
     notes: list[str] = field(default_factory=list)
 
+    @property
+    def cudnn_version(self) -> str | None:
+        """The version installed (or that would be): the archive's, else the manifest's when
+        the archive was known without reading it."""
+        if self.package is not None:
+            return self.package.cudnn_version
+        return (self.manifest or {}).get("cudnn_version")
+
+    @property
+    def generation(self) -> str | None:
+        if self.package is not None:
+            return self.package.generation
+        return (self.manifest or {}).get("generation")
+
     def to_dict(self) -> dict:
         out = {"plan": self.plan.actions(), "unchanged": len(self.plan.unchanged),
                "backed_up": self.plan.manual, "adopted": self.plan.adopted,
@@ -264,8 +279,71 @@ def make_durable(sources: list[Path], top: Path) -> None:
             os.close(fd)
 
 
+def archive_stat(archive: Path) -> tuple[int, int, int, int, int] | None:
+    """What identifies the archive file without reading it: device, inode, size, mtime and
+    ctime (a write, a rename onto it or a chmod moves ctime, which no user can set back)."""
+    try:
+        st = os.stat(archive)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def same_archive(archive: Path, source: Source, known: Expected | None = None) -> str | None:
+    """How `archive` is known to be the one the manifest's install read, or None.
+
+    The file it was read from, unchanged (its recorded stat); else a checksum published for
+    the release the user asked for (`known`, from the table or the mirror's manifest, never
+    from the file's name alone) that is the recorded one; else the same size and the same
+    sha256 (reading the file once, a few seconds per GB, instead of decoding it)."""
+    if not source.sha256:
+        return None
+    if source.stat is not None and archive_stat(archive) == source.stat:
+        return "the file it was installed from, unchanged since (device, inode, size, mtime, ctime)"
+    if known is not None and known.algorithm == "sha256" and known.digest == source.sha256:
+        return f"its published sha256 ({known.source}) is the installed archive's"
+    st = archive_stat(archive)
+    if st is None or st[2] != source.size:
+        return None
+    try:
+        if file_digest(archive) == source.sha256:
+            return "its sha256 is the installed archive's"
+    except OSError:
+        return None
+    return None
+
+
+def _again(archive: Path, root: CudaRoot, old: Manifest | None, include_rel: str, lib_rel: str,
+           known: Expected | None, driver, deep: bool) -> tuple[Plan, str] | None:
+    """The plan for installing the very archive the manifest records again, worked out from
+    the manifest alone, when that is sure to be the plan reading the archive would make: the
+    same tool version (same rules) and layout, a build that fits this root and machine
+    without a note, every file as recorded (stat, mode, link target; `deep`: hashed). None
+    sends the install the long way, which reports whatever differs as it always has."""
+    if old is None or old.tool_version != __version__ or (old.include_dir, old.lib_dir) != (
+            include_rel, lib_rel):
+        return None
+    major = old.cuda_version.split(".")[0] if old.cuda_version else None
+    if major is None or root.major is None or int(major) != root.major:
+        return None
+    facts = driver() if callable(driver) else driver
+    if facts and fit_before_install(old.cudnn_version, old.cuda_version, facts):
+        return None
+    how = same_archive(archive, old.source, known)
+    if how is None:
+        return None
+    desired = [Desired(f.path, f.type, f.content.sha256, f.content.target,
+                       f.content.mode if f.content.mode is not None else 0o644)
+               for f in old.files]
+    plan = make_plan(root.path, old, desired, False, deep=deep)
+    if plan.changed or plan.conflicts:
+        return None
+    return plan, how
+
+
 def _manifest(txid: str, pkg: Package, desired: list[Desired], plan: Plan, include_rel: str,
-              lib_rel: str, source_name: str, built: BuiltFor) -> Manifest:
+              lib_rel: str, source_name: str, built: BuiltFor,
+              source_stat: tuple[int, int, int, int, int] | None = None) -> Manifest:
     return Manifest(
         tool_version=__version__,
         txid=txid,
@@ -274,7 +352,7 @@ def _manifest(txid: str, pkg: Package, desired: list[Desired], plan: Plan, inclu
         generation=pkg.generation,
         cuda_version=built.version,
         cuda_source=built.source if built.version else None,
-        source=Source(source_name, pkg.sha256, pkg.size),
+        source=Source(source_name, pkg.sha256, pkg.size, source_stat),
         include_dir=include_rel,
         lib_dir=lib_rel,
         libraries=[lib.name for lib in pkg.libraries],
@@ -289,14 +367,30 @@ def install(archive: Path, root: CudaRoot, *, force: bool = False, dry_run: bool
             lock_timeout: float = 300.0, tmp_dir: Path | None = None,
             on_read: Callable[[int], None] | None = None, xz: str | None = None,
             env: Mapping[str, str] | None = None,
-            driver: Callable[[], dict | None] | dict | None = None) -> Outcome:
+            driver: Callable[[], dict | None] | dict | None = None,
+            known: Expected | None = None, verify_content: bool = False) -> Outcome:
     """Install `archive` into `root`. `env` is the environment of the child process that asks
     a library which CUDA it was built for, when the archive's name does not say; `driver`
     (checks.driver.driver_facts, or a function that waits for them) the GPUs and driver the
-    build must fit."""
+    build must fit; `known`: the checksum published for the release the user asked for, by
+    which an archive already installed is known without reading it (same_archive);
+    `verify_content`: hash the installed files to judge them, not only their stat."""
     state = StateDir(root.path)
     include_rel, lib_rel = root_dirs(root)
     lib_dir = root.path / lib_rel
+    before = archive_stat(archive)
+
+    def again(old: Manifest | None, recovered: str | None = None) -> Outcome | None:
+        """The same archive again, all in place: answered from the manifest, unread."""
+        found = None if force else _again(archive, root, old, include_rel, lib_rel, known,
+                                          driver, verify_content)
+        if found is None:
+            return None
+        plan, how = found
+        return Outcome(False, plan, None, old.to_dict(), recovered, lib_dir=lib_dir,
+                       built_for=BuiltFor(old.cuda_version, old.cuda_source or "manifest"),
+                       notes=[f"the archive was not read again: {how}"])
+
     def judged(work: Path) -> tuple[Package, BuiltFor, Manifest | None, list[str]]:
         """Stage and judge the archive under `work`; refuse what does not fit (exit 3)."""
         pkg = _stage(archive, work / "staging", expected, on_read, xz)
@@ -311,17 +405,23 @@ def install(archive: Path, root: CudaRoot, *, force: bool = False, dry_run: bool
 
     if dry_run:
         pending = state.pending()
+        if not pending and (same := again(state.manifest())) is not None:
+            return same
         with tempfile.TemporaryDirectory(prefix="cudnn-setup-plan-", dir=tmp_dir) as tmp:
             staging = Path(tmp)
             pkg, built, old, fit_notes = judged(staging)
             desired = desired_entries(pkg, include_rel, lib_rel, staging / "links")
-            plan = make_plan(root.path, old, desired, force)
+            plan = make_plan(root.path, old, desired, force, deep=verify_content)
             notes = ["an interrupted transaction will be rolled back first"] if pending else []
             notes += fit_notes
             return Outcome(plan.changed, plan, pkg, lib_dir=lib_dir, built_for=built, notes=notes)
     created_state = not state.exists()
     with _rolled_back_errors("install"), state.locked(lock_timeout):
         recovered = recover(state)
+        state.check()
+        if (same := again(state.manifest(), recovered)) is not None:
+            state.tidy()
+            return same
         txid = uuid.uuid4().hex[:12]
         tx = state.tx_dir(txid)
         notes: list[str] = []
@@ -330,12 +430,14 @@ def install(archive: Path, root: CudaRoot, *, force: bool = False, dry_run: bool
             pkg, built, old, fit_notes = judged(tx)
             notes += fit_notes
             desired = desired_entries(pkg, include_rel, lib_rel, tx / "links")
-            plan = make_plan(root.path, old, desired, force)
+            plan = make_plan(root.path, old, desired, force, deep=verify_content)
             if plan.conflicts:
                 raise conflict_error(plan.conflicts, root.path, "replaced")
             if plan.changed or old is None:
+                # the file's stat, when it was the same before and after it was read
+                after = archive_stat(archive)
                 manifest = _manifest(txid, pkg, desired, plan, include_rel, lib_rel,
-                                     archive.name, built)
+                                     archive.name, built, before if before == after else None)
                 _make_links(desired)
                 make_durable([root.path / op.source for op in plan.ops if op.action == PUT], tx)
 

@@ -98,9 +98,20 @@ class Original:
 
 @dataclass
 class Source:
+    """The archive an install read: its name, sha256 and size, and the stat of the file it was
+    read from (device, inode, size, mtime, ctime; None when it changed while it was read), by
+    which the same file given again is known without reading it (placement.same_archive)."""
+
     name: str
     sha256: str | None
     size: int
+    stat: tuple[int, int, int, int, int] | None = None
+
+    def to_dict(self) -> dict:
+        out = {"name": self.name, "sha256": self.sha256, "size": self.size}
+        if self.stat is not None:
+            out["stat"] = list(self.stat)
+        return out
 
 
 @dataclass
@@ -130,8 +141,7 @@ class Manifest:
             "installed_at": self.installed_at, "cudnn_version": self.cudnn_version,
             "generation": self.generation, "cuda_version": self.cuda_version,
             "cuda_source": self.cuda_source,
-            "source": {"name": self.source.name, "sha256": self.source.sha256,
-                       "size": self.source.size},
+            "source": self.source.to_dict(),
             "lib_dir": self.lib_dir, "include_dir": self.include_dir,
             "libraries": list(self.libraries),
             "files": [f.to_dict() for f in self.files],
@@ -188,7 +198,7 @@ class Manifest:
             cuda_source=f.text("cuda_source", optional=True),
             source=Source(src.text("name"),
                           src.text("sha256", optional=True, pattern=SHA256),
-                          src.integer("size")),
+                          src.integer("size"), _source_stat(src)),
             lib_dir=path(f.data.get("lib_dir"), "lib_dir"),
             include_dir=path(f.data.get("include_dir", "include"), "include_dir"),
             libraries=libraries,
@@ -196,3 +206,13 @@ class Manifest:
             originals=originals,
             created_dirs=[path(v, w) for w, v in f.items("created_dirs")],
         )
+
+
+def _source_stat(src: Fields) -> tuple[int, int, int, int, int] | None:
+    """The archive's recorded stat (manifests before it was recorded have none)."""
+    values = [v for _, v in src.items("stat", optional=True)]
+    if not values:
+        return None
+    if len(values) != 5 or not all(type(v) is int and v >= 0 for v in values):
+        raise Damaged(f"{src.at('stat')} is not five counts")
+    return (values[0], values[1], values[2], values[3], values[4])

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cudnn_setup.errors import InstallFailed
-from cudnn_setup.state.files import describe_known
+from cudnn_setup.state.files import describe, describe_known
 from cudnn_setup.state.journal import MKDIR, PUT, REMOVE, RMDIR, Op
 from cudnn_setup.state.manifest import DIR, FILE, Content, FileRecord, Manifest, Original
 from cudnn_setup.state.paths import damaged_error
@@ -93,8 +93,10 @@ def _parent(path: str) -> str:
     return path.rpartition("/")[0]
 
 
-def make_plan(root: Path, old: Manifest | None, desired: list[Desired], force: bool) -> Plan:
-    """What to do so that `desired` is in `root`, given the manifest of the previous install."""
+def make_plan(root: Path, old: Manifest | None, desired: list[Desired], force: bool,
+              deep: bool = False) -> Plan:
+    """What to do so that `desired` is in `root`, given the manifest of the previous install;
+    `deep`: hash every file, even one whose stat is as recorded (state.files.describe_known)."""
     old_files = {f.path: f for f in old.files} if old else {}
     originals = dict(old.originals) if old else {}
     plan = Plan(originals=originals, created_dirs=list(old.created_dirs) if old else [])
@@ -105,7 +107,7 @@ def make_plan(root: Path, old: Manifest | None, desired: list[Desired], force: b
             plan.created_dirs.append(d)
     for d in desired:
         prev = old_files.get(d.path)
-        current = describe_known(root / d.path, prev)
+        current = describe(root / d.path) if deep else describe_known(root / d.path, prev)
         if current is not None and current.type == DIR:
             raise InstallFailed(f"{root / d.path} is a directory where cuDNN puts a {d.kind}",
                                 "move it away, then run again", code="directory-in-the-way")
