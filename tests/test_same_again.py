@@ -177,3 +177,36 @@ def test_a_damaged_archive_stat_in_the_manifest_is_state_damaged(installed, home
     done, out = again(root, archive, home)
     assert done.returncode == 5 and out["error"]["code"] == "state-damaged"
     assert "source.stat" in out["error"]["message"]
+
+
+def test_by_version_the_installed_release_is_neither_fetched_nor_read(cuda_root, home, unread,
+                                                                       compiler, tmp_path):
+    """`install 9.1` with 9.1.7 installed from a mirror: the tree's manifest is read to know
+    which release 9.1 is; its archive is not downloaded again, nor decoded."""
+    from test_install_by_version import Served, _install
+
+    from fixtures.mirror import build_mirror
+
+    guard, calls = unread
+    guard.allowed = True
+    mirror = build_mirror(tmp_path / "mirror", cc=compiler)
+    root = cuda_root(version="12.4", layout="lib")
+    with Served(mirror.root) as served:
+        done, out = _install("9.1", root, home, "--mirror", served.url)
+        assert done.returncode == 0 and out["changed"] is True and len(calls) == 1
+        archive = [p for p in served.paths() if p.startswith("/cudnn/")]
+        (home / "cache" / "cudnn-setup" / archive[0].rsplit("/", 1)[1]).unlink()  # not even cached
+        served.log.clear()
+        guard.allowed = False
+        done, out = _install("9.1", root, home, "--mirror", served.url)
+        assert done.returncode == 0 and out["changed"] is False, done.stderr
+        assert not [p for p in served.paths() if p.startswith("/cudnn/")], served.paths()
+        assert any("published sha256" in n for n in out["install"]["notes"])
+        assert out["cudnn_version"] == "9.1.7"
+        # a file changed since: fetched and read the long way, reported as before
+        guard.allowed = True
+        header = root / "include" / "cudnn_version.h"
+        header.write_bytes(header.read_bytes() + b"/* patched */\n")
+        done, out = _install("9.1", root, home, "--mirror", served.url)
+        assert done.returncode == 5 and out["error"]["code"] == "changed-files"
+        assert [p for p in served.paths() if p.startswith("/cudnn/")] and len(calls) == 2

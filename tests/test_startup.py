@@ -49,7 +49,7 @@ INSTALL_MODULES = {
     "cudnn_setup.checks.installation", "cudnn_setup.checks.locate",
     "cudnn_setup.checks.native", "cudnn_setup.checks.probe", "cudnn_setup.checks.suite",
     "cudnn_setup.checks.system", "cudnn_setup.checks.theano_check", "cudnn_setup.child",
-    "cudnn_setup.cli", "cudnn_setup.commands", "cudnn_setup.commands.base",
+    "cudnn_setup.cli", "cudnn_setup.commands", "cudnn_setup.commands.base", "cudnn_setup.parallel",
     "cudnn_setup.commands.by_version", "cudnn_setup.commands.download",
     "cudnn_setup.commands.install", "cudnn_setup.commands.placement",
     "cudnn_setup.commands.steps", "cudnn_setup.digest", "cudnn_setup.errors",

@@ -18,7 +18,7 @@ The tree: `--mirror`, else $CUDNN_SETUP_MIRROR, else the user's then the system'
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from cudnn_setup.commands.base import Context
 from cudnn_setup.errors import UsageError
@@ -88,11 +88,16 @@ def target(root: CudaRoot | None, cuda: str | None,
 
 def resolve_source(result: Result, ctx: Context, source: str, root: CudaRoot, *,
                    cuda: str | None, mirror: str | None, sha256: str | None,
-                   headers: list[str] | None, cache_dir: Path | None
-                   ) -> tuple[Path, Expected | None] | None:
+                   headers: list[str] | None, cache_dir: Path | None,
+                   unneeded: Callable[[str, Expected], bool] | None = None
+                   ) -> tuple[Path | None, Expected | None] | None:
     """For `install`: the local archive and the checksum it must have, when SOURCE is a version,
     a bare NVIDIA name or a file:// URL (fetched into the cache first unless it is local); None
-    when it is a path or an http(s) URL, which install handles as it always has."""
+    when it is a path or an http(s) URL, which install handles as it always has.
+
+    `unneeded(file name, published checksum)`: asked before the release's archive is fetched
+    or read; when it says the archive is not needed (the very one is installed, all in place),
+    the path returned is None."""
     kind = classify(source)
     if kind in (PATH, URL):
         if cuda is not None or mirror is not None:
@@ -121,12 +126,13 @@ def resolve_source(result: Result, ctx: Context, source: str, root: CudaRoot, *,
                              "give the archive's path, its URL, or a version such as 9.1",
                              code="unknown-archive")
         why = "by its name"
-    return _fetch_choice(result, ctx, choice, why, tree, sha256, headers, cache_dir)
+    return _fetch_choice(result, ctx, choice, why, tree, sha256, headers, cache_dir, unneeded)
 
 
 def _fetch_choice(result: Result, ctx: Context, choice: Choice, why: str, tree: Tree,
                   sha256: str | None, headers: list[str] | None,
-                  cache_dir: Path | None) -> tuple[Path, Expected | None]:
+                  cache_dir: Path | None, unneeded: Callable[[str, Expected], bool] | None = None
+                  ) -> tuple[Path | None, Expected | None]:
     from cudnn_setup.commands.download import fetch
     from cudnn_setup.fetch.download import redact
     from cudnn_setup.fetch.resolve import TABLE
@@ -141,6 +147,8 @@ def _fetch_choice(result: Result, ctx: Context, choice: Choice, why: str, tree: 
     if sha256 is not None and sha256.lower() != release.sha256:
         raise mismatch(release.file_name, Expected("sha256", sha256.lower(), "--sha256"),
                        f"{release.sha256} as published ({expected.source})")
+    if unneeded is not None and unneeded(release.file_name, expected):
+        return None, expected  # neither fetched nor read
     local = redist.local_path(choice.url)
     if local is not None:
         return local, expected  # checked as it is read

@@ -32,10 +32,26 @@ def install(result: Result, ctx: Context, source: str, *, cuda_root: Path | None
     root = find_cuda_root(ctx.env, cuda_root)
     result.cuda_root = str(root.path)
     python = python or ctx.python
+    # The GPUs and driver the build must fit, asked once, by a child that starts the driver
+    # (half a second on a GPU machine): it runs while the archive is read, and is waited for
+    # when the staged build is judged, before anything is placed. When the install fails or is
+    # interrupted first, it is not waited for (its child times out in a session of its own).
+    asked = _Background(driver_facts, ctx.env)
+    same: list[placement.Outcome] = []
+
+    def unneeded(name: str, published) -> bool:
+        """The release asked for is the archive installed, all in place: nothing to fetch."""
+        found = None if force else placement.install(
+            Path(name), root, dry_run=dry_run, lock_timeout=ctx.lock_timeout, env=ctx.env,
+            driver=asked.result, known=published, verify_content=verify_content,
+            unread_only=True)
+        same.extend([found] if found is not None else [])
+        return found is not None
+
     # A version, a bare NVIDIA archive name or a file:// URL becomes a local archive here.
     by_version = resolve_source(result, ctx, source, root, cuda=cuda, mirror=mirror,
-                                sha256=sha256, headers=headers, cache_dir=cache_dir)
-    known = None  # a checksum published for the release asked for (not from a file's name)
+                                sha256=sha256, headers=headers, cache_dir=cache_dir,
+                                unneeded=unneeded)
     if by_version is not None:
         archive, expected = by_version
     elif source.startswith(("http://", "https://")):
@@ -44,15 +60,10 @@ def install(result: Result, ctx: Context, source: str, *, cuda_root: Path | None
     else:
         archive = Path(source)
         expected = expected_for(archive.name, sha256)
-    # The GPUs and driver the build must fit, asked once, by a child that starts the driver
-    # (half a second on a GPU machine): it runs while the archive is read, and is waited for
-    # when the staged build is judged, before anything is placed. When the install fails or is
-    # interrupted first, it is not waited for (its child times out in a session of its own).
-    asked = _Background(driver_facts, ctx.env)
-    outcome = placement.install(archive, root, force=force, dry_run=dry_run, expected=expected,
-                                on_read=_progress(ctx, archive), lock_timeout=ctx.lock_timeout,
-                                xz=which(ctx, "xz"), env=ctx.env, driver=asked.result,
-                                known=known, verify_content=verify_content)
+    outcome = same[0] if same else placement.install(
+        archive, root, force=force, dry_run=dry_run, expected=expected,
+        on_read=_progress(ctx, archive), lock_timeout=ctx.lock_timeout, xz=which(ctx, "xz"),
+        env=ctx.env, driver=asked.result, verify_content=verify_content)
     driver = asked.result()
     result.cudnn_version = outcome.cudnn_version
     result.changed = outcome.changed and not dry_run

@@ -289,19 +289,23 @@ def archive_stat(archive: Path) -> tuple[int, int, int, int, int] | None:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
-def same_archive(archive: Path, source: Source, known: Expected | None = None) -> str | None:
+def same_archive(archive: Path | None, source: Source,
+                 known: Expected | None = None) -> str | None:
     """How `archive` is known to be the one the manifest's install read, or None.
 
     The file it was read from, unchanged (its recorded stat); else a checksum published for
     the release the user asked for (`known`, from the table or the mirror's manifest, never
     from the file's name alone) that is the recorded one; else the same size and the same
-    sha256 (reading the file once, a few seconds per GB, instead of decoding it)."""
+    sha256 (reading the file once, a few seconds per GB, instead of decoding it). `archive`
+    None: no file to look at (a release not fetched), only `known` can tell."""
     if not source.sha256:
+        return None
+    if known is not None and known.algorithm == "sha256" and known.digest == source.sha256:
+        return f"its published sha256 ({known.source}) is the installed archive's"
+    if archive is None:
         return None
     if source.stat is not None and archive_stat(archive) == source.stat:
         return "the file it was installed from, unchanged since (device, inode, size, mtime, ctime)"
-    if known is not None and known.algorithm == "sha256" and known.digest == source.sha256:
-        return f"its published sha256 ({known.source}) is the installed archive's"
     st = archive_stat(archive)
     if st is None or st[2] != source.size:
         return None
@@ -314,7 +318,8 @@ def same_archive(archive: Path, source: Source, known: Expected | None = None) -
 
 
 def _again(archive: Path, root: CudaRoot, old: Manifest | None, include_rel: str, lib_rel: str,
-           known: Expected | None, driver, deep: bool) -> tuple[Plan, str] | None:
+           known: Expected | None, driver, deep: bool,
+           unread: bool = False) -> tuple[Plan, str] | None:
     """The plan for installing the very archive the manifest records again, worked out from
     the manifest alone, when that is sure to be the plan reading the archive would make: the
     same tool version (same rules) and layout, a build that fits this root and machine
@@ -329,7 +334,7 @@ def _again(archive: Path, root: CudaRoot, old: Manifest | None, include_rel: str
     facts = driver() if callable(driver) else driver
     if facts and fit_before_install(old.cudnn_version, old.cuda_version, facts):
         return None
-    how = same_archive(archive, old.source, known)
+    how = same_archive(None if unread else archive, old.source, known)
     if how is None:
         return None
     desired = [Desired(f.path, f.type, f.content.sha256, f.content.target,
@@ -368,22 +373,24 @@ def install(archive: Path, root: CudaRoot, *, force: bool = False, dry_run: bool
             on_read: Callable[[int], None] | None = None, xz: str | None = None,
             env: Mapping[str, str] | None = None,
             driver: Callable[[], dict | None] | dict | None = None,
-            known: Expected | None = None, verify_content: bool = False) -> Outcome:
+            known: Expected | None = None, verify_content: bool = False,
+            unread_only: bool = False) -> Outcome | None:
     """Install `archive` into `root`. `env` is the environment of the child process that asks
     a library which CUDA it was built for, when the archive's name does not say; `driver`
     (checks.driver.driver_facts, or a function that waits for them) the GPUs and driver the
     build must fit; `known`: the checksum published for the release the user asked for, by
     which an archive already installed is known without reading it (same_archive);
-    `verify_content`: hash the installed files to judge them, not only their stat."""
+    `verify_content`: hash the installed files to judge them, not only their stat;
+    `unread_only`: answer only when that needs no archive (None otherwise)."""
     state = StateDir(root.path)
     include_rel, lib_rel = root_dirs(root)
     lib_dir = root.path / lib_rel
-    before = archive_stat(archive)
+    before = None if unread_only else archive_stat(archive)
 
     def again(old: Manifest | None, recovered: str | None = None) -> Outcome | None:
         """The same archive again, all in place: answered from the manifest, unread."""
         found = None if force else _again(archive, root, old, include_rel, lib_rel, known,
-                                          driver, verify_content)
+                                          driver, verify_content, unread_only)
         if found is None:
             return None
         plan, how = found
@@ -407,6 +414,8 @@ def install(archive: Path, root: CudaRoot, *, force: bool = False, dry_run: bool
         pending = state.pending()
         if not pending and (same := again(state.manifest())) is not None:
             return same
+        if unread_only:
+            return None
         with tempfile.TemporaryDirectory(prefix="cudnn-setup-plan-", dir=tmp_dir) as tmp:
             staging = Path(tmp)
             pkg, built, old, fit_notes = judged(staging)
@@ -416,10 +425,12 @@ def install(archive: Path, root: CudaRoot, *, force: bool = False, dry_run: bool
             notes += fit_notes
             return Outcome(plan.changed, plan, pkg, lib_dir=lib_dir, built_for=built, notes=notes)
     created_state = not state.exists()
+    if unread_only and not state.exists():
+        return None
     with _rolled_back_errors("install"), state.locked(lock_timeout):
         recovered = recover(state)
         state.check()
-        if (same := again(state.manifest(), recovered)) is not None:
+        if (same := again(state.manifest(), recovered)) is not None or unread_only:
             state.tidy()
             return same
         txid = uuid.uuid4().hex[:12]
