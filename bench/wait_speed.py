@@ -1,0 +1,234 @@
+"""Time what users wait for around an install, each beside its floor, on one machine:
+
+    python bench/wait_speed.py [--runs 7] [--verify-runs N] [--archive CUDNN.tar.gz] [--root ROOT]
+                               [--json OUT]
+
+1. start-up: `cudnn-setup --version` and `--help` against Python's own start (`python -c pass`)
+   and against importing the command-line parser alone (`python -c "import typer"`);
+   the install's fixed cost (the bundled 2.5 KB sample, --no-verify) against Python's start
+   plus NVIDIA's manual steps on the same sample;
+2. verify of a real cuDNN (`--root`, else installed here from `--archive`, given CUDA's
+   headers from --cuda-include): `--no-theano --no-frameworks` and the defaults, against the
+   same checks made one after another in one process (what verify did before they ran side by
+   side) and against the slowest single check alone (the floor of running them side by side);
+3. the same archive again (`install ARCHIVE` on the root it is installed in, --no-verify):
+   against the fixed cost, and against hashing the archive (sha256), the least that reading
+   it again would cost, and decoding it (the old path read and decoded it whole).
+
+Every figure is the median and the minimum of --runs runs (a shared machine's noise goes one
+way only: the minimum is the cleaner figure, the median the fairer one). The tool runs as a
+user's install does: byte-compiled (compileall first), PYTHONDONTWRITEBYTECODE unset.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from fixtures.generate import make_cuda_root  # noqa: E402
+
+SAMPLE = REPO / "fixtures" / "samples" / "cudnn-10.0-linux-x64-v7.4.2.24.tgz"
+ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+TOOL = [sys.executable, "-m", "cudnn_setup"]
+
+
+def timed(cmd: list[str], env: dict | None = None, check: bool = True) -> float:
+    start = time.perf_counter()
+    done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO,
+                          env=env or ENV)
+    took = time.perf_counter() - start
+    if check and done.returncode not in (0, 1):  # verify's exit 1 (a failed check) is an answer
+        raise SystemExit(f"{' '.join(cmd)} exited {done.returncode}")
+    return took
+
+
+def stats(values: list[float]) -> dict:
+    return {"median_s": round(statistics.median(values), 3), "min_s": round(min(values), 3),
+            "runs": [round(v, 3) for v in values]}
+
+
+def repeat(runs: int, fn) -> dict:
+    return stats([fn(i) for i in range(runs)])
+
+
+def startup(runs: int, base: Path) -> dict:
+    out = {
+        "python -c pass (floor)": repeat(runs, lambda i: timed([sys.executable, "-c", "pass"])),
+        "python -c 'import typer' (the parser alone)": repeat(
+            runs, lambda i: timed([sys.executable, "-c", "import typer"])),
+        "cudnn-setup --version": repeat(runs, lambda i: timed([*TOOL, "--version"])),
+        "cudnn-setup --help": repeat(runs, lambda i: timed([*TOOL, "--help"])),
+        "cudnn-setup install --help": repeat(runs, lambda i: timed([*TOOL, "install", "--help"])),
+    }
+
+    def install(i: int) -> float:
+        root = make_cuda_root(base / f"fixed{i}", "10.0")
+        try:
+            return timed([*TOOL, "install", str(SAMPLE), "--cuda-root", str(root), "--no-verify",
+                          "--no-theanorc", "--no-frameworks", "--json"])
+        finally:
+            shutil.rmtree(root)
+
+    def manual(i: int) -> float:
+        root, scratch = make_cuda_root(base / f"manual{i}", "10.0"), base / f"x{i}"
+        scratch.mkdir()
+        try:
+            return timed([sys.executable, "-c", "pass"]) + timed(
+                ["sh", "-c", f"tar -xzf {SAMPLE} -C {scratch} && cp -P {scratch}/cuda/include/"
+                 f"cudnn*.h {root}/include/ && cp -P {scratch}/cuda/lib64/libcudnn* "
+                 f"{root}/lib64/ && chmod a+r {root}/include/cudnn*.h {root}/lib64/libcudnn*"])
+        finally:
+            shutil.rmtree(root)
+            shutil.rmtree(scratch)
+
+    out["install of the 2.5 KB sample, --no-verify (fixed cost)"] = repeat(runs, install)
+    out["python start + manual steps on the sample (floor)"] = repeat(runs, manual)
+    return out
+
+
+# The checks of verify made in this process, one after another and each alone (children and
+# all), with the suite's own arguments: the floors of running them side by side.
+CHECKS_ALONE = r"""
+import json, sys, time
+from pathlib import Path
+from cudnn_setup.checks import suite as S
+from cudnn_setup.checks.deps import loader_environment
+from cudnn_setup.checks.driver import driver_facts, has_driver
+from cudnn_setup.checks.installation import find_installation
+from cudnn_setup.facts.cuda import find_cuda_root
+from cudnn_setup.facts.host import host_machine
+import os
+root, theanorc, theano, frameworks = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3] == "1", sys.argv[4] == "1"
+env = dict(os.environ)
+inst = find_installation(find_cuda_root(env, root))
+took = {}
+def t(name, fn):
+    s = time.perf_counter(); v = fn(); took[name] = time.perf_counter() - s; return v
+loader = t("loader environment", lambda: loader_environment(env))
+driver = t("driver probe", lambda: driver_facts(env, loader=loader))
+t("files", lambda: S.check_files(inst, False)); t("elf", lambda: S.check_elf(inst, host_machine()))
+t("versions", lambda: S.check_versions(inst))
+load, data = t("load", lambda: S.check_load(inst, env))
+t("coherence", lambda: S.check_coherence(inst, env, loader=loader, load_data=data))
+t("deps", lambda: S.check_deps(inst, env, load_data=data, loader=loader,
+                               driver_present=True if has_driver(driver) else None))
+t("loader", lambda: S.check_loader(inst, env, Path("/etc/ld.so.conf")))
+t("cuda", lambda: S.check_cuda(inst, data))
+t("compile", lambda: S.check_compile(inst, env, includes=S.compile_includes(inst)))
+gpu = t("gpu", lambda: S.check_gpu(inst, env))
+if frameworks:
+    t("frameworks", lambda: S.frameworks_of(sys.executable, env, True, loader))
+if theano:
+    t("theano", lambda: S.check_theano(inst, sys.executable, theanorc, env, gpu))
+print(json.dumps(took))
+"""
+
+
+def verify(runs: int, root: Path, home: Path) -> dict:
+    env = dict(ENV, HOME=str(home))
+    rc = home / ".theanorc"
+    subprocess.run([*TOOL, "theanorc", "--cuda-root", str(root), "--theanorc", str(rc)],
+                   env=env, cwd=REPO, capture_output=True)
+    out = {}
+    for label, extra, theano, frameworks in (
+            ("--no-theano --no-frameworks", ["--no-theano", "--no-frameworks"], "0", "0"),
+            ("defaults", [], "1", "1")):
+        cmd = [*TOOL, "verify", "--cuda-root", str(root), "--theanorc", str(rc), "--json", *extra]
+        timed(cmd, env)  # warm: Theano's compile cache, the page cache
+        side_by_side = repeat(runs, lambda i: timed(cmd, env))
+        alone = []
+        for _ in range(runs):
+            got = subprocess.run([sys.executable, "-c", CHECKS_ALONE, str(root), str(rc), theano,
+                                  frameworks], env=env, cwd=REPO, capture_output=True, text=True)
+            alone.append(json.loads(got.stdout.strip().splitlines()[-1]))
+        each = {k: round(statistics.median(a[k] for a in alone), 3) for k in alone[0]}
+        slowest = max(each, key=each.get)
+        out[label] = {"verify (checks side by side)": side_by_side,
+                      "one after another, in process (the old order)": round(sum(each.values()), 3),
+                      "slowest single check alone (floor)": {"check": slowest,
+                                                             "s": each[slowest]},
+                      "each check alone": each}
+    return out
+
+
+def again(runs: int, archive: Path, root: Path, home: Path) -> dict:
+    env = dict(ENV, HOME=str(home))
+    cmd = [*TOOL, "install", str(archive), "--cuda-root", str(root), "--no-verify",
+           "--no-theanorc", "--json"]
+    timed(cmd, env)
+    changed = json.loads(subprocess.run(cmd, env=env, cwd=REPO, capture_output=True,
+                                        text=True).stdout)["changed"]
+
+    def sha(i: int) -> float:
+        start = time.perf_counter()
+        with open(archive, "rb") as f:
+            hashlib.file_digest(f, "sha256") if hasattr(hashlib, "file_digest") else \
+                hashlib.sha256(f.read())
+        return time.perf_counter() - start
+
+    decode = ["sh", "-c", f"gzip -dc {archive} >/dev/null" if archive.name.endswith("gz")
+              else f"xz -dc -T0 {archive} >/dev/null"]
+    return {"archive": str(archive), "size_mib": round(archive.stat().st_size / 2**20, 1),
+            "changed": changed,
+            "install of the same archive again, --no-verify": repeat(runs, lambda i: timed(cmd, env)),
+            "sha256 of the archive (the least a re-read costs)": repeat(runs, sha),
+            "decoding the archive to nowhere (what the old path did, and more)": repeat(
+                1, lambda i: timed(decode))}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--runs", type=int, default=7)
+    p.add_argument("--verify-runs", type=int, help="runs of each verify (default: --runs)")
+    p.add_argument("--archive", type=Path, help="a real cuDNN archive (e.g. fixtures.repack of "
+                   "an nvidia-cudnn wheel) for verify and the same archive again")
+    p.add_argument("--root", type=Path, help="a root that archive is installed in (default: "
+                   "installed here, in a temporary root)")
+    p.add_argument("--cuda-include", type=Path, default=Path("/usr/local/cuda/include"))
+    p.add_argument("--skip", action="append", default=[], choices=["startup", "verify", "again"])
+    p.add_argument("--json", type=Path)
+    args = p.parse_args()
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(REPO / "cudnn_setup")],
+                   stdout=subprocess.DEVNULL, env=ENV)
+    result = {"machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0],
+                          "uname": os.uname().release}}
+    with tempfile.TemporaryDirectory(prefix="cudnn-wait-") as tmp:
+        base = Path(tmp)
+        home = base / "home"
+        home.mkdir()
+        if "startup" not in args.skip:
+            result["startup"] = startup(args.runs, base)
+            print(json.dumps(result["startup"], indent=1), flush=True)
+        if args.archive:
+            root = args.root
+            if root is None:
+                root = make_cuda_root(base / "root", "12.4")
+                if args.cuda_include.is_dir():
+                    shutil.copytree(args.cuda_include, root / "include", dirs_exist_ok=True)
+                subprocess.run([*TOOL, "install", str(args.archive), "--cuda-root", str(root),
+                                "--no-verify", "--no-theanorc", "--no-frameworks"], check=True,
+                               env=dict(ENV, HOME=str(home)), cwd=REPO, capture_output=True)
+            if "verify" not in args.skip:
+                result["verify"] = verify(args.verify_runs or args.runs, root, home)
+                print(json.dumps(result["verify"], indent=1), flush=True)
+            if "again" not in args.skip:
+                result["again"] = again(args.runs, args.archive, root, home)
+                print(json.dumps(result["again"], indent=1), flush=True)
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
