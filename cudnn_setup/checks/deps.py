@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
+from cudnn_setup.checks.answer_values import integer
 from cudnn_setup.checks.driver import PROC_DRIVER
 from cudnn_setup.checks.installation import Installation
 from cudnn_setup.facts import cuda as cuda_facts
@@ -64,10 +65,10 @@ def versions_for(inst: Installation, load_data: dict | None) -> L.Versions:
     cudnn = cuda = None
     data = load_data or {}
     number = data.get("cudnnGetVersion")
-    if isinstance(number, int) and not isinstance(number, bool) and 0 < number < 10**7:
+    if integer(number, 1, 10**7) is not None:
         cudnn = gen.version_text(number)
     number = data.get("cudnnGetCudartVersion")
-    if isinstance(number, int) and not isinstance(number, bool) and 1000 <= number < 10**6:
+    if integer(number, 1000, 10**6) is not None:
         cuda = cuda_facts.version_text(number)
     cudnn = cudnn or inst.version
     if cuda is None:

@@ -16,9 +16,9 @@ import tempfile
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from cudnn_setup.checks.answer_values import mapping, paths, text
 from cudnn_setup.checks.framework_loader import NO_SEARCH, ChildLoader, ElfFacts
-from cudnn_setup.checks.framework_probe import (DEFAULT_TIMEOUT, Run, importable_frameworks,
-                                                mapping, paths, run, text)
+from cudnn_setup.checks.framework_probe import DEFAULT_TIMEOUT, Run, importable_frameworks, run
 from cudnn_setup.errors import SetupError
 from cudnn_setup.facts import frameworks as rules
 from cudnn_setup.facts import ldresolve as L
