@@ -63,7 +63,7 @@ def would_load(target: Path, sonames: list[str], loader: L.Environment,
     deps = L.closure([target], loader, versions)
     out: dict[str, L.Resolution] = {}
     for soname in sonames:
-        stem = soname[:soname.index(".so") + 3]
+        stem = gen.so_base(soname)
         hit = next((d for d in deps if d.kind != "root"
                     and any(c.startswith(stem) and c[len(stem):len(stem) + 1] in ("", ".")
                             for c in (d.candidates or (d.name,)))), None)
@@ -163,8 +163,7 @@ def check_coherence(inst: Installation, env: Mapping[str, str], *,
 
 
 def _stem(name: str) -> str:
-    base = os.path.basename(name)
-    return base[:base.index(".so") + 3] if ".so" in base else base
+    return gen.so_base(os.path.basename(name))
 
 
 def mapped_by_stem(paths) -> dict[str, str]:

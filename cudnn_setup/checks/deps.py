@@ -109,7 +109,7 @@ def likely_dirs(inst: Installation, env: Mapping[str, str]) -> list[Path]:
 def rate(kind: str, name: str, driver_present: bool) -> str:
     """fail, warn or skip for a dependency of this kind that is missing (see the table above)."""
     if kind in ("needed", "root"):
-        if D.stem_of(name) == "libcuda.so" and not driver_present:
+        if gen.so_base(name) == "libcuda.so" and not driver_present:
             return SKIP
         return FAIL
     return D.severity(name, driver_present)
@@ -266,7 +266,7 @@ def _driver_internal(e: Entry) -> bool:
 
 
 def _skip_reason(e: Entry, driver_present: bool) -> str:
-    if D.stem_of(e.name) == "libcuda.so" and not driver_present:
+    if gen.so_base(e.name) == "libcuda.so" and not driver_present:
         return "no NVIDIA driver on this machine"
     need = D.classify(e.name)
     return need.why if need else "optional"

@@ -36,7 +36,7 @@ PROC_DRIVER = Path("/proc/driver/nvidia/version")  # there when the NVIDIA kerne
 TIMEOUT = 60.0
 GPU_UNSUPPORTED, DRIVER_TOO_OLD = "gpu-unsupported", "driver-too-old"
 MAX_GPUS = 64
-_DRIVER_RELEASE = re.compile(r"^\d{2,4}(?:\.\d{1,4}){1,3}$")
+_DRIVER_RELEASE = re.compile(r"^\d{2,4}(?:\.\d{1,4}){1,3}\Z")
 
 
 def no_driver(env: Mapping[str, str], loader: L.Environment | None = None,
