@@ -20,7 +20,7 @@ from cudnn_setup.text import escape
 def inspect(result: Result, ctx: Context, archive: Path, cuda_root: Path | None = None) -> None:
     root = find_cuda_root(ctx.env, cuda_root) if cuda_root is not None else None
     with tempfile.TemporaryDirectory(prefix="cudnn-setup-inspect-") as tmp:
-        pkg = read_package(archive, Path(tmp) / "staging", xz=which(ctx, "xz"))
+        pkg = read_package(archive, Path(tmp) / "staging", xz=which(ctx, "xz"), env=ctx.env)
         built = BuiltFor(pkg.cuda_version, "archive name" if pkg.cuda_version else
                          "unknown (not in the file name)")
         if root is not None and pkg.installable:

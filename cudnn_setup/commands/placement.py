@@ -220,8 +220,9 @@ class Outcome:
 
 
 def _stage(archive: Path, staging: Path, expected: Expected | None,
-           on_read: Callable[[int], None] | None, xz: str | None) -> Package:
-    pkg = read_package(archive, staging, on_read=on_read, xz=xz)
+           on_read: Callable[[int], None] | None, xz: str | None,
+           env: Mapping[str, str]) -> Package:
+    pkg = read_package(archive, staging, on_read=on_read, xz=xz, env=env)
     if expected and pkg.sha256 and pkg.sha256 != expected.digest:
         raise mismatch(escape(archive.name), expected, pkg.sha256)
     if not pkg.installable:
@@ -299,7 +300,7 @@ def install(archive: Path, root: CudaRoot, *, force: bool = False, dry_run: bool
     lib_dir = root.path / lib_rel
     def judged(work: Path) -> tuple[Package, BuiltFor, Manifest | None, list[str]]:
         """Stage and judge the archive under `work`; refuse what does not fit (exit 3)."""
-        pkg = _stage(archive, work / "staging", expected, on_read, xz)
+        pkg = _stage(archive, work / "staging", expected, on_read, xz, env or {})
         built = built_for(pkg, work / "probe", env)
         old = state.manifest()
         refusal = None if force else cuda_mismatch(pkg, built, root, archive.name, old)
