@@ -43,6 +43,7 @@ from cudnn_setup.facts import cudnn as gen
 from cudnn_setup.facts import dependencies as D
 from cudnn_setup.facts import ldresolve as L
 from cudnn_setup.report import FAIL, PASS, SKIP, WARN, Check
+from cudnn_setup.text import plural
 
 NAME = "deps"
 _RANK = {FAIL: 2, WARN: 1, SKIP: 0}
@@ -233,8 +234,7 @@ def check_deps(inst: Installation, env: Mapping[str, str], *, load_data: dict | 
             data["hint"] = f"{first.name}: {first.fixes[0]['text']}"
         return Check(NAME, worst, "; ".join(parts), data)
     found = [e for e in entries if e.found]
-    detail = (f"the {len(found)} libraries that {len(roots)} cuDNN libraries in {inst.lib_dir} "
-              "need at load and run time are found")
+    detail = _found_sentence(len(found), len(roots), inst.lib_dir)
     skipped = [e for e in missing if e.severity == SKIP and e not in internal]
     if skipped:
         detail += "; not found, and not needed here: " + "; ".join(
@@ -245,6 +245,16 @@ def check_deps(inst: Installation, env: Mapping[str, str], *, load_data: dict | 
                    f"{' and others' if len(who) > 3 else ''} open at run time, for features "
                    f"cuDNN does not use (e.g. {internal[0].name}; all in data.dependencies)")
     return Check(NAME, PASS, detail, data)
+
+
+def _found_sentence(found: int, roots: int, lib_dir: Path) -> str:
+    """What was found, in words whose number agrees with the counts."""
+    who = f"{plural(roots, 'cuDNN library', 'cuDNN libraries')} in {lib_dir}"
+    verb = "needs" if roots == 1 else "need"
+    if found == 0:
+        return f"the {who} {verb} no other library at load or run time"
+    what = "the one library" if found == 1 else f"all {found} libraries"
+    return f"found {what} that the {who} {verb} at load and run time"
 
 
 def _line(e: Entry) -> str:

@@ -56,6 +56,18 @@ def root_if_any(ctx: Context, cuda_root: Path | None) -> CudaRoot | None:
         return None
 
 
+def reading(ctx: Context, archive: Path):
+    """The archive's bytes read, for the progress display (the archive's size as the total)."""
+    try:
+        total = archive.stat().st_size
+    except OSError:
+        total = None
+    report = ctx.progress(f"reading {escape(archive.name)}")
+    if report is None:
+        return None
+    return lambda done: report(done, total)
+
+
 def which(ctx: Context, program: str) -> str | None:
     """A program on the caller's PATH (not this process's)."""
     return shutil.which(program, path=ctx.env.get("PATH", os.defpath))

@@ -7,23 +7,26 @@ from pathlib import Path
 
 from cudnn_setup.archive import read_package
 from cudnn_setup.archive.package import Package
-from cudnn_setup.commands.base import Context, command, which
+from cudnn_setup.commands.base import Context, command, reading, which
 from cudnn_setup.commands.placement import BuiltFor, built_for, cuda_mismatch
 from cudnn_setup.errors import ArchiveRejected
 from cudnn_setup.facts.cuda import find_cuda_root
 from cudnn_setup.report import Result
 from cudnn_setup.state.layout import StateDir
-from cudnn_setup.text import escape
+from cudnn_setup.text import escape, plural
 
 
 @command("inspect")
 def inspect(result: Result, ctx: Context, archive: Path, cuda_root: Path | None = None) -> None:
     root = find_cuda_root(ctx.env, cuda_root) if cuda_root is not None else None
     with tempfile.TemporaryDirectory(prefix="cudnn-setup-inspect-") as tmp:
-        pkg = read_package(archive, Path(tmp) / "staging", xz=which(ctx, "xz"))
+        pkg = read_package(archive, Path(tmp) / "staging", xz=which(ctx, "xz"),
+                           on_read=reading(ctx, archive))
         built = BuiltFor(pkg.cuda_version, "archive name" if pkg.cuda_version else
                          "unknown (not in the file name)")
         if root is not None and pkg.installable:
+            if not pkg.cuda_version:
+                ctx.status("asking the archive's library which CUDA it was built for")
             built = built_for(pkg, Path(tmp) / "probe", ctx.env)
     result.cudnn_version = pkg.cudnn_version
     result.add("package", pkg.to_dict())
@@ -38,7 +41,7 @@ def inspect(result: Result, ctx: Context, archive: Path, cuda_root: Path | None 
     if not pkg.installable:
         errors = [p for p in pkg.problems if p.severity == "error"]
         raise ArchiveRejected(f"{escape(archive.name)} cannot be installed here: "
-                              f"{len(errors)} problem(s)", errors[0].hint, problems=errors)
+                              f"{plural(len(errors), 'problem')}", errors[0].hint, problems=errors)
     if refusal is not None:
         raise refusal
 
