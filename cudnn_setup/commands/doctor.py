@@ -21,7 +21,7 @@ from cudnn_setup.checks.locate import describe, locate
 from cudnn_setup.checks.problems import INFO, problems_from
 from cudnn_setup.checks.suite import Frameworks, frameworks_of, run_checks
 from cudnn_setup.checks.theano_check import stale_dnn_paths
-from cudnn_setup.commands.base import Context, command
+from cudnn_setup.commands.base import Context, command, include_needs_lib_dir
 from cudnn_setup.commands.steps import root_installation
 from cudnn_setup.facts import host, loader
 from cudnn_setup.facts.cuda import CudaRoot
@@ -37,6 +37,7 @@ from cudnn_setup.theanorc import effective_config
 def doctor(result: Result, ctx: Context, message: str | None = None,
            cuda_root: Path | None = None, *, python: str | None = None,
            lib_dir: Path | None = None, include_dir: Path | None = None) -> None:
+    include_needs_lib_dir(lib_dir, include_dir)
     python = python or ctx.python
     d = Diagnosis()
     d.system = host.describe()

@@ -63,9 +63,7 @@ def describe_package(pkg: Package, built: BuiltFor | None = None, root: str | No
     lines.append(f"headers      {', '.join(m.name for m in pkg.headers) or '-'}")
     for lib in pkg.libraries:
         soname = lib.elf.soname if lib.elf else "?"
-        chain = " <- ".join([lib.name] + [link.name for link in pkg.links
-                                          if link.chain and link.chain[-1] == lib.name])
-        lines.append(f"library      {chain}  (SONAME {soname})")
+        lines.append(f"library      {link_chains(pkg, lib.name)}  (SONAME {soname})")
     for m in pkg.static_libraries:
         lines.append(f"static       {m.name}")
     lines.append(f"complete     {'yes' if not pkg.missing else 'no, missing ' + ', '.join(pkg.missing)}")
@@ -79,3 +77,16 @@ def describe_package(pkg: Package, built: BuiltFor | None = None, root: str | No
     else:
         lines.append(f"verdict      NOT installable into {root} (CUDA {root_cuda or 'unknown'})")
     return lines
+
+
+def link_chains(pkg: Package, name: str) -> str:
+    """The archive's links to library `name` as the chains they are, from the name a linker
+    uses to the file: "libcudnn.so -> libcudnn.so.9 -> libcudnn.so.9.1.0" (two links that
+    lead there apart: "a -> c; b -> c"), whatever order the archive lists its members in."""
+    links = [link for link in pkg.links if link.chain and link.chain[-1] == name]
+    targeted = {hop for link in links for hop in link.chain[:-1]}
+    heads = sorted((link for link in links if link.name not in targeted),
+                   key=lambda link: (-len(link.chain), link.name))
+    if not heads:
+        return escape(name)
+    return "; ".join(" -> ".join(escape(n) for n in [link.name, *link.chain]) for link in heads)
