@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
+from cudnn_setup.checks.answer_values import integer
 from cudnn_setup.checks.driver import PROC_DRIVER
 from cudnn_setup.checks.installation import Installation
 from cudnn_setup.facts import cuda as cuda_facts
@@ -65,10 +66,10 @@ def versions_for(inst: Installation, load_data: dict | None) -> L.Versions:
     cudnn = cuda = None
     data = load_data or {}
     number = data.get("cudnnGetVersion")
-    if isinstance(number, int) and not isinstance(number, bool) and 0 < number < 10**7:
+    if integer(number, 1, 10**7) is not None:
         cudnn = gen.version_text(number)
     number = data.get("cudnnGetCudartVersion")
-    if isinstance(number, int) and not isinstance(number, bool) and 1000 <= number < 10**6:
+    if integer(number, 1000, 10**6) is not None:
         cuda = cuda_facts.version_text(number)
     cudnn = cudnn or inst.version
     if cuda is None:
@@ -109,7 +110,7 @@ def likely_dirs(inst: Installation, env: Mapping[str, str]) -> list[Path]:
 def rate(kind: str, name: str, driver_present: bool) -> str:
     """fail, warn or skip for a dependency of this kind that is missing (see the table above)."""
     if kind in ("needed", "root"):
-        if D.stem_of(name) == "libcuda.so" and not driver_present:
+        if gen.so_base(name) == "libcuda.so" and not driver_present:
             return SKIP
         return FAIL
     return D.severity(name, driver_present)
@@ -304,7 +305,7 @@ def _driver_internal(e: Entry) -> bool:
 
 
 def _skip_reason(e: Entry, driver_present: bool) -> str:
-    if D.stem_of(e.name) == "libcuda.so" and not driver_present:
+    if gen.so_base(e.name) == "libcuda.so" and not driver_present:
         return "no NVIDIA driver on this machine"
     need = D.classify(e.name)
     return need.why if need else "optional"

@@ -51,6 +51,8 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 from cudnn_setup.child import run_command
 
+from cudnn_setup.facts.cudnn import so_base
+
 FAIL, WARN, SKIP = "fail", "warn", "skip"
 
 APT, DNF, ZYPPER = "apt", "dnf", "zypper"
@@ -144,16 +146,11 @@ _WHEEL_NOTE = {
 }
 
 
-def stem_of(name: str) -> str:
-    i = name.find(".so")
-    return name[:i + 3] if i >= 0 else name
-
-
 def classify(name: str) -> Need | None:
     """The table's entry for a soname ("libcublasLt.so.12" → cuBLASLt), None when unknown."""
     if name.startswith("libcudnn"):
         return _BY_STEM["libcudnn"]
-    return _BY_STEM.get(stem_of(name))
+    return _BY_STEM.get(so_base(name))
 
 
 def severity(name: str, driver_present: bool) -> str:
