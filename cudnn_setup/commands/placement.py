@@ -303,6 +303,8 @@ def install(archive: Path, root: CudaRoot, *, force: bool = False, dry_run: bool
     def judged(work: Path) -> tuple[Package, BuiltFor, Manifest | None, list[str]]:
         """Stage and judge the archive under `work`; refuse what does not fit (exit 3)."""
         pkg = _stage(archive, work / "staging", expected, on_read, xz, env or {})
+        say(f"judging cuDNN {pkg.cudnn_version or '(version unknown)'}: whether it fits "
+            f"{root.path} and this machine's GPUs and driver")
         built = built_for(pkg, work / "probe", env)
         old = state.manifest()
         refusal = None if force else cuda_mismatch(pkg, built, root, archive.name, old)
