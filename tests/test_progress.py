@@ -17,7 +17,6 @@ import threading
 import time
 from pathlib import Path
 
-import pytest
 
 from conftest import REPO, clean_env, run_cli
 from cudnn_setup import console
