@@ -117,3 +117,15 @@ def test_available_memory_of_this_machine():
 
 def test_usable_cores_is_the_affinity_mask():
     assert host.usable_cores() == len(os.sched_getaffinity(0))
+
+
+def test_the_choice_imports_nothing_that_does_io():
+    import ast
+
+    tree = ast.parse(Path(C.__file__).read_text())
+    imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import)
+                for a in n.names}
+    imported |= {n.module.split(".")[0] for n in ast.walk(tree)
+                 if isinstance(n, ast.ImportFrom) and n.module}
+    assert imported <= {"__future__", "typing"}, imported
+    assert "open(" not in Path(C.__file__).read_text()
