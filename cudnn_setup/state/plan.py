@@ -29,11 +29,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cudnn_setup.errors import InstallFailed
-from cudnn_setup.state.journal import MKDIR, PUT, REMOVE, RMDIR, Op
+from cudnn_setup.state.journal import MKDIR, ORIGINALS, PUT, REMOVE, RMDIR, Op
 from cudnn_setup.state.manifest import DIR, FILE, Content, FileRecord, Manifest, Original
 from cudnn_setup.state.observe import Observed, observe_install, observe_uninstall, parents
-from cudnn_setup.state.paths import damaged_error
-from cudnn_setup.text import escape
+from cudnn_setup.state.paths import STATE_DIR, damaged_error
+from cudnn_setup.text import escape, plural
 
 
 @dataclass
@@ -75,7 +75,10 @@ class Plan:
         """The plan for people: create / replace / link / remove / back up / adopt, in order."""
         out = []
         for op in self.ops:
-            if op.action == PUT:
+            if op.action == PUT and op.source and op.source.startswith(_ORIGINALS):
+                # uninstall putting back a file the tool found there and kept
+                out.append({"action": "restore", "path": op.path, "from": op.source})
+            elif op.action == PUT:
                 verb = "replace" if op.backup else ("link" if op.kind == "symlink" else "create")
                 if op.backup and op.original:
                     out.append({"action": "back up", "path": op.path})
@@ -91,6 +94,18 @@ class Plan:
         out += [{"action": "adopt", "path": p} for p in self.adopted]
         out += [{"action": "keep", "path": p} for p in self.kept]
         return out
+
+
+_ORIGINALS = f"{STATE_DIR}/{ORIGINALS}/"
+
+
+def describe_action(action: dict) -> str:
+    """One plan line for people: "restore    include/cudnn.h (backed up in …)"."""
+    line = f"  {action['action']:<16} {action['path']}"
+    if action.get("from"):
+        line += (f" (backed up in {action['from']} when cudnn-setup first installed over it; "
+                 "put back as it was)")
+    return line
 
 
 def make_plan(root: Path, old: Manifest | None, desired: list[Desired], force: bool) -> Plan:
@@ -167,7 +182,7 @@ def decide(root: Path, old: Manifest | None, desired: list[Desired], force: bool
 
 def conflict_error(conflicts: list[str], root: Path, verb: str) -> InstallFailed:
     shown = ", ".join(escape(c) for c in conflicts[:5]) + (" …" if len(conflicts) > 5 else "")
-    return InstallFailed(f"{len(conflicts)} file(s) in {root} changed since cudnn-setup installed "
+    return InstallFailed(f"{plural(len(conflicts), 'file')} in {root} changed since cudnn-setup installed "
                          f"them: {shown}; nothing was {verb}",
                          f"look at them; --force {verb.rstrip('d')}s them anyway",
                          code="changed-files")
