@@ -221,7 +221,9 @@ class Outcome:
 
 def _stage(archive: Path, staging: Path, expected: Expected | None,
            on_read: Callable[[int], None] | None, xz: str | None) -> Package:
-    pkg = read_package(archive, staging, on_read=on_read, xz=xz)
+    pkg = read_package(archive, staging, on_read=on_read, xz=xz,
+                       expected_sha256=expected.digest if expected and
+                       expected.algorithm == "sha256" else None)
     if expected and pkg.sha256 and pkg.sha256 != expected.digest:
         raise mismatch(escape(archive.name), expected, pkg.sha256)
     if not pkg.installable:
