@@ -12,11 +12,10 @@ from cudnn_setup.checks.suite import run_checks
 from cudnn_setup.commands import placement
 from cudnn_setup.commands.base import Context, command, which
 from cudnn_setup.commands.by_version import resolve_source
-from cudnn_setup.commands.download import check_sha256, fetch
+from cudnn_setup.commands.fetching import check_sha256
 from cudnn_setup.commands.steps import (FrameworkLookahead, loader_step, theanorc_path,
                                         theanorc_step)
 from cudnn_setup.facts.cuda import CudaRoot, find_cuda_root
-from cudnn_setup.fetch.checksums import expected_for
 from cudnn_setup.report import Result
 
 
@@ -26,22 +25,19 @@ def install(result: Result, ctx: Context, source: str, *, cuda_root: Path | None
             python: str | None = None, no_verify: bool = False, dry_run: bool = False,
             force: bool = False, ldconfig: bool = False, headers: list[str] | None = None,
             cache_dir: Path | None = None, cuda: str | None = None,
-            mirror: str | None = None, no_frameworks: bool = False) -> None:
+            mirror: str | None = None, no_frameworks: bool = False, from_: str | None = None,
+            index_url: str | None = None) -> None:
     check_sha256(sha256)
     root = find_cuda_root(ctx.env, cuda_root)
     result.cuda_root = str(root.path)
     python = python or ctx.python
-    # A version, a bare NVIDIA archive name or a file:// URL becomes a local archive here.
-    by_version = resolve_source(result, ctx, source, root, cuda=cuda, mirror=mirror,
-                                sha256=sha256, headers=headers, cache_dir=cache_dir)
-    if by_version is not None:
-        archive, expected = by_version
-    elif source.startswith(("http://", "https://")):
-        archive = fetch(result, ctx, source, sha256, headers, cache_dir).path
-        expected = None  # checked as it was fetched
-    else:
-        archive = Path(source)
-        expected = expected_for(archive.name, sha256)
+    # Every SOURCE (a path, a URL, a version from a tree, a mirror or a PyPI index) becomes a
+    # local file, the checksum it must have as it is read, and its provenance (sources/).
+    obtained = resolve_source(result, ctx, source, root, cuda=cuda, mirror=mirror,
+                              sha256=sha256, headers=headers, cache_dir=cache_dir,
+                              from_=from_, index_url=index_url)
+    archive, expected = obtained.path, obtained.expected
+    result.add("provenance", obtained.provenance.to_dict())
     # The GPUs and driver the build must fit, asked once, by a child that starts the driver
     # (half a second on a GPU machine): it runs while the archive is read, and is waited for
     # when the staged build is judged, before anything is placed. When the install fails or is
@@ -49,7 +45,8 @@ def install(result: Result, ctx: Context, source: str, *, cuda_root: Path | None
     asked = _Background(driver_facts, ctx.env)
     outcome = placement.install(archive, root, force=force, dry_run=dry_run, expected=expected,
                                 on_read=_progress(ctx, archive), lock_timeout=ctx.lock_timeout,
-                                xz=which(ctx, "xz"), env=ctx.env, driver=asked.result)
+                                xz=which(ctx, "xz"), env=ctx.env, driver=asked.result,
+                                provenance=obtained.provenance.to_dict())
     driver = asked.result()
     pkg = outcome.package
     result.cudnn_version = pkg.cudnn_version if pkg else None

@@ -267,7 +267,8 @@ def make_durable(sources: list[Path], top: Path) -> None:
 
 
 def _manifest(txid: str, pkg: Package, desired: list[Desired], plan: Plan, include_rel: str,
-              lib_rel: str, source_name: str, built: BuiltFor) -> Manifest:
+              lib_rel: str, source_name: str, built: BuiltFor,
+              provenance: dict | None) -> Manifest:
     return Manifest(
         tool_version=__version__,
         txid=txid,
@@ -276,7 +277,7 @@ def _manifest(txid: str, pkg: Package, desired: list[Desired], plan: Plan, inclu
         generation=pkg.generation,
         cuda_version=built.version,
         cuda_source=built.source if built.version else None,
-        source=Source(source_name, pkg.sha256, pkg.size),
+        source=Source(source_name, pkg.sha256, pkg.size, provenance),
         include_dir=include_rel,
         lib_dir=lib_rel,
         libraries=[lib.name for lib in pkg.libraries],
@@ -291,8 +292,10 @@ def install(archive: Path, root: CudaRoot, *, force: bool = False, dry_run: bool
             lock_timeout: float = 300.0, tmp_dir: Path | None = None,
             on_read: Callable[[int], None] | None = None, xz: str | None = None,
             env: Mapping[str, str] | None = None,
-            driver: Callable[[], dict | None] | dict | None = None) -> Outcome:
-    """Install `archive` into `root`. `env` is the environment of the child process that asks
+            driver: Callable[[], dict | None] | dict | None = None,
+            provenance: dict | None = None) -> Outcome:
+    """Install `archive` into `root`; `provenance` (sources.base.Provenance) is recorded in
+    the manifest. `env` is the environment of the child process that asks
     a library which CUDA it was built for, when the archive's name does not say; `driver`
     (checks.driver.driver_facts, or a function that waits for them) the GPUs and driver the
     build must fit."""
@@ -337,7 +340,7 @@ def install(archive: Path, root: CudaRoot, *, force: bool = False, dry_run: bool
                 raise conflict_error(plan.conflicts, root.path, "replaced")
             if plan.changed or old is None:
                 manifest = _manifest(txid, pkg, desired, plan, include_rel, lib_rel,
-                                     archive.name, built)
+                                     archive.name, built, provenance)
                 _make_links(desired)
                 make_durable([root.path / op.source for op in plan.ops if op.action == PUT], tx)
 

@@ -11,6 +11,13 @@ def host_machine() -> str:
     return {"amd64": "x86_64", "arm64": "aarch64"}.get(machine.lower(), machine)
 
 
+def wheel_platform_tags() -> list[str]:
+    """This machine's wheel platform tags, most specific first (manylinux ones by its glibc),
+    as pip computes them."""
+    from packaging.tags import platform_tags
+    return list(platform_tags())
+
+
 def describe() -> dict:
     """The operating system and machine, for reports."""
     return {"os": distro.name(pretty=True) or "unknown", "machine": host_machine()}
