@@ -11,6 +11,7 @@ by their full version. Credentials come from the index URL or ~/.netrc and are n
 from __future__ import annotations
 
 import os
+import urllib.parse
 from typing import Sequence
 
 import requests
@@ -31,6 +32,17 @@ from cudnn_setup.text import escape
 
 def project_name(cuda_major: int) -> str:
     return f"nvidia-cudnn-cu{cuda_major}"
+
+
+def with_index_credentials(index: str, url: str) -> str:
+    """A file URL on the index's own host and port gets the index URL's credentials, as pip
+    sends them (its MultiDomainBasicAuth); a file on another host (PyPI's CDN) never does."""
+    i, f = urllib.parse.urlsplit(index), urllib.parse.urlsplit(url)
+    if i.username is None or f.username is not None or f.scheme not in ("http", "https"):
+        return url
+    if (i.hostname, i.port, i.scheme) != (f.hostname, f.port, f.scheme):
+        return url
+    return urllib.parse.urlunsplit(f._replace(netloc=i.netloc))
 
 
 class PypiIndex(Source):
@@ -129,7 +141,8 @@ class PypiIndex(Source):
         checksum_from = (f"sha256 the package index {redact(index)} publishes for the file"
                          if f.sha256 else None)
         return Offer(version=str(wheel.version), cuda_variant=f"cuda{wheel.cuda_major}",
-                     platform=platform, file_name=f.filename, url=f.url, sha256=f.sha256,
+                     platform=platform, file_name=f.filename,
+                     url=with_index_credentials(index, f.url), sha256=f.sha256,
                      checksum_from=checksum_from, format=WHEEL, size=f.size,
                      prerelease=wheel.version.is_prerelease or wheel.version.is_postrelease,
                      details={"index": redact(index), "yanked": f.yanked,
