@@ -384,6 +384,28 @@ def list_(ctx: typer.Context, cuda: Optional[str] = CudaOpt,
                                     headers=header, from_=from_, index_url=index_url))
 
 
+@app.command()
+def mirror(ctx: typer.Context,
+           directory: Path = typer.Argument(..., help="the mirror directory to build or update"),
+           versions: list[str] = typer.Argument(..., help="versions to hold (9, 9.28, 9.28.0.42)"),
+           cuda: Optional[list[str]] = typer.Option(None, "--cuda", help="CUDA major to hold "
+                                                    "builds for (repeatable; default: the root's)"),
+           platform: Optional[list[str]] = typer.Option(None, "--platform", help="NVIDIA "
+                                                        "platform key, e.g. linux-sbsa "
+                                                        "(repeatable; default: this machine's)"),
+           from_: Optional[str] = typer.Option(None, "--from", help="nvidia (default), pypi "
+                                               "(wheels repacked in NVIDIA's layout), or another "
+                                               "mirror's URL or directory"),
+           index_url: Optional[str] = IndexUrlOpt, header: Optional[list[str]] = HeaderOpt,
+           cuda_root: Optional[Path] = CudaRootOpt, json_: bool = JsonOpt) -> None:
+    """Build a directory in NVIDIA's redist layout that --mirror and any web server serve."""
+    from cudnn_setup.commands.mirror import mirror as run
+
+    _call(ctx, json_, lambda c: run(c, directory, versions, cudas=cuda, platforms=platform,
+                                    from_=from_, index_url=index_url, headers=header,
+                                    cuda_root=cuda_root))
+
+
 def _version_callback(ctx: typer.Context, value: bool) -> None:
     if value:
         session: _Session = ctx.obj

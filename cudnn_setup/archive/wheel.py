@@ -24,7 +24,7 @@ import zipfile
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Callable
+from typing import IO, Callable, Iterator
 
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import Version
@@ -169,67 +169,88 @@ def _version(z: zipfile.ZipFile, infos: dict[str, zipfile.ZipInfo]) -> tuple[int
         return gen.header_version(h.read(MAX_VERSION_HEADER + 1).decode("utf-8", "replace"))
 
 
-def _members(f: IO[bytes], wheel: WheelName, staging_dir: Path, want: Wanted,
-             rules: MemberRules, listing: Listing) -> None:
+def open_zip(f: IO[bytes], limits: Limits) -> zipfile.ZipFile:
     f.seek(0)
     z = zipfile.ZipFile(f)  # reads the central directory: bounded by the file, checked below
-    entries = z.infolist()
-    if len(entries) > rules.limits.members:
-        raise Stop(Problem("too-many-members", f"the wheel has {len(entries)} members",
+    if len(z.infolist()) > limits.members:
+        raise Stop(Problem("too-many-members", f"the wheel has {len(z.infolist())} members",
                            "NVIDIA's cuDNN wheels have fewer than 50"))
+    return z
+
+
+def layout(z: zipfile.ZipFile, wheel: WheelName
+           ) -> Iterator[Problem | tuple[tarfile.TarInfo, zipfile.ZipInfo | None]]:
+    """NVIDIA's archive members for the wheel's files, in the wheel's order: (the member's tar
+    header, the zip entry holding its bytes, or None for a directory or link), or a Problem.
+
+    The version comes from cudnn_version.h and must be the wheel's; each library goes under
+    its full version, followed by its SONAME link and its development link."""
+    entries = z.infolist()
     infos = {i.filename: i for i in entries}
     version = _version(z, infos)
     if version is None:
-        listing.problems.append(Problem(
-            "no-version", f"the wheel has no readable {PREFIX}include/cudnn_version.h",
-            "this is not NVIDIA's cuDNN wheel, or it is damaged"))
+        yield Problem("no-version", f"the wheel has no readable {PREFIX}include/cudnn_version.h",
+                      "this is not NVIDIA's cuDNN wheel, or it is damaged")
         return
     full = "%d.%d.%d" % version
     if wheel.version.release[:3] != version:
-        listing.problems.append(Problem(
-            "version-mismatch", f"the wheel's name says {wheel.version}, its headers say {full}",
-            "this is not the wheel NVIDIA published under that name"))
+        yield Problem("version-mismatch",
+                      f"the wheel's name says {wheel.version}, its headers say {full}",
+                      "this is not the wheel NVIDIA published under that name")
         return
     top = wheel.top
+    for dir_name in ("", "/include", "/lib"):
+        yield _info(top + dir_name + "/", 0, 0o755, tarfile.DIRTYPE), None
+    for info in sorted(entries, key=lambda i: i.header_offset):
+        if not info.filename.startswith(PREFIX) or info.is_dir():
+            continue
+        rel = info.filename[len(PREFIX):]
+        mode = (info.external_attr >> 16) & 0o7777 or 0o644
+        ftype = (info.external_attr >> 16) & 0o170000
+        if ftype and ftype != stat.S_IFREG:
+            yield Problem("special-file", f"wheel member {escape(info.filename)} is not a "
+                          "regular file", "NVIDIA's wheels hold regular files only; do not use it")
+            continue
+        if info.flag_bits & 0x1:
+            yield Problem("corrupt", f"wheel member {escape(info.filename)} is encrypted",
+                          "NVIDIA's wheels are not; do not use it")
+            continue
+        links: list[tuple[str, str]] = []
+        base = rel.rsplit("/", 1)[-1]
+        shared = _SONAME_FILE.match(base) if rel.startswith("lib/") and "/" not in rel[4:] else None
+        if shared:
+            # NVIDIA's layout: the file under its full version, the SONAME and .so linked
+            file_name = f"{shared['stem']}.so.{full}"
+            links = [(base, file_name), (f"{shared['stem']}.so", base)]
+            rel, mode = f"lib/{file_name}", mode | 0o755
+        yield _info(f"{top}/{rel}", info.file_size, mode), info
+        for link, target in links:
+            yield _info(f"{top}/lib/{link}", 0, 0o777, tarfile.SYMTYPE, target), None
+
+
+def read_to_end(data: IO[bytes], name: str) -> None:
+    """Reaching the end checks the zip entry's CRC; nothing may follow what it declares."""
+    if data.read(1):
+        raise zipfile.BadZipFile(f"{name} holds more than it declares")
+
+
+def _members(f: IO[bytes], wheel: WheelName, staging_dir: Path, want: Wanted,
+             rules: MemberRules, listing: Listing) -> None:
+    z = open_zip(f, rules.limits)
     cores = usable_cores()
     writer = staging.Writer(direct=staging.direct_io_allowed(staging_dir),
                             lanes=staging.hash_lanes(cores), writers=staging.write_threads(cores))
     try:
-        for dir_name in ("", "/include", "/lib"):
-            _admit(rules, listing, _info(top + dir_name + "/", 0, 0o755, tarfile.DIRTYPE))
-        for info in sorted(entries, key=lambda i: i.header_offset):
-            if not info.filename.startswith(PREFIX) or info.is_dir():
+        for item in layout(z, wheel):
+            if isinstance(item, Problem):
+                listing.problems.append(item)
                 continue
-            rel = info.filename[len(PREFIX):]
-            mode = (info.external_attr >> 16) & 0o7777 or 0o644
-            ftype = (info.external_attr >> 16) & 0o170000
-            if ftype and ftype != stat.S_IFREG:
-                listing.problems.append(Problem(
-                    "special-file", f"wheel member {escape(info.filename)} is not a regular file",
-                    "NVIDIA's wheels hold regular files only; do not use it"))
-                continue
-            if info.flag_bits & 0x1:
-                listing.problems.append(Problem(
-                    "corrupt", f"wheel member {escape(info.filename)} is encrypted",
-                    "NVIDIA's wheels are not; do not use it"))
-                continue
-            links: list[tuple[str, str]] = []
-            base = rel.rsplit("/", 1)[-1]
-            shared = _SONAME_FILE.match(base) if rel.startswith("lib/") and "/" not in rel[4:] else None
-            if shared:
-                # NVIDIA's layout: the file under its full version, the SONAME and .so linked
-                file_name = f"{shared['stem']}.so.{full}"
-                links = [(base, file_name), (f"{shared['stem']}.so", base)]
-                rel, mode = f"lib/{file_name}", mode | 0o755
-            verdict = _admit(rules, listing, _info(f"{top}/{rel}", info.file_size, mode))
-            if isinstance(verdict, Member):
-                with z.open(info) as data:
+            tar_info, zip_info = item
+            verdict = _admit(rules, listing, tar_info)
+            if isinstance(verdict, Member) and zip_info is not None:
+                with z.open(zip_info) as data:
                     staging.consume(data, verdict, staging_dir if want(verdict) else None, writer)
-                    if data.read(1):  # reaching the end checks the CRC; nothing may follow
-                        raise zipfile.BadZipFile(f"{info.filename} holds more than it declares")
-            for link, target in links:
-                _admit(rules, listing, _info(f"{top}/lib/{link}", 0, 0o777, tarfile.SYMTYPE,
-                                             target))
+                    read_to_end(data, zip_info.filename)
     finally:
         writer.finish()
 

@@ -86,8 +86,9 @@ def _tree_source(ctx: Context, mirror: str | None, headers: list[str] | None) ->
 
 def choose_source(ctx: Context, *, from_: str | None = None, mirror: str | None = None,
                   index_url: str | None = None, headers: list[str] | None = None,
-                  cache_dir: Path | None = None) -> Source:
-    """The source of releases that `--from`, `--mirror` and `--index-url` name."""
+                  cache_dir: Path | None = None, wheel_tags: list[str] | None = None) -> Source:
+    """The source of releases that `--from`, `--mirror` and `--index-url` name (a PyPI
+    index's wheels must carry one of `wheel_tags`: this machine's by default)."""
     if from_ is not None and not from_.strip():
         raise UsageError("--from is empty", "give nvidia, pypi, or a mirror's URL or directory")
     if index_url is not None and from_ not in (None, PYPI):
@@ -99,10 +100,14 @@ def choose_source(ctx: Context, *, from_: str | None = None, mirror: str | None 
         config = index_config(ctx.env, ctx.home, index_url, ctx.pip_system_dirs)
         env = default_cert(config, dict(ctx.env))
         return PypiIndex(config, downloader_for(ctx, headers, cache_dir, env=env),
-                         ctx.wheel_tags if ctx.wheel_tags is not None else wheel_platform_tags())
+                         wheel_tags if wheel_tags is not None else machine_wheel_tags(ctx))
     if from_ == NVIDIA:
         return NvidiaTree(Reader(headers=parse_headers(headers)))
     return _tree_source(ctx, from_ or mirror, headers)
+
+
+def machine_wheel_tags(ctx: Context) -> list[str]:
+    return list(ctx.wheel_tags) if ctx.wheel_tags is not None else wheel_platform_tags()
 
 
 def target(root: CudaRoot | None, cuda: str | None,

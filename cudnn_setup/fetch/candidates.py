@@ -127,6 +127,9 @@ class Release:
     size: int | None = None
     source: str = "known table"  # or "redistrib_<label>.json at <url>"
     public_path: str | None = None  # below https://developer.download.nvidia.com/compute/
+    # (wheel file name, its sha256) of an archive a mirror repacked from NVIDIA's wheel: the
+    # mirror's manifest vouches for the repack's checksum, never NVIDIA
+    repacked_from: tuple[str, str] | None = None
 
     def url(self, mirror: str | None = None) -> str:
         """Where to fetch it: below `mirror` when given, else NVIDIA's public URL."""

@@ -17,9 +17,12 @@ from cudnn_setup.sources.base import (ARCHIVE, Catalog, Fetch, Obtained, Offer, 
 
 
 def vouched_by(release: Release) -> str:
-    """Who vouches for a release's sha256, in words."""
+    """Who vouches for a release's sha256, in words (a repack's is its mirror's, not NVIDIA's)."""
     if release.source == TABLE:
         return f"known releases table: {known_releases.provenance_line()}"
+    if release.repacked_from:
+        return (f"{release.source}, for an archive repacked from {release.repacked_from[0]}: "
+                "the mirror's checksum, not NVIDIA's")
     return release.source
 
 
@@ -28,7 +31,9 @@ def offer_of(release: Release, url: str, details: dict | None = None) -> Offer:
                  platform=release.platform, file_name=release.file_name, url=url,
                  sha256=release.sha256, checksum_from=vouched_by(release), format=ARCHIVE,
                  size=release.size, md5=release.md5,
-                 repacked_from=getattr(release, "repacked_from", None),
+                 repacked_from={"wheel": release.repacked_from[0],
+                                "sha256": release.repacked_from[1]}
+                 if release.repacked_from else None,
                  details={"relative_path": release.relative_path, "source": release.source,
                           **(details or {})})
 
