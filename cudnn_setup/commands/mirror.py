@@ -40,6 +40,7 @@ from cudnn_setup.facts.host import host_machine, wheel_tags_for
 from cudnn_setup.fetch import redist
 from cudnn_setup.fetch.candidates import parse_request
 from cudnn_setup.fetch.download import redact
+from cudnn_setup.fetch.redist import NoVariant
 from cudnn_setup.fetch.redistrib_json import parse_redistrib
 from cudnn_setup.report import Result
 from cudnn_setup.sources.base import NVIDIA, PYPI, WHEEL, Offer, Source
@@ -235,6 +236,7 @@ def _build(result: Result, ctx: Context, mirror: MirrorDir, requests, cudas: lis
            headers: list[str] | None) -> None:
     mirror.incoming.mkdir(exist_ok=True)
     placed: list[dict] = []
+    skipped: list[dict] = []
     machine_tags = machine_wheel_tags(ctx)
     try:
         for platform in platforms:
@@ -244,7 +246,13 @@ def _build(result: Result, ctx: Context, mirror: MirrorDir, requests, cudas: lis
                                    wheel_tags=wheel_tags_for(platform, machine_tags))
             for request in requests:
                 for cuda in cudas:
-                    offer = source.pick(request, platform, cuda)
+                    try:
+                        offer = source.pick(request, platform, cuda)
+                    except NoVariant as exc:  # this combination does not exist: said, not fatal
+                        skipped.append({"version": str(request), "platform": platform,
+                                        "cuda": cuda, "why": exc.message})
+                        result.lines.append(f"skipped   {platform} CUDA {cuda}: {exc.message}")
+                        continue
                     if offer.format == WHEEL:
                         done = _repack(result, ctx, mirror, source, offer, headers,
                                        which(ctx, "xz"))
@@ -269,8 +277,14 @@ def _build(result: Result, ctx: Context, mirror: MirrorDir, requests, cudas: lis
         written = mirror.write() if mirror.changed or not (mirror.root / "index.html").exists() \
             else []
         result.add("mirror", {"dir": str(mirror.root), "url": mirror.root.as_uri() + "/",
-                              "releases": placed, "manifests_written": written})
+                              "releases": placed, "skipped": skipped,
+                              "manifests_written": written})
         result.changed = bool(written) or any(p["action"] != "kept" for p in placed)
+    for request in requests:
+        if not any(request.matches(p["version"]) for p in placed):
+            why = next(s["why"] for s in skipped if s["version"] == str(request))
+            raise NoVariant(f"no build of cuDNN {request} for any CUDA and platform asked for: "
+                            f"{why}", "ask for another --cuda or --platform")
     result.lines.append(f"mirror {mirror.root}: {len(placed)} archive(s), "
                         f"{len(written)} manifest(s) written; serve it and install with "
                         f"--mirror {mirror.root.as_uri()}/")
