@@ -3,9 +3,11 @@ make the loader find it, write Theano's config, verify.
 """
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
 
+from cudnn_setup.archive.wheel import WHEEL
 from cudnn_setup.checks.driver import driver_facts
 from cudnn_setup.checks.installation import find_installation
 from cudnn_setup.checks.suite import run_checks
@@ -16,7 +18,9 @@ from cudnn_setup.commands.fetching import check_sha256
 from cudnn_setup.commands.steps import (FrameworkLookahead, loader_step, theanorc_path,
                                         theanorc_step)
 from cudnn_setup.facts.cuda import CudaRoot, find_cuda_root
+from cudnn_setup.facts.ldresolve import NotLoadable, read_object
 from cudnn_setup.report import Result
+from cudnn_setup.text import escape
 
 
 @command("install")
@@ -49,6 +53,8 @@ def install(result: Result, ctx: Context, source: str, *, cuda_root: Path | None
                                 provenance=obtained.provenance.to_dict())
     driver = asked.result()
     pkg = outcome.package
+    if pkg is not None and pkg.compression == WHEEL and not dry_run:
+        outcome.notes += wheel_runpath_notes(pkg, outcome.lib_dir or root.lib_dir(), root.path)
     result.cudnn_version = pkg.cudnn_version if pkg else None
     result.changed = outcome.changed and not dry_run
     result.add("install", outcome.to_dict())
@@ -77,6 +83,42 @@ def install(result: Result, ctx: Context, source: str, *, cuda_root: Path | None
                                     loader=frameworks.search if same else None)
     if step is not None and step.refused:
         raise step.refused
+
+
+def wheel_runpath_notes(pkg, lib_dir: Path, root: Path) -> list[str]:
+    """What the RUNPATH NVIDIA gave a wheel's libraries means once they sit in the root.
+
+    In the wheel they sit in site-packages/nvidia/cudnn/lib and find cuBLAS and NVRTC beside it
+    ($ORIGIN/../../cublas/lib). Placed in <root>/lib, `$ORIGIN` is the root's own lib dir, and
+    the other entries name directories next to the root, outside it, which the loader searches
+    before its cache: the deps check judges the root as it is, those directories included."""
+    entries: list[str] = []
+    for lib in pkg.libraries:
+        try:
+            runpath = read_object(lib_dir / lib.name).runpath or ()
+        except NotLoadable:
+            continue
+        entries += [e for e in runpath if e and e not in entries]
+    if not entries:
+        return []
+    outside = []
+    for e in entries:
+        if "$ORIGIN" not in e and "${ORIGIN}" not in e:
+            outside.append((e, Path(e)))
+            continue
+        where = Path(os.path.normpath(str(lib_dir / e.replace("${ORIGIN}", ".").replace(
+            "$ORIGIN", "."))))
+        if not (where == lib_dir or str(where).startswith(str(root) + os.sep)):
+            outside.append((e, where))
+    if not outside:
+        return []
+    said = ", ".join(f"{e} = {escape(str(w))}" + (" (it exists: libraries there come before "
+                                                    "the system's)" if w.is_dir() else "")
+                     for e, w in outside)
+    return [f"the wheel's libraries keep NVIDIA's RUNPATH ({':'.join(entries)}), made for "
+            f"site-packages: in {escape(str(lib_dir))} $ORIGIN finds cuBLAS and NVRTC placed "
+            f"in the root, and the other entries name directories outside the root ({said}); "
+            "the deps check judges the root as it is"]
 
 
 class _Background:
