@@ -46,7 +46,7 @@ def downloader_for(ctx: Context, headers: list[str] | None, cache_dir: Path | No
     cache = cache_dir or default_cache_dir(ctx.env, ctx.home)
     keep = [h.strip() for h in ctx.env.get(KEEP_HEADERS_VAR, "").split(",") if h.strip()]
     return Downloader(cache, headers=parse_headers(headers),
-                      on_progress=ctx.progress("downloading"),
+                      on_progress=ctx.progress("downloading"),  # named per file by fetch
                       env=ctx.env if env is None else env, home=ctx.home, keep_on_redirect=keep)
 
 
@@ -56,6 +56,7 @@ def fetch(result: Result, ctx: Context, url: str, sha256: str | None,
     """Download `url` into the cache (or reuse it), checked against what is known of it
     (`expected`, when the caller knows where the checksum comes from)."""
     downloader = downloader or downloader_for(ctx, headers, cache_dir)
+    downloader.on_progress = ctx.progress(f"downloading {escape(file_name(url))}")
     fetched = downloader.fetch(url, expected or expected_for(file_name(url), sha256))
     result.add("download", fetched.to_dict())
     if fetched.from_cache:

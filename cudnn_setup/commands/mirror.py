@@ -189,7 +189,7 @@ def _repack(result: Result, ctx: Context, mirror: MirrorDir, source: Source, off
     part.unlink(missing_ok=True)
     hashes = repack(obtained.path, part)
     # read back as install would read it: the mirror serves only what installs
-    pkg = inspect_archive(part, mirror.incoming, xz=xz)
+    pkg = inspect_archive(part, mirror.incoming, xz=xz, env=ctx.env)
     if not pkg.installable or pkg.sha256 != hashes[0]:
         part.unlink()
         raise ArchiveRejected(f"the repack of {escape(offer.file_name)} does not read back as "
