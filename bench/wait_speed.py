@@ -148,7 +148,7 @@ def verify(runs: int, root: Path, home: Path) -> dict:
         timed(cmd, env)  # warm: Theano's compile cache, the page cache
         side_by_side = repeat(runs, lambda i: timed(cmd, env))
         alone = []
-        for _ in range(runs):
+        for _ in range(runs if frameworks == "0" else 1):  # the frameworks alone: seconds each
             got = subprocess.run([sys.executable, "-c", CHECKS_ALONE, str(root), str(rc), theano,
                                   frameworks], env=env, cwd=REPO, capture_output=True, text=True)
             alone.append(json.loads(got.stdout.strip().splitlines()[-1]))
