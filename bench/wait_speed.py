@@ -25,6 +25,7 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -213,7 +214,9 @@ def main() -> int:
         if args.archive:
             root = args.root
             if root is None:
-                root = make_cuda_root(base / "root", "12.4")
+                found = re.search(r"_cuda(\d+)", args.archive.name)
+                root = make_cuda_root(base / "root", {"11": "11.8", "13": "13.0"}.get(
+                    found.group(1), "12.4") if found else "12.4")
                 if args.cuda_include.is_dir():
                     shutil.copytree(args.cuda_include, root / "include", dirs_exist_ok=True)
                 subprocess.run([*TOOL, "install", str(args.archive), "--cuda-root", str(root),

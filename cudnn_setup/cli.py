@@ -467,11 +467,13 @@ def _flag(value) -> bool:
 _PLAIN = {str: str, Path: Path, bool: _flag}
 
 
-def _parser():
+def _parser(name: str = ""):
     """The click command typer builds from `app`, with plain conversions where typer has the
-    hook for them (typer versions without it convert as they always did)."""
+    hook for them (typer versions without it convert as they always did): the group's and
+    command `name`'s, the only ones this run parses."""
     command = typer.main.get_command(app)
-    for cmd in [command, *getattr(command, "commands", {}).values()]:
+    chosen = getattr(command, "commands", {}).get(name)
+    for cmd in [command, *([chosen] if chosen is not None else [])]:
         try:  # --help is made on first use and kept: made here, it is converted plainly too
             cmd.get_help_option(cmd.context_class(cmd))
         except Exception:  # another typer: its --help stays as it makes it
@@ -515,7 +517,7 @@ def main(argv: list[str] | None = None, *, env: Mapping[str, str] | None = None,
         import contextlib
 
         with contextlib.redirect_stdout(session.out), contextlib.redirect_stderr(session.err):
-            code = _parser()(args=argv, prog_name="cudnn-setup", standalone_mode=False,
+            code = _parser(command)(args=argv, prog_name="cudnn-setup", standalone_mode=False,
                              obj=session)
         return code if isinstance(code, int) else 0
     except typer.Exit as exc:
