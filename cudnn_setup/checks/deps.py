@@ -43,6 +43,7 @@ from cudnn_setup.facts import cuda as cuda_facts
 from cudnn_setup.facts import cudnn as gen
 from cudnn_setup.facts import dependencies as D
 from cudnn_setup.facts import ldresolve as L
+from cudnn_setup.parallel import at_once
 from cudnn_setup.report import FAIL, PASS, SKIP, WARN, Check
 from cudnn_setup.text import plural
 
@@ -221,6 +222,8 @@ def check_deps(inst: Installation, env: Mapping[str, str], *, load_data: dict | 
     search = list(search_dirs) if search_dirs is not None else (likely_dirs(inst, env) if missing else [])
     internal = [e for e in missing if _driver_internal(e)]
     available = _asked_once(packages or (lambda m, names: D.query_packages(m, names, env)))
+    if manager is not None and len(missing) > 1:
+        _ask_at_once(available, missing, versions.cuda, manager, search, inst)
     for e in missing:
         e.severity = SKIP if e in internal else rate(e.kind, e.name, driver_present)
         e.what_breaks = what_breaks(e, inst.lib_dir)
@@ -281,6 +284,24 @@ def fix_text(fixes: list[dict]) -> str:
     if len(fixes) == 1:
         return "fix: " + one(fixes[0])
     return "fixes, in order: " + "; ".join(f"{i}) {one(f)}" for i, f in enumerate(fixes, 1))
+
+
+def _ask_at_once(available: D.Availability, missing: list[Entry], cuda: str | None,
+                 manager: str, search: Sequence[Path], inst: Installation) -> None:
+    """The package manager's answers for every missing library asked for side by side (each
+    is a child that reads its cache, most of a second with apt): the names each library's fixes
+    ask about are learnt by working the fixes out once with no answers, then asked at once."""
+    wanted: list[tuple[str, tuple[str, ...]]] = []
+
+    def note(m: str, names) -> None:
+        if (m, tuple(names)) not in wanted:
+            wanted.append((m, tuple(names)))
+        return None
+
+    for e in missing:
+        fixes_for(e, cuda, manager, search, inst.lib_dir, note, inst.origin == "wheel")
+    if len(wanted) > 1:
+        at_once([lambda m=m, names=names: available(m, names) for m, names in wanted])
 
 
 def _asked_once(available: D.Availability) -> D.Availability:
