@@ -331,3 +331,60 @@ def test_the_wheel_name_of_another_project_is_not_a_cudnn_wheel(tmp_path, compil
     assert parse_name(wheel_name("9.1.7.99")).cuda_major == 12
     assert parse_name("nvidia_cublas_cu12-12.4.5.8-py3-none-manylinux2014_x86_64.whl") is None
     assert parse_name("nvidia_cudnn_cu12-9.1.7.99.tar.gz") is None
+
+
+def test_another_projects_wheel_is_refused_as_such(tmp_path, home, cuda_root, compiler):
+    other = build_wheel(tmp_path / "x", "9.1.7.99", "12", compiler)
+    renamed = tmp_path / "nvidia_cublas_cu12-12.4.5.8-py3-none-manylinux_2_27_x86_64.whl"
+    renamed.write_bytes(other.read_bytes())
+    done, out = run_json(["install", renamed, "--cuda-root", cuda_root("12.4", "lib"),
+                          *NO_FLAGS], home)
+    assert done.returncode == ARCHIVE_REJECTED and "not NVIDIA's cuDNN wheel" in out["error"]["message"]
+
+
+def test_a_yanked_wheel_is_picked_only_by_its_full_version(wheels, cuda_root, home):
+    root = cuda_root("12.4", "lib")
+    with IndexServer() as server:
+        files = [IndexFile(f.name, f.url, f.sha256, yanked=f.name == wheels[FINAL].name)
+                 for f in entries(wheels, server.base)]
+        index = serve(server, wheels, files=files)
+        done, out = install(root, home, index, "9", "--dry-run")
+        assert done.returncode == 0, done.stderr
+        assert out["release"]["version"] == OLDER  # 9.1.7.99 is yanked
+        done, out = install(root, home, index, FINAL, "--dry-run")
+    assert done.returncode == 0 and out["release"]["version"] == FINAL
+    assert out["release"]["yanked"] is True
+
+
+@pytest.mark.parametrize("page,kind,complaint", [
+    (b"{not json", JSON, "not valid JSON"),
+    (b'{"meta": {"api-version": "2.0"}, "files": []}', JSON, "api-version"),
+    (json.dumps({"meta": {"api-version": "1.0"}, "files": [
+        {"filename": "nvidia_cudnn_cu12-9.1.7.99-py3-none-manylinux_2_27_x86_64.whl",
+         "url": "x.whl", "hashes": {"sha256": "not-hex"}}]}).encode(), JSON, "not 64 hex"),
+    (json.dumps({"meta": {"api-version": "1.0"}, "files": [
+        {"filename": "nvidia_cudnn_cu12-9.1.7.99-py3-none-manylinux_2_27_x86_64.whl",
+         "url": "javascript:alert(1)", "hashes": {}}]}).encode(), JSON, "not http(s) or file"),
+    (b'<a href="ftp://x/nvidia_cudnn_cu12-9.1.7.99-py3-none-manylinux_2_27_x86_64.whl">'
+     b'nvidia_cudnn_cu12-9.1.7.99-py3-none-manylinux_2_27_x86_64.whl</a>', "text/html",
+     "not http(s) or file"),
+    (b"PK\x03\x04", "application/zip", "neither PEP 691 JSON nor HTML"),
+])
+def test_a_damaged_index_page_is_refused_naming_the_index(cuda_root, home, page, kind, complaint):
+    root = cuda_root("12.4", "lib")
+    before = tree_state(root)
+    with IndexServer() as server:
+        server.routes[f"/simple/{PROJECT}/"] = (kind, page)
+        done, out = install(root, home, server.base + "/simple/", "9.1")
+    assert done.returncode == DOWNLOAD_FAILED and out["error"]["code"] == "index-damaged"
+    assert complaint in out["error"]["message"] and "127.0.0.1" in out["error"]["message"]
+    assert tree_state(root) == before
+
+
+def test_an_index_page_past_its_size_bound_is_not_read_on(cuda_root, home):
+    from cudnn_setup.sources import simple_api
+    root = cuda_root("12.4", "lib")
+    with IndexServer() as server:
+        server.routes[f"/simple/{PROJECT}/"] = ("text/html", b" " * (simple_api.MAX_PAGE_BYTES + 10))
+        done, out = install(root, home, server.base + "/simple/", "9.1")
+    assert done.returncode == DOWNLOAD_FAILED and "larger than" in out["error"]["message"]
