@@ -388,3 +388,56 @@ def test_an_index_page_past_its_size_bound_is_not_read_on(cuda_root, home):
         server.routes[f"/simple/{PROJECT}/"] = ("text/html", b" " * (simple_api.MAX_PAGE_BYTES + 10))
         done, out = install(root, home, server.base + "/simple/", "9.1")
     assert done.returncode == DOWNLOAD_FAILED and "larger than" in out["error"]["message"]
+
+
+def cublas_wheel(out: Path, compiler) -> Path:
+    """An nvidia-cublas-cu12-shaped wheel: gcc-built libcublas.so.12 and libcublasLt.so.12."""
+    import zipfile
+    from fixtures.generate import SUB_C
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "nvidia_cublas_cu12-12.4.5.8-py3-none-manylinux_2_27_x86_64.whl"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+        for stem in ("libcublas", "libcublasLt"):
+            data = compiler.build(SUB_C, {"FIX_SYMBOL": stem + "Create"}, f"{stem}.so.12")
+            z.writestr(f"nvidia/cublas/lib/{stem}.so.12", data)
+        z.writestr("nvidia/cublas/include/cublas.h", "/* header, not placed */\n")
+        z.writestr("nvidia_cublas_cu12-12.4.5.8.dist-info/METADATA",
+                   "Metadata-Version: 2.1\nName: nvidia-cublas-cu12\nVersion: 12.4.5.8\n")
+    return path
+
+
+def test_with_deps_places_the_declared_cublas_in_the_same_transaction(wheels, cuda_root, home,
+                                                                     tmp_path, compiler):
+    root = cuda_root("12.4", "lib")
+    before = tree_state(root)
+    cublas = cublas_wheel(tmp_path / "dep", compiler)
+    with IndexServer() as server:
+        index = serve(server, wheels)
+        server.routes["/simple/nvidia-cublas-cu12/"] = (JSON, project_json("nvidia-cublas-cu12", [
+            IndexFile(cublas.name, f"{server.base}/files/{cublas.name}", sha256(cublas))]))
+        server.routes[f"/files/{cublas.name}"] = ("application/octet-stream", cublas.read_bytes())
+        done, out = install(root, home, index, "9.1", "--with-deps")
+    assert done.returncode == 0, done.stderr
+    (dep,) = out["provenance"]["with_deps"]
+    assert dep["wheel"] == cublas.name and dep["sha256"] == sha256(cublas)
+    lib = root / "lib"
+    assert (lib / "libcublasLt.so.12").is_file() and (lib / "libcublas.so.12").is_file()
+    assert (lib / "libcublasLt.so").readlink() == Path("libcublasLt.so.12")
+    assert not (root / "include" / "cublas.h").exists()
+    manifest = json.loads((root / ".cudnn-setup" / "manifest.json").read_text())
+    assert {"lib/libcublasLt.so.12", "lib/libcublasLt.so"} <= {f["path"] for f in manifest["files"]}
+    assert manifest["source"]["provenance"]["with_deps"] == [dep]
+    done, out = run_json(["uninstall", "--cuda-root", root], home)
+    assert done.returncode == 0 and tree_state(root) == before
+
+
+def test_with_deps_leaves_a_library_the_root_has(wheels, cuda_root, home):
+    root = cuda_root("12.4", "lib")
+    (root / "lib" / "libcublasLt.so.12").write_bytes(b"the toolkit's own")
+    with IndexServer() as server:
+        done, out = install(root, home, serve(server, wheels), "9.1", "--with-deps", "--no-verify")
+    assert done.returncode == 0, done.stderr
+    assert out["provenance"]["with_deps"] == []
+    assert "the root has cuBLASLt already" in done.stderr
+    assert (root / "lib" / "libcublasLt.so.12").read_bytes() == b"the toolkit's own"
+    assert not [p for p in server.paths() if "cublas" in p]

@@ -52,13 +52,15 @@ def downloader_for(ctx: Context, headers: list[str] | None, cache_dir: Path | No
 
 def fetch(result: Result, ctx: Context, url: str, sha256: str | None,
           headers: list[str] | None, cache_dir: Path | None,
-          expected: Expected | None = None, downloader: Downloader | None = None) -> Fetched:
+          expected: Expected | None = None, downloader: Downloader | None = None,
+          record: bool = True) -> Fetched:
     """Download `url` into the cache (or reuse it), checked against what is known of it
     (`expected`, when the caller knows where the checksum comes from)."""
     downloader = downloader or downloader_for(ctx, headers, cache_dir)
     downloader.on_progress = ctx.progress(f"downloading {escape(file_name(url))}")
     fetched = downloader.fetch(url, expected or expected_for(file_name(url), sha256))
-    result.add("download", fetched.to_dict())
+    if record:  # the one download a command is about (a dependency's is said in its own key)
+        result.add("download", fetched.to_dict())
     if fetched.from_cache:
         how = "reused from the cache" + (f" (the server's {fetched.validated_by.replace('_', '-')})"
                                          if fetched.validated_by else "")
