@@ -138,7 +138,7 @@ class PypiIndex(Source):
         ranks = [self.tags.index(t) for t in wheel.platform_tags if t in self.tags]
         if not ranks:
             return None
-        checksum_from = (f"sha256 the package index {redact(index)} publishes for the file"
+        checksum_from = (f"the package index {redact(index)}, which publishes it for the file"
                          if f.sha256 else None)
         return Offer(version=str(wheel.version), cuda_variant=f"cuda{wheel.cuda_major}",
                      platform=platform, file_name=f.filename,
@@ -235,7 +235,7 @@ class PypiIndex(Source):
         return Offer(version=str(version), cuda_variant="", platform=platform,
                      file_name=f.filename, url=with_index_credentials(index, f.url),
                      sha256=f.sha256, checksum_from=(
-                         f"sha256 the package index {redact(index)} publishes for the file"
+                         f"the package index {redact(index)}, which publishes it for the file"
                          if f.sha256 else None), format=WHEEL, size=f.size,
                      details={"index": redact(index), "project": project})
 
