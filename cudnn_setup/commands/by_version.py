@@ -124,7 +124,7 @@ def _fetch_choice(result: Result, ctx: Context, choice: Choice, why: str, tree: 
                         f"{why}: {release.file_name} from {redact(tree.url)}; sha256 from "
                         f"{release.source}")
     expected = Expected("sha256", release.sha256, release.source if release.source != TABLE
-                        else f"known releases table: {known_releases.provenance_line()}")
+                        else f"known releases table: {known_releases.provenance_line(release.file_name)}")
     if sha256 is not None and sha256.lower() != release.sha256:
         raise mismatch(release.file_name, Expected("sha256", sha256.lower(), "--sha256"),
                        f"{release.sha256} as published ({expected.source})")
