@@ -24,7 +24,7 @@ from cudnn_setup.commands.download import fetch, parse_headers
 from cudnn_setup.errors import UsageError
 from cudnn_setup.facts.cuda import CudaRoot
 from cudnn_setup.facts.cudnn import parse_archive_name
-from cudnn_setup.facts.host import host_machine
+from cudnn_setup.facts.host import host_machine, tegra_evidence
 from cudnn_setup.fetch import known_releases, redist
 from cudnn_setup.fetch.candidates import is_version_request, parse_request
 from cudnn_setup.fetch.checksums import Expected, expected_for, mismatch
@@ -69,6 +69,15 @@ def tree_for(ctx: Context, mirror: str | None, headers: list[str] | None) -> Tre
     return Tree(url, Reader(headers=parse_headers(headers)))
 
 
+def host_choice(ctx: Context, given: str | None = None) -> redist.PlatformChoice:
+    """The platforms whose builds go on this machine, best first, and why: `given` (--platform)
+    alone, else the machine's, a Jetson's linux-aarch64 builds before sbsa ones (the markers
+    are read below ctx.host_root)."""
+    machine = ctx.machine or host_machine()
+    tegra = None if given is not None else tegra_evidence(ctx.host_root)
+    return redist.platform_choice(machine, tegra, given)
+
+
 def target(root: CudaRoot | None, cuda: str | None,
            machine: str | None = None) -> tuple[str, str | None]:
     """NVIDIA's platform key for this machine, and the CUDA version builds must fit: `--cuda`,
@@ -98,12 +107,15 @@ def resolve_source(result: Result, ctx: Context, source: str, root: CudaRoot, *,
         return path, expected_for(path.name, sha256)
     tree = tree_for(ctx, mirror, headers)
     if kind == VERSION:
-        platform, cuda_version = target(root, cuda)
+        here = host_choice(ctx)
+        _, cuda_version = target(root, cuda, here.primary)
         if cuda_version is None:
             raise UsageError(f"cannot tell which CUDA {root.path} is, so not which build of "
                              f"cuDNN {source} to fetch", "pass --cuda N (e.g. --cuda 12)")
-        choice = resolve(parse_request(source), tree, platform, cuda_version)
-        why = f"newest {source.strip()} for CUDA {cuda_version} on {platform}"
+        choice = resolve(parse_request(source), tree, here.platforms, cuda_version)
+        why = f"newest {source.strip()} for CUDA {cuda_version} on {choice.release.platform}"
+        if len(here.platforms) > 1:
+            why += f" ({here.why})"
     else:
         choice = resolve_name(source, tree)
         if choice is None:

@@ -1,5 +1,10 @@
 """`list`: the cuDNN releases published for this machine (the known table plus the manifests of
 NVIDIA's tree or the mirror), newest first per CUDA variant, and which one the root holds.
+
+The platform is this machine's, or `--platform` (e.g. windows-x86_64, to see what a mirror for
+Windows machines would hold). On a Jetson each release is shown in the build install would
+take: linux-aarch64 where NVIDIA published one, else linux-sbsa, and the output says so and why.
+Both flavours are listed: cuDNN itself and, from 9.12, its graph JIT library (`cudnn_jit`).
 """
 from __future__ import annotations
 
@@ -10,7 +15,7 @@ from packaging.version import InvalidVersion, Version
 
 from cudnn_setup.checks.driver import describe_gpus, driver_facts, has_driver
 from cudnn_setup.commands.base import Context, command, root_if_any
-from cudnn_setup.commands.by_version import target, tree_for
+from cudnn_setup.commands.by_version import host_choice, target, tree_for
 from cudnn_setup.errors import DownloadFailed
 from cudnn_setup.facts import gpu_support as S
 from cudnn_setup.facts.cuda import CudaRoot
@@ -59,15 +64,32 @@ def installed_archive(root: CudaRoot | None) -> dict | None:
             "version": manifest.cudnn_version}
 
 
+def best_builds(releases: list[Release], choice: redist.PlatformChoice) -> list[Release]:
+    """One build per version, flavour and CUDA variant: the one on the most preferred platform
+    (on a Jetson the linux-aarch64 build where one exists, else the sbsa one)."""
+    best: dict[tuple, Release] = {}
+    for r in releases:
+        rank = choice.rank(r.platform)
+        if rank is None:
+            continue
+        key = (r.version, r.flavour, r.cuda_variant)
+        if key not in best or rank < choice.rank(best[key].platform):
+            best[key] = r
+    return [r for r in releases if best.get((r.version, r.flavour, r.cuda_variant)) is r]
+
+
 def rows(releases: list[Release], installed: dict | None,
          judge: FitJudge | None = None) -> list[dict]:
-    """The JSON entries: newest first, and per version the variants in CUDA order, newest first."""
+    """The JSON entries: newest first, per version cuDNN before its JIT library, and the
+    variants in CUDA order, newest first."""
     ordered = sorted(releases, reverse=True,
-                     key=lambda r: (Version(r.version), redist.variant_key(r.cuda_variant)))
+                     key=lambda r: (Version(r.version), r.flavour == "cudnn",
+                                    redist.variant_key(r.cuda_variant)))
     out = []
     for r in ordered:
         row = {"version": r.version, "cuda_variant": r.cuda_variant, "platform": r.platform,
-               "file_name": r.file_name, "sha256": r.sha256, "size": r.size, "source": r.source,
+               "flavour": r.flavour, "file_name": r.file_name, "sha256": r.sha256,
+               "size": r.size, "source": r.source, "provenance": list(r.provenance),
                "installed": installed is not None and r.sha256 == installed["sha256"]}
         if judge is not None:
             verdict = judge(r)
@@ -79,42 +101,48 @@ def rows(releases: list[Release], installed: dict | None,
 @command("list")
 def list_releases(result: Result, ctx: Context, *, cuda: str | None = None,
                   cuda_root: Path | None = None, mirror: str | None = None,
-                  headers: list[str] | None = None) -> None:
+                  headers: list[str] | None = None, platform: str | None = None) -> None:
     root = root_if_any(ctx, cuda_root)
     if root is not None:
         result.cuda_root = str(root.path)
-    platform, cuda_version = target(root, cuda)
+    choice = host_choice(ctx, platform)
+    _, cuda_version = target(root, cuda, choice.primary)
     tree = tree_for(ctx, mirror, headers)
     try:
-        found = catalog(tree, platform)
+        found = catalog(tree, choice.platforms)
         releases, notes = found.releases, list(found.notes)
     except DownloadFailed as exc:
         if not tree.nvidia:
             raise
         # NVIDIA's tree out of reach (offline, firewalled): the table is still NVIDIA's list.
-        releases = [r for r in known_releases.releases() if r.platform == platform]
+        releases = [r for r in known_releases.releases() if r.platform in choice.platforms]
         notes = []
         result.checks.append(Check("manifests", WARN, f"{exc.message}; showing the known table "
                                    "only, without releases newer than it"))
     if cuda_version is not None:
         releases = [r for r in releases if redist.variant_fits(r.cuda_variant, cuda_version)]
+    releases = best_builds(releases, choice)
     installed = installed_archive(root)
     if installed:
         result.cudnn_version = installed["version"]
     listed = rows(releases, installed, machine_judge(driver_facts(ctx.env)))
     result.add("releases", listed)
-    result.add("platform", platform)
+    result.add("platform", choice.primary)
+    result.add("platforms", list(choice.platforms))
+    result.add("platform_why", choice.why)
     result.add("cuda_version", cuda_version)
     result.add("mirror", None if tree.nvidia else redact(tree.url))
-    _describe(result, listed, platform, cuda_version, root, tree.url, installed, notes)
+    _describe(result, listed, choice, cuda_version, root, tree.url, installed, notes)
 
 
-def _describe(result: Result, listed: list[dict], platform: str, cuda_version: str | None,
-              root: CudaRoot | None, tree_url: str, installed: dict | None,
-              notes: list[str]) -> None:
+def _describe(result: Result, listed: list[dict], choice: redist.PlatformChoice,
+              cuda_version: str | None, root: CudaRoot | None, tree_url: str,
+              installed: dict | None, notes: list[str]) -> None:
     for_cuda = f"CUDA {cuda_version}" if cuda_version else "every CUDA version"
     where = f" (root {root.path})" if root is not None else ""
-    result.lines.append(f"cuDNN for {platform} and {for_cuda}{where}, from {redact(tree_url)}:")
+    platforms = " or ".join(choice.platforms)
+    result.lines.append(f"cuDNN for {platforms} and {for_cuda}{where}, from {redact(tree_url)}:")
+    result.lines.append(f"  platform: {choice.why}")
     variants = sorted({row["cuda_variant"] for row in listed}, key=redist.variant_key, reverse=True)
     for variant in variants:
         result.lines.append(f"  {variant}:")
@@ -123,7 +151,9 @@ def _describe(result: Result, listed: list[dict], platform: str, cuda_version: s
             fits = row.get("fits")
             if fits and not fits["ok"]:
                 mark += f"  does not fit this machine: {fits['why']}"
-            result.lines.append(f"    {row['version']:<12} {row['file_name']}{mark}")
+            on = f"  ({row['platform']})" if len(choice.platforms) > 1 else ""
+            jit = "  JIT library" if row["flavour"] != "cudnn" else ""
+            result.lines.append(f"    {row['version']:<12} {row['file_name']}{jit}{on}{mark}")
     if not listed:
         result.lines.append("  nothing published fits")
     if installed and not any(row["installed"] for row in listed):
