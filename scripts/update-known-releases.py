@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Regenerate cudnn_setup/fetch/known_releases.json from the inputs a sources file names.
 
-    python scripts/update-known-releases.py [--sources FILE] [--fetch] [-o FILE|-]
+    python scripts/update-known-releases.py [--sources FILE] [--fetch [--raw-base URL]] [-o FILE|-]
 
 The sources file (default data/known-releases/sources.json) names, each with its repository,
 path and commit: Spack's cudnn package.py, and NVIDIA's own redistrib_<X.Y.Z>.json manifests
@@ -52,6 +52,7 @@ DEFAULT_SOURCES = REPO / "data" / "known-releases" / "sources.json"
 GENERATOR = "scripts/update-known-releases.py"
 SPACK_MAX_BYTES = 1 << 20
 FETCH_TIMEOUT = 60
+RAW_BASE = "https://raw.githubusercontent.com/"
 # Spack's platform keys ("{platform.system()}-{platform.machine()}") for Linux.
 SPACK_PLATFORMS = {"Linux-x86_64": "linux-x86_64", "Linux-aarch64": "linux-sbsa",
                    "Linux-ppc64le": "linux-ppc64le"}
@@ -109,17 +110,17 @@ def read_sources(path: Path) -> dict:
     return doc
 
 
-def raw_url(src: dict) -> str:
-    """The file at its commit, as GitHub serves it raw."""
+def raw_url(src: dict, raw_base: str = RAW_BASE) -> str:
+    """The file at its commit, as GitHub serves it raw (or a copy of that service)."""
     repo = src["repository"].removeprefix("https://github.com/")
-    return (f"https://raw.githubusercontent.com/{repo}/{src['commit']}/"
-            f"{urllib.parse.quote(src['path'])}")
+    return f"{raw_base}{repo}/{src['commit']}/{urllib.parse.quote(src['path'])}"
 
 
-def read_input(src: dict, base: Path, fetch: bool, limit: int) -> bytes:
-    """An input's bytes: from `base`/file, or fetched from the repository at its commit."""
-    if fetch:
-        url = raw_url(src)
+def read_input(src: dict, base: Path, raw_base: str | None, limit: int) -> bytes:
+    """An input's bytes: from `base`/file, or, given `raw_base`, fetched from the repository
+    at its commit."""
+    if raw_base is not None:
+        url = raw_url(src, raw_base)
         try:
             with urllib.request.urlopen(url, timeout=FETCH_TIMEOUT) as response:
                 data = response.read(limit + 1)
@@ -280,14 +281,16 @@ def merge(groups: list[list[dict]]) -> list[dict]:
     return known_releases.ordered(list(by_name.values()))
 
 
-def generate(sources_path: Path, fetch: bool = False) -> str:
+def generate(sources_path: Path, raw_base: str | None = None) -> str:
+    """The table's text from the inputs `sources_path` names: files beside it, or fetched
+    below `raw_base` (RAW_BASE: GitHub's raw files) when one is given."""
     doc = read_sources(sources_path)
     base = sources_path.parent
     records: dict[str, dict] = {}
     groups: list[list[dict]] = []
     skipped: dict[str, int] = {}
     if "spack" in doc:
-        data = read_input(doc["spack"], base, fetch, SPACK_MAX_BYTES)
+        data = read_input(doc["spack"], base, raw_base, SPACK_MAX_BYTES)
         rows, skipped = spack_rows(data)
         records["spack"] = source_record("spack-package", doc["spack"], data)
         groups.append(rows)
@@ -295,9 +298,9 @@ def generate(sources_path: Path, fetch: bool = False) -> str:
         sid = src["path"].rsplit("/", 1)[-1]
         if sid in records:
             raise InputError(f"two inputs are named {sid}")
-        data = read_input(src, base, fetch, MAX_BYTES)
+        data = read_input(src, base, raw_base, MAX_BYTES)
         records[sid] = source_record("nvidia-redistrib", src, data)
-        groups.append(manifest_rows(data, sid, raw_url(src)))
+        groups.append(manifest_rows(data, sid, raw_url(src, raw_base or RAW_BASE)))
     rows = merge(groups)
     inputs = sources_path.resolve()
     shown = inputs.relative_to(REPO).as_posix() if inputs.is_relative_to(REPO) else inputs.name
@@ -322,10 +325,15 @@ def main(argv: list[str] | None = None) -> int:
                         help="the file naming the inputs (default: %(default)s)")
     parser.add_argument("--fetch", action="store_true",
                         help="read each input from its repository at its commit, not from disk")
+    parser.add_argument("--raw-base", default=RAW_BASE,
+                        help="with --fetch: where repositories' files are served, as "
+                             "<base><owner>/<name>/<commit>/<path> (default: %(default)s)")
     parser.add_argument("-o", "--output", default=str(DEFAULT_OUT), help="file to write, or -")
     args = parser.parse_args(argv)
     try:
-        text = generate(args.sources, args.fetch)
+        if not re.fullmatch(r"(https?|file)://\S+/", args.raw_base):
+            parser.error("--raw-base must be an http(s) or file URL ending in /")
+        text = generate(args.sources, args.raw_base if args.fetch else None)
     except (InputError, ValueError) as exc:
         print(f"update-known-releases: {exc}", file=sys.stderr)
         return 1
