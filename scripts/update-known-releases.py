@@ -17,7 +17,9 @@ the public URL of 8.3.1 to 8.7.x, under local_installers/); manifests give every
 (linux-aarch64 for Jetson and Windows among them), the `cudnn_jit` flavour, md5 and size.
 Where two inputs list the same archive they must agree on its sha256 (and on md5 and size
 where both give them), or the script stops naming both: a disagreement is a damaged input, not
-something to choose between.
+something to choose between. One kind is corrected instead (see merge): Spack giving an archive
+the checksum NVIDIA's manifests give another archive; the table's `provenance.corrections`
+lists each.
 
 Spack's file is read with `ast`, never run. Its `_versions` dict gives, per "<cudnn>-<cuda>"
 key, the sha256 for each "<System>-<machine>"; names and URL paths come from
@@ -259,17 +261,34 @@ def manifest_rows(data: bytes, sid: str, url: str) -> list[dict]:
     return rows
 
 
-def merge(groups: list[list[dict]]) -> list[dict]:
-    """One row per archive name. The first input to list a name gives its CUDA and URL path
-    (Spack's come first: its public URLs are the ones in use); later ones add md5, size and
-    their own names to its provenance. Any disagreement stops the merge."""
+def merge(groups: list[list[dict]]) -> tuple[list[dict], list[dict]]:
+    """One row per archive name, and the corrections made on the way.
+
+    The first input to list a name gives its CUDA and URL path (Spack's come first: its public
+    URLs are the ones in use); later ones add md5, size and their own names to its provenance.
+    Any disagreement stops the merge, but one: where Spack gives an archive the sha256 that
+    NVIDIA's manifests give another archive (Spack's 8.9.5.30 "Linux-aarch64" for CUDA 12 holds
+    the Jetson build's checksum under the sbsa archive's URL), Spack copied the wrong line, and
+    NVIDIA's own value is kept; each such correction is recorded in the table's provenance."""
+    spack_sid = "spack"
+    owner = {r["sha256"]: r["name"] for rows in groups for r in rows
+             if spack_sid not in r["provenance"]}
     by_name: dict[str, dict] = {}
+    corrections: list[dict] = []
     for rows in groups:
         for row in rows:
             old = by_name.get(row["name"])
             if old is None:
                 by_name[row["name"]] = dict(row)
                 continue
+            if old["sha256"] != row["sha256"] and old["provenance"] == [spack_sid] \
+                    and owner.get(old["sha256"], row["name"]) != row["name"]:
+                corrections.append({"name": row["name"], "source": spack_sid,
+                                    "sha256": old["sha256"],
+                                    "is_the_sha256_of": owner[old["sha256"]],
+                                    "kept": row["sha256"], "from": row["provenance"][0]})
+                old["sha256"] = row["sha256"]
+                old["provenance"] = []  # Spack does not vouch for the value kept
             for key in ("sha256", "md5", "size"):
                 if old[key] is not None and row[key] is not None and old[key] != row[key]:
                     raise InputError(
@@ -278,7 +297,7 @@ def merge(groups: list[list[dict]]) -> list[dict]:
                 if old[key] is None:
                     old[key] = row[key]
             old["provenance"] = sorted(set(old["provenance"]) | set(row["provenance"]))
-    return known_releases.ordered(list(by_name.values()))
+    return known_releases.ordered(list(by_name.values())), corrections
 
 
 def generate(sources_path: Path, raw_base: str | None = None) -> str:
@@ -301,12 +320,12 @@ def generate(sources_path: Path, raw_base: str | None = None) -> str:
         data = read_input(src, base, raw_base, MAX_BYTES)
         records[sid] = source_record("nvidia-redistrib", src, data)
         groups.append(manifest_rows(data, sid, raw_url(src, raw_base or RAW_BASE)))
-    rows = merge(groups)
+    rows, corrections = merge(groups)
     inputs = sources_path.resolve()
     shown = inputs.relative_to(REPO).as_posix() if inputs.is_relative_to(REPO) else inputs.name
     provenance = {"generator": GENERATOR, "inputs": shown, "url_base": redist.NVIDIA_COMPUTE,
                   "sources": dict(sorted(records.items(), key=_source_order)),
-                  "skipped": dict(sorted(skipped.items()))}
+                  "skipped": dict(sorted(skipped.items())), "corrections": corrections}
     text = known_releases.render(provenance, rows)
     known_releases.parse(text)  # what the tool will read back
     return text

@@ -167,12 +167,14 @@ def _edit(doc, how):
         doc["provenance"]["sources"]["spack"]["kind"] = "nvidia-redistrib"
     elif how == "old format":
         doc["format"] = 1
+    elif how == "correction":
+        doc["provenance"]["corrections"][0]["kept"] = "0" * 64
 
 
 @pytest.mark.parametrize("how", ["unknown source", "unsorted provenance", "no provenance", "md5",
                                  "size bool", "size text", "flavour", "jit under cudnn",
                                  "windows tarball", "source url", "unused source",
-                                 "source kind", "old format"])
+                                 "source kind", "old format", "correction"])
 def test_loader_checks_every_new_field(how):
     doc = json.loads(TABLE.read_text())
     _edit(doc, how)
@@ -272,6 +274,34 @@ def test_script_refuses_inputs_that_disagree(tmp_path):
     done = _run("--sources", _inputs(tmp_path, manifests=("8.5.0", "8.5.0.96"),
                                      docs={"8.5.0": doc}), "-o", out)
     assert done.returncode == 1 and "size" in done.stderr and not out.exists(), done.stderr
+
+
+def test_script_corrects_a_spack_checksum_that_belongs_to_another_archive(tmp_path):
+    """Spack's 8.9.5.30 gives the sbsa archive the Jetson build's sha256 (its one aarch64 key
+    stands for both); the same mistake, made here for 9.20.0, is corrected from NVIDIA's
+    manifest and recorded, where any other disagreement stops the script."""
+    jetson = M920["cudnn"]["linux-aarch64"]["cuda12"]["sha256"]
+    spack = SPACK_PY.replace('"8.6.0.163-11.8"', f'"9.20.0.48-12": {{"Linux-aarch64": "{jetson}"}},'
+                                                  '\n    "8.6.0.163-11.8"') % SHAS
+    out = tmp_path / "known.json"
+    done = _run("--sources", _inputs(tmp_path, spack=spack), "-o", out)
+    assert done.returncode == 0, done.stderr
+    prov, rows = known_releases.parse(out.read_text())
+    sbsa = next(r for r in rows if r["name"] == "cudnn-linux-sbsa-9.20.0.48_cuda12-archive.tar.xz")
+    assert sbsa["sha256"] == M920["cudnn"]["linux-sbsa"]["cuda12"]["sha256"]
+    assert sbsa["provenance"] == ["redistrib_9.20.0.json"]
+    assert prov["corrections"] == [{
+        "name": sbsa["name"], "source": "spack", "sha256": jetson,
+        "is_the_sha256_of": "cudnn-linux-aarch64-9.20.0.48_cuda12-archive.tar.xz",
+        "kept": sbsa["sha256"], "from": "redistrib_9.20.0.json"}]
+
+
+def test_the_committed_table_records_spacks_8_9_5_mix_up():
+    prov = known_releases.parse(TABLE.read_text())[0]
+    fixed = {c["name"]: c for c in prov["corrections"]}
+    c = fixed["cudnn-linux-sbsa-8.9.5.30_cuda12-archive.tar.xz"]
+    assert c["is_the_sha256_of"] == "cudnn-linux-aarch64-8.9.5.30_cuda12-archive.tar.xz"
+    assert known_releases.known_sha256(c["name"]) == c["kept"] != c["sha256"]
 
 
 @pytest.mark.parametrize("change,complaint", [

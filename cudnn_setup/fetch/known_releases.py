@@ -28,7 +28,8 @@ FILE_NAME = "known_releases.json"
 # The first seven keys are format 1's, in its order; the last four came with format 2.
 ENTRY_KEYS = ("name", "version", "cuda", "cuda_variant", "platform", "sha256", "url_path",
               "flavour", "md5", "size", "provenance")
-PROVENANCE_KEYS = ("generator", "inputs", "url_base", "sources", "skipped")
+PROVENANCE_KEYS = ("generator", "inputs", "url_base", "sources", "skipped", "corrections")
+CORRECTION_KEYS = ("name", "source", "sha256", "is_the_sha256_of", "kept", "from")
 SOURCE_KEYS = ("kind", "repository", "path", "commit", "commit_date", "url", "file_sha256")
 SOURCE_KINDS = ("spack-package", "nvidia-redistrib")
 _SOURCE_ID = re.compile(r"^(spack|redistrib_\d{1,4}\.\d{1,4}\.\d{1,6}(\.\d{1,8})?\.json)$")
@@ -87,6 +88,11 @@ def _check_provenance(prov) -> dict:
     if not isinstance(skipped, dict) or not all(
             isinstance(k, str) and type(v) is int and v > 0 for k, v in skipped.items()):
         raise ValueError("provenance.skipped must map what was left out to a count")
+    corrections = prov["corrections"]
+    if not isinstance(corrections, list) or not all(
+            isinstance(c, dict) and tuple(c) == CORRECTION_KEYS
+            and all(isinstance(v, str) for v in c.values()) for c in corrections):
+        raise ValueError(f"provenance.corrections must be a list of {CORRECTION_KEYS}")
     sources = prov["sources"]
     if not isinstance(sources, dict) or not sources:
         raise ValueError("provenance.sources must describe at least one source")
@@ -164,6 +170,13 @@ def parse(text: str) -> tuple[dict, list[dict]]:
     unused = set(sources) - {s for row in rows for s in row["provenance"]}
     if unused:
         raise ValueError(f"sources no entry names: {sorted(unused)}")
+    by_name = {row["name"]: row for row in rows}
+    for c in prov["corrections"]:
+        row = by_name.get(c["name"])
+        if row is None or row["sha256"] != c["kept"] or c["source"] in row["provenance"] \
+                or c["from"] not in row["provenance"] or c["source"] not in sources \
+                or by_name.get(c["is_the_sha256_of"], {}).get("sha256") != c["sha256"]:
+            raise ValueError(f"correction of {c['name']} does not match the table")
     return prov, rows
 
 
