@@ -175,9 +175,9 @@ def test_old_releases_pick_the_build_for_the_root_minor():
 
 def test_unknown_version_is_a_usage_error_naming_the_nearest():
     with pytest.raises(UnknownVersion) as err:
-        select(parse_request("9.19"), known_releases.releases(), "linux-x86_64", "12.4")
+        select(parse_request("9.19.0"), known_releases.releases(), "linux-x86_64", "12.4")
     assert err.value.exit_code == USAGE and err.value.code == "unknown-version"
-    assert "9.18.1.3" in err.value.hint and "9.20.0.48" in err.value.hint
+    assert "9.18.1.3" in err.value.hint and "9.19.1.2" in err.value.hint
 
 
 def test_missing_cuda_major_is_refused_naming_the_variants_that_exist():
