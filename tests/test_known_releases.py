@@ -93,8 +93,13 @@ def test_table_holds_every_archive_each_manifest_lists(label):
         assert f"redistrib_{label}.json" in row["provenance"]
 
 
-# Releases Spack never added; they were asked for by name, and these are the ones found.
-NOT_IN_SPACK = ["8.5.0.96_cuda10", "9.22.0.52_cuda13", "9.27.0.42_cuda12"]
+# Releases Spack never added, each found in NVIDIA's manifest (9.18.0, 9.19.0, 9.21.1, 9.23 to
+# 9.26 and 9.28 were not found in any public copy: see data/known-releases/README.md).
+NOT_IN_SPACK = ["8.8.0.121_cuda12", "8.9.1.23_cuda12", "8.9.2.26_cuda12", "8.9.3.28_cuda12",
+                "8.9.4.25_cuda12", "8.9.6.50_cuda12", "9.0.0.312_cuda12",
+                "9.1.0.70_cuda12", "9.1.1.17_cuda11", "9.2.1.18_cuda12", "9.3.0.75_cuda12",
+                "9.4.0.58_cuda12", "9.5.0.50_cuda12", "9.7.0.66_cuda12", "9.22.0.52_cuda13",
+                "9.27.0.42_cuda12", "8.5.0.96_cuda10"]
 
 
 @pytest.mark.parametrize("build", NOT_IN_SPACK)

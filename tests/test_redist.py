@@ -166,9 +166,9 @@ def test_old_releases_pick_the_build_for_the_root_minor():
     assert got.file_name == "cudnn-10.1-linux-x64-v7.6.5.32.tgz"
     assert got.url() == ("https://developer.download.nvidia.com/compute/redist/cudnn/v7.6.5/"
                          "cudnn-10.1-linux-x64-v7.6.5.32.tgz")
-    # NVIDIA's 8.5.0 manifest lists a build for CUDA 10 (Spack has only 8.4's for 10.2)
+    # NVIDIA's 8.5 to 8.7 manifests list builds for CUDA 10 (Spack has only 8.4's for 10.2)
     assert select(parse_request("8"), table, "linux-x86_64", "10.2").file_name == \
-        "cudnn-linux-x86_64-8.5.0.96_cuda10-archive.tar.xz"
+        "cudnn-linux-x86_64-8.7.0.84_cuda10-archive.tar.xz"
     assert select(parse_request("8.4"), table, "linux-x86_64", "10.2").file_name == \
         "cudnn-linux-x86_64-8.4.0.27_cuda10.2-archive.tar.xz"
 
