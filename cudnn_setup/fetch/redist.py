@@ -93,8 +93,9 @@ class PlatformChoice:
 
     A Jetson takes NVIDIA's linux-aarch64 (Jetson) build of a release where one exists and the
     linux-sbsa build otherwise: NVIDIA stopped publishing linux-aarch64 builds for CUDA 12 after
-    9.20.0 and for CUDA 13 after 9.14.0, and Jetson Thor, and Orin from CUDA 13 on, run the sbsa
-    build (NVIDIA's CUDA 13 notes; nixpkgs' cudnn manifests README records the same).
+    9.20.0 and for CUDA 13 after 9.14.0, and Jetson Orin runs the sbsa build from CUDA 13.2 on
+    (nixpkgs' cuDNN manifests README records both:
+    https://github.com/NixOS/nixpkgs/blob/28ae377aa9addfe866d91279d4f78d34a2dd974e/pkgs/development/cuda-modules/_cuda/manifests/cudnn/README.md).
     """
 
     platforms: tuple[str, ...]
