@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from packaging.version import Version
 
 from conftest import REPO
 from cudnn_setup.commands.base import Context
@@ -19,7 +20,8 @@ from cudnn_setup.fetch import known_releases, redist
 from cudnn_setup.fetch.candidates import parse_request, select
 from cudnn_setup.fetch.redist import ManifestDamaged, NoVariant
 from cudnn_setup.fetch.redistrib_json import parse_redistrib
-from cudnn_setup.fetch.resolve import ranked
+from cudnn_setup.fetch.remote import Reader
+from cudnn_setup.fetch.resolve import Tree, catalog, ranked, resolve
 from httpserver import ArchiveServer
 
 SCRIPT = REPO / "scripts" / "update-known-releases.py"
@@ -586,3 +588,42 @@ def test_old_tables_consumers_see_the_same_fields(tmp_path):
     assert "redistrib_9.20.0.json" in expected.source and "Spack" in expected.source
     # the same cuDNN for another CUDA major: the Linux build, never the Windows one
     assert variant_name(name, "9.20.0", 12) == "cudnn-linux-x86_64-9.20.0.48_cuda12-archive.tar.xz"
+
+
+# --- a release newer than the table ----------------------------------------------------------
+
+class _LocalNvidia(Reader):
+    """The real reader, NVIDIA's tree served from a local directory (tests reach no network)."""
+
+    def __init__(self, root: Path):
+        super().__init__()
+        self.root = root
+
+    def _local(self, url):
+        assert url.startswith(redist.NVIDIA_REDIST), url
+        return self.root.as_uri() + "/" + url[len(redist.NVIDIA_REDIST):]
+
+    def labels(self, base):
+        return super().labels(self._local(base))
+
+    def read(self, url, limit):
+        return super().read(self._local(url), limit)
+
+
+def test_a_release_newer_than_the_table_comes_from_the_trees_manifest(tmp_path):
+    """9.28.0 is in no public copy: NVIDIA's tree's own manifest (here 9.27.0's, relabelled)
+    still serves it, every platform and Jetson's choice included."""
+    newest = max(known_releases.releases(), key=lambda r: Version(r.version))
+    assert Version(newest.version) < Version("9.28")
+    text = (MANIFESTS / "redistrib_9.27.0.json").read_text()
+    (tmp_path / "redistrib_9.28.0.json").write_text(
+        text.replace("9.27.0.42", "9.28.0.7").replace('"9.27.0"', '"9.28.0"'))
+    tree = Tree(redist.NVIDIA_REDIST, _LocalNvidia(tmp_path))
+    got = resolve(parse_request("9"), tree, "linux-x86_64", "13.0")
+    assert got.release.file_name == "cudnn-linux-x86_64-9.28.0.7_cuda13-archive.tar.xz"
+    assert got.release.source.startswith("redistrib_9.28.0.json") and got.manifests == ("9.28.0",)
+    jetson = redist.platform_choice("aarch64", "R36").platforms
+    got = resolve(parse_request("9.28"), tree, jetson, "12.6")
+    assert got.release.platform == "linux-sbsa"  # 9.27.0's manifest has no Jetson build
+    found = catalog(tree, "linux-x86_64")
+    assert any(r.version == "9.28.0.7" and r.flavour == "cudnn_jit" for r in found.releases)
