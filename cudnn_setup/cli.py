@@ -76,47 +76,24 @@ class _Session:
         self.cwd = cwd
         self.rendered = False
         self.code = 0
+        self.console = None
         self.system_config = system_config
 
     def context(self, as_json: bool) -> Context:
+        """The Context for a command; what it says while it works goes to stderr (a live
+        display on a terminal, plain lines in a log), so stdout keeps only the answer."""
+        from cudnn_setup import console
+
         settings = {"system_config": self.system_config} if self.system_config else {}
+        self.console = console.for_stream(self.err)
         return Context(env=self.env, home=self.home, python=sys.executable, euid=os.geteuid(),
-                       cwd=self.cwd,
-                       progress=_progress_factory(not as_json and _isatty(self.err), self.err),
+                       cwd=self.cwd, progress=self.console.progress, status=self.console.status,
                        **settings)
 
-
-def _isatty(stream: IO[str]) -> bool:
-    try:
-        return stream.isatty()
-    except (AttributeError, ValueError, OSError):
-        return False
-
-
-def _progress_factory(enabled: bool, err: IO[str]):
-    """Rich progress bars on a terminal; nothing otherwise."""
-
-    def make(label: str):
-        if not enabled:
-            return None
-        from rich.console import Console
-        from rich.progress import (BarColumn, DownloadColumn, Progress, TimeRemainingColumn,
-                                   TransferSpeedColumn)
-
-        progress = Progress("[progress.description]{task.description}", BarColumn(),
-                            DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn(),
-                            console=Console(file=err), transient=True)
-        task = progress.add_task(label, total=None)
-        progress.start()
-
-        def update(done: int, total: Optional[int]) -> None:
-            progress.update(task, completed=done, total=total)
-            if total is not None and done >= total:
-                progress.stop()
-
-        return update
-
-    return make
+    def quiet(self) -> None:
+        """The live display ends before the answer is printed (and on any way out)."""
+        if self.console is not None:
+            self.console.close()
 
 
 def _safe(text: str, stream: IO[str]) -> str:
@@ -219,6 +196,7 @@ def _call(ctx: typer.Context, as_json: bool, run: Callable[[Context], Result]) -
     try:
         result = run(session.context(as_json))
     finally:
+        session.quiet()
         if in_main_thread:
             signal.signal(signal.SIGTERM, previous)
     raise typer.Exit(_render(session, result, as_json))

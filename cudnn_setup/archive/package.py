@@ -8,7 +8,7 @@ from cudnn_setup.archive.listing import Listing, Member
 from cudnn_setup.archive.problems import ERROR, WARNING, Problem
 from cudnn_setup.facts import cudnn as gen
 from cudnn_setup.facts.elf import ElfInfo, NotElf, read_elf
-from cudnn_setup.text import escape
+from cudnn_setup.text import escape, plural
 
 _OS_NAMES = {"osx": "macOS", "windows": "Windows"}
 
@@ -316,5 +316,5 @@ def _completeness(pkg: Package) -> None:
     pkg.missing = [stem for stem in gen.shared_libs_of(pkg.generation) if stem not in have]
     for stem in pkg.missing:
         _add(pkg, "incomplete", f"{stem} is missing; cuDNN {pkg.major} needs "
-             f"{len(gen.shared_libs_of(pkg.generation))} libraries and loads them at run time",
+             f"{plural(len(gen.shared_libs_of(pkg.generation)), 'library')} and loads them at run time",
              "download the full archive again; a partial cuDNN aborts programs that load it")

@@ -45,7 +45,7 @@ def fetch(result: Result, ctx: Context, url: str, sha256: str | None,
     cache = cache_dir or default_cache_dir(ctx.env, ctx.home)
     keep = [h.strip() for h in ctx.env.get(KEEP_HEADERS_VAR, "").split(",") if h.strip()]
     downloader = Downloader(cache, headers=parse_headers(headers),
-                            on_progress=ctx.progress("downloading"), env=ctx.env, home=ctx.home,
+                            on_progress=ctx.progress(f"downloading {escape(file_name(url))}"), env=ctx.env, home=ctx.home,
                             keep_on_redirect=keep)
     fetched = downloader.fetch(url, expected or expected_for(file_name(url), sha256))
     result.add("download", fetched.to_dict())

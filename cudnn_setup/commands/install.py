@@ -10,7 +10,7 @@ from cudnn_setup.checks.driver import driver_facts
 from cudnn_setup.checks.installation import find_installation
 from cudnn_setup.checks.suite import run_checks
 from cudnn_setup.commands import placement
-from cudnn_setup.commands.base import Context, command, which
+from cudnn_setup.commands.base import Context, command, reading, which
 from cudnn_setup.commands.by_version import resolve_source
 from cudnn_setup.commands.download import check_sha256, fetch
 from cudnn_setup.commands.steps import (FrameworkLookahead, loader_step, theanorc_path,
@@ -18,6 +18,8 @@ from cudnn_setup.commands.steps import (FrameworkLookahead, loader_step, theanor
 from cudnn_setup.facts.cuda import CudaRoot, find_cuda_root
 from cudnn_setup.fetch.checksums import expected_for
 from cudnn_setup.report import Result
+from cudnn_setup.state.plan import describe_action
+from cudnn_setup.text import plural
 
 
 @command("install")
@@ -48,8 +50,9 @@ def install(result: Result, ctx: Context, source: str, *, cuda_root: Path | None
     # interrupted first, it is not waited for (its child times out in a session of its own).
     asked = _Background(driver_facts, ctx.env)
     outcome = placement.install(archive, root, force=force, dry_run=dry_run, expected=expected,
-                                on_read=_progress(ctx, archive), lock_timeout=ctx.lock_timeout,
-                                xz=which(ctx, "xz"), env=ctx.env, driver=asked.result)
+                                on_read=reading(ctx, archive), lock_timeout=ctx.lock_timeout,
+                                xz=which(ctx, "xz"), env=ctx.env, driver=asked.result,
+                                on_status=ctx.status)
     driver = asked.result()
     pkg = outcome.package
     result.cudnn_version = pkg.cudnn_version if pkg else None
@@ -77,7 +80,8 @@ def install(result: Result, ctx: Context, source: str, *, cuda_root: Path | None
                                     theanorc=rc, conf=ctx.ld_so_conf, driver=driver,
                                     frameworks=frameworks.report() if same else None,
                                     with_frameworks=not no_frameworks, loader_fix=step.loader_fix,
-                                    loader=frameworks.search if same else None)
+                                    loader=frameworks.search if same else None,
+                                    status=ctx.status)
     if step is not None and step.refused:
         raise step.refused
 
@@ -105,17 +109,6 @@ class _Background:
         return self.value
 
 
-def _progress(ctx: Context, archive: Path):
-    report = ctx.progress("installing")
-    if report is None:
-        return None
-    try:
-        total = archive.stat().st_size
-    except OSError:
-        total = None
-    return lambda done: report(done, total)
-
-
 def _describe(result: Result, outcome: placement.Outcome, root: CudaRoot, dry_run: bool) -> None:
     pkg = outcome.package
     if outcome.recovered:
@@ -125,13 +118,14 @@ def _describe(result: Result, outcome: placement.Outcome, root: CudaRoot, dry_ru
     if dry_run:
         result.lines.append(f"plan for {what} into {where}:" if outcome.changed
                             else f"{what} is already installed in {where}; nothing to do")
-        result.lines += [f"  {a['action']:<16} {a['path']}" for a in outcome.plan.actions()]
+        result.lines += [describe_action(a) for a in outcome.plan.actions()]
         result.lines += [f"note: {n}" for n in outcome.notes]
         return
     plan = outcome.plan
     if plan.ops:
-        result.lines.append(f"installed {what} into {where}: {len(plan.ops)} change(s), "
-                            f"{len(plan.unchanged) + len(plan.adopted)} file(s) already in place")
+        result.lines.append(f"installed {what} into {where}: {plural(len(plan.ops), 'change')}, "
+                            f"{plural(len(plan.unchanged) + len(plan.adopted), 'file')} already "
+                            "in place")
     elif outcome.changed:
         result.lines.append(f"{what} was already in {where}, copied there by hand: nothing "
                             "written but cudnn-setup's record of it")
@@ -142,7 +136,7 @@ def _describe(result: Result, outcome: placement.Outcome, root: CudaRoot, dry_ru
                             "(uninstall puts it back)")
     result.lines += [f"note: {n}" for n in outcome.notes]
     if plan.adopted:
-        result.lines.append(f"left {len(plan.adopted)} file(s) as they were: identical to the "
+        result.lines.append(f"left {plural(len(plan.adopted), 'file')} as they were: identical to the "
                             "archive's but not installed by cudnn-setup, so uninstall leaves "
                             "them (" + ", ".join(plan.adopted[:3])
                             + (" …" if len(plan.adopted) > 3 else "") + ")")

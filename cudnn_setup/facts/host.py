@@ -1,11 +1,15 @@
-"""The machine this runs on, in the names cuDNN archives use."""
+"""The machine this runs on: its name in cuDNN archives, whether it is a Jetson, the cores and
+memory this process may use, and the xz program's version."""
 from __future__ import annotations
 
+import os
 import platform
 from pathlib import Path
+from typing import Mapping
 
 import distro
 
+from cudnn_setup.child import run_command
 from cudnn_setup.text import escape
 
 # What marks a Jetson (NVIDIA Tegra SoC): L4T's release file, written by every JetPack
@@ -54,3 +58,57 @@ def tegra_evidence(root: Path) -> str | None:
 def describe() -> dict:
     """The operating system and machine, for reports."""
     return {"os": distro.name(pretty=True) or "unknown", "machine": host_machine()}
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity mask, which containers narrow)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+MEMINFO = Path("/proc/meminfo")
+CGROUP = Path("/sys/fs/cgroup")  # cgroup v2: memory.max and memory.current of this process's
+
+
+def available_memory(meminfo: Path = MEMINFO, cgroup: Path = CGROUP) -> int | None:
+    """Bytes this process may still use: MemAvailable, or less under a cgroup limit; None when
+    neither can be read."""
+    free = []
+    try:
+        text = meminfo.read_text()
+        free.append(int(text.split("MemAvailable:")[1].split()[0]) * 1024)
+    except (OSError, IndexError, ValueError):
+        pass
+    try:
+        limit = (cgroup / "memory.max").read_text().strip()
+        if limit != "max":
+            free.append(int(limit) - int((cgroup / "memory.current").read_text()))
+    except (OSError, ValueError):
+        pass
+    return min(free) if free else None
+
+
+# Variables through which xz takes options of its own (XZ_DEFAULTS, XZ_OPT could, say, lower
+# its thread count or memory limit): never passed on to an xz the tool runs.
+XZ_OPTION_VARIABLES = ("XZ_DEFAULTS", "XZ_OPT")
+XZ_TIMEOUT = 60.0
+
+
+def xz_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The environment for `xz`: the command's, without the variables that add options."""
+    return {k: v for k, v in env.items() if k not in XZ_OPTION_VARIABLES}
+
+
+def xz_version(xz: str, env: Mapping[str, str]) -> int | None:
+    """XZ_VERSION of an xz program (50040002 for 5.4.0), as `xz --robot --version` says it in
+    the command's environment; None when it cannot be run or says nothing readable."""
+    done = run_command([xz, "--robot", "--version"], XZ_TIMEOUT, xz_env(env))
+    if done.returncode is None or done.timed_out:
+        return None
+    for line in done.out.splitlines():
+        key, _, value = line.partition("=")
+        if key == "XZ_VERSION" and value.isdigit() and len(value) <= 12:
+            return int(value)
+    return None
