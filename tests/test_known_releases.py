@@ -132,6 +132,14 @@ def test_jetson_builds_are_in_the_table():
         assert by_name.get(name, {}).get("platform") == "linux-aarch64", name
 
 
+def test_no_synthetic_archive_that_tests_install_bears_a_published_name():
+    """A fixture installed under a name the table knows would be refused for its checksum."""
+    from fixtures.generate import GENERATION_SAMPLES
+    from fixtures.mirror import STANDARD
+    names = set(GENERATION_SAMPLES.values()) | {a.name for a in STANDARD}
+    assert not names & {r.file_name for r in known_releases.releases()}
+
+
 def test_loaded_releases_carry_flavour_and_provenance():
     release = known_releases.known("cudnn_jit-linux-sbsa-9.27.0.42_cuda13-archive.tar.xz")
     assert release.flavour == "cudnn_jit" and release.provenance == ("redistrib_9.27.0.json",)
