@@ -327,6 +327,38 @@ def test_uninstall_original_missing_from_the_store_is_damage():
     assert f"the original {HEADER} is missing from {STORE}" in str(caught.value)
 
 
+@given(st.lists(st.tuples(st.sampled_from([None, file(A), file(C), link("x")]),
+                          st.sampled_from([None, Original(file(B)), Original(file(A), True)]),
+                          st.booleans()), min_size=1, max_size=5),
+       st.booleans())
+def test_every_uninstall_keeps_the_rules(paths, force):
+    names = [f"lib64/lib{i}.so.1" for i in range(len(paths))]
+    old = manifest({n: file(A) for n in names},
+                   {n: w for n, (_, w, _) in zip(names, paths) if w is not None})
+    at = {n: c for n, (c, w, _) in zip(names, paths) if not (w and w.in_place)}
+    standing = {f"{STORE}/{n}" for n, (_, w, stored) in zip(names, paths)
+                if w and not w.in_place and stored}
+    missing = [n for n, (_, w, stored) in zip(names, paths) if w and not w.in_place and not stored]
+    if missing:
+        with pytest.raises(InstallFailed, match=f"the original {missing[0]} is missing"):
+            decide_uninstall(ROOT, old, STORE, force, Observed(at, frozenset(standing)))
+        return
+    plan = decide_uninstall(ROOT, old, STORE, force, Observed(at, frozenset(standing)))
+    for n, (current, waiting, _) in zip(names, paths):
+        removed = Op(REMOVE, n, backup=True) in plan.ops
+        back = Op(PUT, n, f"{STORE}/{n}") in plan.ops
+        if waiting is not None and waiting.in_place:
+            assert plan.kept.count(n) == 1 and not removed and not back  # never touched
+            continue
+        assert n not in plan.kept
+        assert removed == (current is not None and (force or current == file(A)))
+        assert (n in plan.conflicts) == (current is not None and not removed)
+        assert back == (waiting is not None)  # a stored original always goes back
+        if removed and back:  # what the tool installed leaves before the original returns
+            assert plan.ops.index(Op(REMOVE, n, backup=True)) < plan.ops.index(
+                Op(PUT, n, f"{STORE}/{n}"))
+
+
 # ---- looking at a real root ----------------------------------------------------------------
 
 def _root(tmp_path: Path) -> Path:
@@ -392,3 +424,31 @@ def test_uninstall_plan_is_observe_then_decide(tmp_path):
     assert plan.ops == [Op(REMOVE, LIB, backup=True)]
     assert plan.conflicts == [LINK, HEADER]
     assert plan == decide_uninstall(root, old, STORE, False, got)
+
+
+# ---- deciding stays free of I/O --------------------------------------------------------------
+
+IO_CALLS = {"open", "describe", "describe_known", "observe_install", "observe_uninstall",
+            "lstat", "stat", "exists", "lexists", "is_dir", "is_file", "iterdir", "read_text",
+            "read_bytes", "readlink", "listdir", "scandir", "file_digest", "manifest", "journal"}
+
+
+@pytest.mark.parametrize("function", ["decide", "decide_uninstall"])
+def test_the_decisions_call_nothing_that_looks_at_the_disk(function):
+    import ast
+
+    from cudnn_setup.state import plan as module
+
+    tree = ast.parse(Path(module.__file__).read_text())
+    body = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == function)
+    called = set()
+    for node in ast.walk(body):
+        if isinstance(node, ast.Call):
+            f = node.func
+            called.add(f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute)
+                       else "?")
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
+                and node.value.id == "os":
+            assert node.attr == "path", ast.unparse(node)
+    assert called and not called & IO_CALLS, called & IO_CALLS
+    assert "relpath" in called or function == "decide_uninstall"  # what it may use of os.path

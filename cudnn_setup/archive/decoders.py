@@ -25,9 +25,10 @@ from typing import IO, Callable, Mapping
 
 from cudnn_setup.archive import decoder_choice as choice
 from cudnn_setup.archive import liblzma
-from cudnn_setup.archive.decoder_choice import (BZIP2, GZIP, ISAL, LIBLZMA, PLAIN_TAR,
+# The names of compressions and decoders, here too for the reader and the tests.
+from cudnn_setup.archive.decoder_choice import (BZIP2, GZIP, ISAL, LIBLZMA, PLAIN_TAR,  # noqa: F401
                                                 RAPIDGZIP, RAPIDGZIP_MIN_CORES, XZ,
-                                                XZ_PARALLEL, ZIP, ZLIB, rapidgzip_memory)
+                                                XZ_PARALLEL, ZIP, ZLIB)
 from cudnn_setup.child import run_command
 from cudnn_setup.errors import ArchiveRejected
 from cudnn_setup.facts import host

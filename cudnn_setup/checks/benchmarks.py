@@ -24,7 +24,7 @@ def _theano_run(python: str, env: dict, flag: str) -> tuple[dict | None, str]:
 def theano_checks(inst: Installation | None, python: str, theanorc: Path | None,
                   env: Mapping[str, str],
                   status: Callable[[str], None] = lambda line: None) -> list[Check]:
-    if not has_theano(python):
+    if not has_theano(python, env):
         return [Check("theano-conv", SKIP, f"Theano is not installed for {python}; {INSTALL_HINT}")]
     if (why := unreadable_for_theano(theanorc)) is not None:
         return [Check("theano-conv", FAIL, f"Theano cannot start with its config: {why}")]

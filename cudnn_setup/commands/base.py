@@ -17,6 +17,7 @@ from cudnn_setup.errors import (DownloadFailed, InstallFailed, InternalError, In
 from cudnn_setup.facts.cuda import CudaRoot, find_cuda_root
 from cudnn_setup.report import Result
 from cudnn_setup.settings import SYSTEM_CONFIG
+from cudnn_setup.sources.pipconf import SYSTEM_DIRS as PIP_SYSTEM_DIRS
 from cudnn_setup.text import escape
 
 Progress = Callable[[int, Optional[int]], None]  # bytes done, bytes in all (None: unknown)
@@ -47,6 +48,10 @@ class Context:
     # Takes one line for a person about a step or a wait (a retry and why, a lock held by
     # another run); the CLI decides how it is shown. Never part of the Result.
     status: Callable[[str], None] = field(default=lambda line: None)
+    # Where pip's system-wide configuration lives (/etc/xdg, /etc; tests hand in their own) and
+    # this machine's wheel platform tags (None: packaging's, for this machine).
+    pip_system_dirs: tuple[Path, ...] = PIP_SYSTEM_DIRS
+    wheel_tags: Optional[tuple[str, ...]] = None
 
 
 def root_if_any(ctx: Context, cuda_root: Path | None) -> CudaRoot | None:

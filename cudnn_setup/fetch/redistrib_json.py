@@ -35,7 +35,7 @@ MAX_BYTES = 1 << 20  # NVIDIA's are about 6 KB
 MAX_ARCHIVE = 16 << 30  # 9.x archives are under 1 GiB
 MAX_ENTRIES = 64
 _METADATA = ("name", "license", "license_path", "version")
-_ARTIFACT_KEYS = ("relative_path", "sha256", "md5", "size")
+_ARTIFACT_KEYS = ("relative_path", "sha256", "md5", "size", "repacked_from")
 _LABEL = re.compile(r"^\d{1,4}\.\d{1,4}\.\d{1,6}$")
 _FULL_VERSION = re.compile(r"^\d{1,4}\.\d{1,4}\.\d{1,6}\.\d{1,8}$")
 _PLATFORM = re.compile(r"^[a-z][a-z0-9]{0,15}-[a-z0-9_]{1,16}$")
@@ -189,9 +189,12 @@ def _artifact(version: str, flavour: str, platform: str, variant: str | None, ar
     except ValueError as exc:
         raise damaged(f"{where}.relative_path: {exc}") from None
     file_name = rel.rsplit("/", 1)[-1]
+    repacked = _repacked_from(artifact.get("repacked_from"), where, damaged)
+    # NVIDIA's name; an archive repacked from a wheel (cudnn-setup mirror) says so in its own
     ext = r"\.zip" if platform.startswith("windows-") else r"\.tar\.xz"
+    suffix = r"-repack\.tar\.gz" if repacked else rf"-archive{ext}"
     m = re.fullmatch(rf"{flavour}-{re.escape(platform)}-{re.escape(version)}_"
-                     rf"(cuda\d{{1,2}}(?:\.\d{{1,2}})?)-archive{ext}", file_name)
+                     r"(cuda\d{1,2}(?:\.\d{1,2})?)" + suffix, file_name)
     if not m or (variant is not None and m[1] != variant):
         raise damaged(f"{where}: {file_name!r:.120} is not NVIDIA's name for {flavour} {version} "
                       f"{platform} {variant or ''}".rstrip())
@@ -211,4 +214,20 @@ def _artifact(version: str, flavour: str, platform: str, variant: str | None, ar
                       f"{MAX_ARCHIVE}")
     return Release(version=version, cuda_variant=m[1], platform=platform, file_name=file_name,
                    relative_path=rel, sha256=sha256.lower(), md5=md5.lower() if md5 else None,
-                   size=size, source=source, flavour=flavour)
+                   size=size, source=source, repacked_from=repacked, flavour=flavour)
+
+
+_WHEEL = re.compile(r"^nvidia_cudnn_cu\d{1,2}-[0-9A-Za-z.+!_]{1,60}-[A-Za-z0-9._-]{1,200}\.whl$")
+
+
+def _repacked_from(value, where: str, damaged) -> tuple[str, str] | None:
+    """`repacked_from` ({"wheel": name, "sha256": hex}) of an archive cudnn-setup repacked."""
+    if value is None:
+        return None
+    if not isinstance(value, dict) or not isinstance(value.get("wheel"), str) \
+            or not _WHEEL.match(value["wheel"]) or not isinstance(value.get("sha256"), str) \
+            or not redist.HEX64.match(value["sha256"].lower()):
+        raise damaged(f"{where}.repacked_from is not {{wheel: an nvidia_cudnn wheel name, "
+                      "sha256: 64 hex digits}")
+    return value["wheel"], value["sha256"].lower()
+
