@@ -3,6 +3,7 @@ entry with its provenance), its loader's checks, the manifest reader's platform 
 direct archive, per-CUDA variants, both at once), and how a Jetson picks its builds."""
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -484,6 +485,11 @@ def test_tegra_is_seen_from_the_release_file_or_the_device_tree(tmp_path):
     odd = _root(tmp_path / "f")
     (odd / "etc" / "nv_tegra_release").mkdir()
     assert tegra_evidence(odd) is None
+    # a FIFO (no writer: a plain open would wait for ever) or a device in a marker's place
+    fifo = _root(tmp_path / "h")
+    os.mkfifo(fifo / "etc" / "nv_tegra_release")
+    (fifo / "proc" / "device-tree" / "compatible").symlink_to("/dev/zero")
+    assert tegra_evidence(fifo) is None
     # what is quoted is escaped and bounded
     loud = tegra_evidence(_root(tmp_path / "g", compatible=b"nvidia,tegra\x1b]0;x\x07" + b"9" * 500))
     assert "\x1b" not in loud and len(loud) < 100
@@ -635,3 +641,22 @@ def test_a_release_newer_than_the_table_comes_from_the_trees_manifest(tmp_path):
     assert got.release.platform == "linux-sbsa"  # 9.27.0's manifest has no Jetson build
     found = catalog(tree, "linux-x86_64")
     assert any(r.version == "9.28.0.7" and r.flavour == "cudnn_jit" for r in found.releases)
+
+
+@pytest.mark.parametrize("name", ["cudnn-windows-x86_64-9.20.0.48_cuda12-archive.zip",
+                                  "cudnn-linux-aarch64-9.20.0.48_cuda12-archive.tar.xz"])
+def test_install_by_a_name_the_table_lists_for_no_linux_root_here_fetches_nothing(
+        tmp_path, name, cuda_root, home):
+    """A Windows build is refused by name before a byte is fetched (NVIDIA's tree is never
+    asked: the mirror is an empty directory); a Jetson build is still a Linux one."""
+    from conftest import run_json
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    root = cuda_root(version="12.4", layout="lib")
+    done, out = run_json(["install", name, "--cuda-root", root, "--mirror", empty, "--dry-run"],
+                         home)
+    if name.startswith("cudnn-windows"):
+        assert done.returncode == ARCHIVE_REJECTED and out["error"]["code"] == "no-cuda-variant"
+        assert "windows-x86_64" in out["error"]["message"] and "download" not in out
+    else:  # fetched from the (empty) mirror: a download failure, not a refusal by name
+        assert out["error"]["code"] != "no-cuda-variant", out["error"]

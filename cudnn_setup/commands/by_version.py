@@ -159,6 +159,18 @@ def pick_version(source: Source, text: str, root: CudaRoot | None, cuda: str | N
                        cuda_version)
 
 
+def _installable_or_refuse(offer: Offer) -> None:
+    """A name the table lists for Windows, or for the JIT library alone, is refused before a
+    byte is fetched: neither is a cuDNN this tool can place in a Linux CUDA root."""
+    flavour = offer.details.get("flavour", "cudnn")
+    if offer.platform not in redist.LINUX_PLATFORMS or flavour != "cudnn":
+        what = f"the {flavour} archive" if flavour != "cudnn" else "NVIDIA's cuDNN archive"
+        raise redist.NoVariant(
+            f"{offer.file_name} is {what} for {offer.platform}: install places NVIDIA's Linux "
+            "cuDNN archives; nothing was fetched",
+            "name the cudnn-linux-<arch>-… archive, or give a version such as 9.1")
+
+
 def describe_offer(result: Result, offer: Offer, source: Source, why: str) -> None:
     result.add("release", offer.to_dict(redact(offer.url)))
     vouch = offer.checksum_from or "nothing (--sha256 given)"
@@ -201,6 +213,7 @@ def resolve_source(result: Result, ctx: Context, source: str, root: CudaRoot, *,
                              f"{chosen.where} lists an archive of that name",
                              "give the archive's path, its URL, or a version such as 9.1",
                              code="unknown-archive")
+        _installable_or_refuse(offer)
         why = "by its name"
     describe_offer(result, offer, chosen, why)
     return chosen.obtain(offer, fetcher(result, ctx, headers, cache_dir, chosen), sha256)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import platform
+import stat
 from pathlib import Path
 from typing import Mapping
 
@@ -27,11 +28,20 @@ def host_machine() -> str:
 
 
 def _head(path: Path) -> bytes | None:
+    """The start of a regular file, or None: absent, unreadable, a directory, or a FIFO or
+    device put in its place (opened without blocking, and never read)."""
     try:
-        with open(path, "rb") as f:
-            return f.read(_READ_LIMIT)
-    except OSError:  # absent, unreadable, a directory: no evidence
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError:
         return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        return os.read(fd, _READ_LIMIT)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def tegra_evidence(root: Path) -> str | None:
