@@ -15,10 +15,12 @@ from packaging.version import InvalidVersion, Version
 
 from cudnn_setup.checks.driver import describe_gpus, driver_facts, has_driver
 from cudnn_setup.commands.base import Context, command, root_if_any
-from cudnn_setup.commands.by_version import choose_source, host_choice, target
+from cudnn_setup.commands.by_version import (choose_source, host_choice, machine_wheel_tags,
+                                             target)
 from cudnn_setup.errors import DownloadFailed
 from cudnn_setup.facts import gpu_support as S
 from cudnn_setup.facts.cuda import CudaRoot
+from cudnn_setup.facts.host import wheel_tags_for
 from cudnn_setup.fetch import known_releases, redist
 from cudnn_setup.fetch.candidates import Release, newest_first
 from cudnn_setup.sources.base import MIRROR, NVIDIA, Offer
@@ -121,7 +123,10 @@ def list_releases(result: Result, ctx: Context, *, cuda: str | None = None,
         result.cuda_root = str(root.path)
     choice = host_choice(ctx, platform)
     _, cuda_version = target(root, cuda, choice.primary)
-    source = choose_source(ctx, from_=from_, mirror=mirror, index_url=index_url, headers=headers)
+    # --platform names another machine's builds: an index's wheels must carry its tags
+    tags = wheel_tags_for(choice.primary, machine_wheel_tags(ctx)) if platform else None
+    source = choose_source(ctx, from_=from_, mirror=mirror, index_url=index_url, headers=headers,
+                           wheel_tags=tags)
     try:
         # a redist tree is asked for every platform whose builds go here; an index's wheels
         # carry this machine's platform tags
