@@ -19,15 +19,28 @@ LOAD_TIMEOUT = 60.0
 GPU_TIMEOUT = 120.0
 COMPILE_TIMEOUT = 120.0
 # cuDNN 8 says "Could not load library libcudnn_ops_infer.so.8. Error: …": the name ends
-# before the sentence's full stop.
-_MISSING_LIB = re.compile(r"(?:Could not load library|cannot open shared object file)\D*?"
-                          r"(?P<lib>lib[\w+-]+(?:\.[\w+-]+)*?\.so(?:\.\d+)*)(?![\w.]*\w)")
+# before the sentence's full stop. The child's stderr is untrusted: the name is looked for only
+# in a short window after each of the first phrases, so the search is linear in the output.
+_MISSING_PHRASE = re.compile(r"Could not load library|cannot open shared object file")
+_MISSING_LIB = re.compile(r"\D{0,200}?(?P<lib>lib[\w+-]{1,200}?(?:\.[\w+-]{1,100}?){0,8}?"
+                          r"\.so(?:\.\d{1,9}){0,6})(?!\.*\w)")
+_MISSING_WINDOW, _MISSING_TRIES = 500, 50
+
+
+def missing_library(stderr: str) -> str | None:
+    """The library a loader's or cuDNN's message says it could not load, if it names one."""
+    for i, phrase in enumerate(_MISSING_PHRASE.finditer(stderr)):
+        if i >= _MISSING_TRIES:
+            break
+        m = _MISSING_LIB.match(stderr, phrase.end(), phrase.end() + _MISSING_WINDOW)
+        if m:
+            return m["lib"]
+    return None
 
 
 def _crash_detail(result: ProbeResult, inst: Installation) -> str:
     err = result.stderr
-    m = _MISSING_LIB.search(err)
-    missing = m["lib"] if m else None
+    missing = missing_library(err)
     if missing is None:
         stems = gen.shared_libs_of(inst.generation) if inst.generation else ()
         absent = [s for s in stems if inst.library(s) is None]
