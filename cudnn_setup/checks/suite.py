@@ -20,6 +20,7 @@ from cudnn_setup.checks.locate import skipped_without_cudnn
 from cudnn_setup.checks.native import check_compile, check_gpu, check_load
 from cudnn_setup.checks.system import check_cuda, check_loader
 from cudnn_setup.checks.theano_check import check_theano
+from cudnn_setup.child import Runner
 from cudnn_setup.facts import ldresolve as L
 from cudnn_setup.facts.host import host_machine
 from cudnn_setup.report import SKIP, Check
@@ -37,11 +38,12 @@ class Frameworks:
 
 
 def frameworks_of(python: str, env: Mapping[str, str], enabled: bool = True,
-                  loader: L.Environment | None = None) -> Frameworks:
+                  loader: L.Environment | None = None, runner: Runner | None = None) -> Frameworks:
     """The frameworks of `python` (the interpreter under test), or a skip for --no-frameworks."""
     if not enabled:
         return Frameworks(Check("frameworks", SKIP, "--no-frameworks"), [])
-    check, entries = check_frameworks(python, env, search=loader or loader_environment(env))
+    check, entries = check_frameworks(python, env, search=loader or loader_environment(env),
+                                      runner=runner)
     return Frameworks(check, entries)
 
 
@@ -59,15 +61,17 @@ def run_checks(inst: Installation, *, python: str, env: Mapping[str, str],
                conf: Path = Path("/etc/ld.so.conf"), deep: bool = False,
                driver: dict | None = None, frameworks: Frameworks | None = None,
                with_frameworks: bool = True, loader_fix: str | None = None,
-               loader: L.Environment | None = None) -> list[Check]:
+               loader: L.Environment | None = None, runner: Runner | None = None) -> list[Check]:
     """verify's checks of `inst`, in ORDER. `python`: the interpreter whose Theano and frameworks
     are checked; `driver`: driver_facts(env) when the caller has them; `frameworks`: the
     frameworks check when the caller made it (else it is made here unless `with_frameworks` is
     False); `loader_fix`: what the loader check advises instead of a bare LD_LIBRARY_PATH line;
-    `loader`: deps.loader_environment(env) when the caller has it."""
+    `loader`: deps.loader_environment(env) when the caller has it; `runner`: the command's
+    (child.Runner), which every child goes through."""
     env = dict(env)
+    runner = runner or Runner()
     loader = loader or loader_environment(env)
-    driver = driver if driver is not None else driver_facts(env, loader=loader)
+    driver = driver if driver is not None else driver_facts(env, loader=loader, runner=runner)
     skipped = skipped_without_cudnn(inst)
     checks = [check_files(inst, deep)]
     load_data = None
@@ -76,8 +80,9 @@ def run_checks(inst: Installation, *, python: str, env: Mapping[str, str],
                                               "loader", "cuda")]
     else:
         checks += [check_elf(inst, host_machine()), check_versions(inst)]
-        load, load_data = check_load(inst, env)
-        checks += [load, check_coherence(inst, env, loader=loader, load_data=load_data),
+        load, load_data = check_load(inst, env, runner, loader)
+        checks += [load, check_coherence(inst, env, loader=loader, load_data=load_data,
+                                         runner=runner),
                    check_deps(inst, env, load_data=load_data, loader=loader,
                               driver_present=True if has_driver(driver) else None),
                    check_loader(inst, env, conf, fix=loader_fix), check_cuda(inst, load_data)]
@@ -86,11 +91,11 @@ def run_checks(inst: Installation, *, python: str, env: Mapping[str, str],
         gpu = skipped["gpu"]
         checks += [skipped["compile"], gpu]
     else:
-        gpu = check_gpu(inst, env) if load_data is not None else Check(
+        gpu = check_gpu(inst, env, runner) if load_data is not None else Check(
             "gpu", SKIP, "libcudnn does not load (see load)")
-        checks += [check_compile(inst, env, includes=compile_includes(inst)), gpu]
+        checks += [check_compile(inst, env, includes=compile_includes(inst), runner=runner), gpu]
     if frameworks is None:
-        frameworks = frameworks_of(python, env, with_frameworks, loader)
+        frameworks = frameworks_of(python, env, with_frameworks, loader, runner)
     checks.append(frameworks.check)
     if theano:
         checks.append(check_theano(inst, python, theanorc, env, gpu))

@@ -50,12 +50,13 @@ def doctor(result: Result, ctx: Context, message: str | None = None,
         inst, damaged = root_installation(result, root, ctx)
     survey(d, ctx, message)
     search = loader_environment(ctx.env)
-    driver = driver_facts(ctx.env, loader=search)
-    frameworks = frameworks_of(python, ctx.env, loader=search)
+    driver = driver_facts(ctx.env, loader=search, runner=ctx.runner)
+    frameworks = frameworks_of(python, ctx.env, loader=search, runner=ctx.runner)
     checks = [frameworks.check]
     if inst is not None:
         checks = run_checks(inst, python=python, env=ctx.env, theano=False, conf=ctx.ld_so_conf,
-                            driver=driver, frameworks=frameworks, loader=search)
+                            driver=driver, frameworks=frameworks, loader=search,
+                            runner=ctx.runner)
         result.cudnn_version = inst.version
     extra = d.findings
     if damaged is not None:

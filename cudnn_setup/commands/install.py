@@ -77,7 +77,8 @@ def install(result: Result, ctx: Context, source: str, *, cuda_root: Path | None
                                     theanorc=rc, conf=ctx.ld_so_conf, driver=driver,
                                     frameworks=frameworks.report() if same else None,
                                     with_frameworks=not no_frameworks, loader_fix=step.loader_fix,
-                                    loader=frameworks.search if same else None)
+                                    loader=frameworks.search if same else None,
+                                    runner=ctx.runner)
     if step is not None and step.refused:
         raise step.refused
 
