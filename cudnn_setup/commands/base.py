@@ -14,10 +14,11 @@ from typing import Callable, Mapping, Optional
 
 from cudnn_setup.child import Runner
 from cudnn_setup.errors import (DownloadFailed, InstallFailed, InternalError, Interrupted,
-                                 NoCudaRoot, SetupError, os_error)
+                                 NoCudaRoot, SetupError, UsageError, os_error)
 from cudnn_setup.facts.cuda import CudaRoot, find_cuda_root
 from cudnn_setup.report import Result
 from cudnn_setup.settings import SYSTEM_CONFIG
+from cudnn_setup.sources.pipconf import SYSTEM_DIRS as PIP_SYSTEM_DIRS
 from cudnn_setup.text import escape
 
 Progress = Callable[[int, Optional[int]], None]  # bytes done, bytes in all (None: unknown)
@@ -48,6 +49,10 @@ class Context:
     # command, passed down to every check that starts a child, so a library or framework that
     # hangs costs one time limit per command. Killed whole when the command is interrupted.
     runner: Runner = field(default_factory=Runner)
+    # Where pip's system-wide configuration lives (/etc/xdg, /etc; tests hand in their own) and
+    # this machine's wheel platform tags (None: packaging's, for this machine).
+    pip_system_dirs: tuple[Path, ...] = PIP_SYSTEM_DIRS
+    wheel_tags: Optional[tuple[str, ...]] = None
 
 
 def root_if_any(ctx: Context, cuda_root: Path | None) -> CudaRoot | None:
@@ -59,6 +64,26 @@ def root_if_any(ctx: Context, cuda_root: Path | None) -> CudaRoot | None:
         if cuda_root is not None:
             raise
         return None
+
+
+def reading(ctx: Context, archive: Path):
+    """The archive's bytes read, for the progress display (the archive's size as the total)."""
+    try:
+        total = archive.stat().st_size
+    except OSError:
+        total = None
+    report = ctx.progress(f"reading {escape(archive.name)}")
+    if report is None:
+        return None
+    return lambda done: report(done, total)
+
+
+def include_needs_lib_dir(lib_dir: Path | None, include_dir: Path | None) -> None:
+    """--include-dir names the headers of the cuDNN in --lib-dir; alone it would be ignored."""
+    if include_dir is not None and lib_dir is None:
+        raise UsageError("--include-dir is only used with --lib-dir (the root's cuDNN keeps its "
+                         "headers in the root)", "add --lib-dir DIR for the cuDNN whose headers "
+                         "these are, or leave --include-dir out")
 
 
 def which(ctx: Context, program: str) -> str | None:

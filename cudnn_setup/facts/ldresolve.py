@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator, Sequence
@@ -40,6 +39,7 @@ from elftools.elf.elffile import ELFFile
 from cudnn_setup.child import run_command
 from cudnn_setup.facts.elf import PARSE_ERRORS
 from cudnn_setup.untrusted import NotRegular, open_regular
+from cudnn_setup.facts.cudnn import so_base
 
 # glibc's trusted directories when the loader cannot be asked (x86-64 Debian/Ubuntu, then
 # Fedora/RHEL/SUSE); probe_loader() replaces them with what the running ld.so says.
@@ -193,20 +193,11 @@ def probe_loader(program: str = "/bin/true", interpreter: str | None = None,
     interp = interpreter or _interpreter_of(program)
     dirs: list[str] = []
     if interp:
-        try:
-            out = subprocess.run([interp, "--help"], capture_output=True, timeout=timeout,
-                                 env={}).stdout.decode(errors="replace")
-            dirs = re.findall(r"^[ \t]+(/\S+) \(system search path\)$", out, re.M)
-        except (OSError, subprocess.SubprocessError):
-            pass
+        out = run_command([interp, "--help"], timeout, env={}).out
+        dirs = re.findall(r"^[ \t]+(/\S+) \(system search path\)$", out, re.M)
     marker = "/nonexistent-cudnn-setup-probe"
-    try:
-        done = subprocess.run([program], capture_output=True, timeout=timeout,
-                              env={"LD_LIBRARY_PATH": f"{marker}/$LIB/@/$PLATFORM/@",
-                                   "LD_DEBUG": "libs"})
-        err = done.stderr.decode(errors="replace")
-    except (OSError, subprocess.SubprocessError):
-        err = ""
+    err = run_command([program], timeout, env={"LD_LIBRARY_PATH": f"{marker}/$LIB/@/$PLATFORM/@",
+                                               "LD_DEBUG": "libs"}).err
     m = re.search(r"search path=(\S*)\s+\(LD_LIBRARY_PATH\)", err)
     if not m:
         if dirs:
@@ -675,10 +666,6 @@ def _scan(f, offset: int, end: int, found: dict[str, None], limit: int) -> None:
         carry = tail if len(tail) <= 256 else b"\xff"  # too long to be a name
 
 
-def _stem(name: str) -> str:
-    return name[:name.index(".so") + 3]
-
-
 @dataclass(frozen=True)
 class Versions:
     """Numbers the library fills into the names it builds: cuDNN's own and its CUDA's."""
@@ -700,7 +687,7 @@ def runtime_requests(names: Sequence[str], requester_soname: str | None,
     for name in names:
         if name == own:
             continue
-        groups.setdefault(_stem(name), []).append(name)
+        groups.setdefault(so_base(name), []).append(name)
     own_version = None
     if versions.cudnn:
         own_version = versions.cudnn
