@@ -261,8 +261,9 @@ def test_a_constructor_that_prints_the_answer_cannot_forge_it(tmp_path, compiler
     assert "cudnnGetVersion() = 90300" not in checks["load"]["detail"]
 
 
-def test_sigterm_while_a_child_hangs_ends_the_command_with_its_json(tmp_path, compiler,
-                                                                    cuda_root, home):
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_while_a_child_hangs_ends_the_command_with_its_json(sig, tmp_path, compiler,
+                                                                     cuda_root, home):
     lib = wheel_with(tmp_path, compiler, "HANG")
     pids = tmp_path / "pids"
     env = clean_env(home, FIXTURE_PIDS=str(pids))
@@ -274,7 +275,7 @@ def test_sigterm_while_a_child_hangs_ends_the_command_with_its_json(tmp_path, co
         while not pids_in(pids) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert pids_in(pids), "the load probe never loaded the library"
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(sig)
         sent = time.monotonic()
         out, err = proc.communicate(timeout=30)
         assert time.monotonic() - sent < 10
