@@ -181,7 +181,7 @@ def variant_name(name: str, version: str | None, major: int) -> str | None:
     for release in known_releases.releases():
         other = gen.parse_archive_name(release.file_name)
         if other and other.cudnn_version == facts.cudnn_version and other.cuda_major == major \
-                and other.arch == facts.arch:
+                and other.arch == facts.arch and other.os == facts.os:
             return release.file_name
     new = re.sub(r"_cuda\d+(?:\.\d+)?-archive", f"_cuda{major}-archive", name)
     if new != name:
@@ -343,6 +343,8 @@ def install(archive: Path, root: CudaRoot, *, force: bool = False, dry_run: bool
     def judged(work: Path) -> tuple[Package, BuiltFor, Manifest | None, list[str]]:
         """Stage and judge the archive under `work`; refuse what does not fit (exit 3)."""
         pkg = _stage(archive, work / "staging", expected, on_read, xz, env or {})
+        say(f"judging cuDNN {pkg.cudnn_version or '(version unknown)'}: whether it fits "
+            f"{root.path} and this machine's GPUs and driver")
         built = built_for(pkg, work / "probe", env)
         old = state.manifest()
         refusal = None if force else cuda_mismatch(pkg, built, root, archive.name, old)
