@@ -228,7 +228,7 @@ def _killed_mid_install(root: Path, archive: Path) -> None:
 def test_what_a_kill_left_is_reported_by_doctor_then_named_when_removed(home, cuda_root,
                                                                          archives):
     root = cuda_root("12.4")
-    archive = archives["cudnn-linux-x86_64-9.3.0.75_cuda12-archive.tar.xz"]
+    archive = archives["cudnn-linux-x86_64-9.3.0.99_cuda12-archive.tar.xz"]
     _killed_mid_install(root, archive)
     tx = root / ".cudnn-setup" / "tx"
     left = [p for p in tx.rglob("*") if p.is_file()]
