@@ -17,7 +17,6 @@ import threading
 import time
 from pathlib import Path
 
-import pytest
 
 from conftest import REPO, clean_env, run_cli
 from cudnn_setup import console
@@ -163,37 +162,50 @@ def test_on_a_terminal_a_live_display_shows_each_step(home, cuda_root):
 
 
 HOLDER = """
-import fcntl, os, sys, time
+import fcntl, os, sys
 state = sys.argv[1]
 os.makedirs(state, exist_ok=True)
 fd = os.open(state, os.O_RDONLY | os.O_DIRECTORY)
 fcntl.flock(fd, fcntl.LOCK_EX)
 print("locked", flush=True)
-time.sleep(float(sys.argv[2]))
+sys.stdin.readline()  # held until the test says so
 """
 
 
 def test_a_wait_for_the_lock_names_its_holder_and_goes_on_being_said(home, cuda_root):
     root = cuda_root("10.0")
-    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(root / ".cudnn-setup"), "7"],
-                              stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(root / ".cudnn-setup")],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline() == "locked\n"
-        done = subprocess.run([sys.executable, "-m", "cudnn_setup", "uninstall", "--cuda-root",
-                               str(root)], capture_output=True, text=True, env=clean_env(home),
-                              timeout=120)
+        waiter = subprocess.Popen([sys.executable, "-m", "cudnn_setup", "uninstall",
+                                   "--cuda-root", str(root)], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True, env=clean_env(home))
+        lines: list = []
+        reader = threading.Thread(target=_timeline, args=(waiter.stderr, lines))
+        reader.start()
+        deadline = time.monotonic() + 60
+        while not any("waiting for the lock" in l for _, l in lines):
+            assert time.monotonic() < deadline and waiter.poll() is None, lines
+            time.sleep(0.1)
+        time.sleep(console.EVERY + 1.5)  # a wait longer than a beat
+        holder.stdin.write("release\n")
+        holder.stdin.flush()
+        out = waiter.stdout.read()
+        waiter.wait(timeout=60)
+        reader.join()
     finally:
         holder.kill()
         holder.wait()
-    assert done.returncode == 0, done.stderr
-    lines = done.stderr.splitlines()
-    first = next(l for l in lines if "waiting for the lock" in l)
+    said = [l for _, l in lines]
+    assert waiter.returncode == 0, said
+    first = next(l for l in said if "waiting for the lock" in l)
     assert first.startswith(f"cudnn-setup: waiting for the lock on {root}: held by PID "
                             f"{holder.pid} (")
     assert "running since " in first and "UTC" in first and "up to 300 s" in first
-    assert any("still going after" in l and "waiting for the lock" in l for l in lines)
-    assert any(l.startswith(f"cudnn-setup: got the lock on {root} after ") for l in lines)
-    assert "cudnn-setup:" not in done.stdout
+    assert any("still going after" in l and "waiting for the lock" in l for l in said), said
+    assert any(l.startswith(f"cudnn-setup: got the lock on {root} after ") for l in said), said
+    assert "cudnn-setup:" not in out
 
 
 def _killed_mid_install(root: Path, archive: Path) -> None:
@@ -216,7 +228,7 @@ def _killed_mid_install(root: Path, archive: Path) -> None:
 def test_what_a_kill_left_is_reported_by_doctor_then_named_when_removed(home, cuda_root,
                                                                          archives):
     root = cuda_root("12.4")
-    archive = archives["cudnn-linux-x86_64-9.3.0.75_cuda12-archive.tar.xz"]
+    archive = archives["cudnn-linux-x86_64-9.3.0.99_cuda12-archive.tar.xz"]
     _killed_mid_install(root, archive)
     tx = root / ".cudnn-setup" / "tx"
     left = [p for p in tx.rglob("*") if p.is_file()]

@@ -120,10 +120,12 @@ def wanted(member: Member) -> bool:
     return (name.startswith("cudnn") and name.endswith(".h")) or name.startswith("libcudnn")
 
 
-def judge(listing: Listing, archive_name: str, host_machine: str) -> Package:
+def judge(listing: Listing, archive_name: str, host_machine: str,
+          name_facts: gen.NameFacts | None = None) -> Package:
+    """`name_facts`: what the name says when it is not NVIDIA's archive name (a wheel's)."""
     pkg = Package(archive_name=archive_name, compression=listing.compression,
                   sha256=listing.sha256, size=listing.size, problems=list(listing.problems))
-    pkg.name_facts = gen.parse_archive_name(archive_name)
+    pkg.name_facts = name_facts or gen.parse_archive_name(archive_name)
     if any(p.code == "corrupt" for p in pkg.problems) and not listing.members:
         return pkg
     _layout(pkg, listing)

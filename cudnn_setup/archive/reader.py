@@ -56,12 +56,7 @@ def read(path: Path, staging_dir: Path, want: Wanted, limits: Limits | None = No
         _walk(decoder.stream, staging_dir, want, MemberRules(limits or Limits()), listing)
         complete = True
     except staging.StagingWriteFailed as exc:
-        # the machine's fault (disk full, permissions, a name too long), said by errno
-        what = f"cannot write the staging copy under {show_path(staging_dir.parent)}"
-        cause = exc.__cause__
-        if isinstance(cause, OSError):
-            raise os_error(cause, what) from None
-        raise InstallFailed(f"{what}: {escape(str(cause))}", "fix it, then run again") from None
+        raise staging_failed(staging_dir, exc) from None
     except DECODE_ERRORS as exc:
         if isinstance(exc, OSError) and exc.errno is not None:  # reading failed, not decoding
             raise unreadable(path, exc) from None
@@ -82,6 +77,16 @@ def read(path: Path, staging_dir: Path, want: Wanted, limits: Limits | None = No
         except OSError as exc:
             raise unreadable(path, exc) from None
     return listing
+
+
+def staging_failed(staging_dir: Path, exc: staging.StagingWriteFailed) -> Exception:
+    """Writing the staging copy failed: the machine's fault (disk full, permissions, a name
+    too long), said by errno."""
+    what = f"cannot write the staging copy under {show_path(staging_dir.parent)}"
+    cause = exc.__cause__
+    if isinstance(cause, OSError):
+        return os_error(cause, what)
+    return InstallFailed(f"{what}: {escape(str(cause))}", "fix it, then run again")
 
 
 def _empty(staging_dir: Path) -> None:

@@ -69,7 +69,8 @@ def check_cuda(inst: Installation, load_data: dict | None) -> Check:
     root = root_phrase(inst)
     if built_for.split(".")[0] != root_version.split(".")[0]:
         if inst.origin is None:  # the root's own cuDNN: another archive is the fix
-            hint = f"install the cuDNN archive for CUDA {root_version.split('.')[0]}"
+            hint = (f"install the build for CUDA {root_version.split('.')[0]}: `cudnn-setup "
+                    f"install {inst.major or 'VERSION'} --cuda-root {inst.root.path}` picks it")
         else:  # a cuDNN elsewhere, judged against a toolkit it may not be meant for
             hint = (f"pass --cuda-root naming the CUDA {built_for.split('.')[0]} toolkit your "
                     f"programs build against, or use a cuDNN built for CUDA "

@@ -17,6 +17,7 @@ from cudnn_setup.errors import (DownloadFailed, InstallFailed, InternalError, In
 from cudnn_setup.facts.cuda import CudaRoot, find_cuda_root
 from cudnn_setup.report import Result
 from cudnn_setup.settings import SYSTEM_CONFIG
+from cudnn_setup.sources.pipconf import SYSTEM_DIRS as PIP_SYSTEM_DIRS
 from cudnn_setup.text import escape
 
 Progress = Callable[[int, Optional[int]], None]  # bytes done, bytes in all (None: unknown)
@@ -31,6 +32,10 @@ class Context:
     python: str  # the interpreter running the tool: the default for --python
     cwd: Optional[Path] = None  # the shell's directory, for relative paths in settings
     euid: int = 0
+    # The machine's own facts: its filesystem's root (Jetson markers are read below it) and
+    # `platform.machine()` (None: this machine's). Tests give a fake root and machine.
+    host_root: Path = Path("/")
+    machine: Optional[str] = None
     ld_conf_dir: Path = Path("/etc/ld.so.conf.d")
     ld_so_conf: Path = Path("/etc/ld.so.conf")
     ldconfig: Optional[str] = None  # the ldconfig to run; None: the system's (/sbin, /usr/sbin)
@@ -43,6 +48,10 @@ class Context:
     # Takes one line for a person about a step or a wait (a retry and why, a lock held by
     # another run); the CLI decides how it is shown. Never part of the Result.
     status: Callable[[str], None] = field(default=lambda line: None)
+    # Where pip's system-wide configuration lives (/etc/xdg, /etc; tests hand in their own) and
+    # this machine's wheel platform tags (None: packaging's, for this machine).
+    pip_system_dirs: tuple[Path, ...] = PIP_SYSTEM_DIRS
+    wheel_tags: Optional[tuple[str, ...]] = None
 
 
 def root_if_any(ctx: Context, cuda_root: Path | None) -> CudaRoot | None:

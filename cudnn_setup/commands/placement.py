@@ -148,7 +148,7 @@ def variant_name(name: str, version: str | None, major: int) -> str | None:
     for release in known_releases.releases():
         other = gen.parse_archive_name(release.file_name)
         if other and other.cudnn_version == facts.cudnn_version and other.cuda_major == major \
-                and other.arch == facts.arch:
+                and other.arch == facts.arch and other.os == facts.os:
             return release.file_name
     new = re.sub(r"_cuda\d+(?:\.\d+)?-archive", f"_cuda{major}-archive", name)
     if new != name:
@@ -222,7 +222,9 @@ class Outcome:
 def _stage(archive: Path, staging: Path, expected: Expected | None,
            on_read: Callable[[int], None] | None, xz: str | None,
            env: Mapping[str, str]) -> Package:
-    pkg = read_package(archive, staging, on_read=on_read, xz=xz, env=env)
+    pkg = read_package(archive, staging, on_read=on_read, xz=xz, env=env,
+                       expected_sha256=expected.digest if expected and
+                       expected.algorithm == "sha256" else None)
     if expected and pkg.sha256 and pkg.sha256 != expected.digest:
         raise mismatch(escape(archive.name), expected, pkg.sha256)
     if not pkg.installable:
@@ -266,7 +268,8 @@ def make_durable(sources: list[Path], top: Path) -> None:
 
 
 def _manifest(txid: str, pkg: Package, desired: list[Desired], plan: Plan, include_rel: str,
-              lib_rel: str, source_name: str, built: BuiltFor) -> Manifest:
+              lib_rel: str, source_name: str, built: BuiltFor,
+              provenance: dict | None) -> Manifest:
     return Manifest(
         tool_version=__version__,
         txid=txid,
@@ -275,7 +278,7 @@ def _manifest(txid: str, pkg: Package, desired: list[Desired], plan: Plan, inclu
         generation=pkg.generation,
         cuda_version=built.version,
         cuda_source=built.source if built.version else None,
-        source=Source(source_name, pkg.sha256, pkg.size),
+        source=Source(source_name, pkg.sha256, pkg.size, provenance),
         include_dir=include_rel,
         lib_dir=lib_rel,
         libraries=[lib.name for lib in pkg.libraries],
@@ -291,8 +294,10 @@ def install(archive: Path, root: CudaRoot, *, force: bool = False, dry_run: bool
             on_read: Callable[[int], None] | None = None, xz: str | None = None,
             env: Mapping[str, str] | None = None,
             driver: Callable[[], dict | None] | dict | None = None,
-            on_status: Callable[[str], None] | None = None) -> Outcome:
-    """Install `archive` into `root`. `env` is the environment of the child process that asks
+            on_status: Callable[[str], None] | None = None,
+            provenance: dict | None = None) -> Outcome:
+    """Install `archive` into `root`; `provenance` (sources.base.Provenance) is recorded in
+    the manifest. `env` is the environment of the child process that asks
     a library which CUDA it was built for, when the archive's name does not say; `driver`
     (checks.driver.driver_facts, or a function that waits for them) the GPUs and driver the
     build must fit; `on_status` hears a line for each step and for a wait on the lock."""
@@ -303,6 +308,8 @@ def install(archive: Path, root: CudaRoot, *, force: bool = False, dry_run: bool
     def judged(work: Path) -> tuple[Package, BuiltFor, Manifest | None, list[str]]:
         """Stage and judge the archive under `work`; refuse what does not fit (exit 3)."""
         pkg = _stage(archive, work / "staging", expected, on_read, xz, env or {})
+        say(f"judging cuDNN {pkg.cudnn_version or '(version unknown)'}: whether it fits "
+            f"{root.path} and this machine's GPUs and driver")
         built = built_for(pkg, work / "probe", env)
         old = state.manifest()
         refusal = None if force else cuda_mismatch(pkg, built, root, archive.name, old)
@@ -342,7 +349,7 @@ def install(archive: Path, root: CudaRoot, *, force: bool = False, dry_run: bool
                 say(f"placing cuDNN {pkg.cudnn_version} into {root.path}: "
                     f"{plural(len(plan.ops), 'change')} in one transaction")
                 manifest = _manifest(txid, pkg, desired, plan, include_rel, lib_rel,
-                                     archive.name, built)
+                                     archive.name, built, provenance)
                 _make_links(desired)
                 make_durable([root.path / op.source for op in plan.ops if op.action == PUT], tx)
 
