@@ -215,8 +215,10 @@ def test_unknown_version_names_the_nearest(mirror, cuda_root, home):
     assert done.returncode == USAGE and out["error"]["code"] == "unknown-version"
     assert "nearest versions:" in out["error"]["hint"] and "9.2.0.82" in out["error"]["hint"]
     done, out = _install("9.1.8", root, home, "--mirror", mirror.url)
-    # the mirror's releases count, from the labels of manifests not read
-    assert done.returncode == USAGE and "9.1.7, " in out["error"]["hint"]
+    # the mirror's releases count, read from the manifests nearest the request: versions, never labels
+    near = out["error"]["hint"].split(": ", 1)[1].split(", ")
+    assert done.returncode == USAGE and "9.1.7.99" in near, near
+    assert all(len(v.split(".")) == 4 for v in near), near  # no "9.1.7" label among them
 
 
 def test_mirror_without_an_index_is_asked_for_the_named_manifest(mirror, cuda_root, home):

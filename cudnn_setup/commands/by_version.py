@@ -20,19 +20,22 @@ from __future__ import annotations
 from pathlib import Path
 
 from cudnn_setup.commands.base import Context
-from cudnn_setup.commands.download import fetch, parse_headers
-from cudnn_setup.errors import UsageError
+from cudnn_setup.commands.download import client_for, fetch
+from cudnn_setup.bounded import NotRegular, kind, regular_size
+from cudnn_setup.errors import ArchiveRejected, UsageError
 from cudnn_setup.facts.cuda import CudaRoot
 from cudnn_setup.facts.cudnn import parse_archive_name
 from cudnn_setup.facts.host import host_machine
 from cudnn_setup.fetch import known_releases, redist
 from cudnn_setup.fetch.candidates import is_version_request, parse_request
 from cudnn_setup.fetch.checksums import Expected, expected_for, mismatch
-from cudnn_setup.fetch.download import redact
+from cudnn_setup.fetch.download import size_mismatch
 from cudnn_setup.fetch.remote import Reader
 from cudnn_setup.fetch.resolve import TABLE, Choice, Tree, resolve, resolve_name
 from cudnn_setup.report import Result
 from cudnn_setup.settings import mirror_setting, user_config_path
+from cudnn_setup.text import show_path
+from cudnn_setup.urls import redact
 
 PATH, URL, FILE_URL, VERSION, NAME = "path", "url", "file-url", "version", "name"
 
@@ -66,7 +69,7 @@ def tree_for(ctx: Context, mirror: str | None, headers: list[str] | None) -> Tre
                                           ctx.cwd if setting.origin == "--mirror" else None)
         except UsageError as exc:
             raise UsageError(f"{exc.message} (set by {setting.origin})", exc.hint) from None
-    return Tree(url, Reader(headers=parse_headers(headers)))
+    return Tree(url, Reader(client=client_for(ctx, headers)))
 
 
 def target(root: CudaRoot | None, cuda: str | None,
@@ -124,12 +127,30 @@ def _fetch_choice(result: Result, ctx: Context, choice: Choice, why: str, tree: 
                         f"{why}: {release.file_name} from {redact(tree.url)}; sha256 from "
                         f"{release.source}")
     expected = Expected("sha256", release.sha256, release.source if release.source != TABLE
-                        else f"known releases table: {known_releases.provenance_line()}")
+                        else f"known releases table: {known_releases.provenance_line()}",
+                        size=release.size)
     if sha256 is not None and sha256.lower() != release.sha256:
         raise mismatch(release.file_name, Expected("sha256", sha256.lower(), "--sha256"),
                        f"{release.sha256} as published ({expected.source})")
     local = redist.local_path(choice.url)
     if local is not None:
+        _check_local(local, expected)
         return local, expected  # checked as it is read
-    fetched = fetch(result, ctx, choice.url, None, headers, cache_dir, expected=expected)
+    fetched = fetch(result, ctx, choice.url, None, headers, cache_dir, expected=expected,
+                    client=tree.reader.client if isinstance(tree.reader, Reader) else None)
     return fetched.path, None  # checked as it was fetched
+
+
+def _check_local(path: Path, expected: Expected) -> None:
+    """An archive in a file:// mirror: a regular file (a FIFO there would hold the reader
+    forever), of the size its manifest gives, judged from its stat before a byte is read."""
+    try:
+        size = regular_size(path)
+    except NotRegular as exc:
+        raise ArchiveRejected(f"{show_path(path)} in the mirror is {kind(exc.mode)}, not an "
+                              "archive; not opened", "a mirror holds plain files",
+                              code="archive-unreadable") from None
+    except FileNotFoundError:
+        return  # the reader says so, as for any archive path
+    if expected.size and size != expected.size:
+        raise size_mismatch(path.name, expected, size, "in the mirror")

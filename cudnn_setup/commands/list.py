@@ -16,10 +16,10 @@ from cudnn_setup.facts import gpu_support as S
 from cudnn_setup.facts.cuda import CudaRoot
 from cudnn_setup.fetch import known_releases, redist
 from cudnn_setup.fetch.candidates import Release
-from cudnn_setup.fetch.download import redact
 from cudnn_setup.fetch.resolve import catalog
 from cudnn_setup.report import WARN, Check, Result
 from cudnn_setup.state.layout import StateDir
+from cudnn_setup.urls import redact
 
 # Whether a release runs on this machine's GPU and driver, as (fits, why), or None when that is
 # not known; `rows` adds a `fits` entry per release when it is given one.
