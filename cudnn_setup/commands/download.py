@@ -57,10 +57,14 @@ def status_progress(ctx: Context, name: str) -> Callable[[int, Optional[int]], N
         if now - last[0] < STATUS_EVERY and (total is None or done < total):
             return
         last[0] = now
-        of = f" of {total / 1e6:.1f}" if total else ""
-        ctx.status(f"downloading {escape(name)}: {done / 1e6:.1f}{of} MB")
+        of = f" of {_size(total)}" if total else ""
+        ctx.status(f"downloading {escape(name)}: {_size(done)}{of}")
 
     return update
+
+
+def _size(n: int) -> str:
+    return f"{n / 1e6:.1f} MB" if n >= 1e6 else f"{n / 1e3:.1f} kB"
 
 
 def fetch(result: Result, ctx: Context, url: str, sha256: str | None,

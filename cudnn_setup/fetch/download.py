@@ -93,7 +93,8 @@ def file_name(url: str) -> str:
     return name
 
 
-def size_mismatch(name: str, expected: Expected, found: int, where: str) -> ArchiveRejected:
+def size_mismatch(name: str, expected: Expected, found: int | str,
+                  where: str) -> ArchiveRejected:
     return ArchiveRejected(f"{escape(name)} is {found} bytes ({where}), but {expected.source} "
                            f"says {expected.size}; nothing was kept",
                            "the mirror's manifest and its archive disagree: one of them is "
@@ -385,11 +386,12 @@ class Downloader:
                 part.unlink(missing_ok=True)
                 raise size_mismatch(name, expected, total, "as the server says")
             cap = limit if limit is not None else (total if total is not None else MAX_ARCHIVE)
-            self._write(r, url, part, mode, start, total, cap)
+            self._write(r, url, name, part, mode, start, total, cap,
+                        expected if limit is not None else None)
             return start, validators
 
-    def _write(self, r: requests.Response, url: str, part: Path, mode: str, have: int,
-               total: int | None, cap: int) -> None:
+    def _write(self, r: requests.Response, url: str, name: str, part: Path, mode: str,
+               have: int, total: int | None, cap: int, promised: Expected | None) -> None:
         done = have
 
         try:
@@ -413,6 +415,8 @@ class Downloader:
             raise error from None
         if done > cap:
             part.unlink(missing_ok=True)
+            if promised is not None:
+                raise size_mismatch(name, promised, f"more than {cap}", "cut off there")
             raise DownloadFailed(f"{redact(url)} sent more than the {cap} bytes it was to "
                                  "have; cut off there and not kept", "the server or the "
                                  "manifest is wrong: check the mirror", code="body-too-long")

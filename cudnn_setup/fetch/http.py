@@ -146,8 +146,10 @@ class Client:
     def __init__(self, headers: Mapping[str, str] | None = None, *,
                  env: Mapping[str, str] | None = None, home=None,
                  keep_on_redirect: Iterable[str] = (), session: requests.Session | None = None,
-                 timeout: tuple[float, float] = (10.0, 60.0), budget: Budget | None = None):
+                 timeout: tuple[float, float] = (10.0, 60.0), budget: Budget | None = None,
+                 slow_seconds: float = SLOW_SECONDS):
         self.headers = dict(headers or {})
+        self.slow_seconds = slow_seconds
         self.session = session or requests.Session()
         self.session.trust_env = False  # the environment comes from the caller, through Network
         self.network = Network(env, home)
@@ -243,7 +245,7 @@ class Client:
                     self.budget.spend(now - started)
                     raise Stalled(f"still not complete after {now - started:.0f} s "
                                   f"({got} bytes)")
-                if now - window_start >= SLOW_SECONDS:
+                if now - window_start >= self.slow_seconds:
                     if window_bytes < SLOW_BYTES:
                         self.budget.spend(now - window_start)
                         raise Stalled(f"{window_bytes} bytes in {now - window_start:.0f} s: "
