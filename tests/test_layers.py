@@ -1,7 +1,7 @@
 """The package's import graph: layers that only look down, and no module cycles.
 
 cli → commands → (archive, checks, fetch, state, theanorc, settings, startup_line) → facts →
-(errors, report, text, child, digest, atomic). Probes run in other interpreters and import
+(errors, report, text, child, digest, atomic, urls, bounded). Probes run in other interpreters and import
 nothing of the package.
 """
 import ast
