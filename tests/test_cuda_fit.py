@@ -113,11 +113,11 @@ def test_library_that_cannot_tell_is_not_refused(archives, cuda_root, home, tmp_
 
 def test_the_variant_named_is_one_nvidia_published():
     """Looked up in the table of NVIDIA's archives, never made from the input's name: a
-    repacked .tar.gz of 8.9.7 is pointed at NVIDIA's .tar.xz, and 8.9.6 (not in the table)
-    at nothing."""
+    repacked .tar.gz of 8.9.6 for CUDA 12 is pointed at NVIDIA's .tar.xz for CUDA 11 (not a
+    .tar.gz NVIDIA never shipped), and a build the table does not list at nothing."""
     from cudnn_setup.commands.placement import variant_name
 
-    assert variant_name("cudnn-linux-x86_64-8.9.7.29_cuda12-archive.tar.gz", "8.9.7", 11) == \
-        "cudnn-linux-x86_64-8.9.7.29_cuda11-archive.tar.xz"
-    assert variant_name("cudnn-linux-x86_64-8.9.6.50_cuda12-archive.tar.gz", "8.9.6", 11) is None
+    assert variant_name("cudnn-linux-x86_64-8.9.6.50_cuda12-archive.tar.gz", "8.9.6", 11) == \
+        "cudnn-linux-x86_64-8.9.6.50_cuda11-archive.tar.xz"
     assert variant_name("cudnn-linux-x86_64-9.3.0.75_cuda12-archive.tar.xz", "9.3.0", 13) is None
+    assert variant_name("cudnn-linux-x86_64-9.3.0.99_cuda12-archive.tar.xz", "9.3.0", 11) is None

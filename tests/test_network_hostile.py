@@ -301,17 +301,20 @@ def test_retries_are_reported_with_reason_and_count(server, tmp_path):
     assert "retrying in" in lines[0]
 
 
-def test_download_command_emits_retries_and_progress_as_status_lines(server, tmp_path, home):
-    """Outside a terminal (no progress bar): the status hook gets the retries and the bytes."""
+def test_download_command_reports_retries_and_progress(server, tmp_path, home):
+    """The status hook gets each retry, the progress hook the bytes (the CLI renders both:
+    a bar on a terminal, plain lines in a log)."""
     server.fail_5xx = 1
-    lines = []
+    lines, progress = [], []
     ctx = Context(env={"HOME": str(home)}, home=home, python=sys.executable,
-                  status=lines.append)
+                  status=lines.append,
+                  progress=lambda label: lambda done, total: progress.append((label, done, total)))
     sha = hashlib.sha256(server.files[f"/mirror/{V7}"]).hexdigest()
     result = download(ctx, f"{server.base}/mirror/{V7}", cache_dir=tmp_path, sha256=sha)
     assert result.error is None, result.error
     assert any("retrying" in line and "503" in line for line in lines), lines
-    assert any("downloading" in line and " of " in line and "B" in line for line in lines), lines
+    size = len(server.files[f"/mirror/{V7}"])
+    assert progress and progress[-1] == (f"downloading {V7}", size, size), progress
 
 
 # --- bodies bounded by what they were promised -------------------------------------------------------
@@ -328,7 +331,7 @@ def test_a_body_longer_than_the_manifest_size_is_cut_off_and_not_kept(server, tm
     assert info.value.code == "size-mismatch" and time.monotonic() - started < 5
     assert str(data_size) in info.value.message
     assert not list(tmp_path.glob("*.part")) and not (tmp_path / "big.tgz").exists()
-    assert server.sent["/big.tgz"] < 32 << 20  # the client stopped reading
+    assert server.sent.get("/big.tgz", 0) < 32 << 20  # the client stopped reading
 
 
 def test_a_body_without_a_size_is_capped(server, tmp_path, monkeypatch):
@@ -523,7 +526,8 @@ def test_three_installs_of_one_version_sharing_a_cache_all_succeed(mirror, cuda_
     roots = [cuda_root(version="12.4", layout="lib") for _ in range(3)]
     with ArchiveServer() as s:
         _mirror_server(mirror, s)
-        s.throttle = 0.005  # slow enough that the three overlap
+        size = len(s.files[f"/redist/cudnn/linux-x86_64/{X86_12}"])
+        s.throttle = 4.0 / max(1, size >> 14)  # 4 s a download: the three runs overlap
         env = clean_env(home, XDG_CACHE_HOME=str(home / "cache"))
         procs = [subprocess.Popen([sys.executable, "-m", "cudnn_setup", "install", "9.1",
                                    "--cuda-root", str(r), "--no-theanorc", "--no-verify",

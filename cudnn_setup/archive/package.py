@@ -8,7 +8,7 @@ from cudnn_setup.archive.listing import Listing, Member
 from cudnn_setup.archive.problems import ERROR, WARNING, Problem
 from cudnn_setup.facts import cudnn as gen
 from cudnn_setup.facts.elf import ElfInfo, NotElf, read_elf
-from cudnn_setup.text import escape
+from cudnn_setup.text import escape, plural
 
 _OS_NAMES = {"osx": "macOS", "windows": "Windows"}
 
@@ -120,10 +120,12 @@ def wanted(member: Member) -> bool:
     return (name.startswith("cudnn") and name.endswith(".h")) or name.startswith("libcudnn")
 
 
-def judge(listing: Listing, archive_name: str, host_machine: str) -> Package:
+def judge(listing: Listing, archive_name: str, host_machine: str,
+          name_facts: gen.NameFacts | None = None) -> Package:
+    """`name_facts`: what the name says when it is not NVIDIA's archive name (a wheel's)."""
     pkg = Package(archive_name=archive_name, compression=listing.compression,
                   sha256=listing.sha256, size=listing.size, problems=list(listing.problems))
-    pkg.name_facts = gen.parse_archive_name(archive_name)
+    pkg.name_facts = name_facts or gen.parse_archive_name(archive_name)
     if any(p.code == "corrupt" for p in pkg.problems) and not listing.members:
         return pkg
     _layout(pkg, listing)
@@ -316,5 +318,5 @@ def _completeness(pkg: Package) -> None:
     pkg.missing = [stem for stem in gen.shared_libs_of(pkg.generation) if stem not in have]
     for stem in pkg.missing:
         _add(pkg, "incomplete", f"{stem} is missing; cuDNN {pkg.major} needs "
-             f"{len(gen.shared_libs_of(pkg.generation))} libraries and loads them at run time",
+             f"{plural(len(gen.shared_libs_of(pkg.generation)), 'library')} and loads them at run time",
              "download the full archive again; a partial cuDNN aborts programs that load it")

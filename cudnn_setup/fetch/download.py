@@ -209,7 +209,7 @@ class Downloader:
                 if attempt > self.retries or exc.final:
                     kind = TimedOut if exc.code == "timed-out" else DownloadFailed
                     raise kind(f"download of {redact(url)} failed after {attempt} "
-                               f"attempt(s): {exc}", exc.hint or "run again: the part "
+                               f"{'attempt' if attempt == 1 else 'attempts'}: {exc}", exc.hint or "run again: the part "
                                f"already downloaded ({show_path(part)}) is resumed",
                                code=exc.code) from None
                 wait = self.backoff * (2 ** (attempt - 1))
