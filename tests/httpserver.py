@@ -31,7 +31,7 @@ class ArchiveServer:
         self.endless_cap = 256 << 20  # …that stops here, so a test of the old code ends
         self.claim_length: dict[str, int] = {}  # path -> the Content-Length sent instead
         self.gzip: str | None = None  # "asked": gzip when Accept-Encoding has it; "always"
-        self.throttle = 0.0  # seconds between 16 KiB pieces of every body
+        self.throttle: dict[str, float] = {}  # path -> seconds its body takes, in 50 pieces
         self.sent: dict[str, int] = {}  # body bytes sent per path
         self.released = threading.Event()  # ends every held connection
         server = self
@@ -124,13 +124,16 @@ class ArchiveServer:
                             server.sent[path] = server.sent.get(path, 0) + 1
                             time.sleep(server.drip[path])
                         return
-                    step = 16 << 10 if server.throttle else len(payload) or 1
+                    seconds = server.throttle.get(path, 0.0)
+                    pieces = 50 if seconds else 1
+                    step = max(1, -(-len(payload) // pieces))
                     for i in range(0, len(payload), step):
+                        if seconds:
+                            time.sleep(seconds / pieces)
                         self.wfile.write(payload[i:i + step])
                         server.sent[path] = server.sent.get(path, 0) + len(payload[i:i + step])
-                        if server.throttle:
+                        if seconds:
                             self.wfile.flush()
-                            time.sleep(server.throttle)
                 except OSError:  # the client hung up: what a refusing client does
                     self.close_connection = True
 

@@ -526,8 +526,8 @@ def test_three_installs_of_one_version_sharing_a_cache_all_succeed(mirror, cuda_
     roots = [cuda_root(version="12.4", layout="lib") for _ in range(3)]
     with ArchiveServer() as s:
         _mirror_server(mirror, s)
-        size = len(s.files[f"/redist/cudnn/linux-x86_64/{X86_12}"])
-        s.throttle = 4.0 / max(1, size >> 14)  # 4 s a download: the three runs overlap
+        # the archive takes 4 s to come: the three runs' downloads overlap
+        s.throttle[f"/redist/cudnn/linux-x86_64/{X86_12}"] = 4.0
         env = clean_env(home, XDG_CACHE_HOME=str(home / "cache"))
         procs = [subprocess.Popen([sys.executable, "-m", "cudnn_setup", "install", "9.1",
                                    "--cuda-root", str(r), "--no-theanorc", "--no-verify",
@@ -542,3 +542,5 @@ def test_three_installs_of_one_version_sharing_a_cache_all_succeed(mirror, cuda_
     assert sorted(p.name for p in cache.iterdir()) == [X86_12, X86_12 + ".cudnn-setup.json"]
     archive_gets = [r for r in s.requests if r["path"].endswith(X86_12)]
     assert len(archive_gets) == 1  # one download, the other two found it complete
+    # and they did overlap: the later ones waited for the lock, and said so
+    assert any("waiting for another run's download" in err for _, err in outs), outs

@@ -436,7 +436,8 @@ class _ArchiveLock:
         self.fd: int | None = None
 
     def __enter__(self) -> "_ArchiveLock":
-        started = last = time.monotonic()
+        started = time.monotonic()
+        last = None  # when the last line about the wait was said
         while True:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
             try:
@@ -448,7 +449,7 @@ class _ArchiveLock:
                     raise DownloadFailed(f"another run has been downloading {escape(self.name)} "
                                          f"for over {LOCK_WAIT:.0f} s", "wait for it, or stop "
                                          "it", code="download-failed") from None
-                if now - last >= 5 or now == started:
+                if last is None or now - last >= 5:
                     self.on_status(f"waiting for another run's download of {escape(self.name)} "
                                    f"({now - started:.0f} s so far)")
                     last = now
