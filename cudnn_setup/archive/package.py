@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from cudnn_setup.archive.listing import Listing, Member
 from cudnn_setup.archive.problems import ERROR, WARNING, Problem
 from cudnn_setup.facts import cudnn as gen
+from cudnn_setup.facts.composition import Composition, compose, flavour_of
 from cudnn_setup.facts.elf import ElfInfo, NotElf, read_elf
 from cudnn_setup.text import escape
 
@@ -55,6 +56,7 @@ class Package:
     static_libraries: list[Member] = field(default_factory=list)
     links: list[Link] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
+    composition: Composition | None = None
     problems: list[Problem] = field(default_factory=list)
 
     @property
@@ -109,6 +111,7 @@ class Package:
             "install_links": [{"name": a, "target": b} for a, b in self.chains()],
             "complete": not self.missing,
             "missing": self.missing,
+            "composition": self.composition.to_dict() if self.composition else None,
             "installable": self.installable,
             "problems": [p.to_dict() for p in self.problems],
         }
@@ -312,9 +315,14 @@ def _completeness(pkg: Package) -> None:
         return
     if not pkg.generation:
         return
-    have = {lib.stem for lib in pkg.libraries}
-    pkg.missing = [stem for stem in gen.shared_libs_of(pkg.generation) if stem not in have]
+    files = {lib.stem: lib.member.staged for lib in pkg.libraries}
+    name = pkg.archive_name if gen.flavour_of_name(pkg.archive_name) else pkg.top_dir
+    pkg.composition = comp = compose(files, pkg.generation,
+                                     flavour_of(name, files, pkg.generation))
+    pkg.missing = list(comp.missing)
+    flavour = " (JIT flavour)" if comp.flavour == gen.JIT else ""
     for stem in pkg.missing:
-        _add(pkg, "incomplete", f"{stem} is missing; cuDNN {pkg.major} needs "
-             f"{len(gen.shared_libs_of(pkg.generation))} libraries and loads them at run time",
-             "download the full archive again; a partial cuDNN aborts programs that load it")
+        _add(pkg, "incomplete", f"{stem} is missing: {comp.reason(stem)}; this cuDNN "
+             f"{pkg.cudnn_version}{flavour} is made of {len(comp.required)} libraries",
+             "download the full archive again; a partial cuDNN aborts programs that load it, or "
+             "fails with CUDNN_STATUS_SUBLIBRARY_LOADING_FAILED")

@@ -35,10 +35,9 @@ def check_files(inst: Installation, deep: bool = False) -> Check:
             problems.append(f"{entry.path} -> {entry.content.target} is a broken link")
     if inst.header_file is None:
         problems.append("include/cudnn.h is missing")
-    if inst.generation:
-        for stem in gen.shared_libs_of(inst.generation):
-            if inst.library(stem) is None:
-                problems.append(f"{stem} is missing from {inst.lib_dir}")
+    comp = inst.composition() if inst.generation else None
+    for stem in comp.missing if comp else ():
+        problems.append(f"{stem} is missing from {inst.lib_dir} ({comp.reason(stem)})")
     for lib in inst.libraries:
         mode = stat.S_IMODE(os.stat(lib).st_mode)
         if mode & 0o444 != 0o444 and not any(lib.name in p for p in problems):
@@ -50,7 +49,8 @@ def check_files(inst: Installation, deep: bool = False) -> Check:
     others = inst.other_versions()
     data = {"changed_since_install": changed, "problems": problems,
             "managed": inst.manifest is not None, "selected_by": inst.selected_by,
-            "other_versions": others}
+            "other_versions": others,
+            "composition": comp.to_dict() if comp else None}
     if changed:
         problems.append("changed since cudnn-setup installed them: " + ", ".join(changed))
     if problems:

@@ -29,8 +29,7 @@ def _crash_detail(result: ProbeResult, inst: Installation) -> str:
     m = _MISSING_LIB.search(err)
     missing = m["lib"] if m else None
     if missing is None:
-        stems = gen.shared_libs_of(inst.generation) if inst.generation else ()
-        absent = [s for s in stems if inst.library(s) is None]
+        absent = list(inst.composition().missing) if inst.generation else []
         missing = absent[0] if absent else None
     detail = f"loading libcudnn {result.failure()}"
     if missing:

@@ -12,7 +12,7 @@ from typing import Mapping
 
 from cudnn_setup.checks.coherence import check_coherence
 from cudnn_setup.checks.deps import check_deps, loader_environment
-from cudnn_setup.checks.driver import check_driver, driver_facts, has_driver
+from cudnn_setup.checks.driver import check_driver, driver_facts, driver_present
 from cudnn_setup.checks.files import check_elf, check_files, check_versions
 from cudnn_setup.checks.frameworks import check_frameworks
 from cudnn_setup.checks.installation import Installation
@@ -77,9 +77,11 @@ def run_checks(inst: Installation, *, python: str, env: Mapping[str, str],
     else:
         checks += [check_elf(inst, host_machine()), check_versions(inst)]
         load, load_data = check_load(inst, env)
-        checks += [load, check_coherence(inst, env, loader=loader, load_data=load_data),
+        present = driver_present(driver)
+        checks += [load, check_coherence(inst, env, loader=loader, load_data=load_data,
+                                         driver_present=present),
                    check_deps(inst, env, load_data=load_data, loader=loader,
-                              driver_present=True if has_driver(driver) else None),
+                              driver_present=present),
                    check_loader(inst, env, conf, fix=loader_fix), check_cuda(inst, load_data)]
     checks.append(check_driver(inst, driver, load_data=load_data))
     if skipped is not None:
