@@ -8,7 +8,7 @@ from cudnn_setup.archive.listing import Listing, Member
 from cudnn_setup.archive.problems import ERROR, WARNING, Problem
 from cudnn_setup.facts import cudnn as gen
 from cudnn_setup.facts.composition import Composition, compose, flavour_of
-from cudnn_setup.facts.elf import ElfInfo, NotElf, read_elf
+from cudnn_setup.facts.elf import ElfInfo, NotElf, code_problem, read_elf
 from cudnn_setup.text import escape
 
 _OS_NAMES = {"osx": "macOS", "windows": "Windows"}
@@ -252,6 +252,11 @@ def _elf(pkg: Package, host_machine: str) -> None:
                  "the archive is damaged or is not cuDNN for Linux")
             continue
         machines.add(lib.elf.machine)
+        useless = code_problem(m.staged) if lib.elf.is_shared_object else None
+        if useless:
+            _add(pkg, "no-code" if "exports no symbols" in useless else "damaged-library",
+                 f"{escape(m.name)} is {useless}", "the archive is damaged or not NVIDIA's; "
+                 "download it again")
         if not lib.elf.is_shared_object:
             _add(pkg, "not-shared", f"{escape(m.name)} is an ELF {lib.elf.kind}, not a shared "
                  "object", "the archive is damaged or is not cuDNN")

@@ -7,7 +7,7 @@ import stat
 from cudnn_setup.checks.installation import Installation
 from cudnn_setup.checks.locate import UNMANAGED
 from cudnn_setup.facts import cudnn as gen
-from cudnn_setup.facts.elf import NotElf, read_elf
+from cudnn_setup.facts.elf import NotElf, code_problem, read_elf
 from cudnn_setup.state.files import describe, describe_known
 from cudnn_setup.state.manifest import FILE, SYMLINK
 from cudnn_setup.report import FAIL, PASS, SKIP, WARN, Check
@@ -82,6 +82,10 @@ def check_elf(inst: Installation, host: str) -> Check:
             problems.append(f"{lib.name} is built for {info.machine}; this machine is {host}")
         if info.bits != 64 or not info.is_shared_object:
             problems.append(f"{lib.name} is a {info.bits}-bit {info.kind}, not a 64-bit shared object")
+        else:
+            useless = code_problem(lib)
+            if useless:
+                problems.append(f"{lib.name} is {useless}")
         expected = gen.expected_soname(gen.library_stem(lib.name) or "",
                                        gen.library_file_version(lib.name), inst.generation)
         if info.soname != expected:
@@ -89,7 +93,7 @@ def check_elf(inst: Installation, host: str) -> Check:
     if problems:
         return Check("elf", FAIL, "; ".join(problems))
     return Check("elf", PASS, f"{len(inst.libraries)} libraries: {host} ELF shared objects with "
-                 "the expected SONAMEs")
+                 "the expected SONAMEs, whole, each exporting symbols")
 
 
 def check_versions(inst: Installation) -> Check:

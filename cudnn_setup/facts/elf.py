@@ -1,6 +1,8 @@
 """What a library file is: ELF facts through pyelftools, and the magic of other formats."""
 from __future__ import annotations
 
+import os
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -81,3 +83,61 @@ def _soname(elf: ELFFile) -> str | None:
             for tag in section.iter_tags("DT_SONAME"):
                 return tag.soname
     return None
+
+
+# Symbols every shared object may define without holding any code of its own.
+_TRIVIAL_SYMBOLS = {"_init", "_fini", "_edata", "_end", "__bss_start"}
+
+
+def code_problem(path: Path) -> str | None:
+    """What makes a library that the loader accepts useless as the library it is named for:
+    truncated (its headers describe more bytes than the file has: the loader may still map
+    it, and the first call into the missing part crashes) or exporting no symbols at all (a
+    library with the right SONAME and no code: dlopen succeeds, every lookup fails). Every
+    NVIDIA cuDNN library exports at least one symbol (libcudnn_heuristic.so.9 has
+    dummyHeuristicSymbol). None when neither; a file that is not ELF is read_elf's to judge."""
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            shown = _section_table_end(f.read(64))
+            if shown is not None and shown > size:
+                return (f"truncated: its ELF header places its section table up to byte "
+                        f"{shown}, the file has {size}")
+            f.seek(0)
+            elf = ELFFile(f)
+            header = elf.header
+            described = header["e_shoff"] + header["e_shnum"] * header["e_shentsize"]
+            for seg in elf.iter_segments():
+                if seg["p_type"] == "PT_LOAD":
+                    described = max(described, seg["p_offset"] + seg["p_filesz"])
+            if described > size:
+                return (f"truncated: its ELF headers describe {described} bytes, the file has "
+                        f"{size}")
+            dynsym = elf.get_section_by_name(".dynsym")
+            if dynsym is None or not hasattr(dynsym, "iter_symbols"):
+                return "exports no symbols (no dynamic symbol table): it holds no code to call"
+            for sym in dynsym.iter_symbols():
+                if sym["st_shndx"] != "SHN_UNDEF" and sym.name and \
+                        sym.name not in _TRIVIAL_SYMBOLS and \
+                        sym["st_info"]["bind"] in ("STB_GLOBAL", "STB_WEAK") and \
+                        sym["st_info"]["type"] in ("STT_FUNC", "STT_OBJECT", "STT_GNU_IFUNC"):
+                    return None
+            return "exports no symbols: a library with this name but no code to call"
+    except (ELFError, ValueError, KeyError, OSError, AssertionError) as exc:
+        return f"a damaged ELF file ({exc})"
+
+
+def _section_table_end(head: bytes) -> int | None:
+    """Where an ELF header says its section header table ends (e_shoff + e_shnum ×
+    e_shentsize), read before pyelftools, which fails on a file cut short."""
+    if len(head) < 64 or not head.startswith(b"\x7fELF") or head[4] not in (1, 2) or \
+            head[5] not in (1, 2):
+        return None
+    order = "<" if head[5] == 1 else ">"
+    if head[4] == 2:
+        shoff, = struct.unpack_from(order + "Q", head, 0x28)
+        entsize, num = struct.unpack_from(order + "HH", head, 0x3A)
+    else:
+        shoff, = struct.unpack_from(order + "I", head, 0x20)
+        entsize, num = struct.unpack_from(order + "HH", head, 0x2E)
+    return shoff + entsize * num if shoff else None
