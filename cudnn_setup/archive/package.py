@@ -255,7 +255,7 @@ def _elf(pkg: Package, host_machine: str) -> None:
         useless = code_problem(m.staged) if lib.elf.is_shared_object else None
         if useless:
             _add(pkg, "no-code" if "exports no symbols" in useless else "damaged-library",
-                 f"{escape(m.name)} is {useless}", "the archive is damaged or not NVIDIA's; "
+                 f"{escape(m.name)} {useless}", "the archive is damaged or not NVIDIA's; "
                  "download it again")
         if not lib.elf.is_shared_object:
             _add(pkg, "not-shared", f"{escape(m.name)} is an ELF {lib.elf.kind}, not a shared "

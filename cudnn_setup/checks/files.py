@@ -85,7 +85,7 @@ def check_elf(inst: Installation, host: str) -> Check:
         else:
             useless = code_problem(lib)
             if useless:
-                problems.append(f"{lib.name} is {useless}")
+                problems.append(f"{lib.name} {useless}")
         expected = gen.expected_soname(gen.library_stem(lib.name) or "",
                                        gen.library_file_version(lib.name), inst.generation)
         if info.soname != expected:

@@ -12,11 +12,9 @@ from cudnn_setup.checks.installation import Installation
 from cudnn_setup.child import run_command
 from cudnn_setup.checks.probe import ProbeResult, child_env, probe_module, run_probe
 from cudnn_setup.facts import cudnn as gen
-from cudnn_setup.facts import gpu_support as S
 from cudnn_setup.report import FAIL, PASS, SKIP, WARN, Check
 
 LOAD_TIMEOUT = 60.0
-GPU_TIMEOUT = 120.0
 COMPILE_TIMEOUT = 120.0
 # cuDNN 8 says "Could not load library libcudnn_ops_infer.so.8. Error: …": the name ends
 # before the sentence's full stop.
@@ -137,34 +135,3 @@ def find_cudart(inst: Installation) -> str | None:
         if found:
             return str(found[0])
     return None
-
-
-def check_gpu(inst: Installation, env: Mapping[str, str]) -> Check:
-    target = inst.soname_path()
-    if target is None:
-        return Check("gpu", SKIP, "no libcudnn to run")
-    args = probe_module("gpu") + [str(target)]
-    cudart = find_cudart(inst)
-    if cudart:
-        args.append(cudart)
-    result = run_probe(args, GPU_TIMEOUT, child_env(inst.lib_dir, env))
-    if result.data is None:
-        detail = ("timed out" if result.timed_out else
-                  f"the GPU probe died ({result.crashed or result.returncode}): {result.last_error_line()}")
-        return Check("gpu", FAIL, detail)
-    data = result.data
-    status = data.get("status")
-    if status == "skip":
-        return Check("gpu", SKIP, data.get("reason", "no GPU"), data)
-    gpu = f"{data.get('gpu')} (compute capability {data.get('compute_capability')})"
-    cc = data.get("compute_capability")
-    floor = S.below_every_build(inst.version, cc) if cc and inst.version else None
-    if floor:
-        data["supported"] = False
-        return Check("gpu", FAIL, f"{gpu}: every build of cuDNN {inst.version} needs compute "
-                     f"capability {floor} or newer", data)
-    if status != "pass":
-        return Check("gpu", FAIL, f"{gpu}: {data.get('reason')}", data)
-    data["supported"] = True
-    return Check("gpu", PASS, f"a {data['shape']} convolution ran through cuDNN on {gpu} and "
-                 f"matched numpy (max error {data['max_abs_error']:.2g})", data)

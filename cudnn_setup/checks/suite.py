@@ -17,7 +17,8 @@ from cudnn_setup.checks.files import check_elf, check_files, check_versions
 from cudnn_setup.checks.frameworks import check_frameworks
 from cudnn_setup.checks.installation import Installation
 from cudnn_setup.checks.locate import skipped_without_cudnn
-from cudnn_setup.checks.native import check_compile, check_gpu, check_load
+from cudnn_setup.checks.gpu import check_gpu
+from cudnn_setup.checks.native import check_compile, check_load
 from cudnn_setup.checks.system import check_cuda, check_loader
 from cudnn_setup.checks.theano_check import check_theano
 from cudnn_setup.facts import ldresolve as L

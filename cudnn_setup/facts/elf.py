@@ -95,13 +95,14 @@ def code_problem(path: Path) -> str | None:
     it, and the first call into the missing part crashes) or exporting no symbols at all (a
     library with the right SONAME and no code: dlopen succeeds, every lookup fails). Every
     NVIDIA cuDNN library exports at least one symbol (libcudnn_heuristic.so.9 has
-    dummyHeuristicSymbol). None when neither; a file that is not ELF is read_elf's to judge."""
+    dummyHeuristicSymbol). The answer completes "NAME …"; None when neither (a file that is not
+    ELF at all is read_elf's to judge)."""
     try:
         with open(path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
             shown = _section_table_end(f.read(64))
             if shown is not None and shown > size:
-                return (f"truncated: its ELF header places its section table up to byte "
+                return (f"is truncated: its ELF header places its section table up to byte "
                         f"{shown}, the file has {size}")
             f.seek(0)
             elf = ELFFile(f)
@@ -111,7 +112,7 @@ def code_problem(path: Path) -> str | None:
                 if seg["p_type"] == "PT_LOAD":
                     described = max(described, seg["p_offset"] + seg["p_filesz"])
             if described > size:
-                return (f"truncated: its ELF headers describe {described} bytes, the file has "
+                return (f"is truncated: its ELF headers describe {described} bytes, the file has "
                         f"{size}")
             dynsym = elf.get_section_by_name(".dynsym")
             if dynsym is None or not hasattr(dynsym, "iter_symbols"):
@@ -124,7 +125,7 @@ def code_problem(path: Path) -> str | None:
                     return None
             return "exports no symbols: a library with this name but no code to call"
     except (ELFError, ValueError, KeyError, OSError, AssertionError) as exc:
-        return f"a damaged ELF file ({exc})"
+        return f"is a damaged ELF file ({exc})"
 
 
 def _section_table_end(head: bytes) -> int | None:

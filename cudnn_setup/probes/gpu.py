@@ -482,6 +482,9 @@ def graph_conv(gpu, out, direction):
         cfg, plan, ws_size = be.first_plan(cfgs)
         notes = be.engine_notes(be.config_engine(cfg))
         out["engine"] = notes
+        out["sublibraries"] = ["libcudnn_graph", "libcudnn_heuristic",
+                               "libcudnn_engines_runtime_compiled" if notes["runtime_compiled"]
+                               else "libcudnn_engines_precompiled"]
         out["stage"] = "execute"
         px, pw, py = gpu.upload(x), gpu.upload(wt), gpu.upload(dy)
         be.execute(plan, ws_size, {1: px.value, 2: pw.value, 3: py.value})
