@@ -74,7 +74,7 @@ def make_archive(variant: str, src_lib: Path, src_include: Path, version: str, m
                  cuda: int, foreign: Path, work: Path) -> tuple[Path, Path]:
     """(archive, directory of its libraries laid out as NVIDIA's) for one variant."""
     name = f"cudnn-linux-x86_64-{version}.0_cuda{cuda}-archive"
-    base = work / variant
+    base = work / variant.replace(":", "-")  # ':' would split LD_LIBRARY_PATH and LD_PRELOAD
     shutil.rmtree(base, ignore_errors=True)
     lib = base / "files" / "lib"
     lib.mkdir(parents=True)
@@ -135,11 +135,19 @@ def tool(args: list[str], env: dict) -> tuple[int, dict | None, float]:
     return done.returncode, data, took
 
 
-def torch_run(lib: Path, env: dict) -> dict:
+def torch_run(lib: Path, env: dict, shadow: Path) -> dict:
     """Each workload's outcome; a workload that kills the process is `crashed`, the rest are
-    run again in a fresh process."""
-    pre = ":".join(str(p) for p in sorted(lib.glob("libcudnn*.so.[0-9]")) if p.exists())
-    child = dict(env, LD_LIBRARY_PATH=str(lib), LD_PRELOAD=pre)
+    run again in a fresh process. PyTorch also dlopens nvidia/cudnn/lib/libcudnn.so.9 by its
+    path under sys.path (its wheel's own copy, another file than the one preloaded), so a
+    `shadow` nvidia/cudnn/lib of links to the copy under test goes first on PYTHONPATH: the
+    loader then finds that file already loaded."""
+    sonames = [p for p in sorted(lib.glob("libcudnn*.so.[0-9]")) if p.exists()]
+    links = shadow / "nvidia" / "cudnn" / "lib"
+    links.mkdir(parents=True, exist_ok=True)
+    for p in sonames:
+        (links / p.name).symlink_to(p)
+    child = dict(env, LD_LIBRARY_PATH=str(lib), LD_PRELOAD=":".join(map(str, sonames)),
+                 PYTHONPATH=os.pathsep.join(filter(None, [str(shadow), env.get("PYTHONPATH")])))
     left, out = list(WORKLOADS), {}
     while left:
         done = subprocess.run([sys.executable, str(TORCH), str(lib), *left], env=child,
@@ -168,7 +176,7 @@ def torch_run(lib: Path, env: dict) -> dict:
 def failing(data: dict | None) -> list[str]:
     if not data:
         return ["(no JSON)"]
-    return [f"{c['name']}: {c['detail'][:240]}" for c in data.get("checks", []) if c["status"] == "fail"]
+    return [f"{c['name']}: {c['detail'][:600]}" for c in data.get("checks", []) if c["status"] == "fail"]
 
 
 def run_variant(variant: str, ctx: dict) -> dict:
@@ -185,15 +193,19 @@ def run_variant(variant: str, ctx: dict) -> dict:
                       "error": (data or {}).get("error")}
     lib = files
     if rc == 0:
-        rc, data, took = tool(["verify", "--cuda-root", str(root), "--no-theano",
-                               "--no-frameworks"], env)
-        row["verify"] = {"exit": rc, "seconds": round(took, 2), "failing": failing(data),
-                         "checks": {c["name"]: c["status"] for c in (data or {}).get("checks", [])},
-                         "gpu": next((c for c in (data or {}).get("checks", []) if c["name"] == "gpu"),
-                                     None)}
         lib = root / "lib64"
+        how = ["--cuda-root", str(root)]
+    else:  # the same files placed by hand: what verify says of them
+        how = ["--cuda-root", str(root), "--lib-dir", str(files),
+               "--include-dir", str(ctx["src_include"])]
+    rc, data, took = tool(["verify", *how, "--no-theano", "--no-frameworks"], env)
+    row["verify"] = {"exit": rc, "seconds": round(took, 2), "failing": failing(data),
+                     "of": "the install" if lib != files else "the files (--lib-dir)",
+                     "checks": {c["name"]: c["status"] for c in (data or {}).get("checks", [])},
+                     "gpu": next((c for c in (data or {}).get("checks", []) if c["name"] == "gpu"),
+                                 None)}
     row["torch_dir"] = str(lib)
-    row["torch"] = torch_run(lib, env)
+    row["torch"] = torch_run(lib, env, base / "shadow")
     accepted = row["install"]["exit"] == 0 and row.get("verify", {}).get("exit") == 0
     broken = [w for w, e in row["torch"].items() if e["status"] != "pass"]
     row["torch_failed"] = broken
@@ -205,18 +217,18 @@ def run_variant(variant: str, ctx: dict) -> dict:
 
 
 def table(rows: list[dict]) -> str:
-    head = ("| variant | install | verify | failing check | " + " | ".join(WORKLOADS)
+    head = ("| variant | install | verify | failing checks | " + " | ".join(WORKLOADS)
             + " | verdict |")
     lines = [head, "|" + "---|" * (len(WORKLOADS) + 5)]
     for r in rows:
-        inst = r["install"]
+        inst, v = r["install"], r["verify"]
         if inst["exit"] != 0:
             err = (inst.get("error") or {}).get("message", "")
-            install, verify, why = f"refused ({inst['exit']})", "—", err[:160]
+            install = f"refused (exit {inst['exit']}): {err.split(': ', 1)[-1][:140]}"
+            verify = f"--lib-dir: exit {v['exit']}"
         else:
-            v = r["verify"]
             install, verify = "ok", f"exit {v['exit']}"
-            why = "; ".join(v["failing"])[:200] or "—"
+        why = "; ".join(f.split(":")[0] for f in v["failing"]) or "—"
         cells = []
         for w in WORKLOADS:
             e = r["torch"].get(w, {})
@@ -224,6 +236,13 @@ def table(rows: list[dict]) -> str:
             cells.append(s if s == "pass" else f"{s}: {(e.get('error') or ', '.join(e.get('foreign', [])))[:80]}")
         lines.append(f"| {r['variant']} | {install} | {verify} | {why.replace('|', '/')} | "
                      + " | ".join(c.replace("|", "/") for c in cells) + f" | {r['verdict']} |")
+    lines += ["", "What each check said (verify's failing checks, first 300 characters each):", ""]
+    for r in rows:
+        said = r["verify"]["failing"]
+        if r["install"]["exit"] != 0:
+            said = [f"install: {((r['install'].get('error') or {}).get('message') or '')[:300]}"] + said
+        if said:
+            lines.append(f"* {r['variant']}: " + " · ".join(x[:300].replace("|", "/") for x in said))
     return "\n".join(lines)
 
 
