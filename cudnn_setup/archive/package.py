@@ -248,8 +248,13 @@ def _elf(pkg: Package, host_machine: str) -> None:
         try:
             lib.elf = read_elf(m.staged)
         except NotElf as exc:
-            _add(pkg, "not-elf", f"{escape(m.name)} is {exc}, not an ELF shared library",
-                 "the archive is damaged or is not cuDNN for Linux")
+            cut = code_problem(m.staged)  # a truncated file says so, not pyelftools' complaint
+            if cut and cut.startswith("is truncated"):
+                _add(pkg, "damaged-library", f"{escape(m.name)} {cut}",
+                     "the archive is damaged; download it again")
+            else:
+                _add(pkg, "not-elf", f"{escape(m.name)} is {exc}, not an ELF shared library",
+                     "the archive is damaged or is not cuDNN for Linux")
             continue
         machines.add(lib.elf.machine)
         useless = code_problem(m.staged) if lib.elf.is_shared_object else None

@@ -76,7 +76,9 @@ def check_elf(inst: Installation, host: str) -> Check:
         try:
             info = read_elf(lib)
         except NotElf as exc:
-            problems.append(f"{lib.name} is {exc}")
+            cut = code_problem(lib)  # a truncated file says so, not pyelftools' complaint
+            problems.append(f"{lib.name} {cut}" if cut and cut.startswith("is truncated")
+                            else f"{lib.name} is {exc}")
             continue
         if info.machine != host:
             problems.append(f"{lib.name} is built for {info.machine}; this machine is {host}")

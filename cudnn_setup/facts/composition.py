@@ -142,5 +142,5 @@ def compose(files: Mapping[str, str | os.PathLike], generation: str | None,
 
 def _label(generation: str | None, flavour: str | None) -> str:
     if flavour == JIT:
-        return "JIT flavour"
+        return f"{generation} JIT release"
     return f"{generation} release" if generation else "release"
