@@ -79,11 +79,14 @@ def _crashed_in(stderr: str) -> str | None:
     return found[-1] if found and found[-1] in STEPS else None
 
 
-def check_gpu(inst: Installation, env: Mapping[str, str], timeout: float = TIMEOUT) -> Check:
+def check_gpu(inst: Installation, env: Mapping[str, str], timeout: float = TIMEOUT,
+              probe: list[str] | None = None) -> Check:
+    """`probe`: the probe's command line before its arguments (default: probes/gpu.py under
+    this interpreter's run_probe)."""
     target = inst.soname_path()
     if target is None:
         return Check(NAME, SKIP, "no libcudnn to run")
-    args = probe_module("gpu") + [str(target)]
+    args = (probe or probe_module("gpu")) + [str(target)]
     cudart = find_cudart(inst)
     if cudart:
         args.append(cudart)
