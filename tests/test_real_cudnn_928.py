@@ -112,5 +112,5 @@ def test_each_library_left_out_is_refused_before_writing_naming_it(cudnn, cuda12
     done, out = run_json(["install", archive, "--cuda-root", cuda12, *ARGS], home)
     assert done.returncode == 3 and out["error"]["code"] == "archive-rejected"
     assert f"{stem} is missing" in out["error"]["message"]
-    assert out["package"]["missing"] == [stem]
+    assert out["error"]["message"].count(" is missing") == 1  # that one, nothing else
     assert tree_state(cuda12) == before

@@ -26,6 +26,7 @@ import ctypes
 import json
 import os
 import sys
+import time
 
 c_void_p, byref = ctypes.c_void_p, ctypes.byref
 c_int64, c_int, c_float, c_double, c_size_t = (ctypes.c_int64, ctypes.c_int, ctypes.c_float,
@@ -216,7 +217,7 @@ class Backend:
     the end of a step."""
 
     def __init__(self, gpu):
-        self.gpu, self.lib, self.made = gpu, gpu.cudnn, []
+        self.gpu, self.lib, self.made, self.configs = gpu, gpu.cudnn, [], []
         self.lib.cudnnBackendSetAttribute.argtypes = [c_void_p, c_int, c_int, c_int64, c_void_p]
         self.lib.cudnnBackendGetAttribute.argtypes = [c_void_p, c_int, c_int, c_int64,
                                                       ctypes.POINTER(c_int64), c_void_p]
@@ -291,6 +292,7 @@ class Backend:
         if n <= 0:
             raise ProbeError("heuristics returned no engine configuration", "heuristics")
         cfgs = [self.create(D_ENGINECFG, "heuristics") for _ in range(n)]
+        self.configs += cfgs
         arr = (c_void_p * n)(*[c.value for c in cfgs])
         got = c_int64()
         self.gpu.call("cudnnBackendGetAttribute", heur, A_HEUR_RESULTS, T_DESCRIPTOR, n,
@@ -712,17 +714,26 @@ def fused_graph(gpu, out):
                                            (A_OP_PW_X, T_DESCRIPTOR, tadd),
                                            (A_OP_PW_Y, T_DESCRIPTOR, ty)])
         graph = be.graph([op_conv, op_add, op_relu])
+        out["stage"] = "heuristics"
+        try:  # what heuristics propose, as a framework would take it; else every engine
+            cfgs = be.heuristics(graph, HEUR_MODE_A)
+            found = [(cfg, be.engine_notes(be.config_engine(cfg))) for cfg in cfgs]
+        except ProbeError:
+            found = []
         out["stage"] = "plan"
-        engines = [(e, be.engine_notes(e)) for e in be.engines(graph)]
-        out["engines_supported"] = [notes["global_index"] for _, notes in engines]
-        compiled = [(e, notes) for e, notes in engines if notes["runtime_compiled"]]
+        if not any(notes["runtime_compiled"] for _, notes in found):
+            # an engine made into a config only when it is tried
+            found = [(e, be.engine_notes(e)) for e in be.engines(graph)]
+        out["engines_supported"] = [notes["global_index"] for _, notes in found]
+        compiled = [(desc, notes) for desc, notes in found if notes["runtime_compiled"]]
         if not compiled:
             raise ProbeError(f"no runtime-compiled engine supports a conv+bias+ReLU graph here "
-                             f"({len(engines)} engines do)", "plan")
+                             f"({len(found)} engines do)", "plan")
         errors, chosen = [], None
-        for engine, notes in compiled:
+        for desc, notes in compiled:
             try:
-                plan, ws_size = be.plan(be.config_of(engine))
+                cfg = desc if desc in be.configs else be.config_of(desc)
+                plan, ws_size = be.plan(cfg)
             except ProbeError as exc:
                 errors.append(str(exc))
                 continue
@@ -867,6 +878,7 @@ def run_step(gpu, name, work, log=sys.stderr):
     entry = {"name": name, "sublibraries": STEP_LIBS[name], "stage": "descriptors"}
     print(f"gpu-step: {name}", file=log, flush=True)
     before = mapped_cudnn_files()
+    start = time.monotonic()
     try:
         work(gpu, entry)
         entry["status"] = "pass"
@@ -877,6 +889,7 @@ def run_step(gpu, name, work, log=sys.stderr):
         entry.update(status="fail", reason=reason[:500], blamed=blamed(name, entry))
         if isinstance(exc, ProbeError) and exc.status is not None:
             entry["cudnn_status"] = exc.status
+    entry["seconds"] = round(time.monotonic() - start, 4)
     entry["mapped"] = sorted(mapped_cudnn_files() - before)
     return entry
 
