@@ -76,7 +76,10 @@ def test_compare_fails_past_its_limit_and_on_nan():
 @pytest.mark.parametrize("step, stage, blamed", [
     ("graph_conv_fwd", "heuristics", "libcudnn_heuristic"),
     ("graph_conv_fwd", "descriptors", "libcudnn_graph"),
-    ("graph_conv_bwd_data", "plan", "an engine library"),
+    ("graph_conv_bwd_data", "plan", "libcudnn_engines_precompiled (which runs the engine) or "
+                                    "libcudnn_heuristic (which chose it)"),
+    ("graph_conv_fwd", "compare", "libcudnn_engines_precompiled (which runs the engine) or "
+                                  "libcudnn_heuristic"),
     ("fused_runtime_compiled", "execute", "libcudnn_engines_runtime_compiled"),
     ("batchnorm_fwd", "execute", "libcudnn_ops"),
     ("rnn_fwd", "descriptors", "libcudnn_adv"),

@@ -75,11 +75,7 @@ RNN_SEQ_MAJOR_UNPACKED, FWD_MODE_INFERENCE = 0, 0
 FMA_MATH = 3
 
 # Which sub-libraries a step needs, stage by stage: the one a failure at that stage points to.
-STAGE_LIBS = {"descriptors": "libcudnn_graph", "heuristics": "libcudnn_heuristic",
-              "plan": "an engine library (libcudnn_engines_precompiled or "
-                      "libcudnn_engines_runtime_compiled)",
-              "execute": "an engine library (libcudnn_engines_precompiled or "
-                         "libcudnn_engines_runtime_compiled)"}
+STAGE_LIBS = {"descriptors": "libcudnn_graph", "heuristics": "libcudnn_heuristic"}
 STEP_LIBS = {
     "graph_conv_fwd": ["libcudnn_graph", "libcudnn_heuristic", "libcudnn_engines_precompiled"],
     "graph_conv_bwd_data": ["libcudnn_graph", "libcudnn_heuristic", "libcudnn_engines_precompiled"],
@@ -297,6 +293,9 @@ class Backend:
         got = c_int64()
         self.gpu.call("cudnnBackendGetAttribute", heur, A_HEUR_RESULTS, T_DESCRIPTOR, n,
                       byref(got), ctypes.cast(arr, c_void_p), stage="heuristics")
+        if got.value <= 0:  # seen with a libcudnn_heuristic that has no code
+            raise ProbeError(f"heuristics counted {count.value} engine configurations and "
+                             "returned none", "heuristics")
         return cfgs[:int(got.value)]
 
     def config_engine(self, cfg):
@@ -865,13 +864,21 @@ GRAPH_STEPS = {"graph_conv_fwd", "graph_conv_bwd_data", "graph_conv_bwd_filter",
 
 
 def blamed(name, entry):
-    """The sub-library a failed step points to: by the stage it failed in for graph steps."""
+    """The sub-library a failed step points to, by the stage it failed in. A graph step that
+    plans, runs or compares wrong may be its engine library or the heuristics that chose the
+    engine (a libcudnn_heuristic with no code lets cuDNN return success without computing):
+    both are named; the elf, coherence and deps checks tell which file is damaged."""
     stage = entry.get("stage")
-    if name in GRAPH_STEPS and stage in STAGE_LIBS:
-        if name == RUNTIME_ENGINE and stage in ("plan", "execute"):
-            return "libcudnn_engines_runtime_compiled"
-        return STAGE_LIBS[stage]
-    return STEP_LIBS[name][-1] if name != RUNTIME_ENGINE else "libcudnn_engines_runtime_compiled"
+    if name == RUNTIME_ENGINE:
+        return STAGE_LIBS["descriptors"] if stage == "descriptors" \
+            else "libcudnn_engines_runtime_compiled"
+    if name in GRAPH_STEPS:
+        if stage in ("descriptors", "heuristics"):
+            return STAGE_LIBS[stage]
+        engine = next((lib for lib in entry.get("sublibraries", []) if "engines" in lib),
+                      "libcudnn_engines_precompiled")
+        return f"{engine} (which runs the engine) or libcudnn_heuristic (which chose it)"
+    return STEP_LIBS[name][-1]
 
 
 def run_step(gpu, name, work, log=sys.stderr):
