@@ -263,3 +263,37 @@ def test_the_probes_enum_values_are_nvidias():
         "CUDNN_BATCHNORM_SPATIAL": G.BATCHNORM_SPATIAL, "CUDNN_FMA_MATH": G.FMA_MATH,
     }
     assert {k: enums.get(k) for k in expected} == expected
+
+
+def test_a_jit_release_runs_only_the_steps_its_libraries_allow(tmp_path):
+    lib = layouts.built_set(tmp_path / "jit", tmp_path / "w", subs=("graph", "engines_runtime_compiled"))
+    script = f"""
+        import json, sys
+        assert sys.argv[1:3] == ["--have", "libcudnn,libcudnn_graph,libcudnn_engines_runtime_compiled"], sys.argv
+        steps = [{{"name": n, "status": "skip", "reason": "this release has no libcudnn_ops"}}
+                 for n in {list(STEPS)[:-1]!r}]
+        steps.append({{"name": "fused_runtime_compiled", "status": "pass", "max_rel_error": 1e-4,
+                      "sublibraries": ["libcudnn_graph", "libcudnn_engines_runtime_compiled"]}})
+        print(json.dumps({{"status": "pass", "gpu": "G", "compute_capability": "9.0", "steps": steps}}))
+    """
+    check = check_gpu(locate.locate(lib), {}, probe=answering(tmp_path, script))
+    assert check.status == "pass", check.detail
+    assert "not part of this release" in check.detail
+
+
+def test_a_full_release_may_not_have_steps_left_out(tmp_path):
+    answer = {"status": "pass", "gpu": "G", "compute_capability": "9.0",
+              "steps": [STEP, dict(STEP, name="rnn_fwd", status="skip", reason="no")]}
+    check = check_gpu(inst(tmp_path), {}, probe=answering(tmp_path, f"print({json.dumps(answer)!r})"))
+    assert check.status == "fail" and "the probe left it out" in check.detail
+
+
+def test_the_probe_leaves_out_steps_a_release_lacks_the_libraries_for():
+    class NoGpu:
+        version = 91900
+
+    out = {}
+    G.check(NoGpu(), out, only={"rnn_fwd", "legacy_conv_fwd"}, have={"libcudnn", "libcudnn_graph"})
+    assert [(e["name"], e["status"]) for e in out["steps"]] == [("rnn_fwd", "skip"),
+                                                                ("legacy_conv_fwd", "skip")]
+    assert out["steps"][0]["reason"] == "this release has no libcudnn_adv"

@@ -17,6 +17,7 @@ from typing import Mapping
 from cudnn_setup.checks.installation import Installation
 from cudnn_setup.checks.native import find_cudart
 from cudnn_setup.checks.probe import child_env, probe_module, run_probe
+from cudnn_setup.facts import cudnn as gen
 from cudnn_setup.facts import gpu_support as S
 from cudnn_setup.report import FAIL, PASS, SKIP, WARN, Check
 
@@ -59,7 +60,7 @@ def steps_of(data: dict) -> list[dict]:
         if not isinstance(entry, dict) or entry.get("name") not in STEPS:
             continue
         status = entry.get("status")
-        if status not in (PASS, WARN, FAIL):
+        if status not in (PASS, WARN, FAIL, SKIP):
             status = FAIL
         err = entry.get("max_rel_error")
         out.append({"name": entry["name"], "status": status,
@@ -86,7 +87,12 @@ def check_gpu(inst: Installation, env: Mapping[str, str], timeout: float = TIMEO
     target = inst.soname_path()
     if target is None:
         return Check(NAME, SKIP, "no libcudnn to run")
-    args = (probe or probe_module("gpu")) + [str(target)]
+    args = probe or probe_module("gpu")
+    comp = inst.composition() if inst.generation else None
+    jit = comp is not None and comp.flavour == gen.JIT
+    if jit:  # no legacy API, no heuristics or precompiled engines: those steps cannot run
+        args = args + ["--have", ",".join(comp.required)]
+    args = args + [str(target)]
     cudart = find_cudart(inst)
     if cudart:
         args.append(cudart)
@@ -113,6 +119,10 @@ def check_gpu(inst: Installation, env: Mapping[str, str], timeout: float = TIMEO
         return Check(NAME, FAIL, f"{gpu}: every build of cuDNN {inst.version} needs compute "
                      f"capability {floor} or newer", data)
     steps = steps_of(data)
+    if not jit:  # only a release without some sub-libraries may have steps left out
+        for s in steps:
+            if s["status"] == SKIP:
+                s.update(status=FAIL, reason=f"the probe left it out ({s['reason'] or 'no reason'})")
     data["steps"] = steps
     if not steps:
         return Check(NAME, FAIL, f"{gpu}: {_text(data.get('reason') or 'the probe ran no step')}", data)
@@ -133,6 +143,12 @@ def check_gpu(inst: Installation, env: Mapping[str, str], timeout: float = TIMEO
     detail = (f"on {gpu}, each matched numpy"
               + (f" (largest relative error {worst:.2g})" if worst is not None else "")
               + f": {ran}")
+    skipped = [s for s in steps if s["status"] == SKIP]
+    if skipped:
+        detail += "; not part of this release: " + "; ".join(
+            f"{STEPS[s['name']][0]} ({s['reason']})" for s in skipped)
+    if not any(s["status"] == PASS for s in steps):
+        return Check(NAME, WARN if warned else SKIP, detail, data)
     if warned:
         detail += "; not run: " + "; ".join(f"{STEPS[s['name']][0]}: {s['reason']}" for s in warned)
         return Check(NAME, WARN, detail, data)

@@ -1,6 +1,9 @@
 """Run cuDNN on the GPU the way frameworks call it, with ctypes; compare each result with numpy.
 
-    python gpu.py LIBCUDNN [LIBCUDART]           every step below, each checked against numpy
+    python gpu.py [--have LIB,…] LIBCUDNN [LIBCUDART]   every step below, checked against numpy
+                                                 (--have: the release's libraries, for a
+                                                 flavour without some: a step needing one it
+                                                 lacks is a skip)
     python gpu.py --bench LIBCUDNN [LIBCUDART]   cudnnFindConvolutionForwardAlgorithm per layer
 
 The steps, and the sub-libraries each one needs (cuDNN 9; 8.x has no graph steps):
@@ -908,10 +911,18 @@ def steps_for(version):
     return tuple(s for s in STEPS if s[0] not in GRAPH_STEPS)
 
 
-def check(gpu, out, only=None):
+def check(gpu, out, only=None, have=None):
+    """Every step (those in `only`); with `have` (the libraries a release of another flavour
+    is made of: the JIT one), a step that needs a library the release does not have is a
+    skip, not a failure."""
     entries = []
     for name, work in steps_for(gpu.version):
         if only and name not in only:
+            continue
+        lacking = [lib for lib in STEP_LIBS[name] if have is not None and lib not in have]
+        if lacking:
+            entries.append({"name": name, "sublibraries": STEP_LIBS[name], "status": "skip",
+                            "reason": f"this release has no {', '.join(lacking)}"})
             continue
         entries.append(run_step(gpu, name, work))
     out["steps"] = entries
@@ -937,18 +948,21 @@ def bench(gpu, out):
 def main(argv):
     bench_mode = argv[:1] == ["--bench"]
     args = argv[1:] if bench_mode else argv
-    only = None
-    if args[:1] == ["--only"]:
-        only, args = set(args[1].split(",")), args[2:]
+    only = have = None
+    while args[:1] in (["--only"], ["--have"]) and len(args) > 1:
+        names = set(args[1].split(","))
+        only, have = (names, have) if args[0] == "--only" else (only, names)
+        args = args[2:]
     if not args:
-        return {"status": "fail", "reason": "usage: gpu.py [--bench] LIBCUDNN [LIBCUDART]"}
+        return {"status": "fail", "reason": "usage: gpu.py [--bench] [--only STEP,…] "
+                                            "[--have LIBRARY,…] LIBCUDNN [LIBCUDART]"}
     out, why = device_facts()
     if out is None:
         return {"status": "skip", "reason": why}
     try:
         gpu = Gpu(args[0], args[1] if len(args) > 1 else None)
         out["cudnn_version_number"] = gpu.version
-        out["status"] = bench(gpu, out) if bench_mode else check(gpu, out, only)
+        out["status"] = bench(gpu, out) if bench_mode else check(gpu, out, only, have)
         gpu.close()
     except (ProbeError, OSError, AttributeError) as exc:
         out.update(status="fail", reason=str(exc))
