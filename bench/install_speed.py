@@ -14,7 +14,7 @@ and reports medians, c/a and c/b, and "decode_and_write": the fastest decoder wr
 into one file on the roots' filesystem, fsync'd (the floor when the disk is slower than the
 decoder), and which decoder the tool picks on this machine. For .gz
 archives, --gzip-sweep also times rapidgzip at 1, 2, 4… usable cores against ISA-L: the data
-behind the tool's choice (cudnn_setup/archive/decoders.py, RAPIDGZIP_MIN_CORES). "fixed_s" is the
+behind the tool's choice (cudnn_setup/archive/decoder_choice.py, RAPIDGZIP_MIN_CORES). "fixed_s" is the
 tool installing the bundled 2.5 KB sample: start-up, locking, journal, fsync and manifest, the
 part of (c) that does not grow with the archive. Peak memory is measured in one more, untimed run of (c): the
 RSS of the tool and of its child processes (xz), summed, sampled every 10 ms; sampling during

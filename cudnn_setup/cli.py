@@ -65,58 +65,47 @@ MirrorOpt = typer.Option(None, "--mirror", help="copy of NVIDIA's cudnn/redist/ 
                          "the config files, then NVIDIA's)")
 CudaOpt = typer.Option(None, "--cuda", help="CUDA version the build must fit, e.g. 12 "
                        "(default: the root's)")
+FromOpt = typer.Option(None, "--from", help="where versions come from: nvidia, pypi (the "
+                       "nvidia-cudnn-cuNN wheels on the index pip would use), or a mirror's "
+                       "URL or directory (default: --mirror's order)")
+IndexUrlOpt = typer.Option(None, "--index-url", help="the PyPI index to read (implies --from "
+                           "pypi; default: pip's: PIP_INDEX_URL, pip.conf, pypi.org)")
 
 
 class _Session:
     """What one invocation of main() was given: where to write, and the Context for commands."""
 
     def __init__(self, argv: list[str], env: Mapping[str, str], home: Path, out: IO[str],
-                 err: IO[str], system_config: Path | None = None, cwd: Path | None = None):
+                 err: IO[str], system_config: Path | None = None, cwd: Path | None = None,
+                 pip_system_dirs: tuple[Path, ...] | None = None,
+                 wheel_tags: tuple[str, ...] | None = None):
         self.argv, self.env, self.home, self.out, self.err = argv, env, home, out, err
         self.cwd = cwd
+        self.pip_system_dirs, self.wheel_tags = pip_system_dirs, wheel_tags
         self.rendered = False
         self.code = 0
+        self.console = None
         self.system_config = system_config
 
     def context(self, as_json: bool) -> Context:
+        """The Context for a command; what it says while it works goes to stderr (a live
+        display on a terminal, plain lines in a log), so stdout keeps only the answer."""
+        from cudnn_setup import console
+
         settings = {"system_config": self.system_config} if self.system_config else {}
+        if self.pip_system_dirs is not None:
+            settings["pip_system_dirs"] = self.pip_system_dirs
+        if self.wheel_tags is not None:
+            settings["wheel_tags"] = self.wheel_tags
+        self.console = console.for_stream(self.err)
         return Context(env=self.env, home=self.home, python=sys.executable, euid=os.geteuid(),
-                       cwd=self.cwd,
-                       progress=_progress_factory(not as_json and _isatty(self.err), self.err),
+                       cwd=self.cwd, progress=self.console.progress, status=self.console.status,
                        **settings)
 
-
-def _isatty(stream: IO[str]) -> bool:
-    try:
-        return stream.isatty()
-    except (AttributeError, ValueError, OSError):
-        return False
-
-
-def _progress_factory(enabled: bool, err: IO[str]):
-    """Rich progress bars on a terminal; nothing otherwise."""
-
-    def make(label: str):
-        if not enabled:
-            return None
-        from rich.console import Console
-        from rich.progress import (BarColumn, DownloadColumn, Progress, TimeRemainingColumn,
-                                   TransferSpeedColumn)
-
-        progress = Progress("[progress.description]{task.description}", BarColumn(),
-                            DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn(),
-                            console=Console(file=err), transient=True)
-        task = progress.add_task(label, total=None)
-        progress.start()
-
-        def update(done: int, total: Optional[int]) -> None:
-            progress.update(task, completed=done, total=total)
-            if total is not None and done >= total:
-                progress.stop()
-
-        return update
-
-    return make
+    def quiet(self) -> None:
+        """The live display ends before the answer is printed (and on any way out)."""
+        if self.console is not None:
+            self.console.close()
 
 
 def _safe(text: str, stream: IO[str]) -> str:
@@ -219,6 +208,7 @@ def _call(ctx: typer.Context, as_json: bool, run: Callable[[Context], Result]) -
     try:
         result = run(session.context(as_json))
     finally:
+        session.quiet()
         if in_main_thread:
             signal.signal(signal.SIGTERM, previous)
     raise typer.Exit(_render(session, result, as_json))
@@ -248,16 +238,24 @@ def inspect(ctx: typer.Context,
 
 @app.command()
 def download(ctx: typer.Context,
-             url: str = typer.Argument(..., help="http(s) URL of a cuDNN archive"),
+             url: str = typer.Argument(..., help="http(s) URL of a cuDNN archive, or a version "
+                                       "(9, 9.17, 9.17.0.29) to fetch from --from"),
              output: Optional[Path] = typer.Option(None, "-o", "--output", help="directory to "
                                                    "place the archive in (default: the cache)"),
              sha256: Optional[str] = typer.Option(None, "--sha256", help="expected checksum"),
              header: Optional[list[str]] = HeaderOpt, cache_dir: Optional[Path] = CacheOpt,
+             from_: Optional[str] = FromOpt, index_url: Optional[str] = IndexUrlOpt,
+             mirror: Optional[str] = MirrorOpt, cuda: Optional[str] = CudaOpt,
+             cuda_root: Optional[Path] = typer.Option(None, "--cuda-root", help="CUDA root whose "
+                                                      "version picks the build"),
              json_: bool = JsonOpt) -> None:
-    """Download an archive into the cache (resumable, checksummed)."""
+    """Download an archive (or a version's archive or wheel) into the cache (resumable,
+    checksummed)."""
     from cudnn_setup.commands.download import download as run
 
-    _call(ctx, json_, lambda c: run(c, url, output, sha256, header, cache_dir))
+    _call(ctx, json_, lambda c: run(c, url, output, sha256, header, cache_dir, from_=from_,
+                                    index_url=index_url, mirror=mirror, cuda=cuda,
+                                    cuda_root=cuda_root))
 
 
 @app.command()
@@ -276,6 +274,7 @@ def install(ctx: typer.Context,
                                           "in /etc/ld.so.conf.d and run ldconfig"),
             header: Optional[list[str]] = HeaderOpt, cache_dir: Optional[Path] = CacheOpt,
             cuda: Optional[str] = CudaOpt, mirror: Optional[str] = MirrorOpt,
+            from_: Optional[str] = FromOpt, index_url: Optional[str] = IndexUrlOpt,
             no_frameworks: bool = NoFrameworksOpt, json_: bool = JsonOpt) -> None:
     """Install cuDNN from an archive into a CUDA root, configure Theano, verify."""
     from cudnn_setup.commands.install import install as run
@@ -284,7 +283,8 @@ def install(ctx: typer.Context,
                                     theanorc=theanorc, no_theanorc=no_theanorc, python=python,
                                     no_verify=no_verify, dry_run=dry_run, force=force,
                                     ldconfig=ldconfig, headers=header, cache_dir=cache_dir,
-                                    cuda=cuda, mirror=mirror, no_frameworks=no_frameworks))
+                                    cuda=cuda, mirror=mirror, no_frameworks=no_frameworks,
+                                    from_=from_, index_url=index_url))
 
 
 @app.command()
@@ -353,12 +353,35 @@ def bench(ctx: typer.Context, cuda_root: Optional[Path] = CudaRootOpt,
 @app.command("list")
 def list_(ctx: typer.Context, cuda: Optional[str] = CudaOpt,
           cuda_root: Optional[Path] = CudaRootOpt, mirror: Optional[str] = MirrorOpt,
+          from_: Optional[str] = FromOpt, index_url: Optional[str] = IndexUrlOpt,
           header: Optional[list[str]] = HeaderOpt, json_: bool = JsonOpt) -> None:
     """The cuDNN versions published for this machine, newest first; which one is installed."""
     from cudnn_setup.commands.list import list_releases as run
 
     _call(ctx, json_, lambda c: run(c, cuda=cuda, cuda_root=cuda_root, mirror=mirror,
-                                    headers=header))
+                                    headers=header, from_=from_, index_url=index_url))
+
+
+@app.command()
+def mirror(ctx: typer.Context,
+           directory: Path = typer.Argument(..., help="the mirror directory to build or update"),
+           versions: list[str] = typer.Argument(..., help="versions to hold (9, 9.28, 9.28.0.42)"),
+           cuda: Optional[list[str]] = typer.Option(None, "--cuda", help="CUDA major to hold "
+                                                    "builds for (repeatable; default: the root's)"),
+           platform: Optional[list[str]] = typer.Option(None, "--platform", help="NVIDIA "
+                                                        "platform key, e.g. linux-sbsa "
+                                                        "(repeatable; default: this machine's)"),
+           from_: Optional[str] = typer.Option(None, "--from", help="nvidia (default), pypi "
+                                               "(wheels repacked in NVIDIA's layout), or another "
+                                               "mirror's URL or directory"),
+           index_url: Optional[str] = IndexUrlOpt, header: Optional[list[str]] = HeaderOpt,
+           cuda_root: Optional[Path] = CudaRootOpt, json_: bool = JsonOpt) -> None:
+    """Build a directory in NVIDIA's redist layout that --mirror and any web server serve."""
+    from cudnn_setup.commands.mirror import mirror as run
+
+    _call(ctx, json_, lambda c: run(c, directory, versions, cudas=cuda, platforms=platform,
+                                    from_=from_, index_url=index_url, headers=header,
+                                    cuda_root=cuda_root))
 
 
 def _version_callback(ctx: typer.Context, value: bool) -> None:
@@ -377,18 +400,21 @@ def _main(version: bool = typer.Option(False, "--version", callback=_version_cal
 def main(argv: list[str] | None = None, *, env: Mapping[str, str] | None = None,
          home: Path | None = None, stdout: IO[str] | None = None,
          stderr: IO[str] | None = None, system_config: Path | None = None,
-         cwd: Path | None = None) -> int:
+         cwd: Path | None = None, pip_system_dirs: tuple[Path, ...] | None = None,
+         wheel_tags: tuple[str, ...] | None = None) -> int:
     """Run the command line in this process; return the exit code.
 
     Everything a command may look at comes from the arguments (environment, home, working
     directory, streams), so a provisioning script or a test calls this exactly as the shell
-    would call the program; `system_config` replaces /etc/cudnn-setup.conf.
+    would call the program; `system_config` replaces /etc/cudnn-setup.conf, `pip_system_dirs`
+    the directories of pip's system-wide configuration (/etc/xdg, /etc), `wheel_tags` this
+    machine's wheel platform tags.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     env = dict(os.environ if env is None else env)
     home = home or Path(env.get("HOME") or Path.home())
     session = _Session(argv, env, home, stdout or sys.stdout, stderr or sys.stderr, system_config,
-                       cwd or Path.cwd())
+                       cwd or Path.cwd(), pip_system_dirs, wheel_tags)
     as_json = "--json" in argv
     command = next((a for a in argv if not a.startswith("-")), "")
     try:

@@ -74,3 +74,20 @@ def decode_output(data: bytes | str | None, limit: int = OUTPUT_LIMIT) -> str:
     if len(data) > limit:
         data = b"..." + data[-limit:]
     return data.decode("utf-8", errors="replace")
+
+
+def plural(count: int, noun: str, many: str | None = None) -> str:
+    """"1 library", "0 libraries", "3 files": a count with its noun in the right number.
+
+    `many` names an irregular plural; otherwise English's regular rules (library → libraries,
+    match → matches, file → files)."""
+    if count == 1:
+        return f"{count} {noun}"
+    if many is None:
+        if noun.endswith("y") and noun[-2:-1] not in ("a", "e", "i", "o", "u"):
+            many = noun[:-1] + "ies"
+        elif noun.endswith(("s", "x", "z", "ch", "sh")):
+            many = noun + "es"
+        else:
+            many = noun + "s"
+    return f"{count} {many}"

@@ -31,8 +31,9 @@ all="$(paste -sd, <<<"$wanted")"
 spec="."
 [ -n "$all" ] && spec=".[$all]"
 
-# pip, in the background, with a line every $SETUP_VENV_TICK (10) s saying how far it got.
-tick="${SETUP_VENV_TICK:-10}"
+# pip, in the background, with a line every $SETUP_VENV_TICK (5) s saying how far it got, so
+# that a log of the quickstart is never silent for longer than the tool itself allows.
+tick="${SETUP_VENV_TICK:-5}"
 run_logged() {
   "$@" >>"$log" 2>&1 &
   local pid=$! waited=0 last

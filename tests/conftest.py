@@ -82,7 +82,8 @@ def run_cli(args, home: Path, env_extra=None, timeout=600, process=False,
     out, err = io.StringIO(), io.StringIO()
     # the system-wide settings file of the machine running the tests is not the test's
     code = main(argv, env=env, home=home, stdout=out, stderr=err,
-                system_config=home / "etc-cudnn-setup.conf")
+                system_config=home / "etc-cudnn-setup.conf",
+                pip_system_dirs=(home / "etc-pip",))
     return subprocess.CompletedProcess(argv, code, out.getvalue(), err.getvalue())
 
 

@@ -127,3 +127,29 @@ def test_archive_or_version_exactly_one_and_quoted(by_version, tmp_path, home, c
     by_version.update(change)
     done, changed, failed = play(tmp_path, home, by_version)
     assert failed == 1 and complaint in done.stdout, done.stdout
+
+
+# --- by version, from a mirror that `cudnn-setup mirror` built ---------------------------------
+
+def test_nodes_are_provisioned_by_version_from_a_mirror_the_command_built(variables, mirror,
+                                                                          cuda_root, tmp_path,
+                                                                          home):
+    from conftest import run_json
+    from test_install_by_version import Served
+
+    built = tmp_path / "fleet-mirror"
+    done, out = run_json(["mirror", built, "9.1", "--cuda", "12", "--from", mirror.url], home)
+    assert done.returncode == 0, done.stderr
+    root = Path(cuda_root(version="12.4", layout="lib"))
+    with Served(built) as served:
+        variables.update(cudnn_setup_archive_src="", cudnn_setup_version="9.1",
+                         cudnn_setup_mirror=served.url, cudnn_setup_cuda_root=str(root))
+        done, changed, failed = play(tmp_path, home, variables)
+        assert failed == 0 and changed >= 2, done.stdout
+        assert (root / "lib" / "libcudnn.so.9.1.7").is_file()
+        manifest = json.loads((root / ".cudnn-setup" / "manifest.json").read_text())
+        assert manifest["source"]["provenance"]["source"] == "mirror"
+        assert manifest["source"]["provenance"]["location"].startswith(served.url)
+        assert "files | pass" in done.stdout
+        done, changed, failed = play(tmp_path, home, variables)
+        assert failed == 0 and changed == 0, done.stdout

@@ -23,12 +23,41 @@ def probe(tmp_path_factory):
     return LoadProbe.compile(tmp_path_factory.mktemp("probe"))
 
 
-def deps(lib, facts, llp=None, **kw):
+FAKE_MANAGER = """#!/bin/sh
+# a package manager whose configured repositories hold exactly the names in ./known
+here=$(dirname "$0"); echo "$(basename "$0") $*" >> "$here/asked"
+for n in "$@"; do
+  case "$n" in -*|policy|list|search|package) continue ;; esac
+  grep -qx "$n" "$here/known" 2>/dev/null || continue
+  case "$(basename "$0")" in
+    apt-cache) printf '%s:\n  Installed: (none)\n  Candidate: 1.0-1\n  Version table:\n' "$n" ;;
+    dnf) printf '%s.x86_64  1.0-1  cuda-rhel9-x86_64\n' "$n"; found=1 ;;
+    zypper) printf 'S | %s | a package | package\n' "$n"; found=1 ;;
+  esac
+done
+[ "$(basename "$0")" = apt-cache ] || [ -n "$found" ] || exit "$([ "$(basename "$0")" = dnf ] && echo 1 || echo 104)"
+exit 0
+"""
+
+
+def repositories(directory, known=(), managers=("apt-cache",)):
+    """A PATH on which the package managers' repositories hold exactly `known` (the fakes come
+    first; the system's tools after them run the fakes' shell)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "known").write_text("".join(f"{k}\n" for k in known))
+    for name in managers:
+        (directory / name).write_text(FAKE_MANAGER)
+        (directory / name).chmod(0o755)
+    return f"{directory}:/usr/bin:/bin"
+
+
+def deps(lib, facts, llp=None, path=None, **kw):
     loader = L.Environment(ld_library_path=llp, cache=facts[1], facts=facts[0])
     kw.setdefault("driver_present", False)
     kw.setdefault("distro_id", ("ubuntu", "debian"))
     kw.setdefault("search_dirs", [])
     env = {"LD_LIBRARY_PATH": llp} if llp else {}
+    env["PATH"] = path or "/nonexistent"  # no package manager to ask unless a test gives one
     check = check_deps(locate.locate(lib), env, loader=loader, **kw)
     return check, {d["name"]: d for d in check.data.get("dependencies", [])}
 
@@ -69,24 +98,47 @@ def test_embedded_runtime_name_that_is_absent_is_rated_and_fixed_per_distro(tmp_
                             options={"adv": {"runtime": "libcublasLt.so.12"},
                                      "graph": {"runtime": "libnvrtc.so.%d"}})
     load = {"cudnnGetVersion": 90100, "cudnnGetCudartVersion": 12040}
-    check, got = deps(lib, loader_facts, load_data=load)
+    # a Debian machine whose repositories have neither Debian's nor NVIDIA's cuBLAS
+    path = repositories(tmp_path / "bin-none")
+    check, got = deps(lib, loader_facts, load_data=load, path=path)
     assert check.status == "fail"
     blas, nvrtc = got["libcublasLt.so.12"], got["libnvrtc.so.12"]
     assert (blas["kind"], blas["severity"], blas["component"]) == ("runtime", "fail", "cuBLASLt")
     assert blas["needed_by"] == [str(lib / "libcudnn_adv.so.9")]
     assert "legacy convolution API" in blas["needed_for"]
-    assert [f["text"] for f in blas["fixes"]] == ["apt-get install libcublas-12-4",
-                                                   "pip install nvidia-cublas-cu12"]
+    assert [(f["how"], f["text"]) for f in blas["fixes"]] == [
+        ("wheel", "pip install nvidia-cublas-cu12"),
+        ("repository", "add NVIDIA's CUDA repository "
+         "(https://developer.download.nvidia.com/compute/cuda/repos/<distro>/<arch>/), "
+         "then apt-get install libcublas-12-4")]
+    assert "apt-cache policy -- libcublaslt12 libcublas-12-4" in (tmp_path / "bin-none" / "asked").read_text()
     assert nvrtc["severity"] == "warn" and nvrtc["candidates"] == ["libnvrtc.so.12"]  # %d filled
-    assert nvrtc["fixes"][0]["text"] == "apt-get install cuda-nvrtc-12-4"
+    assert nvrtc["fixes"][0]["text"] == "pip install nvidia-cuda-nvrtc-cu12"
     assert check.detail.index("libcublasLt.so.12") < check.detail.index("libnvrtc.so.12")
-    assert check.data["hint"] == "libcublasLt.so.12: apt-get install libcublas-12-4"
+    assert check.data["hint"] == "libcublasLt.so.12: pip install nvidia-cublas-cu12"
+    # the person reads every fix the JSON gives, with what it says of each
+    for fix in blas["fixes"] + nvrtc["fixes"]:
+        assert fix["text"] in check.detail and fix["detail"] in check.detail
+    assert "from NVIDIA's CUDA repository" in check.detail
     seen = probe.run([str(lib / "libcudnn_adv.so.9"), "@fixture_load"], real_env())
     assert seen.calls["fixture_load"] == blas["error"]  # dlopen() fails with the same message
-    _, got = deps(lib, loader_facts, load_data=load, distro_id=("rocky", "rhel centos fedora"))
-    assert got["libcublasLt.so.12"]["fixes"][0]["text"] == "dnf install libcublas-12-4"
-    _, got = deps(lib, loader_facts, load_data=load, distro_id=("opensuse-leap", "suse"))
-    assert got["libcublasLt.so.12"]["fixes"][0]["text"] == "zypper install libcublas-12-4"
+    # the distribution's own package, where its repositories have it, before NVIDIA's
+    path = repositories(tmp_path / "bin-debian", ["libcublaslt12", "libnvrtc12"])
+    _, got = deps(lib, loader_facts, load_data=load, path=path)
+    assert [f["text"] for f in got["libcublasLt.so.12"]["fixes"]] == [
+        "pip install nvidia-cublas-cu12", "apt-get install libcublaslt12"]
+    assert "apt-cache policy libcublaslt12" in got["libcublasLt.so.12"]["fixes"][1]["detail"]
+    assert got["libnvrtc.so.12"]["fixes"][1]["text"] == "apt-get install libnvrtc12"
+    # NVIDIA's repository configured on a RHEL machine: its package, said to be there
+    path = repositories(tmp_path / "bin-rhel", ["libcublas-12-4"], managers=("dnf",))
+    _, got = deps(lib, loader_facts, load_data=load, distro_id=("rocky", "rhel centos fedora"),
+                  path=path)
+    assert got["libcublasLt.so.12"]["fixes"][1]["text"] == "dnf install libcublas-12-4"
+    path = repositories(tmp_path / "bin-suse", [], managers=("zypper",))
+    _, got = deps(lib, loader_facts, load_data=load, distro_id=("opensuse-leap", "suse"),
+                  path=path)
+    assert got["libcublasLt.so.12"]["fixes"][1]["how"] == "repository"
+    assert got["libcublasLt.so.12"]["fixes"][1]["text"].endswith("zypper install libcublas-12-4")
 
 
 def test_only_warn_rated_missing_is_a_warning_and_a_directory_that_has_it_comes_first(tmp_path, loader_facts):
@@ -126,7 +178,11 @@ def test_libcuda_without_a_driver_is_a_skip_with_one_a_failure(tmp_path, loader_
     assert "libcuda.so.1 (no NVIDIA driver on this machine)" in check.detail
     check, got = deps(lib, loader_facts, driver_present=True)
     assert check.status == "fail" and got["libcuda.so.1"]["severity"] == "fail"
-    assert got["libcuda.so.1"]["fixes"][0]["text"] == "apt-get install cuda-drivers"
+    # no package manager to ask: the distribution's package is offered as unconfirmed, then
+    # NVIDIA's repository
+    assert [f["text"] for f in got["libcuda.so.1"]["fixes"]][0] == "apt-get install libcuda1"
+    assert "not confirmed" in got["libcuda.so.1"]["fixes"][0]["detail"]
+    assert got["libcuda.so.1"]["fixes"][1]["text"].endswith("apt-get install cuda-drivers")
 
 
 def test_a_name_this_tool_does_not_know_is_a_warning_naming_who_asks(tmp_path, loader_facts):
@@ -175,3 +231,20 @@ def test_names_only_the_driver_opens_are_not_cudnn_problems(tmp_path, loader_fac
                              options={"ops": {"runtime": "libEGL_vendor.so.0"}})
     check2, got2 = deps(lib2, loader_facts)
     assert got2["libEGL_vendor.so.0"]["severity"] == "warn" and check2.status == "warn"
+
+
+def test_a_package_manager_that_hangs_costs_its_time_limit_and_is_not_believed(tmp_path):
+    import time
+
+    from cudnn_setup.facts import dependencies as D
+
+    (tmp_path / "apt-cache").write_text("#!/bin/sh\nsleep 60\n")
+    (tmp_path / "apt-cache").chmod(0o755)
+    env = {"PATH": f"{tmp_path}:/usr/bin:/bin"}
+    started = time.monotonic()
+    assert D.query_packages("apt", ["libcublaslt12"], env, timeout=1.0) is None
+    assert time.monotonic() - started < 10
+    # a name that could be taken for an option is never passed on
+    (tmp_path / "apt-cache").write_text("#!/bin/sh\necho \"$*\" > \"$(dirname \"$0\")/args\"\n")
+    assert D.query_packages("apt", ["--help", "zlib1g"], env) == {"zlib1g": False}
+    assert (tmp_path / "args").read_text().split() == ["policy", "--", "zlib1g"]

@@ -111,7 +111,7 @@ def test_library_dir_rules(cuda_root, layout, expected):
                                                  ("none", "CUDA_VERSION")])
 def test_cuda_version_sources(cuda_root, version_file, source):
     root = cuda_root(version="11.8", version_file=version_file)
-    version, where = cuda_version(root)
+    version, where = cuda_version(root, {})
     assert version == "11.8" and source in where
 
 

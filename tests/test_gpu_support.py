@@ -132,16 +132,38 @@ def test_package_manager_by_distro(distro_id, like, manager):
     assert D.package_manager(distro_id, like) == manager
 
 
-def test_fixes_name_package_wheel_and_directory(tmp_path):
+def test_fixes_come_in_the_order_a_user_tries_them(tmp_path):
+    """A copy on the machine, the wheel, the distribution's package where the repositories have
+    it (the answer injected here; tests/test_deps_check.py asks a package manager for real),
+    else NVIDIA's repository, said as such."""
     (tmp_path / "libcublasLt.so.12").write_bytes(b"")
-    fixes = D.fixes("libcublasLt.so.12", "12.4", "apt",
+    asked = []
+
+    def nothing(manager, names):
+        asked.append((manager, list(names)))
+        return {n: False for n in names}
+
+    fixes = D.fixes("libcublasLt.so.12", "12.4", "apt", available=nothing,
                     found_in=D.find_elsewhere(["libcublasLt.so.12"], [tmp_path, tmp_path / "none"]))
-    assert [f.how for f in fixes] == ["directory", "package", "wheel"]
-    assert fixes[1].text == "apt-get install libcublas-12-4"
-    assert fixes[2].text == "pip install nvidia-cublas-cu12"
+    assert [f.how for f in fixes] == ["directory", "wheel", "repository"]
     assert str(tmp_path) in fixes[0].text
-    assert D.fixes("libnvrtc.so.13", "13.0", "dnf")[0].text == "dnf install cuda-nvrtc-13-0"
+    assert fixes[1].text == "pip install nvidia-cublas-cu12"
+    assert fixes[2].text.endswith("then apt-get install libcublas-12-4")
+    assert "NVIDIA's CUDA repository" in fixes[2].detail
+    assert asked == [("apt", ["libcublaslt12", "libcublas-12-4"])]
+    debian = D.fixes("libcublasLt.so.12", "12.4", "apt",
+                     available=lambda m, names: {n: n == "libcublaslt12" for n in names})
+    assert [f.text for f in debian] == ["pip install nvidia-cublas-cu12",
+                                        "apt-get install libcublaslt12"]
+    there = D.fixes("libnvrtc.so.13", "13.0", "dnf", available=lambda m, n: {x: True for x in n})
+    assert there[-1].text == "dnf install cuda-nvrtc-13-0"
     assert D.fixes("libnvrtc.so.13", "13.0", None)[-1].text == "pip install nvidia-cuda-nvrtc"
-    assert D.fixes("libcublasLt.so.11", "11", "zypper")[0].text == "zypper install libcublas-11-<minor>"
-    assert [f.text for f in D.fixes("libz.so.1", None, "apt")] == ["apt-get install zlib1g"]
+    # a CUDA minor that is not known cannot be asked about: NVIDIA's name with a placeholder
+    assert D.fixes("libcublasLt.so.11", "11", "zypper",
+                   available=nothing)[-1].text.endswith("zypper install libcublas-11-<minor>")
+    assert [f.text for f in D.fixes("libz.so.1", None, "apt",
+                                    available=lambda m, n: {x: True for x in n})] == \
+        ["apt-get install zlib1g"]
+    # a repository without zlib: nothing this machine could install is offered
+    assert D.fixes("libz.so.1", None, "apt", available=nothing) == []
     assert D.fixes("libunknown.so.1", "12", "apt") == []

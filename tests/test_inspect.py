@@ -1,4 +1,6 @@
 """`inspect` describes every generation correctly and refuses every bad archive, all problems listed."""
+import io
+
 import pytest
 
 from conftest import run_cli, run_json
@@ -47,7 +49,7 @@ def test_r1_says_where_its_version_comes_from(archives, home):
 def test_human_output_names_chain_and_verdict(archives, home):
     done = run_cli(["inspect", archives[GENERATION_SAMPLES["v3"]]], home)
     assert done.returncode == 0
-    assert "libcudnn.so.7.0.64 <- libcudnn.so.7.0 <- libcudnn.so" in done.stdout
+    assert "libcudnn.so -> libcudnn.so.7.0 -> libcudnn.so.7.0.64" in done.stdout
     assert "installable on this machine" in done.stdout
 
 
@@ -147,3 +149,46 @@ def test_without_the_xz_binary_python_lzma_decodes(archives, tmp_path, home):
     broken = truncated_xz(archives[GENERATION_SAMPLES["9.x"]], tmp_path)
     done, out = run_json(["inspect", broken], home, env_extra=no_xz)
     assert done.returncode == 3 and "truncated or corrupt" in done.stdout + done.stderr
+
+
+def _reordered(src, dst, order):
+    """The same archive, real tar and xz, its members in another order (`order` sorts them)."""
+    import lzma
+    import tarfile
+
+    with tarfile.open(src) as tin:
+        members = [(m, tin.extractfile(m).read() if m.isfile() else None) for m in tin]
+    with lzma.open(dst, "wb") as raw, tarfile.open(fileobj=raw, mode="w") as tout:
+        for m, data in sorted(members, key=order):
+            tout.addfile(m, io.BytesIO(data) if data is not None else None)
+    return dst
+
+
+def test_link_chains_are_printed_as_chains_whatever_the_member_order(archives, home, tmp_path):
+    """NVIDIA's 9.1.0 archive lists lib/libcudnn_adv.so.9.1.0, then libcudnn_adv.so, then
+    libcudnn_adv.so.9: the chain is still printed from the linker's name to the file."""
+    src = archives[GENERATION_SAMPLES["9.x"]]
+    # the file first, then the links with the shortest name first (.so before .so.9)
+    nvidia = _reordered(src, tmp_path / src.name, lambda mb: (not mb[0].isfile(), len(mb[0].name)))
+    done = run_cli(["inspect", nvidia], home)
+    assert done.returncode == 0, done.stderr
+    assert ("library      libcudnn_adv.so -> libcudnn_adv.so.9 -> libcudnn_adv.so.9.3.0  "
+            "(SONAME libcudnn_adv.so.9)") in done.stdout.splitlines()
+    assert " <- " not in done.stdout
+
+
+def test_two_links_straight_to_one_file_are_two_chains(archives, home, tmp_path):
+    import lzma
+    import tarfile
+
+    src = archives[GENERATION_SAMPLES["9.x"]]
+    dst = tmp_path / src.name
+    with tarfile.open(src) as tin, lzma.open(dst, "wb") as raw, \
+            tarfile.open(fileobj=raw, mode="w") as tout:
+        for m in tin:
+            if m.issym() and m.name.endswith("/libcudnn_ops.so"):
+                m.linkname = "libcudnn_ops.so.9.3.0"  # not through .so.9
+            tout.addfile(m, tin.extractfile(m) if m.isfile() else None)
+    done = run_cli(["inspect", dst], home)
+    assert ("library      libcudnn_ops.so -> libcudnn_ops.so.9.3.0; libcudnn_ops.so.9 -> "
+            "libcudnn_ops.so.9.3.0  (SONAME libcudnn_ops.so.9)") in done.stdout.splitlines()

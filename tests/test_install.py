@@ -582,3 +582,21 @@ def test_plan_names_links_by_kind_not_by_path(archives, compiler, tmp_path, home
     done, out = _install(archives, V7, root, home, "--dry-run")
     actions = {(a["action"], a["path"]) for a in out["install"]["plan"]}
     assert ("create", "include/cudnn.h") in actions and ("link", "lib64/libcudnn.so") in actions
+
+
+@pytest.mark.parametrize("args", [[], ["--force"], ["--dry-run"]])
+def test_uninstall_shows_putting_back_a_backed_up_header_as_restore(args, archives, cuda_root,
+                                                                    home):
+    root = cuda_root("10.0")
+    (root / "include" / "cudnn.h").write_text("/* a manual cudnn.h */\n")
+    run_json(["install", archives[V7], "--cuda-root", root, "--no-theanorc", "--no-verify"], home)
+    done, out = run_json(["uninstall", "--cuda-root", root, *args], home)
+    assert done.returncode == 0, done.stderr
+    stored = ".cudnn-setup/originals/include/cudnn.h"
+    assert {"action": "restore", "path": "include/cudnn.h", "from": stored} in \
+        out["uninstall"]["plan"]
+    assert not any(a["action"] == "create" for a in out["uninstall"]["plan"])
+    assert f"  restore          include/cudnn.h (backed up in {stored} when cudnn-setup first " \
+           "installed over it; put back as it was)" in done.stderr.splitlines()
+    if "--dry-run" not in args:
+        assert (root / "include" / "cudnn.h").read_text() == "/* a manual cudnn.h */\n"

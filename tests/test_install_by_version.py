@@ -120,7 +120,7 @@ def test_install_9_1_from_http_mirror_installs_verifies_and_list_marks_it(
     assert [(r["version"], r["cuda_variant"], r["installed"]) for r in listed["releases"]] == [
         ("9.1.7.99", "cuda12", True)]
     assert set(listed["releases"][0]) == {"version", "cuda_variant", "platform", "file_name",
-                                          "sha256", "size", "source", "installed"}
+                                          "sha256", "size", "source", "format", "installed"}
     assert "9.1.7.99     cudnn-linux-x86_64-9.1.7.99_cuda12-archive.tar.xz  installed" in \
         done.stderr
 

@@ -138,6 +138,10 @@ def _scenarios(archives, root: Path, home: Path, tmp: Path, compiler):
         ["list", "--cuda", "12", "--mirror", (tmp / "no-mirror").as_uri()],
         ["install", "9.1", "--cuda-root", root, "--mirror", mirror.url, "--no-verify"],
         ["install", "7.77", "--cuda-root", root, "--mirror", mirror.url, "--no-verify"],
+        ["mirror", tmp / "built", "9.1", "--cuda", "12", "--from", mirror.url],
+        ["mirror", tmp / "built", "7.77", "--cuda", "12", "--from", mirror.url],
+        ["list", "--cuda", "12", "--from", "pypi", "--index-url", (tmp / "no-index").as_uri()],
+        ["download", "9.1", "--cuda", "12", "--from", mirror.url, "-o", tmp / "dl"],
         ["no-such-command"],
     ]
 

@@ -1,7 +1,7 @@
 """The package's import graph: layers that only look down, and no module cycles.
 
-cli → commands → (archive, checks, fetch, state, theanorc, settings, startup_line) → facts →
-(errors, report, text, child, digest, atomic). Probes run in other interpreters and import
+cli → commands → sources → (archive, checks, fetch, state, theanorc, settings, startup_line) →
+facts → (errors, report, text, child, digest, atomic). Probes run in other interpreters and import
 nothing of the package.
 """
 import ast
@@ -10,7 +10,8 @@ from pathlib import Path
 from conftest import REPO
 
 PACKAGE = REPO / "cudnn_setup"
-LAYER = {"cli": 4, "__main__": 5, "commands": 3, "archive": 2, "checks": 2, "fetch": 2,
+LAYER = {"cli": 4, "console": 4, "__main__": 5, "commands": 3, "sources": 2.5, "archive": 2,
+         "checks": 2, "fetch": 2,
          "state": 2, "theanorc": 2, "settings": 2, "startup_line": 2, "facts": 1,
          "errors": 0, "report": 0, "text": 0, "child": 0, "digest": 0, "atomic": 0,
          "probes": None}
@@ -100,3 +101,20 @@ def test_no_import_cycles():
         if node not in state:
             visit(node, [node])
     assert not cycles, "\n".join(cycles)
+
+
+def test_sources_sit_between_the_work_and_the_commands():
+    """sources/ uses fetch/ and archive/ and is used by commands/; nothing below it (fetch,
+    archive, state, checks, facts) reaches up into it, and it never reaches into commands/."""
+    graph = _imports()
+    sources = {m: found for m, found in graph.items() if m.startswith("cudnn_setup.sources")}
+    assert len(sources) >= 7  # base, tree, nvidia, mirror, pypi, local, url…
+    uses = set().union(*sources.values())
+    assert any(m.startswith("cudnn_setup.fetch") for m in uses)
+    assert any(m.startswith("cudnn_setup.archive") for m in uses)
+    assert not any(m.startswith(("cudnn_setup.commands", "cudnn_setup.cli")) for m in uses)
+    below = [m for m, found in graph.items()
+             if _layer(m) is not None and _layer(m) < LAYER["sources"]
+             and any(f.startswith("cudnn_setup.sources") for f in found)]
+    assert not below, below
+    assert any(f.startswith("cudnn_setup.sources") for f in graph["cudnn_setup.commands.by_version"])

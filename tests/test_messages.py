@@ -121,3 +121,45 @@ def test_a_bug_in_rendering_still_gives_one_json_object(home, monkeypatch):
     answer = json.loads(done.stdout)
     assert answer["error"]["code"] == "internal" and len(done.stdout.splitlines()) == 1
     assert "Traceback" not in done.stderr
+
+
+def test_counts_agree_with_their_nouns_in_every_check_that_counts(archives, cuda_root, home):
+    """A one-library cuDNN (v7) is "1 library", never "1 libraries"; what deps found is said in
+    words that agree with the counts, whatever they are."""
+    root = cuda_root(version="10.0")
+    done = run_cli(["install", archives[V7], "--cuda-root", root, "--no-theanorc"], home)
+    text = done.stdout + done.stderr
+    assert "1 library: x86_64 ELF shared object with the expected SONAME" in text
+    assert "the 1 cuDNN library in" in text and " needs no other library at load or run time" in text
+    import re
+    assert not re.search(r"\b1 (libraries|files|changes|problems|frameworks)\b", text), text
+    assert not re.search(r"\b(0|[2-9]|\d\d+) (library|file|change|problem)\b", text), text
+    assert "(s)" not in text
+
+
+def test_deps_sentence_for_each_count():
+    from cudnn_setup.checks.deps import _found_sentence
+
+    d = Path("/x")
+    assert _found_sentence(0, 1, d) == "the 1 cuDNN library in /x needs no other library at " \
+                                       "load or run time"
+    assert _found_sentence(1, 1, d) == "found the one library that the 1 cuDNN library in /x " \
+                                       "needs at load and run time"
+    assert _found_sentence(5, 8, d) == "found all 5 libraries that the 8 cuDNN libraries in /x " \
+                                       "need at load and run time"
+
+
+def test_doctor_says_what_a_missing_loader_entry_means(archives, cuda_root, home):
+    """Never a bare "loads-libcudnn.so.9 warn not found": what was looked for, where, and what
+    it means for a program."""
+    root = cuda_root(version="12.4")
+    run_json(["install", archives["cudnn-linux-x86_64-9.3.0.75_cuda12-archive.tar.xz"],
+              "--cuda-root", root, "--no-verify", "--no-theanorc"], home)
+    done, out = run_json(["doctor", "--cuda-root", root], home)
+    loads = next(c for c in out["checks"] if c["name"] == "loads-libcudnn.so.9")
+    assert loads["status"] == "warn"
+    assert loads["detail"].startswith("a program started without help would not find "
+                                      "libcudnn.so.9: it is in none of LD_LIBRARY_PATH, the "
+                                      "ldconfig cache, the ld.so.conf directories")
+    assert f"the cuDNN 9 found here ({root}" in loads["detail"]
+    assert "not found" != loads["detail"] and " warn  not found" not in done.stderr

@@ -91,7 +91,7 @@ MANIFEST_CASES = {
     "type-dir": (lambda m, o: m["files"][0].update(type="dir"), "type"),
     "stat-short": (lambda m, o: m["files"][0].update(stat=[1, 2]), "stat"),
     "listed-twice": (lambda m, o: m["files"].append(dict(m["files"][0])), "twice"),
-    "format-2": (lambda m, o: m.update(format=2), "format 2"),
+    "format-3": (lambda m, o: m.update(format=3), "format 3"),
     "format-a-string": (lambda m, o: m.update(format="1"), "format"),
     "no-format": (lambda m, o: m.pop("format"), "format is missing"),
     "version-a-number": (lambda m, o: m.update(cudnn_version=7), "cudnn_version"),

@@ -397,3 +397,24 @@ def test_theanorc_command_keeps_each_refusals_code_and_hint(archives, cuda_root,
         assert out["error"]["code"] == code, (code, out["error"])
         assert out["error"]["hint"] and out["error"]["hint"] not in out["error"]["message"]
     assert dup.read_text() == "[global]\ndevice = cpu\ndevice = cuda\n"
+
+
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_theanorc_for_a_root_without_cudnn_is_refused_and_writes_nothing(dry_run, cuda_root,
+                                                                         home):
+    """optimizer_including=cudnn and [dnn] paths into a root that has no cuDNN would make
+    Theano stop at import, and doctor report the paths: refused, with what to do instead."""
+    root = cuda_root()
+    before = "[global]\nfloatX = float32\n"
+    (home / ".theanorc").write_text(before)
+    done, out = run_json(["theanorc", "--cuda-root", root, *(["--dry-run"] if dry_run else [])],
+                         home)
+    assert done.returncode == 2 and out["ok"] is False and out["changed"] is False
+    error = out["error"]
+    assert error["code"] == "no-cudnn"
+    assert error["message"] == (f"no cuDNN in {root} (no libcudnn.so.N in {root / 'lib64'}); "
+                                "Theano's config was left untouched")
+    assert f"cudnn-setup install ARCHIVE --cuda-root {root}" in error["hint"]
+    assert not any(c["status"] == "pass" for c in out["checks"])
+    assert (home / ".theanorc").read_text() == before
+    assert not (home / (".theanorc" + BACKUP_SUFFIX)).exists()

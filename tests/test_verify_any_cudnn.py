@@ -86,3 +86,58 @@ def test_doctor_lib_dir_examines_that_cudnn(tmp_path, compiler, cuda_root, home)
     assert done.returncode == 0  # the wheel's missing development link is a warning
     assert any(p["check"] == "compile" and p["severity"] == "warn" for p in out["problems"])
     assert f"cuDNN examined: 9.3.0 in {lib} (not installed by cudnn-setup)" in done.stderr
+
+
+def test_verify_lib_dir_without_cuda_root_says_the_root_was_discovered(tmp_path, compiler,
+                                                                       cuda_root, home):
+    """The cuda and compile checks judge a --lib-dir cuDNN against a CUDA root; one found by
+    discovery is said to be that, with how, and a mismatch points at --cuda-root."""
+    lib = layouts.wheel(tmp_path / "site", compiler)  # built for CUDA 12
+    root12, root13 = cuda_root(version="12.4"), cuda_root(version="13.0")
+    done, out = run_json(["verify", "--lib-dir", lib, "--no-theano", "--no-frameworks"], home,
+                         {"CUDA_HOME": str(root12)})
+    cuda = by_name(out)["cuda"]
+    assert cuda["status"] == "pass" and out["cuda_root"] == str(root12)
+    assert f"the CUDA root {root12} (discovered via $CUDA_HOME, not given; --cuda-root names " \
+           "another) is CUDA 12.4" in cuda["detail"]
+    assert cuda["data"]["root_found_via"] == "$CUDA_HOME"
+    assert f"CUDA root for the cuda and compile checks: {root12}, discovered via $CUDA_HOME " \
+           "(not given; --cuda-root names another)" in done.stderr
+    done, out = run_json(["verify", "--lib-dir", lib, "--no-theano", "--no-frameworks"], home,
+                         {"CUDA_HOME": str(root13)})
+    cuda = by_name(out)["cuda"]
+    assert cuda["status"] == "fail" and "discovered via $CUDA_HOME, not given" in cuda["detail"]
+    assert cuda["data"]["hint"].startswith("pass --cuda-root naming the CUDA 12 toolkit")
+    done, out = run_json(["verify", "--lib-dir", lib, "--cuda-root", root12, "--no-theano",
+                          "--no-frameworks"], home)
+    assert "(given by --cuda-root)" in by_name(out)["cuda"]["detail"]
+    assert "discovered" not in done.stderr
+
+
+@pytest.mark.parametrize("layout", ["lib-dir", "wheel"])
+def test_the_loader_fix_for_a_cudnn_outside_a_root_never_suggests_install_ldconfig(
+        layout, tmp_path, compiler, cuda_root, home):
+    lib = layouts.wheel(tmp_path / "site", compiler)
+    if layout == "lib-dir":  # the same libraries copied by hand into a directory of their own
+        import shutil
+        shutil.copytree(lib, tmp_path / "copy" / "lib", symlinks=True)
+        lib = tmp_path / "copy" / "lib"
+    done, out = run_json(["verify", "--lib-dir", lib, "--cuda-root", cuda_root(version="12.4"),
+                          "--no-theano", "--no-frameworks"], home)
+    loader = by_name(out)["loader"]
+    assert loader["status"] == "warn" and f"LD_LIBRARY_PATH={lib}" in loader["detail"]
+    assert "--ldconfig" not in loader["detail"]
+    if layout == "wheel":
+        assert "pip moves it with every upgrade" in loader["detail"]
+    else:
+        assert f"list {lib} in a file under /etc/ld.so.conf.d/" in loader["detail"]
+
+
+@pytest.mark.parametrize("command", ["verify", "doctor"])
+def test_include_dir_without_lib_dir_is_a_usage_error(command, tmp_path, cuda_root, home):
+    (tmp_path / "inc").mkdir()
+    done, out = run_json([command, "--include-dir", tmp_path / "inc", "--cuda-root",
+                          cuda_root()], home)
+    assert done.returncode == 2 and out["error"]["code"] == "usage", out["error"]
+    assert "--include-dir is only used with --lib-dir" in out["error"]["message"]
+    assert "add --lib-dir DIR" in out["error"]["hint"] and out["checks"] == []

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Mapping
 
-from cudnn_setup.archive import reader
+from cudnn_setup.archive import reader, wheel
 from cudnn_setup.archive.package import Package, judge, wanted
 from cudnn_setup.errors import UsageError
 from cudnn_setup.facts.host import host_machine
@@ -22,14 +22,23 @@ def check_readable(path: Path) -> None:
 
 
 def read_package(path: Path, staging: Path, machine: str | None = None,
-                 on_read: Callable[[int], None] | None = None, xz: str | None = None) -> Package:
-    """One streaming pass over `path`, staging headers and libraries under `staging`."""
+                 on_read: Callable[[int], None] | None = None, xz: str | None = None,
+                 env: Mapping[str, str] = {}, expected_sha256: str | None = None) -> Package:
+    """One streaming pass over `path`, staging headers and libraries under `staging`; `xz`
+    runs in `env`, the command's environment. An nvidia-cudnn-cuNN wheel is read as the
+    archive NVIDIA made of the same files (archive/wheel.py); `expected_sha256` lets a wheel
+    that does not match stop unparsed."""
     check_readable(path)
-    listing = reader.read(path, staging, wanted, on_read=on_read, xz=xz)
+    if wheel.is_wheel(path):
+        listing, name = wheel.read(path, staging, wanted, on_read=on_read,
+                                   expected_sha256=expected_sha256)
+        return judge(listing, path.name, machine or host_machine(), name.name_facts())
+    listing = reader.read(path, staging, wanted, on_read=on_read, xz=xz, env=env)
     return judge(listing, path.name, machine or host_machine())
 
 
 def inspect_archive(path: Path, work_dir: Path | None = None, machine: str | None = None,
-                    xz: str | None = None) -> Package:
+                    xz: str | None = None, env: Mapping[str, str] = {}) -> Package:
+    """Read and judge `path` (an archive or an nvidia-cudnn-cuNN wheel) in a temporary dir."""
     with tempfile.TemporaryDirectory(prefix="cudnn-setup-inspect-", dir=work_dir) as tmp:
-        return read_package(path, Path(tmp), machine, xz=xz)
+        return read_package(path, Path(tmp), machine, xz=xz, env=env)

@@ -2,7 +2,9 @@
 
 `xz -T0` decodes multi-block .tar.xz on every core; liblzma decodes one-block .tar.xz in this
 process straight into the writer's buffers; ISA-L (else zlib) decodes gzip, bz2 decodes bzip2,
-each on a thread of its own a few MiB ahead of the reader.
+each on a thread of its own a few MiB ahead of the reader. Which one is decided by
+archive/decoder_choice.py from facts gathered here (the archive's xz blocks, the decoders
+installed) and in facts/host.py (cores, memory, the xz version); this module starts it.
 """
 from __future__ import annotations
 
@@ -19,10 +21,18 @@ import tarfile
 import threading
 import zlib
 from pathlib import Path
-from typing import Callable, IO
+from typing import IO, Callable, Mapping
 
+from cudnn_setup.archive import decoder_choice as choice
 from cudnn_setup.archive import liblzma
+# The names of compressions and decoders, here too for the reader and the tests.
+from cudnn_setup.archive.decoder_choice import (BZIP2, GZIP, ISAL, LIBLZMA, PLAIN_TAR,  # noqa: F401
+                                                RAPIDGZIP, RAPIDGZIP_MIN_CORES, XZ,
+                                                XZ_PARALLEL, ZIP, ZLIB)
+from cudnn_setup.child import run_command
 from cudnn_setup.errors import ArchiveRejected
+from cudnn_setup.facts import host
+from cudnn_setup.facts.host import available_memory, usable_cores
 from cudnn_setup.text import escape
 
 CHUNK = 1 << 20
@@ -30,11 +40,8 @@ CHUNK = 1 << 20
 # page fault per 4 KiB), smaller ones come back from malloc's free list still in the cache.
 DECODED_PIECE = 128 << 10
 
-GZIP, XZ, BZIP2, PLAIN_TAR, ZIP = "gzip", "xz", "bzip2", "tar", "zip"
-RAPIDGZIP, ISAL, ZLIB = "rapidgzip", "isal", "zlib"  # gzip decoders, fastest first
-# Measured with bench/install_speed.py (docs/performance.md): on 2 cores ISA-L alone decodes a
-# cuDNN .tar.gz as fast as rapidgzip on both, and leaves the second core to hashing and writing.
-RAPIDGZIP_MIN_CORES = 4
+# The rapidgzip feeder, run as a script by file path (standard library only).
+TEE_SCRIPT = Path(__file__).resolve().parent.parent / "probes" / "hashing_tee.py"
 # Said by the rapidgzip path when the decoded size disagrees with gzip's trailer: the archive
 # is then read again by ISA-L or zlib, whose verdict stands (see archive.reader).
 GZIP_SIZE_MISMATCH = "the decoded size does not match the gzip trailer"
@@ -175,21 +182,28 @@ class Decoder:
     """
 
     def __init__(self, path: Path, compression: str, on_read: Callable[[int], None] | None,
-                 xz: str | None = None, gzip: str | None = None):
+                 xz: str | None = None, gzip: str | None = None, env: Mapping[str, str] = {}):
+        """`xz`: the xz program, if any; `gzip`: a gzip decoder to use instead of choosing;
+        `env`: the command's environment, which the xz program runs in (without XZ_OPT and
+        XZ_DEFAULTS) and the rapidgzip feeder too."""
         self.proc: subprocess.Popen | None = None  # the decoder's or the feeder's child
         self.feeder: threading.Thread | None = None
         self.stream: IO[bytes]
-        xz = xz if compression == XZ else None
-        piped = xz is not None and _xz_decodes_in_parallel(xz) and _xz_blocks(xz, path) != 1
-        gzip = (gzip or gzip_decoder(archive_bytes=path.stat().st_size)) \
-            if compression == GZIP else None
-        self.name = ("xz -T0" if piped else gzip if gzip else
-                     "liblzma" if compression == XZ and liblzma.load() else compression)
+        self.env = env
+        if compression == GZIP:
+            gzip = gzip or gzip_decoder(archive_bytes=path.stat().st_size)
+            self.name = gzip
+        else:
+            gzip = None
+            self.name = xz_decoder(xz, path, env) if compression == XZ else compression
+        piped = self.name == XZ_PARALLEL
         self.raw = ArchiveFile(path, on_read, hash_aside=not piped and gzip != RAPIDGZIP)
         if piped:
+            assert xz is not None
             self.proc = subprocess.Popen(
-                [xz, "-dc", "-T0", "-q", *_xz_memory_limit()], stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=CHUNK, env=_xz_env(),
+                [xz, "-dc", "-T0", "-q", *_xz_memory_limit()],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                bufsize=CHUNK, env=host.xz_env(env),
             )
             _widen_pipe(self.proc.stdout)
             _widen_pipe(self.proc.stdin)
@@ -234,8 +248,9 @@ class Decoder:
         """
         import rapidgzip
 
-        self.proc = subprocess.Popen([sys.executable, "-I", "-S", "-c", _TEE], stdin=self.raw.file,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0)
+        self.proc = subprocess.Popen([sys.executable, "-I", "-S", str(TEE_SCRIPT)],
+                                     stdin=self.raw.file, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, bufsize=0, env=dict(self.env))
         _widen_pipe(self.proc.stdout)
         decoded = rapidgzip.open(self.proc.stdout.fileno(), parallelization=usable_cores())
         return _Progress(decoded, self.raw.file.fileno(), on_read)
@@ -323,30 +338,6 @@ class Decoder:
         if isize != self.stream.decoded & 0xFFFFFFFF:
             return GZIP_SIZE_MISMATCH
         return None
-
-
-# The rapidgzip feeder: stdin (our open archive) to stdout, hashing every byte it passes on;
-# prints "<sha256> <bytes> <last 4 bytes in hex>" at the end, or "error <errno> <message>"
-# when reading fails.
-_TEE = """
-import hashlib, os, sys
-h, buf, total, tail = hashlib.sha256(), bytearray(1 << 20), 0, b""
-view = memoryview(buf)
-try:
-    while n := sys.stdin.buffer.raw.readinto(buf):
-        h.update(view[:n])
-        total += n
-        tail = (tail + bytes(view[max(0, n - 4):n]))[-4:]
-        out = view[:n]
-        while out:
-            out = out[os.write(1, out):]
-except BrokenPipeError:
-    sys.exit(1)
-except OSError as exc:
-    sys.stderr.write(f"error {exc.errno or 5} {exc.strerror}")
-    sys.exit(1)
-sys.stderr.write(f"{h.hexdigest()} {total} {tail.hex() or '-'}")
-"""
 
 
 class _Progress(io.RawIOBase):
@@ -473,100 +464,51 @@ def _open_gzip(raw: IO[bytes], gzip: str | None) -> IO[bytes]:
 
 def fallback_gzip() -> str:
     """The gzip decoder whose verdict stands when rapidgzip finds fault: ISA-L, else zlib."""
-    return ISAL if importlib.util.find_spec("isal") is not None else ZLIB
-
-
-def usable_cores() -> int:
-    """The cores this process may run on (its affinity mask, which containers narrow)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
+    return choice.fallback_gzip({ISAL} if importlib.util.find_spec("isal") is not None else set())
 
 
 def gzip_decoder(cores: int | None = None, archive_bytes: int = 0,
                  available: int | None = None) -> str:
-    """The gzip decoder for this machine and archive: rapidgzip on RAPIDGZIP_MIN_CORES cores or
-    more when its memory fits in a quarter of what is available (as xz's is held), ISA-L
-    otherwise (or where rapidgzip is missing), zlib where neither is installed."""
+    """The gzip decoder for this machine and an archive of `archive_bytes`
+    (decoder_choice.gzip_choice); `cores` and `available` memory are this process's unless
+    given."""
     cores = usable_cores() if cores is None else cores
-    if cores >= RAPIDGZIP_MIN_CORES and importlib.util.find_spec("rapidgzip") is not None:
-        free = available_memory() if available is None else available
-        if free is None or rapidgzip_memory(archive_bytes, cores) <= free // 4:
-            return RAPIDGZIP
-    return fallback_gzip()
+    installed = {n for n in (RAPIDGZIP, ISAL) if importlib.util.find_spec(n) is not None}
+    if cores >= RAPIDGZIP_MIN_CORES and RAPIDGZIP in installed and available is None:
+        available = available_memory()  # only read where it can matter
+    return choice.choose_decoder(GZIP, None, cores, available, installed, archive_bytes)
 
 
-def rapidgzip_memory(archive_bytes: int, cores: int) -> int:
-    """What rapidgzip may hold decoding `archive_bytes` from a pipe on `cores` threads, high.
-
-    Fed through a pipe (which the one stream needs) it keeps much of what it has read: measured
-    peaks were 315 MiB for a 200 MB prefix and 449 MiB for a 635 MB .tar.gz on 2 threads, 589 MiB
-    for a 349 MiB one on 16 (docs/performance.md). So: the archive, 256 MiB, 16 MiB a thread.
-    """
-    return archive_bytes + (256 << 20) + cores * (16 << 20)
-
-
-def _xz_decodes_in_parallel(xz: str) -> bool:
-    """Whether this `xz` decodes blocks on several threads (5.4.0 and later).
-
-    An older one decodes on one thread and knows no --memlimit-mt, so liblzma in this process
-    does better, without the pipe.
-    """
-    try:
-        done = subprocess.run([xz, "--robot", "--version"], capture_output=True, text=True,
-                              timeout=60, env=_xz_env())
-        number = done.stdout.split("XZ_VERSION=")[1].split()[0]
-    except (OSError, subprocess.SubprocessError, IndexError):
-        return False
-    return number.isdigit() and int(number) >= 50040000
+def xz_decoder(xz: str | None, path: Path, env: Mapping[str, str]) -> str:
+    """The decoder for the .tar.xz at `path`: the facts for decoder_choice.choose_decoder
+    (whether `xz` decodes in parallel, in the command's environment; then the archive's block
+    count, which only matters then)."""
+    available = {LIBLZMA} if liblzma.load() is not None else set()
+    blocks = None
+    if xz is not None and _xz_decodes_in_parallel(xz, env):
+        available.add(XZ_PARALLEL)
+        blocks = _xz_blocks(xz, path, env)
+    return choice.choose_decoder(XZ, blocks, 1, None, available, 0)
 
 
-def _xz_blocks(xz: str, path: Path) -> int | None:
+def _xz_decodes_in_parallel(xz: str, env: Mapping[str, str] = {}) -> bool:
+    """Whether this `xz` decodes blocks on several threads (5.4.0 and later)."""
+    return choice.xz_decodes_in_parallel(host.xz_version(xz, env))
+
+
+def _xz_blocks(xz: str, path: Path, env: Mapping[str, str] = {}) -> int | None:
     """How many blocks the .xz file has, from its index (None when xz cannot read it)."""
-    try:
-        done = subprocess.run([xz, "--robot", "--list", "--", str(path)], capture_output=True,
-                              text=True, timeout=60, env=_xz_env())
-    except (OSError, subprocess.SubprocessError):
+    done = run_command([xz, "--robot", "--list", "--", str(path)], host.XZ_TIMEOUT,
+                       host.xz_env(env))
+    if done.returncode is None or done.timed_out:
         return None
-    for line in done.stdout.splitlines():
+    for line in done.out.splitlines():
         fields = line.split("\t")
         if fields[0] == "file" and len(fields) > 2 and fields[2].isdigit():
             return int(fields[2])
     return None
 
 
-def _xz_env() -> dict[str, str]:
-    """The environment for `xz`, without the variables that would add options to ours
-    (XZ_DEFAULTS and XZ_OPT could, say, lower its thread count or memory limit)."""
-    return {k: v for k, v in os.environ.items() if k not in ("XZ_DEFAULTS", "XZ_OPT")}
-
-
 def _xz_memory_limit() -> list[str]:
-    """Keep xz's parallel decoder to a quarter of the memory this process may still use.
-
-    xz's own default is a quarter of the machine's RAM, which inside a container with a memory
-    limit can be more than the container has.
-    """
-    free = available_memory()
-    return [f"--memlimit-mt={max(free // 4, 64 << 20)}"] if free is not None else []
-
-
-def available_memory() -> int | None:
-    """Bytes this process may still use: MemAvailable, or less under a cgroup limit."""
-    free = []
-    try:
-        meminfo = Path("/proc/meminfo").read_text()
-        free.append(int(meminfo.split("MemAvailable:")[1].split()[0]) * 1024)
-    except (OSError, IndexError, ValueError):
-        pass
-    try:
-        cgroup = Path("/sys/fs/cgroup")
-        limit = (cgroup / "memory.max").read_text().strip()
-        if limit != "max":
-            free.append(int(limit) - int((cgroup / "memory.current").read_text()))
-    except (OSError, ValueError):
-        pass
-    return min(free) if free else None
-
-
+    """xz's memory limit for the memory this process may still use now."""
+    return choice.xz_memory_limit(available_memory())

@@ -9,7 +9,7 @@ from cudnn_setup.archive.problems import ERROR, WARNING, Problem
 from cudnn_setup.facts import cudnn as gen
 from cudnn_setup.facts.composition import Composition, compose, flavour_of
 from cudnn_setup.facts.elf import ElfInfo, NotElf, code_problem, read_elf
-from cudnn_setup.text import escape
+from cudnn_setup.text import escape, plural
 
 _OS_NAMES = {"osx": "macOS", "windows": "Windows"}
 
@@ -123,10 +123,12 @@ def wanted(member: Member) -> bool:
     return (name.startswith("cudnn") and name.endswith(".h")) or name.startswith("libcudnn")
 
 
-def judge(listing: Listing, archive_name: str, host_machine: str) -> Package:
+def judge(listing: Listing, archive_name: str, host_machine: str,
+          name_facts: gen.NameFacts | None = None) -> Package:
+    """`name_facts`: what the name says when it is not NVIDIA's archive name (a wheel's)."""
     pkg = Package(archive_name=archive_name, compression=listing.compression,
                   sha256=listing.sha256, size=listing.size, problems=list(listing.problems))
-    pkg.name_facts = gen.parse_archive_name(archive_name)
+    pkg.name_facts = name_facts or gen.parse_archive_name(archive_name)
     if any(p.code == "corrupt" for p in pkg.problems) and not listing.members:
         return pkg
     _layout(pkg, listing)
@@ -333,6 +335,6 @@ def _completeness(pkg: Package) -> None:
     flavour = " (JIT flavour)" if comp.flavour == gen.JIT else ""
     for stem in pkg.missing:
         _add(pkg, "incomplete", f"{stem} is missing: {comp.reason(stem)}; this cuDNN "
-             f"{pkg.cudnn_version}{flavour} is made of {len(comp.required)} libraries",
+             f"{pkg.cudnn_version}{flavour} is made of {plural(len(comp.required), 'library')}",
              "download the full archive again; a partial cuDNN aborts programs that load it, or "
              "fails with CUDNN_STATUS_SUBLIBRARY_LOADING_FAILED")

@@ -10,7 +10,7 @@ import io
 import shutil
 import tarfile
 from pathlib import Path
-from typing import IO, Callable
+from typing import IO, Callable, Mapping
 
 from cudnn_setup.archive import headers, staging
 from cudnn_setup.archive.decoders import (CHUNK, DECODE_ERRORS, RAPIDGZIP, ZIP, Decoder,
@@ -24,11 +24,12 @@ from cudnn_setup.text import escape, show_path
 
 def read(path: Path, staging_dir: Path, want: Wanted, limits: Limits | None = None,
          on_read: Callable[[int], None] | None = None, xz: str | None = None,
-         gzip: str | None = None) -> Listing:
+         gzip: str | None = None, env: Mapping[str, str] = {}) -> Listing:
     """Stream `path` once; write the members `want` accepts under `staging_dir`; record everything.
 
     `xz` is the xz program to decode multi-block .tar.xz with, on every core (None: decode in
-    this process); `gzip` the gzip decoder (None: the one for this machine). When rapidgzip
+    this process); `gzip` the gzip decoder (None: the one for this machine); `env` the
+    command's environment, the one decoding children run in. When rapidgzip
     finds fault with a .tar.gz, the archive is read again by ISA-L or zlib, whose verdict stands:
     rapidgzip refuses some files that gzip reads (zeros after the end) and cannot tell a stream
     cut short. Problems with single members are all collected; a stream that cannot be decoded ends the pass
@@ -46,7 +47,7 @@ def read(path: Path, staging_dir: Path, want: Wanted, limits: Limits | None = No
         )
     listing = Listing(compression=compression)
     try:
-        decoder = Decoder(path, compression, on_read, xz, gzip)
+        decoder = Decoder(path, compression, on_read, xz, gzip, env)
     except OSError as exc:
         raise unreadable(path, exc) from None
     decoded_by_rapidgzip = decoder.name == RAPIDGZIP
@@ -55,12 +56,7 @@ def read(path: Path, staging_dir: Path, want: Wanted, limits: Limits | None = No
         _walk(decoder.stream, staging_dir, want, MemberRules(limits or Limits()), listing)
         complete = True
     except staging.StagingWriteFailed as exc:
-        # the machine's fault (disk full, permissions, a name too long), said by errno
-        what = f"cannot write the staging copy under {show_path(staging_dir.parent)}"
-        cause = exc.__cause__
-        if isinstance(cause, OSError):
-            raise os_error(cause, what) from None
-        raise InstallFailed(f"{what}: {escape(str(cause))}", "fix it, then run again") from None
+        raise staging_failed(staging_dir, exc) from None
     except DECODE_ERRORS as exc:
         if isinstance(exc, OSError) and exc.errno is not None:  # reading failed, not decoding
             raise unreadable(path, exc) from None
@@ -72,7 +68,7 @@ def read(path: Path, staging_dir: Path, want: Wanted, limits: Limits | None = No
             raise unreadable(path, exc) from None
     if decoded_by_rapidgzip and (complaint or not complete):
         _empty(staging_dir)
-        return read(path, staging_dir, want, limits, on_read, xz, gzip=fallback_gzip())
+        return read(path, staging_dir, want, limits, on_read, xz, gzip=fallback_gzip(), env=env)
     if complaint:
         listing.problems.append(corrupt(complaint))
     if complete and not complaint:
@@ -81,6 +77,16 @@ def read(path: Path, staging_dir: Path, want: Wanted, limits: Limits | None = No
         except OSError as exc:
             raise unreadable(path, exc) from None
     return listing
+
+
+def staging_failed(staging_dir: Path, exc: staging.StagingWriteFailed) -> Exception:
+    """Writing the staging copy failed: the machine's fault (disk full, permissions, a name
+    too long), said by errno."""
+    what = f"cannot write the staging copy under {show_path(staging_dir.parent)}"
+    cause = exc.__cause__
+    if isinstance(cause, OSError):
+        return os_error(cause, what)
+    return InstallFailed(f"{what}: {escape(str(cause))}", "fix it, then run again")
 
 
 def _empty(staging_dir: Path) -> None:

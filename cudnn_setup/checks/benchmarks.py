@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Mapping
+from typing import Callable, Mapping
 
 from cudnn_setup.checks.installation import Installation
 from cudnn_setup.checks.probe import child_env, probe_module, run_probe
@@ -22,14 +22,18 @@ def _theano_run(python: str, env: dict, flag: str) -> tuple[dict | None, str]:
 
 
 def theano_checks(inst: Installation | None, python: str, theanorc: Path | None,
-                  env: Mapping[str, str]) -> list[Check]:
-    if not has_theano(python):
+                  env: Mapping[str, str],
+                  status: Callable[[str], None] = lambda line: None) -> list[Check]:
+    if not has_theano(python, env):
         return [Check("theano-conv", SKIP, f"Theano is not installed for {python}; {INSTALL_HINT}")]
     if (why := unreadable_for_theano(theanorc)) is not None:
         return [Check("theano-conv", FAIL, f"Theano cannot start with its config: {why}")]
     lib_dir = inst.lib_dir if inst else Path("/nonexistent")
     base = theano_env(env, theanorc, lib_dir)
+    status("bench step 1 of 2: Theano's conv net and MLP with cuDNN allowed (the first run "
+           "compiles them)")
     with_dnn, err1 = _theano_run(python, base, "optimizer_including=cudnn")
+    status("bench step 2 of 2: the same with cuDNN excluded")
     without, err2 = _theano_run(python, base, "optimizer_excluding=cudnn")
     if with_dnn is None or without is None:
         return [Check("theano-conv", FAIL, f"the Theano benchmark failed: {err1 or err2}")]

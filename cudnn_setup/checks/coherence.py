@@ -36,6 +36,7 @@ import os
 from pathlib import Path
 from typing import Mapping
 
+from cudnn_setup.checks.answer_values import nonempty, shown
 from cudnn_setup.checks.deps import loader_environment, versions_for
 from cudnn_setup.checks.driver import driver_present as machine_has_driver
 from cudnn_setup.checks.installation import Installation
@@ -48,7 +49,6 @@ NAME = "coherence"
 TIMEOUT = 600.0  # every sub-library in a child of its own, each limited to 60 s by the probe
 STATUS = {0: "CUDNN_STATUS_SUCCESS", 2001: "CUDNN_STATUS_SUBLIBRARY_LOADING_FAILED",
           2002: "CUDNN_STATUS_SUBLIBRARY_VERSION_MISMATCH"}
-MAX_TEXT = 300  # characters of a dlerror or a child's message kept in the detail
 # Problems of one sub-library often cause others' (a sub-library from another copy leaves the
 # ones that need it with undefined symbols): the detail names causes first.
 RANK = {"other-copy": 0, "other-version": 1, "missing": 2, "crashed": 3, "unloadable": 4,
@@ -97,7 +97,7 @@ def judge_unloaded(soname: str, res: L.Resolution, deps: list[L.Dependency],
         rank.append(RANK["unloadable"])
         problems.append(f"{soname} ({res.path}) cannot be loaded even with a driver: "
                         f"{d.name}, which {os.path.basename(d.requester)} lists as DT_NEEDED, "
-                        f"is not found ({_text(d.resolution.error or 'not found')})")
+                        f"is not found ({shown(d.resolution.error or 'not found')})")
     if sub["directory"] and main_dir and sub["directory"] != main_dir:
         rank.append(RANK["other-copy"])
         problems.append(f"{soname} comes from another copy: {res.path} (via {res.via}) while "
@@ -118,7 +118,7 @@ def would_load(target: Path, sonames: list[str], loader: L.Environment,
     deps = L.closure([target], loader, versions)
     out: dict[str, L.Resolution] = {}
     for soname in sonames:
-        stem = soname[:soname.index(".so") + 3]
+        stem = gen.so_base(soname)
         hit = next((d for d in deps if d.kind != "root"
                     and any(c.startswith(stem) and c[len(stem):len(stem) + 1] in ("", ".")
                             for c in (d.candidates or (d.name,)))), None)
@@ -144,18 +144,8 @@ def version_of(value) -> str | None:
     return None
 
 
-def _text(value, limit: int = MAX_TEXT) -> str:
-    text = value if isinstance(value, str) else repr(value)
-    return text if len(text) <= limit else text[:limit] + "…"
-
-
 def _real_dir(path: str | None) -> str | None:
     return os.path.dirname(os.path.realpath(path)) if isinstance(path, str) and path else None
-
-
-def _str(value) -> str | None:
-    """A string from a child's answer, or None: nothing else it sends is taken for one."""
-    return value if isinstance(value, str) and value else None
 
 
 def check_coherence(inst: Installation, env: Mapping[str, str], *,
@@ -189,7 +179,7 @@ def check_coherence(inst: Installation, env: Mapping[str, str], *,
     data: dict = {"library": {"path": str(target), "directory": _real_dir(str(target))},
                   "ld_library_path": loader.ld_library_path, "sublibraries": []}
     if result.data is None:
-        return Check(NAME, FAIL, f"the sub-library probe {_text(result.failure())}", data)
+        return Check(NAME, FAIL, f"the sub-library probe {shown(result.failure())}", data)
     probe = result.data
     # Libraries that load their sub-libraries by a path of their own making (not by SONAME
     # through the loader's search) show where they took them when asked their version: open
@@ -202,13 +192,14 @@ def check_coherence(inst: Installation, env: Mapping[str, str], *,
         again = run_probe(probe_module("sublibs") + [str(target), *args], timeout, dict(env), python)
         if again.data is not None:
             probe = again.data
-    main_dir = _real_dir(_str(probe.get("mapped")) or _str(probe.get("path")) or str(target))
+    main_dir = _real_dir(nonempty(probe.get("mapped")) or nonempty(probe.get("path"))
+                         or str(target))
     main_version = version_of(probe.get("version")) or versions.cudnn or inst.version
-    data["library"].update(version=main_version, mapped=_str(probe.get("mapped")),
+    data["library"].update(version=main_version, mapped=nonempty(probe.get("mapped")),
                            loaded=probe.get("loaded") is True)
     if probe.get("loaded") is not True:
         return Check(NAME, FAIL, f"{target.name} itself cannot be loaded: "
-                     f"{_text(probe.get('dlerror') or probe.get('error') or 'no reason given')}", data)
+                     f"{shown(probe.get('dlerror') or probe.get('error') or 'no reason given')}", data)
     entries = probe.get("sublibraries")
     entries = entries if isinstance(entries, list) else []
     problems: list[str] = []
@@ -245,8 +236,7 @@ def check_coherence(inst: Installation, env: Mapping[str, str], *,
 
 
 def _stem(name: str) -> str:
-    base = os.path.basename(name)
-    return base[:base.index(".so") + 3] if ".so" in base else base
+    return gen.so_base(os.path.basename(name))
 
 
 def mapped_by_stem(paths) -> dict[str, str]:
@@ -262,28 +252,29 @@ def judge(soname: str, res: L.Resolution, got: dict, main_dir: str | None,
     loader's search), what the real loader did with that file, what is wrong."""
     check = got.get("version_check") if isinstance(got.get("version_check"), dict) else None
     own = mapped_by_stem(check.get("mapped") if check else None).get(_stem(soname)) or by_cudnn
-    path = own or _str(got.get("mapped")) or res.path
+    path = own or nonempty(got.get("mapped")) or res.path
     version = version_of(got.get("version"))
     via = res.via  # how the loader's search reaches it; cuDNN's own loading, where it differs
     if own and not (res.path and _real_dir(res.path) == _real_dir(own)):
         via = "loaded by cuDNN itself"
     sub = {"soname": soname, "path": res.path, "via": via, "mapped": path,
            "directory": _real_dir(path), "version": version,
-           "version_from": _str(got.get("version_from")), "loaded": got.get("loaded"),
-           "dlerror": _str(got.get("dlerror")), "error": _str(got.get("error")), "problems": []}
+           "version_from": nonempty(got.get("version_from")), "loaded": got.get("loaded"),
+           "dlerror": nonempty(got.get("dlerror")), "error": nonempty(got.get("error")),
+           "problems": []}
     problems = sub["problems"]
     rank = []  # what kind of problem comes first: the cause before what it causes
     if not res.found and not own:
         rank.append(RANK["missing"])
         problems.append(f"{soname} cannot be found where {main_name} looks for it "
-                        f"({_text(res.error or 'not found')})"
-                        + (f"; the real loader: {_text(got['dlerror'])}" if got.get("dlerror") else ""))
+                        f"({shown(res.error or 'not found')})"
+                        + (f"; the real loader: {shown(got['dlerror'])}" if got.get("dlerror") else ""))
     elif got.get("error"):
         rank.append(RANK["crashed"])
-        problems.append(f"loading {soname} ({path}) {_text(got['error'])}")
+        problems.append(f"loading {soname} ({path}) {shown(got['error'])}")
     elif got.get("loaded") is False:
         rank.append(RANK["unloadable"])
-        problems.append(f"{soname} ({path}) cannot be loaded: {_text(got.get('dlerror') or '?')}")
+        problems.append(f"{soname} ({path}) cannot be loaded: {shown(got.get('dlerror') or '?')}")
     elif not got:
         rank.append(RANK["unreported"])
         problems.append(f"{soname}: the probe did not report on it")
@@ -310,10 +301,10 @@ def judge(soname: str, res: L.Resolution, got: dict, main_dir: str | None,
         status = check.get("status") if isinstance(check.get("status"), int) else None
         mapped = [m for m in check.get("mapped") if isinstance(m, str)] \
             if isinstance(check.get("mapped"), list) else []
-        function = _text(str(check.get("function")), 80)
+        function = shown(str(check.get("function")), 80)
         elsewhere = [m for m in mapped if main_dir and _real_dir(m) != main_dir]
         if check.get("error"):
-            problems.append(f"cuDNN's own {function}() {_text(check['error'])}")
+            problems.append(f"cuDNN's own {function}() {shown(check['error'])}")
         elif status not in (0, None):
             problems.append(f"cuDNN's own {function}() returned "
                             f"{STATUS.get(status, status)}")

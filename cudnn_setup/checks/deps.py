@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
+from cudnn_setup.checks.answer_values import integer
 from cudnn_setup.checks.driver import driver_present as machine_has_driver
 from cudnn_setup.checks.installation import Installation
 from cudnn_setup.facts import cuda as cuda_facts
@@ -44,6 +45,7 @@ from cudnn_setup.facts.composition import cudnn_stem
 from cudnn_setup.facts import dependencies as D
 from cudnn_setup.facts import ldresolve as L
 from cudnn_setup.report import FAIL, PASS, SKIP, WARN, Check
+from cudnn_setup.text import plural
 
 NAME = "deps"
 _RANK = {FAIL: 2, WARN: 1, SKIP: 0}
@@ -65,10 +67,10 @@ def versions_for(inst: Installation, load_data: dict | None) -> L.Versions:
     cudnn = cuda = None
     data = load_data or {}
     number = data.get("cudnnGetVersion")
-    if isinstance(number, int) and not isinstance(number, bool) and 0 < number < 10**7:
+    if integer(number, 1, 10**7) is not None:
         cudnn = gen.version_text(number)
     number = data.get("cudnnGetCudartVersion")
-    if isinstance(number, int) and not isinstance(number, bool) and 1000 <= number < 10**6:
+    if integer(number, 1000, 10**6) is not None:
         cuda = cuda_facts.version_text(number)
     cudnn = cudnn or inst.version
     if cuda is None:
@@ -109,7 +111,7 @@ def likely_dirs(inst: Installation, env: Mapping[str, str]) -> list[Path]:
 def rate(kind: str, name: str, driver_present: bool) -> str:
     """fail, warn or skip for a dependency of this kind that is missing (see the table above)."""
     if kind in ("needed", "root"):
-        if D.stem_of(name) == "libcuda.so" and not driver_present:
+        if gen.so_base(name) == "libcuda.so" and not driver_present:
             return SKIP
         return FAIL
     return D.severity(name, driver_present)
@@ -183,9 +185,10 @@ def what_breaks(entry: Entry, lib_dir: Path) -> str:
 
 
 def fixes_for(entry: Entry, cuda_version: str | None, manager: str | None,
-              search: Sequence[Path], lib_dir: Path) -> list[D.Fix]:
+              search: Sequence[Path], lib_dir: Path, available: D.Availability | None = None,
+              wheel_cudnn: bool = False) -> list[D.Fix]:
     found_in = D.find_elsewhere(entry.candidates, search)
-    out = D.fixes(entry.name, cuda_version, manager, found_in)
+    out = D.fixes(entry.name, cuda_version, manager, found_in, available, wheel_cudnn)
     if entry.name.startswith("libcudnn") and not found_in:
         out.append(D.Fix("reinstall", f"reinstall this cuDNN: {entry.name} is not in {lib_dir}",
                          "`cudnn-setup install ARCHIVE` puts every sub-library in place"))
@@ -195,14 +198,17 @@ def fixes_for(entry: Entry, cuda_version: str | None, manager: str | None,
 def check_deps(inst: Installation, env: Mapping[str, str], *, load_data: dict | None = None,
                driver_present: bool | None = None, loader: L.Environment | None = None,
                distro_id: tuple[str, str] | None = None,
-               search_dirs: Sequence[Path] | None = None) -> Check:
+               search_dirs: Sequence[Path] | None = None,
+               packages: D.Availability | None = None) -> Check:
     """The `deps` check of `inst` for a program started from `env`.
 
     `load_data`: the load probe's answer (cudnnGetVersion, cudnnGetCudartVersion) when it ran;
     `driver_present`: whether this machine has an NVIDIA driver (default: the kernel module's
     /proc entry); `loader`: the loader's environment (default: from `env`, the real ldconfig
     cache and ld.so); `distro_id`: (ID, ID_LIKE) of os-release (default: read by `distro`);
-    `search_dirs`: where to look for a missing library (default: likely_dirs)."""
+    `search_dirs`: where to look for a missing library (default: likely_dirs); `packages`:
+    which package names this machine's repositories have (default: its package manager asked
+    from its cache, a child found on `env`'s PATH, with a time limit)."""
     if not inst.libraries:
         return Check(NAME, SKIP, f"no cuDNN library in {inst.lib_dir}: nothing to resolve")
     if driver_present is None:
@@ -217,11 +223,13 @@ def check_deps(inst: Installation, env: Mapping[str, str], *, load_data: dict | 
     internal = [e for e in missing if _driver_internal(e)]
     comp = inst.composition() if inst.generation else None
     not_in_flavour = comp.optional if comp else {}
+    available = _asked_once(packages or (lambda m, names: D.query_packages(m, names, env)))
     for e in missing:
         e.severity = SKIP if e in internal or _outside_flavour(e, not_in_flavour) \
             else rate(e.kind, e.name, driver_present)
         e.what_breaks = what_breaks(e, inst.lib_dir)
-        e.fixes = [vars(f) for f in fixes_for(e, versions.cuda, manager, search, inst.lib_dir)]
+        e.fixes = [vars(f) for f in fixes_for(e, versions.cuda, manager, search, inst.lib_dir,
+                                              available, inst.origin == "wheel")]
     data = {"lib_dir": str(inst.lib_dir), "libraries": [str(r) for r in roots],
             "cudnn_version": versions.cudnn, "cuda_version": versions.cuda,
             "driver_present": driver_present, "ld_library_path": loader.ld_library_path,
@@ -238,8 +246,7 @@ def check_deps(inst: Installation, env: Mapping[str, str], *, load_data: dict | 
             data["hint"] = f"{first.name}: {first.fixes[0]['text']}"
         return Check(NAME, worst, "; ".join(parts), data)
     found = [e for e in entries if e.found]
-    detail = (f"the {len(found)} libraries that {len(roots)} cuDNN libraries in {inst.lib_dir} "
-              "need at load and run time are found")
+    detail = _found_sentence(len(found), len(roots), inst.lib_dir)
     skipped = [e for e in missing if e.severity == SKIP and e not in internal]
     if skipped:
         detail += "; not found, and not needed here: " + "; ".join(
@@ -252,13 +259,46 @@ def check_deps(inst: Installation, env: Mapping[str, str], *, load_data: dict | 
     return Check(NAME, PASS, detail, data)
 
 
+def _found_sentence(found: int, roots: int, lib_dir: Path) -> str:
+    """What was found, in words whose number agrees with the counts."""
+    who = f"{plural(roots, 'cuDNN library', 'cuDNN libraries')} in {lib_dir}"
+    verb = "needs" if roots == 1 else "need"
+    if found == 0:
+        return f"the {who} {verb} no other library at load or run time"
+    what = "the one library" if found == 1 else f"all {found} libraries"
+    return f"found {what} that the {who} {verb} at load and run time"
+
+
 def _line(e: Entry) -> str:
     who = ", ".join(sorted({os.path.basename(p) for p in e.missing_for}))
     how = "DT_NEEDED" if e.kind == "needed" else "opened at run time" if e.kind == "runtime" else "root"
-    fix = f"; fix: {e.fixes[0]['text']}" if e.fixes else ""
+    fix = "; " + fix_text(e.fixes) if e.fixes else ""
     need = D.classify(e.name)
     what = f"{need.component}: {need.why}" if need else e.what_breaks
     return f"{e.name} not found ({how} by {who}) [{e.severity}] — {what}{fix}"
+
+
+def fix_text(fixes: list[dict]) -> str:
+    """Every fix of a dependency, in order, with what the JSON says of each: the human output
+    gives the same fixes as `data.dependencies[].fixes`."""
+    def one(f: dict) -> str:
+        return f["text"] + (f" ({f['detail']})" if f.get("detail") else "")
+    if len(fixes) == 1:
+        return "fix: " + one(fixes[0])
+    return "fixes, in order: " + "; ".join(f"{i}) {one(f)}" for i, f in enumerate(fixes, 1))
+
+
+def _asked_once(available: D.Availability) -> D.Availability:
+    """The package manager asked at most once per set of names in one check."""
+    memo: dict = {}
+
+    def ask(manager: str, names):
+        key = (manager, tuple(names))
+        if key not in memo:
+            memo[key] = available(manager, names)
+        return memo[key]
+
+    return ask
 
 
 def _driver_internal(e: Entry) -> bool:
@@ -279,7 +319,7 @@ def _skip_reason(e: Entry, driver_present: bool, not_in_flavour=None) -> str:
     stem = cudnn_stem(e.name)
     if not_in_flavour and e.kind == "runtime" and stem in not_in_flavour:
         return f"not part of this cuDNN's JIT flavour: {not_in_flavour[stem]}"
-    if D.stem_of(e.name) == "libcuda.so" and not driver_present:
+    if gen.so_base(e.name) == "libcuda.so" and not driver_present:
         return "no NVIDIA driver on this machine"
     need = D.classify(e.name)
     return need.why if need else "optional"

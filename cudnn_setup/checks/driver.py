@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Mapping
 
 from cudnn_setup.archive.problems import Problem
+from cudnn_setup.checks.answer_values import integer, nonempty
 from cudnn_setup.checks.installation import Installation
 from cudnn_setup.checks.probe import probe_module, run_probe
 from cudnn_setup.errors import ArchiveRejected
@@ -35,11 +36,7 @@ PROC_DRIVER = Path("/proc/driver/nvidia/version")  # there when the NVIDIA kerne
 TIMEOUT = 60.0
 GPU_UNSUPPORTED, DRIVER_TOO_OLD = "gpu-unsupported", "driver-too-old"
 MAX_GPUS = 64
-_DRIVER_RELEASE = re.compile(r"^\d{2,4}(?:\.\d{1,4}){1,3}$")
-
-
-def _short(value, limit: int) -> str | None:
-    return value[:limit] if isinstance(value, str) and value else None
+_DRIVER_RELEASE = re.compile(r"^\d{2,4}(?:\.\d{1,4}){1,3}\Z")
 
 
 def no_driver(env: Mapping[str, str], loader: L.Environment | None = None,
@@ -86,17 +83,17 @@ def driver_facts(env: Mapping[str, str], *, python: str | None = None,
         return out
     status = data.get("status")
     out["status"] = status if status in (PASS, SKIP) else "error"
-    out["reason"] = _short(data.get("reason"), 500)
+    out["reason"] = nonempty(data.get("reason"), 500)
     if out["status"] == "error" and not out["reason"]:
         out["reason"] = f"the driver probe answered status {str(status)[:40]!r}"
     number = data.get("cuda_driver_version")
-    if isinstance(number, int) and not isinstance(number, bool) and 1000 <= number < 100000:
+    if integer(number, 1000, 100000) is not None:
         out["cuda_driver_version"], out["cuda"] = number, S.cuda_of_driver(number)
     release = data.get("driver_version")
     if isinstance(release, str) and _DRIVER_RELEASE.match(release):
         out["driver_version"] = release
-        out["driver_version_from"] = _short(data.get("driver_version_from"), 100)
-    out["found_via"] = _short(data.get("found_via"), 100)
+        out["driver_version_from"] = nonempty(data.get("driver_version_from"), 100)
+    out["found_via"] = nonempty(data.get("found_via"), 100)
     raw = data.get("gpus") if isinstance(data.get("gpus"), list) else []
     for i, (name, cc) in enumerate(S.gpus_from(g for g in raw[:MAX_GPUS] if isinstance(g, dict))):
         out["gpus"].append({"index": i, "name": name[:200], "compute_capability": cc})
@@ -123,7 +120,7 @@ def built_for_cuda(inst: Installation, load_data: dict | None = None) -> tuple[s
     """(CUDA version this cuDNN was built for, where that came from): cudnnGetCudartVersion()
     of the loaded library, else the archive name the manifest kept, else the wheel's name."""
     number = (load_data or {}).get("cudnnGetCudartVersion")
-    if isinstance(number, int) and not isinstance(number, bool) and 1000 <= number < 100000:
+    if integer(number, 1000, 100000) is not None:
         return cuda_facts.version_text(number), "cudnnGetCudartVersion()"
     recorded = inst.manifest.cuda_version if inst.manifest else None
     if isinstance(recorded, str) and re.fullmatch(r"\d+(?:\.\d+)?", recorded):

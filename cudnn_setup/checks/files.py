@@ -11,6 +11,7 @@ from cudnn_setup.facts.elf import NotElf, code_problem, read_elf
 from cudnn_setup.state.files import describe, describe_known
 from cudnn_setup.state.manifest import FILE, SYMLINK
 from cudnn_setup.report import FAIL, PASS, SKIP, WARN, Check
+from cudnn_setup.text import plural
 
 
 def check_files(inst: Installation, deep: bool = False) -> Check:
@@ -55,12 +56,12 @@ def check_files(inst: Installation, deep: bool = False) -> Check:
         problems.append("changed since cudnn-setup installed them: " + ", ".join(changed))
     if problems:
         return Check("files", FAIL, "; ".join(problems), data)
-    origin = (f"{len(entries)} files and links as installed by cudnn-setup" if inst.manifest
-              else f"headers and {len(inst.libraries)} libraries present ({UNMANAGED}; no "
+    origin = (f"{plural(len(entries), 'file and link', 'files and links')} as installed by cudnn-setup" if inst.manifest
+              else f"headers and {plural(len(inst.libraries), 'library')} present ({UNMANAGED}; no "
                    "manifest to compare against)")
     main = inst.library("libcudnn")
     if others and main is not None:
-        listing = "; ".join(f"{v} ({len(names)} librar{'y' if len(names) == 1 else 'ies'})"
+        listing = "; ".join(f"{v} ({plural(len(names), 'library')})"
                             for v, names in sorted(others.items()))
         return Check("files", WARN, f"{origin}; {inst.lib_dir} also holds other cuDNN versions, "
                      f"which libcudnn.so does not select: {listing} (judged: {main.name}, "
@@ -94,8 +95,10 @@ def check_elf(inst: Installation, host: str) -> Check:
             problems.append(f"{lib.name} has SONAME {info.soname}, expected {expected}")
     if problems:
         return Check("elf", FAIL, "; ".join(problems))
-    return Check("elf", PASS, f"{len(inst.libraries)} libraries: {host} ELF shared objects with "
-                 "the expected SONAMEs, whole, each exporting symbols")
+    return Check("elf", PASS, f"{plural(len(inst.libraries), 'library')}: {host} ELF shared "
+                 f"{'object' if len(inst.libraries) == 1 else 'objects'} with the expected "
+                 f"{'SONAME' if len(inst.libraries) == 1 else 'SONAMEs'}, whole, exporting "
+                 "symbols")
 
 
 def check_versions(inst: Installation) -> Check:

@@ -8,13 +8,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
+from cudnn_setup.checks.answer_values import integer, mapping, text
 from cudnn_setup.checks.probe import probe_module, run_probe
 from cudnn_setup.errors import SetupError, UsageError
 
 DEFAULT_TIMEOUT = 180.0  # one framework: import, GPU start-up, one convolution
 LIST_TIMEOUT = 60.0
 LOG_TAIL = 256 * 1024  # bytes of a framework's own output kept for messages
-MAX_OBJECTS = 4000  # mapped objects or consumers taken from one child
 # Frameworks grab most of the GPU's memory at start unless told otherwise; the probe only needs
 # a few kilobytes, and it must not starve the programs already running there.
 QUIET_GPU = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false", "TF_FORCE_GPU_ALLOW_GROWTH": "true"}
@@ -79,22 +79,6 @@ def last_line(output: str, limit: int = 300) -> str:
     return lines[-1][:limit] if lines else ""
 
 
-def paths(value: object, limit: int = MAX_OBJECTS) -> list[str]:
-    """A list of absolute paths from a child's answer; anything else dropped."""
-    if not isinstance(value, list):
-        return []
-    return [v for v in value[:limit] if isinstance(v, str) and v.startswith("/") and
-            len(v) < 4096 and "\0" not in v]
-
-
-def text(value: object, limit: int = 300) -> str | None:
-    return value[:limit] if isinstance(value, str) else None
-
-
-def mapping(value: object) -> dict:
-    return value if isinstance(value, dict) else {}
-
-
 def importable_frameworks(python: str, env: Mapping[str, str],
                           timeout: float = LIST_TIMEOUT) -> list[dict]:
     """[{name, importable, version, ...}] for the frameworks `python` could import; nothing is
@@ -115,4 +99,4 @@ def library_version(python: str, path: str, env: Mapping[str, str],
     """cudnnGetVersion() of one library file, asked in a child of `python`."""
     got = run(python, ["--library", path], env, min(timeout, LIST_TIMEOUT))
     value = mapping(got.data.get("library")).get("get_version") if got.data else None
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+    return integer(value)

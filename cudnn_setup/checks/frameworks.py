@@ -16,16 +16,16 @@ import tempfile
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from cudnn_setup.checks.answer_values import mapping, paths, text
 from cudnn_setup.checks.framework_loader import NO_SEARCH, ChildLoader, ElfFacts
-from cudnn_setup.checks.framework_probe import (DEFAULT_TIMEOUT, Run, importable_frameworks,
-                                                mapping, paths, run, text)
+from cudnn_setup.checks.framework_probe import DEFAULT_TIMEOUT, Run, importable_frameworks, run
 from cudnn_setup.errors import SetupError
+from cudnn_setup.facts import cudnn as gen
 from cudnn_setup.facts import frameworks as rules
 from cudnn_setup.facts import ldresolve as L
 from cudnn_setup.report import FAIL, PASS, SKIP, WARN, Check
 
 NAME = "frameworks"
-CUDNN_FILE = re.compile(r"^(?P<stem>libcudnn[a-z_]*)\.so(?P<ver>(?:\.\d+)*)$")
 # The message XLA (TensorFlow, jaxlib) logs when its version check fails (cuda_dnn.cc).
 XLA_MISMATCH = re.compile(r"Loaded runtime CuDNN library: (?P<loaded>\d+\.\d+\.\d+) but source "
                           r"was compiled with: (?P<built>\d+\.\d+\.\d+)")
@@ -138,8 +138,7 @@ def entry_of(name: str, listed: dict, got: Run, search: L.Environment, elf: ElfF
 
 
 def _stem(path: str) -> str | None:
-    m = CUDNN_FILE.match(os.path.basename(path))
-    return m["stem"] if m else None
+    return gen.library_stem(os.path.basename(path), unversioned=True)
 
 
 def _needs_cudnn(obj: L.ElfObject | None) -> bool:
@@ -176,9 +175,9 @@ def _built_for(fw: dict, output: str, consumers: Sequence[str],
         return built, text(reported.get("source"))
     for c in consumers:
         for n in _needed(elf, c):
-            m = CUDNN_FILE.match(n)
-            if m and m["stem"] == "libcudnn" and m["ver"]:
-                return rules.parse_version(m["ver"][1:].split(".")[0]), \
+            version = gen.library_file_version(n)
+            if version and gen.library_stem(n) == "libcudnn":
+                return rules.parse_version(version.split(".")[0]), \
                     f"DT_NEEDED {n} of {os.path.basename(c)}"
     return None, None
 
@@ -190,8 +189,8 @@ def lib_version(lib: dict) -> rules.Version | None:
 
 def file_version(path: str, parts: int = 2) -> rules.Version | None:
     """The version a file name carries (libcudnn.so.9.14.0), if it has at least `parts`."""
-    m = CUDNN_FILE.match(os.path.basename(path))
-    version = rules.parse_version(m["ver"][1:]) if m and m["ver"] else None
+    number = gen.library_file_version(os.path.basename(path))
+    version = rules.parse_version(number) if number else None
     return version if version and len(version) >= parts else None
 
 

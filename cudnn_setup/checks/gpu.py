@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from typing import Mapping
 
+from cudnn_setup.checks.answer_values import shown
 from cudnn_setup.checks.installation import Installation
 from cudnn_setup.checks.native import find_cudart
 from cudnn_setup.checks.probe import child_env, probe_module, run_probe
@@ -23,7 +24,6 @@ from cudnn_setup.report import FAIL, PASS, SKIP, WARN, Check
 
 NAME = "gpu"
 TIMEOUT = 120.0
-MAX_TEXT = 300
 # Each step the probe runs: what it is, in words, and who calls cuDNN that way.
 STEPS = {
     "graph_conv_fwd": ("a convolution through the graph API (heuristics mode A)",
@@ -39,11 +39,6 @@ STEPS = {
 }
 _STEP_LINE = re.compile(r"^gpu-step: (\w{1,64})$", re.M)
 _LIB = re.compile(r"^lib[\w]{1,64}$")
-
-
-def _text(value, limit: int = MAX_TEXT) -> str:
-    text = value if isinstance(value, str) else repr(value)
-    return text if len(text) <= limit else text[:limit] + "…"
 
 
 def _libs(value) -> list[str]:
@@ -65,9 +60,9 @@ def steps_of(data: dict) -> list[dict]:
         err = entry.get("max_rel_error")
         out.append({"name": entry["name"], "status": status,
                     "sublibraries": _libs(entry.get("sublibraries")),
-                    "stage": _text(entry.get("stage"), 20) if isinstance(entry.get("stage"), str) else None,
-                    "reason": _text(entry["reason"]) if isinstance(entry.get("reason"), str) else None,
-                    "blamed": _text(entry["blamed"], 120) if isinstance(entry.get("blamed"), str) else None,
+                    "stage": shown(entry.get("stage"), 20) if isinstance(entry.get("stage"), str) else None,
+                    "reason": shown(entry["reason"]) if isinstance(entry.get("reason"), str) else None,
+                    "blamed": shown(entry["blamed"], 120) if isinstance(entry.get("blamed"), str) else None,
                     "max_rel_error": err if isinstance(err, float) else None,
                     "engine": entry.get("engine") if isinstance(entry.get("engine"), dict) else None,
                     "mapped": [m for m in entry.get("mapped", []) if isinstance(m, str)][:16]
@@ -110,8 +105,8 @@ def check_gpu(inst: Installation, env: Mapping[str, str], timeout: float = TIMEO
     data = result.data
     status = data.get("status")
     if status == "skip":
-        return Check(NAME, SKIP, _text(data.get("reason", "no GPU")), data)
-    gpu = f"{_text(data.get('gpu'), 80)} (compute capability {_text(data.get('compute_capability'), 10)})"
+        return Check(NAME, SKIP, shown(data.get("reason", "no GPU")), data)
+    gpu = f"{shown(data.get('gpu'), 80)} (compute capability {shown(data.get('compute_capability'), 10)})"
     cc = data.get("compute_capability")
     floor = S.below_every_build(inst.version, cc) if isinstance(cc, str) and inst.version else None
     if floor:
@@ -125,7 +120,7 @@ def check_gpu(inst: Installation, env: Mapping[str, str], timeout: float = TIMEO
                 s.update(status=FAIL, reason=f"the probe left it out ({s['reason'] or 'no reason'})")
     data["steps"] = steps
     if not steps:
-        return Check(NAME, FAIL, f"{gpu}: {_text(data.get('reason') or 'the probe ran no step')}", data)
+        return Check(NAME, FAIL, f"{gpu}: {shown(data.get('reason') or 'the probe ran no step')}", data)
     data["supported"] = True
     failed = [s for s in steps if s["status"] == FAIL]
     warned = [s for s in steps if s["status"] == WARN]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
+from typing import Callable, Mapping
 
 from cudnn_setup.checks.coherence import check_coherence
 from cudnn_setup.checks.deps import check_deps, loader_environment
@@ -55,18 +55,47 @@ def compile_includes(inst: Installation) -> list[Path]:
     return [cuda_include]
 
 
+# What each check does, for the line a person sees when it starts.
+DOING = {"files": "comparing the files with the record", "elf": "reading the libraries' ELF",
+         "versions": "comparing header and library versions",
+         "load": "loading libcudnn in a child process",
+         "coherence": "loading each sub-library in a child process",
+         "deps": "resolving every library cuDNN needs", "loader": "asking the loader",
+         "cuda": "comparing CUDA versions", "driver": "asking the driver",
+         "compile": "compiling and running a program against cuDNN",
+         "gpu": "running a convolution on the GPU",
+         "frameworks": "what the deep-learning frameworks load (each imported in a child)",
+         "theano": "running Theano's graphs (the first run compiles them)"}
+
+
+class Steps:
+    """"check 4 of 13: load — loading libcudnn in a child process", as each check starts."""
+
+    def __init__(self, status: Callable[[str], None] | None, names: tuple[str, ...] = ORDER):
+        self.status, self.names = status, names
+
+    def __call__(self, name: str) -> None:
+        if self.status is not None and name in self.names:
+            k = self.names.index(name) + 1
+            self.status(f"check {k} of {len(self.names)}: {name} — {DOING.get(name, name)}")
+
+
 def run_checks(inst: Installation, *, python: str, env: Mapping[str, str],
                theanorc: Path | None = None, theano: bool = True,
                conf: Path = Path("/etc/ld.so.conf"), deep: bool = False,
                driver: dict | None = None, frameworks: Frameworks | None = None,
                with_frameworks: bool = True, loader_fix: str | None = None,
-               loader: L.Environment | None = None) -> list[Check]:
+               loader: L.Environment | None = None,
+               status: Callable[[str], None] | None = None) -> list[Check]:
     """verify's checks of `inst`, in ORDER. `python`: the interpreter whose Theano and frameworks
     are checked; `driver`: driver_facts(env) when the caller has them; `frameworks`: the
     frameworks check when the caller made it (else it is made here unless `with_frameworks` is
     False); `loader_fix`: what the loader check advises instead of a bare LD_LIBRARY_PATH line;
-    `loader`: deps.loader_environment(env) when the caller has it."""
+    `loader`: deps.loader_environment(env) when the caller has it; `status` hears one line as
+    each check starts."""
     env = dict(env)
+    step = Steps(status, ORDER if theano else ORDER[:-1])
+    step("files")
     loader = loader or loader_environment(env)
     driver = driver if driver is not None else driver_facts(env, loader=loader)
     skipped = skipped_without_cudnn(inst)
@@ -76,26 +105,42 @@ def run_checks(inst: Installation, *, python: str, env: Mapping[str, str],
         checks += [skipped[name] for name in ("elf", "versions", "load", "coherence", "deps",
                                               "loader", "cuda")]
     else:
-        checks += [check_elf(inst, host_machine()), check_versions(inst)]
+        step("elf")
+        checks.append(check_elf(inst, host_machine()))
+        step("versions")
+        checks.append(check_versions(inst))
+        step("load")
         load, load_data = check_load(inst, env)
+        checks.append(load)
         present = driver_present(driver)
-        checks += [load, check_coherence(inst, env, loader=loader, load_data=load_data,
-                                         driver_present=present),
-                   check_deps(inst, env, load_data=load_data, loader=loader,
-                              driver_present=present),
-                   check_loader(inst, env, conf, fix=loader_fix), check_cuda(inst, load_data)]
+        step("coherence")
+        checks.append(check_coherence(inst, env, loader=loader, load_data=load_data,
+                                      driver_present=present))
+        step("deps")
+        checks.append(check_deps(inst, env, load_data=load_data, loader=loader,
+                                 driver_present=present))
+        step("loader")
+        checks.append(check_loader(inst, env, conf, fix=loader_fix))
+        step("cuda")
+        checks.append(check_cuda(inst, load_data))
+    step("driver")
     checks.append(check_driver(inst, driver, load_data=load_data))
     if skipped is not None:
         gpu = skipped["gpu"]
         checks += [skipped["compile"], gpu]
     else:
+        step("compile")
+        compiled = check_compile(inst, env, includes=compile_includes(inst))
+        step("gpu")
         gpu = check_gpu(inst, env) if load_data is not None else Check(
             "gpu", SKIP, "libcudnn does not load (see load)")
-        checks += [check_compile(inst, env, includes=compile_includes(inst)), gpu]
+        checks += [compiled, gpu]
+    step("frameworks")
     if frameworks is None:
         frameworks = frameworks_of(python, env, with_frameworks, loader)
     checks.append(frameworks.check)
     if theano:
+        step("theano")
         checks.append(check_theano(inst, python, theanorc, env, gpu))
     else:
         checks.append(Check("theano", SKIP, "--no-theano"))

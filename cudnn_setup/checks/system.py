@@ -20,8 +20,7 @@ def check_loader(inst: Installation, env: Mapping[str, str],
     copies = loader.copies_of(ours.name, env, conf)
     ours_real = os.path.realpath(ours)
     data = {"name": ours.name, "ours": str(ours), "copies": copies}
-    # --ldconfig registers the dir for every program: no alternative when that is the danger
-    also = "" if fix else " (or install with --ldconfig)"
+    also = "" if fix else other_fix(inst)
     fix = fix or loader.ld_library_path_line(inst.lib_dir)
     if not copies:
         return Check("loader", WARN, f"a program started without help would not find "
@@ -40,6 +39,21 @@ def check_loader(inst: Installation, env: Mapping[str, str],
     return Check("loader", PASS, detail, data)
 
 
+def other_fix(inst: Installation) -> str:
+    """The loader fix besides LD_LIBRARY_PATH that applies to this cuDNN, if any.
+
+    `install --ldconfig` registers a root's library dir; it does nothing for a cuDNN the tool
+    does not place: a pip wheel's directory (it moves with every upgrade of the wheel, and is
+    found by the frameworks through their own RPATH), or a directory given with --lib-dir."""
+    if inst.origin is None:
+        return " (or install with --ldconfig)"
+    if inst.origin == "wheel":
+        return (" (a wheel's directory is set per program, not registered with ldconfig: pip "
+                "moves it with every upgrade)")
+    return (f" (or, as root, list {inst.lib_dir} in a file under /etc/ld.so.conf.d/ and run "
+            "ldconfig)")
+
+
 def check_cuda(inst: Installation, load_data: dict | None) -> Check:
     root_version = inst.root.version
     built_for = inst.manifest.cuda_version if inst.manifest else None
@@ -50,10 +64,28 @@ def check_cuda(inst: Installation, load_data: dict | None) -> Check:
     if not root_version or not built_for:
         return Check("cuda", SKIP, "CUDA version of the root or of cuDNN's build unknown",
                      {"root": root_version, "cudnn_built_for": built_for})
-    data = {"root": root_version, "cudnn_built_for": built_for, "source": source}
+    data = {"root": root_version, "cudnn_built_for": built_for, "source": source,
+            "root_path": str(inst.root.path), "root_found_via": inst.root.found_via}
+    root = root_phrase(inst)
     if built_for.split(".")[0] != root_version.split(".")[0]:
-        return Check("cuda", FAIL, f"this cuDNN was built for CUDA {built_for} ({source}) but the "
-                     f"root is CUDA {root_version}", dict(data, hint=f"install the cuDNN archive "
-                     f"for CUDA {root_version.split('.')[0]}"))
-    return Check("cuda", PASS, f"built for CUDA {built_for} ({source}); root is CUDA "
+        if inst.origin is None:  # the root's own cuDNN: another archive is the fix
+            hint = (f"install the build for CUDA {root_version.split('.')[0]}: `cudnn-setup "
+                    f"install {inst.major or 'VERSION'} --cuda-root {inst.root.path}` picks it")
+        else:  # a cuDNN elsewhere, judged against a toolkit it may not be meant for
+            hint = (f"pass --cuda-root naming the CUDA {built_for.split('.')[0]} toolkit your "
+                    f"programs build against, or use a cuDNN built for CUDA "
+                    f"{root_version.split('.')[0]}")
+        return Check("cuda", FAIL, f"this cuDNN was built for CUDA {built_for} ({source}) but "
+                     f"{root} is CUDA {root_version}", dict(data, hint=hint))
+    return Check("cuda", PASS, f"built for CUDA {built_for} ({source}); {root} is CUDA "
                  f"{root_version}", data)
+
+
+def root_phrase(inst: Installation) -> str:
+    """The CUDA root a check judged against, and whether the user named it: a cuDNN outside a
+    root (--lib-dir) is judged against a discovered one unless --cuda-root is given."""
+    if inst.origin is None:
+        return "the root"
+    how = ("given by --cuda-root" if inst.root.found_via == "--cuda-root" else
+           f"discovered via {inst.root.found_via}, not given; --cuda-root names another")
+    return f"the CUDA root {inst.root.path} ({how})"

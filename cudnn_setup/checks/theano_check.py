@@ -27,9 +27,11 @@ def theano_env(base: Mapping[str, str], theanorc: Path | None, lib_dir: Path) ->
     return env
 
 
-def has_theano(python: str) -> bool:
+def has_theano(python: str, env: Mapping[str, str]) -> bool:
+    """Whether `python`, started from `env` (the command's: its PYTHONPATH counts), finds
+    Theano; nothing is imported."""
     done = run_command([python, "-c", "import importlib.util as u, sys; "
-                        "sys.exit(0 if u.find_spec('theano') else 1)"], 60)
+                        "sys.exit(0 if u.find_spec('theano') else 1)"], 60, env)
     return done.returncode == 0
 
 
@@ -86,7 +88,7 @@ def why_not_cudnn(data: dict, inst: Installation, gpu: Check | None) -> str:
 
 def check_theano(inst: Installation, python: str, theanorc: Path | None,
                  env: Mapping[str, str], gpu: Check | None) -> Check:
-    if not has_theano(python):
+    if not has_theano(python, env):
         note = theano_range_note(inst.version) if not theano_supports(inst.version) else None
         return Check("theano", SKIP, (f"{note}; besides, " if note else "")
                      + f"Theano is not installed for {python}; {INSTALL_HINT}")

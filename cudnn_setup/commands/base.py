@@ -13,10 +13,11 @@ from pathlib import Path
 from typing import Callable, Mapping, Optional
 
 from cudnn_setup.errors import (DownloadFailed, InstallFailed, InternalError, Interrupted,
-                                 NoCudaRoot, SetupError, os_error)
+                                 NoCudaRoot, SetupError, UsageError, os_error)
 from cudnn_setup.facts.cuda import CudaRoot, find_cuda_root
 from cudnn_setup.report import Result
 from cudnn_setup.settings import SYSTEM_CONFIG
+from cudnn_setup.sources.pipconf import SYSTEM_DIRS as PIP_SYSTEM_DIRS
 from cudnn_setup.text import escape
 
 Progress = Callable[[int, Optional[int]], None]  # bytes done, bytes in all (None: unknown)
@@ -43,6 +44,10 @@ class Context:
     # Takes one line for a person about a step or a wait (a retry and why, a lock held by
     # another run); the CLI decides how it is shown. Never part of the Result.
     status: Callable[[str], None] = field(default=lambda line: None)
+    # Where pip's system-wide configuration lives (/etc/xdg, /etc; tests hand in their own) and
+    # this machine's wheel platform tags (None: packaging's, for this machine).
+    pip_system_dirs: tuple[Path, ...] = PIP_SYSTEM_DIRS
+    wheel_tags: Optional[tuple[str, ...]] = None
 
 
 def root_if_any(ctx: Context, cuda_root: Path | None) -> CudaRoot | None:
@@ -54,6 +59,26 @@ def root_if_any(ctx: Context, cuda_root: Path | None) -> CudaRoot | None:
         if cuda_root is not None:
             raise
         return None
+
+
+def reading(ctx: Context, archive: Path):
+    """The archive's bytes read, for the progress display (the archive's size as the total)."""
+    try:
+        total = archive.stat().st_size
+    except OSError:
+        total = None
+    report = ctx.progress(f"reading {escape(archive.name)}")
+    if report is None:
+        return None
+    return lambda done: report(done, total)
+
+
+def include_needs_lib_dir(lib_dir: Path | None, include_dir: Path | None) -> None:
+    """--include-dir names the headers of the cuDNN in --lib-dir; alone it would be ignored."""
+    if include_dir is not None and lib_dir is None:
+        raise UsageError("--include-dir is only used with --lib-dir (the root's cuDNN keeps its "
+                         "headers in the root)", "add --lib-dir DIR for the cuDNN whose headers "
+                         "these are, or leave --include-dir out")
 
 
 def which(ctx: Context, program: str) -> str | None:

@@ -22,5 +22,6 @@ def bench(result: Result, ctx: Context, *, cuda_root: Path | None = None,
     env = dict(ctx.env)
     if not no_theano:
         result.checks += theano_checks(inst, python or ctx.python, theanorc_path(ctx, theanorc),
-                                       env)
+                                       env, ctx.status)
+    ctx.status("timing cuDNN's convolution algorithms on the GPU (skipped without one)")
     result.checks.append(algorithm_check(inst, env, damaged.message if damaged else None))

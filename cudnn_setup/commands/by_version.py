@@ -12,33 +12,45 @@ A SOURCE is, in this order:
    known table or the tree's manifest for its version lists it;
 5. anything else: a path, refused as today when it does not exist.
 
-The tree: `--mirror`, else $CUDNN_SETUP_MIRROR, else the user's then the system's config file
-(see cudnn_setup.settings), else NVIDIA's public tree.
+Where a version comes from (`choose_source`): `--from pypi` (or `--index-url`) the wheels on
+the package index pip would use (sources/pypi.py); `--from nvidia` NVIDIA's tree; `--from
+MIRROR` or `--mirror MIRROR` that mirror; else $CUDNN_SETUP_MIRROR, else the user's then the
+system's config file (see cudnn_setup.settings), else NVIDIA's public tree. Every SOURCE ends
+as a `sources.base.Obtained`: the local file, the checksum it must have as it is read, and its
+provenance.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
 from cudnn_setup.commands.base import Context
-from cudnn_setup.commands.download import fetch, parse_headers
+from cudnn_setup.commands.fetching import downloader_for, fetch, parse_headers
 from cudnn_setup.errors import UsageError
 from cudnn_setup.facts.cuda import CudaRoot
 from cudnn_setup.facts.cudnn import parse_archive_name
-from cudnn_setup.facts.host import host_machine
-from cudnn_setup.fetch import known_releases, redist
+from cudnn_setup.facts.host import host_machine, wheel_platform_tags
+from cudnn_setup.fetch import redist
 from cudnn_setup.fetch.candidates import is_version_request, parse_request
-from cudnn_setup.fetch.checksums import Expected, expected_for, mismatch
-from cudnn_setup.fetch.download import redact
+from cudnn_setup.fetch.download import Fetched, redact
 from cudnn_setup.fetch.remote import Reader
-from cudnn_setup.fetch.resolve import TABLE, Choice, Tree, resolve, resolve_name
+from cudnn_setup.fetch.resolve import Tree
 from cudnn_setup.report import Result
 from cudnn_setup.settings import mirror_setting, user_config_path
+from cudnn_setup.sources.base import NVIDIA, PYPI, Fetch, Obtained, Offer, Source
+from cudnn_setup.sources.local import LocalArchive
+from cudnn_setup.sources.mirror import Mirror
+from cudnn_setup.sources.nvidia import NvidiaTree
+from cudnn_setup.sources.pipconf import index_config
+from cudnn_setup.sources.pypi import PypiIndex, default_cert
+from cudnn_setup.sources.tree import RedistTree
+from cudnn_setup.sources.url import UrlArchive
 
 PATH, URL, FILE_URL, VERSION, NAME = "path", "url", "file-url", "version", "name"
 
 
-def classify(source: str) -> str:
-    """What an install SOURCE is (see the module's docstring for the order)."""
+def classify(source: str, prerelease: bool = False) -> str:
+    """What an install SOURCE is (see the module's docstring for the order); with `prerelease`
+    (a PyPI index) a full version with a pre-release suffix is a version too."""
     if Path(source).is_file():
         return PATH
     scheme = source.split("://", 1)[0].lower() if "://" in source else ""
@@ -46,7 +58,7 @@ def classify(source: str) -> str:
         return URL
     if scheme == "file":
         return FILE_URL
-    if is_version_request(source):
+    if is_version_request(source, prerelease):
         return VERSION
     if "/" not in source and parse_archive_name(source) is not None:
         return NAME
@@ -55,18 +67,47 @@ def classify(source: str) -> str:
 
 def tree_for(ctx: Context, mirror: str | None, headers: list[str] | None) -> Tree:
     """The redist tree the settings name (NVIDIA's when none does), with a reader for it."""
+    source = _tree_source(ctx, mirror, headers)
+    return source.tree
+
+
+def _tree_source(ctx: Context, mirror: str | None, headers: list[str] | None) -> RedistTree:
+    reader = Reader(headers=parse_headers(headers))
     user_config = ctx.user_config or user_config_path(ctx.env, ctx.home)
     setting = mirror_setting(mirror, ctx.env, user_config, ctx.system_config)
     if setting is None:
-        url = redist.NVIDIA_REDIST
-    else:
-        try:
-            # a relative path is taken from the shell's directory on the command line only
-            url = redist.normalize_mirror(setting.value,
-                                          ctx.cwd if setting.origin == "--mirror" else None)
-        except UsageError as exc:
-            raise UsageError(f"{exc.message} (set by {setting.origin})", exc.hint) from None
-    return Tree(url, Reader(headers=parse_headers(headers)))
+        return NvidiaTree(reader)
+    try:
+        # a relative path is taken from the shell's directory on the command line only
+        return Mirror(setting.value, reader, ctx.cwd if setting.origin == "--mirror" else None)
+    except UsageError as exc:
+        raise UsageError(f"{exc.message} (set by {setting.origin})", exc.hint) from None
+
+
+def choose_source(ctx: Context, *, from_: str | None = None, mirror: str | None = None,
+                  index_url: str | None = None, headers: list[str] | None = None,
+                  cache_dir: Path | None = None, wheel_tags: list[str] | None = None) -> Source:
+    """The source of releases that `--from`, `--mirror` and `--index-url` name (a PyPI
+    index's wheels must carry one of `wheel_tags`: this machine's by default)."""
+    if from_ is not None and not from_.strip():
+        raise UsageError("--from is empty", "give nvidia, pypi, or a mirror's URL or directory")
+    if index_url is not None and from_ not in (None, PYPI):
+        raise UsageError(f"--index-url is a PyPI index, but --from says {from_}",
+                         "drop one of them")
+    if mirror is not None and from_ is not None and from_ != mirror:
+        raise UsageError("--mirror and --from name two sources", "give one of them")
+    if from_ == PYPI or index_url is not None:
+        config = index_config(ctx.env, ctx.home, index_url, ctx.pip_system_dirs)
+        env = default_cert(config, dict(ctx.env))
+        return PypiIndex(config, downloader_for(ctx, headers, cache_dir, env=env),
+                         wheel_tags if wheel_tags is not None else machine_wheel_tags(ctx))
+    if from_ == NVIDIA:
+        return NvidiaTree(Reader(headers=parse_headers(headers)))
+    return _tree_source(ctx, from_ or mirror, headers)
+
+
+def machine_wheel_tags(ctx: Context) -> list[str]:
+    return list(ctx.wheel_tags) if ctx.wheel_tags is not None else wheel_platform_tags()
 
 
 def target(root: CudaRoot | None, cuda: str | None,
@@ -80,56 +121,68 @@ def target(root: CudaRoot | None, cuda: str | None,
     return platform, root.version if root is not None else None
 
 
+def fetcher(result: Result, ctx: Context, headers: list[str] | None, cache_dir: Path | None,
+            source: Source | None = None) -> Fetch:
+    """The Fetch a source is handed: the Downloader into the cache (a PyPI source's own, which
+    carries pip's CA bundle), its outcome rendered into `result`."""
+    own = getattr(source, "downloader", None)
+
+    def run(url: str, expected) -> Fetched:
+        return fetch(result, ctx, url, None, headers, cache_dir, expected=expected,
+                     downloader=own)
+    return run
+
+
+def pick_version(source: Source, text: str, root: CudaRoot | None, cuda: str | None) -> Offer:
+    """The offer a version request means on this machine and root, from `source`."""
+    platform, cuda_version = target(root, cuda)
+    if cuda_version is None:
+        where = f"{root.path}" if root is not None else "this machine (no CUDA root found)"
+        raise UsageError(f"cannot tell which CUDA {where} is, so not which build of "
+                         f"cuDNN {text} to fetch", "pass --cuda N (e.g. --cuda 12)")
+    return source.pick(parse_request(text, prerelease=source.kind == PYPI), platform,
+                       cuda_version)
+
+
+def describe_offer(result: Result, offer: Offer, source: Source, why: str) -> None:
+    result.add("release", offer.to_dict(redact(offer.url)))
+    vouch = offer.checksum_from or "nothing (--sha256 given)"
+    repack = (f"; repacked by cudnn-setup from the wheel {offer.repacked_from.get('wheel')} "
+              f"(sha256 {offer.repacked_from.get('sha256')})" if offer.repacked_from else "")
+    result.lines.append(f"cuDNN {offer.version} ({offer.cuda_variant}, {offer.platform}), {why}: "
+                        f"{offer.file_name} from {source.where}; sha256 from {vouch}{repack}")
+
+
 def resolve_source(result: Result, ctx: Context, source: str, root: CudaRoot, *,
                    cuda: str | None, mirror: str | None, sha256: str | None,
-                   headers: list[str] | None, cache_dir: Path | None
-                   ) -> tuple[Path, Expected | None] | None:
-    """For `install`: the local archive and the checksum it must have, when SOURCE is a version,
-    a bare NVIDIA name or a file:// URL (fetched into the cache first unless it is local); None
-    when it is a path or an http(s) URL, which install handles as it always has."""
-    kind = classify(source)
-    if kind in (PATH, URL):
-        if cuda is not None or mirror is not None:
-            raise UsageError(f"--cuda and --mirror choose among published releases; {source!r} "
-                             "is an archive already", "drop them, or give a version such as 9.1")
-        return None
-    if kind == FILE_URL:
-        path = redist.local_path(source)
-        return path, expected_for(path.name, sha256)
-    tree = tree_for(ctx, mirror, headers)
+                   headers: list[str] | None, cache_dir: Path | None,
+                   from_: str | None = None, index_url: str | None = None) -> Obtained:
+    """For `install`: SOURCE as the local file to install, the checksum it must have, and where
+    both came from (fetched into the cache first when it is remote)."""
+    choosing = from_ is not None or index_url is not None
+    kind = classify(source, prerelease=from_ == PYPI or index_url is not None)
+    if kind in (PATH, URL, FILE_URL):
+        if cuda is not None or mirror is not None or choosing:
+            raise UsageError(f"--cuda, --mirror, --from and --index-url choose among published "
+                             f"releases; {source!r} is an archive already",
+                             "drop them, or give a version such as 9.1")
+        if kind == URL:
+            return UrlArchive(source).obtain(None, fetcher(result, ctx, headers, cache_dir),
+                                             sha256)
+        return LocalArchive(source).take(sha256)
+    chosen = choose_source(ctx, from_=from_, mirror=mirror, index_url=index_url,
+                           headers=headers, cache_dir=cache_dir)
     if kind == VERSION:
+        offer = pick_version(chosen, source, root, cuda)
         platform, cuda_version = target(root, cuda)
-        if cuda_version is None:
-            raise UsageError(f"cannot tell which CUDA {root.path} is, so not which build of "
-                             f"cuDNN {source} to fetch", "pass --cuda N (e.g. --cuda 12)")
-        choice = resolve(parse_request(source), tree, platform, cuda_version)
         why = f"newest {source.strip()} for CUDA {cuda_version} on {platform}"
     else:
-        choice = resolve_name(source, tree)
-        if choice is None:
+        offer = chosen.by_name(source) if isinstance(chosen, RedistTree) else None
+        if offer is None:
             raise UsageError(f"{source} is not a file here, and neither the known table nor "
-                             f"{redact(tree.url)} lists an archive of that name",
+                             f"{chosen.where} lists an archive of that name",
                              "give the archive's path, its URL, or a version such as 9.1",
                              code="unknown-archive")
         why = "by its name"
-    return _fetch_choice(result, ctx, choice, why, tree, sha256, headers, cache_dir)
-
-
-def _fetch_choice(result: Result, ctx: Context, choice: Choice, why: str, tree: Tree,
-                  sha256: str | None, headers: list[str] | None,
-                  cache_dir: Path | None) -> tuple[Path, Expected | None]:
-    release = choice.release
-    result.add("release", {**choice.to_dict(), "url": redact(choice.url)})
-    result.lines.append(f"cuDNN {release.version} ({release.cuda_variant}, {release.platform}), "
-                        f"{why}: {release.file_name} from {redact(tree.url)}; sha256 from "
-                        f"{release.source}")
-    expected = Expected("sha256", release.sha256, release.source if release.source != TABLE
-                        else f"known releases table: {known_releases.provenance_line()}")
-    if sha256 is not None and sha256.lower() != release.sha256:
-        raise mismatch(release.file_name, Expected("sha256", sha256.lower(), "--sha256"),
-                       f"{release.sha256} as published ({expected.source})")
-    local = redist.local_path(choice.url)
-    if local is not None:
-        return local, expected  # checked as it is read
-    fetched = fetch(result, ctx, choice.url, None, headers, cache_dir, expected=expected)
-    return fetched.path, None  # checked as it was fetched
+    describe_offer(result, offer, chosen, why)
+    return chosen.obtain(offer, fetcher(result, ctx, headers, cache_dir, chosen), sha256)

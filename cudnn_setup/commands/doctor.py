@@ -21,12 +21,14 @@ from cudnn_setup.checks.locate import describe, locate
 from cudnn_setup.checks.problems import INFO, problems_from
 from cudnn_setup.checks.suite import Frameworks, frameworks_of, run_checks
 from cudnn_setup.checks.theano_check import stale_dnn_paths
-from cudnn_setup.commands.base import Context, command
+from cudnn_setup.commands.base import Context, command, include_needs_lib_dir
 from cudnn_setup.commands.steps import root_installation
 from cudnn_setup.facts import host, loader
 from cudnn_setup.facts.cuda import CudaRoot
 from cudnn_setup.facts.survey import all_cuda_roots, machine_cudnn
+from cudnn_setup.errors import SetupError
 from cudnn_setup.report import FAIL, PASS, WARN, Check, Result
+from cudnn_setup.state.layout import StateDir
 from cudnn_setup.startup_line import explain
 from cudnn_setup.theanorc import effective_config
 
@@ -35,6 +37,7 @@ from cudnn_setup.theanorc import effective_config
 def doctor(result: Result, ctx: Context, message: str | None = None,
            cuda_root: Path | None = None, *, python: str | None = None,
            lib_dir: Path | None = None, include_dir: Path | None = None) -> None:
+    include_needs_lib_dir(lib_dir, include_dir)
     python = python or ctx.python
     d = Diagnosis()
     d.system = host.describe()
@@ -47,15 +50,23 @@ def doctor(result: Result, ctx: Context, message: str | None = None,
     if lib_dir is not None:
         inst = locate(lib_dir, include_dir, root)
     elif root is not None:
-        inst, damaged = root_installation(result, root, ctx)
+        leftover = leftover_finding(root)
+        if leftover is not None:
+            d.findings.append(leftover)
+        # a journal is finished first; staging without one is reported, not removed
+        inst, damaged = root_installation(result, root, ctx, sweep=False)
+    ctx.status("looking for every CUDA root and cuDNN copy on this machine")
     survey(d, ctx, message)
     search = loader_environment(ctx.env)
+    ctx.status("asking the NVIDIA driver about the GPUs")
     driver = driver_facts(ctx.env, loader=search)
+    ctx.status(f"importing the deep-learning frameworks of {python}")
     frameworks = frameworks_of(python, ctx.env, loader=search)
     checks = [frameworks.check]
     if inst is not None:
         checks = run_checks(inst, python=python, env=ctx.env, theano=False, conf=ctx.ld_so_conf,
-                            driver=driver, frameworks=frameworks, loader=search)
+                            driver=driver, frameworks=frameworks, loader=search,
+                            status=ctx.status)
         result.cudnn_version = inst.version
     extra = d.findings
     if damaged is not None:
@@ -101,7 +112,8 @@ class Diagnosis:
         for load in self.loads:
             first = load["would_load"]
             checks.append(Check(f"loads-{load['name']}", PASS if first else WARN,
-                                f"{first['path']} (via {first['via']})" if first else "not found"))
+                                f"{first['path']} (via {first['via']})" if first
+                                else self.not_loaded(load["name"])))
         eff = self.theano_config.get("effective", {})
         shown = ", ".join(f"{k}={v['value']} ({v['from']})" for k, v in eff.items()) or "defaults"
         errors = self.theano_config.get("errors", [])
@@ -109,6 +121,41 @@ class Diagnosis:
                             f"read {', '.join(self.theano_config['read']) or 'no file'}; {shown}"
                             + "".join(f"; {e}" for e in errors)))
         return checks
+
+
+    def not_loaded(self, name: str) -> str:
+        """Why a loads-… check warns, in words: what was looked for, where, and what it means."""
+        major = name.rsplit(".", 1)[-1]
+        copies = [c["path"] for c in self.cudnn_copies
+                  if (c.get("version") or "").split(".")[0] == major]
+        shown = ", ".join(copies[:3]) + (" …" if len(copies) > 3 else "")
+        return (f"a program started without help would not find {name}: it is in none of "
+                "LD_LIBRARY_PATH, the ldconfig cache, the ld.so.conf directories and the default "
+                f"ones; the cuDNN {major} found here ({shown or 'none'}) is loaded only by "
+                "programs that name its directory themselves (LD_LIBRARY_PATH, an RPATH, a "
+                "framework's own loader)")
+
+
+def leftover_finding(root: CudaRoot) -> dict | None:
+    """Staging under <root>/.cudnn-setup/tx: a run at work now (the lock is held), or what a
+    killed run left, which the next install, uninstall or verify removes."""
+    state = StateDir(root.path)
+    try:
+        left = state.leftovers()
+        holder = state.lock_held() if left is not None else None
+    except SetupError:  # damaged state: reported as such by root_installation
+        return None
+    if left is None:
+        return None
+    what = left.describe(state.path)
+    if holder is not None:
+        return {"severity": INFO, "check": "state",
+                "message": f"a cudnn-setup run is working on {root.path} ({holder}): {what} "
+                           "is its staging", "fix": ""}
+    return {"severity": WARN, "check": "state",
+            "message": f"{what} left by a cudnn-setup run that was killed before it finished",
+            "fix": f"the next `cudnn-setup install`, `uninstall` or `verify` on {root.path} "
+                   "removes them (and says so)"}
 
 
 def survey(d: Diagnosis, ctx: Context, message: str | None) -> None:

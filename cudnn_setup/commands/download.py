@@ -1,71 +1,45 @@
-"""`download`: fetch an archive into the cache (resumable, checksummed); also the first step of
-`install URL`.
+"""`download`: fetch an archive into the cache (resumable, checksummed), from its URL or, given a
+version, from a source of releases (NVIDIA's tree, a mirror, a PyPI index); also the first
+step of `install URL`.
 """
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
-from cudnn_setup.commands.base import Context, command
+from cudnn_setup.commands.base import Context, command, root_if_any
+from cudnn_setup.commands.by_version import (VERSION, choose_source, classify, describe_offer,
+                                             fetcher, pick_version)
+from cudnn_setup.commands.fetching import (KEEP_HEADERS_VAR, check_sha256, fetch,  # noqa: F401
+                                           parse_headers)
 from cudnn_setup.errors import DownloadFailed, UsageError
-from cudnn_setup.fetch.checksums import Expected, expected_for
-from cudnn_setup.fetch.download import Downloader, Fetched, default_cache_dir, file_name
 from cudnn_setup.report import Result
-from cudnn_setup.text import escape
-
-# Names of --header headers that may follow a redirect to another host (comma-separated);
-# by default none does, and credentials (Authorization, Cookie…) never do.
-KEEP_HEADERS_VAR = "CUDNN_SETUP_REDIRECT_KEEP_HEADERS"
-_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # an HTTP header name (RFC 9110)
-
-
-def parse_headers(headers: list[str] | None) -> dict[str, str]:
-    parsed = {}
-    for h in headers or []:
-        key, colon, value = h.partition(":")
-        key, value = key.strip(), value.strip()
-        if not colon or not _TOKEN.fullmatch(key) or any(c in value for c in "\r\n\0"):
-            raise UsageError("--header must look like 'Name: value' (one line, a name of "
-                             "letters, digits and -)", "e.g. --header 'Authorization: Bearer TOKEN'")
-        parsed[key] = value
-    return parsed
-
-
-def check_sha256(value: str | None) -> None:
-    if value is not None and not (len(value) == 64 and
-                                  all(c in "0123456789abcdefABCDEF" for c in value)):
-        raise UsageError(f"--sha256 {value!r} is not 64 hex digits", "copy the checksum whole")
-
-
-def fetch(result: Result, ctx: Context, url: str, sha256: str | None,
-          headers: list[str] | None, cache_dir: Path | None,
-          expected: Expected | None = None) -> Fetched:
-    """Download `url` into the cache (or reuse it), checked against what is known of it
-    (`expected`, when the caller knows where the checksum comes from)."""
-    cache = cache_dir or default_cache_dir(ctx.env, ctx.home)
-    keep = [h.strip() for h in ctx.env.get(KEEP_HEADERS_VAR, "").split(",") if h.strip()]
-    downloader = Downloader(cache, headers=parse_headers(headers),
-                            on_progress=ctx.progress("downloading"), env=ctx.env, home=ctx.home,
-                            keep_on_redirect=keep)
-    fetched = downloader.fetch(url, expected or expected_for(file_name(url), sha256))
-    result.add("download", fetched.to_dict())
-    if fetched.from_cache:
-        how = "reused from the cache" + (f" (the server's {fetched.validated_by.replace('_', '-')})"
-                                         if fetched.validated_by else "")
-    elif fetched.resumed_from:
-        how = f"resumed at byte {fetched.resumed_from} (the server sent the rest: 206)"
-    else:
-        how = "downloaded"
-    check = (f"{fetched.expected.algorithm} matches ({fetched.expected.source})" if fetched.expected
-             else "no checksum known: pass --sha256 to check it")
-    result.lines.append(f"{escape(fetched.path.name)}: {how}, {fetched.size} bytes; {check}")
-    return fetched
+from cudnn_setup.sources.base import PYPI
 
 
 @command("download", fails_as=DownloadFailed)
 def download(result: Result, ctx: Context, url: str, output: Path | None = None,
              sha256: str | None = None, headers: list[str] | None = None,
-             cache_dir: Path | None = None) -> None:
+             cache_dir: Path | None = None, *, from_: str | None = None,
+             index_url: str | None = None, mirror: str | None = None, cuda: str | None = None,
+             cuda_root: Path | None = None) -> None:
     check_sha256(sha256)
-    fetched = fetch(result, ctx, url, sha256, headers, output or cache_dir)
-    result.add("path", str(fetched.path))
+    pypi = from_ == PYPI or index_url is not None
+    choosing = from_ is not None or index_url is not None or mirror is not None or cuda is not None
+    if classify(url, prerelease=pypi) != VERSION:
+        if choosing:
+            raise UsageError("--from, --index-url, --mirror and --cuda choose a release by version; "
+                             f"{url!r} is not a version", "give a version such as 9.1, or drop them")
+        fetched = fetch(result, ctx, url, sha256, headers, output or cache_dir)
+        result.add("path", str(fetched.path))
+        return
+    root = root_if_any(ctx, cuda_root)
+    if root is not None:
+        result.cuda_root = str(root.path)
+    source = choose_source(ctx, from_=from_, mirror=mirror, index_url=index_url,
+                           headers=headers, cache_dir=output or cache_dir)
+    offer = pick_version(source, url, root, cuda)
+    describe_offer(result, offer, source, f"newest {url.strip()}")
+    obtained = source.obtain(offer, fetcher(result, ctx, headers, output or cache_dir, source),
+                             sha256)
+    result.add("provenance", obtained.provenance.to_dict())
+    result.add("path", str(obtained.path))

@@ -7,23 +7,26 @@ from pathlib import Path
 
 from cudnn_setup.archive import read_package
 from cudnn_setup.archive.package import Package
-from cudnn_setup.commands.base import Context, command, which
+from cudnn_setup.commands.base import Context, command, reading, which
 from cudnn_setup.commands.placement import BuiltFor, built_for, cuda_mismatch
 from cudnn_setup.errors import ArchiveRejected
 from cudnn_setup.facts.cuda import find_cuda_root
 from cudnn_setup.report import Result
 from cudnn_setup.state.layout import StateDir
-from cudnn_setup.text import escape
+from cudnn_setup.text import escape, plural
 
 
 @command("inspect")
 def inspect(result: Result, ctx: Context, archive: Path, cuda_root: Path | None = None) -> None:
     root = find_cuda_root(ctx.env, cuda_root) if cuda_root is not None else None
     with tempfile.TemporaryDirectory(prefix="cudnn-setup-inspect-") as tmp:
-        pkg = read_package(archive, Path(tmp) / "staging", xz=which(ctx, "xz"))
+        pkg = read_package(archive, Path(tmp) / "staging", xz=which(ctx, "xz"), env=ctx.env,
+                           on_read=reading(ctx, archive))
         built = BuiltFor(pkg.cuda_version, "archive name" if pkg.cuda_version else
                          "unknown (not in the file name)")
         if root is not None and pkg.installable:
+            if not pkg.cuda_version:
+                ctx.status("asking the archive's library which CUDA it was built for")
             built = built_for(pkg, Path(tmp) / "probe", ctx.env)
     result.cudnn_version = pkg.cudnn_version
     result.add("package", pkg.to_dict())
@@ -38,7 +41,7 @@ def inspect(result: Result, ctx: Context, archive: Path, cuda_root: Path | None 
     if not pkg.installable:
         errors = [p for p in pkg.problems if p.severity == "error"]
         raise ArchiveRejected(f"{escape(archive.name)} cannot be installed here: "
-                              f"{len(errors)} problem(s)", errors[0].hint, problems=errors)
+                              f"{plural(len(errors), 'problem')}", errors[0].hint, problems=errors)
     if refusal is not None:
         raise refusal
 
@@ -60,9 +63,7 @@ def describe_package(pkg: Package, built: BuiltFor | None = None, root: str | No
     lines.append(f"headers      {', '.join(m.name for m in pkg.headers) or '-'}")
     for lib in pkg.libraries:
         soname = lib.elf.soname if lib.elf else "?"
-        chain = " <- ".join([lib.name] + [link.name for link in pkg.links
-                                          if link.chain and link.chain[-1] == lib.name])
-        lines.append(f"library      {chain}  (SONAME {soname})")
+        lines.append(f"library      {link_chains(pkg, lib.name)}  (SONAME {soname})")
     for m in pkg.static_libraries:
         lines.append(f"static       {m.name}")
     lines.append(f"complete     {'yes' if not pkg.missing else 'no, missing ' + ', '.join(pkg.missing)}")
@@ -76,3 +77,16 @@ def describe_package(pkg: Package, built: BuiltFor | None = None, root: str | No
     else:
         lines.append(f"verdict      NOT installable into {root} (CUDA {root_cuda or 'unknown'})")
     return lines
+
+
+def link_chains(pkg: Package, name: str) -> str:
+    """The archive's links to library `name` as the chains they are, from the name a linker
+    uses to the file: "libcudnn.so -> libcudnn.so.9 -> libcudnn.so.9.1.0" (two links that
+    lead there apart: "a -> c; b -> c"), whatever order the archive lists its members in."""
+    links = [link for link in pkg.links if link.chain and link.chain[-1] == name]
+    targeted = {hop for link in links for hop in link.chain[:-1]}
+    heads = sorted((link for link in links if link.name not in targeted),
+                   key=lambda link: (-len(link.chain), link.name))
+    if not heads:
+        return escape(name)
+    return "; ".join(" -> ".join(escape(n) for n in [link.name, *link.chain]) for link in heads)

@@ -3,21 +3,25 @@ make the loader find it, write Theano's config, verify.
 """
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
 
+from cudnn_setup.archive.wheel import WHEEL
 from cudnn_setup.checks.driver import driver_facts
 from cudnn_setup.checks.installation import find_installation
 from cudnn_setup.checks.suite import run_checks
 from cudnn_setup.commands import placement
-from cudnn_setup.commands.base import Context, command, which
+from cudnn_setup.commands.base import Context, command, reading, which
 from cudnn_setup.commands.by_version import resolve_source
-from cudnn_setup.commands.download import check_sha256, fetch
+from cudnn_setup.commands.fetching import check_sha256
 from cudnn_setup.commands.steps import (FrameworkLookahead, loader_step, theanorc_path,
                                         theanorc_step)
 from cudnn_setup.facts.cuda import CudaRoot, find_cuda_root
-from cudnn_setup.fetch.checksums import expected_for
+from cudnn_setup.facts.ldresolve import NotLoadable, read_object
 from cudnn_setup.report import Result
+from cudnn_setup.state.plan import describe_action
+from cudnn_setup.text import escape, plural
 
 
 @command("install")
@@ -26,32 +30,32 @@ def install(result: Result, ctx: Context, source: str, *, cuda_root: Path | None
             python: str | None = None, no_verify: bool = False, dry_run: bool = False,
             force: bool = False, ldconfig: bool = False, headers: list[str] | None = None,
             cache_dir: Path | None = None, cuda: str | None = None,
-            mirror: str | None = None, no_frameworks: bool = False) -> None:
+            mirror: str | None = None, no_frameworks: bool = False, from_: str | None = None,
+            index_url: str | None = None) -> None:
     check_sha256(sha256)
     root = find_cuda_root(ctx.env, cuda_root)
     result.cuda_root = str(root.path)
     python = python or ctx.python
-    # A version, a bare NVIDIA archive name or a file:// URL becomes a local archive here.
-    by_version = resolve_source(result, ctx, source, root, cuda=cuda, mirror=mirror,
-                                sha256=sha256, headers=headers, cache_dir=cache_dir)
-    if by_version is not None:
-        archive, expected = by_version
-    elif source.startswith(("http://", "https://")):
-        archive = fetch(result, ctx, source, sha256, headers, cache_dir).path
-        expected = None  # checked as it was fetched
-    else:
-        archive = Path(source)
-        expected = expected_for(archive.name, sha256)
+    # Every SOURCE (a path, a URL, a version from a tree, a mirror or a PyPI index) becomes a
+    # local file, the checksum it must have as it is read, and its provenance (sources/).
+    obtained = resolve_source(result, ctx, source, root, cuda=cuda, mirror=mirror,
+                              sha256=sha256, headers=headers, cache_dir=cache_dir,
+                              from_=from_, index_url=index_url)
+    archive, expected = obtained.path, obtained.expected
+    result.add("provenance", obtained.provenance.to_dict())
     # The GPUs and driver the build must fit, asked once, by a child that starts the driver
     # (half a second on a GPU machine): it runs while the archive is read, and is waited for
     # when the staged build is judged, before anything is placed. When the install fails or is
     # interrupted first, it is not waited for (its child times out in a session of its own).
     asked = _Background(driver_facts, ctx.env)
     outcome = placement.install(archive, root, force=force, dry_run=dry_run, expected=expected,
-                                on_read=_progress(ctx, archive), lock_timeout=ctx.lock_timeout,
-                                xz=which(ctx, "xz"), env=ctx.env, driver=asked.result)
+                                on_read=reading(ctx, archive), lock_timeout=ctx.lock_timeout,
+                                xz=which(ctx, "xz"), env=ctx.env, driver=asked.result,
+                                on_status=ctx.status, provenance=obtained.provenance.to_dict())
     driver = asked.result()
     pkg = outcome.package
+    if pkg is not None and pkg.compression == WHEEL and not dry_run:
+        outcome.notes += wheel_runpath_notes(pkg, outcome.lib_dir or root.lib_dir(), root.path)
     result.cudnn_version = pkg.cudnn_version if pkg else None
     result.changed = outcome.changed and not dry_run
     result.add("install", outcome.to_dict())
@@ -77,9 +81,46 @@ def install(result: Result, ctx: Context, source: str, *, cuda_root: Path | None
                                     theanorc=rc, conf=ctx.ld_so_conf, driver=driver,
                                     frameworks=frameworks.report() if same else None,
                                     with_frameworks=not no_frameworks, loader_fix=step.loader_fix,
-                                    loader=frameworks.search if same else None)
+                                    loader=frameworks.search if same else None,
+                                    status=ctx.status)
     if step is not None and step.refused:
         raise step.refused
+
+
+def wheel_runpath_notes(pkg, lib_dir: Path, root: Path) -> list[str]:
+    """What the RUNPATH NVIDIA gave a wheel's libraries means once they sit in the root.
+
+    In the wheel they sit in site-packages/nvidia/cudnn/lib and find cuBLAS and NVRTC beside it
+    ($ORIGIN/../../cublas/lib). Placed in <root>/lib, `$ORIGIN` is the root's own lib dir, and
+    the other entries name directories next to the root, outside it, which the loader searches
+    before its cache: the deps check judges the root as it is, those directories included."""
+    entries: list[str] = []
+    for lib in pkg.libraries:
+        try:
+            runpath = read_object(lib_dir / lib.name).runpath or ()
+        except NotLoadable:
+            continue
+        entries += [e for e in runpath if e and e not in entries]
+    if not entries:
+        return []
+    outside = []
+    for e in entries:
+        if "$ORIGIN" not in e and "${ORIGIN}" not in e:
+            outside.append((e, Path(e)))
+            continue
+        where = Path(os.path.normpath(str(lib_dir / e.replace("${ORIGIN}", ".").replace(
+            "$ORIGIN", "."))))
+        if not (where == lib_dir or str(where).startswith(str(root) + os.sep)):
+            outside.append((e, where))
+    if not outside:
+        return []
+    said = ", ".join(f"{e} = {escape(str(w))}" + (" (it exists: libraries there come before "
+                                                    "the system's)" if w.is_dir() else "")
+                     for e, w in outside)
+    return [f"the wheel's libraries keep NVIDIA's RUNPATH ({':'.join(entries)}), made for "
+            f"site-packages: in {escape(str(lib_dir))} $ORIGIN finds cuBLAS and NVRTC placed "
+            f"in the root, and the other entries name directories outside the root ({said}); "
+            "the deps check judges the root as it is"]
 
 
 class _Background:
@@ -105,17 +146,6 @@ class _Background:
         return self.value
 
 
-def _progress(ctx: Context, archive: Path):
-    report = ctx.progress("installing")
-    if report is None:
-        return None
-    try:
-        total = archive.stat().st_size
-    except OSError:
-        total = None
-    return lambda done: report(done, total)
-
-
 def _describe(result: Result, outcome: placement.Outcome, root: CudaRoot, dry_run: bool) -> None:
     pkg = outcome.package
     if outcome.recovered:
@@ -125,13 +155,14 @@ def _describe(result: Result, outcome: placement.Outcome, root: CudaRoot, dry_ru
     if dry_run:
         result.lines.append(f"plan for {what} into {where}:" if outcome.changed
                             else f"{what} is already installed in {where}; nothing to do")
-        result.lines += [f"  {a['action']:<16} {a['path']}" for a in outcome.plan.actions()]
+        result.lines += [describe_action(a) for a in outcome.plan.actions()]
         result.lines += [f"note: {n}" for n in outcome.notes]
         return
     plan = outcome.plan
     if plan.ops:
-        result.lines.append(f"installed {what} into {where}: {len(plan.ops)} change(s), "
-                            f"{len(plan.unchanged) + len(plan.adopted)} file(s) already in place")
+        result.lines.append(f"installed {what} into {where}: {plural(len(plan.ops), 'change')}, "
+                            f"{plural(len(plan.unchanged) + len(plan.adopted), 'file')} already "
+                            "in place")
     elif outcome.changed:
         result.lines.append(f"{what} was already in {where}, copied there by hand: nothing "
                             "written but cudnn-setup's record of it")
@@ -142,7 +173,7 @@ def _describe(result: Result, outcome: placement.Outcome, root: CudaRoot, dry_ru
                             "(uninstall puts it back)")
     result.lines += [f"note: {n}" for n in outcome.notes]
     if plan.adopted:
-        result.lines.append(f"left {len(plan.adopted)} file(s) as they were: identical to the "
+        result.lines.append(f"left {plural(len(plan.adopted), 'file')} as they were: identical to the "
                             "archive's but not installed by cudnn-setup, so uninstall leaves "
                             "them (" + ", ".join(plan.adopted[:3])
                             + (" …" if len(plan.adopted) > 3 else "") + ")")

@@ -6,18 +6,18 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable, Optional
 
-from packaging.version import InvalidVersion, Version
+from packaging.version import InvalidVersion
 
 from cudnn_setup.checks.driver import describe_gpus, driver_facts, has_driver
 from cudnn_setup.commands.base import Context, command, root_if_any
-from cudnn_setup.commands.by_version import target, tree_for
+from cudnn_setup.commands.by_version import choose_source, target
 from cudnn_setup.errors import DownloadFailed
 from cudnn_setup.facts import gpu_support as S
 from cudnn_setup.facts.cuda import CudaRoot
 from cudnn_setup.fetch import known_releases, redist
-from cudnn_setup.fetch.candidates import Release
-from cudnn_setup.fetch.download import redact
-from cudnn_setup.fetch.resolve import catalog
+from cudnn_setup.fetch.candidates import Release, newest_first
+from cudnn_setup.sources.base import MIRROR, NVIDIA, Offer
+from cudnn_setup.sources.tree import offer_of
 from cudnn_setup.report import WARN, Check, Result
 from cudnn_setup.state.layout import StateDir
 
@@ -59,16 +59,20 @@ def installed_archive(root: CudaRoot | None) -> dict | None:
             "version": manifest.cudnn_version}
 
 
-def rows(releases: list[Release], installed: dict | None,
-         judge: FitJudge | None = None) -> list[dict]:
-    """The JSON entries: newest first, and per version the variants in CUDA order, newest first."""
-    ordered = sorted(releases, reverse=True,
-                     key=lambda r: (Version(r.version), redist.variant_key(r.cuda_variant)))
+def rows(releases: list, installed: dict | None, judge: FitJudge | None = None) -> list[dict]:
+    """The JSON entries (from sources.base.Offer): newest first, and per version the variants
+    in CUDA order, newest first."""
     out = []
-    for r in ordered:
+    for r in newest_first(releases):
+        offer = isinstance(r, Offer)
         row = {"version": r.version, "cuda_variant": r.cuda_variant, "platform": r.platform,
-               "file_name": r.file_name, "sha256": r.sha256, "size": r.size, "source": r.source,
+               "file_name": r.file_name, "sha256": r.sha256, "size": r.size,
+               # a tree's own words ("known table", "redistrib_… at …"); an index's sentence
+               "source": r.details.get("source", r.checksum_from) if offer else r.source,
+               "format": r.format if offer else "archive",
                "installed": installed is not None and r.sha256 == installed["sha256"]}
+        if getattr(r, "repacked_from", None):
+            row["repacked_from"] = r.repacked_from
         if judge is not None:
             verdict = judge(r)
             row["fits"] = None if verdict is None else {"ok": verdict[0], "why": verdict[1]}
@@ -79,20 +83,22 @@ def rows(releases: list[Release], installed: dict | None,
 @command("list")
 def list_releases(result: Result, ctx: Context, *, cuda: str | None = None,
                   cuda_root: Path | None = None, mirror: str | None = None,
-                  headers: list[str] | None = None) -> None:
+                  headers: list[str] | None = None, from_: str | None = None,
+                  index_url: str | None = None) -> None:
     root = root_if_any(ctx, cuda_root)
     if root is not None:
         result.cuda_root = str(root.path)
     platform, cuda_version = target(root, cuda)
-    tree = tree_for(ctx, mirror, headers)
+    source = choose_source(ctx, from_=from_, mirror=mirror, index_url=index_url, headers=headers)
     try:
-        found = catalog(tree, platform)
-        releases, notes = found.releases, list(found.notes)
+        found = source.releases(platform, cuda_version)
+        releases, notes = found.offers, list(found.notes)
     except DownloadFailed as exc:
-        if not tree.nvidia:
+        if source.kind != NVIDIA:
             raise
         # NVIDIA's tree out of reach (offline, firewalled): the table is still NVIDIA's list.
-        releases = [r for r in known_releases.releases() if r.platform == platform]
+        releases = [offer_of(r, r.url()) for r in known_releases.releases()
+                    if r.platform == platform]
         notes = []
         result.checks.append(Check("manifests", WARN, f"{exc.message}; showing the known table "
                                    "only, without releases newer than it"))
@@ -105,8 +111,9 @@ def list_releases(result: Result, ctx: Context, *, cuda: str | None = None,
     result.add("releases", listed)
     result.add("platform", platform)
     result.add("cuda_version", cuda_version)
-    result.add("mirror", None if tree.nvidia else redact(tree.url))
-    _describe(result, listed, platform, cuda_version, root, tree.url, installed, notes)
+    result.add("mirror", source.where if source.kind == MIRROR else None)
+    result.add("source", {"kind": source.kind, "where": source.where})
+    _describe(result, listed, platform, cuda_version, root, source.where, installed, notes)
 
 
 def _describe(result: Result, listed: list[dict], platform: str, cuda_version: str | None,
@@ -114,7 +121,7 @@ def _describe(result: Result, listed: list[dict], platform: str, cuda_version: s
               notes: list[str]) -> None:
     for_cuda = f"CUDA {cuda_version}" if cuda_version else "every CUDA version"
     where = f" (root {root.path})" if root is not None else ""
-    result.lines.append(f"cuDNN for {platform} and {for_cuda}{where}, from {redact(tree_url)}:")
+    result.lines.append(f"cuDNN for {platform} and {for_cuda}{where}, from {tree_url}:")
     variants = sorted({row["cuda_variant"] for row in listed}, key=redist.variant_key, reverse=True)
     for variant in variants:
         result.lines.append(f"  {variant}:")

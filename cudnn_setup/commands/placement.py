@@ -37,7 +37,7 @@ from cudnn_setup.state.paths import STATE_DIR, is_within
 from cudnn_setup.state.plan import (Desired, Plan, conflict_error, files_of, make_plan,
                                     uninstall_plan)
 from cudnn_setup.state.transaction import Filesystem, Transaction, recover
-from cudnn_setup.text import escape
+from cudnn_setup.text import escape, plural
 
 PROBE_TIMEOUT = 60.0
 
@@ -220,14 +220,17 @@ class Outcome:
 
 
 def _stage(archive: Path, staging: Path, expected: Expected | None,
-           on_read: Callable[[int], None] | None, xz: str | None) -> Package:
-    pkg = read_package(archive, staging, on_read=on_read, xz=xz)
+           on_read: Callable[[int], None] | None, xz: str | None,
+           env: Mapping[str, str]) -> Package:
+    pkg = read_package(archive, staging, on_read=on_read, xz=xz, env=env,
+                       expected_sha256=expected.digest if expected and
+                       expected.algorithm == "sha256" else None)
     if expected and pkg.sha256 and pkg.sha256 != expected.digest:
         raise mismatch(escape(archive.name), expected, pkg.sha256)
     if not pkg.installable:
         errors = [p for p in pkg.problems if p.severity == "error"]
         first = errors[0]
-        more = f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""
+        more = f" (and {plural(len(errors) - 1, 'more problem')})" if len(errors) > 1 else ""
         raise ArchiveRejected(f"{escape(archive.name)}: {first.message}{more}", first.hint,
                               problems=errors)
     return pkg
@@ -265,7 +268,8 @@ def make_durable(sources: list[Path], top: Path) -> None:
 
 
 def _manifest(txid: str, pkg: Package, desired: list[Desired], plan: Plan, include_rel: str,
-              lib_rel: str, source_name: str, built: BuiltFor) -> Manifest:
+              lib_rel: str, source_name: str, built: BuiltFor,
+              provenance: dict | None) -> Manifest:
     return Manifest(
         tool_version=__version__,
         txid=txid,
@@ -274,7 +278,7 @@ def _manifest(txid: str, pkg: Package, desired: list[Desired], plan: Plan, inclu
         generation=pkg.generation,
         cuda_version=built.version,
         cuda_source=built.source if built.version else None,
-        source=Source(source_name, pkg.sha256, pkg.size),
+        source=Source(source_name, pkg.sha256, pkg.size, provenance),
         include_dir=include_rel,
         lib_dir=lib_rel,
         libraries=[lib.name for lib in pkg.libraries],
@@ -289,17 +293,23 @@ def install(archive: Path, root: CudaRoot, *, force: bool = False, dry_run: bool
             lock_timeout: float = 300.0, tmp_dir: Path | None = None,
             on_read: Callable[[int], None] | None = None, xz: str | None = None,
             env: Mapping[str, str] | None = None,
-            driver: Callable[[], dict | None] | dict | None = None) -> Outcome:
-    """Install `archive` into `root`. `env` is the environment of the child process that asks
+            driver: Callable[[], dict | None] | dict | None = None,
+            on_status: Callable[[str], None] | None = None,
+            provenance: dict | None = None) -> Outcome:
+    """Install `archive` into `root`; `provenance` (sources.base.Provenance) is recorded in
+    the manifest. `env` is the environment of the child process that asks
     a library which CUDA it was built for, when the archive's name does not say; `driver`
     (checks.driver.driver_facts, or a function that waits for them) the GPUs and driver the
-    build must fit."""
+    build must fit; `on_status` hears a line for each step and for a wait on the lock."""
     state = StateDir(root.path)
+    say = on_status or (lambda line: None)
     include_rel, lib_rel = root_dirs(root)
     lib_dir = root.path / lib_rel
     def judged(work: Path) -> tuple[Package, BuiltFor, Manifest | None, list[str]]:
         """Stage and judge the archive under `work`; refuse what does not fit (exit 3)."""
-        pkg = _stage(archive, work / "staging", expected, on_read, xz)
+        pkg = _stage(archive, work / "staging", expected, on_read, xz, env or {})
+        say(f"judging cuDNN {pkg.cudnn_version or '(version unknown)'}: whether it fits "
+            f"{root.path} and this machine's GPUs and driver")
         built = built_for(pkg, work / "probe", env)
         old = state.manifest()
         refusal = None if force else cuda_mismatch(pkg, built, root, archive.name, old)
@@ -320,8 +330,10 @@ def install(archive: Path, root: CudaRoot, *, force: bool = False, dry_run: bool
             notes += fit_notes
             return Outcome(plan.changed, plan, pkg, lib_dir=lib_dir, built_for=built, notes=notes)
     created_state = not state.exists()
-    with _rolled_back_errors("install"), state.locked(lock_timeout):
+    with _rolled_back_errors("install"), state.locked(lock_timeout, on_status):
         recovered = recover(state)
+        if recovered:
+            say(recovered)
         txid = uuid.uuid4().hex[:12]
         tx = state.tx_dir(txid)
         notes: list[str] = []
@@ -334,8 +346,10 @@ def install(archive: Path, root: CudaRoot, *, force: bool = False, dry_run: bool
             if plan.conflicts:
                 raise conflict_error(plan.conflicts, root.path, "replaced")
             if plan.changed or old is None:
+                say(f"placing cuDNN {pkg.cudnn_version} into {root.path}: "
+                    f"{plural(len(plan.ops), 'change')} in one transaction")
                 manifest = _manifest(txid, pkg, desired, plan, include_rel, lib_rel,
-                                     archive.name, built)
+                                     archive.name, built, provenance)
                 _make_links(desired)
                 make_durable([root.path / op.source for op in plan.ops if op.action == PUT], tx)
 
@@ -378,20 +392,25 @@ def _rolled_back_errors(what: str) -> Iterator[None]:
 
 
 def recover_pending(root: CudaRoot, lock_timeout: float = 300.0,
-                    fs: Filesystem | None = None) -> str | None:
-    """Finish a transaction a killed run left behind, before anything else looks at the root."""
+                    fs: Filesystem | None = None, sweep: bool = True,
+                    on_wait: Callable[[str], None] | None = None) -> str | None:
+    """Finish a transaction a killed run left behind, before anything else looks at the root.
+    `sweep` False leaves staging without a journal where it is (doctor reports it instead)."""
     state = StateDir(root.path)
     if not state.pending():
         return None
+    if not sweep and not os.path.lexists(state.journal_path):
+        return None
     with _rolled_back_errors("finishing an interrupted transaction"), \
-            state.locked(lock_timeout):
+            state.locked(lock_timeout, on_wait):
         said = recover(state, fs)
         state.tidy()
         return said
 
 
 def uninstall(root: CudaRoot, *, force: bool = False, dry_run: bool = False,
-              fs: Filesystem | None = None, lock_timeout: float = 300.0) -> Outcome:
+              fs: Filesystem | None = None, lock_timeout: float = 300.0,
+              on_status: Callable[[str], None] | None = None) -> Outcome:
     state = StateDir(root.path)
     if dry_run:
         manifest = state.manifest()
@@ -400,7 +419,7 @@ def uninstall(root: CudaRoot, *, force: bool = False, dry_run: bool = False,
                        manifest=manifest.to_dict() if manifest else None)
     if not state.exists():
         return Outcome(False, Plan(), notes=["cudnn-setup has installed nothing here"])
-    with _rolled_back_errors("uninstall"), state.locked(lock_timeout):
+    with _rolled_back_errors("uninstall"), state.locked(lock_timeout, on_status):
         recovered = recover(state)
         manifest = state.manifest()
         plan = uninstall_plan(root.path, manifest, state.originals_rel, force)

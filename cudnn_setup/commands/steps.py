@@ -19,26 +19,26 @@ from cudnn_setup.errors import InstallFailed, SetupError, os_error
 from cudnn_setup.facts import loader
 from cudnn_setup.facts.cuda import CudaRoot
 from cudnn_setup.report import FAIL, PASS, SKIP, WARN, Check, Result
-from cudnn_setup.text import show_path
+from cudnn_setup.text import plural, show_path
 from cudnn_setup.theanorc import TheanorcRefused, configure, default_path
 
 STATE_DAMAGED = "state-damaged"
 
 
-def recover_first(result: Result, root: CudaRoot, ctx: Context) -> None:
+def recover_first(result: Result, root: CudaRoot, ctx: Context, sweep: bool = True) -> None:
     """Finish a transaction a killed run left behind, before anything looks at the root."""
-    said = recover_pending(root, ctx.lock_timeout)
+    said = recover_pending(root, ctx.lock_timeout, sweep=sweep, on_wait=ctx.status)
     if said:
         result.lines.append(said)
         result.add("recovered", said)
 
 
-def root_installation(result: Result, root: CudaRoot,
-                      ctx: Context) -> tuple[Installation | None, SetupError | None]:
+def root_installation(result: Result, root: CudaRoot, ctx: Context,
+                      sweep: bool = True) -> tuple[Installation | None, SetupError | None]:
     """The root's cuDNN after recovery, for commands that look without changing anything
     (doctor, bench): damaged state there is a finding, (None, the error), not the end."""
     try:
-        recover_first(result, root, ctx)
+        recover_first(result, root, ctx, sweep)
         return find_installation(root), None
     except SetupError as exc:
         if exc.code != STATE_DAMAGED:
@@ -84,6 +84,8 @@ class FrameworkLookahead:
 
     def what_if(self, change: Change) -> list[dict]:
         if self.now is None:
+            self.ctx.status(f"importing the deep-learning frameworks of {self.python}, to see "
+                            "what they load now and would load after the change")
             self.search = loader_environment(self.ctx.env)
             try:
                 self.now = framework_report(self.python, self.ctx.env, search=self.search)
@@ -134,7 +136,7 @@ def loader_step(ctx: Context, lib_dir: Path, register: bool, verify_follows: boo
             more = len(step.breaking) - 1
             step.refused = InstallFailed(
                 f"{lib_dir} was not registered with the loader: {step.breaking[0]}"
-                + (f" (and {more} more framework(s))" if more else "")
+                + (f" (and {plural(more, 'more framework')})" if more else "")
                 + "; the cuDNN installed there stands", f"{step.loader_fix}; --force registers "
                 "it anyway", code="would-break-frameworks")
             step.check = Check("ldconfig", FAIL, f"did not register {lib_dir} with the loader: "

@@ -7,6 +7,7 @@ from cudnn_setup.checks.installation import find_installation
 from cudnn_setup.commands.base import Context, command
 from cudnn_setup.commands.steps import recover_first, theanorc_path, theanorc_step
 from cudnn_setup.facts.cuda import find_cuda_root
+from cudnn_setup.errors import UsageError
 from cudnn_setup.report import FAIL, Result
 from cudnn_setup.theanorc import TheanorcRefused
 
@@ -19,6 +20,14 @@ def theanorc(result: Result, ctx: Context, *, cuda_root: Path | None = None,
     recover_first(result, root, ctx)
     inst = find_installation(root)  # the manifest's lib dir, else the root's
     result.cudnn_version = inst.version
+    if inst.library("libcudnn") is None or inst.header_file is None:
+        # optimizer_including=cudnn and [dnn] paths to a root without cuDNN make Theano stop
+        missing = ("no libcudnn.so.N in " + str(inst.lib_dir) if inst.library("libcudnn") is None
+                   else "no cudnn.h (or cudnn_version.h) in " + str(inst.include_dir))
+        raise UsageError(f"no cuDNN in {root.path} ({missing}); Theano's config was left "
+                         "untouched", f"install cuDNN there first (`cudnn-setup install ARCHIVE "
+                         f"--cuda-root {root.path}`), or pass --cuda-root naming the CUDA root "
+                         "that has it", code="no-cudnn")
     check = theanorc_step(result, theanorc_path(ctx, theanorc), root.path, inst.lib_dir, dry_run,
                           inst.version)
     if check.status == FAIL:  # the step's own refusal, its code and hint kept

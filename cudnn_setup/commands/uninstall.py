@@ -9,7 +9,9 @@ from cudnn_setup.commands.steps import theanorc_path
 from cudnn_setup.facts import loader
 from cudnn_setup.facts.cuda import find_cuda_root
 from cudnn_setup.report import Result
+from cudnn_setup.state.plan import describe_action
 from cudnn_setup.theanorc import BACKUP_SUFFIX, mentions
+from cudnn_setup.text import plural
 
 
 @command("uninstall")
@@ -18,7 +20,7 @@ def uninstall(result: Result, ctx: Context, *, cuda_root: Path | None = None,
     root = find_cuda_root(ctx.env, cuda_root)
     result.cuda_root = str(root.path)
     outcome = placement.uninstall(root, force=force, dry_run=dry_run,
-                                  lock_timeout=ctx.lock_timeout)
+                                  lock_timeout=ctx.lock_timeout, on_status=ctx.status)
     version = (outcome.manifest or {}).get("cudnn_version")
     result.cudnn_version = version
     result.changed = outcome.changed and not dry_run
@@ -42,8 +44,8 @@ def uninstall(result: Result, ctx: Context, *, cuda_root: Path | None = None,
         result.lines.append(f"removed {ctx.ld_conf_dir / loader.CONF_NAME}; ldconfig "
                             + ("ran" if ok else f"failed: {out}"))
     result.lines.append(head)
-    result.lines += [f"  {a['action']:<16} {a['path']}" for a in outcome.plan.actions()]
+    result.lines += [describe_action(a) for a in outcome.plan.actions()]
     result.lines += [f"note: {n}" for n in outcome.notes]
     if outcome.plan.kept:
-        result.lines.append(f"left {len(outcome.plan.kept)} file(s) in place: they were there, "
+        result.lines.append(f"left {plural(len(outcome.plan.kept), 'file')} in place: they were there, "
                             "identical, before cudnn-setup installed this cuDNN")

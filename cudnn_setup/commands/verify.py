@@ -9,7 +9,7 @@ from pathlib import Path
 from cudnn_setup.checks.installation import find_installation
 from cudnn_setup.checks.locate import describe, locate
 from cudnn_setup.checks.suite import run_checks
-from cudnn_setup.commands.base import Context, command, root_if_any
+from cudnn_setup.commands.base import Context, command, include_needs_lib_dir, root_if_any
 from cudnn_setup.commands.steps import recover_first, theanorc_path
 from cudnn_setup.facts.cuda import find_cuda_root
 from cudnn_setup.report import FAIL, Result
@@ -20,6 +20,7 @@ def verify(result: Result, ctx: Context, *, cuda_root: Path | None = None,
            theanorc: Path | None = None, python: str | None = None, no_theano: bool = False,
            deep: bool = False, lib_dir: Path | None = None, include_dir: Path | None = None,
            no_frameworks: bool = False) -> None:
+    include_needs_lib_dir(lib_dir, include_dir)
     if lib_dir is None:
         root = find_cuda_root(ctx.env, cuda_root)
         recover_first(result, root, ctx)
@@ -30,10 +31,18 @@ def verify(result: Result, ctx: Context, *, cuda_root: Path | None = None,
                 os.path.realpath(lib_dir) == os.path.realpath(root.lib_dir()):
             recover_first(result, root, ctx)  # the root's own cuDNN, read with its manifest
         inst = locate(lib_dir, include_dir, root)
+        if root is None:
+            result.lines.append("no CUDA root found: the cuda check is skipped and compile uses "
+                                "only the cuDNN's own headers (--cuda-root names one)")
+        elif cuda_root is None:
+            result.lines.append(f"CUDA root for the cuda and compile checks: {root.path}, "
+                                f"discovered via {root.found_via} (not given; --cuda-root "
+                                "names another)")
     result.cuda_root = str(root.path) if root is not None else None
     result.checks += run_checks(inst, python=python or ctx.python, env=ctx.env,
                                 theanorc=theanorc_path(ctx, theanorc), theano=not no_theano,
-                                conf=ctx.ld_so_conf, deep=deep, with_frameworks=not no_frameworks)
+                                conf=ctx.ld_so_conf, deep=deep, with_frameworks=not no_frameworks,
+                                status=ctx.status)
     result.cudnn_version = inst.version
     result.add("cudnn", describe(inst))
     failed = [c.name for c in result.checks if c.status == FAIL]

@@ -168,7 +168,7 @@ def find_cuda_root(env: Mapping[str, str], explicit: Path | None = None,
             path = Path(os.path.abspath(path))
             why = why_not_toolkit(path)
             if why is None:
-                version, source = cuda_version(path)
+                version, source = cuda_version(path, env)
                 return CudaRoot(path=path, found_via=via, version=version, version_source=source)
         tried.append(f"{via}: {why}")
         if explicit is not None and via == "--cuda-root":
@@ -178,8 +178,9 @@ def find_cuda_root(env: Mapping[str, str], explicit: Path | None = None,
                      "install the CUDA toolkit, or pass --cuda-root DIR (or set $CUDA_ROOT)")
 
 
-def cuda_version(root: Path) -> tuple[str | None, str | None]:
-    """CUDA version of a toolkit from version.json, version.txt, cuda.h or nvcc --version.
+def cuda_version(root: Path, env: Mapping[str, str]) -> tuple[str | None, str | None]:
+    """CUDA version of a toolkit from version.json, version.txt, cuda.h or nvcc --version (run
+    in `env`, the command's environment: nvcc is often a wrapper script that needs its PATH).
 
     Each file is read only if it is a regular file, and only its first MiBs: the version is
     near the top, and a root may hold anything.
@@ -204,7 +205,7 @@ def cuda_version(root: Path) -> tuple[str | None, str | None]:
         return version_text(int(m[1])), f"CUDA_VERSION in {header}"
     nvcc = root / "bin" / "nvcc"
     if nvcc.is_file() and os.access(nvcc, os.X_OK):
-        out = run_command([str(nvcc), "--version"], 30).out
+        out = run_command([str(nvcc), "--version"], 30, env).out
         m = re.search(r"release (\d+\.\d+)", out)
         if m:
             return m[1], f"{nvcc} --version"

@@ -46,13 +46,15 @@ FULL, JIT = "full", "jit"
 JIT_LIBS = ("libcudnn", "libcudnn_graph", "libcudnn_engines_runtime_compiled")
 R1_VERSION = "1.0.0"  # R1 has no version macros; it is reported as 1.0.0, saying why
 
-# A shared library's file name: stem, then .so, then an optional dotted version.
-SHARED_NAME = re.compile(r"^(?P<stem>lib[A-Za-z0-9_]+)\.so(?:\.(?P<ver>\d+(?:\.\d+)*))?$")
+# A shared library's file name: stem, then .so, then an optional dotted version. \Z, not $:
+# "$" would also match before a trailing newline, and names on disk may hold one.
+SHARED_NAME = re.compile(r"^(?P<stem>lib[A-Za-z0-9_]+)\.so(?:\.(?P<ver>\d+(?:\.\d+)*))?\Z")
 # A regular cuDNN library file as installed: libcudnn[_sub].so.X.Y[.Z]
-LIBRARY_FILE = re.compile(r"^(?P<stem>libcudnn[a-z_]*)\.so\.(?P<ver>\d+(?:\.\d+)+)$")
+LIBRARY_FILE = re.compile(r"^(?P<stem>libcudnn[a-z_]*)\.so\.(?P<ver>\d+(?:\.\d+)+)\Z")
 # Any cuDNN library name with a version, the SONAME form too: pip wheels ship the regular
 # files as libcudnn_ops.so.9, with no full version in the name.
-LIBRARY_NAME = re.compile(r"^(?P<stem>libcudnn[a-z_]*)\.so\.(?P<ver>\d+(?:\.\d+)*)$")
+LIBRARY_NAME = re.compile(r"^(?P<stem>libcudnn[a-z_]*)\.so\.(?P<ver>\d+(?:\.\d+)*)\Z")
+_DEVELOPMENT_NAME = re.compile(r"^(?P<stem>libcudnn[a-z_]*)\.so\Z")  # the link a linker takes
 _MACRO = re.compile(r"^\s*#\s*define\s+(CUDNN_MAJOR|CUDNN_MINOR|CUDNN_PATCHLEVEL|CUDNN_VERSION)"
                     r"\s+\(?\s*(\d+)\s*\)?\s*$", re.M)
 HEADERS_WITH_VERSION = ("cudnn_version.h", "cudnn.h")  # where the macros live, newest first
@@ -112,9 +114,21 @@ def expected_soname(stem: str, file_version: str | None, generation: str | None)
     return f"{stem}.so.{'.'.join(parts[:keep])}"
 
 
-def library_stem(name: str) -> str | None:
-    m = LIBRARY_NAME.match(name)
+def library_stem(name: str, *, unversioned: bool = False) -> str | None:
+    """The cuDNN library a file name is of: "libcudnn_ops" for libcudnn_ops.so.9 and
+    libcudnn_ops.so.9.1.0; with `unversioned`, for the development name libcudnn_ops.so too.
+    None for any other name (a base name, not a path)."""
+    m = LIBRARY_NAME.match(name) or (_DEVELOPMENT_NAME.match(name) if unversioned else None)
     return m["stem"] if m else None
+
+
+def so_base(name: str) -> str:
+    """Any library's name up to ".so", the part all its versions share: "libcublasLt.so" for
+    libcublasLt.so.12, "libcudnn_ops.so" for libcudnn_ops.so.9; a name without ".so" as it is.
+    The loader's run-time requests, the dependency table and the sub-library checks group
+    names by it."""
+    i = name.find(".so")
+    return name[:i + 3] if i >= 0 else name
 
 
 def library_file_version(name: str) -> str | None:
@@ -188,12 +202,12 @@ _OLD_NAME = re.compile(
     r"^cudnn-(?P<cuda>\d+\.\d+)-(?P<os>linux|osx|windows\d*)"
     r"-(?:(?P<arch>x64|x86_64|ppc64le|aarch64sbsa|sbsa|aarch64)-)?"
     r"(?P<ver>R\d+|v\d+(?:\.\d+)*)(?:-(?P<tag>prod|rc\d*|ga))?"
-    r"\.(?P<ext>tgz|tar\.gz|tar\.xz|tar|zip)$"
+    r"\.(?P<ext>tgz|tar\.gz|tar\.xz|tar|zip)\Z"
 )
 _NEW_NAME = re.compile(
     r"^cudnn(?P<jit>_jit)?-(?P<os>linux|windows)-(?P<arch>x86_64|sbsa|ppc64le|aarch64)"
     r"-(?P<ver>\d+\.\d+\.\d+(?:\.\d+)?)_cuda(?P<cuda>\d+(?:\.\d+)?)"
-    r"-archive\.(?P<ext>tar\.xz|tar\.gz|tgz|tar|zip)$"
+    r"-archive\.(?P<ext>tar\.xz|tar\.gz|tgz|tar|zip)\Z"
 )
 _ARCH = {"x64": "x86_64", "x86_64": "x86_64", "ppc64le": "ppc64le", "sbsa": "aarch64",
          "aarch64sbsa": "aarch64", "aarch64": "aarch64"}

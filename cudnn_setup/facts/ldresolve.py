@@ -39,6 +39,7 @@ from elftools.elf.dynamic import DynamicSection
 from elftools.elf.elffile import ELFFile
 
 from cudnn_setup.child import run_command
+from cudnn_setup.facts.cudnn import so_base
 
 # glibc's trusted directories when the loader cannot be asked (x86-64 Debian/Ubuntu, then
 # Fedora/RHEL/SUSE); probe_loader() replaces them with what the running ld.so says.
@@ -603,10 +604,6 @@ def runtime_names(path: str | os.PathLike, limit: int = MAX_RUNTIME_NAMES) -> li
     return list(found)
 
 
-def _stem(name: str) -> str:
-    return name[:name.index(".so") + 3]
-
-
 @dataclass(frozen=True)
 class Versions:
     """Numbers the library fills into the names it builds: cuDNN's own and its CUDA's."""
@@ -628,7 +625,7 @@ def runtime_requests(names: Sequence[str], requester_soname: str | None,
     for name in names:
         if name == own:
             continue
-        groups.setdefault(_stem(name), []).append(name)
+        groups.setdefault(so_base(name), []).append(name)
     own_version = None
     if versions.cudnn:
         own_version = versions.cudnn

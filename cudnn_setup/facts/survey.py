@@ -27,7 +27,7 @@ def all_cuda_roots(env: Mapping[str, str], explicit: Path | None) -> list[dict]:
         entry = {"path": str(path), "real": os.path.realpath(path), "found_via": via,
                  "usable": why is None, "why": why}
         if why is None:
-            entry["version"] = cuda_version(path)[0]
+            entry["version"] = cuda_version(path, env)[0]
         out.append(entry)
     return out
 

@@ -30,34 +30,64 @@ class UnknownVersion(UsageError):
 
 @dataclass(frozen=True)
 class VersionRequest:
-    """`9`, `9.17`, `9.17.0` or `9.17.0.29`: every release whose version starts with these parts."""
+    """`9`, `9.17`, `9.17.0` or `9.17.0.29`: every final release whose version starts with these
+    parts; or one pre-release asked for by its full version (`9.28.0.42rc1`, `exact`)."""
 
     release: tuple[int, ...]
+    exact: Version | None = None  # a pre-, post- or dev-release, matched by equality alone
 
     def __str__(self) -> str:
-        return ".".join(map(str, self.release))
+        return str(self.exact) if self.exact is not None else ".".join(map(str, self.release))
 
     def matches(self, version: str) -> bool:
-        parts = Version(version).release
+        v = Version(version)
+        if self.exact is not None:
+            return v == self.exact
+        if v.is_prerelease or v.is_postrelease:  # never picked unless asked for by name
+            return False
+        parts = v.release
         parts += (0,) * (len(self.release) - len(parts))  # 6.0 is 6.0.0
         return parts[:len(self.release)] == self.release
 
 
-def is_version_request(text: str) -> bool:
-    """Whether an install SOURCE is a version rather than a file name, path or URL."""
-    return bool(_REQUEST.match(text.strip()))
+# A full four-part version with a PEP 440 pre-, post- or dev-release suffix (the index's names)
+_EXACT = re.compile(r"^\d{1,4}(\.\d{1,6}){3}(?:(?:a|b|rc)\d{1,8})?(?:\.post\d{1,8})?"
+                    r"(?:\.dev\d{1,14})?$")
 
 
-def parse_request(text: str) -> VersionRequest:
+def is_version_request(text: str, prerelease: bool = False) -> bool:
+    """Whether an install SOURCE is a version rather than a file name, path or URL; with
+    `prerelease`, a full version with a pre-release suffix counts too (for a PyPI index)."""
     text = text.strip()
-    if not _REQUEST.match(text):
+    return bool(_REQUEST.match(text) or (prerelease and _EXACT.match(text)))
+
+
+def parse_request(text: str, prerelease: bool = False) -> VersionRequest:
+    text = text.strip()
+    if not _REQUEST.match(text) and not (prerelease and _EXACT.match(text)):
         raise UsageError(f"not a cuDNN version: {text[:40]!r}",
-                         "give 1 to 4 numbers: 9, 9.17, 9.17.0 or 9.17.0.29")
+                         "give 1 to 4 numbers: 9, 9.17, 9.17.0 or 9.17.0.29"
+                         + (", or a pre-release by its full version (9.28.0.42rc1)"
+                            if prerelease else ""))
     try:
         v = Version(text)
     except InvalidVersion as exc:  # the pattern above already excludes this; keep the reason
         raise UsageError(f"not a cuDNN version: {text!r}", str(exc)) from None
+    if v.is_prerelease or v.is_postrelease:
+        return VersionRequest(v.release, exact=v)
     return VersionRequest(v.release)
+
+
+def release_order(version: str, cuda_variant: str | None = None, platform: str = "") -> tuple:
+    """The sort key of "newest first" (sorted with reverse=True): PEP 440 version order, then the
+    CUDA variant (a newer CUDA first), then the platform name."""
+    return (Version(version), variant_key(cuda_variant) if cuda_variant else (-1, -1), platform)
+
+
+def newest_first(items: Iterable, key=lambda r: (r.version, r.cuda_variant, r.platform)) -> list:
+    """Every release-like item, newest first: the tool's one ordering of releases. `key` gives
+    (version, cuda_variant[, platform]) of an item."""
+    return sorted(items, key=lambda item: release_order(*key(item)), reverse=True)
 
 
 def newest(releases: Iterable[Release]) -> Release | None:
@@ -97,6 +127,9 @@ class Release:
     size: int | None = None
     source: str = "known table"  # or "redistrib_<label>.json at <url>"
     public_path: str | None = None  # below https://developer.download.nvidia.com/compute/
+    # (wheel file name, its sha256) of an archive a mirror repacked from NVIDIA's wheel: the
+    # mirror's manifest vouches for the repack's checksum, never NVIDIA
+    repacked_from: tuple[str, str] | None = None
 
     def url(self, mirror: str | None = None) -> str:
         """Where to fetch it: below `mirror` when given, else NVIDIA's public URL."""
@@ -127,8 +160,7 @@ def merge(known: Iterable[Release], published: Iterable[Release]) -> list[Releas
                 f"{r.source} gives {r.file_name} sha256 {r.sha256}, but NVIDIA published "
                 f"{old.sha256} ({old.source})", "the mirror's manifest is damaged or not NVIDIA's")
         by_name[r.file_name] = r
-    return sorted(by_name.values(), key=lambda r: (Version(r.version), r.platform, r.cuda_variant),
-                  reverse=True)
+    return newest_first(by_name.values())
 
 
 def select(request: VersionRequest, releases: Iterable[Release], platform: str,

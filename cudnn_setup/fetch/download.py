@@ -278,7 +278,7 @@ class Downloader:
                 attempt += 1
                 if attempt > self.retries:
                     raise DownloadFailed(f"download of {redact(url)} failed after {attempt} "
-                                         f"attempt(s): {exc}", exc.hint or "run again: the part "
+                                         f"{'attempt' if attempt == 1 else 'attempts'}: {exc}", exc.hint or "run again: the part "
                                          f"already downloaded ({show_path(part)}) is resumed",
                                          code=exc.code) from None
                 time.sleep(self.backoff * (2 ** (attempt - 1)))

@@ -143,8 +143,11 @@ def _artifact(version: str, platform: str, variant: str | None, artifact, source
     except ValueError as exc:
         raise damaged(f"{where}.relative_path: {exc}") from None
     file_name = rel.rsplit("/", 1)[-1]
+    repacked = _repacked_from(artifact.get("repacked_from"), where, damaged)
+    # NVIDIA's name; an archive repacked from a wheel (cudnn-setup mirror) says so in its own
+    suffix = r"-repack\.tar\.gz" if repacked else r"-archive(\.tar\.xz|\.tar\.gz|\.tgz|\.zip)"
     m = re.fullmatch(rf"cudnn-{re.escape(platform)}-{re.escape(version)}_(cuda\d{{1,2}}(?:\.\d{{1,2}})?)"
-                     r"-archive(\.tar\.xz|\.tar\.gz|\.tgz|\.zip)", file_name)
+                     + suffix, file_name)
     if not m or (variant is not None and m[1] != variant):
         raise damaged(f"{where}: {file_name!r:.120} is not NVIDIA's name for cuDNN {version} "
                       f"{platform} {variant or ''}".rstrip())
@@ -164,5 +167,20 @@ def _artifact(version: str, platform: str, variant: str | None, artifact, source
                       f"{MAX_ARCHIVE}")
     return Release(version=version, cuda_variant=m[1], platform=platform, file_name=file_name,
                    relative_path=rel, sha256=sha256.lower(), md5=md5.lower() if md5 else None,
-                   size=size, source=source)
+                   size=size, source=source, repacked_from=repacked)
+
+
+_WHEEL = re.compile(r"^nvidia_cudnn_cu\d{1,2}-[0-9A-Za-z.+!_]{1,60}-[A-Za-z0-9._-]{1,200}\.whl$")
+
+
+def _repacked_from(value, where: str, damaged) -> tuple[str, str] | None:
+    """`repacked_from` ({"wheel": name, "sha256": hex}) of an archive cudnn-setup repacked."""
+    if value is None:
+        return None
+    if not isinstance(value, dict) or not isinstance(value.get("wheel"), str) \
+            or not _WHEEL.match(value["wheel"]) or not isinstance(value.get("sha256"), str) \
+            or not redist.HEX64.match(value["sha256"].lower()):
+        raise damaged(f"{where}.repacked_from is not {{wheel: an nvidia_cudnn wheel name, "
+                      "sha256: 64 hex digits}")
+    return value["wheel"], value["sha256"].lower()
 

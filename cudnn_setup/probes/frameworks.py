@@ -392,7 +392,7 @@ def probe_cupy(out):
     if count < 1:
         out["gpu"] = {"available": False, "reason": "cupy.cuda.runtime.getDeviceCount() is 0"}
         return
-    out["gpu"] = {"available": True, "reason": "%d device(s)" % count}
+    out["gpu"] = {"available": True, "reason": "%d %s" % (count, "device" if count == 1 else "devices")}
     handle = cupy.cuda.device.get_cudnn_handle()  # cudnnCreate() on the current device
     out["ran"] = {"ok": bool(handle), "what": "cudnnCreate() through cupy.cuda.device"}
 

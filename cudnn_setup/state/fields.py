@@ -42,12 +42,12 @@ class Fields:
         self.where = where
 
     @staticmethod
-    def record(data: Any, what: str, known_format: int) -> "Fields":
+    def record(data: Any, what: str, known_format: int, older: tuple[int, ...] = ()) -> "Fields":
         """A whole record (the manifest, the journal), refused unless it is of the format this
-        version reads."""
+        version writes or one of the `older` ones it still reads."""
         f = Fields(data, "")
         fmt = f.integer("format")
-        if fmt != known_format:
+        if fmt != known_format and fmt not in older:
             raise Damaged(f"{what} format {fmt} is not the one this version reads ({known_format})")
         return f
 

@@ -15,6 +15,7 @@ import shutil
 import stat
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, TypeVar
 
@@ -23,6 +24,7 @@ from cudnn_setup.errors import InstallFailed
 from cudnn_setup.state.journal import ORIGINALS, TX, Journal
 from cudnn_setup.state.manifest import Manifest
 from cudnn_setup.state.paths import STATE_DIR, Damaged, damaged_error, real_dir_chain
+from cudnn_setup.text import escape, plural
 
 MANIFEST = "manifest.json"
 JOURNAL = "journal.json"
@@ -214,15 +216,20 @@ class StateDir:
                 raise
 
     @contextmanager
-    def locked(self, timeout: float = DEFAULT_LOCK_TIMEOUT) -> Iterator[None]:
+    def locked(self, timeout: float = DEFAULT_LOCK_TIMEOUT,
+               on_wait: Callable[[str], None] | None = None) -> Iterator[None]:
         """Hold an exclusive flock on the state dir itself, waiting up to `timeout` seconds.
 
         Locking the directory rather than a lock file leaves nothing behind once uninstall has
         emptied the dir; a waiter whose dir was removed meanwhile starts over on the new one.
+        `on_wait` hears one line when the lock is found held (by whom, since when) and one
+        when it is got after waiting, so a person sees why nothing happens meanwhile.
         """
-        deadline = time.monotonic() + timeout
+        started = time.monotonic()
+        deadline = started + timeout
         delay = 0.05
         flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+        waited = False
         while True:
             self.ensure()
             try:
@@ -235,6 +242,10 @@ class StateDir:
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError:
+                    if not waited and on_wait is not None:
+                        on_wait(f"waiting for the lock on {self.root}: held by "
+                                f"{lock_holder(fd)}; waiting up to {timeout:.0f} s")
+                    waited = True
                     os.close(fd)
                     fd = None
             if fd is not None:
@@ -252,10 +263,141 @@ class StateDir:
                     "wait for it to finish, then run again", code="lock-held")
             time.sleep(delay)
             delay = min(delay * 2, 1.0)
+        if waited and on_wait is not None:
+            on_wait(f"got the lock on {self.root} after {time.monotonic() - started:.0f} s")
         try:
             yield
         finally:
             os.close(fd)
+
+    def lock_held(self) -> str | None:
+        """Who holds the lock now (see lock_holder), or None when nobody does; takes nothing."""
+        flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+        try:
+            fd = os.open(self.path, flags)
+        except OSError:
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            return None  # closing the descriptor drops the shared lock again
+        except BlockingIOError:
+            return lock_holder(fd)
+        finally:
+            os.close(fd)
+
+    def leftovers(self) -> "Leftovers | None":
+        """What runs killed before a journal (or after it was removed) left under tx/."""
+        if not self.check() or not self._real_dir(self.tx_path):
+            return None
+        return measure(self.tx_path)
+
+
+@dataclass(frozen=True)
+class Leftovers:
+    """Transaction dirs under tx/: their names, files and bytes (counted up to a bound)."""
+
+    names: tuple[str, ...]
+    files: int
+    size: int
+    counted_all: bool = True
+
+    def describe(self, state_dir: Path) -> str:
+        """e.g. "364 MB in 12 files (tx/3f2a…)" for a person."""
+        size = f"{self.size / 10**6:.0f} MB" if self.size >= 10**6 else f"{self.size} bytes"
+        files = plural(self.files, "file")
+        where = ", ".join(f"{TX}/{n}" for n in self.names[:3]) + (" …" if len(self.names) > 3
+                                                                 else "")
+        more = "at least " if not self.counted_all else ""
+        return f"{more}{size} in {files} ({escape(where)}) under {state_dir}"
+
+    def to_dict(self) -> dict:
+        return {"transactions": list(self.names), "files": self.files, "bytes": self.size,
+                "counted_all": self.counted_all}
+
+
+MAX_COUNTED = 100_000  # entries looked at to say how much a leftover holds
+
+
+def measure(tx: Path) -> Leftovers | None:
+    """How much the transaction dirs under `tx` hold, links not followed, counting stopped
+    after MAX_COUNTED entries (the figure is for a person, the removal does not depend on it)."""
+    try:
+        names = tuple(sorted(os.listdir(tx)))
+    except OSError:
+        return None
+    if not names:
+        return None
+    files = size = seen = 0
+    stack = [str(tx / n) for n in names]
+    while stack and seen < MAX_COUNTED:
+        path = stack.pop()
+        seen += 1
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if stat.S_ISDIR(st.st_mode):
+            try:
+                stack += [os.path.join(path, e) for e in os.listdir(path)]
+            except OSError:
+                pass
+        else:
+            files += 1
+            size += st.st_blocks * 512 if stat.S_ISREG(st.st_mode) else 0
+    return Leftovers(names, files, size, counted_all=not stack)
+
+
+def lock_holder(fd: int) -> str:
+    """Who holds the flock on the file open as `fd`, from /proc/locks: "PID 123 (cudnn-setup
+    install …, running since 21:53:07 UTC)", or "another run" where that cannot be read (a
+    lock taken in another PID namespace, a kernel without /proc)."""
+    try:
+        st = os.fstat(fd)
+        key = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+        with open("/proc/locks", "rb") as f:
+            table = f.read(1 << 20).decode("ascii", "replace")
+    except OSError:
+        return "another run"
+    for line in table.splitlines():
+        fields = line.split()
+        # "1: FLOCK  ADVISORY  WRITE 18414 fe:00:2155954 0 EOF"; waiters' lines have "->"
+        if len(fields) >= 6 and fields[1] == "FLOCK" and "->" not in fields and \
+                fields[5] == key and fields[4].isdigit() and fields[4] != "0":
+            pid = int(fields[4])
+            return f"PID {pid}" + _process(pid)
+    return "another run"
+
+
+def _process(pid: int) -> str:
+    """" (its command line, running since T)", as far as /proc tells."""
+    parts = []
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            args = f.read(4096).split(b"\0")
+        words = [os.fsdecode(a) for a in args if a][:6]
+        if words:
+            words[0] = os.path.basename(words[0])
+            parts.append(escape(" ".join(words))[:120])
+    except OSError:
+        pass
+    since = _started(pid)
+    if since is not None:
+        parts.append("running since " + time.strftime("%H:%M:%S UTC", time.gmtime(since)))
+    return f" ({', '.join(parts)})" if parts else ""
+
+
+def _started(pid: int) -> float | None:
+    """When the process started (seconds since the epoch), from /proc/PID/stat and btime."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            text = f.read(4096).decode("ascii", "replace")
+        ticks = int(text[text.rindex(")") + 2:].split()[19])  # field 22, after comm
+        with open("/proc/stat", "rb") as f:
+            boot = next(int(line.split()[1]) for line in f.read(1 << 16).decode().splitlines()
+                        if line.startswith("btime "))
+        return boot + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
 
 
 def _write_json(path: Path, data: dict) -> None:

@@ -15,7 +15,9 @@ from cudnn_setup.facts import cudnn as gen
 from cudnn_setup.state.fields import HEX_ID, SHA256, Fields, text
 from cudnn_setup.state.paths import Damaged, contained, relative
 
-FORMAT = 1
+FORMAT = 2  # 2: the source's provenance; format 1 manifests (without it) still load
+OLDER_FORMATS = (1,)
+PROVENANCE_SOURCES = ("nvidia", "mirror", "pypi", "path", "url")
 FILE, SYMLINK, DIR, OTHER = "file", "symlink", "dir", "other"
 _VERSION = re.compile(r"^\d{1,6}\.\d{1,6}\.\d{1,6}$")
 _CUDA = re.compile(r"^\d{1,4}(\.\d{1,4}){0,2}$")
@@ -101,6 +103,32 @@ class Source:
     name: str
     sha256: str | None
     size: int
+    # Where the bytes came from and who vouched for their checksum (sources.base.Provenance):
+    # {source, location, checksum_from, sha256, format, repacked_from}; None in format 1.
+    provenance: dict | None = None
+
+    def to_dict(self) -> dict:
+        out = {"name": self.name, "sha256": self.sha256, "size": self.size}
+        if self.provenance is not None:
+            out["provenance"] = self.provenance
+        return out
+
+
+def _provenance(f: Fields | None) -> dict | None:
+    """The provenance record, every field checked; None when absent."""
+    if f is None:
+        return None
+    repack = f.sub("repacked_from", optional=True)
+    return {
+        "source": f.choice("source", PROVENANCE_SOURCES),
+        "location": f.text("location"),
+        "checksum_from": f.text("checksum_from", optional=True),
+        "sha256": f.text("sha256", optional=True, pattern=SHA256),
+        "format": f.choice("format", ("archive", "wheel"), optional=True) or "archive",
+        "repacked_from": None if repack is None else {
+            "wheel": repack.text("wheel", pattern=_NAME),
+            "sha256": repack.text("sha256", pattern=SHA256)},
+    }
 
 
 @dataclass
@@ -130,8 +158,7 @@ class Manifest:
             "installed_at": self.installed_at, "cudnn_version": self.cudnn_version,
             "generation": self.generation, "cuda_version": self.cuda_version,
             "cuda_source": self.cuda_source,
-            "source": {"name": self.source.name, "sha256": self.source.sha256,
-                       "size": self.source.size},
+            "source": self.source.to_dict(),
             "lib_dir": self.lib_dir, "include_dir": self.include_dir,
             "libraries": list(self.libraries),
             "files": [f.to_dict() for f in self.files],
@@ -142,7 +169,7 @@ class Manifest:
     @staticmethod
     def load(data: object, root: Path) -> "Manifest":
         """The manifest in `data` (parsed JSON), or Damaged saying what is wrong with it."""
-        f = Fields.record(data, "manifest", FORMAT)
+        f = Fields.record(data, "manifest", FORMAT, OLDER_FORMATS)
         real_root = os.path.realpath(root)
 
         def path(value: object, where: str) -> str:
@@ -188,7 +215,7 @@ class Manifest:
             cuda_source=f.text("cuda_source", optional=True),
             source=Source(src.text("name"),
                           src.text("sha256", optional=True, pattern=SHA256),
-                          src.integer("size")),
+                          src.integer("size"), _provenance(src.sub("provenance", optional=True))),
             lib_dir=path(f.data.get("lib_dir"), "lib_dir"),
             include_dir=path(f.data.get("include_dir", "include"), "include_dir"),
             libraries=libraries,

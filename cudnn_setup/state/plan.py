@@ -1,7 +1,8 @@
 """The plan of an install: what to place, link, replace and back up; decided before any change.
 
-`make_plan` is the decision table: for each file cuDNN needs, compare what the archive brings
-with what is in the root now and with what the manifest recorded, and choose:
+`decide` is the decision table: for each file cuDNN needs, compare what the archive brings
+with what stands in the root now (state/observe.py looked, before: deciding does no I/O) and
+with what the manifest recorded, and choose:
 
 | in the manifest? | in the root now                 | decision                                 |
 |------------------|---------------------------------|------------------------------------------|
@@ -16,7 +17,10 @@ with what is in the root now and with what the manifest recorded, and choose:
 | yes              | changed since it was installed  | refuse (unless --force)                  |
 
 and for each file of the previous install the archive no longer has: remove it when unchanged
-(an original found in place moves to the store), refuse when changed.
+(an original found in place moves to the store), refuse when changed. A directory where a
+file goes stops the plan (`directory-in-the-way`); a directory cuDNN's files go into that is
+not there is created first. `decide_uninstall` is the same for uninstall. `make_plan` and
+`uninstall_plan` look, then decide.
 """
 from __future__ import annotations
 
@@ -25,11 +29,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cudnn_setup.errors import InstallFailed
-from cudnn_setup.state.files import describe_known
-from cudnn_setup.state.journal import MKDIR, PUT, REMOVE, RMDIR, Op
+from cudnn_setup.state.journal import MKDIR, ORIGINALS, PUT, REMOVE, RMDIR, Op
 from cudnn_setup.state.manifest import DIR, FILE, Content, FileRecord, Manifest, Original
-from cudnn_setup.state.paths import damaged_error
-from cudnn_setup.text import escape
+from cudnn_setup.state.observe import Observed, observe_install, observe_uninstall, parents
+from cudnn_setup.state.paths import STATE_DIR, damaged_error
+from cudnn_setup.text import escape, plural
 
 
 @dataclass
@@ -71,7 +75,10 @@ class Plan:
         """The plan for people: create / replace / link / remove / back up / adopt, in order."""
         out = []
         for op in self.ops:
-            if op.action == PUT:
+            if op.action == PUT and op.source and op.source.startswith(_ORIGINALS):
+                # uninstall putting back a file the tool found there and kept
+                out.append({"action": "restore", "path": op.path, "from": op.source})
+            elif op.action == PUT:
                 verb = "replace" if op.backup else ("link" if op.kind == "symlink" else "create")
                 if op.backup and op.original:
                     out.append({"action": "back up", "path": op.path})
@@ -89,23 +96,39 @@ class Plan:
         return out
 
 
-def _parent(path: str) -> str:
-    return path.rpartition("/")[0]
+_ORIGINALS = f"{STATE_DIR}/{ORIGINALS}/"
+
+
+def describe_action(action: dict) -> str:
+    """One plan line for people: "restore    include/cudnn.h (backed up in …)"."""
+    line = f"  {action['action']:<16} {action['path']}"
+    if action.get("from"):
+        line += (f" (backed up in {action['from']} when cudnn-setup first installed over it; "
+                 "put back as it was)")
+    return line
 
 
 def make_plan(root: Path, old: Manifest | None, desired: list[Desired], force: bool) -> Plan:
-    """What to do so that `desired` is in `root`, given the manifest of the previous install."""
+    """What to do so that `desired` is in `root`, given the manifest of the previous install:
+    the root looked at (may raise OSError), then the decision."""
+    return decide(root, old, desired, force, observe_install(root, old, [d.path for d in desired]))
+
+
+def decide(root: Path, old: Manifest | None, desired: list[Desired], force: bool,
+           seen: Observed) -> Plan:
+    """The decision table above, from what `seen` says stands in the root; no I/O. `root` only
+    names paths in messages and makes the staged sources relative (both are absolute)."""
     old_files = {f.path: f for f in old.files} if old else {}
     originals = dict(old.originals) if old else {}
     plan = Plan(originals=originals, created_dirs=list(old.created_dirs) if old else [])
     wanted = {d.path for d in desired}
-    for d in sorted({_parent(d.path) for d in desired}):
-        if not os.path.lexists(root / d):
+    for d in parents(wanted):
+        if not seen.stands(d):
             plan.ops.append(Op(MKDIR, d))
             plan.created_dirs.append(d)
     for d in desired:
         prev = old_files.get(d.path)
-        current = describe_known(root / d.path, prev)
+        current = seen.content(d.path)
         if current is not None and current.type == DIR:
             raise InstallFailed(f"{root / d.path} is a directory where cuDNN puts a {d.kind}",
                                 "move it away, then run again", code="directory-in-the-way")
@@ -141,7 +164,7 @@ def make_plan(root: Path, old: Manifest | None, desired: list[Desired], force: b
     for path, prev in old_files.items():
         if path in wanted:
             continue
-        current = describe_known(root / path, prev)
+        current = seen.content(path)
         found = path in originals and originals[path].in_place
         if current is None:
             if found:  # the file found in place is gone: nothing to put back
@@ -159,14 +182,22 @@ def make_plan(root: Path, old: Manifest | None, desired: list[Desired], force: b
 
 def conflict_error(conflicts: list[str], root: Path, verb: str) -> InstallFailed:
     shown = ", ".join(escape(c) for c in conflicts[:5]) + (" …" if len(conflicts) > 5 else "")
-    return InstallFailed(f"{len(conflicts)} file(s) in {root} changed since cudnn-setup installed "
+    return InstallFailed(f"{plural(len(conflicts), 'file')} in {root} changed since cudnn-setup installed "
                          f"them: {shown}; nothing was {verb}",
                          f"look at them; --force {verb.rstrip('d')}s them anyway",
                          code="changed-files")
 
 
 def uninstall_plan(root: Path, manifest: Manifest | None, originals_rel: str, force: bool) -> Plan:
-    """Take out every file the manifest lists and put back the originals it displaced.
+    """Take out every file the manifest lists and put back the originals it displaced: the
+    root looked at (may raise OSError), then the decision."""
+    return decide_uninstall(root, manifest, originals_rel, force,
+                            observe_uninstall(root, manifest, originals_rel))
+
+
+def decide_uninstall(root: Path, manifest: Manifest | None, originals_rel: str, force: bool,
+                     seen: Observed) -> Plan:
+    """The uninstall from what `seen` says stands in the root; no I/O.
 
     Originals found in place are left as they are; `originals_rel` is the originals store
     relative to the root.
@@ -179,7 +210,7 @@ def uninstall_plan(root: Path, manifest: Manifest | None, originals_rel: str, fo
         if original is not None and original.in_place:
             plan.kept.append(entry.path)
             continue
-        current = describe_known(root / entry.path, entry)
+        current = seen.content(entry.path)
         if current is None:
             continue
         if current.same(entry.content) or force:
@@ -190,9 +221,9 @@ def uninstall_plan(root: Path, manifest: Manifest | None, originals_rel: str, fo
     for path, original in sorted(manifest.originals.items()):
         if original.in_place:
             continue
-        if not os.path.lexists(root / originals_rel / path):
+        if not seen.stands(f"{originals_rel}/{path}"):
             raise damaged_error(root, f"the original {path} is missing from {originals_rel}")
-        if path not in installed and os.path.lexists(root / path) and not force:
+        if path not in installed and seen.stands(path) and not force:
             plan.conflicts.append(path)  # something new stands where the original goes back
             continue
         plan.ops.append(Op(PUT, path, f"{originals_rel}/{path}"))

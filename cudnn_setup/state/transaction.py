@@ -249,6 +249,10 @@ def recover(state: StateDir, fs: Filesystem | None = None) -> str | None:
         rollback(state, journal, fs)
         said = f"rolled back transaction {journal.txid} that an interrupted run left unfinished"
     if state.check() and _is_dir(state.tx_path):  # staging of runs killed before or after a journal
+        left = state.leftovers()
         for leftover in sorted(os.listdir(state.tx_path)):
             fs.remove_tree(state.tx_path / leftover)
+        if left is not None:
+            swept = (f"removed what an interrupted run left: {left.describe(state.path)}")
+            said = f"{said}; {swept}" if said else swept
     return said

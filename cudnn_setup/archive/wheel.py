@@ -1,0 +1,265 @@
+"""NVIDIA's `nvidia-cudnn-cuNN` wheel read as if it were NVIDIA's archive.
+
+The wheel (a zip) holds `nvidia/cudnn/include/cudnn*.h` and `nvidia/cudnn/lib/libcudnn*.so.N`,
+each library under its SONAME. NVIDIA's archive holds `include/` and `lib/`, each library
+under its full version (`libcudnn_ops.so.9.28.0`) with the SONAME and development links beside
+it. `read` turns the wheel into the members the archive's would be (the version taken from
+`cudnn_version.h`), passes each through the same `MemberRules` and writes the wanted ones
+through the same staging `Writer`, so judging, planning, the transaction, the manifest and
+uninstall are the archive's. Everything outside `nvidia/cudnn/` (the dist-info, `nvidia/__init__.py`)
+is not part of NVIDIA's layout and is left out.
+
+The wheel's sha256 is taken from the open file before its zip directory is parsed, and the file
+must be unchanged (size, mtime, ctime) when the members have been read: a file rewritten
+during the install cannot pass the checksum with one content and install another.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import stat
+import tarfile
+import zipfile
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Callable, Iterator
+
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+from packaging.version import Version
+
+from cudnn_setup.archive import staging
+from cudnn_setup.archive.decoders import CHUNK, usable_cores
+from cudnn_setup.archive.listing import Listing, Member, Wanted
+from cudnn_setup.archive.problems import Problem
+from cudnn_setup.archive.reader import staging_failed, unreadable
+from cudnn_setup.archive.rules import Limits, MemberRules, Stop, corrupt
+from cudnn_setup.errors import ArchiveRejected
+from cudnn_setup.facts import cudnn as gen
+from cudnn_setup.text import escape
+
+WHEEL = "wheel"  # Listing.compression of a wheel
+PREFIX = "nvidia/cudnn/"
+_DIST = re.compile(r"^nvidia-cudnn-cu(\d{1,2})$")
+_SONAME_FILE = re.compile(r"^(?P<stem>libcudnn[a-z0-9_]*)\.so\.(?P<major>\d{1,3})$")
+MAX_VERSION_HEADER = 1 << 20  # cudnn_version.h is about 3 KB
+_ARCH = {"x86_64": "x86_64", "aarch64": "aarch64"}  # the platform tag's machine → archive arch
+
+
+class Changed(Exception):
+    """The file changed while it was read."""
+
+
+@dataclass(frozen=True)
+class WheelName:
+    """What an `nvidia-cudnn-cuNN` wheel's file name says (PEP 427, read by `packaging`)."""
+
+    file_name: str
+    cuda_major: int
+    version: Version
+    arch: str | None  # x86_64 | aarch64, from the platform tag; None for another platform
+    platform_tags: tuple[str, ...]
+
+    @property
+    def top(self) -> str:
+        """The top directory the members get: the wheel's own name, never NVIDIA's."""
+        return f"nvidia_cudnn_cu{self.cuda_major}-{self.version}"
+
+    def name_facts(self) -> gen.NameFacts:
+        return gen.NameFacts(os="linux" if self.arch else "other", arch=self.arch or "other",
+                             cuda_version=str(self.cuda_major), cudnn_version=str(self.version),
+                             release_tag=None, extension="whl")
+
+
+def parse_name(name: str) -> WheelName | None:
+    """The facts of an nvidia-cudnn-cuNN wheel's file name, or None for any other file."""
+    if not name.endswith(".whl"):
+        return None
+    try:
+        dist, version, _build, tags = parse_wheel_filename(name)
+    except InvalidWheelFilename:
+        return None
+    m = _DIST.match(str(dist))
+    if not m:
+        return None
+    platforms = tuple(sorted({t.platform for t in tags}))
+    arch = next((_ARCH[a] for p in platforms for a in _ARCH
+                 if p.startswith(("manylinux", "linux")) and p.endswith("_" + a)), None)
+    return WheelName(name, int(m[1]), version, arch, platforms)
+
+
+def is_wheel(path: Path) -> bool:
+    return parse_name(path.name) is not None
+
+
+def read(path: Path, staging_dir: Path, want: Wanted, limits: Limits | None = None,
+         on_read: Callable[[int], None] | None = None,
+         expected_sha256: str | None = None) -> tuple[Listing, WheelName]:
+    """Hash the wheel, then stream its cuDNN files as NVIDIA's archive members into
+    `staging_dir`. When `expected_sha256` is given and differs, the zip is not even parsed:
+    the listing comes back with the digest and no members, for the caller's mismatch."""
+    wheel = parse_name(path.name)
+    if wheel is None:
+        raise ArchiveRejected(f"{escape(path.name)} is not an nvidia-cudnn-cuNN wheel",
+                              "give NVIDIA's cuDNN wheel (nvidia_cudnn_cu12-…whl) or archive")
+    limits = limits or Limits()
+    listing = Listing(compression=WHEEL)
+    try:
+        f = open(path, "rb", buffering=0)
+    except OSError as exc:
+        raise unreadable(path, exc) from None
+    with f:
+        before = os.fstat(f.fileno())
+        try:
+            sha256, size = _hash(f, on_read)
+        except OSError as exc:
+            raise unreadable(path, exc) from None
+        listing.size = size
+        if expected_sha256 is not None and sha256 != expected_sha256:
+            listing.sha256 = sha256
+            return listing, wheel
+        try:
+            _members(f, wheel, staging_dir, want, MemberRules(limits), listing)
+            after = os.fstat(f.fileno())
+            if (after.st_size, after.st_mtime_ns, after.st_ctime_ns) != (
+                    before.st_size, before.st_mtime_ns, before.st_ctime_ns) or size != after.st_size:
+                raise Changed()
+        except staging.StagingWriteFailed as exc:
+            raise staging_failed(staging_dir, exc) from None
+        except Changed:
+            listing.problems.append(corrupt("the file changed while it was read"))
+            return listing, wheel
+        except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError, RuntimeError,
+                ValueError) as exc:
+            listing.problems.append(corrupt(str(exc)[:200] or type(exc).__name__))
+            return listing, wheel
+        except Stop as stop:
+            listing.problems.append(stop.problem)
+            return listing, wheel
+    listing.sha256 = sha256
+    return listing, wheel
+
+
+def _hash(f: IO[bytes], on_read: Callable[[int], None] | None) -> tuple[str, int]:
+    h = hashlib.sha256()
+    buf = bytearray(CHUNK)
+    view = memoryview(buf)
+    done = 0
+    while n := f.readinto(buf):
+        h.update(view[:n])
+        done += n
+        if on_read is not None:
+            on_read(done)
+    return h.hexdigest(), done
+
+
+def _info(name: str, size: int, mode: int, kind: bytes = tarfile.REGTYPE,
+          target: str = "") -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.size, info.mode, info.type, info.linkname = size, mode, kind, target
+    return info
+
+
+def _version(z: zipfile.ZipFile, infos: dict[str, zipfile.ZipInfo]) -> tuple[int, int, int] | None:
+    header = infos.get(PREFIX + "include/cudnn_version.h") or infos.get(PREFIX + "include/cudnn.h")
+    if header is None or header.file_size > MAX_VERSION_HEADER:
+        return None
+    with z.open(header) as h:
+        return gen.header_version(h.read(MAX_VERSION_HEADER + 1).decode("utf-8", "replace"))
+
+
+def open_zip(f: IO[bytes], limits: Limits) -> zipfile.ZipFile:
+    f.seek(0)
+    z = zipfile.ZipFile(f)  # reads the central directory: bounded by the file, checked below
+    if len(z.infolist()) > limits.members:
+        raise Stop(Problem("too-many-members", f"the wheel has {len(z.infolist())} members",
+                           "NVIDIA's cuDNN wheels have fewer than 50"))
+    return z
+
+
+def layout(z: zipfile.ZipFile, wheel: WheelName
+           ) -> Iterator[Problem | tuple[tarfile.TarInfo, zipfile.ZipInfo | None]]:
+    """NVIDIA's archive members for the wheel's files, in the wheel's order: (the member's tar
+    header, the zip entry holding its bytes, or None for a directory or link), or a Problem.
+
+    The version comes from cudnn_version.h and must be the wheel's; each library goes under
+    its full version, followed by its SONAME link and its development link."""
+    entries = z.infolist()
+    infos = {i.filename: i for i in entries}
+    version = _version(z, infos)
+    if version is None:
+        yield Problem("no-version", f"the wheel has no readable {PREFIX}include/cudnn_version.h",
+                      "this is not NVIDIA's cuDNN wheel, or it is damaged")
+        return
+    full = "%d.%d.%d" % version
+    if wheel.version.release[:3] != version:
+        yield Problem("version-mismatch",
+                      f"the wheel's name says {wheel.version}, its headers say {full}",
+                      "this is not the wheel NVIDIA published under that name")
+        return
+    top = wheel.top
+    for dir_name in ("", "/include", "/lib"):
+        yield _info(top + dir_name + "/", 0, 0o755, tarfile.DIRTYPE), None
+    for info in sorted(entries, key=lambda i: i.header_offset):
+        if not info.filename.startswith(PREFIX) or info.is_dir():
+            continue
+        rel = info.filename[len(PREFIX):]
+        mode = (info.external_attr >> 16) & 0o7777 or 0o644
+        ftype = (info.external_attr >> 16) & 0o170000
+        if ftype and ftype != stat.S_IFREG:
+            yield Problem("special-file", f"wheel member {escape(info.filename)} is not a "
+                          "regular file", "NVIDIA's wheels hold regular files only; do not use it")
+            continue
+        if info.flag_bits & 0x1:
+            yield Problem("corrupt", f"wheel member {escape(info.filename)} is encrypted",
+                          "NVIDIA's wheels are not; do not use it")
+            continue
+        links: list[tuple[str, str]] = []
+        base = rel.rsplit("/", 1)[-1]
+        shared = _SONAME_FILE.match(base) if rel.startswith("lib/") and "/" not in rel[4:] else None
+        if shared:
+            # NVIDIA's layout: the file under its full version, the SONAME and .so linked
+            file_name = f"{shared['stem']}.so.{full}"
+            links = [(base, file_name), (f"{shared['stem']}.so", base)]
+            rel, mode = f"lib/{file_name}", mode | 0o755
+        yield _info(f"{top}/{rel}", info.file_size, mode), info
+        for link, target in links:
+            yield _info(f"{top}/lib/{link}", 0, 0o777, tarfile.SYMTYPE, target), None
+
+
+def read_to_end(data: IO[bytes], name: str) -> None:
+    """Reaching the end checks the zip entry's CRC; nothing may follow what it declares."""
+    if data.read(1):
+        raise zipfile.BadZipFile(f"{name} holds more than it declares")
+
+
+def _members(f: IO[bytes], wheel: WheelName, staging_dir: Path, want: Wanted,
+             rules: MemberRules, listing: Listing) -> None:
+    z = open_zip(f, rules.limits)
+    cores = usable_cores()
+    writer = staging.Writer(direct=staging.direct_io_allowed(staging_dir),
+                            lanes=staging.hash_lanes(cores), writers=staging.write_threads(cores))
+    try:
+        for item in layout(z, wheel):
+            if isinstance(item, Problem):
+                listing.problems.append(item)
+                continue
+            tar_info, zip_info = item
+            verdict = _admit(rules, listing, tar_info)
+            if isinstance(verdict, Member) and zip_info is not None:
+                with z.open(zip_info) as data:
+                    staging.consume(data, verdict, staging_dir if want(verdict) else None, writer)
+                    read_to_end(data, zip_info.filename)
+    finally:
+        writer.finish()
+
+
+def _admit(rules: MemberRules, listing: Listing, info: tarfile.TarInfo) -> Member | None:
+    verdict = rules.admit(info)
+    if isinstance(verdict, Problem):
+        listing.problems.append(verdict)
+        return None
+    if isinstance(verdict, Member):
+        listing.members.append(verdict)
+    return verdict

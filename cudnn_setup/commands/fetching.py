@@ -1,0 +1,72 @@
+"""Fetching for every command that downloads: the Downloader built from the command's context
+(cache, --header lines, the caller's environment and home), and one line for people about what
+it did.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Mapping
+
+from cudnn_setup.commands.base import Context
+from cudnn_setup.errors import UsageError
+from cudnn_setup.fetch.checksums import Expected, expected_for
+from cudnn_setup.fetch.download import Downloader, Fetched, default_cache_dir, file_name
+from cudnn_setup.report import Result
+from cudnn_setup.text import escape
+
+# Names of --header headers that may follow a redirect to another host (comma-separated);
+# by default none does, and credentials (Authorization, Cookie…) never do.
+KEEP_HEADERS_VAR = "CUDNN_SETUP_REDIRECT_KEEP_HEADERS"
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # an HTTP header name (RFC 9110)
+
+
+def parse_headers(headers: list[str] | None) -> dict[str, str]:
+    parsed = {}
+    for h in headers or []:
+        key, colon, value = h.partition(":")
+        key, value = key.strip(), value.strip()
+        if not colon or not _TOKEN.fullmatch(key) or any(c in value for c in "\r\n\0"):
+            raise UsageError("--header must look like 'Name: value' (one line, a name of "
+                             "letters, digits and -)", "e.g. --header 'Authorization: Bearer TOKEN'")
+        parsed[key] = value
+    return parsed
+
+
+def check_sha256(value: str | None) -> None:
+    if value is not None and not (len(value) == 64 and
+                                  all(c in "0123456789abcdefABCDEF" for c in value)):
+        raise UsageError(f"--sha256 {value!r} is not 64 hex digits", "copy the checksum whole")
+
+
+def downloader_for(ctx: Context, headers: list[str] | None, cache_dir: Path | None,
+                   env: Mapping[str, str] | None = None) -> Downloader:
+    """The Downloader for this command: the cache (or `cache_dir`), the --header lines, the
+    caller's environment (or `env`, the caller's with a source's own additions) and home."""
+    cache = cache_dir or default_cache_dir(ctx.env, ctx.home)
+    keep = [h.strip() for h in ctx.env.get(KEEP_HEADERS_VAR, "").split(",") if h.strip()]
+    return Downloader(cache, headers=parse_headers(headers),
+                      on_progress=ctx.progress("downloading"),  # named per file by fetch
+                      env=ctx.env if env is None else env, home=ctx.home, keep_on_redirect=keep)
+
+
+def fetch(result: Result, ctx: Context, url: str, sha256: str | None,
+          headers: list[str] | None, cache_dir: Path | None,
+          expected: Expected | None = None, downloader: Downloader | None = None) -> Fetched:
+    """Download `url` into the cache (or reuse it), checked against what is known of it
+    (`expected`, when the caller knows where the checksum comes from)."""
+    downloader = downloader or downloader_for(ctx, headers, cache_dir)
+    downloader.on_progress = ctx.progress(f"downloading {escape(file_name(url))}")
+    fetched = downloader.fetch(url, expected or expected_for(file_name(url), sha256))
+    result.add("download", fetched.to_dict())
+    if fetched.from_cache:
+        how = "reused from the cache" + (f" (the server's {fetched.validated_by.replace('_', '-')})"
+                                         if fetched.validated_by else "")
+    elif fetched.resumed_from:
+        how = f"resumed at byte {fetched.resumed_from} (the server sent the rest: 206)"
+    else:
+        how = "downloaded"
+    check = (f"{fetched.expected.algorithm} matches ({fetched.expected.source})" if fetched.expected
+             else "no checksum known: pass --sha256 to check it")
+    result.lines.append(f"{escape(fetched.path.name)}: {how}, {fetched.size} bytes; {check}")
+    return fetched

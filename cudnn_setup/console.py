@@ -1,0 +1,208 @@
+"""What a person or a log sees while a command works: the steps it takes, the waits, the bytes.
+
+Commands say what they are doing through `Context.status` (one line per step or wait) and
+`Context.progress` (bytes done of a total); this module shows both on stderr, never on stdout,
+which under `--json` carries only the JSON object.
+
+* On a terminal: rich's live display, a spinner with the current step and a bar for bytes,
+  cleared when the command ends (rich is imported only then: it costs start-up time).
+* Elsewhere (a pipe, CI, an Ansible log, `| tee`): plain lines, each prefixed `cudnn-setup:`.
+  A step gets one line when it starts; anything longer gets another at most every
+  `EVERY` seconds (bytes done of the total, or how long the step has lasted), so a log is
+  never silent for longer than that while the tool works, and never floods.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from typing import IO, Callable, Optional
+
+from cudnn_setup.text import printable
+
+EVERY = 5.0  # seconds between two lines about one ongoing step in a log
+PREFIX = "cudnn-setup: "
+
+
+def amount(n: int) -> str:
+    """Bytes as a person reads them in a log line (MB = 10**6 bytes, like the download sizes)."""
+    if n < 10**6:
+        return f"{n / 1000:.0f} kB" if n >= 1000 else f"{n} bytes"
+    mb = n / 10**6
+    return f"{mb:.1f} MB" if mb < 10 else f"{mb:.0f} MB"
+
+
+def done_of(done: int, total: Optional[int]) -> str:
+    """"120 of 364 MB (33%)", or "120 MB" without a total."""
+    if not total:
+        return amount(done)
+    whole = amount(total)
+    unit = whole.split(" ", 1)[1]
+    part = amount(done)
+    if part.endswith(" " + unit):  # "120 of 364 MB", not "120 MB of 364 MB"
+        part = part.rsplit(" ", 1)[0]
+    return f"{part} of {whole} ({min(done, total) * 100 // total}%)"
+
+
+class Plain:
+    """Lines for a log: a step when it starts, then at most one line per `every` seconds."""
+
+    def __init__(self, stream: IO[str], every: float = EVERY,
+                 clock: Callable[[], float] = time.monotonic):
+        self.stream, self.every, self.clock = stream, every, clock
+        self._lock = threading.Lock()
+        self._current: Optional[str] = None  # the step being taken, for the heartbeat
+        self._since = 0.0  # when that step started
+        self._last = 0.0  # when a line was last written
+        self._stop = threading.Event()
+        self._beat: Optional[threading.Thread] = None
+
+    def _write(self, line: str) -> None:
+        try:
+            self.stream.write(PREFIX + printable(line) + "\n")
+            self.stream.flush()
+        except (OSError, ValueError):  # a log that is gone does not stop the command
+            pass
+        self._last = self.clock()
+
+    def status(self, line: str) -> None:
+        with self._lock:
+            self._current, self._since = line, self.clock()
+            self._write(line)
+        self._start_heartbeat()
+
+    def progress(self, label: str) -> Callable[[int, Optional[int]], None]:
+        started = [None]  # when the first update came
+
+        def update(done: int, total: Optional[int]) -> None:
+            now = self.clock()
+            with self._lock:
+                first = started[0] is None
+                if first:
+                    started[0] = now
+                finished = total is not None and done >= total
+                line = f"{label}: {done_of(done, total)}"
+                if finished:
+                    took = now - started[0]
+                    if first:  # all at once: said, no more
+                        self._write(f"{label}: {amount(done)}")
+                    elif took >= self.every:  # a long step says it ended
+                        self._write(f"{label}: {amount(done)} in {took:.0f} s")
+                    self._current = None
+                elif first or now - self._last >= self.every:
+                    self._write(line)
+                    self._current, self._since = line, now
+            if first:
+                self._start_heartbeat()
+
+        return update
+
+    def _start_heartbeat(self) -> None:
+        with self._lock:
+            if self._beat is not None:
+                return
+            self._beat = threading.Thread(target=self._heartbeat, daemon=True,
+                                          name="cudnn-setup-status")
+        self._beat.start()
+
+    def _heartbeat(self) -> None:
+        """A step that says nothing for `every` seconds (a check compiling, a lock held
+        elsewhere, a stalled download) is named again with how long it has lasted."""
+        while not self._stop.wait(min(0.25, self.every / 5)):
+            with self._lock:
+                now = self.clock()
+                if self._current is not None and now - self._last >= self.every:
+                    self._write(f"{self._current}; still going after {now - self._since:.0f} s")
+
+    def close(self) -> None:
+        self._stop.set()
+        with self._lock:
+            self._current = None
+        if self._beat is not None:
+            self._beat.join(timeout=2)
+
+
+class Terminal:
+    """rich's live display on a terminal: the current step with a spinner, bars for bytes."""
+
+    def __init__(self, stream: IO[str]):
+        self.stream = stream
+        self._lock = threading.Lock()
+        self._live = None
+        self._steps = self._bars = None
+        self._step = None
+
+    def _start(self) -> None:
+        if self._live is not None:
+            return
+        from rich.console import Console, Group
+        from rich.live import Live
+        from rich.progress import (BarColumn, DownloadColumn, Progress, SpinnerColumn,
+                                   TextColumn, TimeElapsedColumn, TimeRemainingColumn,
+                                   TransferSpeedColumn)
+
+        console = Console(file=self.stream)
+        self._steps = Progress(SpinnerColumn(), TextColumn("{task.description}"),
+                               TimeElapsedColumn(), console=console)
+        self._bars = Progress("[progress.description]{task.description}", BarColumn(),
+                              DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn(),
+                              console=console)
+        self._live = Live(Group(self._steps, self._bars), console=console, transient=True,
+                          refresh_per_second=8)
+        self._live.start()
+
+    def status(self, line: str) -> None:
+        from rich.markup import escape as markup_escape
+
+        with self._lock:
+            self._start()
+            text = markup_escape(printable(line))
+            if self._step is None:
+                self._step = self._steps.add_task(text, total=None)
+            else:
+                self._steps.reset(self._step, description=text)
+
+    def progress(self, label: str) -> Callable[[int, Optional[int]], None]:
+        from rich.markup import escape as markup_escape
+
+        with self._lock:
+            self._start()
+            task = self._bars.add_task(markup_escape(printable(label)), total=None)
+
+        def update(done: int, total: Optional[int]) -> None:
+            with self._lock:
+                self._bars.update(task, completed=done, total=total)
+                if total is not None and done >= total:
+                    self._bars.update(task, visible=False)
+
+        return update
+
+    def close(self) -> None:
+        with self._lock:
+            if self._live is not None:
+                try:
+                    self._live.stop()
+                except (OSError, ValueError):
+                    pass
+                self._live = None
+
+
+class Quiet:
+    """Nothing shown (a stream that is gone)."""
+
+    def status(self, line: str) -> None:
+        pass
+
+    def progress(self, label: str):
+        return None
+
+    def close(self) -> None:
+        pass
+
+
+def for_stream(stream: IO[str]):
+    """Terminal for a terminal, Plain for anything else."""
+    try:
+        tty = stream.isatty()
+    except (AttributeError, ValueError, OSError):
+        tty = False
+    return Terminal(stream) if tty else Plain(stream)

@@ -1,0 +1,260 @@
+"""What a person and a log see while the tool works: steps, waits and bytes on stderr, never on
+stdout; a live display on a real terminal (a pty), plain lines at most every 5 s in a pipe; and
+a first install of the quickstart's sample that is never silent for longer than that.
+"""
+import fcntl
+import io
+import json
+import os
+import pty
+import select
+import signal
+import struct
+import subprocess
+import sys
+import termios
+import threading
+import time
+from pathlib import Path
+
+
+from conftest import REPO, clean_env, run_cli
+from cudnn_setup import console
+from cudnn_setup.text import plural
+
+SAMPLE = REPO / "fixtures" / "samples" / "cudnn-10.0-linux-x64-v7.4.2.24.tgz"
+GRACE = 1.5  # seconds a loaded two-core machine may add to a 5 s beat
+
+
+def _install_argv(root: Path, home: Path, *extra) -> list[str]:
+    return [sys.executable, "-m", "cudnn_setup", "install", str(SAMPLE), "--cuda-root", str(root),
+            "--theanorc", str(home / ".theanorc"), *extra]
+
+
+def _timeline(stream, into: list) -> None:
+    for line in iter(stream.readline, ""):
+        into.append((time.monotonic(), line.rstrip("\n")))
+
+
+def test_plain_lines_say_a_step_at_once_then_at_most_one_per_beat():
+    out = io.StringIO()
+    plain = console.Plain(out, every=0.5)
+    plain.status("check 13 of 13: theano — compiling")
+    assert out.getvalue() == "cudnn-setup: check 13 of 13: theano — compiling\n"
+    time.sleep(1.35)  # a long step: named again with how long it has lasted
+    beats = out.getvalue().splitlines()[1:]
+    assert 1 <= len(beats) <= 3 and all("still going after" in b for b in beats), beats
+    update = plain.progress("reading big.tar.xz")
+    total = 400 * 10**6
+    started = time.monotonic()
+    done = 0
+    while time.monotonic() - started < 1.6:  # thousands of updates...
+        done = min(total - 1, done + 10**5)
+        update(done, total)
+    update(total, total)
+    plain.close()
+    lines = out.getvalue().splitlines()[1 + len(beats):]
+    assert lines[0].startswith("cudnn-setup: reading big.tar.xz: ") and "of 400 MB (" in lines[0]
+    assert 2 <= len(lines) <= 6, lines  # ...a handful of lines: the first, one per beat, the end
+    assert lines[-1] == "cudnn-setup: reading big.tar.xz: 400 MB in 2 s"
+
+
+def test_amounts_read_as_a_person_reads_them():
+    assert console.done_of(120 * 10**6, 364 * 10**6) == "120 of 364 MB (32%)"
+    assert console.done_of(512, None) == "512 bytes"
+    assert console.done_of(5 * 10**5, 2 * 10**6) == "500 kB of 2.0 MB (25%)"
+    assert [plural(n, "library") for n in (0, 1, 2)] == ["0 libraries", "1 library", "2 libraries"]
+    assert plural(1, "match") == "1 match" and plural(3, "match") == "3 matches"
+    assert plural(2, "key") == "2 keys" and plural(1, "file") == "1 file"
+
+
+def test_in_a_pipe_every_step_is_a_line_on_stderr_and_never_silent(tmp_path, home, cuda_root):
+    """The quickstart's install (scripts/demo.sh), first run, into a log: a line within 5 s of
+    the start and then at least every 5 s until it ends; stdout carries only the answer."""
+    root = cuda_root("10.0")
+    proc = subprocess.Popen(_install_argv(root, home), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=clean_env(home))
+    started = time.monotonic()
+    lines: list = []
+    reader = threading.Thread(target=_timeline, args=(proc.stderr, lines))
+    reader.start()
+    out = proc.stdout.read()
+    proc.wait(timeout=600)
+    reader.join()
+    ended = time.monotonic()
+    assert proc.returncode == 0, out + "\n".join(l for _, l in lines)
+    said = [l for _, l in lines]
+    assert all(l.startswith("cudnn-setup: ") for l in said), said
+    assert any("reading cudnn-10.0-linux-x64-v7.4.2.24.tgz" in l for l in said)
+    assert any("placing cuDNN 7.4.2 into" in l for l in said)
+    assert any(l.startswith("cudnn-setup: check 1 of 13: files") for l in said)
+    assert any(l.startswith("cudnn-setup: check 13 of 13: theano") for l in said)
+    times = [started] + [t for t, _ in lines] + [ended]
+    gaps = [b - a for a, b in zip(times, times[1:])]
+    assert max(gaps) <= console.EVERY + GRACE, list(zip(gaps, ["(start)"] + said))
+    assert "cudnn-setup: " not in out and "installed cuDNN 7.4.2" in out
+
+
+def test_under_json_stdout_is_the_object_alone_and_the_steps_go_to_stderr(home, cuda_root):
+    root = cuda_root("10.0")
+    done = subprocess.run(_install_argv(root, home, "--json", "--no-verify"), capture_output=True,
+                          text=True, env=clean_env(home), timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["command"] == "install"
+    assert len(done.stdout.strip().splitlines()) == 1
+    assert "cudnn-setup: reading cudnn-10.0" in done.stderr
+    assert "cudnn-setup: placing cuDNN 7.4.2" in done.stderr
+
+
+def test_rich_is_imported_only_for_a_terminal(home, archives):
+    """In a pipe the plain lines need no rich (its import costs start-up time)."""
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "cudnn_setup", "inspect",
+                           str(SAMPLE)], capture_output=True, text=True, env=clean_env(home),
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    imported = {line.split("|")[-1].strip() for line in done.stderr.splitlines()
+                if line.startswith("import time:")}
+    assert "cudnn_setup.console" in imported
+    assert "rich.live" not in imported and "rich.progress" not in imported
+
+
+def _on_a_pty(argv: list[str], env: dict, timeout: float = 600) -> tuple[int, bytes, list]:
+    """Run `argv` with stdin, stdout and stderr on a real pseudo-terminal 200 columns wide;
+    what it wrote, and when each piece came."""
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: its terminal is the pty
+        try:
+            os.execve(argv[0], argv, env)
+        finally:
+            os._exit(127)
+    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 200, 0, 0))
+    chunks, data = [], b""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([fd], [], [], 1.0)
+        if not ready:
+            continue
+        try:
+            chunk = os.read(fd, 65536)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not chunk:
+            break
+        chunks.append(time.monotonic())
+        data += chunk
+    _, status = os.waitpid(pid, 0)
+    os.close(fd)
+    return os.waitstatus_to_exitcode(status), data, chunks
+
+
+def test_on_a_terminal_a_live_display_shows_each_step(home, cuda_root):
+    root = cuda_root("10.0")
+    started = time.monotonic()
+    code, data, chunks = _on_a_pty(_install_argv(root, home), clean_env(home))
+    text = data.decode("utf-8", "replace")
+    assert code == 0, text[-3000:]
+    assert "\x1b[" in text  # rich's live display: escape sequences, redrawn in place
+    assert "check 13 of 13: theano" in text and "check 4 of 13: load" in text
+    assert "cudnn-setup: check" not in text  # not the log's plain lines
+    assert "installed cuDNN 7.4.2" in text  # the answer, after the display is gone
+    times = [started] + chunks
+    assert max(b - a for a, b in zip(times, times[1:])) <= console.EVERY + GRACE
+
+
+HOLDER = """
+import fcntl, os, sys
+state = sys.argv[1]
+os.makedirs(state, exist_ok=True)
+fd = os.open(state, os.O_RDONLY | os.O_DIRECTORY)
+fcntl.flock(fd, fcntl.LOCK_EX)
+print("locked", flush=True)
+sys.stdin.readline()  # held until the test says so
+"""
+
+
+def test_a_wait_for_the_lock_names_its_holder_and_goes_on_being_said(home, cuda_root):
+    root = cuda_root("10.0")
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(root / ".cudnn-setup")],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "locked\n"
+        waiter = subprocess.Popen([sys.executable, "-m", "cudnn_setup", "uninstall",
+                                   "--cuda-root", str(root)], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True, env=clean_env(home))
+        lines: list = []
+        reader = threading.Thread(target=_timeline, args=(waiter.stderr, lines))
+        reader.start()
+        deadline = time.monotonic() + 60
+        while not any("waiting for the lock" in l for _, l in lines):
+            assert time.monotonic() < deadline and waiter.poll() is None, lines
+            time.sleep(0.1)
+        time.sleep(console.EVERY + 1.5)  # a wait longer than a beat
+        holder.stdin.write("release\n")
+        holder.stdin.flush()
+        out = waiter.stdout.read()
+        waiter.wait(timeout=60)
+        reader.join()
+    finally:
+        holder.kill()
+        holder.wait()
+    said = [l for _, l in lines]
+    assert waiter.returncode == 0, said
+    first = next(l for l in said if "waiting for the lock" in l)
+    assert first.startswith(f"cudnn-setup: waiting for the lock on {root}: held by PID "
+                            f"{holder.pid} (")
+    assert "running since " in first and "UTC" in first and "up to 300 s" in first
+    assert any("still going after" in l and "waiting for the lock" in l for l in said), said
+    assert any(l.startswith(f"cudnn-setup: got the lock on {root} after ") for l in said), said
+    assert "cudnn-setup:" not in out
+
+
+def _killed_mid_install(root: Path, archive: Path) -> None:
+    """A real install, in a forked child that SIGKILLs itself once the archive is staged and
+    judged (when it asks for the driver's facts): what a `kill -9` leaves under .cudnn-setup/tx."""
+    from cudnn_setup.commands import placement
+    from cudnn_setup.facts.cuda import find_cuda_root
+
+    pid = os.fork()
+    if pid == 0:
+        try:
+            placement.install(archive, find_cuda_root({}, root), env={},
+                              driver=lambda: os.kill(os.getpid(), signal.SIGKILL))
+        finally:
+            os._exit(3)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+
+
+def test_what_a_kill_left_is_reported_by_doctor_then_named_when_removed(home, cuda_root,
+                                                                         archives):
+    root = cuda_root("12.4")
+    archive = archives["cudnn-linux-x86_64-9.3.0.75_cuda12-archive.tar.xz"]
+    _killed_mid_install(root, archive)
+    tx = root / ".cudnn-setup" / "tx"
+    left = [p for p in tx.rglob("*") if p.is_file()]
+    assert left, "the kill left no staging: the test did not kill where it means to"
+    done = run_cli(["doctor", "--cuda-root", root, "--json"], home)
+    problem = next(p for p in json.loads(done.stdout)["problems"] if p["check"] == "state")
+    assert problem["severity"] == "warn"
+    assert f"in {plural(len(left), 'file')} (tx/" in problem["message"]
+    assert "killed before it finished" in problem["message"]
+    assert left[0].exists()  # doctor reported them; it removed nothing
+    done = run_cli(["uninstall", "--cuda-root", root], home)
+    assert done.returncode == 0, done.stderr
+    assert f"removed what an interrupted run left: " in done.stdout
+    assert f"in {plural(len(left), 'file')} (tx/" in done.stdout
+    assert not tx.exists()
+
+
+def test_inspect_says_it_reads_and_verify_numbers_its_checks(home, cuda_root):
+    root = cuda_root("10.0")
+    done = run_cli(["inspect", SAMPLE], home)
+    assert done.returncode == 0
+    assert "cudnn-setup: reading cudnn-10.0-linux-x64-v7.4.2.24.tgz" in done.stderr
+    assert "cudnn-setup: reading" not in done.stdout
+    run_cli(["install", SAMPLE, "--cuda-root", root, "--no-theanorc", "--no-verify"], home)
+    done = run_cli(["verify", "--cuda-root", root, "--no-theano", "--no-frameworks"], home)
+    steps = [l for l in done.stderr.splitlines() if l.startswith("cudnn-setup: check ")]
+    assert [s.split(":")[1].strip() for s in steps][:3] == ["check 1 of 12", "check 2 of 12",
+                                                            "check 3 of 12"]
+    assert len(steps) == 12 and steps[-1].startswith("cudnn-setup: check 12 of 12: frameworks")
