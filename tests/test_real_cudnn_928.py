@@ -10,7 +10,6 @@ known only from the names its own libraries embed.
 Opt-in: set CUDNN_SETUP_WHEEL_CACHE to the directory holding the .whl files (an `unpacked/`
 directory there with the wheels extracted is used as it is)."""
 import os
-import shutil
 import zipfile
 from pathlib import Path
 
@@ -18,6 +17,7 @@ import pytest
 
 from conftest import run_json, tree_state
 from fixtures.repack import repack
+from fixtures.wheel_root import build as build_root
 
 pytestmark = pytest.mark.real_cudnn
 CACHE = os.environ.get("CUDNN_SETUP_WHEEL_CACHE")
@@ -47,37 +47,34 @@ def unpacked(prefix: str, package: str, tmp_path_factory) -> Path:
     return dest / "nvidia" / package
 
 
-def link_or_copy(src: Path, dest: Path) -> None:
-    try:
-        os.link(src, dest)
-    except OSError:
-        shutil.copy2(src, dest)
-
-
 @pytest.fixture(scope="module")
 def cudnn(tmp_path_factory):
     return unpacked(CUDNN, "cudnn", tmp_path_factory)
 
 
-@pytest.fixture
-def cuda12(tmp_path, tmp_path_factory):
-    """A CUDA 12 root from NVIDIA's wheels: the runtime's headers and libcudart, nvcc's crt/
-    headers, cuBLAS."""
-    runtime = unpacked(RUNTIME, "cuda_runtime", tmp_path_factory)
-    cublas = unpacked(CUBLAS, "cublas", tmp_path_factory)
-    nvcc = unpacked(NVCC, "cuda_nvcc", tmp_path_factory)
-    root = tmp_path / "cuda-12"
-    shutil.copytree(runtime / "include", root / "include")
-    shutil.copytree(nvcc / "include" / "crt", root / "include" / "crt")
-    (root / "lib64").mkdir()
-    for lib in [*(runtime / "lib").glob("libcudart.so*"), *(cublas / "lib").glob("libcublas*.so*")]:
-        link_or_copy(lib, root / "lib64" / lib.name)
-    return root
+def wheel(prefix: str) -> Path:
+    found = sorted(Path(CACHE).glob(prefix + "*.whl")) if CACHE else []
+    if not found:
+        pytest.skip(f"{prefix}*.whl is not in {CACHE}")
+    return found[-1]
 
 
-def test_the_whole_release_installs_and_verifies_without_a_driver(cudnn, cuda12, tmp_path, home):
+def cuda12_root(dest: Path) -> Path:
+    """A CUDA 12 root from NVIDIA's wheels (fixtures/wheel_root.py): the runtime's headers and
+    libcudart, nvcc's crt/ headers, cuBLAS; no NVRTC, no driver."""
+    return build_root(dest, wheel(RUNTIME), wheel(CUBLAS), wheel(NVCC))
+
+
+@pytest.fixture(scope="module")
+def untouched_root(tmp_path_factory):
+    """One root for the refusals: each must leave it as it was."""
+    return cuda12_root(tmp_path_factory.mktemp("refusals") / "cuda-12")
+
+
+def test_the_whole_release_installs_and_verifies_without_a_driver(cudnn, tmp_path, home):
     if Path("/proc/driver/nvidia/version").exists():
         pytest.skip("this machine has an NVIDIA driver: the case is a machine without one")
+    cuda12 = cuda12_root(tmp_path / "cuda-12")
     archive = repack(cudnn, tmp_path / "a", "12", fmt="tar")
     done, out = run_json(["inspect", archive], home)
     assert done.returncode == 0, out["error"]
@@ -106,11 +103,12 @@ def test_the_whole_release_installs_and_verifies_without_a_driver(cudnn, cuda12,
 
 
 @pytest.mark.parametrize("stem", LIBRARIES)
-def test_each_library_left_out_is_refused_before_writing_naming_it(cudnn, cuda12, tmp_path, home, stem):
+def test_each_library_left_out_is_refused_before_writing_naming_it(cudnn, untouched_root, tmp_path,
+                                                                   home, stem):
     archive = repack(cudnn, tmp_path / "a", "12", fmt="tar", leave_out=stem)
-    before = tree_state(cuda12)
-    done, out = run_json(["install", archive, "--cuda-root", cuda12, *ARGS], home)
+    before = tree_state(untouched_root)
+    done, out = run_json(["install", archive, "--cuda-root", untouched_root, *ARGS], home)
     assert done.returncode == 3 and out["error"]["code"] == "archive-rejected"
     assert f"{stem} is missing" in out["error"]["message"]
     assert out["error"]["message"].count(" is missing") == 1  # that one, nothing else
-    assert tree_state(cuda12) == before
+    assert tree_state(untouched_root) == before
