@@ -98,6 +98,15 @@ def test_a_failed_step_points_to_the_sub_library_of_its_stage(step, stage, blame
     assert entry["blamed"].startswith(blamed)
 
 
+def test_the_stage_of_the_failing_call_decides_the_blame():
+    def work(gpu, out):  # the step's own mark is still "descriptors" when heuristics fail
+        raise G.ProbeError("heuristics counted 18 engine configurations and returned none",
+                           "heuristics")
+
+    entry = G.run_step(None, "graph_conv_bwd_data", work, log=io.StringIO())
+    assert (entry["stage"], entry["blamed"]) == ("heuristics", "libcudnn_heuristic")
+
+
 def test_a_bug_in_one_step_is_that_steps_failure_and_a_skip_is_a_warn():
     def bug(gpu, out):
         raise TypeError("argument 14: wrong type")

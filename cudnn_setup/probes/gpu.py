@@ -895,6 +895,8 @@ def run_step(gpu, name, work, log=sys.stderr):
     except Skip as exc:
         entry.update(status="warn", reason=str(exc))
     except Exception as exc:  # noqa: BLE001 -- one step's failure, whatever it is, is its entry
+        if isinstance(exc, ProbeError) and exc.stage:
+            entry["stage"] = exc.stage  # where the call that failed belongs, not the last mark
         reason = str(exc) if isinstance(exc, (ProbeError, OSError)) else f"{type(exc).__name__}: {exc}"
         entry.update(status="fail", reason=reason[:500], blamed=blamed(name, entry))
         if isinstance(exc, ProbeError) and exc.status is not None:
