@@ -35,7 +35,7 @@ def test_other_major_is_refused_everywhere_with_the_variant_to_fetch(archives, c
         assert error["code"] == "cuda-mismatch"
         assert "built for CUDA 12 (archive name)" in error["message"]
         assert "CUDA 13.0" in error["message"]
-        assert "cudnn-linux-x86_64-9.3.0.75_cuda13-archive.tar.xz" in error["hint"]
+        assert "cudnn-linux-x86_64-9.3.0.99_cuda13-archive.tar.xz" in error["hint"]
         assert "--force" in error["hint"]
         assert tree_state(root) == before
     result = _inspect(archives[V9], root, home)

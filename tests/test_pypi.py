@@ -111,6 +111,20 @@ def test_html_index_list_hides_prereleases_and_other_platforms(wheels, cuda_root
     assert server.requests[0]["accept"].startswith(JSON)
 
 
+def test_list_for_another_platform_takes_that_platforms_wheels(wheels, cuda_root, home):
+    """`list --platform`: the index's wheels must carry that platform's tags, not this
+    machine's (NVIDIA publishes no Windows wheel of cuDNN here: none is listed)."""
+    root = cuda_root("12.4", "lib")
+    with IndexServer() as server:
+        index = serve(server, wheels)
+        here = run_json(["list", "--from", "pypi", "--index-url", index, "--cuda-root", root],
+                        home)[1]
+        done, out = run_json(["list", "--from", "pypi", "--index-url", index, "--cuda-root", root,
+                              "--platform", "windows-x86_64"], home)
+    assert here["releases"] and done.returncode == 0, done.stderr
+    assert out["releases"] == [] and out["platforms"] == ["windows-x86_64"]
+
+
 def test_a_prerelease_is_installed_only_by_its_full_version(wheels, cuda_root, home):
     root = cuda_root("12.4", "lib")
     with IndexServer() as server:

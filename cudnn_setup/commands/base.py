@@ -33,6 +33,10 @@ class Context:
     python: str  # the interpreter running the tool: the default for --python
     cwd: Optional[Path] = None  # the shell's directory, for relative paths in settings
     euid: int = 0
+    # The machine's own facts: its filesystem's root (Jetson markers are read below it) and
+    # `platform.machine()` (None: this machine's). Tests give a fake root and machine.
+    host_root: Path = Path("/")
+    machine: Optional[str] = None
     ld_conf_dir: Path = Path("/etc/ld.so.conf.d")
     ld_so_conf: Path = Path("/etc/ld.so.conf")
     ldconfig: Optional[str] = None  # the ldconfig to run; None: the system's (/sbin, /usr/sbin)

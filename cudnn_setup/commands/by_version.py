@@ -28,7 +28,7 @@ from cudnn_setup.commands.fetching import downloader_for, fetch, parse_headers
 from cudnn_setup.errors import UsageError
 from cudnn_setup.facts.cuda import CudaRoot
 from cudnn_setup.facts.cudnn import parse_archive_name
-from cudnn_setup.facts.host import host_machine, wheel_platform_tags
+from cudnn_setup.facts.host import host_machine, tegra_evidence, wheel_platform_tags
 from cudnn_setup.fetch import redist
 from cudnn_setup.fetch.candidates import is_version_request, parse_request
 from cudnn_setup.fetch.download import Fetched, redact
@@ -110,6 +110,15 @@ def machine_wheel_tags(ctx: Context) -> list[str]:
     return list(ctx.wheel_tags) if ctx.wheel_tags is not None else wheel_platform_tags()
 
 
+def host_choice(ctx: Context, given: str | None = None) -> redist.PlatformChoice:
+    """The platforms whose builds go on this machine, best first, and why: `given` (--platform)
+    alone, else the machine's, a Jetson's linux-aarch64 builds before sbsa ones (the markers
+    are read below ctx.host_root)."""
+    machine = ctx.machine or host_machine()
+    tegra = None if given is not None else tegra_evidence(ctx.host_root)
+    return redist.platform_choice(machine, tegra, given)
+
+
 def target(root: CudaRoot | None, cuda: str | None,
            machine: str | None = None) -> tuple[str, str | None]:
     """NVIDIA's platform key for this machine, and the CUDA version builds must fit: `--cuda`,
@@ -133,15 +142,33 @@ def fetcher(result: Result, ctx: Context, headers: list[str] | None, cache_dir: 
     return run
 
 
-def pick_version(source: Source, text: str, root: CudaRoot | None, cuda: str | None) -> Offer:
-    """The offer a version request means on this machine and root, from `source`."""
-    platform, cuda_version = target(root, cuda)
+def pick_version(source: Source, text: str, root: CudaRoot | None, cuda: str | None,
+                 here: redist.PlatformChoice | None = None) -> Offer:
+    """The offer a version request means on this machine and root, from `source`. `here`
+    (host_choice) gives the platforms, best first: a redist tree takes a Jetson's
+    linux-aarch64 build where the release has one, else its sbsa build; a PyPI index's wheels
+    carry this machine's own platform tags whatever the platform's name."""
+    platform, cuda_version = target(root, cuda, here.primary if here is not None else None)
     if cuda_version is None:
         where = f"{root.path}" if root is not None else "this machine (no CUDA root found)"
         raise UsageError(f"cannot tell which CUDA {where} is, so not which build of "
                          f"cuDNN {text} to fetch", "pass --cuda N (e.g. --cuda 12)")
-    return source.pick(parse_request(text, prerelease=source.kind == PYPI), platform,
+    platforms = here.platforms if here is not None and isinstance(source, RedistTree) \
+        else platform
+    return source.pick(parse_request(text, prerelease=source.kind == PYPI), platforms,
                        cuda_version)
+
+
+def _installable_or_refuse(offer: Offer) -> None:
+    """A name the table lists for Windows, or for the JIT library alone, is refused before a
+    byte is fetched: neither is a cuDNN this tool can place in a Linux CUDA root."""
+    flavour = offer.details.get("flavour", "cudnn")
+    if offer.platform not in redist.LINUX_PLATFORMS or flavour != "cudnn":
+        what = f"the {flavour} archive" if flavour != "cudnn" else "NVIDIA's cuDNN archive"
+        raise redist.NoVariant(
+            f"{offer.file_name} is {what} for {offer.platform}: install places NVIDIA's Linux "
+            "cuDNN archives; nothing was fetched",
+            "name the cudnn-linux-<arch>-… archive, or give a version such as 9.1")
 
 
 def describe_offer(result: Result, offer: Offer, source: Source, why: str) -> None:
@@ -173,9 +200,12 @@ def resolve_source(result: Result, ctx: Context, source: str, root: CudaRoot, *,
     chosen = choose_source(ctx, from_=from_, mirror=mirror, index_url=index_url,
                            headers=headers, cache_dir=cache_dir)
     if kind == VERSION:
-        offer = pick_version(chosen, source, root, cuda)
-        platform, cuda_version = target(root, cuda)
-        why = f"newest {source.strip()} for CUDA {cuda_version} on {platform}"
+        here = host_choice(ctx)
+        offer = pick_version(chosen, source, root, cuda, here)
+        _, cuda_version = target(root, cuda, here.primary)
+        why = f"newest {source.strip()} for CUDA {cuda_version} on {offer.platform}"
+        if len(here.platforms) > 1:
+            why += f" ({here.why})"
     else:
         offer = chosen.by_name(source) if isinstance(chosen, RedistTree) else None
         if offer is None:
@@ -183,6 +213,7 @@ def resolve_source(result: Result, ctx: Context, source: str, root: CudaRoot, *,
                              f"{chosen.where} lists an archive of that name",
                              "give the archive's path, its URL, or a version such as 9.1",
                              code="unknown-archive")
+        _installable_or_refuse(offer)
         why = "by its name"
     describe_offer(result, offer, chosen, why)
     return chosen.obtain(offer, fetcher(result, ctx, headers, cache_dir, chosen), sha256)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from cudnn_setup.commands.base import Context, command, root_if_any
 from cudnn_setup.commands.by_version import (VERSION, choose_source, classify, describe_offer,
-                                             fetcher, pick_version)
+                                             fetcher, host_choice, pick_version)
 from cudnn_setup.commands.fetching import (KEEP_HEADERS_VAR, check_sha256, fetch,  # noqa: F401
                                            parse_headers)
 from cudnn_setup.errors import DownloadFailed, UsageError
@@ -37,7 +37,7 @@ def download(result: Result, ctx: Context, url: str, output: Path | None = None,
         result.cuda_root = str(root.path)
     source = choose_source(ctx, from_=from_, mirror=mirror, index_url=index_url,
                            headers=headers, cache_dir=output or cache_dir)
-    offer = pick_version(source, url, root, cuda)
+    offer = pick_version(source, url, root, cuda, host_choice(ctx))
     describe_offer(result, offer, source, f"newest {url.strip()}")
     obtained = source.obtain(offer, fetcher(result, ctx, headers, output or cache_dir, source),
                              sha256)

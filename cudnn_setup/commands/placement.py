@@ -148,7 +148,7 @@ def variant_name(name: str, version: str | None, major: int) -> str | None:
     for release in known_releases.releases():
         other = gen.parse_archive_name(release.file_name)
         if other and other.cudnn_version == facts.cudnn_version and other.cuda_major == major \
-                and other.arch == facts.arch:
+                and other.arch == facts.arch and other.os == facts.os:
             return release.file_name
     new = re.sub(r"_cuda\d+(?:\.\d+)?-archive", f"_cuda{major}-archive", name)
     if new != name:

@@ -29,5 +29,5 @@ def expected_for(name: str, explicit: str | None) -> Expected | None:
         return Expected("sha256", explicit.lower(), "--sha256")
     known = known_sha256(name)
     if known:
-        return Expected("sha256", known, f"known releases table: {provenance_line()}")
+        return Expected("sha256", known, f"known releases table: {provenance_line(name)}")
     return None

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 import urllib.parse
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
@@ -32,7 +33,14 @@ LAYOUT_CHANGES = (_V7_0, _V7_1, _V7_2, XZ_ARCHIVES, MAJOR_ONLY_CUDA, NEW_TREE)
 
 # NVIDIA's platform keys (the directories of its redist tree and the keys of redistrib JSON).
 # linux-aarch64 holds Jetson (Tegra) builds; server Arm (Grace, Graviton) is linux-sbsa.
-PLATFORMS = ("linux-x86_64", "linux-sbsa", "linux-ppc64le", "linux-aarch64")
+# Windows builds are listed (`list --platform windows-x86_64`, a mirror for Windows machines);
+# only Linux ones are installed.
+LINUX_PLATFORMS = ("linux-x86_64", "linux-sbsa", "linux-ppc64le", "linux-aarch64")
+PLATFORMS = LINUX_PLATFORMS + ("windows-x86_64", "windows-arm64")
+# The components of a release that are archives of cuDNN itself: the library, and from 9.12 the
+# graph JIT library (`cudnn_jit`), a separate archive with its own name, checksum and directory.
+# `cudnn_samples` is source code, not a build: never read.
+FLAVOURS = ("cudnn", "cudnn_jit")
 _MACHINES = {"x86_64": "linux-x86_64", "amd64": "linux-x86_64", "x64": "linux-x86_64",
              "aarch64": "linux-sbsa", "arm64": "linux-sbsa", "sbsa": "linux-sbsa",
              "aarch64sbsa": "linux-sbsa", "ppc64le": "linux-ppc64le"}
@@ -79,6 +87,48 @@ def platform_key(machine: str, tegra: bool = False) -> str:
     return platform
 
 
+@dataclass(frozen=True)
+class PlatformChoice:
+    """The platforms whose builds may go on this machine, best first, and why.
+
+    A Jetson takes NVIDIA's linux-aarch64 (Jetson) build of a release where one exists and the
+    linux-sbsa build otherwise: NVIDIA stopped publishing linux-aarch64 builds for CUDA 12 after
+    9.20.0 and for CUDA 13 after 9.14.0, and Jetson Orin runs the sbsa build from CUDA 13.2 on
+    (nixpkgs' cuDNN manifests README records both:
+    https://github.com/NixOS/nixpkgs/blob/28ae377aa9addfe866d91279d4f78d34a2dd974e/pkgs/development/cuda-modules/_cuda/manifests/cudnn/README.md).
+    """
+
+    platforms: tuple[str, ...]
+    why: str
+
+    @property
+    def primary(self) -> str:
+        return self.platforms[0]
+
+    def rank(self, platform: str) -> int | None:
+        """Preference of `platform` (0 best), None when its builds do not go here."""
+        return self.platforms.index(platform) if platform in self.platforms else None
+
+
+def platform_choice(machine: str, tegra: str | None = None,
+                    given: str | None = None) -> PlatformChoice:
+    """The builds for this machine: `given` (a platform named on the command line) alone, else
+    the machine's platform; on an aarch64 Jetson (`tegra` says what showed it) linux-aarch64
+    before linux-sbsa."""
+    if given is not None:
+        key = given.strip().lower()
+        if key not in PLATFORMS:
+            raise UsageError(f"unknown platform {given[:40]!r}",
+                             f"NVIDIA's platforms: {', '.join(PLATFORMS)}")
+        return PlatformChoice((key,), "--platform")
+    platform = platform_key(machine)
+    if tegra and platform == "linux-sbsa":
+        return PlatformChoice(("linux-aarch64", "linux-sbsa"),
+                              f"Jetson ({tegra}): the linux-aarch64 build where NVIDIA published "
+                              "one, else linux-sbsa")
+    return PlatformChoice((platform,), f"machine {machine[:40]}")
+
+
 # --- CUDA variants ------------------------------------------------------------------------------
 
 def parse_variant(variant: str) -> tuple[int, int | None]:
@@ -98,14 +148,19 @@ def parse_cuda(cuda_version: str) -> tuple[int, int | None]:
 
 
 def variant_name(version: str, cuda: str) -> str:
-    """The variant NVIDIA gives the build of cuDNN `version` for CUDA `cuda` (Spack's key).
+    """The variant NVIDIA gives the build of cuDNN `version` for CUDA `cuda` (Spack's key, or
+    a manifest's variant without its `cuda` prefix).
 
     From 8.5.0 names carry the CUDA major only (`cuda11`: one build for every 11.x); before, the
-    CUDA version the build was made with (`cuda11.5`; `cudnn-10.2-…` before 8.3.1).
+    CUDA version the build was made with (`cuda11.5`; `cudnn-10.2-…` before 8.3.1). In the
+    tree of 8.8.0 on, a CUDA minor given is the manifest's own (9.27.0 lists a windows-arm64
+    build `cuda13.4` next to its `cuda13`): kept as given; Spack gives only majors there.
     """
     if not _CUDA.match(cuda):
         raise ValueError(f"not a CUDA version: {cuda!r}")
     parts = Version(cuda).release
+    if Version(version) >= NEW_TREE:
+        return f"cuda{_join(parts[:2])}"
     if Version(version) >= MAJOR_ONLY_CUDA:
         return f"cuda{parts[0]}"
     if len(parts) < 2:
@@ -167,19 +222,24 @@ def _parts(version: str, need: int) -> tuple[int, ...]:
     return parts
 
 
-def archive_name(version: str, platform: str, cuda: str) -> str:
+def archive_name(version: str, platform: str, cuda: str, flavour: str = "cudnn") -> str:
     """NVIDIA's file name for the build of cuDNN `version` for `platform` and CUDA `cuda`.
 
-    8.3.1 on: cudnn-linux-<arch>-<X.Y.Z.B>_<variant>-archive.tar.xz. Before:
-    cudnn-<cuda>-linux-<x64|aarch64sbsa|ppc64le>-v<ver>.tgz, where <ver> is X.Y.Z.B from 7.2,
-    X.Y for 7.1 and below 7.0, X for 7.0 (Spack's url_for_version).
+    8.3.1 on: <flavour>-<platform>-<X.Y.Z.B>_<variant>-archive.tar.xz (.zip for Windows).
+    Before: cudnn-<cuda>-linux-<x64|aarch64sbsa|ppc64le>-v<ver>.tgz, where <ver> is X.Y.Z.B
+    from 7.2, X.Y for 7.1 and below 7.0, X for 7.0 (Spack's url_for_version).
     """
     v = Version(version)
     if platform not in PLATFORMS:
         raise ValueError(f"unknown platform {platform!r}")
+    if flavour not in FLAVOURS:
+        raise ValueError(f"unknown flavour {flavour!r}")
     if v >= XZ_ARCHIVES:
-        return (f"cudnn-{platform}-{_join(_parts(version, 4)[:4])}_{variant_name(version, cuda)}"
-                "-archive.tar.xz")
+        ext = "zip" if platform.startswith("windows-") else "tar.xz"
+        return (f"{flavour}-{platform}-{_join(_parts(version, 4)[:4])}_"
+                f"{variant_name(version, cuda)}-archive.{ext}")
+    if flavour != "cudnn":
+        raise ValueError(f"cuDNN {version} has no {flavour} archive")
     if platform not in _OLD_ARCH:
         raise ValueError(f"cuDNN {version} was not published for {platform}")
     if not re.fullmatch(r"\d{1,2}\.\d{1,2}", cuda):
@@ -195,28 +255,35 @@ def archive_name(version: str, platform: str, cuda: str) -> str:
     return f"cudnn-{cuda}-linux-{_OLD_ARCH[platform]}-v{_join(ver)}.tgz"
 
 
-def public_path(version: str, platform: str, cuda: str) -> str:
+def public_path(version: str, platform: str, cuda: str, flavour: str = "cudnn") -> str:
     """Where NVIDIA publishes that archive, relative to https://developer.download.nvidia.com/compute/.
 
-    8.8.0 on: cudnn/redist/cudnn/<platform>/<name>. 8.3.1 to 8.7.x:
+    8.8.0 on: cudnn/redist/<flavour>/<platform>/<name>. 8.3.1 to 8.7.x:
     redist/cudnn/v<X.Y.Z>/local_installers/<cuda>/<name> (the directory keeps the CUDA minor
-    even after the name dropped it at 8.5.0). Before: redist/cudnn/v<X.Y.Z>/<name> from 7.0,
-    redist/cudnn/v<X.Y>/<name> earlier.
+    even after the name dropped it at 8.5.0; NVIDIA's redist tree holds 8.5 to 8.7 too, at
+    tree_path). Before: redist/cudnn/v<X.Y.Z>/<name> from 7.0, redist/cudnn/v<X.Y>/<name>
+    earlier.
     """
     v = Version(version)
-    name = archive_name(version, platform, cuda)
+    name = archive_name(version, platform, cuda, flavour)
     if v >= NEW_TREE:
-        return f"cudnn/redist/cudnn/{platform}/{name}"
+        return tree_path(platform, name, flavour)
     if v >= XZ_ARCHIVES:
         return f"redist/cudnn/v{_join(_parts(version, 3)[:3])}/local_installers/{cuda}/{name}"
     directory = _parts(version, 3)[:3] if v >= _V7_0 else _parts(version, 2)[:2]
     return f"redist/cudnn/v{_join(directory)}/{name}"
 
 
-def mirror_path(platform: str, file_name: str) -> str:
+def mirror_path(platform: str, file_name: str, flavour: str = "cudnn") -> str:
     """Where an archive sits below a mirror's `redist/` level, as in NVIDIA's tree from 8.8.0
-    (a mirror keeps older archives the same way, whatever their public directory)."""
-    return f"cudnn/{platform}/{file_name}"
+    (a mirror keeps older archives the same way, whatever their public directory); a
+    manifest's `relative_path`."""
+    return f"{flavour}/{platform}/{file_name}"
+
+
+def tree_path(platform: str, file_name: str, flavour: str = "cudnn") -> str:
+    """The archive's place in NVIDIA's redist tree, relative to NVIDIA_COMPUTE."""
+    return "cudnn/redist/" + mirror_path(platform, file_name, flavour)
 
 
 def manifest_label(version: str) -> str:

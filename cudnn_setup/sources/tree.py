@@ -7,6 +7,8 @@ offers and obtains the chosen archive.
 """
 from __future__ import annotations
 
+from typing import Sequence
+
 from cudnn_setup.fetch import known_releases, redist
 from cudnn_setup.fetch.candidates import Release, VersionRequest
 from cudnn_setup.fetch.checksums import Expected, mismatch
@@ -19,7 +21,7 @@ from cudnn_setup.sources.base import (ARCHIVE, Catalog, Fetch, Obtained, Offer, 
 def vouched_by(release: Release) -> str:
     """Who vouches for a release's sha256, in words (a repack's is its mirror's, not NVIDIA's)."""
     if release.source == TABLE:
-        return f"known releases table: {known_releases.provenance_line()}"
+        return f"known releases table: {known_releases.provenance_line(release.file_name)}"
     if release.repacked_from:
         return (f"{release.source}, for an archive repacked from {release.repacked_from[0]}: "
                 "the mirror's checksum, not NVIDIA's")
@@ -35,6 +37,7 @@ def offer_of(release: Release, url: str, details: dict | None = None) -> Offer:
                                 "sha256": release.repacked_from[1]}
                  if release.repacked_from else None,
                  details={"relative_path": release.relative_path, "source": release.source,
+                          "flavour": release.flavour, "provenance": list(release.provenance),
                           **(details or {})})
 
 
@@ -51,13 +54,16 @@ class RedistTree(Source):
                         {"manifests_read": list(choice.manifests),
                          "archives_probed": choice.probes})
 
-    def releases(self, platform: str, cuda_version: str | None) -> Catalog:
+    def releases(self, platform: str | Sequence[str], cuda_version: str | None) -> Catalog:
+        """Every release for `platform`, or for each of several (a Jetson's, best first)."""
         found = catalog(self.tree, platform)
         offers = [offer_of(r, self.tree.archive_url(r)) for r in found.releases
                   if cuda_version is None or redist.variant_fits(r.cuda_variant, cuda_version)]
         return Catalog(offers, found.notes, found.manifests)
 
-    def pick(self, request: VersionRequest, platform: str, cuda_version: str) -> Offer:
+    def pick(self, request: VersionRequest, platform: str | Sequence[str],
+             cuda_version: str) -> Offer:
+        """The archive for `request`; several platforms are tried best first, per release."""
         return self._offer(resolve(request, self.tree, platform, cuda_version))
 
     def by_name(self, name: str) -> Offer | None:
