@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import re
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
@@ -21,6 +22,7 @@ class ArchiveServer:
         self.redirects: dict[str, str] = {}  # path -> Location (absolute or relative)
         self.validators = True  # send ETag and Last-Modified
         self.last_modified = "Mon, 01 Jan 2024 00:00:00 GMT"
+        self.bytes_per_second: int | None = None  # send bodies this slowly (a far mirror)
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -84,6 +86,13 @@ class ArchiveServer:
                     self.wfile.flush()
                     self.close_connection = True
                     self.connection.shutdown(2)
+                    return
+                if server.bytes_per_second:
+                    step = max(1, server.bytes_per_second // 10)
+                    for i in range(0, len(payload), step):
+                        self.wfile.write(payload[i:i + step])
+                        self.wfile.flush()
+                        time.sleep(0.1)
                     return
                 self.wfile.write(payload)
 

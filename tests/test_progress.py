@@ -264,3 +264,21 @@ def test_bench_says_each_step(home, cuda_root):
     done = run_cli(["bench", "--cuda-root", cuda_root("10.0"), "--no-theano", "--json"], home)
     assert json.loads(done.stdout)["command"] == "bench"
     assert "cudnn-setup: timing cuDNN's convolution algorithms on the GPU" in done.stderr
+
+
+def test_a_slow_download_says_how_far_it_got_every_beat(home, tmp_path):
+    """A real HTTP server sending 3 MB at 400 kB/s (about 8 s): in a log, the start, a line
+    per beat with how far it got, and the end; not a line per chunk."""
+    from httpserver import ArchiveServer
+
+    with ArchiveServer() as server:
+        server.files["/cudnn-slow.tgz"] = os.urandom(3 * 10**6)
+        server.bytes_per_second = 400_000
+        done = run_cli(["download", f"{server.base}/cudnn-slow.tgz", "--cache-dir",
+                        tmp_path / "cache"], home)
+    assert done.returncode == 0, done.stderr
+    lines = [l for l in done.stderr.splitlines() if "downloading cudnn-slow.tgz" in l]
+    assert lines[0].startswith("cudnn-setup: downloading cudnn-slow.tgz: ")
+    assert 3 <= len(lines) <= 5, lines
+    assert any(" of 3.0 MB (" in l for l in lines[1:-1]), lines
+    assert lines[-1].startswith("cudnn-setup: downloading cudnn-slow.tgz: 3.0 MB in ")
