@@ -282,3 +282,28 @@ def test_a_slow_download_says_how_far_it_got_every_beat(home, tmp_path):
     assert 3 <= len(lines) <= 5, lines
     assert any(" of 3.0 MB (" in l for l in lines[1:-1]), lines
     assert lines[-1].startswith("cudnn-setup: downloading cudnn-slow.tgz: 3.0 MB in ")
+
+
+def test_doctor_calls_staging_under_a_held_lock_a_run_at_work_and_does_not_wait(home,
+                                                                                 cuda_root):
+    root = cuda_root("10.0")
+    staging = root / ".cudnn-setup" / "tx" / "0123456789ab" / "staging"
+    staging.mkdir(parents=True)
+    (staging / "libcudnn.so.7.4.2").write_bytes(os.urandom(4096))
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(root / ".cudnn-setup")],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "locked\n"
+        started = time.monotonic()
+        done = run_cli(["doctor", "--cuda-root", root, "--json"], home)
+        took = time.monotonic() - started
+    finally:
+        holder.kill()
+        holder.wait()
+    problem = next(p for p in json.loads(done.stdout)["problems"] if p["check"] == "state")
+    assert problem["severity"] == "info"
+    assert problem["message"].startswith(f"a cudnn-setup run is working on {root} (PID "
+                                         f"{holder.pid} (")
+    assert "in 1 file (tx/0123456789ab)" in problem["message"]
+    assert "waiting for the lock" not in done.stderr and took < 60
+    assert (staging / "libcudnn.so.7.4.2").exists()
