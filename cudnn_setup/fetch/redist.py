@@ -37,7 +37,7 @@ LAYOUT_CHANGES = (_V7_0, _V7_1, _V7_2, XZ_ARCHIVES, MAJOR_ONLY_CUDA, NEW_TREE)
 # only Linux ones are installed.
 LINUX_PLATFORMS = ("linux-x86_64", "linux-sbsa", "linux-ppc64le", "linux-aarch64")
 PLATFORMS = LINUX_PLATFORMS + ("windows-x86_64", "windows-arm64")
-# The components of a release that are archives of cuDNN itself: the library, and from 9.12 the
+# The components of a release that are archives of cuDNN itself: the library, and from 9.10 the
 # graph JIT library (`cudnn_jit`), a separate archive with its own name, checksum and directory.
 # `cudnn_samples` is source code, not a build: never read.
 FLAVOURS = ("cudnn", "cudnn_jit")
