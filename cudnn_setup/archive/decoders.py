@@ -34,6 +34,7 @@ from cudnn_setup.errors import ArchiveRejected
 from cudnn_setup.facts import host
 from cudnn_setup.facts.host import available_memory, usable_cores
 from cudnn_setup.text import escape
+from cudnn_setup.untrusted import open_regular
 
 CHUNK = 1 << 20
 # In-process decoders hand over 128 KiB at a time: bigger pieces are each a fresh mmap (and a
@@ -62,7 +63,7 @@ DECODE_ERRORS = (tarfile.TarError, EOFError, lzma.LZMAError, zlib.error, IsalErr
 
 
 def sniff(path: Path) -> str:
-    with open(path, "rb") as f:
+    with open_regular(path) as f:  # a FIFO swapped in for the archive is refused, not read
         head = f.read(512)
     if head.startswith(b"\x1f\x8b"):
         return GZIP
@@ -91,7 +92,7 @@ class ArchiveFile(io.RawIOBase):
 
     def __init__(self, path: Path, on_read: Callable[[int], None] | None = None,
                  hash_aside: bool = False):
-        self.file = open(path, "rb", buffering=0)
+        self.file = open_regular(path, buffering=0)
         self.count = 0
         self.on_read = on_read
         self.hasher = Hasher(background=hash_aside)

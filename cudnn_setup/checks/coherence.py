@@ -32,7 +32,8 @@ from typing import Mapping
 from cudnn_setup.checks.answer_values import nonempty, shown
 from cudnn_setup.checks.deps import loader_environment, versions_for
 from cudnn_setup.checks.installation import Installation
-from cudnn_setup.checks.probe import probe_module, run_probe
+from cudnn_setup.checks.probe import loads_key, probe_module, run_probe
+from cudnn_setup.child import Runner
 from cudnn_setup.facts import cudnn as gen
 from cudnn_setup.facts import ldresolve as L
 from cudnn_setup.report import FAIL, PASS, SKIP, Check
@@ -95,7 +96,8 @@ def _real_dir(path: str | None) -> str | None:
 
 def check_coherence(inst: Installation, env: Mapping[str, str], *,
                     loader: L.Environment | None = None, load_data: dict | None = None,
-                    python: str | None = None, timeout: float = TIMEOUT) -> Check:
+                    python: str | None = None, timeout: float = TIMEOUT,
+                    runner: Runner | None = None) -> Check:
     """The `coherence` check of `inst` for a program started from `env` (the user's, as is).
 
     `loader`: the loader's environment for the emulation (default: from `env`, the real
@@ -112,7 +114,11 @@ def check_coherence(inst: Installation, env: Mapping[str, str], *,
     versions = versions_for(inst, load_data)
     resolved = would_load(target, sonames, loader, versions)
     args = [resolved[s].path if resolved[s].found else s for s in sonames]
-    result = run_probe(probe_module("sublibs") + [str(target), *args], timeout, dict(env), python)
+    # The runner skips it when loading libcudnn hung earlier; its own 60 s per sub-library
+    # are the probe's, not a hang of libcudnn's.
+    probing = dict(runner=runner, key=loads_key(target), remember=False)
+    result = run_probe(probe_module("sublibs") + [str(target), *args], timeout, dict(env), python,
+                       **probing)
     data: dict = {"library": {"path": str(target), "directory": _real_dir(str(target))},
                   "ld_library_path": loader.ld_library_path, "sublibraries": []}
     if result.data is None:
@@ -126,7 +132,8 @@ def check_coherence(inst: Installation, env: Mapping[str, str], *,
     if retry:
         for i in retry:
             args[i] = by_cudnn[_stem(sonames[i])]
-        again = run_probe(probe_module("sublibs") + [str(target), *args], timeout, dict(env), python)
+        again = run_probe(probe_module("sublibs") + [str(target), *args], timeout, dict(env),
+                          python, **probing)
         if again.data is not None:
             probe = again.data
     main_dir = _real_dir(nonempty(probe.get("mapped")) or nonempty(probe.get("path"))

@@ -16,6 +16,17 @@ from cudnn_setup.facts import cudnn as gen
 from cudnn_setup.facts.cuda import CudaRoot
 from cudnn_setup.state.layout import StateDir
 from cudnn_setup.state.manifest import Manifest
+from cudnn_setup.untrusted import read_regular
+
+MAX_HEADER_BYTES = 1 << 20  # cuDNN's version headers are a few kB; cudnn.h itself is < 200 kB
+
+
+def _header_text(path: Path) -> str | None:
+    """The start of a header as text; None when it is missing or not a regular file."""
+    try:
+        return read_regular(path, MAX_HEADER_BYTES).decode("utf-8", errors="replace")
+    except OSError:
+        return None
 
 
 @dataclass
@@ -104,8 +115,9 @@ def find_installation(root: CudaRoot) -> Installation:
     inst = Installation(root=root, lib_dir=lib_dir, manifest=manifest)
     for name in gen.HEADERS_WITH_VERSION:
         header = inst.include_dir / name
-        if header.is_file():
-            version = gen.header_version(header.read_text(errors="replace"))
+        text = _header_text(header)
+        if text is not None:
+            version = gen.header_version(text)
             if version:
                 inst.header_version, inst.header_file = "%d.%d.%d" % version, header
                 break

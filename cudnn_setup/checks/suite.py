@@ -20,6 +20,7 @@ from cudnn_setup.checks.locate import skipped_without_cudnn
 from cudnn_setup.checks.native import check_compile, check_gpu, check_load
 from cudnn_setup.checks.system import check_cuda, check_loader
 from cudnn_setup.checks.theano_check import check_theano
+from cudnn_setup.child import Runner
 from cudnn_setup.facts import ldresolve as L
 from cudnn_setup.facts.host import host_machine
 from cudnn_setup.report import SKIP, Check
@@ -37,11 +38,12 @@ class Frameworks:
 
 
 def frameworks_of(python: str, env: Mapping[str, str], enabled: bool = True,
-                  loader: L.Environment | None = None) -> Frameworks:
+                  loader: L.Environment | None = None, runner: Runner | None = None) -> Frameworks:
     """The frameworks of `python` (the interpreter under test), or a skip for --no-frameworks."""
     if not enabled:
         return Frameworks(Check("frameworks", SKIP, "--no-frameworks"), [])
-    check, entries = check_frameworks(python, env, search=loader or loader_environment(env))
+    check, entries = check_frameworks(python, env, search=loader or loader_environment(env),
+                                      runner=runner)
     return Frameworks(check, entries)
 
 
@@ -85,18 +87,20 @@ def run_checks(inst: Installation, *, python: str, env: Mapping[str, str],
                driver: dict | None = None, frameworks: Frameworks | None = None,
                with_frameworks: bool = True, loader_fix: str | None = None,
                loader: L.Environment | None = None,
-               status: Callable[[str], None] | None = None) -> list[Check]:
+               status: Callable[[str], None] | None = None,
+               runner: Runner | None = None) -> list[Check]:
     """verify's checks of `inst`, in ORDER. `python`: the interpreter whose Theano and frameworks
     are checked; `driver`: driver_facts(env) when the caller has them; `frameworks`: the
     frameworks check when the caller made it (else it is made here unless `with_frameworks` is
     False); `loader_fix`: what the loader check advises instead of a bare LD_LIBRARY_PATH line;
     `loader`: deps.loader_environment(env) when the caller has it; `status` hears one line as
-    each check starts."""
+    each check starts; `runner`: the command's (child.Runner), which every child goes through."""
     env = dict(env)
+    runner = runner or Runner()
     step = Steps(status, ORDER if theano else ORDER[:-1])
     step("files")
     loader = loader or loader_environment(env)
-    driver = driver if driver is not None else driver_facts(env, loader=loader)
+    driver = driver if driver is not None else driver_facts(env, loader=loader, runner=runner)
     skipped = skipped_without_cudnn(inst)
     checks = [check_files(inst, deep)]
     load_data = None
@@ -109,10 +113,11 @@ def run_checks(inst: Installation, *, python: str, env: Mapping[str, str],
         step("versions")
         checks.append(check_versions(inst))
         step("load")
-        load, load_data = check_load(inst, env)
+        load, load_data = check_load(inst, env, runner, loader)
         checks.append(load)
         step("coherence")
-        checks.append(check_coherence(inst, env, loader=loader, load_data=load_data))
+        checks.append(check_coherence(inst, env, loader=loader, load_data=load_data,
+                                      runner=runner))
         step("deps")
         checks.append(check_deps(inst, env, load_data=load_data, loader=loader,
                                  driver_present=True if has_driver(driver) else None))
@@ -127,14 +132,14 @@ def run_checks(inst: Installation, *, python: str, env: Mapping[str, str],
         checks += [skipped["compile"], gpu]
     else:
         step("compile")
-        compiled = check_compile(inst, env, includes=compile_includes(inst))
+        compiled = check_compile(inst, env, includes=compile_includes(inst), runner=runner)
         step("gpu")
-        gpu = check_gpu(inst, env) if load_data is not None else Check(
+        gpu = check_gpu(inst, env, runner) if load_data is not None else Check(
             "gpu", SKIP, "libcudnn does not load (see load)")
         checks += [compiled, gpu]
     step("frameworks")
     if frameworks is None:
-        frameworks = frameworks_of(python, env, with_frameworks, loader)
+        frameworks = frameworks_of(python, env, with_frameworks, loader, runner)
     checks.append(frameworks.check)
     if theano:
         step("theano")

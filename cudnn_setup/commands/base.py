@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Optional
 
+from cudnn_setup.child import Runner
 from cudnn_setup.errors import (DownloadFailed, InstallFailed, InternalError, Interrupted,
                                  NoCudaRoot, SetupError, UsageError, os_error)
 from cudnn_setup.facts.cuda import CudaRoot, find_cuda_root
@@ -48,6 +49,10 @@ class Context:
     # Takes one line for a person about a step or a wait (a retry and why, a lock held by
     # another run); the CLI decides how it is shown. Never part of the Result.
     status: Callable[[str], None] = field(default=lambda line: None)
+    # Runs this command's child processes and remembers what hung (child.Runner): one per
+    # command, passed down to every check that starts a child, so a library or framework that
+    # hangs costs one time limit per command. Killed whole when the command is interrupted.
+    runner: Runner = field(default_factory=Runner)
     # Where pip's system-wide configuration lives (/etc/xdg, /etc; tests hand in their own) and
     # this machine's wheel platform tags (None: packaging's, for this machine).
     pip_system_dirs: tuple[Path, ...] = PIP_SYSTEM_DIRS
@@ -111,6 +116,8 @@ def command(name: str, fails_as: type[SetupError] = InstallFailed):
             except SetupError as exc:
                 result.error = exc
             except (KeyboardInterrupt, Interrupted):
+                if ctx is not None:
+                    ctx.runner.cancel()  # children still running on other threads
                 result.error = interrupted(result)
             except Exception as exc:  # requests' errors are OSErrors too: asked first
                 result.error = library_error(exc, name) or (

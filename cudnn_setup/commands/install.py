@@ -82,7 +82,7 @@ def install(result: Result, ctx: Context, source: str, *, cuda_root: Path | None
                                     frameworks=frameworks.report() if same else None,
                                     with_frameworks=not no_frameworks, loader_fix=step.loader_fix,
                                     loader=frameworks.search if same else None,
-                                    status=ctx.status)
+                                    status=ctx.status, runner=ctx.runner)
     if step is not None and step.refused:
         raise step.refused
 

@@ -50,8 +50,10 @@ LIBRARY_FILE = re.compile(r"^(?P<stem>libcudnn[a-z_]*)\.so\.(?P<ver>\d+(?:\.\d+)
 # files as libcudnn_ops.so.9, with no full version in the name.
 LIBRARY_NAME = re.compile(r"^(?P<stem>libcudnn[a-z_]*)\.so\.(?P<ver>\d+(?:\.\d+)*)\Z")
 _DEVELOPMENT_NAME = re.compile(r"^(?P<stem>libcudnn[a-z_]*)\.so\Z")  # the link a linker takes
-_MACRO = re.compile(r"^\s*#\s*define\s+(CUDNN_MAJOR|CUDNN_MINOR|CUDNN_PATCHLEVEL|CUDNN_VERSION)"
-                    r"\s+\(?\s*(\d+)\s*\)?\s*$", re.M)
+# Blanks within a line only ([ \t], not \s, which spans newlines): `^\s*#` over a header of a
+# million empty lines would try every line start against all the lines after it.
+_MACRO = re.compile(r"^[ \t]*#[ \t]*define[ \t]+(CUDNN_MAJOR|CUDNN_MINOR|CUDNN_PATCHLEVEL|CUDNN_VERSION)"
+                    r"[ \t]+\(?[ \t]*(\d{1,9})[ \t]*\)?[ \t\r]*$", re.M)
 HEADERS_WITH_VERSION = ("cudnn_version.h", "cudnn.h")  # where the macros live, newest first
 
 
