@@ -104,7 +104,7 @@ def test_404_and_refused_exit_6(server, tmp_path):
     assert "404" in info.value.message and info.value.exit_code == 6
     with pytest.raises(DownloadFailed, match="refused") as info:
         Downloader(tmp_path, retries=2, backoff=0.01).fetch("http://127.0.0.1:9/x.tgz")
-    assert "after 3 attempt(s)" in info.value.message and info.value.code == "connection-refused"
+    assert "after 3 attempts" in info.value.message and info.value.code == "connection-refused"
     assert "port" in info.value.hint
 
 

@@ -258,3 +258,9 @@ def test_inspect_says_it_reads_and_verify_numbers_its_checks(home, cuda_root):
     assert [s.split(":")[1].strip() for s in steps][:3] == ["check 1 of 12", "check 2 of 12",
                                                             "check 3 of 12"]
     assert len(steps) == 12 and steps[-1].startswith("cudnn-setup: check 12 of 12: frameworks")
+
+
+def test_bench_says_each_step(home, cuda_root):
+    done = run_cli(["bench", "--cuda-root", cuda_root("10.0"), "--no-theano", "--json"], home)
+    assert json.loads(done.stdout)["command"] == "bench"
+    assert "cudnn-setup: timing cuDNN's convolution algorithms on the GPU" in done.stderr

@@ -37,6 +37,7 @@ from cudnn_setup.child import Runner
 from cudnn_setup.facts import cudnn as gen
 from cudnn_setup.facts import ldresolve as L
 from cudnn_setup.report import FAIL, PASS, SKIP, Check
+from cudnn_setup.text import plural
 
 NAME = "coherence"
 TIMEOUT = 600.0  # every sub-library in a child of its own, each limited to 60 s by the probe
@@ -162,8 +163,9 @@ def check_coherence(inst: Installation, env: Mapping[str, str], *,
         if hint:
             data["hint"] = hint
         return Check(NAME, FAIL, "; ".join(problems), data)
-    detail = (f"{target.name} (cuDNN {main_version or '?'}) and its {len(sonames)} sub-libraries "
-              f"load from {main_dir}, all the same version")
+    detail = (f"{target.name} (cuDNN {main_version or '?'}) and its "
+              f"{plural(len(sonames), 'sub-library', 'sub-libraries')} load from {main_dir}, "
+              f"all the same version")
     if checked:
         detail += f"; cuDNN's own version checks pass ({checked})"
     return Check(NAME, PASS, detail, data)
