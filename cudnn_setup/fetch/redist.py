@@ -68,11 +68,11 @@ class ManifestDamaged(DownloadFailed):
 
 # --- platforms ----------------------------------------------------------------------------------
 
-def platform_key(machine: str, tegra: bool = False) -> str:
+def platform_key(machine: str) -> str:
     """NVIDIA's platform key for `platform.machine()` (or a spelling from an archive name).
 
-    aarch64 means server Arm (`linux-sbsa`, `aarch64sbsa` in names before 8.3.1) unless the
-    caller knows the machine is a Jetson (`tegra`, e.g. /etc/nv_tegra_release exists).
+    aarch64 means server Arm (`linux-sbsa`, `aarch64sbsa` in names before 8.3.1); a Jetson's
+    builds are platform_choice's to pick.
     """
     key = machine.strip().lower()
     if key in PLATFORMS:  # already NVIDIA's key
@@ -82,8 +82,6 @@ def platform_key(machine: str, tegra: bool = False) -> str:
     if platform is None:
         raise NoVariant(f"NVIDIA publishes no Linux cuDNN archive for machine {machine[:40]!r}",
                         "archives exist for x86_64, aarch64 (sbsa) and ppc64le")
-    if tegra and platform == "linux-sbsa":
-        return "linux-aarch64"
     return platform
 
 
