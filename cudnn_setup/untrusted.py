@@ -63,3 +63,12 @@ def is_regular(path: str | os.PathLike) -> bool:
         return stat.S_ISREG(os.stat(path).st_mode)
     except (OSError, ValueError):
         return False
+
+
+def regular_size(path: str | os.PathLike) -> int:
+    """The size of the regular file `path` (symlinks followed), from its stat: NotRegular for
+    anything else, which is never opened."""
+    st = os.stat(path)
+    if not stat.S_ISREG(st.st_mode):
+        raise NotRegular(path, kind(st.st_mode))
+    return st.st_size

@@ -150,7 +150,7 @@ def test_resumed_only_after_a_matching_206(server, home, tmp_path):
         done, out = run_json(["download", url, "--cache-dir", cache], home)
         setattr(server, setting, False)
         assert done.returncode == 0, done.stderr
-        assert out["download"]["resumed_from"] == 0 and "resumed" not in done.stderr
+        assert out["download"]["resumed_from"] == 0 and "resumed at byte" not in done.stderr
         assert (cache / V7).read_bytes() == data
     (tmp_path / "c" / f"{V7}.part").parent.mkdir()
     (tmp_path / "c" / f"{V7}.part").write_bytes(data[:1500])

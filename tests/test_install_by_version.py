@@ -194,7 +194,11 @@ def test_mirror_without_manifests_falls_back_to_the_table(tmp_path, compiler, cu
     assert s.log[-1] == (f"/cudnn/linux-x86_64/{want}", None)
     assert done.returncode == ARCHIVE_REJECTED
     assert "known releases table" in out["error"]["message"]
-    assert known_releases.known_sha256(want) in out["error"]["message"]
+    # the table's size differs from the fabricated archive's: refused before its body is read
+    published = next(r.size for r in known_releases.releases() if r.file_name == want)
+    assert out["error"]["code"] == "size-mismatch", out["error"]
+    assert str(published) in out["error"]["message"]
+    assert str(m.archives[want].stat().st_size) in out["error"]["message"]
     assert tree_state(root) == before
 
 
@@ -216,8 +220,10 @@ def test_unknown_version_names_the_nearest(mirror, cuda_root, home):
     assert done.returncode == USAGE and out["error"]["code"] == "unknown-version"
     assert "nearest versions:" in out["error"]["hint"] and "9.19.1.2" in out["error"]["hint"]
     done, out = _install("9.1.8", root, home, "--mirror", mirror.url)
-    # the mirror's releases count, from the labels of manifests not read
-    assert done.returncode == USAGE and "9.1.7, " in out["error"]["hint"]
+    # the mirror's releases count, read from the manifests nearest the request: versions, never labels
+    near = out["error"]["hint"].split(": ", 1)[1].split(", ")
+    assert done.returncode == USAGE and "9.1.7.99" in near, near
+    assert all(len(v.split(".")) == 4 for v in near), near  # no "9.1.7" label among them
 
 
 def test_mirror_without_an_index_is_asked_for_the_named_manifest(mirror, cuda_root, home):

@@ -1,7 +1,7 @@
 """The package's import graph: layers that only look down, and no module cycles.
 
 cli → commands → sources → (archive, checks, fetch, state, theanorc, settings, startup_line) →
-facts → (errors, report, text, child, digest, atomic). Probes run in other interpreters and import
+facts → (errors, report, text, child, digest, atomic, untrusted, urls). Probes run in other interpreters and import
 nothing of the package.
 """
 import ast
@@ -14,6 +14,7 @@ LAYER = {"cli": 4, "console": 4, "__main__": 5, "commands": 3, "sources": 2.5, "
          "checks": 2, "fetch": 2,
          "state": 2, "theanorc": 2, "settings": 2, "startup_line": 2, "facts": 1,
          "errors": 0, "report": 0, "text": 0, "child": 0, "digest": 0, "atomic": 0, "untrusted": 0,
+         "urls": 0,
          "probes": None}
 
 

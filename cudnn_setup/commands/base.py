@@ -20,6 +20,7 @@ from cudnn_setup.report import Result
 from cudnn_setup.settings import SYSTEM_CONFIG
 from cudnn_setup.sources.pipconf import SYSTEM_DIRS as PIP_SYSTEM_DIRS
 from cudnn_setup.text import escape
+from cudnn_setup.urls import scrub
 
 Progress = Callable[[int, Optional[int]], None]  # bytes done, bytes in all (None: unknown)
 
@@ -154,15 +155,17 @@ def library_error(exc: Exception, name: str) -> SetupError | None:
     """A third-party library's error that means the outside world failed, not the tool."""
     requests = sys.modules.get("requests")  # only loaded when something was downloaded
     if requests is not None and isinstance(exc, requests.RequestException):
+        # requests' words carry the URL, query and user-info included: redacted
         return DownloadFailed(f"{name} failed: the download broke off ({type(exc).__name__}: "
-                              f"{escape(str(exc))[:300]})", "run again; a partial download is "
+                              f"{escape(scrub(str(exc)[:600]))[:300]})", "run again; a partial download is "
                               "resumed", code="download-failed")
     return None
 
 
 def internal_error(exc: BaseException) -> InternalError:
     """A bug: one line saying so, the traceback kept for a report."""
-    return InternalError(f"internal error: {type(exc).__name__}: {escape(str(exc))[:500]}",
+    return InternalError(f"internal error: {type(exc).__name__}: "
+                         f"{escape(scrub(str(exc)[:1000]))[:500]}",
                          "this is a bug in cudnn-setup; please report it with the traceback",
                          traceback=traceback.format_exc())
 

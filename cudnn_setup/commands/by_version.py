@@ -24,18 +24,19 @@ from __future__ import annotations
 from pathlib import Path
 
 from cudnn_setup.commands.base import Context
-from cudnn_setup.commands.fetching import downloader_for, fetch, parse_headers
+from cudnn_setup.commands.fetching import client_for, downloader_for, fetch
 from cudnn_setup.errors import UsageError
 from cudnn_setup.facts.cuda import CudaRoot
 from cudnn_setup.facts.cudnn import parse_archive_name
 from cudnn_setup.facts.host import host_machine, tegra_evidence, wheel_platform_tags
 from cudnn_setup.fetch import redist
 from cudnn_setup.fetch.candidates import is_version_request, parse_request
-from cudnn_setup.fetch.download import Fetched, redact
+from cudnn_setup.fetch.download import Fetched
 from cudnn_setup.fetch.remote import Reader
 from cudnn_setup.fetch.resolve import Tree
 from cudnn_setup.report import Result
 from cudnn_setup.settings import mirror_setting, user_config_path
+from cudnn_setup.urls import redact
 from cudnn_setup.sources.base import NVIDIA, PYPI, Fetch, Obtained, Offer, Source
 from cudnn_setup.sources.local import LocalArchive
 from cudnn_setup.sources.mirror import Mirror
@@ -72,7 +73,7 @@ def tree_for(ctx: Context, mirror: str | None, headers: list[str] | None) -> Tre
 
 
 def _tree_source(ctx: Context, mirror: str | None, headers: list[str] | None) -> RedistTree:
-    reader = Reader(headers=parse_headers(headers))
+    reader = Reader(client=client_for(ctx, headers))
     user_config = ctx.user_config or user_config_path(ctx.env, ctx.home)
     setting = mirror_setting(mirror, ctx.env, user_config, ctx.system_config)
     if setting is None:
@@ -102,7 +103,7 @@ def choose_source(ctx: Context, *, from_: str | None = None, mirror: str | None 
         return PypiIndex(config, downloader_for(ctx, headers, cache_dir, env=env),
                          wheel_tags if wheel_tags is not None else machine_wheel_tags(ctx))
     if from_ == NVIDIA:
-        return NvidiaTree(Reader(headers=parse_headers(headers)))
+        return NvidiaTree(Reader(client=client_for(ctx, headers)))
     return _tree_source(ctx, from_ or mirror, headers)
 
 
@@ -131,14 +132,18 @@ def target(root: CudaRoot | None, cuda: str | None,
 
 
 def fetcher(result: Result, ctx: Context, headers: list[str] | None, cache_dir: Path | None,
-            source: Source | None = None) -> Fetch:
-    """The Fetch a source is handed: the Downloader into the cache (a PyPI source's own, which
-    carries pip's CA bundle), its outcome rendered into `result`."""
+            source: Source | None = None, output_dir: Path | None = None) -> Fetch:
+    """The Fetch a source is handed: the Downloader into the cache or `output_dir` (a PyPI
+    source's own, which carries pip's CA bundle), its outcome rendered into `result`. A tree's
+    archive is fetched through the client that read its manifests: one waiting budget."""
     own = getattr(source, "downloader", None)
+    client = None
+    if isinstance(source, RedistTree) and isinstance(source.tree.reader, Reader):
+        client = source.tree.reader.client
 
     def run(url: str, expected) -> Fetched:
         return fetch(result, ctx, url, None, headers, cache_dir, expected=expected,
-                     downloader=own)
+                     downloader=own, output_dir=output_dir, client=client)
     return run
 
 

@@ -40,12 +40,12 @@ from cudnn_setup.errors import ArchiveRejected, DownloadFailed, InstallFailed, U
 from cudnn_setup.facts.host import wheel_tags_for
 from cudnn_setup.fetch import redist
 from cudnn_setup.fetch.candidates import parse_request
-from cudnn_setup.fetch.download import redact
 from cudnn_setup.fetch.redist import NoVariant
 from cudnn_setup.fetch.redistrib_json import parse_redistrib
 from cudnn_setup.report import Result
 from cudnn_setup.sources.base import NVIDIA, PYPI, WHEEL, Offer, Source
 from cudnn_setup.text import escape
+from cudnn_setup.urls import redact
 
 INCOMING = ".incoming"
 COMPONENT = {"name": "NVIDIA CUDA Deep Neural Network library", "license": "cudnn",

@@ -140,8 +140,10 @@ def built_for(pkg: Package, work: Path, env: Mapping[str, str] | None) -> BuiltF
 
 
 def variant_name(name: str, version: str | None, major: int) -> str | None:
-    """The name of the same cuDNN built for CUDA `major`: a published one when the table of
-    NVIDIA's checksums knows it, else the name NVIDIA's scheme gives it."""
+    """The name of the same cuDNN built for CUDA `major`, when NVIDIA published one: looked up
+    in the table of NVIDIA's archives, never made from this file's name (a renamed or
+    repacked archive's extension, say .tar.gz where NVIDIA ships .tar.xz, names a file that
+    does not exist). None when the table lists no such build."""
     facts = gen.parse_archive_name(name)
     if facts is None or facts.cudnn_version is None:
         return None
@@ -150,10 +152,7 @@ def variant_name(name: str, version: str | None, major: int) -> str | None:
         if other and other.cudnn_version == facts.cudnn_version and other.cuda_major == major \
                 and other.arch == facts.arch and other.os == facts.os:
             return release.file_name
-    new = re.sub(r"_cuda\d+(?:\.\d+)?-archive", f"_cuda{major}-archive", name)
-    if new != name:
-        return new
-    return re.sub(r"^cudnn-\d+\.\d+-", f"cudnn-{major}.x-", name)
+    return None
 
 
 def cuda_mismatch(pkg: Package, built: BuiltFor, root: CudaRoot, name: str,
@@ -173,13 +172,16 @@ def cuda_mismatch(pkg: Package, built: BuiltFor, root: CudaRoot, name: str,
     if old is not None and old.cuda_version and old.cuda_version.split(".")[0] == str(root.major):
         replaces = f"; it would replace cuDNN {old.cudnn_version}, which is built for this CUDA"
     variant = variant_name(name, pkg.cudnn_version, root.major)
-    fetch = f"the cuDNN {pkg.cudnn_version} archive for CUDA {root.major}" + (
-        f" ({escape(variant)})" if variant else "")
+    if variant:
+        fetch = (f"download the cuDNN {pkg.cudnn_version} archive for CUDA {root.major} "
+                 f"({escape(variant)}), or a cuDNN release made for CUDA {root.major}")
+    else:  # nothing published under a name the table knows: say where to look, not a guess
+        fetch = (f"install a cuDNN release built for CUDA {root.major} (`cudnn-setup list "
+                 f"--cuda {root.major}` shows those published)")
     return ArchiveRejected(
         f"{escape(name)} is cuDNN {pkg.cudnn_version} built for CUDA {built.version} "
         f"({built.source}), but {root.path} is CUDA {root.version}{replaces}; nothing was changed",
-        f"download {fetch}, or a cuDNN release made for CUDA {root.major}; --force installs "
-        "this one anyway", code="cuda-mismatch")
+        f"{fetch}; --force installs this one anyway", code="cuda-mismatch")
 
 
 def machine_fit(pkg: Package, built: BuiltFor, driver: dict | None,

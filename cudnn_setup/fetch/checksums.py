@@ -12,6 +12,7 @@ class Expected:
     algorithm: str  # sha256 | md5
     digest: str
     source: str  # --sha256, known releases table, sidecar URL
+    size: int | None = None  # bytes the archive must have, when its manifest says
 
     def to_dict(self) -> dict:
         return {"algorithm": self.algorithm, "digest": self.digest, "source": self.source}

@@ -19,6 +19,7 @@ from typing import Iterable
 from packaging.version import Version
 
 from cudnn_setup.errors import ArchiveRejected, DownloadFailed, UsageError
+from cudnn_setup.urls import BadUrl, check, redact
 
 NVIDIA_COMPUTE = "https://developer.download.nvidia.com/compute/"
 NVIDIA_REDIST = NVIDIA_COMPUTE + "cudnn/redist/"  # the level a mirror copies
@@ -294,27 +295,33 @@ def normalize_mirror(text: str, cwd: Path | None = None) -> str:
     """A mirror given as an http(s)/file URL or a local directory, as a URL ending in `/`.
 
     The URL names the level that holds `redistrib_<label>.json` and `cudnn/<platform>/`, like
-    https://developer.download.nvidia.com/compute/cudnn/redist/.
+    https://developer.download.nvidia.com/compute/cudnn/redist/. Anything else is a usage
+    error that shows the URL without its credentials.
     """
     text = text.strip()
-    if "://" not in text:
+    if "://" not in text and not re.match(r"^[A-Za-z][A-Za-z0-9+.-]{0,31}:[^\\/]", text):
         path = Path(text)
         if not path.is_absolute():
             if cwd is None:
-                raise UsageError(f"mirror {text!r} is a relative path", "give an absolute path or a URL")
+                raise UsageError(f"mirror {redact(text)} is a relative path",
+                                 "give an absolute path or a URL")
             path = cwd / path
         text = path.as_uri()
-    parts = urllib.parse.urlsplit(text)
-    if parts.scheme not in ("http", "https", "file"):
-        raise UsageError(f"mirror {text[:80]!r}: only http, https and file URLs are supported")
+    try:
+        parts = check(text, ("http", "https", "file"))
+    except BadUrl as exc:
+        raise UsageError(f"mirror {redact(text)} cannot be used: {exc}", MIRROR_HINT) from None
     if parts.query or parts.fragment:
-        raise UsageError(f"mirror {text[:80]!r} has a query or fragment",
-                         "give the URL of the directory that holds redistrib_*.json")
-    if parts.scheme != "file" and not parts.hostname:
-        raise UsageError(f"mirror {text[:80]!r} names no host")
+        raise UsageError(f"mirror {redact(text)} has a query or fragment",
+                         "give the URL of the directory that holds redistrib_*.json (a token "
+                         "goes in ~/.netrc or --header, never in the URL)")
     if parts.scheme == "file" and parts.netloc not in ("", "localhost"):
-        raise UsageError(f"file URL {text[:80]!r} names a remote host", "use file:///path")
+        raise UsageError(f"file URL {redact(text)} names a remote host", "use file:///path")
     return text if text.endswith("/") else text + "/"
+
+
+MIRROR_HINT = ("give an http(s):// or file:// URL, or a directory, of the level that holds "
+               "redistrib_*.json, e.g. https://mirror.lan/cudnn/redist/")
 
 
 def safe_relative(path: str) -> str:
@@ -346,15 +353,32 @@ def local_path(url: str) -> Path | None:
     if parts.scheme != "file":
         return None
     if parts.netloc not in ("", "localhost"):
-        raise UsageError(f"file URL {url[:80]!r} names a remote host", "use file:///path")
+        raise UsageError(f"file URL {redact(url)} names a remote host", "use file:///path")
     return Path(urllib.request.url2pathname(parts.path))
 
 
-_LISTED = re.compile(r"""href=["']?(?:[^"'>\s]*/)?redistrib_(\d{1,4}\.\d{1,4}\.\d{1,6})\.json["'>\s]""")
+# Linear: the literal name is found first, then its href is looked for in the few characters
+# before it (a pattern that starts at every `href=` and scans ahead backtracks on a page of
+# repeated `href=`: 1 MB took minutes).
+_MANIFEST_IN_PAGE = re.compile(r"redistrib_(\d{1,4}\.\d{1,4}\.\d{1,6})\.json(?=[\"'>\s])")
+_LOOK_BACK = 320  # a href value longer than this is not a directory listing's
 
 
 def listed_labels(index_html: str) -> list[str]:
     """Labels of the redistrib JSON files a directory index page links to, newest first
     (NVIDIA's tree and common web servers list the redist/ directory)."""
-    labels = set(_LISTED.findall(index_html[:4 << 20]))
+    page = index_html[:4 << 20]
+    labels = set()
+    for m in _MANIFEST_IN_PAGE.finditer(page):
+        before = page[max(0, m.start() - _LOOK_BACK):m.start()]
+        at = before.rfind("href=")
+        if at < 0:
+            continue
+        value = before[at + 5:]
+        if value[:1] in ("'", '"'):
+            value = value[1:]
+        # the name is the whole value or its last path part, as in href="…/redistrib_X.json"
+        if any(c in value for c in "\"'> \t\r\n") or (value and not value.endswith("/")):
+            continue
+        labels.add(m.group(1))
     return sorted(labels, key=Version, reverse=True)

@@ -33,12 +33,12 @@ from packaging.version import Version
 
 from cudnn_setup.errors import DownloadFailed
 from cudnn_setup.fetch import known_releases, redist
-from cudnn_setup.fetch.download import redact
 from cudnn_setup.fetch.candidates import (
     Release, UnknownVersion, VersionRequest, installable, merge, nearest_versions,
     platform_order, select,
 )
 from cudnn_setup.fetch.redistrib_json import MAX_BYTES, parse_redistrib
+from cudnn_setup.urls import redact
 
 TABLE = "known table"  # Release.source of the table's entries
 MAX_MANIFESTS = 64  # read at most this many manifests for one answer
@@ -157,8 +157,13 @@ def resolve(request: VersionRequest, tree: Tree, platform: str | Sequence[str],
             break
     releases = merge(table, published)
     if not any(request.matches(r.version) for r in releases):
-        # the nearest may sit in manifests not read: their labels count too
-        near = nearest_versions(request, {r.version for r in releases} | set(listed))
+        # Versions only (a manifest's label, 9.1.0, is not what anything installs): the mirror's
+        # releases nearest the request may sit in manifests not read yet, so the few whose
+        # labels are nearest are read for their versions.
+        versions = {r.version for r in releases}
+        for label in nearest_versions(request, set(listed) - set(read)):
+            versions |= {r.version for r in tree.manifest(label) or []}
+        near = nearest_versions(request, versions)
         raise UnknownVersion(f"no published cuDNN matches {request}",
                              f"nearest versions: {', '.join(near)}" if near else "")
     select(request, releases, order, cuda_version)  # the refusal of a missing variant

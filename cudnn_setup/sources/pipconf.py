@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Mapping
 
 from cudnn_setup.errors import UsageError
-from cudnn_setup.fetch.download import redact
+from cudnn_setup.urls import redact
 from cudnn_setup.text import escape
 
 PYPI = "https://pypi.org/simple"

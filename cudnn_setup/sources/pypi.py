@@ -11,23 +11,29 @@ by their full version. Credentials come from the index URL or ~/.netrc and are n
 from __future__ import annotations
 
 import os
+import time
 import urllib.parse
 from typing import Sequence
 
 import requests
+import urllib3
 
 from cudnn_setup.archive.wheel import parse_name
 from cudnn_setup.errors import ArchiveRejected, DownloadFailed
 from cudnn_setup.fetch import redist
 from cudnn_setup.fetch.candidates import UnknownVersion, VersionRequest, nearest_versions
 from cudnn_setup.fetch.checksums import Expected, mismatch
-from cudnn_setup.fetch.download import Downloader, redact
+from cudnn_setup.fetch.download import Downloader
+from cudnn_setup.fetch.http import Stalled, TimedOut
 from cudnn_setup.fetch.redist import NoVariant, local_path
+from cudnn_setup.fetch.remote import READ_DEADLINE
 from cudnn_setup.sources import simple_api
 from cudnn_setup.sources.base import (PYPI, WHEEL, Catalog, Fetch, Obtained, Offer, Provenance,
                                       Source, ordered)
 from cudnn_setup.sources.pipconf import IndexConfig
 from cudnn_setup.text import escape
+from cudnn_setup.untrusted import read_regular
+from cudnn_setup.urls import redact
 
 
 def project_name(cuda_major: int) -> str:
@@ -67,9 +73,8 @@ class PypiIndex(Source):
             return self.pages[url]
         path = local_path(url)
         if path is not None:  # a file:// index: <dir>/<project>/index.html, as pip reads it
-            try:
-                with open(path / "index.html", "rb") as f:
-                    data = f.read(simple_api.MAX_PAGE_BYTES + 1)
+            try:  # a FIFO there is refused from its type, never opened
+                data = read_regular(path / "index.html", simple_api.MAX_PAGE_BYTES + 1)
             except (FileNotFoundError, NotADirectoryError):
                 files = None
             except OSError as exc:
@@ -83,8 +88,12 @@ class PypiIndex(Source):
         return files
 
     def _get(self, url: str) -> list[simple_api.IndexFile] | None:
+        client = self.downloader.client  # the command's redirect policy and waiting budget
         try:
-            response = self.downloader._request("GET", url, {"Accept": simple_api.ACCEPT})
+            response = client.request("GET", url, {"Accept": simple_api.ACCEPT})
+        except Stalled as exc:
+            raise TimedOut(f"the package index {redact(url)}: {exc}",
+                           "check the index and the network") from None
         except requests.RequestException as exc:
             raise DownloadFailed(f"cannot reach the package index {redact(url)}: "
                                  f"{type(exc).__name__}",
@@ -100,13 +109,14 @@ class PypiIndex(Source):
             if response.status_code != 200:
                 raise DownloadFailed(f"the package index {redact(url)} answered "
                                      f"{response.status_code}", "check the index and run again")
-            data = bytearray()
             try:
-                for chunk in response.iter_content(1 << 16):
-                    data += chunk
-                    if len(data) > simple_api.MAX_PAGE_BYTES:
-                        break
-            except requests.RequestException as exc:
+                data = client.read_body(response, url, simple_api.MAX_PAGE_BYTES,
+                                        deadline=time.monotonic() + READ_DEADLINE)
+            except Stalled as exc:
+                raise TimedOut(f"reading {redact(url)}: {exc}",
+                               "check the index and the network") from None
+            except (requests.RequestException, urllib3.exceptions.HTTPError,
+                    ConnectionError) as exc:
                 raise DownloadFailed(f"reading {redact(url)} failed: {type(exc).__name__}",
                                      "run again") from None
             return simple_api.parse_page(bytes(data), response.headers.get("Content-Type", ""),

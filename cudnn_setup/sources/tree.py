@@ -9,13 +9,17 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from cudnn_setup.errors import ArchiveRejected
 from cudnn_setup.fetch import known_releases, redist
 from cudnn_setup.fetch.candidates import Release, VersionRequest
 from cudnn_setup.fetch.checksums import Expected, mismatch
-from cudnn_setup.fetch.download import redact
+from cudnn_setup.fetch.download import size_mismatch
 from cudnn_setup.fetch.resolve import TABLE, Choice, Tree, catalog, resolve, resolve_name
 from cudnn_setup.sources.base import (ARCHIVE, Catalog, Fetch, Obtained, Offer, Provenance,
                                       Source)
+from cudnn_setup.text import show_path
+from cudnn_setup.untrusted import NotRegular, regular_size
+from cudnn_setup.urls import redact
 
 
 def vouched_by(release: Release) -> str:
@@ -72,7 +76,7 @@ class RedistTree(Source):
         return None if choice is None else self._offer(choice)
 
     def obtain(self, offer: Offer, fetch: Fetch, sha256: str | None = None) -> Obtained:
-        expected = Expected("sha256", offer.sha256, offer.checksum_from)
+        expected = Expected("sha256", offer.sha256, offer.checksum_from, size=offer.size)
         if sha256 is not None and sha256.lower() != offer.sha256:
             raise mismatch(offer.file_name, Expected("sha256", sha256.lower(), "--sha256"),
                            f"{offer.sha256} as published ({offer.checksum_from})")
@@ -80,6 +84,22 @@ class RedistTree(Source):
                                 ARCHIVE, offer.repacked_from)
         local = redist.local_path(offer.url)
         if local is not None:
+            _check_local(local, expected)
             return Obtained(local, expected, provenance)  # checked as it is read
         fetched = fetch(offer.url, expected)
         return Obtained(fetched.path, expected, provenance, fetched)
+
+
+def _check_local(path, expected: Expected) -> None:
+    """An archive in a file:// mirror: a regular file (a FIFO there would hold the reader
+    forever), of the size its manifest gives, judged from its stat before a byte is read."""
+    try:
+        size = regular_size(path)
+    except NotRegular as exc:
+        raise ArchiveRejected(f"{show_path(path)} in the mirror is {exc.what}, not an "
+                              "archive; not opened", "a mirror holds plain files",
+                              code="archive-unreadable") from None
+    except FileNotFoundError:
+        return  # the reader says so, as for any archive path
+    if expected.size and size != expected.size:
+        raise size_mismatch(path.name, expected, size, "in the mirror")
