@@ -275,6 +275,9 @@ def install(ctx: typer.Context,
             header: Optional[list[str]] = HeaderOpt, cache_dir: Optional[Path] = CacheOpt,
             cuda: Optional[str] = CudaOpt, mirror: Optional[str] = MirrorOpt,
             from_: Optional[str] = FromOpt, index_url: Optional[str] = IndexUrlOpt,
+            with_deps: bool = typer.Option(False, "--with-deps", help="with --from pypi: also "
+                                           "place the cuBLAS/NVRTC libraries the wheel declares "
+                                           "and the root lacks, in the same transaction"),
             no_frameworks: bool = NoFrameworksOpt, json_: bool = JsonOpt) -> None:
     """Install cuDNN from an archive into a CUDA root, configure Theano, verify."""
     from cudnn_setup.commands.install import install as run
@@ -284,7 +287,7 @@ def install(ctx: typer.Context,
                                     no_verify=no_verify, dry_run=dry_run, force=force,
                                     ldconfig=ldconfig, headers=header, cache_dir=cache_dir,
                                     cuda=cuda, mirror=mirror, no_frameworks=no_frameworks,
-                                    from_=from_, index_url=index_url))
+                                    from_=from_, index_url=index_url, with_deps=with_deps))
 
 
 @app.command()

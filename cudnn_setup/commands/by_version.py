@@ -23,9 +23,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from packaging.utils import canonicalize_name
+
 from cudnn_setup.commands.base import Context
 from cudnn_setup.commands.fetching import client_for, downloader_for, fetch
 from cudnn_setup.errors import UsageError
+from cudnn_setup.archive.wheel import requirements as wheel_requirements
+from cudnn_setup.facts import dependencies as D
 from cudnn_setup.facts.cuda import CudaRoot
 from cudnn_setup.facts.cudnn import parse_archive_name
 from cudnn_setup.facts.host import host_machine, tegra_evidence, wheel_platform_tags
@@ -132,10 +136,12 @@ def target(root: CudaRoot | None, cuda: str | None,
 
 
 def fetcher(result: Result, ctx: Context, headers: list[str] | None, cache_dir: Path | None,
-            source: Source | None = None, output_dir: Path | None = None) -> Fetch:
+            source: Source | None = None, output_dir: Path | None = None,
+            record: bool = True) -> Fetch:
     """The Fetch a source is handed: the Downloader into the cache or `output_dir` (a PyPI
-    source's own, which carries pip's CA bundle), its outcome rendered into `result`. A tree's
-    archive is fetched through the client that read its manifests: one waiting budget."""
+    source's own, which carries pip's CA bundle), its outcome rendered into `result` (unless
+    not `record`: a dependency's download is said in its own key). A tree's archive is fetched
+    through the client that read its manifests: one waiting budget."""
     own = getattr(source, "downloader", None)
     client = None
     if isinstance(source, RedistTree) and isinstance(source.tree.reader, Reader):
@@ -143,7 +149,7 @@ def fetcher(result: Result, ctx: Context, headers: list[str] | None, cache_dir: 
 
     def run(url: str, expected) -> Fetched:
         return fetch(result, ctx, url, None, headers, cache_dir, expected=expected,
-                     downloader=own, output_dir=output_dir, client=client)
+                     downloader=own, output_dir=output_dir, client=client, record=record)
     return run
 
 
@@ -222,3 +228,39 @@ def resolve_source(result: Result, ctx: Context, source: str, root: CudaRoot, *,
         why = "by its name"
     describe_offer(result, offer, chosen, why)
     return chosen.obtain(offer, fetcher(result, ctx, headers, cache_dir, chosen), sha256)
+
+
+def dependency_wheels(result: Result, ctx: Context, obtained: Obtained, root: CudaRoot, *,
+                      headers: list[str] | None, cache_dir: Path | None,
+                      from_: str | None = None, index_url: str | None = None) -> list[Obtained]:
+    """For `install --with-deps`: the wheels a PyPI cuDNN wheel declares (Requires-Dist) for
+    libraries cuDNN loads (facts/dependencies.py: cuBLAS, NVRTC) that the root's lib dir lacks,
+    each from the same index and checked against its published sha256."""
+    if obtained.provenance.source != PYPI or obtained.provenance.format != "wheel":
+        raise UsageError("--with-deps places the libraries a PyPI wheel declares",
+                         "install a version with --from pypi, or drop --with-deps")
+    source = choose_source(ctx, from_=PYPI, index_url=index_url, headers=headers,
+                           cache_dir=cache_dir)
+    platform, _ = target(root, None)
+    lib_dir = root.lib_dir()
+    major = root.major or 0
+    out: list[Obtained] = []
+    for requirement in wheel_requirements(obtained.path):
+        name = canonicalize_name(requirement.name)
+        need = next((n for n in D.NEEDS if n.wheel and canonicalize_name(
+            n.wheel.format(suffix=D.wheel_suffix(major))) == name), None)
+        if need is None:
+            result.lines.append(f"note: the wheel declares {requirement}, which holds no library "
+                                "cuDNN loads: not placed")
+            continue
+        have = sorted(p.name for p in lib_dir.glob(need.stem + ".*"))
+        if have:
+            result.lines.append(f"note: {requirement}: the root has {need.component} already "
+                                f"({', '.join(have[:3])}): not placed")
+            continue
+        offer = source.pick_dependency(requirement, platform)
+        got = source.obtain(offer, fetcher(result, ctx, headers, cache_dir, source, record=False))
+        result.lines.append(f"with {offer.file_name} ({need.component}) from {source.where}; "
+                            f"sha256 from {got.provenance.checksum_from}")
+        out.append(got)
+    return out

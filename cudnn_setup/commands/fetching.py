@@ -65,7 +65,8 @@ def downloader_for(ctx: Context, headers: list[str] | None, cache_dir: Path | No
 def fetch(result: Result, ctx: Context, url: str, sha256: str | None,
           headers: list[str] | None, cache_dir: Path | None,
           expected: Expected | None = None, downloader: Downloader | None = None,
-          output_dir: Path | None = None, client: Client | None = None) -> Fetched:
+          output_dir: Path | None = None, client: Client | None = None,
+          record: bool = True) -> Fetched:
     """Download `url` into the cache, or `output_dir` (or reuse it), checked against what is
     known of it (`expected`, when the caller knows where the checksum comes from)."""
     downloader = downloader or downloader_for(ctx, headers, cache_dir, client=client,
@@ -76,7 +77,8 @@ def fetch(result: Result, ctx: Context, url: str, sha256: str | None,
     # progress goes to the CLI's renderer: a bar on a terminal, a line every few seconds else
     downloader.on_progress = ctx.progress(f"downloading {escape(name)}")
     fetched = downloader.fetch(url, expected or expected_for(name, sha256))
-    result.add("download", fetched.to_dict())
+    if record:  # the one download a command is about (a dependency's is said in its own key)
+        result.add("download", fetched.to_dict())
     if fetched.from_cache:
         how = ("already there, the same archive" if downloader.output_dir else
                "reused from the cache") + (

@@ -13,7 +13,7 @@ from cudnn_setup.checks.installation import find_installation
 from cudnn_setup.checks.suite import run_checks
 from cudnn_setup.commands import placement
 from cudnn_setup.commands.base import Context, command, reading, which
-from cudnn_setup.commands.by_version import resolve_source
+from cudnn_setup.commands.by_version import dependency_wheels, resolve_source
 from cudnn_setup.commands.fetching import check_sha256
 from cudnn_setup.commands.steps import (FrameworkLookahead, loader_step, theanorc_path,
                                         theanorc_step)
@@ -31,7 +31,7 @@ def install(result: Result, ctx: Context, source: str, *, cuda_root: Path | None
             force: bool = False, ldconfig: bool = False, headers: list[str] | None = None,
             cache_dir: Path | None = None, cuda: str | None = None,
             mirror: str | None = None, no_frameworks: bool = False, from_: str | None = None,
-            index_url: str | None = None) -> None:
+            index_url: str | None = None, with_deps: bool = False) -> None:
     check_sha256(sha256)
     root = find_cuda_root(ctx.env, cuda_root)
     result.cuda_root = str(root.path)
@@ -42,7 +42,14 @@ def install(result: Result, ctx: Context, source: str, *, cuda_root: Path | None
                               sha256=sha256, headers=headers, cache_dir=cache_dir,
                               from_=from_, index_url=index_url)
     archive, expected = obtained.path, obtained.expected
-    result.add("provenance", obtained.provenance.to_dict())
+    provenance = obtained.provenance.to_dict()
+    deps = dependency_wheels(result, ctx, obtained, root, headers=headers, cache_dir=cache_dir,
+                             from_=from_, index_url=index_url) if with_deps else []
+    if with_deps:
+        provenance["with_deps"] = [{"wheel": d.path.name, "sha256": d.provenance.sha256,
+                                    "location": d.provenance.location,
+                                    "checksum_from": d.provenance.checksum_from} for d in deps]
+    result.add("provenance", provenance)
     # The GPUs and driver the build must fit, asked once, by a child that starts the driver
     # (half a second on a GPU machine): it runs while the archive is read, and is waited for
     # when the staged build is judged, before anything is placed. When the install fails or is
@@ -51,7 +58,8 @@ def install(result: Result, ctx: Context, source: str, *, cuda_root: Path | None
     outcome = placement.install(archive, root, force=force, dry_run=dry_run, expected=expected,
                                 on_read=reading(ctx, archive), lock_timeout=ctx.lock_timeout,
                                 xz=which(ctx, "xz"), env=ctx.env, driver=asked.result,
-                                on_status=ctx.status, provenance=obtained.provenance.to_dict())
+                                on_status=ctx.status, provenance=provenance,
+                                extra_wheels=[d.path for d in deps])
     driver = asked.result()
     pkg = outcome.package
     if pkg is not None and pkg.compression == WHEEL and not dry_run:

@@ -16,17 +16,19 @@ import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator, Mapping
+from typing import Callable, Iterator, Mapping, Sequence
 
 from cudnn_setup import __version__
 from cudnn_setup.archive import read_package
 from cudnn_setup.archive.package import Package
+from cudnn_setup.archive.wheel import dependency_libraries
 from cudnn_setup.checks.driver import fit_before_install, install_refusal
 from cudnn_setup.checks.probe import child_env, probe_module, run_probe
 from cudnn_setup.errors import ArchiveRejected, InstallFailed, os_error
 from cudnn_setup.facts import cuda as cuda_facts
 from cudnn_setup.facts import cudnn as gen
 from cudnn_setup.facts.cuda import CudaRoot
+from cudnn_setup.facts.ldresolve import NotLoadable, read_object
 from cudnn_setup.fetch.checksums import Expected, mismatch
 from cudnn_setup.fetch import known_releases
 from cudnn_setup.state.files import record_stats
@@ -95,6 +97,37 @@ def desired_entries(pkg: Package, include_rel: str, lib_rel: str, links_dir: Pat
     for link, target in pkg.chains():
         out.append(Desired(f"{lib_rel}/{link}", "symlink", target=target,
                            source=links_dir / link))
+    return out
+
+
+def dependency_entries(wheels: Sequence[Path], work: Path, root: Path, lib_rel: str,
+                       links_dir: Path, desired: list[Desired]) -> list[Desired]:
+    """The shared libraries of the dependency wheels, staged under `work`, as files in the lib
+    dir under their SONAME with the development link, recorded like cuDNN's own files. Each
+    must be an ELF shared object whose SONAME is its file name."""
+    taken = {d.path for d in desired}
+    out: list[Desired] = []
+    for i, wheel in enumerate(wheels):
+        for name, staged, sha in dependency_libraries(wheel, work / str(i)):
+            try:
+                elf = read_object(staged)
+            except NotLoadable as exc:
+                raise ArchiveRejected(f"{escape(wheel.name)}: {escape(name)} is not a library "
+                                      f"({escape(str(exc)[:120])})", "do not use this wheel") from None
+            if elf.soname != name:
+                continue  # not under its SONAME (a builtins variant, a stub): not what loads
+            path = f"{lib_rel}/{name}"
+            if path in taken:
+                raise ArchiveRejected(f"{escape(wheel.name)} holds {escape(name)}, which another "
+                                      "wheel placed already", "do not use these wheels together")
+            taken.add(path)
+            out.append(Desired(path, FILE, sha, mode=0o755, source=staged))
+            stem = gen.SHARED_NAME.match(name)
+            dev = f"{lib_rel}/{stem['stem']}.so" if stem else None
+            if dev and dev not in taken and not os.path.lexists(root / dev):
+                taken.add(dev)
+                out.append(Desired(dev, "symlink", target=name,
+                                   source=links_dir / f"{stem['stem']}.so"))
     return out
 
 
@@ -297,9 +330,11 @@ def install(archive: Path, root: CudaRoot, *, force: bool = False, dry_run: bool
             env: Mapping[str, str] | None = None,
             driver: Callable[[], dict | None] | dict | None = None,
             on_status: Callable[[str], None] | None = None,
-            provenance: dict | None = None) -> Outcome:
+            provenance: dict | None = None, extra_wheels: Sequence[Path] = ()) -> Outcome:
     """Install `archive` into `root`; `provenance` (sources.base.Provenance) is recorded in
-    the manifest. `env` is the environment of the child process that asks
+    the manifest; the libraries of `extra_wheels` (the wheels cuDNN's wheel declares, such as
+    nvidia-cublas-cu12) are placed beside cuDNN in the same transaction. `env` is the
+    environment of the child process that asks
     a library which CUDA it was built for, when the archive's name does not say; `driver`
     (checks.driver.driver_facts, or a function that waits for them) the GPUs and driver the
     build must fit; `on_status` hears a line for each step and for a wait on the lock."""
@@ -327,6 +362,8 @@ def install(archive: Path, root: CudaRoot, *, force: bool = False, dry_run: bool
             staging = Path(tmp)
             pkg, built, old, fit_notes = judged(staging)
             desired = desired_entries(pkg, include_rel, lib_rel, staging / "links")
+            desired += dependency_entries(extra_wheels, staging / "deps", root.path, lib_rel,
+                                          staging / "links", desired)
             plan = make_plan(root.path, old, desired, force)
             notes = ["an interrupted transaction will be rolled back first"] if pending else []
             notes += fit_notes
@@ -344,6 +381,8 @@ def install(archive: Path, root: CudaRoot, *, force: bool = False, dry_run: bool
             pkg, built, old, fit_notes = judged(tx)
             notes += fit_notes
             desired = desired_entries(pkg, include_rel, lib_rel, tx / "links")
+            desired += dependency_entries(extra_wheels, tx / "deps", root.path, lib_rel,
+                                          tx / "links", desired)
             plan = make_plan(root.path, old, desired, force)
             if plan.conflicts:
                 raise conflict_error(plan.conflicts, root.path, "replaced")

@@ -148,7 +148,7 @@ class PypiIndex(Source):
         ranks = [self.tags.index(t) for t in wheel.platform_tags if t in self.tags]
         if not ranks:
             return None
-        checksum_from = (f"sha256 the package index {redact(index)} publishes for the file"
+        checksum_from = (f"the package index {redact(index)}, which publishes it for the file"
                          if f.sha256 else None)
         return Offer(version=str(wheel.version), cuda_variant=f"cuda{wheel.cuda_major}",
                      platform=platform, file_name=f.filename,
@@ -215,6 +215,39 @@ class PypiIndex(Source):
         raise UnknownVersion(f"no {project} wheel matches {request} on {where}",
                              f"nearest versions: {', '.join(near)}" if near else
                              "check the index (--index-url, PIP_INDEX_URL, pip.conf)")
+
+    def pick_dependency(self, requirement, platform: str) -> Offer:
+        """The newest final wheel of a requirement the cuDNN wheel declares (nvidia-cublas-cu12
+        >=…) for this machine's platform tags, with the sha256 the index publishes."""
+        from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+
+        project = canonicalize_name(requirement.name)
+        files, notes = self._files(project)
+        best: tuple | None = None
+        for index, f in files:
+            try:
+                dist, version, _, tags = parse_wheel_filename(f.filename)
+            except InvalidWheelFilename:
+                continue
+            if dist != project or version.is_prerelease or f.yanked \
+                    or not requirement.specifier.contains(version):
+                continue
+            ranks = [self.tags.index(t.platform) for t in tags if t.platform in self.tags]
+            if not ranks:
+                continue
+            key = (version, -min(ranks))
+            if best is None or key > best[0]:
+                best = (key, index, f, version)
+        if best is None:
+            raise UnknownVersion(f"no wheel of {requirement} for this machine on {self.where}",
+                                 "; ".join(notes) or "check the index")
+        _, index, f, version = best
+        return Offer(version=str(version), cuda_variant="", platform=platform,
+                     file_name=f.filename, url=with_index_credentials(index, f.url),
+                     sha256=f.sha256, checksum_from=(
+                         f"the package index {redact(index)}, which publishes it for the file"
+                         if f.sha256 else None), format=WHEEL, size=f.size,
+                     details={"index": redact(index), "project": project})
 
     def obtain(self, offer: Offer, fetch: Fetch, sha256: str | None = None) -> Obtained:
         if offer.sha256 is None and sha256 is None:
