@@ -660,3 +660,18 @@ def test_install_by_a_name_the_table_lists_for_no_linux_root_here_fetches_nothin
         assert "windows-x86_64" in out["error"]["message"] and "download" not in out
     else:  # fetched from the (empty) mirror: a download failure, not a refusal by name
         assert out["error"]["code"] != "no-cuda-variant", out["error"]
+
+
+def test_a_jetsons_mirror_holds_its_jetson_and_sbsa_builds(tmp_path):
+    """`mirror` on a Jetson, no --platform: both platforms install may take are asked for; a
+    release without a Jetson build is skipped for linux-aarch64 and said."""
+    from cudnn_setup.commands.mirror import mirror
+    source = tmp_path / "upstream"
+    source.mkdir()
+    shutil.copy(MANIFESTS / "redistrib_9.22.0.json", source)  # no linux-aarch64 build
+    ctx = _ctx(tmp_path, "aarch64", _root(tmp_path, release=ORIN_RELEASE))
+    result = mirror(ctx, tmp_path / "m", ["9.22.0"], cudas=["12"], from_=str(source))
+    data = result.to_dict()["mirror"]
+    assert [(s["platform"], s["cuda"]) for s in data["skipped"]] == [("linux-aarch64", "12")]
+    # the sbsa build was asked for next: the upstream holds no archive, so that fails
+    assert result.error is not None and "cudnn-linux-sbsa-9.22.0.52_cuda12" in result.error.message

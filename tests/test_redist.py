@@ -74,7 +74,7 @@ def test_platform_keys_for_machines_and_old_spellings():
         assert redist.platform_key(machine) == "linux-x86_64"
     for machine in ("aarch64", "arm64", "sbsa", "aarch64sbsa", "linux-sbsa", "linux-aarch64sbsa"):
         assert redist.platform_key(machine) == "linux-sbsa"
-    assert redist.platform_key("aarch64", tegra=True) == "linux-aarch64"
+    assert redist.platform_choice("aarch64", "R36").primary == "linux-aarch64"
     assert redist.platform_key("linux-aarch64") == "linux-aarch64"  # NVIDIA's key for Jetson
     assert redist.platform_key("ppc64le") == "linux-ppc64le"
     with pytest.raises(NoVariant) as err:

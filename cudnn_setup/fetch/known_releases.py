@@ -7,7 +7,7 @@ sha256 (`provenance`); the table's `provenance.sources` says where each source w
 
 Entries cover every platform NVIDIA publishes (Linux x86_64, sbsa, ppc64le, aarch64 for
 Jetson; Windows, listed but never installed) and both flavours (`cudnn`, and the graph JIT
-library `cudnn_jit`, 9.12 on). A wrong entry would refuse a good archive, so the table is
+library `cudnn_jit`, 9.10 on). A wrong entry would refuse a good archive, so the table is
 checked as it is read: every name and URL path must be what redist's naming rules give for the
 entry's version, flavour, platform and CUDA, and every source an entry names must be described.
 """

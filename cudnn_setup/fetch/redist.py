@@ -38,7 +38,7 @@ LAYOUT_CHANGES = (_V7_0, _V7_1, _V7_2, XZ_ARCHIVES, MAJOR_ONLY_CUDA, NEW_TREE)
 # only Linux ones are installed.
 LINUX_PLATFORMS = ("linux-x86_64", "linux-sbsa", "linux-ppc64le", "linux-aarch64")
 PLATFORMS = LINUX_PLATFORMS + ("windows-x86_64", "windows-arm64")
-# The components of a release that are archives of cuDNN itself: the library, and from 9.12 the
+# The components of a release that are archives of cuDNN itself: the library, and from 9.10 the
 # graph JIT library (`cudnn_jit`), a separate archive with its own name, checksum and directory.
 # `cudnn_samples` is source code, not a build: never read.
 FLAVOURS = ("cudnn", "cudnn_jit")
@@ -69,11 +69,11 @@ class ManifestDamaged(DownloadFailed):
 
 # --- platforms ----------------------------------------------------------------------------------
 
-def platform_key(machine: str, tegra: bool = False) -> str:
+def platform_key(machine: str) -> str:
     """NVIDIA's platform key for `platform.machine()` (or a spelling from an archive name).
 
-    aarch64 means server Arm (`linux-sbsa`, `aarch64sbsa` in names before 8.3.1) unless the
-    caller knows the machine is a Jetson (`tegra`, e.g. /etc/nv_tegra_release exists).
+    aarch64 means server Arm (`linux-sbsa`, `aarch64sbsa` in names before 8.3.1); a Jetson's
+    builds are platform_choice's to pick.
     """
     key = machine.strip().lower()
     if key in PLATFORMS:  # already NVIDIA's key
@@ -83,8 +83,6 @@ def platform_key(machine: str, tegra: bool = False) -> str:
     if platform is None:
         raise NoVariant(f"NVIDIA publishes no Linux cuDNN archive for machine {machine[:40]!r}",
                         "archives exist for x86_64, aarch64 (sbsa) and ppc64le")
-    if tegra and platform == "linux-sbsa":
-        return "linux-aarch64"
     return platform
 
 

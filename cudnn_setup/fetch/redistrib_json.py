@@ -17,7 +17,7 @@ For cuDNN (e.g. https://developer.download.nvidia.com/compute/cudnn/redist/redis
 
 `relative_path` is relative to the manifest's directory (parse_redist.py joins it to the
 manifest URL's dirname); a platform maps to variants, straight to one archive (8.x's
-manifests), or both at once (see _platform_entries). The `cudnn` component and, from 9.12, the
+manifests), or both at once (see _platform_entries). The `cudnn` component and, from 9.10, the
 graph JIT library's `cudnn_jit` are read (each archive a Release of its flavour);
 `cudnn_samples` (source code) is not.
 """
