@@ -44,7 +44,7 @@ sys.path.insert(0, str(REPO))
 from cudnn_setup.archive.decoders import usable_cores as cores  # noqa: E402
 from fixtures.generate import SPECS, Compiler, make_cuda_root, spec_entries, tar_bytes  # noqa: E402
 
-NAME = "cudnn-linux-x86_64-9.3.0.75_cuda12-archive"
+NAME = "cudnn-linux-x86_64-9.3.0.99_cuda12-archive"
 # How a real cuDNN 9 spreads its bytes over the libraries (roughly, by file size).
 SHARES = {"libcudnn_engines_precompiled": 0.55, "libcudnn_adv": 0.2,
           "libcudnn_engines_runtime_compiled": 0.1, "libcudnn_heuristic": 0.05,

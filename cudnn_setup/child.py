@@ -1,20 +1,42 @@
-"""Running another program: a time limit, output read as bytes and capped, nothing inherited
-that could keep it alive past the limit.
+"""Running another program: a time limit, output read as bytes and capped, nothing it starts able
+to keep the tool waiting past that limit, and a memo of what hung, for one command.
+
+Every child leads a session of its own (so a terminal's Ctrl-C reaches only the tool, which then
+ends it) and runs in a fresh scratch directory (whatever it writes into its working directory is
+removed with it). The tool reads its stdout and stderr itself, from a poll loop on the calling
+thread, never blocking on either: when the child exits, what is left in the pipes is read for
+a moment and then the pipes are closed, so a daemon the child started (a library constructor or
+a framework import may fork one that leaves the process group) cannot keep the tool waiting.
+At the time limit, at the child's exit, at a signal and at `Runner.cancel` the child's whole
+process group is killed. A SIGTERM or Ctrl-C, raised by the CLI's handler in the main thread,
+interrupts the loop at once.
+
+A `Runner` is made by each command and passed down to whatever runs children for it. It
+remembers, under a key the caller names ("loads <library>", "imports <framework>"), what did not
+finish in its time: the next child with that key is not started and its Finished says why
+(`known`), so one library whose constructor hangs or one framework whose import hangs costs one
+time limit per command, not one per step that meets it.
 """
 from __future__ import annotations
 
 import os
+import selectors
+import shutil
 import signal
 import subprocess
+import tempfile
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Mapping
+from typing import Mapping
 
 from cudnn_setup.text import decode_output
 
 OUTPUT_LIMIT = 1 << 20  # bytes of stderr kept per child; the rest is dropped
 STDOUT_LIMIT = 4 << 20  # bytes of stdout kept (a probe's JSON line)
+DRAIN_S = 0.5  # after the child exits, how long what is still in its pipes is read
+_POLL_S = 0.05  # how often the child's exit is checked where no pidfd tells it
 
 
 @dataclass
@@ -23,7 +45,9 @@ class Finished:
     stdout: bytes
     stderr: bytes
     timed_out: bool = False
-    error: str | None = None  # why it could not be started
+    error: str | None = None  # why it could not be started (or was not: see `known`)
+    known: str | None = None  # not started: what happened earlier under its key
+    interrupted: bool = False  # ended by Runner.cancel
 
     @property
     def ok(self) -> bool:
@@ -42,69 +66,226 @@ class Finished:
         return (self.out + self.err).strip() or (self.error or "")
 
 
+class Runner:
+    """Runs the children of one command; thread-safe, so checks may run side by side.
+
+    `with Runner() as runner:` kills whatever is still running when the block is left, an
+    exception or a signal included."""
+
+    def __init__(self, scratch_parent: Path | None = None):
+        self.scratch_parent = scratch_parent  # where scratch dirs go (None: the temp dir)
+        self._lock = threading.Lock()
+        self._known: dict[str, str] = {}
+        self._live: dict[int, subprocess.Popen] = {}
+        self._cancelled = False
+
+    def __enter__(self) -> "Runner":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.cancel()
+
+    def known(self, key: str | None) -> str | None:
+        """What happened earlier in this command to a child with `key`, if it failed so."""
+        if key is None:
+            return None
+        with self._lock:
+            return self._known.get(key)
+
+    def remember(self, key: str, why: str) -> None:
+        """Children with `key` are not started from now on; they are `known` by `why`."""
+        with self._lock:
+            self._known.setdefault(key, why)
+
+    def cancel(self) -> None:
+        """Kill every running child's group; children asked for later are not started."""
+        with self._lock:
+            self._cancelled = True
+            live = list(self._live.values())
+        for proc in live:
+            _kill_group(proc)
+
+    def run(self, cmd: list[str], timeout: float, env: Mapping[str, str] | None = None,
+            cwd: Path | None = None, *, key: str | None = None, what: str | None = None,
+            remember: bool = True, stdin: bytes | None = None,
+            reply: tuple[bytes, bytes] | None = None) -> Finished:
+        """Run `cmd` to its end or its time limit; its output capped, never decoded here.
+
+        `key`: what the child exercises; when a child with that key did not finish in its time
+        earlier in this command (and `remember` was set), this one is not started. `what`: how
+        the memo words it ("loading libcudnn.so.9"). `stdin`: bytes written to the child's
+        stdin, which is then closed (else it reads /dev/null). `reply`: (line, bytes): the bytes
+        are written to stdin only once the child has printed that line on stdout, so nothing it
+        ran before saying so can read them. `cwd`: else a scratch dir of its own."""
+        earlier = self.known(key)
+        if earlier is not None:
+            return Finished(None, b"", b"", error=earlier, known=earlier)
+        scratch = None
+        if cwd is None:
+            scratch = Path(tempfile.mkdtemp(prefix="cudnn-setup-child-", dir=self.scratch_parent))
+        try:
+            done = self._run(cmd, timeout, env, cwd or scratch, stdin, reply)
+        finally:
+            if scratch is not None:
+                shutil.rmtree(scratch, ignore_errors=True)
+        if done.timed_out and key is not None and remember:
+            self.remember(key, f"{what or ' '.join(cmd[:2])} did not finish in {timeout:.0f} s "
+                          "earlier in this run; not tried again")
+        return done
+
+    def _run(self, cmd, timeout, env, cwd, stdin, reply) -> Finished:
+        with self._lock:
+            if self._cancelled:
+                return Finished(None, b"", b"", error="interrupted", interrupted=True)
+        feed = stdin is not None or reply is not None
+        try:
+            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    stdin=subprocess.PIPE if feed else subprocess.DEVNULL,
+                                    cwd=cwd, start_new_session=True, bufsize=0,
+                                    env=dict(env) if env is not None else None)
+        except (OSError, ValueError) as exc:
+            return Finished(None, b"", b"", False, f"{cmd[0]}: {getattr(exc, 'strerror', None) or exc}")
+        with self._lock:
+            self._live[proc.pid] = proc
+        out, err = _Tail(STDOUT_LIMIT), _Tail(OUTPUT_LIMIT)
+        timed_out = interrupted = False
+        try:
+            if stdin is not None:
+                _feed(proc, stdin, close=reply is None)
+            timed_out, interrupted = self._wait(proc, timeout, out, err, reply)
+        finally:
+            _kill_group(proc)  # what it left behind in its group goes with it
+            for pipe in (proc.stdout, proc.stderr, proc.stdin):
+                _close(pipe)
+            proc.wait()
+            with self._lock:
+                self._live.pop(proc.pid, None)
+        return Finished(proc.returncode, out.data(), err.data(), timed_out,
+                        "interrupted" if interrupted else None, interrupted=interrupted)
+
+    def _wait(self, proc: subprocess.Popen, timeout: float, out: "_Tail", err: "_Tail",
+              reply: tuple[bytes, bytes] | None) -> tuple[bool, bool]:
+        """Read the pipes until the child has exited and they are drained (or DRAIN_S has
+        passed since), or the time limit. (timed out, cancelled)."""
+        deadline = time.monotonic() + timeout
+        exited_at: float | None = None
+        with selectors.DefaultSelector() as sel:
+            sel.register(proc.stdout.fileno(), selectors.EVENT_READ, out)
+            sel.register(proc.stderr.fileno(), selectors.EVENT_READ, err)
+            pidfd = _pidfd(proc.pid)
+            if pidfd is not None:
+                sel.register(pidfd, selectors.EVENT_READ, None)
+            try:
+                while True:
+                    now = time.monotonic()
+                    if self._cancelled:
+                        return False, True
+                    if exited_at is None and _exited(proc.pid):
+                        exited_at = now
+                    if exited_at is not None and (len(sel.get_map()) == (pidfd is not None) or
+                                                  now - exited_at >= DRAIN_S):
+                        return False, False
+                    if now >= deadline:
+                        return True, False
+                    wait = deadline - now
+                    if exited_at is not None:
+                        wait = min(wait, exited_at + DRAIN_S - now)
+                    elif pidfd is None:
+                        wait = min(wait, _POLL_S)
+                    else:
+                        wait = min(wait, 1.0)  # and look at `_cancelled` now and then
+                    for key, _ in sel.select(max(wait, 0.0)):
+                        if key.data is None:  # the pidfd: the child has exited
+                            sel.unregister(key.fd)
+                            continue
+                        chunk = _read(key.fd)
+                        if chunk is None:
+                            continue
+                        if not chunk:
+                            sel.unregister(key.fd)
+                            continue
+                        key.data.add(chunk)
+                        if reply is not None and key.data is out and out.has_line(reply[0]):
+                            _feed(proc, reply[1], close=True)
+                            reply = None
+            finally:
+                if pidfd is not None:
+                    os.close(pidfd)
+
+
 def run_command(cmd: list[str], timeout: float, env: Mapping[str, str] | None = None,
                 cwd: Path | None = None) -> Finished:
-    """Run `cmd` to its end or its time limit; its output capped, never decoded here.
-
-    Two threads drain the pipes as the child writes, keeping only the last bytes of each, so a
-    child that prints without end costs neither memory nor disk, and cannot block on a full pipe.
-    The child leads a process group of its own, killed whole at the time limit.
-    """
-    try:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                stdin=subprocess.DEVNULL, cwd=cwd, start_new_session=True,
-                                env=dict(env) if env is not None else None)
-    except (OSError, ValueError) as exc:
-        return Finished(None, b"", b"", False, f"{cmd[0]}: {getattr(exc, 'strerror', None) or exc}")
-    out, err = _Tail(proc.stdout, STDOUT_LIMIT), _Tail(proc.stderr, OUTPUT_LIMIT)
-    timed_out = False
-    try:
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        _kill_group(proc)
-        proc.wait()
-    except BaseException:
-        _kill_group(proc)
-        proc.wait()
-        raise
-    finally:
-        _kill_group(proc)  # whatever it left behind still holds the pipes open
-        out.join()
-        err.join()
-    return Finished(proc.returncode, out.data(), err.data(), timed_out)
+    """One child run on its own (a Runner of its own, nothing remembered)."""
+    return Runner().run(cmd, timeout, env, cwd)
 
 
 class _Tail:
-    """Reads a pipe to its end on a thread, keeping the last `limit` bytes."""
+    """What was read from one pipe, keeping the last `limit` bytes."""
 
-    def __init__(self, pipe: IO[bytes], limit: int):
-        self.pipe, self.limit = pipe, limit
+    def __init__(self, limit: int):
+        self.limit = limit
         self.buf = bytearray()
         self.dropped = False
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
 
-    def _run(self) -> None:
-        try:
-            while chunk := self.pipe.read1(1 << 16):
-                self.buf += chunk
-                if len(self.buf) > 2 * self.limit:
-                    del self.buf[:-self.limit]
-                    self.dropped = True
-        except (OSError, ValueError):
-            pass
+    def add(self, chunk: bytes) -> None:
+        self.buf += chunk
+        if len(self.buf) > 2 * self.limit:
+            del self.buf[:-self.limit]
+            self.dropped = True
 
-    def join(self) -> None:
-        self.thread.join(timeout=5)
-        try:
-            self.pipe.close()
-        except OSError:
-            pass
+    def has_line(self, line: bytes) -> bool:
+        return (line + b"\n") in self.buf
 
     def data(self) -> bytes:
         kept = bytes(self.buf[-self.limit:])
         return (b"..." + kept) if self.dropped or len(self.buf) > self.limit else kept
+
+
+def _read(fd: int) -> bytes | None:
+    """What one read of a ready pipe gives: b"" at its end, None when nothing was there."""
+    try:
+        return os.read(fd, 1 << 16)
+    except BlockingIOError:
+        return None
+    except OSError:
+        return b""
+
+
+def _feed(proc: subprocess.Popen, data: bytes, close: bool) -> None:
+    """Write `data` to the child's stdin (a few bytes: they fit the pipe, so this never
+    blocks); a child that has already closed its stdin or exited does not get them."""
+    try:
+        proc.stdin.write(data)
+    except (OSError, ValueError):
+        pass
+    if close:
+        _close(proc.stdin)
+
+
+def _close(pipe) -> None:
+    if pipe is None:
+        return
+    try:
+        pipe.close()
+    except OSError:
+        pass
+
+
+def _pidfd(pid: int) -> int | None:
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None
+
+
+def _exited(pid: int) -> bool:
+    """Whether the child has exited, without reaping it: its pid (and so its process group's
+    id) stays taken until the group has been killed."""
+    try:
+        info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return True
+    return info is not None
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

@@ -311,6 +311,9 @@ def install(ctx: typer.Context,
             header: Optional[list[str]] = HeaderOpt, cache_dir: Optional[Path] = CacheOpt,
             cuda: Optional[str] = CudaOpt, mirror: Optional[str] = MirrorOpt,
             from_: Optional[str] = FromOpt, index_url: Optional[str] = IndexUrlOpt,
+            with_deps: bool = typer.Option(False, "--with-deps", help="with --from pypi: also "
+                                           "place the cuBLAS/NVRTC libraries the wheel declares "
+                                           "and the root lacks, in the same transaction"),
             no_frameworks: bool = NoFrameworksOpt,
             verify_content: bool = typer.Option(False, "--verify-content", help="to tell "
                                                 "whether the archive is already installed, hash "
@@ -324,7 +327,7 @@ def install(ctx: typer.Context,
                                     no_verify=no_verify, dry_run=dry_run, force=force,
                                     ldconfig=ldconfig, headers=header, cache_dir=cache_dir,
                                     cuda=cuda, mirror=mirror, no_frameworks=no_frameworks,
-                                    from_=from_, index_url=index_url,
+                                    from_=from_, index_url=index_url, with_deps=with_deps,
                                     verify_content=verify_content))
 
 
@@ -395,12 +398,18 @@ def bench(ctx: typer.Context, cuda_root: Optional[Path] = CudaRootOpt,
 def list_(ctx: typer.Context, cuda: Optional[str] = CudaOpt,
           cuda_root: Optional[Path] = CudaRootOpt, mirror: Optional[str] = MirrorOpt,
           from_: Optional[str] = FromOpt, index_url: Optional[str] = IndexUrlOpt,
-          header: Optional[list[str]] = HeaderOpt, json_: bool = JsonOpt) -> None:
+          header: Optional[list[str]] = HeaderOpt,
+          platform: Optional[str] = typer.Option(
+              None, "--platform", metavar="P",
+              help="NVIDIA's platform instead of this machine's: linux-x86_64, linux-sbsa, "
+                   "linux-aarch64 (Jetson), linux-ppc64le, windows-x86_64, windows-arm64"),
+          json_: bool = JsonOpt) -> None:
     """The cuDNN versions published for this machine, newest first; which one is installed."""
     from cudnn_setup.commands.list import list_releases as run
 
     _call(ctx, json_, lambda c: run(c, cuda=cuda, cuda_root=cuda_root, mirror=mirror,
-                                    headers=header, from_=from_, index_url=index_url))
+                                    headers=header, from_=from_, index_url=index_url,
+                                    platform=platform))
 
 
 @app.command()

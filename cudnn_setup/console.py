@@ -107,7 +107,7 @@ class Plain:
     def _heartbeat(self) -> None:
         """A step that says nothing for `every` seconds (a check compiling, a lock held
         elsewhere, a stalled download) is named again with how long it has lasted."""
-        while not self._stop.wait(min(0.25, self.every / 5)):
+        while not self._stop.wait(min(0.1, self.every / 5)):
             with self._lock:
                 now = self.clock()
                 if self._current is not None and now - self._last >= self.every:

@@ -18,6 +18,9 @@ from pathlib import Path
 from typing import Mapping
 
 from cudnn_setup.errors import UsageError
+from cudnn_setup.text import escape, show_path
+from cudnn_setup.untrusted import NotRegular, read_regular
+from cudnn_setup.urls import scrub
 
 SECTION = "cudnn-setup"
 KEYS = ("mirror",)
@@ -45,29 +48,32 @@ def read_config(path: Path) -> dict[str, str]:
     read or parsed, or names a key this version does not know, is a usage error: a fleet's
     setting that silently does nothing is worse than a stop."""
     try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_BYTES + 1)
+        data = read_regular(path, MAX_BYTES + 1)  # a FIFO or device is refused, never opened
     except FileNotFoundError:
         return {}
+    except NotRegular as exc:
+        raise UsageError(f"config file {show_path(path)} is {exc.what}, not a file; not "
+                         "read", "replace it with a plain file, or remove it") from None
     except OSError as exc:
-        raise UsageError(f"cannot read the config file {path}: {exc.strerror or exc}",
-                         "make it readable, or remove it") from None
+        raise UsageError(f"cannot read the config file {show_path(path)}: "
+                         f"{exc.strerror or exc}", "make it readable, or remove it") from None
     if len(data) > MAX_BYTES:
-        raise UsageError(f"config file {path} is larger than {MAX_BYTES} bytes",
+        raise UsageError(f"config file {show_path(path)} is larger than {MAX_BYTES} bytes",
                          "it should hold a few settings")
     parser = configparser.ConfigParser(interpolation=None)
     try:
         parser.read_string(data.decode("utf-8"), source=str(path))
     except (UnicodeDecodeError, configparser.Error) as exc:
         first = str(exc).splitlines()[0][:200]
-        raise UsageError(f"config file {path} is not valid INI: {first}",
+        raise UsageError(f"config file {show_path(path)} is not valid INI: {escape(scrub(first))}",
                          f"it takes a [{SECTION}] section with `key = value` lines") from None
     if not parser.has_section(SECTION):
         return {}
     values = dict(parser.items(SECTION))
     unknown = sorted(set(values) - set(KEYS))
     if unknown:
-        raise UsageError(f"config file {path}: unknown key {unknown[0]!r} in [{SECTION}]",
+        raise UsageError(f"config file {show_path(path)}: unknown key {unknown[0][:60]!r} in "
+                         f"[{SECTION}]",
                          f"known keys: {', '.join(KEYS)}")
     return values
 

@@ -12,17 +12,23 @@ from cudnn_setup.facts.cudnn import version_text
 CIFAR_WITH, CIFAR_WITHOUT = 21, 37
 
 
-_STARTUP = re.compile(r"Using gpu device (?P<index>\d+):\s*(?P<gpu>[^(]+?)\s*\((?P<inner>.*)\)\s*$")
-_NEW_BACKEND = re.compile(r"Mapped name \S+ to device (?P<dev>\S+):\s*(?P<gpu>[^(]+?)\s*(\(|$)")
+# Every pattern here runs over text a user pasted (any length, any bytes): each is linear, no
+# two quantifiers competing for the same characters (the GPU name is taken up to "(" and
+# stripped in code, not by a lazy "+?" before a "\s*"), and the message is cut to MAX_MESSAGE.
+_STARTUP = re.compile(r"Using gpu device (?P<index>\d{1,4}):(?P<gpu>[^(]*)\((?P<inner>.*)\)")
+_NEW_BACKEND = re.compile(r"Mapped name \S{1,200} to device (?P<dev>\S{1,200}):(?P<gpu>[^(]*)")
 _CUDNN_VERSION = re.compile(r"(?:Using )?cuDNN (?:version )?(?P<v>\d{4,5})")
+_CNMEM = re.compile(r"CNMeM is (enabled|disabled)(?: with initial size: (?P<pct>\d{1,3}(?:\.\d{1,6})?)% "
+                    r"of memory)?")
+MAX_MESSAGE = 4096  # characters of a startup line looked at; Theano's are under 200
 
 
 def explain(message: str) -> list[dict]:
     """Explain a Theano startup line, part by part."""
     parts: list[dict] = []
-    text = message.strip()
+    text = message[:MAX_MESSAGE].strip()
     m = _STARTUP.search(text) or _NEW_BACKEND.search(text)
-    gpu_name = m["gpu"].strip() if m else None
+    gpu_name = (m["gpu"].strip() or None) if m else None
     if m and "index" in m.groupdict():
         parts.append({"part": f"Using gpu device {m['index']}", "meaning":
                       "Theano's old CUDA backend (device=gpu) picked GPU number "
@@ -39,8 +45,7 @@ def explain(message: str) -> list[dict]:
             meaning += " (not in this tool's table of GPUs)"
         parts.append({"part": gpu_name, "meaning": meaning, "compute_capability": cc})
     inner = m["inner"] if m and "inner" in m.groupdict() else text
-    cnmem = re.search(r"CNMeM is (enabled|disabled)(?: with initial size: (?P<pct>[\d.]+)% of memory)?",
-                      inner)
+    cnmem = _CNMEM.search(inner)
     if cnmem:
         if cnmem.group(1) == "enabled":
             pct = cnmem["pct"]

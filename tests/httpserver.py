@@ -1,10 +1,14 @@
 """A real HTTP server on 127.0.0.1 for download tests: Range, dropped connections, auth,
-redirects, validators (ETag, Last-Modified) and HEAD."""
+redirects, validators (ETag, Last-Modified) and HEAD; and hostile ones: a server that accepts
+and never answers, one that drips a byte at a time, an endless chunked body, a Content-Length
+that lies, gzip encoding asked for or not, a slow body (to make concurrent clients overlap)."""
 from __future__ import annotations
 
+import gzip
 import hashlib
 import re
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
@@ -21,6 +25,15 @@ class ArchiveServer:
         self.redirects: dict[str, str] = {}  # path -> Location (absolute or relative)
         self.validators = True  # send ETag and Last-Modified
         self.last_modified = "Mon, 01 Jan 2024 00:00:00 GMT"
+        self.hang: set[str] = set()  # paths answered with nothing, the connection held open
+        self.drip: dict[str, float] = {}  # path -> seconds between single bytes of the body
+        self.endless: set[str] = set()  # paths answered with a chunked body without end
+        self.endless_cap = 256 << 20  # …that stops here, so a test of the old code ends
+        self.claim_length: dict[str, int] = {}  # path -> the Content-Length sent instead
+        self.gzip: str | None = None  # "asked": gzip when Accept-Encoding has it; "always"
+        self.throttle: dict[str, float] = {}  # path -> seconds its body takes, in 50 pieces
+        self.sent: dict[str, int] = {}  # body bytes sent per path
+        self.released = threading.Event()  # ends every held connection
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -40,6 +53,12 @@ class ArchiveServer:
                                         "host": self.headers.get("Host"),
                                         "headers": dict(self.headers)})
                 path = self.path.split("?")[0]
+                if path in server.hang:
+                    server.released.wait(120)
+                    self.close_connection = True
+                    return
+                if path in server.endless and body:
+                    return self._endless(path)
                 if path in server.redirects:
                     self.send_response(302)
                     self.send_header("Location", server.redirects[path])
@@ -68,8 +87,15 @@ class ArchiveServer:
                     if server.wrong_range:
                         start = max(0, start - 100)
                 payload = data[start:]
+                encoded = server.gzip == "always" or (
+                    server.gzip == "asked" and "gzip" in self.headers.get("Accept-Encoding", ""))
+                if encoded:
+                    payload = gzip.compress(payload)
                 self.send_response(status)
-                self.send_header("Content-Length", str(len(payload)))
+                if encoded:
+                    self.send_header("Content-Encoding", "gzip")
+                self.send_header("Content-Length",
+                                 str(server.claim_length.get(path, len(payload))))
                 if server.validators:
                     self.send_header("ETag", f'"{hashlib.sha256(data).hexdigest()[:16]}"')
                     self.send_header("Last-Modified", server.last_modified)
@@ -85,7 +111,45 @@ class ArchiveServer:
                     self.close_connection = True
                     self.connection.shutdown(2)
                     return
-                self.wfile.write(payload)
+                self._send(path, payload)
+
+            def _send(self, path, payload):
+                try:
+                    if path in server.drip:
+                        for i in range(len(payload)):
+                            if server.released.is_set():
+                                return
+                            self.wfile.write(payload[i:i + 1])
+                            self.wfile.flush()
+                            server.sent[path] = server.sent.get(path, 0) + 1
+                            time.sleep(server.drip[path])
+                        return
+                    seconds = server.throttle.get(path, 0.0)
+                    pieces = 50 if seconds else 1
+                    step = max(1, -(-len(payload) // pieces))
+                    for i in range(0, len(payload), step):
+                        if seconds:
+                            time.sleep(seconds / pieces)
+                        self.wfile.write(payload[i:i + step])
+                        server.sent[path] = server.sent.get(path, 0) + len(payload[i:i + step])
+                        if seconds:
+                            self.wfile.flush()
+                except OSError:  # the client hung up: what a refusing client does
+                    self.close_connection = True
+
+            def _endless(self, path):
+                self.send_response(200)
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                piece = b"\0" * (64 << 10)
+                try:
+                    while server.sent.get(path, 0) < server.endless_cap:
+                        self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+                        server.sent[path] = server.sent.get(path, 0) + len(piece)
+                    self.wfile.write(b"0\r\n\r\n")
+                except OSError:
+                    pass
+                self.close_connection = True
 
             def _plain(self, code, body):
                 self.send_response(code)
@@ -118,5 +182,6 @@ class ArchiveServer:
         return self
 
     def __exit__(self, *exc):
+        self.released.set()
         self.httpd.shutdown()
         self.httpd.server_close()

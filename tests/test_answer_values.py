@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cudnn_setup.checks import answer_values as A
@@ -94,6 +94,7 @@ def test_paths_default_bound():
     assert len(A.paths(["/lib"] * (A.MAX_PATHS + 10))) == A.MAX_PATHS
 
 
+@settings(deadline=None, database=None)  # a busy machine is no failure
 @given(JSON)
 def test_every_coercer_takes_any_answer(value):
     """Whatever a child sends, each gives its own type or nothing, and never raises."""

@@ -27,8 +27,9 @@ def _script(path, body: str):
 # --- what children print ------------------------------------------------------------------------
 
 def test_child_output_is_bytes_decoded_with_replacement_and_capped(tmp_path):
-    child = _script(tmp_path / "noisy", "printf '\\377\\376 caf\\351\\n' >&2; "
-                    "head -c 20000000 /dev/zero; printf '\\n{\"x\": \"\\351\"}\\n'\n")
+    child = _script(tmp_path / "noisy", "read key; printf '\\377\\376 caf\\351\\n' >&2; "
+                    "head -c 20000000 /dev/zero; printf '\\n{\"answer_key\": \"%s\", "
+                    "\"answer\": {\"x\": \"\\351\"}}\\n' \"$key\"\n")
     done = run_command([str(child)], 60)
     assert done.ok and "caf\ufffd" in done.err
     assert len(done.stdout) <= STDOUT_LIMIT + 3  # the last bytes are kept, with "..." before

@@ -35,7 +35,8 @@ def test_other_major_is_refused_everywhere_with_the_variant_to_fetch(archives, c
         assert error["code"] == "cuda-mismatch"
         assert "built for CUDA 12 (archive name)" in error["message"]
         assert "CUDA 13.0" in error["message"]
-        assert "cudnn-linux-x86_64-9.3.0.75_cuda13-archive.tar.xz" in error["hint"]
+        # NVIDIA published 9.3.0 for CUDA 11 and 12 only: no made-up name for a CUDA 13 build
+        assert "_cuda13-archive" not in error["hint"] and "list --cuda 13" in error["hint"]
         assert "--force" in error["hint"]
         assert tree_state(root) == before
     result = _inspect(archives[V9], root, home)
@@ -108,3 +109,15 @@ def test_library_that_cannot_tell_is_not_refused(archives, cuda_root, home, tmp_
     assert done.returncode == 0, done.stderr
     assert out["install"]["built_for_cuda"]["version"] is None
     assert "no cudnnGetCudartVersion" in out["install"]["built_for_cuda"]["source"]
+
+
+def test_the_variant_named_is_one_nvidia_published():
+    """Looked up in the table of NVIDIA's archives, never made from the input's name: a
+    repacked .tar.gz of 8.9.6 for CUDA 12 is pointed at NVIDIA's .tar.xz for CUDA 11 (not a
+    .tar.gz NVIDIA never shipped), and a build the table does not list at nothing."""
+    from cudnn_setup.commands.placement import variant_name
+
+    assert variant_name("cudnn-linux-x86_64-8.9.6.50_cuda12-archive.tar.gz", "8.9.6", 11) == \
+        "cudnn-linux-x86_64-8.9.6.50_cuda11-archive.tar.xz"
+    assert variant_name("cudnn-linux-x86_64-9.3.0.75_cuda12-archive.tar.xz", "9.3.0", 13) is None
+    assert variant_name("cudnn-linux-x86_64-9.3.0.99_cuda12-archive.tar.xz", "9.3.0", 11) is None

@@ -23,7 +23,7 @@ from cudnn_setup.archive.listing import Listing
 from cudnn_setup.facts.mounts import fs_type
 from fixtures.generate import SPECS, compress, spec_entries, tar_bytes
 
-NAME = "cudnn-linux-x86_64-9.3.0.75_cuda12-archive"
+NAME = "cudnn-linux-x86_64-9.3.0.99_cuda12-archive"
 # Past DIRECT_MIN_BYTES, and not a whole number of chunks, so the last write is a short one.
 XZ = shutil.which("xz")
 PAD = {"libcudnn_engines_precompiled": 9 * decoders.CHUNK + 1234, "libcudnn_adv": 5 * decoders.CHUNK}

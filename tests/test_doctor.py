@@ -50,7 +50,7 @@ def test_theano_config_later_files_and_flags_win(tmp_path):
 def test_doctor_cli_lists_roots_copies_and_problems(archives, cuda_root, home):
     r7, r9 = cuda_root(version="10.2"), cuda_root(version="12.4")
     for root, name in ((r7, "cudnn-10.0-linux-x64-v7.4.2.24.tgz"),
-                       (r9, "cudnn-linux-x86_64-9.3.0.75_cuda12-archive.tar.xz")):
+                       (r9, "cudnn-linux-x86_64-9.3.0.99_cuda12-archive.tar.xz")):
         run_json(["install", archives[name], "--cuda-root", root, "--no-verify"], home)
     done, out = run_json(["doctor", C2075, "--cuda-root", r7], home,
                          env_extra={"CUDA_HOME": str(r9)})

@@ -54,8 +54,8 @@ def test_libraries_are_real_elf_with_sonames_and_exports(archives, tmp_path):
 def test_links_only_where_the_generation_shipped_them(archives):
     v2 = _members(archives["cudnn-6.5-linux-x64-v2.tgz"])
     assert not any(m.issym() for m, _ in v2.values())
-    v9 = _members(archives["cudnn-linux-x86_64-9.3.0.75_cuda12-archive.tar.xz"])
-    top = "cudnn-linux-x86_64-9.3.0.75_cuda12-archive/lib/"
+    v9 = _members(archives["cudnn-linux-x86_64-9.3.0.99_cuda12-archive.tar.xz"])
+    top = "cudnn-linux-x86_64-9.3.0.99_cuda12-archive/lib/"
     assert v9[top + "libcudnn_ops.so.9"][0].linkname == "libcudnn_ops.so.9.3.0"
     assert v9[top + "libcudnn_ops.so"][0].linkname == "libcudnn_ops.so.9"
     assert top + "libcudnn_ops_static.a" in v9
@@ -88,7 +88,7 @@ def test_cuda_root_headers_carry_what_cudnn_headers_use(tmp_path, compiler, arch
 
 
 @pytest.mark.real_cudnn
-@pytest.mark.parametrize("wheel", ["nvidia_cudnn_cu11-8.9.6.50", "nvidia_cudnn_cu12-9.1.0.70"])
+@pytest.mark.parametrize("wheel", ["nvidia_cudnn_cu11-8.9.6.99", "nvidia_cudnn_cu12-9.1.0.70"])
 def test_nvidia_headers_compile_against_a_fixture_root(wheel, tmp_path, compiler):
     """NVIDIA's own cuDNN headers (from the pip wheel) compile against a generated CUDA root."""
     cache = os.environ.get("CUDNN_SETUP_WHEEL_CACHE")

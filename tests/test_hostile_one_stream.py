@@ -18,7 +18,7 @@ from conftest import run_json, tree_state
 from cudnn_setup.archive import decoders, reader, staging
 from fixtures.generate import SPECS, compress, spec_entries, tar_bytes
 
-NAME = "cudnn-linux-x86_64-9.3.0.75_cuda12-archive"
+NAME = "cudnn-linux-x86_64-9.3.0.99_cuda12-archive"
 MB = decoders.CHUNK
 HAS_RAPIDGZIP = pytest.mark.skipif(decoders.importlib.util.find_spec("rapidgzip") is None,
                                    reason="rapidgzip is not installed")

@@ -55,7 +55,7 @@ def test_human_output_names_chain_and_verdict(archives, home):
 
 @pytest.mark.parametrize("name,expect", [
     ("cudnn-11.3-linux-ppc64le-v8.2.1.32.tgz", "this archive is for ppc64le; this machine is x86_64"),
-    ("cudnn-linux-sbsa-8.9.6.50_cuda12-archive.tar.xz", "this archive is for aarch64; this machine is x86_64"),
+    ("cudnn-linux-sbsa-8.9.6.99_cuda12-archive.tar.xz", "this archive is for aarch64; this machine is x86_64"),
     (OSX_NAME, "this archive is for macOS"),
     (WINDOWS_NAME, "the format of cuDNN for Windows"),
 ])

@@ -120,7 +120,8 @@ def test_install_9_1_from_http_mirror_installs_verifies_and_list_marks_it(
     assert [(r["version"], r["cuda_variant"], r["installed"]) for r in listed["releases"]] == [
         ("9.1.7.99", "cuda12", True)]
     assert set(listed["releases"][0]) == {"version", "cuda_variant", "platform", "file_name",
-                                          "sha256", "size", "source", "format", "installed"}
+                                          "sha256", "size", "source", "format", "installed",
+                                          "flavour", "provenance"}
     assert "9.1.7.99     cudnn-linux-x86_64-9.1.7.99_cuda12-archive.tar.xz  installed" in \
         done.stderr
 
@@ -193,7 +194,11 @@ def test_mirror_without_manifests_falls_back_to_the_table(tmp_path, compiler, cu
     assert s.log[-1] == (f"/cudnn/linux-x86_64/{want}", None)
     assert done.returncode == ARCHIVE_REJECTED
     assert "known releases table" in out["error"]["message"]
-    assert known_releases.known_sha256(want) in out["error"]["message"]
+    # the table's size differs from the fabricated archive's: refused before its body is read
+    published = next(r.size for r in known_releases.releases() if r.file_name == want)
+    assert out["error"]["code"] == "size-mismatch", out["error"]
+    assert str(published) in out["error"]["message"]
+    assert str(m.archives[want].stat().st_size) in out["error"]["message"]
     assert tree_state(root) == before
 
 
@@ -211,12 +216,14 @@ def test_version_missing_for_the_roots_cuda_major_names_the_variants(mirror, cud
 
 def test_unknown_version_names_the_nearest(mirror, cuda_root, home):
     root = cuda_root(version="12.4", layout="lib")
-    done, out = _install("9.3", root, home, "--mirror", mirror.url)
+    done, out = _install("9.19.0", root, home, "--mirror", mirror.url)  # found nowhere
     assert done.returncode == USAGE and out["error"]["code"] == "unknown-version"
-    assert "nearest versions:" in out["error"]["hint"] and "9.2.0.82" in out["error"]["hint"]
+    assert "nearest versions:" in out["error"]["hint"] and "9.19.1.2" in out["error"]["hint"]
     done, out = _install("9.1.8", root, home, "--mirror", mirror.url)
-    # the mirror's releases count, from the labels of manifests not read
-    assert done.returncode == USAGE and "9.1.7, " in out["error"]["hint"]
+    # the mirror's releases count, read from the manifests nearest the request: versions, never labels
+    near = out["error"]["hint"].split(": ", 1)[1].split(", ")
+    assert done.returncode == USAGE and "9.1.7.99" in near, near
+    assert all(len(v.split(".")) == 4 for v in near), near  # no "9.1.7" label among them
 
 
 def test_mirror_without_an_index_is_asked_for_the_named_manifest(mirror, cuda_root, home):
@@ -230,8 +237,8 @@ def test_mirror_without_an_index_is_asked_for_the_named_manifest(mirror, cuda_ro
         assert done.returncode == 0 and out["release"]["file_name"] == X86_12, done.stderr
         asked = [r["path"] for r in s.requests]
         assert asked == ["/m/", "/m/redistrib_9.1.7.json", f"/m/cudnn/linux-x86_64/{X86_12}"]
-        # "9.1" names no manifest; the table has no 9.1 either: nothing to find
-        done, out = _install("9.1", root, home, "--mirror", url)
+        # "9.23" names no manifest; the table has no 9.23 either: nothing to find
+        done, out = _install("9.23", root, home, "--mirror", url)
         assert done.returncode == USAGE and out["error"]["code"] == "unknown-version"
 
 

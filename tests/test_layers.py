@@ -1,8 +1,8 @@
 """The package's import graph: layers that only look down, and no module cycles.
 
 cli → commands → sources → (archive, checks, fetch, state, theanorc, settings, startup_line) →
-facts → (errors, report, text, child, digest, atomic, parallel). Probes run in other interpreters
-and import
+facts → (errors, report, text, child, digest, atomic, parallel, untrusted, urls). Probes run
+in other interpreters and import
 nothing of the package.
 """
 import ast
@@ -15,6 +15,7 @@ LAYER = {"cli": 4, "console": 4, "__main__": 5, "commands": 3, "sources": 2.5, "
          "checks": 2, "fetch": 2,
          "state": 2, "theanorc": 2, "settings": 2, "startup_line": 2, "facts": 1,
          "errors": 0, "report": 0, "text": 0, "child": 0, "digest": 0, "atomic": 0, "parallel": 0,
+         "untrusted": 0, "urls": 0,
          "probes": None}
 
 
@@ -119,3 +120,55 @@ def test_sources_sit_between_the_work_and_the_commands():
              and any(f.startswith("cudnn_setup.sources") for f in found)]
     assert not below, below
     assert any(f.startswith("cudnn_setup.sources") for f in graph["cudnn_setup.commands.by_version"])
+
+
+# Below the CLI nothing reads this process's own environment, home or working directory, and
+# every program started gets an environment handed to it (the command's, or one made for it):
+# a child inheriting os.environ would see other variables than the command was given.
+HIDDEN_STATE = {("os", "environ"), ("os", "getenv"), ("os", "environb"), ("Path", "home"),
+                ("Path", "cwd"), ("os", "getcwd"), ("os", "path.expanduser")}
+STARTS_A_PROGRAM = {"run_command", "Popen", "run", "check_output", "check_call", "call"}
+
+
+def _below_the_cli():
+    for path in sorted(PACKAGE.rglob("*.py")):
+        name = _module(path)
+        if name.split(".")[1:2] in (["cli"], ["__main__"], ["probes"]):
+            continue  # the CLI builds the Context; probes run in children of their own
+        yield name, ast.parse(path.read_text())
+
+
+def test_nothing_below_the_cli_reads_hidden_state():
+    found = []
+    for name, tree in _below_the_cli():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
+                    and (node.value.id, node.attr) in HIDDEN_STATE:
+                found.append(f"{name}:{node.lineno} {node.value.id}.{node.attr}")
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                    and node.func.attr == "expanduser":
+                found.append(f"{name}:{node.lineno} expanduser")
+    assert not found, "\n".join(found)
+
+
+def test_every_program_started_below_the_cli_is_given_its_environment():
+    unset = []
+    started = 0
+    for name, tree in _below_the_cli():
+        if name == "cudnn_setup.child":
+            continue  # run_command itself: its callers hand it the environment
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call):
+                continue
+            f = node.func
+            callee = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) \
+                else None
+            module = f.value.id if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) \
+                else None
+            if callee == "run_command" or (module == "subprocess" and callee in STARTS_A_PROGRAM):
+                started += 1
+                positional_env = callee == "run_command" and len(node.args) >= 3
+                if not positional_env and not any(k.arg == "env" for k in node.keywords):
+                    unset.append(f"{name}:{node.lineno} {ast.unparse(f)}")
+    assert started > 5  # the check sees the calls it is about
+    assert not unset, "\n".join(unset)

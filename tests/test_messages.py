@@ -153,7 +153,7 @@ def test_doctor_says_what_a_missing_loader_entry_means(archives, cuda_root, home
     """Never a bare "loads-libcudnn.so.9 warn not found": what was looked for, where, and what
     it means for a program."""
     root = cuda_root(version="12.4")
-    run_json(["install", archives["cudnn-linux-x86_64-9.3.0.75_cuda12-archive.tar.xz"],
+    run_json(["install", archives["cudnn-linux-x86_64-9.3.0.99_cuda12-archive.tar.xz"],
               "--cuda-root", root, "--no-verify", "--no-theanorc"], home)
     done, out = run_json(["doctor", "--cuda-root", root], home)
     loads = next(c for c in out["checks"] if c["name"] == "loads-libcudnn.so.9")

@@ -17,7 +17,7 @@ from conftest import run_json, tree_state
 from cudnn_setup.archive import decoders, reader, staging
 from fixtures.generate import SPECS, compress, spec_entries, tar_bytes
 
-NAME = "cudnn-linux-x86_64-9.3.0.75_cuda12-archive"
+NAME = "cudnn-linux-x86_64-9.3.0.99_cuda12-archive"
 XZ = shutil.which("xz")
 PAD = {"libcudnn_engines_precompiled": 6 * decoders.CHUNK + 99, "libcudnn_adv": 3 * decoders.CHUNK,
        "libcudnn_ops": 2 * decoders.CHUNK + 5}

@@ -228,7 +228,7 @@ def _killed_mid_install(root: Path, archive: Path) -> None:
 def test_what_a_kill_left_is_reported_by_doctor_then_named_when_removed(home, cuda_root,
                                                                          archives):
     root = cuda_root("12.4")
-    archive = archives["cudnn-linux-x86_64-9.3.0.75_cuda12-archive.tar.xz"]
+    archive = archives["cudnn-linux-x86_64-9.3.0.99_cuda12-archive.tar.xz"]
     _killed_mid_install(root, archive)
     tx = root / ".cudnn-setup" / "tx"
     left = [p for p in tx.rglob("*") if p.is_file()]
@@ -258,3 +258,52 @@ def test_inspect_says_it_reads_and_verify_numbers_its_checks(home, cuda_root):
     assert [s.split(":")[1].strip() for s in steps][:3] == ["check 1 of 12", "check 2 of 12",
                                                             "check 3 of 12"]
     assert len(steps) == 12 and steps[-1].startswith("cudnn-setup: check 12 of 12: frameworks")
+
+
+def test_bench_says_each_step(home, cuda_root):
+    done = run_cli(["bench", "--cuda-root", cuda_root("10.0"), "--no-theano", "--json"], home)
+    assert json.loads(done.stdout)["command"] == "bench"
+    assert "cudnn-setup: timing cuDNN's convolution algorithms on the GPU" in done.stderr
+
+
+def test_a_slow_download_says_how_far_it_got_every_beat(home, tmp_path):
+    """A real HTTP server sending 3 MB at 400 kB/s (about 8 s): in a log, the start, a line
+    per beat with how far it got, and the end; not a line per chunk."""
+    from httpserver import ArchiveServer
+
+    with ArchiveServer() as server:
+        server.files["/cudnn-slow.tgz"] = os.urandom(3 * 10**6)
+        server.throttle["/cudnn-slow.tgz"] = 7.5
+        done = run_cli(["download", f"{server.base}/cudnn-slow.tgz", "--cache-dir",
+                        tmp_path / "cache"], home)
+    assert done.returncode == 0, done.stderr
+    lines = [l for l in done.stderr.splitlines() if "downloading cudnn-slow.tgz" in l]
+    assert lines[0].startswith("cudnn-setup: downloading cudnn-slow.tgz: ")
+    assert 3 <= len(lines) <= 5, lines
+    assert any(" of 3.0 MB (" in l for l in lines[1:-1]), lines
+    assert lines[-1].startswith("cudnn-setup: downloading cudnn-slow.tgz: 3.0 MB in ")
+
+
+def test_doctor_calls_staging_under_a_held_lock_a_run_at_work_and_does_not_wait(home,
+                                                                                 cuda_root):
+    root = cuda_root("10.0")
+    staging = root / ".cudnn-setup" / "tx" / "0123456789ab" / "staging"
+    staging.mkdir(parents=True)
+    (staging / "libcudnn.so.7.4.2").write_bytes(os.urandom(4096))
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(root / ".cudnn-setup")],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "locked\n"
+        started = time.monotonic()
+        done = run_cli(["doctor", "--cuda-root", root, "--json"], home)
+        took = time.monotonic() - started
+    finally:
+        holder.kill()
+        holder.wait()
+    problem = next(p for p in json.loads(done.stdout)["problems"] if p["check"] == "state")
+    assert problem["severity"] == "info"
+    assert problem["message"].startswith(f"a cudnn-setup run is working on {root} (PID "
+                                         f"{holder.pid} (")
+    assert "in 1 file (tx/0123456789ab)" in problem["message"]
+    assert "waiting for the lock" not in done.stderr and took < 60
+    assert (staging / "libcudnn.so.7.4.2").exists()

@@ -103,12 +103,26 @@ def test_html_index_list_hides_prereleases_and_other_platforms(wheels, cuda_root
                               "--cuda-root", root], home)
     assert done.returncode == 0, done.stderr
     assert [r["version"] for r in out["releases"]] == [FINAL, OLDER]
-    assert all(r["format"] == "wheel" and r["source"].startswith("sha256 the package index")
+    assert all(r["format"] == "wheel" and r["source"].startswith("the package index")
                for r in out["releases"])
     assert out["source"]["kind"] == "pypi" and out["mirror"] is None
     assert "1 pre-release or yanked wheel(s) not listed" in done.stderr
     # pip's Accept header: JSON first, HTML accepted
     assert server.requests[0]["accept"].startswith(JSON)
+
+
+def test_list_for_another_platform_takes_that_platforms_wheels(wheels, cuda_root, home):
+    """`list --platform`: the index's wheels must carry that platform's tags, not this
+    machine's (NVIDIA publishes no Windows wheel of cuDNN here: none is listed)."""
+    root = cuda_root("12.4", "lib")
+    with IndexServer() as server:
+        index = serve(server, wheels)
+        here = run_json(["list", "--from", "pypi", "--index-url", index, "--cuda-root", root],
+                        home)[1]
+        done, out = run_json(["list", "--from", "pypi", "--index-url", index, "--cuda-root", root,
+                              "--platform", "windows-x86_64"], home)
+    assert here["releases"] and done.returncode == 0, done.stderr
+    assert out["releases"] == [] and out["platforms"] == ["windows-x86_64"]
 
 
 def test_a_prerelease_is_installed_only_by_its_full_version(wheels, cuda_root, home):
@@ -331,3 +345,113 @@ def test_the_wheel_name_of_another_project_is_not_a_cudnn_wheel(tmp_path, compil
     assert parse_name(wheel_name("9.1.7.99")).cuda_major == 12
     assert parse_name("nvidia_cublas_cu12-12.4.5.8-py3-none-manylinux2014_x86_64.whl") is None
     assert parse_name("nvidia_cudnn_cu12-9.1.7.99.tar.gz") is None
+
+
+def test_another_projects_wheel_is_refused_as_such(tmp_path, home, cuda_root, compiler):
+    other = build_wheel(tmp_path / "x", "9.1.7.99", "12", compiler)
+    renamed = tmp_path / "nvidia_cublas_cu12-12.4.5.8-py3-none-manylinux_2_27_x86_64.whl"
+    renamed.write_bytes(other.read_bytes())
+    done, out = run_json(["install", renamed, "--cuda-root", cuda_root("12.4", "lib"),
+                          *NO_FLAGS], home)
+    assert done.returncode == ARCHIVE_REJECTED and "not NVIDIA's cuDNN wheel" in out["error"]["message"]
+
+
+def test_a_yanked_wheel_is_picked_only_by_its_full_version(wheels, cuda_root, home):
+    root = cuda_root("12.4", "lib")
+    with IndexServer() as server:
+        files = [IndexFile(f.name, f.url, f.sha256, yanked=f.name == wheels[FINAL].name)
+                 for f in entries(wheels, server.base)]
+        index = serve(server, wheels, files=files)
+        done, out = install(root, home, index, "9", "--dry-run")
+        assert done.returncode == 0, done.stderr
+        assert out["release"]["version"] == OLDER  # 9.1.7.99 is yanked
+        done, out = install(root, home, index, FINAL, "--dry-run")
+    assert done.returncode == 0 and out["release"]["version"] == FINAL
+    assert out["release"]["yanked"] is True
+
+
+@pytest.mark.parametrize("page,kind,complaint", [
+    (b"{not json", JSON, "not valid JSON"),
+    (b'{"meta": {"api-version": "2.0"}, "files": []}', JSON, "api-version"),
+    (json.dumps({"meta": {"api-version": "1.0"}, "files": [
+        {"filename": "nvidia_cudnn_cu12-9.1.7.99-py3-none-manylinux_2_27_x86_64.whl",
+         "url": "x.whl", "hashes": {"sha256": "not-hex"}}]}).encode(), JSON, "not 64 hex"),
+    (json.dumps({"meta": {"api-version": "1.0"}, "files": [
+        {"filename": "nvidia_cudnn_cu12-9.1.7.99-py3-none-manylinux_2_27_x86_64.whl",
+         "url": "javascript:alert(1)", "hashes": {}}]}).encode(), JSON, "not http(s) or file"),
+    (b'<a href="ftp://x/nvidia_cudnn_cu12-9.1.7.99-py3-none-manylinux_2_27_x86_64.whl">'
+     b'nvidia_cudnn_cu12-9.1.7.99-py3-none-manylinux_2_27_x86_64.whl</a>', "text/html",
+     "not http(s) or file"),
+    (b"PK\x03\x04", "application/zip", "neither PEP 691 JSON nor HTML"),
+])
+def test_a_damaged_index_page_is_refused_naming_the_index(cuda_root, home, page, kind, complaint):
+    root = cuda_root("12.4", "lib")
+    before = tree_state(root)
+    with IndexServer() as server:
+        server.routes[f"/simple/{PROJECT}/"] = (kind, page)
+        done, out = install(root, home, server.base + "/simple/", "9.1")
+    assert done.returncode == DOWNLOAD_FAILED and out["error"]["code"] == "index-damaged"
+    assert complaint in out["error"]["message"] and "127.0.0.1" in out["error"]["message"]
+    assert tree_state(root) == before
+
+
+def test_an_index_page_past_its_size_bound_is_not_read_on(cuda_root, home):
+    from cudnn_setup.sources import simple_api
+    root = cuda_root("12.4", "lib")
+    with IndexServer() as server:
+        server.routes[f"/simple/{PROJECT}/"] = ("text/html", b" " * (simple_api.MAX_PAGE_BYTES + 10))
+        done, out = install(root, home, server.base + "/simple/", "9.1")
+    assert done.returncode == DOWNLOAD_FAILED and "larger than" in out["error"]["message"]
+
+
+def cublas_wheel(out: Path, compiler) -> Path:
+    """An nvidia-cublas-cu12-shaped wheel: gcc-built libcublas.so.12 and libcublasLt.so.12."""
+    import zipfile
+    from fixtures.generate import SUB_C
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "nvidia_cublas_cu12-12.4.5.8-py3-none-manylinux_2_27_x86_64.whl"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+        for stem in ("libcublas", "libcublasLt"):
+            data = compiler.build(SUB_C, {"FIX_SYMBOL": stem + "Create"}, f"{stem}.so.12")
+            z.writestr(f"nvidia/cublas/lib/{stem}.so.12", data)
+        z.writestr("nvidia/cublas/include/cublas.h", "/* header, not placed */\n")
+        z.writestr("nvidia_cublas_cu12-12.4.5.8.dist-info/METADATA",
+                   "Metadata-Version: 2.1\nName: nvidia-cublas-cu12\nVersion: 12.4.5.8\n")
+    return path
+
+
+def test_with_deps_places_the_declared_cublas_in_the_same_transaction(wheels, cuda_root, home,
+                                                                     tmp_path, compiler):
+    root = cuda_root("12.4", "lib")
+    before = tree_state(root)
+    cublas = cublas_wheel(tmp_path / "dep", compiler)
+    with IndexServer() as server:
+        index = serve(server, wheels)
+        server.routes["/simple/nvidia-cublas-cu12/"] = (JSON, project_json("nvidia-cublas-cu12", [
+            IndexFile(cublas.name, f"{server.base}/files/{cublas.name}", sha256(cublas))]))
+        server.routes[f"/files/{cublas.name}"] = ("application/octet-stream", cublas.read_bytes())
+        done, out = install(root, home, index, "9.1", "--with-deps")
+    assert done.returncode == 0, done.stderr
+    (dep,) = out["provenance"]["with_deps"]
+    assert dep["wheel"] == cublas.name and dep["sha256"] == sha256(cublas)
+    lib = root / "lib"
+    assert (lib / "libcublasLt.so.12").is_file() and (lib / "libcublas.so.12").is_file()
+    assert (lib / "libcublasLt.so").readlink() == Path("libcublasLt.so.12")
+    assert not (root / "include" / "cublas.h").exists()
+    manifest = json.loads((root / ".cudnn-setup" / "manifest.json").read_text())
+    assert {"lib/libcublasLt.so.12", "lib/libcublasLt.so"} <= {f["path"] for f in manifest["files"]}
+    assert manifest["source"]["provenance"]["with_deps"] == [dep]
+    done, out = run_json(["uninstall", "--cuda-root", root], home)
+    assert done.returncode == 0 and tree_state(root) == before
+
+
+def test_with_deps_leaves_a_library_the_root_has(wheels, cuda_root, home):
+    root = cuda_root("12.4", "lib")
+    (root / "lib" / "libcublasLt.so.12").write_bytes(b"the toolkit's own")
+    with IndexServer() as server:
+        done, out = install(root, home, serve(server, wheels), "9.1", "--with-deps", "--no-verify")
+    assert done.returncode == 0, done.stderr
+    assert out["provenance"]["with_deps"] == []
+    assert "the root has cuBLASLt already" in done.stderr
+    assert (root / "lib" / "libcublasLt.so.12").read_bytes() == b"the toolkit's own"
+    assert not [p for p in server.paths() if "cublas" in p]

@@ -99,9 +99,9 @@ def test_real_loader_agrees_and_cudnn_loads_its_own_sub_libraries(libs):
     lib9 = libs["9"]
     done = subprocess.run([sys.executable, str(PROBES / "sublibs.py"), str(lib9 / "libcudnn.so.9"),
                            "libcudnn_adv.so.9", "libcudnn_graph.so.9"],
-                          capture_output=True, timeout=300,
+                          capture_output=True, timeout=300, input=b"k\n",
                           env={k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"})
-    out = json.loads(done.stdout.decode("utf-8", "replace").splitlines()[-1])
+    out = json.loads(done.stdout.decode("utf-8", "replace").splitlines()[-1])["answer"]
     assert out["version"] == 90100
     adv, graph = out["sublibraries"]
     assert adv["loaded"] is False  # by soname, without the wheel dir on the path: not found …

@@ -292,3 +292,35 @@ def test_written_manifest_round_trips(setup):
     state = StateDir(root)
     manifest = state.manifest()
     assert manifest.to_dict() == json.loads(state.manifest_path.read_text())
+
+
+def test_a_format_1_manifest_without_provenance_still_drives_verify_and_uninstall(setup, home):
+    """Manifests written before the provenance (format 1) keep working: verify reads them and
+    uninstall takes the install out and puts the hand-copied header back."""
+    root, _ = setup
+    manifest = json.loads((_state(root) / "manifest.json").read_text())
+    assert manifest["format"] == 2 and manifest["source"]["provenance"]["source"] == "path"
+
+    def older(m):
+        m["format"] = 1
+        del m["source"]["provenance"]
+    _edit(root, "manifest.json", older)
+    done, out = run_json(["verify", "--cuda-root", root, "--no-theano", "--no-frameworks"], home)
+    assert {c["name"]: c["status"] for c in out["checks"]}["files"] == "pass", out["checks"]
+    done, out = run_json(["uninstall", "--cuda-root", root], home)
+    assert done.returncode == 0, done.stderr
+    assert (root / "include" / "cudnn.h").read_text() == "/* copied by hand */\n"
+    assert not (root / "lib64" / "libcudnn.so.7.4.2").exists()
+
+
+@pytest.mark.parametrize("change,what", [
+    (lambda p: p.update(source="ftp"), "provenance.source"),
+    (lambda p: p.update(sha256="not-hex"), "provenance.sha256"),
+    (lambda p: p.update(repacked_from={"wheel": "../../x.whl", "sha256": "0" * 64}), "repacked_from"),
+    (lambda p: p.update(with_deps=[{"wheel": "a/b.whl", "sha256": "0" * 64, "location": "x"}]),
+     "with_deps"),
+])
+def test_a_hostile_provenance_is_refused(setup, home, change, what):
+    root, outside = setup
+    _edit(root, "manifest.json", lambda m: change(m["source"]["provenance"]))
+    refused(root, outside, home, ["uninstall"], what)

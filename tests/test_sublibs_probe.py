@@ -22,10 +22,12 @@ def run_probe(name, args, env_extra, path=None):
     if path is not None:
         env["PATH"] = path
     done = subprocess.run([sys.executable, str(PROBES / f"{name}.py"), *map(str, args)],
-                          capture_output=True, timeout=120, env=env)
+                          capture_output=True, timeout=120, env=env, input=b"run-key\n")
     lines = done.stdout.splitlines()
-    assert len(lines) == 1, (done.stdout, done.stderr)  # stdout is the JSON line alone
-    return json.loads(lines[0].decode("utf-8", "replace")), done
+    assert len(lines) == 1, (done.stdout, done.stderr)  # stdout is the answer line alone
+    line = json.loads(lines[0].decode("utf-8", "replace"))
+    assert line["answer_key"] == "run-key"  # the key it was handed on stdin
+    return line["answer"], done
 
 
 @pytest.fixture

@@ -34,6 +34,7 @@ from cudnn_setup.errors import ArchiveRejected
 from cudnn_setup.facts import host
 from cudnn_setup.facts.host import available_memory, usable_cores
 from cudnn_setup.text import escape
+from cudnn_setup.untrusted import open_regular
 
 CHUNK = 1 << 20
 # In-process decoders hand over 128 KiB at a time: bigger pieces are each a fresh mmap (and a
@@ -62,7 +63,7 @@ DECODE_ERRORS = (tarfile.TarError, EOFError, lzma.LZMAError, zlib.error, IsalErr
 
 
 def sniff(path: Path) -> str:
-    with open(path, "rb") as f:
+    with open_regular(path) as f:  # a FIFO swapped in for the archive is refused, not read
         head = f.read(512)
     if head.startswith(b"\x1f\x8b"):
         return GZIP
@@ -91,7 +92,7 @@ class ArchiveFile(io.RawIOBase):
 
     def __init__(self, path: Path, on_read: Callable[[int], None] | None = None,
                  hash_aside: bool = False):
-        self.file = open(path, "rb", buffering=0)
+        self.file = open_regular(path, buffering=0)
         self.count = 0
         self.on_read = on_read
         self.hasher = Hasher(background=hash_aside)
@@ -204,6 +205,7 @@ class Decoder:
                 [xz, "-dc", "-T0", "-q", *_xz_memory_limit()],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                 bufsize=CHUNK, env=host.xz_env(env),
+                start_new_session=True,  # a terminal's Ctrl-C reaches the tool, which ends it
             )
             _widen_pipe(self.proc.stdout)
             _widen_pipe(self.proc.stdin)
@@ -250,7 +252,8 @@ class Decoder:
 
         self.proc = subprocess.Popen([sys.executable, "-I", "-S", str(TEE_SCRIPT)],
                                      stdin=self.raw.file, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, bufsize=0, env=dict(self.env))
+                                     stderr=subprocess.PIPE, bufsize=0, env=dict(self.env),
+                                     start_new_session=True)
         _widen_pipe(self.proc.stdout)
         decoded = rapidgzip.open(self.proc.stdout.fileno(), parallelization=usable_cores())
         return _Progress(decoded, self.raw.file.fileno(), on_read)

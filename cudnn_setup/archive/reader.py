@@ -40,6 +40,10 @@ def read(path: Path, staging_dir: Path, want: Wanted, limits: Limits | None = No
         compression = sniff(path)
     except OSError as exc:
         raise unreadable(path, exc) from None
+    if compression == ZIP and path.name.endswith(".whl"):
+        raise ArchiveRejected(
+            f"{escape(path.name)} is a wheel, but not NVIDIA's cuDNN wheel (nvidia-cudnn-cuNN)",
+            "give NVIDIA's nvidia_cudnn_cu<major>-….whl, or install by version with --from pypi")
     if compression == ZIP:
         raise ArchiveRejected(
             f"{escape(path.name)} is a .zip archive, the format of cuDNN for Windows",

@@ -263,3 +263,70 @@ def _admit(rules: MemberRules, listing: Listing, info: tarfile.TarInfo) -> Membe
     if isinstance(verdict, Member):
         listing.members.append(verdict)
     return verdict
+
+
+# --- the wheels cuDNN's wheel depends on (nvidia-cublas-cuNN, nvidia-cuda-nvrtc-cuNN) --------
+
+MAX_METADATA = 1 << 20
+_DEP_LIB = re.compile(r"^nvidia/[a-z0-9_]{1,40}/lib/(lib[A-Za-z0-9_.+-]{1,100}\.so(?:\.\d{1,6}){0,4})$")
+
+
+def requirements(path: Path) -> list:
+    """The Requires-Dist of a wheel (its dist-info METADATA) whose markers hold on this
+    machine, as packaging Requirements; the names of the wheels it needs at run time."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    with zipfile.ZipFile(path) as z:
+        meta = [i for i in z.infolist() if i.filename.count("/") == 1
+                and i.filename.endswith(".dist-info/METADATA")]
+        if len(meta) != 1 or meta[0].file_size > MAX_METADATA:
+            return []
+        with z.open(meta[0]) as f:
+            text = f.read(MAX_METADATA + 1).decode("utf-8", "replace")
+    out = []
+    for line in text.splitlines():
+        if not line.lower().startswith("requires-dist:"):
+            if not line.strip():
+                break  # the headers end at the first empty line; the description follows
+            continue
+        try:
+            req = Requirement(line.split(":", 1)[1].strip())
+        except InvalidRequirement:
+            continue
+        if req.marker is None or req.marker.evaluate({"extra": ""}):
+            out.append(req)
+    return out
+
+
+def dependency_libraries(path: Path, dest: Path, limits: Limits | None = None
+                         ) -> list[tuple[str, Path, str]]:
+    """The shared libraries of a dependency wheel (`nvidia/<pkg>/lib/lib*.so*`, regular files)
+    written under `dest`, each hashed: [(file name, staged path, sha256)]."""
+    limits = limits or Limits()
+    out: list[tuple[str, Path, str]] = []
+    dest.mkdir(parents=True, exist_ok=True)
+    total = 0
+    with zipfile.ZipFile(path) as z:
+        for info in z.infolist():
+            m = _DEP_LIB.match(info.filename)
+            kind = (info.external_attr >> 16) & 0o170000
+            if not m or info.is_dir() or (kind and kind != stat.S_IFREG):
+                continue
+            total += info.file_size
+            if info.file_size > limits.member_bytes or total > limits.total_bytes:
+                raise ArchiveRejected(f"{escape(path.name)}: {escape(info.filename)} claims more "
+                                      "than any CUDA library", "do not use this wheel")
+            name = m[1]
+            if any(name == n for n, _, _ in out):
+                raise ArchiveRejected(f"{escape(path.name)} holds {escape(name)} twice",
+                                      "do not use this wheel")
+            h = hashlib.sha256()
+            staged = dest / name
+            with z.open(info) as src, open(staged, "xb") as f:
+                while chunk := src.read(CHUNK):
+                    h.update(chunk)
+                    f.write(chunk)
+                read_to_end(src, info.filename)
+            os.chmod(staged, 0o755)
+            out.append((name, staged, h.hexdigest()))
+    return out

@@ -61,7 +61,7 @@ def no_driver(env: Mapping[str, str], loader: L.Environment | None = None,
 
 def driver_facts(env: Mapping[str, str], *, python: str | None = None,
                  timeout: float = TIMEOUT, smi: bool = True,
-                 loader: L.Environment | None = None) -> dict:
+                 loader: L.Environment | None = None, runner=None) -> dict:
     """What the driver says, checked: `status` pass (GPUs listed) | skip (no driver or no GPU,
     `reason` says which) | error (the probe itself failed); `gpus` [{index, name,
     compute_capability}]; `driver_version` ("580.65.06"); `cuda_driver_version` (13000) and
@@ -76,7 +76,7 @@ def driver_facts(env: Mapping[str, str], *, python: str | None = None,
         out.update(status=SKIP, reason=absent)
         return out
     args = probe_module("driver") + ([] if smi else ["--no-smi"])
-    result = run_probe(args, timeout, dict(env), python)
+    result = run_probe(args, timeout, dict(env), python, runner=runner)
     data = result.data
     if data is None:
         out["reason"] = f"the driver probe {result.failure()}"[:500]
@@ -104,6 +104,16 @@ def driver_facts(env: Mapping[str, str], *, python: str | None = None,
 
 def has_driver(facts: dict) -> bool:
     return bool(facts.get("cuda_driver_version") or facts.get("driver_version") or facts.get("gpus"))
+
+
+def driver_present(facts: dict | None = None) -> bool:
+    """Whether this machine has an NVIDIA driver: the driver probe's facts when they found
+    one, else the kernel module's /proc entry. The one rule for every check that treats a
+    missing libcuda.so.1 as "no driver here" (a skip) rather than as a failure: a machine
+    with the driver loaded whose libcuda.so.1 cannot be found still fails."""
+    if facts is not None and has_driver(facts):
+        return True
+    return PROC_DRIVER.exists()
 
 
 def built_for_cuda(inst: Installation, load_data: dict | None = None) -> tuple[str | None, str | None]:

@@ -10,6 +10,7 @@ from typing import Mapping
 
 from cudnn_setup.checks.answer_values import integer, mapping, text
 from cudnn_setup.checks.probe import probe_module, run_probe
+from cudnn_setup.child import Runner
 from cudnn_setup.errors import SetupError, UsageError
 
 DEFAULT_TIMEOUT = 180.0  # one framework: import, GPU start-up, one convolution
@@ -34,12 +35,24 @@ def child_env(env: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
-def run(python: str, args: list[str], env: Mapping[str, str], timeout: float,
-        log: Path | None = None) -> Run:
-    """probes/frameworks.py ARGS under `python` with `env`; its answer or how it failed."""
+def import_key(python: str, name: str) -> str:
+    """The Runner key of importing framework `name` under `python`: one that hangs costs one
+    time limit per command (install probes before and after its what-if)."""
+    return f"imports {name} under {python}"
+
+
+def run(python: str, args: list[str], env: Mapping[str, str], timeout: float | None,
+        log: Path | None = None, runner: Runner | None = None) -> Run:
+    """probes/frameworks.py ARGS under `python` with `env`; its answer or how it failed.
+    The framework's own output goes to the probe's stderr, of which the runner keeps the tail
+    (a `log` file, which the child would write without bound, only when a caller asks)."""
+    timeout = DEFAULT_TIMEOUT if timeout is None else timeout
     argv = probe_module("frameworks") + args + (["--log", str(log)] if log else [])
+    imports = args[0] if args and not args[0].startswith("--") else None
     try:
-        result = run_probe(argv, timeout, child_env(env), python=python)
+        result = run_probe(argv, timeout, child_env(env), python=python, runner=runner,
+                           key=import_key(python, imports) if imports else None,
+                           what=f"importing {imports}")
     except (UnicodeDecodeError, ValueError) as exc:  # output that could not be read back
         return Run(None, f"its output could not be read ({exc})", tail(log))
     output = tail(log) + (result.stderr or "")[-LOG_TAIL:]
@@ -49,14 +62,16 @@ def run(python: str, args: list[str], env: Mapping[str, str], timeout: float,
     error = getattr(result, "error", None)
     if error is None and result.returncode is None and not result.timed_out:
         error = last_line(result.stderr or "") or "unknown reason"  # it never ran
-    if result.timed_out:
+    if result.known:
+        how = f"was not run: {result.known}"
+    elif result.timed_out:
         how = f"did not finish in {timeout:.0f} s"
     elif error:
         how = f"could not be started: {error}"
     elif result.crashed:
         how = f"died of {result.crashed}"
     else:
-        how = f"exited with status {result.returncode} without an answer"
+        how = f"exited with status {result.returncode} without a complete answer"
     last = last_line(output)
     return Run(None, how + (f" (last output: {last})" if last else ""), output)
 
@@ -80,10 +95,11 @@ def last_line(output: str, limit: int = 300) -> str:
 
 
 def importable_frameworks(python: str, env: Mapping[str, str],
-                          timeout: float = LIST_TIMEOUT) -> list[dict]:
+                          timeout: float | None = LIST_TIMEOUT,
+                          runner: Runner | None = None) -> list[dict]:
     """[{name, importable, version, ...}] for the frameworks `python` could import; nothing is
     imported. Raises UsageError when `python` cannot be run, SetupError when it gives no list."""
-    got = run(python, ["--list"], env, min(timeout, LIST_TIMEOUT))
+    got = run(python, ["--list"], env, min(timeout or LIST_TIMEOUT, LIST_TIMEOUT), runner=runner)
     if got.data is None:
         if got.failure and got.failure.startswith("could not be started"):
             raise UsageError(f"{python} {got.failure}", "give --python an interpreter that runs")
@@ -95,8 +111,9 @@ def importable_frameworks(python: str, env: Mapping[str, str],
 
 
 def library_version(python: str, path: str, env: Mapping[str, str],
-                    timeout: float = LIST_TIMEOUT) -> int | None:
+                    timeout: float | None = LIST_TIMEOUT, runner: Runner | None = None) -> int | None:
     """cudnnGetVersion() of one library file, asked in a child of `python`."""
-    got = run(python, ["--library", path], env, min(timeout, LIST_TIMEOUT))
+    got = run(python, ["--library", path], env, min(timeout or LIST_TIMEOUT, LIST_TIMEOUT),
+              runner=runner)
     value = mapping(got.data.get("library")).get("get_version") if got.data else None
     return integer(value)

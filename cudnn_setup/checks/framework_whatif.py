@@ -20,8 +20,9 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from cudnn_setup.checks.framework_loader import BEFORE_CACHE, WHY_FULL_PATH, ChildLoader
-from cudnn_setup.checks.framework_probe import DEFAULT_TIMEOUT, library_version
+from cudnn_setup.checks.framework_probe import library_version
 from cudnn_setup.checks.frameworks import file_version, framework_report
+from cudnn_setup.child import Runner
 from cudnn_setup.facts import frameworks as rules
 from cudnn_setup.facts import ldresolve as L
 
@@ -50,19 +51,21 @@ def register_with_ldconfig(directory: str | os.PathLike) -> Change:
 
 
 def what_if(python: str, env: Mapping[str, str], change: Change,
-            timeout: float = DEFAULT_TIMEOUT, *, search: L.Environment | None = None,
-            current: list[dict] | None = None) -> list[dict]:
+            timeout: float | None = None, *, search: L.Environment | None = None,
+            current: list[dict] | None = None, runner: Runner | None = None) -> list[dict]:
     """For each framework in `python`: the cuDNN it would load after `change`, and whether that
     breaks it by its own rule. `current` is a framework_report() of `python` under `env`, if one
     was made already; with no framework in it nothing more is run."""
-    now = current if current is not None else framework_report(python, env, timeout, search=search)
+    now = current if current is not None else framework_report(python, env, timeout,
+                                                               search=search, runner=runner)
     if not now:
         return []
     if change.kind == LD_LIBRARY_PATH:
         changed = dict(env)
         old = changed.get("LD_LIBRARY_PATH")
         changed["LD_LIBRARY_PATH"] = change.directory + (f":{old}" if old else "")
-        after = {e["name"]: e for e in framework_report(python, changed, timeout, search=search)}
+        after = {e["name"]: e for e in framework_report(python, changed, timeout, search=search,
+                                                        runner=runner)}
         return [_tried(change, e, after.get(e["name"]), python, env, timeout) for e in now]
     if change.kind == LDCONFIG:
         entries = L.registered(change.directory)
@@ -71,7 +74,7 @@ def what_if(python: str, env: Mapping[str, str], change: Change,
 
 
 def _tried(change: Change, now: dict, after: dict | None, python: str, env: Mapping[str, str],
-           timeout: float) -> dict:
+           timeout: float | None) -> dict:
     out = _base(change, now)
     if after is None:
         out["reason"] = "it is not importable with that change"
@@ -109,7 +112,7 @@ def _tried(change: Change, now: dict, after: dict | None, python: str, env: Mapp
 
 
 def _deduced(change: Change, now: dict, entries: Sequence[L.CacheEntry], python: str,
-             env: Mapping[str, str], timeout: float) -> dict:
+             env: Mapping[str, str], timeout: float | None) -> dict:
     out = _base(change, now)
     current = now.get("cudnn_loaded")
     if "_loader" not in now:
@@ -136,7 +139,7 @@ def _deduced(change: Change, now: dict, entries: Sequence[L.CacheEntry], python:
 
 
 def _predicted(change: Change, out: dict, now: dict, entry: dict, loader: ChildLoader,
-               target: str | None, python: str, env: Mapping[str, str], timeout: float) -> dict:
+               target: str | None, python: str, env: Mapping[str, str], timeout: float | None) -> dict:
     """The copy `loader` would give the libraries of `entry`'s child that need libcudnn;
     `target`, when given, is the copy the change brings in."""
     facts = entry["_loader"]

@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import os
 import re
-import tempfile
-from pathlib import Path
 from typing import Mapping, Sequence
 
 from cudnn_setup.checks.answer_values import mapping, paths, text
 from cudnn_setup.checks.framework_loader import NO_SEARCH, ChildLoader, ElfFacts
-from cudnn_setup.checks.framework_probe import DEFAULT_TIMEOUT, Run, importable_frameworks, run
+from cudnn_setup.checks.framework_probe import Run, importable_frameworks, run
+from cudnn_setup.child import Runner
 from cudnn_setup.errors import SetupError
 from cudnn_setup.facts import cudnn as gen
 from cudnn_setup.facts import frameworks as rules
@@ -32,11 +31,13 @@ XLA_MISMATCH = re.compile(r"Loaded runtime CuDNN library: (?P<loaded>\d+\.\d+\.\
                           r"was compiled with: (?P<built>\d+\.\d+\.\d+)")
 
 
-def framework_report(python: str, env: Mapping[str, str], timeout: float = DEFAULT_TIMEOUT, *,
-                     search: L.Environment | None = None) -> list[dict]:
+def framework_report(python: str, env: Mapping[str, str], timeout: float | None = None, *,
+                     search: L.Environment | None = None,
+                     runner: Runner | None = None) -> list[dict]:
     """One entry per framework importable in `python` (run with `env`): what it was built for,
     the cuDNN it loads, from where and why, and whether the pair is right by its own rule.
-    Each framework runs in a child of its own, `timeout` seconds at most. `search` gives the
+    Each framework runs in a child of its own, `timeout` seconds at most (None:
+    framework_probe.DEFAULT_TIMEOUT). `search` gives the
     loader's cache and facts (its default directories; checks/deps.loader_environment reads this
     machine's); without it, a copy found only through them is reported as opened by full path.
     Entries carry private keys starting with "_" for what_if(); frameworks_json() gives the
@@ -44,16 +45,13 @@ def framework_report(python: str, env: Mapping[str, str], timeout: float = DEFAU
     search = search or NO_SEARCH
     elf = ElfFacts()
     entries = []
-    with tempfile.TemporaryDirectory(prefix="cudnn-setup-frameworks-") as tmp:
-        listed = [f for f in importable_frameworks(python, env, timeout) if f.get("importable")]
-        logs = [Path(tmp) / f"{f['name']}.log" for f in listed]
-        for log in logs:
-            log.touch(mode=0o600)
-        # one child per framework, all at once: each spends seconds importing its framework
-        runs = at_once([lambda f=f, log=log: run(python, [f["name"]], env, timeout, log)
-                        for f, log in zip(listed, logs)])
-        for f, got in zip(listed, runs):
-            entries.append(entry_of(f["name"], f, got, search, elf))
+    listed = [f for f in importable_frameworks(python, env, timeout, runner)
+              if f.get("importable")]
+    # one child per framework, all at once: each spends seconds importing its framework
+    runs = at_once([lambda f=f: run(python, [f["name"]], env, timeout, runner=runner)
+                    for f in listed])
+    for f, got in zip(listed, runs):
+        entries.append(entry_of(f["name"], f, got, search, elf))
     return entries
 
 
@@ -236,11 +234,12 @@ def one_line(entry: dict) -> str:
     return f"{entry['name']} {entry.get('version') or ''}".rstrip() + f": {entry['reason']}"
 
 
-def check_frameworks(python: str, env: Mapping[str, str], timeout: float = DEFAULT_TIMEOUT, *,
-                     search: L.Environment | None = None) -> tuple[Check, list[dict]]:
+def check_frameworks(python: str, env: Mapping[str, str], timeout: float | None = None, *,
+                     search: L.Environment | None = None,
+                     runner: Runner | None = None) -> tuple[Check, list[dict]]:
     """framework_report() as a check; an interpreter that cannot say what it has is a warn."""
     try:
-        entries = framework_report(python, env, timeout, search=search)
+        entries = framework_report(python, env, timeout, search=search, runner=runner)
     except SetupError as exc:
         return Check(NAME, WARN, exc.message), []
     return frameworks_check(entries, python), entries

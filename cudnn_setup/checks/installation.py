@@ -13,9 +13,21 @@ from pathlib import Path
 from packaging.version import Version
 
 from cudnn_setup.facts import cudnn as gen
+from cudnn_setup.facts.composition import Composition, compose, flavour_of
 from cudnn_setup.facts.cuda import CudaRoot
 from cudnn_setup.state.layout import StateDir
 from cudnn_setup.state.manifest import Manifest
+from cudnn_setup.untrusted import read_regular
+
+MAX_HEADER_BYTES = 1 << 20  # cuDNN's version headers are a few kB; cudnn.h itself is < 200 kB
+
+
+def _header_text(path: Path) -> str | None:
+    """The start of a header as text; None when it is missing or not a regular file."""
+    try:
+        return read_regular(path, MAX_HEADER_BYTES).decode("utf-8", errors="replace")
+    except OSError:
+        return None
 
 
 @dataclass
@@ -33,6 +45,7 @@ class Installation:
     include_path: Path | None = None
     origin: str | None = None
     origin_facts: dict = field(default_factory=dict)
+    _composition: Composition | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def include_dir(self) -> Path:
@@ -53,6 +66,17 @@ class Installation:
         if self.manifest:
             return self.manifest.generation
         return gen.generation_of_version(self.version) if self.version else None
+
+    def composition(self) -> Composition:
+        """What this cuDNN is made of, read from its own libraries (facts/composition.py); the
+        flavour from the archive name the manifest kept, else from the files."""
+        if self._composition is None:
+            files = {gen.library_stem(p.name): p for p in self.libraries}
+            files.pop(None, None)
+            name = self.manifest.source.name if self.manifest else None
+            self._composition = compose(files, self.generation,
+                                        flavour_of(name, files, self.generation))
+        return self._composition
 
     def library(self, stem: str) -> Path | None:
         return next((p for p in self.libraries if gen.library_stem(p.name) == stem), None)
@@ -104,8 +128,9 @@ def find_installation(root: CudaRoot) -> Installation:
     inst = Installation(root=root, lib_dir=lib_dir, manifest=manifest)
     for name in gen.HEADERS_WITH_VERSION:
         header = inst.include_dir / name
-        if header.is_file():
-            version = gen.header_version(header.read_text(errors="replace"))
+        text = _header_text(header)
+        if text is not None:
+            version = gen.header_version(text)
             if version:
                 inst.header_version, inst.header_file = "%d.%d.%d" % version, header
                 break

@@ -29,6 +29,7 @@ from cudnn_setup.errors import UsageError
 from cudnn_setup.facts import cudnn as gen
 from cudnn_setup.facts.cuda import CudaRoot
 from cudnn_setup.report import SKIP, Check
+from cudnn_setup.untrusted import read_regular
 
 UNMANAGED = "not installed by cudnn-setup: contents not recorded"
 LIB_DIR, MULTIARCH, WHEEL = "lib-dir", "multiarch", "wheel"
@@ -209,10 +210,7 @@ def header_version_in(include_dirs: Iterable[Path], major: int | None = None) \
 
 def _read_header(path: Path) -> str | None:
     try:
-        if not path.is_file():
-            return None
-        with open(path, "rb") as f:
-            return f.read(MAX_HEADER_BYTES).decode("utf-8", errors="replace")
+        return read_regular(path, MAX_HEADER_BYTES).decode("utf-8", errors="replace")
     except OSError:
         return None
 

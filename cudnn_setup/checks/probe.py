@@ -1,5 +1,6 @@
 """Running native code in a child process: a probe script under some interpreter, with a time
-limit, its output read as bytes, bounded, and decoded with replacement.
+limit, its output read as bytes, bounded, and decoded with replacement; its answer is the one
+line marked with a key made for this run and handed to it before it loads anything.
 
 Whatever the child does (crashes, hangs, prints megabytes of binary noise) ends up as data in a
 ProbeResult; nothing a child prints can make the parent raise.
@@ -7,14 +8,18 @@ ProbeResult; nothing a child prints can make the parent raise.
 from __future__ import annotations
 
 import json
+import os
+import secrets
 import signal
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
-from cudnn_setup.child import run_command
+from cudnn_setup.child import Runner
 from cudnn_setup.text import decode_output
+
+KEY_FIELD = "answer_key"  # probes/answer.py's: the probes cannot import the package
 
 
 @dataclass
@@ -23,7 +28,9 @@ class ProbeResult:
     returncode: int | None
     stderr: str
     timed_out: bool = False
-    error: str | None = None  # the child could not be started at all
+    error: str | None = None  # the child could not be started at all (or was not: `known`)
+    known: str | None = None  # not started: what its key's child did earlier in this command
+    unanswered: bool = False  # it printed no whole answer with this run's key
 
     @property
     def crashed(self) -> str | None:
@@ -42,34 +49,56 @@ class ProbeResult:
 
     def failure(self) -> str:
         """One line saying how the child failed, for a check's detail."""
+        if self.known:
+            return f"was not run: {self.known}"
         if self.error:
             return f"could not be started: {self.error}"
         if self.timed_out:
             return "did not finish in time"
         how = f"died of {self.crashed}" if self.crashed else f"exited with status {self.returncode}"
+        if not self.crashed and self.unanswered:
+            how += " without a complete answer"
         last = self.last_error_line()
         return how + (f" (stderr: {last})" if last else "")
 
 
 def run_probe(args: list[str], timeout: float, env: Mapping[str, str] | None = None,
-              python: str | None = None) -> ProbeResult:
-    """Run a probe script in a child interpreter; its last JSON-object line is its answer."""
-    done = run_command([python or sys.executable, *args], timeout, env)
-    return ProbeResult(last_json(done.stdout), done.returncode, decode_output(done.stderr),
-                       done.timed_out, done.error)
+              python: str | None = None, *, runner: Runner | None = None,
+              key: str | None = None, what: str | None = None,
+              remember: bool = True) -> ProbeResult:
+    """Run a probe script in a child interpreter; its answer is the line carrying this run's key
+    (probes/answer.py), nothing else it prints. `runner`, `key`, `what`, `remember`: as
+    Runner.run (the command's runner remembers what hung)."""
+    nonce = secrets.token_hex(16)
+    done = (runner or Runner()).run([python or sys.executable, *args], timeout, env, key=key,
+                                    what=what, remember=remember, stdin=(nonce + "\n").encode())
+    data = answer_of(done.stdout, nonce)
+    return ProbeResult(data, done.returncode, decode_output(done.stderr), done.timed_out,
+                       done.error, done.known,
+                       unanswered=data is None and done.returncode is not None)
 
 
-def last_json(out: bytes) -> dict | None:
+def answer_of(out: bytes, key: str) -> dict | None:
+    """The answer on the last whole line of `out` that carries `key`; lines without it (what
+    the loaded code printed, a forged answer) and a cut line are not answers."""
     for line in reversed(out.splitlines()):
         line = line.strip()
-        if line.startswith(b"{"):
-            try:
-                data = json.loads(line.decode("utf-8", errors="replace"))
-            except ValueError:
-                continue
-            if isinstance(data, dict):
-                return data
+        if not line.startswith(b"{") or key.encode() not in line:
+            continue
+        try:
+            data = json.loads(line.decode("utf-8", errors="replace"))
+        except ValueError:
+            continue
+        if isinstance(data, dict) and data.get(KEY_FIELD) == key and \
+                isinstance(data.get("answer"), dict):
+            return data["answer"]
     return None
+
+
+def loads_key(library: Path | str) -> str:
+    """The Runner key of a child that loads `library` (the file, links resolved): once loading
+    it hangs, the checks after that say so without waiting again."""
+    return f"loads {os.path.realpath(library)}"
 
 
 def probe_module(name: str) -> list[str]:

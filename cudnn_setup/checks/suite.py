@@ -13,14 +13,16 @@ from typing import Callable, Mapping
 
 from cudnn_setup.checks.coherence import check_coherence
 from cudnn_setup.checks.deps import check_deps, loader_environment
-from cudnn_setup.checks.driver import check_driver, driver_facts, has_driver
+from cudnn_setup.checks.driver import check_driver, driver_facts, driver_present
 from cudnn_setup.checks.files import check_elf, check_files, check_versions
 from cudnn_setup.checks.frameworks import check_frameworks
 from cudnn_setup.checks.installation import Installation
 from cudnn_setup.checks.locate import skipped_without_cudnn
-from cudnn_setup.checks.native import check_compile, check_gpu, check_load
+from cudnn_setup.checks.gpu import check_gpu
+from cudnn_setup.checks.native import check_compile, check_load
 from cudnn_setup.checks.system import check_cuda, check_loader
 from cudnn_setup.checks.theano_check import check_theano
+from cudnn_setup.child import Runner
 from cudnn_setup.facts import ldresolve as L
 from cudnn_setup.facts.host import host_machine
 from cudnn_setup.parallel import Done, Later
@@ -39,11 +41,12 @@ class Frameworks:
 
 
 def frameworks_of(python: str, env: Mapping[str, str], enabled: bool = True,
-                  loader: L.Environment | None = None) -> Frameworks:
+                  loader: L.Environment | None = None, runner: Runner | None = None) -> Frameworks:
     """The frameworks of `python` (the interpreter under test), or a skip for --no-frameworks."""
     if not enabled:
         return Frameworks(Check("frameworks", SKIP, "--no-frameworks"), [])
-    check, entries = check_frameworks(python, env, search=loader or loader_environment(env))
+    check, entries = check_frameworks(python, env, search=loader or loader_environment(env),
+                                      runner=runner)
     return Frameworks(check, entries)
 
 
@@ -87,40 +90,48 @@ def run_checks(inst: Installation, *, python: str, env: Mapping[str, str],
                driver: dict | None = None, frameworks: Frameworks | None = None,
                with_frameworks: bool = True, loader_fix: str | None = None,
                loader: L.Environment | None = None,
-               status: Callable[[str], None] | None = None) -> list[Check]:
+               status: Callable[[str], None] | None = None,
+               runner: Runner | None = None) -> list[Check]:
     """verify's checks of `inst`, in ORDER. `python`: the interpreter whose Theano and frameworks
     are checked; `driver`: driver_facts(env) when the caller has them; `frameworks`: the
     frameworks check when the caller made it (else it is made here unless `with_frameworks` is
     False); `loader_fix`: what the loader check advises instead of a bare LD_LIBRARY_PATH line;
     `loader`: deps.loader_environment(env) when the caller has it; `status` hears one line as
-    each check's result is waited for, in ORDER.
+    each check's result is waited for, in ORDER; `runner`: the command's (child.Runner), which
+    every child goes through.
 
     The checks that run children start at once, each as soon as what it needs is known (the
-    driver probe, compile, frameworks and Theano at the start; coherence and gpu once load has
-    answered), and the checks made in this process run meanwhile; every verdict is the one the
-    same check gives on its own, and the list keeps ORDER."""
+    driver probe, load, compile, frameworks and Theano at the start; coherence and gpu once load
+    and the driver have answered), and the checks made in this process run meanwhile; every
+    verdict is the one the same check gives on its own, and the list keeps ORDER."""
     env = dict(env)
+    runner = runner or Runner()
     step = Steps(status, ORDER if theano else ORDER[:-1])
     step("files")
     loader = loader or loader_environment(env)
     skipped = skipped_without_cudnn(inst)
+    driver_later = Done(driver) if driver is not None else Later(driver_facts, env,
+                                                                 loader=loader, runner=runner)
     if skipped is not None:
         load_later = coherence_later = compile_later = gpu_later = None
     else:
-        load_later = Later(check_load, inst, env)
+        load_later = Later(check_load, inst, env, runner, loader)
 
-        def after_load(check):
-            load, load_data = load_later.result()
-            return check(load_data)
+        def coherence():
+            _, data = load_later.result()
+            return check_coherence(inst, env, loader=loader, load_data=data, runner=runner,
+                                   driver_present=driver_present(driver_later.result()))
 
-        coherence_later = Later(after_load, lambda data: check_coherence(
-            inst, env, loader=loader, load_data=data))
-        gpu_later = Later(after_load, lambda data: check_gpu(inst, env) if data is not None
-                          else Check("gpu", SKIP, "libcudnn does not load (see load)"))
-        compile_later = Later(check_compile, inst, env, includes=compile_includes(inst))
-    driver_later = Done(driver) if driver is not None else Later(driver_facts, env, loader=loader)
+        def gpu():
+            _, data = load_later.result()
+            return check_gpu(inst, env, runner) if data is not None else Check(
+                "gpu", SKIP, "libcudnn does not load (see load)")
+
+        coherence_later, gpu_later = Later(coherence), Later(gpu)
+        compile_later = Later(check_compile, inst, env, includes=compile_includes(inst),
+                              runner=runner)
     frameworks_later = Done(frameworks) if frameworks is not None else Later(
-        frameworks_of, python, env, with_frameworks, loader)
+        frameworks_of, python, env, with_frameworks, loader, runner)
     gpu_check = gpu_later.result if gpu_later is not None else (lambda: skipped["gpu"])
     # Theano runs its graphs at once: the gpu check only words why cuDNN was not used, so
     # check_theano waits for it after the graphs ran.
@@ -139,12 +150,12 @@ def run_checks(inst: Installation, *, python: str, env: Mapping[str, str],
         step("load")
         load, load_data = load_later.result()
         checks.append(load)
+        present = driver_present(driver_later.result())
         step("coherence")
         checks.append(coherence_later.result())
         step("deps")
         checks.append(check_deps(inst, env, load_data=load_data, loader=loader,
-                                 driver_present=True if has_driver(driver_later.result())
-                                 else None))
+                                 driver_present=present))
         step("loader")
         checks.append(check_loader(inst, env, conf, fix=loader_fix))
         step("cuda")

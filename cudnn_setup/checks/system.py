@@ -46,7 +46,7 @@ def other_fix(inst: Installation) -> str:
     does not place: a pip wheel's directory (it moves with every upgrade of the wheel, and is
     found by the frameworks through their own RPATH), or a directory given with --lib-dir."""
     if inst.origin is None:
-        return " (or install with --ldconfig)"
+        return " (or, as root, install with --ldconfig)"
     if inst.origin == "wheel":
         return (" (a wheel's directory is set per program, not registered with ldconfig: pip "
                 "moves it with every upgrade)")

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Optional
 
+from cudnn_setup.child import Runner
 from cudnn_setup.errors import (DownloadFailed, InstallFailed, InternalError, Interrupted,
                                  NoCudaRoot, SetupError, UsageError, os_error)
 from cudnn_setup.facts.cuda import CudaRoot, find_cuda_root
@@ -19,6 +20,7 @@ from cudnn_setup.report import Result
 from cudnn_setup.settings import SYSTEM_CONFIG
 from cudnn_setup.sources.pipconf import SYSTEM_DIRS as PIP_SYSTEM_DIRS
 from cudnn_setup.text import escape
+from cudnn_setup.urls import scrub
 
 Progress = Callable[[int, Optional[int]], None]  # bytes done, bytes in all (None: unknown)
 
@@ -32,6 +34,10 @@ class Context:
     python: str  # the interpreter running the tool: the default for --python
     cwd: Optional[Path] = None  # the shell's directory, for relative paths in settings
     euid: int = 0
+    # The machine's own facts: its filesystem's root (Jetson markers are read below it) and
+    # `platform.machine()` (None: this machine's). Tests give a fake root and machine.
+    host_root: Path = Path("/")
+    machine: Optional[str] = None
     ld_conf_dir: Path = Path("/etc/ld.so.conf.d")
     ld_so_conf: Path = Path("/etc/ld.so.conf")
     ldconfig: Optional[str] = None  # the ldconfig to run; None: the system's (/sbin, /usr/sbin)
@@ -44,6 +50,10 @@ class Context:
     # Takes one line for a person about a step or a wait (a retry and why, a lock held by
     # another run); the CLI decides how it is shown. Never part of the Result.
     status: Callable[[str], None] = field(default=lambda line: None)
+    # Runs this command's child processes and remembers what hung (child.Runner): one per
+    # command, passed down to every check that starts a child, so a library or framework that
+    # hangs costs one time limit per command. Killed whole when the command is interrupted.
+    runner: Runner = field(default_factory=Runner)
     # Where pip's system-wide configuration lives (/etc/xdg, /etc; tests hand in their own) and
     # this machine's wheel platform tags (None: packaging's, for this machine).
     pip_system_dirs: tuple[Path, ...] = PIP_SYSTEM_DIRS
@@ -107,6 +117,8 @@ def command(name: str, fails_as: type[SetupError] = InstallFailed):
             except SetupError as exc:
                 result.error = exc
             except (KeyboardInterrupt, Interrupted):
+                if ctx is not None:
+                    ctx.runner.cancel()  # children still running on other threads
                 result.error = interrupted(result)
             except Exception as exc:  # requests' errors are OSErrors too: asked first
                 result.error = library_error(exc, name) or (
@@ -143,15 +155,17 @@ def library_error(exc: Exception, name: str) -> SetupError | None:
     """A third-party library's error that means the outside world failed, not the tool."""
     requests = sys.modules.get("requests")  # only loaded when something was downloaded
     if requests is not None and isinstance(exc, requests.RequestException):
+        # requests' words carry the URL, query and user-info included: redacted
         return DownloadFailed(f"{name} failed: the download broke off ({type(exc).__name__}: "
-                              f"{escape(str(exc))[:300]})", "run again; a partial download is "
+                              f"{escape(scrub(str(exc)[:600]))[:300]})", "run again; a partial download is "
                               "resumed", code="download-failed")
     return None
 
 
 def internal_error(exc: BaseException) -> InternalError:
     """A bug: one line saying so, the traceback kept for a report."""
-    return InternalError(f"internal error: {type(exc).__name__}: {escape(str(exc))[:500]}",
+    return InternalError(f"internal error: {type(exc).__name__}: "
+                         f"{escape(scrub(str(exc)[:1000]))[:500]}",
                          "this is a bug in cudnn-setup; please report it with the traceback",
                          traceback=traceback.format_exc())
 

@@ -24,16 +24,21 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
+from packaging.utils import canonicalize_name
+
 from cudnn_setup.commands.base import Context
 from cudnn_setup.errors import UsageError
+from cudnn_setup.archive.wheel import requirements as wheel_requirements
+from cudnn_setup.facts import dependencies as D
 from cudnn_setup.facts.cuda import CudaRoot
 from cudnn_setup.facts.cudnn import parse_archive_name
-from cudnn_setup.facts.host import host_machine, wheel_platform_tags
+from cudnn_setup.facts.host import host_machine, tegra_evidence, wheel_platform_tags
 from cudnn_setup.fetch import redist
 from cudnn_setup.fetch.candidates import is_version_request, parse_request
 from cudnn_setup.fetch.checksums import Expected
 from cudnn_setup.report import Result
 from cudnn_setup.settings import mirror_setting, user_config_path
+from cudnn_setup.urls import redact
 from cudnn_setup.sources.base import NVIDIA, PYPI, Fetch, Obtained, Offer, Source
 from cudnn_setup.sources.local import LocalArchive
 
@@ -71,12 +76,12 @@ def tree_for(ctx: Context, mirror: str | None, headers: list[str] | None) -> Tre
 
 
 def _tree_source(ctx: Context, mirror: str | None, headers: list[str] | None) -> RedistTree:
-    from cudnn_setup.commands.fetching import parse_headers
+    from cudnn_setup.commands.fetching import client_for
     from cudnn_setup.fetch.remote import Reader
     from cudnn_setup.sources.mirror import Mirror
     from cudnn_setup.sources.nvidia import NvidiaTree
 
-    reader = Reader(headers=parse_headers(headers))
+    reader = Reader(client=client_for(ctx, headers))
     user_config = ctx.user_config or user_config_path(ctx.env, ctx.home)
     setting = mirror_setting(mirror, ctx.env, user_config, ctx.system_config)
     if setting is None:
@@ -93,7 +98,7 @@ def choose_source(ctx: Context, *, from_: str | None = None, mirror: str | None 
                   cache_dir: Path | None = None, wheel_tags: list[str] | None = None) -> Source:
     """The source of releases that `--from`, `--mirror` and `--index-url` name (a PyPI
     index's wheels must carry one of `wheel_tags`: this machine's by default)."""
-    from cudnn_setup.commands.fetching import downloader_for, parse_headers
+    from cudnn_setup.commands.fetching import client_for, downloader_for
     from cudnn_setup.fetch.remote import Reader
     from cudnn_setup.sources.nvidia import NvidiaTree
     from cudnn_setup.sources.pipconf import index_config
@@ -112,12 +117,21 @@ def choose_source(ctx: Context, *, from_: str | None = None, mirror: str | None 
         return PypiIndex(config, downloader_for(ctx, headers, cache_dir, env=env),
                          wheel_tags if wheel_tags is not None else machine_wheel_tags(ctx))
     if from_ == NVIDIA:
-        return NvidiaTree(Reader(headers=parse_headers(headers)))
+        return NvidiaTree(Reader(client=client_for(ctx, headers)))
     return _tree_source(ctx, from_ or mirror, headers)
 
 
 def machine_wheel_tags(ctx: Context) -> list[str]:
     return list(ctx.wheel_tags) if ctx.wheel_tags is not None else wheel_platform_tags()
+
+
+def host_choice(ctx: Context, given: str | None = None) -> redist.PlatformChoice:
+    """The platforms whose builds go on this machine, best first, and why: `given` (--platform)
+    alone, else the machine's, a Jetson's linux-aarch64 builds before sbsa ones (the markers
+    are read below ctx.host_root)."""
+    machine = ctx.machine or host_machine()
+    tegra = None if given is not None else tegra_evidence(ctx.host_root)
+    return redist.platform_choice(machine, tegra, given)
 
 
 def target(root: CudaRoot | None, cuda: str | None,
@@ -132,33 +146,59 @@ def target(root: CudaRoot | None, cuda: str | None,
 
 
 def fetcher(result: Result, ctx: Context, headers: list[str] | None, cache_dir: Path | None,
-            source: Source | None = None) -> Fetch:
-    """The Fetch a source is handed: the Downloader into the cache (a PyPI source's own, which
-    carries pip's CA bundle), its outcome rendered into `result`."""
+            source: Source | None = None, output_dir: Path | None = None,
+            record: bool = True) -> Fetch:
+    """The Fetch a source is handed: the Downloader into the cache or `output_dir` (a PyPI
+    source's own, which carries pip's CA bundle), its outcome rendered into `result` (unless
+    not `record`: a dependency's download is said in its own key). A tree's archive is fetched
+    through the client that read its manifests: one waiting budget."""
     from cudnn_setup.commands.fetching import fetch
+    from cudnn_setup.fetch.remote import Reader
+    from cudnn_setup.sources.tree import RedistTree
 
     own = getattr(source, "downloader", None)
+    client = None
+    if isinstance(source, RedistTree) and isinstance(source.tree.reader, Reader):
+        client = source.tree.reader.client
 
     def run(url: str, expected) -> Fetched:
         return fetch(result, ctx, url, None, headers, cache_dir, expected=expected,
-                     downloader=own)
+                     downloader=own, output_dir=output_dir, client=client, record=record)
     return run
 
 
-def pick_version(source: Source, text: str, root: CudaRoot | None, cuda: str | None) -> Offer:
-    """The offer a version request means on this machine and root, from `source`."""
-    platform, cuda_version = target(root, cuda)
+def pick_version(source: Source, text: str, root: CudaRoot | None, cuda: str | None,
+                 here: redist.PlatformChoice | None = None) -> Offer:
+    """The offer a version request means on this machine and root, from `source`. `here`
+    (host_choice) gives the platforms, best first: a redist tree takes a Jetson's
+    linux-aarch64 build where the release has one, else its sbsa build; a PyPI index's wheels
+    carry this machine's own platform tags whatever the platform's name."""
+    from cudnn_setup.sources.tree import RedistTree
+
+    platform, cuda_version = target(root, cuda, here.primary if here is not None else None)
     if cuda_version is None:
         where = f"{root.path}" if root is not None else "this machine (no CUDA root found)"
         raise UsageError(f"cannot tell which CUDA {where} is, so not which build of "
                          f"cuDNN {text} to fetch", "pass --cuda N (e.g. --cuda 12)")
-    return source.pick(parse_request(text, prerelease=source.kind == PYPI), platform,
+    platforms = here.platforms if here is not None and isinstance(source, RedistTree) \
+        else platform
+    return source.pick(parse_request(text, prerelease=source.kind == PYPI), platforms,
                        cuda_version)
 
 
-def describe_offer(result: Result, offer: Offer, source: Source, why: str) -> None:
-    from cudnn_setup.fetch.download import redact
+def _installable_or_refuse(offer: Offer) -> None:
+    """A name the table lists for Windows, or for the JIT library alone, is refused before a
+    byte is fetched: neither is a cuDNN this tool can place in a Linux CUDA root."""
+    flavour = offer.details.get("flavour", "cudnn")
+    if offer.platform not in redist.LINUX_PLATFORMS or flavour != "cudnn":
+        what = f"the {flavour} archive" if flavour != "cudnn" else "NVIDIA's cuDNN archive"
+        raise redist.NoVariant(
+            f"{offer.file_name} is {what} for {offer.platform}: install places NVIDIA's Linux "
+            "cuDNN archives; nothing was fetched",
+            "name the cudnn-linux-<arch>-… archive, or give a version such as 9.1")
 
+
+def describe_offer(result: Result, offer: Offer, source: Source, why: str) -> None:
     result.add("release", offer.to_dict(redact(offer.url)))
     vouch = offer.checksum_from or "nothing (--sha256 given)"
     repack = (f"; repacked by cudnn-setup from the wheel {offer.repacked_from.get('wheel')} "
@@ -196,9 +236,12 @@ def resolve_source(result: Result, ctx: Context, source: str, root: CudaRoot, *,
     chosen = choose_source(ctx, from_=from_, mirror=mirror, index_url=index_url,
                            headers=headers, cache_dir=cache_dir)
     if kind == VERSION:
-        offer = pick_version(chosen, source, root, cuda)
-        platform, cuda_version = target(root, cuda)
-        why = f"newest {source.strip()} for CUDA {cuda_version} on {platform}"
+        here = host_choice(ctx)
+        offer = pick_version(chosen, source, root, cuda, here)
+        _, cuda_version = target(root, cuda, here.primary)
+        why = f"newest {source.strip()} for CUDA {cuda_version} on {offer.platform}"
+        if len(here.platforms) > 1:
+            why += f" ({here.why})"
     else:
         offer = chosen.by_name(source) if isinstance(chosen, RedistTree) else None
         if offer is None:
@@ -206,6 +249,7 @@ def resolve_source(result: Result, ctx: Context, source: str, root: CudaRoot, *,
                              f"{chosen.where} lists an archive of that name",
                              "give the archive's path, its URL, or a version such as 9.1",
                              code="unknown-archive")
+        _installable_or_refuse(offer)
         why = "by its name"
     describe_offer(result, offer, chosen, why)
     if unneeded is not None and offer.sha256 and (sha256 is None or sha256.lower() == offer.sha256) \
@@ -213,3 +257,39 @@ def resolve_source(result: Result, ctx: Context, source: str, root: CudaRoot, *,
                                                    offer.checksum_from or chosen.where)):
         return None
     return chosen.obtain(offer, fetcher(result, ctx, headers, cache_dir, chosen), sha256)
+
+
+def dependency_wheels(result: Result, ctx: Context, obtained: Obtained, root: CudaRoot, *,
+                      headers: list[str] | None, cache_dir: Path | None,
+                      from_: str | None = None, index_url: str | None = None) -> list[Obtained]:
+    """For `install --with-deps`: the wheels a PyPI cuDNN wheel declares (Requires-Dist) for
+    libraries cuDNN loads (facts/dependencies.py: cuBLAS, NVRTC) that the root's lib dir lacks,
+    each from the same index and checked against its published sha256."""
+    if obtained.provenance.source != PYPI or obtained.provenance.format != "wheel":
+        raise UsageError("--with-deps places the libraries a PyPI wheel declares",
+                         "install a version with --from pypi, or drop --with-deps")
+    source = choose_source(ctx, from_=PYPI, index_url=index_url, headers=headers,
+                           cache_dir=cache_dir)
+    platform, _ = target(root, None)
+    lib_dir = root.lib_dir()
+    major = root.major or 0
+    out: list[Obtained] = []
+    for requirement in wheel_requirements(obtained.path):
+        name = canonicalize_name(requirement.name)
+        need = next((n for n in D.NEEDS if n.wheel and canonicalize_name(
+            n.wheel.format(suffix=D.wheel_suffix(major))) == name), None)
+        if need is None:
+            result.lines.append(f"note: the wheel declares {requirement}, which holds no library "
+                                "cuDNN loads: not placed")
+            continue
+        have = sorted(p.name for p in lib_dir.glob(need.stem + ".*"))
+        if have:
+            result.lines.append(f"note: {requirement}: the root has {need.component} already "
+                                f"({', '.join(have[:3])}): not placed")
+            continue
+        offer = source.pick_dependency(requirement, platform)
+        got = source.obtain(offer, fetcher(result, ctx, headers, cache_dir, source, record=False))
+        result.lines.append(f"with {offer.file_name} ({need.component}) from {source.where}; "
+                            f"sha256 from {got.provenance.checksum_from}")
+        out.append(got)
+    return out

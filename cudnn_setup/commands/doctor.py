@@ -59,14 +59,14 @@ def doctor(result: Result, ctx: Context, message: str | None = None,
     survey(d, ctx, message)
     search = loader_environment(ctx.env)
     ctx.status("asking the NVIDIA driver about the GPUs")
-    driver = driver_facts(ctx.env, loader=search)
+    driver = driver_facts(ctx.env, loader=search, runner=ctx.runner)
     ctx.status(f"importing the deep-learning frameworks of {python}")
-    frameworks = frameworks_of(python, ctx.env, loader=search)
+    frameworks = frameworks_of(python, ctx.env, loader=search, runner=ctx.runner)
     checks = [frameworks.check]
     if inst is not None:
         checks = run_checks(inst, python=python, env=ctx.env, theano=False, conf=ctx.ld_so_conf,
                             driver=driver, frameworks=frameworks, loader=search,
-                            status=ctx.status)
+                            status=ctx.status, runner=ctx.runner)
         result.cudnn_version = inst.version
     extra = d.findings
     if damaged is not None:

@@ -8,9 +8,9 @@ from pathlib import Path
 
 from cudnn_setup.commands.base import Context, command, root_if_any
 from cudnn_setup.commands.by_version import (VERSION, choose_source, classify, describe_offer,
-                                             fetcher, pick_version)
+                                             fetcher, host_choice, pick_version)
 from cudnn_setup.commands.fetching import (KEEP_HEADERS_VAR, check_sha256, fetch,  # noqa: F401
-                                           parse_headers)
+                                           parse_headers, saved_line)
 from cudnn_setup.errors import DownloadFailed, UsageError
 from cudnn_setup.report import Result
 from cudnn_setup.sources.base import PYPI
@@ -29,17 +29,19 @@ def download(result: Result, ctx: Context, url: str, output: Path | None = None,
         if choosing:
             raise UsageError("--from, --index-url, --mirror and --cuda choose a release by version; "
                              f"{url!r} is not a version", "give a version such as 9.1, or drop them")
-        fetched = fetch(result, ctx, url, sha256, headers, output or cache_dir)
+        fetched = fetch(result, ctx, url, sha256, headers, cache_dir, output_dir=output)
         result.add("path", str(fetched.path))
+        result.lines.append(saved_line(fetched.path))
         return
     root = root_if_any(ctx, cuda_root)
     if root is not None:
         result.cuda_root = str(root.path)
     source = choose_source(ctx, from_=from_, mirror=mirror, index_url=index_url,
-                           headers=headers, cache_dir=output or cache_dir)
-    offer = pick_version(source, url, root, cuda)
+                           headers=headers, cache_dir=cache_dir)
+    offer = pick_version(source, url, root, cuda, host_choice(ctx))
     describe_offer(result, offer, source, f"newest {url.strip()}")
-    obtained = source.obtain(offer, fetcher(result, ctx, headers, output or cache_dir, source),
-                             sha256)
+    obtained = source.obtain(offer, fetcher(result, ctx, headers, cache_dir, source,
+                                            output_dir=output), sha256)
     result.add("provenance", obtained.provenance.to_dict())
     result.add("path", str(obtained.path))
+    result.lines.append(saved_line(obtained.path))

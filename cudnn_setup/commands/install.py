@@ -13,7 +13,7 @@ from cudnn_setup.checks.installation import find_installation
 from cudnn_setup.checks.suite import run_checks
 from cudnn_setup.commands import placement
 from cudnn_setup.commands.base import Context, command, reading, which
-from cudnn_setup.commands.by_version import resolve_source
+from cudnn_setup.commands.by_version import dependency_wheels, resolve_source
 from cudnn_setup.commands.fetching import check_sha256
 from cudnn_setup.commands.steps import (FrameworkLookahead, loader_step, theanorc_path,
                                         theanorc_step)
@@ -31,7 +31,8 @@ def install(result: Result, ctx: Context, source: str, *, cuda_root: Path | None
             force: bool = False, ldconfig: bool = False, headers: list[str] | None = None,
             cache_dir: Path | None = None, cuda: str | None = None,
             mirror: str | None = None, no_frameworks: bool = False, from_: str | None = None,
-            index_url: str | None = None, verify_content: bool = False) -> None:
+            index_url: str | None = None, with_deps: bool = False,
+            verify_content: bool = False) -> None:
     check_sha256(sha256)
     root = find_cuda_root(ctx.env, cuda_root)
     result.cuda_root = str(root.path)
@@ -45,7 +46,7 @@ def install(result: Result, ctx: Context, source: str, *, cuda_root: Path | None
 
     def unneeded(name: str, vouched) -> bool:
         """The release asked for is the archive installed, all in place: nothing to fetch."""
-        found = None if force else placement.install(
+        found = None if force or with_deps else placement.install(
             Path(name), root, dry_run=dry_run, lock_timeout=ctx.lock_timeout, env=ctx.env,
             driver=asked.result, on_status=ctx.status, known=vouched,
             verify_content=verify_content, unread_only=True)
@@ -60,12 +61,21 @@ def install(result: Result, ctx: Context, source: str, *, cuda_root: Path | None
                               from_=from_, index_url=index_url, unneeded=unneeded)
     if obtained is not None:
         archive, expected = obtained.path, obtained.expected
-        result.add("provenance", obtained.provenance.to_dict())
+        provenance = obtained.provenance.to_dict()
+        deps = dependency_wheels(result, ctx, obtained, root, headers=headers,
+                                 cache_dir=cache_dir, from_=from_,
+                                 index_url=index_url) if with_deps else []
+        if with_deps:
+            provenance["with_deps"] = [{"wheel": d.path.name, "sha256": d.provenance.sha256,
+                                        "location": d.provenance.location,
+                                        "checksum_from": d.provenance.checksum_from}
+                                       for d in deps]
+        result.add("provenance", provenance)
         outcome = placement.install(archive, root, force=force, dry_run=dry_run,
                                     expected=expected, on_read=reading(ctx, archive),
                                     lock_timeout=ctx.lock_timeout, xz=which(ctx, "xz"),
                                     env=ctx.env, driver=asked.result, on_status=ctx.status,
-                                    provenance=obtained.provenance.to_dict(),
+                                    provenance=provenance, extra_wheels=[d.path for d in deps],
                                     verify_content=verify_content)
     else:
         outcome = same[0]
@@ -99,7 +109,7 @@ def install(result: Result, ctx: Context, source: str, *, cuda_root: Path | None
                                     frameworks=frameworks.report() if same else None,
                                     with_frameworks=not no_frameworks, loader_fix=step.loader_fix,
                                     loader=frameworks.search if same else None,
-                                    status=ctx.status)
+                                    status=ctx.status, runner=ctx.runner)
     if step is not None and step.refused:
         raise step.refused
 

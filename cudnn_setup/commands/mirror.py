@@ -32,19 +32,20 @@ from cudnn_setup.archive import inspect_archive
 from cudnn_setup.archive.repack import repack, repack_name
 from cudnn_setup.atomic import fsync_dir, write_atomic
 from cudnn_setup.commands.base import Context, command, root_if_any, which
-from cudnn_setup.commands.by_version import choose_source, fetcher, machine_wheel_tags
+from cudnn_setup.commands.by_version import (choose_source, fetcher, host_choice,
+                                             machine_wheel_tags)
 from cudnn_setup.commands.fetching import parse_headers
 from cudnn_setup.digest import file_digest
 from cudnn_setup.errors import ArchiveRejected, DownloadFailed, InstallFailed, UsageError
-from cudnn_setup.facts.host import host_machine, wheel_tags_for
+from cudnn_setup.facts.host import wheel_tags_for
 from cudnn_setup.fetch import redist
 from cudnn_setup.fetch.candidates import parse_request
-from cudnn_setup.fetch.download import redact
 from cudnn_setup.fetch.redist import NoVariant
 from cudnn_setup.fetch.redistrib_json import parse_redistrib
 from cudnn_setup.report import Result
 from cudnn_setup.sources.base import NVIDIA, PYPI, WHEEL, Offer, Source
 from cudnn_setup.text import escape
+from cudnn_setup.urls import redact
 
 INCOMING = ".incoming"
 COMPONENT = {"name": "NVIDIA CUDA Deep Neural Network library", "license": "cudnn",
@@ -217,7 +218,9 @@ def mirror(result: Result, ctx: Context, directory: Path, versions: list[str], *
         cudas = [str(root.major)]
     for cuda in cudas:
         redist.parse_cuda(cuda)
-    platforms = platforms or [redist.platform_key(host_machine())]
+    # this machine's builds by default: a Jetson's are linux-aarch64 where NVIDIA made one, else
+    # linux-sbsa, so its mirror holds both
+    platforms = platforms or list(host_choice(ctx).platforms)
     for platform in platforms:
         if platform not in redist.PLATFORMS:
             raise UsageError(f"--platform {platform!r} is not one of NVIDIA's",

@@ -16,11 +16,12 @@ import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator, Mapping
+from typing import Callable, Iterator, Mapping, Sequence
 
 from cudnn_setup import __version__
 from cudnn_setup.archive import read_package
 from cudnn_setup.archive.package import Package
+from cudnn_setup.archive.wheel import dependency_libraries
 from cudnn_setup.checks.driver import fit_before_install, install_refusal
 from cudnn_setup.checks.probe import child_env, probe_module, run_probe
 from cudnn_setup.digest import file_digest
@@ -28,6 +29,7 @@ from cudnn_setup.errors import ArchiveRejected, InstallFailed, os_error
 from cudnn_setup.facts import cuda as cuda_facts
 from cudnn_setup.facts import cudnn as gen
 from cudnn_setup.facts.cuda import CudaRoot
+from cudnn_setup.facts.ldresolve import NotLoadable, read_object
 from cudnn_setup.fetch.checksums import Expected, mismatch
 from cudnn_setup.fetch import known_releases
 from cudnn_setup.state.files import record_stats
@@ -99,6 +101,37 @@ def desired_entries(pkg: Package, include_rel: str, lib_rel: str, links_dir: Pat
     return out
 
 
+def dependency_entries(wheels: Sequence[Path], work: Path, root: Path, lib_rel: str,
+                       links_dir: Path, desired: list[Desired]) -> list[Desired]:
+    """The shared libraries of the dependency wheels, staged under `work`, as files in the lib
+    dir under their SONAME with the development link, recorded like cuDNN's own files. Each
+    must be an ELF shared object whose SONAME is its file name."""
+    taken = {d.path for d in desired}
+    out: list[Desired] = []
+    for i, wheel in enumerate(wheels):
+        for name, staged, sha in dependency_libraries(wheel, work / str(i)):
+            try:
+                elf = read_object(staged)
+            except NotLoadable as exc:
+                raise ArchiveRejected(f"{escape(wheel.name)}: {escape(name)} is not a library "
+                                      f"({escape(str(exc)[:120])})", "do not use this wheel") from None
+            if elf.soname != name:
+                continue  # not under its SONAME (a builtins variant, a stub): not what loads
+            path = f"{lib_rel}/{name}"
+            if path in taken:
+                raise ArchiveRejected(f"{escape(wheel.name)} holds {escape(name)}, which another "
+                                      "wheel placed already", "do not use these wheels together")
+            taken.add(path)
+            out.append(Desired(path, FILE, sha, mode=0o755, source=staged))
+            stem = gen.SHARED_NAME.match(name)
+            dev = f"{lib_rel}/{stem['stem']}.so" if stem else None
+            if dev and dev not in taken and not os.path.lexists(root / dev):
+                taken.add(dev)
+                out.append(Desired(dev, "symlink", target=name,
+                                   source=links_dir / f"{stem['stem']}.so"))
+    return out
+
+
 # --- does the archive fit the root? -----------------------------------------------------------
 
 @dataclass
@@ -141,20 +174,19 @@ def built_for(pkg: Package, work: Path, env: Mapping[str, str] | None) -> BuiltF
 
 
 def variant_name(name: str, version: str | None, major: int) -> str | None:
-    """The name of the same cuDNN built for CUDA `major`: a published one when the table of
-    NVIDIA's checksums knows it, else the name NVIDIA's scheme gives it."""
+    """The name of the same cuDNN built for CUDA `major`, when NVIDIA published one: looked up
+    in the table of NVIDIA's archives, never made from this file's name (a renamed or
+    repacked archive's extension, say .tar.gz where NVIDIA ships .tar.xz, names a file that
+    does not exist). None when the table lists no such build."""
     facts = gen.parse_archive_name(name)
     if facts is None or facts.cudnn_version is None:
         return None
     for release in known_releases.releases():
         other = gen.parse_archive_name(release.file_name)
         if other and other.cudnn_version == facts.cudnn_version and other.cuda_major == major \
-                and other.arch == facts.arch:
+                and other.arch == facts.arch and other.os == facts.os:
             return release.file_name
-    new = re.sub(r"_cuda\d+(?:\.\d+)?-archive", f"_cuda{major}-archive", name)
-    if new != name:
-        return new
-    return re.sub(r"^cudnn-\d+\.\d+-", f"cudnn-{major}.x-", name)
+    return None
 
 
 def cuda_mismatch(pkg: Package, built: BuiltFor, root: CudaRoot, name: str,
@@ -174,13 +206,16 @@ def cuda_mismatch(pkg: Package, built: BuiltFor, root: CudaRoot, name: str,
     if old is not None and old.cuda_version and old.cuda_version.split(".")[0] == str(root.major):
         replaces = f"; it would replace cuDNN {old.cudnn_version}, which is built for this CUDA"
     variant = variant_name(name, pkg.cudnn_version, root.major)
-    fetch = f"the cuDNN {pkg.cudnn_version} archive for CUDA {root.major}" + (
-        f" ({escape(variant)})" if variant else "")
+    if variant:
+        fetch = (f"download the cuDNN {pkg.cudnn_version} archive for CUDA {root.major} "
+                 f"({escape(variant)}), or a cuDNN release made for CUDA {root.major}")
+    else:  # nothing published under a name the table knows: say where to look, not a guess
+        fetch = (f"install a cuDNN release built for CUDA {root.major} (`cudnn-setup list "
+                 f"--cuda {root.major}` shows those published)")
     return ArchiveRejected(
         f"{escape(name)} is cuDNN {pkg.cudnn_version} built for CUDA {built.version} "
         f"({built.source}), but {root.path} is CUDA {root.version}{replaces}; nothing was changed",
-        f"download {fetch}, or a cuDNN release made for CUDA {root.major}; --force installs "
-        "this one anyway", code="cuda-mismatch")
+        f"{fetch}; --force installs this one anyway", code="cuda-mismatch")
 
 
 def machine_fit(pkg: Package, built: BuiltFor, driver: dict | None,
@@ -378,11 +413,13 @@ def install(archive: Path, root: CudaRoot, *, force: bool = False, dry_run: bool
             env: Mapping[str, str] | None = None,
             driver: Callable[[], dict | None] | dict | None = None,
             on_status: Callable[[str], None] | None = None,
-            provenance: dict | None = None,
+            provenance: dict | None = None, extra_wheels: Sequence[Path] = (),
             known: Expected | None = None, verify_content: bool = False,
             unread_only: bool = False) -> Outcome | None:
     """Install `archive` into `root`; `provenance` (sources.base.Provenance) is recorded in
-    the manifest. `env` is the environment of the child process that asks
+    the manifest; the libraries of `extra_wheels` (the wheels cuDNN's wheel declares, such as
+    nvidia-cublas-cu12) are placed beside cuDNN in the same transaction. `env` is the
+    environment of the child process that asks
     a library which CUDA it was built for, when the archive's name does not say; `driver`
     (checks.driver.driver_facts, or a function that waits for them) the GPUs and driver the
     build must fit; `on_status` hears a line for each step and for a wait on the lock;
@@ -398,7 +435,8 @@ def install(archive: Path, root: CudaRoot, *, force: bool = False, dry_run: bool
 
     def again(old: Manifest | None, recovered: str | None = None) -> Outcome | None:
         """The same archive again, all in place: answered from the manifest, unread."""
-        found = None if force else _again(archive, root, old, include_rel, lib_rel, known,
+        found = None if force or extra_wheels else _again(archive, root, old, include_rel,
+                                                          lib_rel, known,
                                           driver, verify_content, unread_only)
         if found is None:
             return None
@@ -431,6 +469,8 @@ def install(archive: Path, root: CudaRoot, *, force: bool = False, dry_run: bool
             staging = Path(tmp)
             pkg, built, old, fit_notes = judged(staging)
             desired = desired_entries(pkg, include_rel, lib_rel, staging / "links")
+            desired += dependency_entries(extra_wheels, staging / "deps", root.path, lib_rel,
+                                          staging / "links", desired)
             plan = make_plan(root.path, old, desired, force, deep=verify_content)
             notes = ["an interrupted transaction will be rolled back first"] if pending else []
             notes += fit_notes
@@ -454,6 +494,8 @@ def install(archive: Path, root: CudaRoot, *, force: bool = False, dry_run: bool
             pkg, built, old, fit_notes = judged(tx)
             notes += fit_notes
             desired = desired_entries(pkg, include_rel, lib_rel, tx / "links")
+            desired += dependency_entries(extra_wheels, tx / "deps", root.path, lib_rel,
+                                          tx / "links", desired)
             plan = make_plan(root.path, old, desired, force, deep=verify_content)
             if plan.conflicts:
                 raise conflict_error(plan.conflicts, root.path, "replaced")

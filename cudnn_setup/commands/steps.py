@@ -88,10 +88,12 @@ class FrameworkLookahead:
                             "what they load now and would load after the change")
             self.search = loader_environment(self.ctx.env)
             try:
-                self.now = framework_report(self.python, self.ctx.env, search=self.search)
+                self.now = framework_report(self.python, self.ctx.env, search=self.search,
+                                            runner=self.ctx.runner)
             except SetupError:  # verify's frameworks check says why
                 return []
-        return what_if(self.python, self.ctx.env, change, search=self.search, current=self.now)
+        return what_if(self.python, self.ctx.env, change, search=self.search, current=self.now,
+                       runner=self.ctx.runner)
 
     def report(self) -> Frameworks | None:
         """The frameworks check from the report made before the change, if one was made."""

@@ -8,7 +8,7 @@ from cudnn_setup.commands.base import Context, command
 from cudnn_setup.commands.steps import recover_first, theanorc_path, theanorc_step
 from cudnn_setup.facts.cuda import find_cuda_root
 from cudnn_setup.errors import UsageError
-from cudnn_setup.report import FAIL, Result
+from cudnn_setup.report import FAIL, WARN, Check, Result
 from cudnn_setup.theanorc import TheanorcRefused
 
 
@@ -20,11 +20,10 @@ def theanorc(result: Result, ctx: Context, *, cuda_root: Path | None = None,
     recover_first(result, root, ctx)
     inst = find_installation(root)  # the manifest's lib dir, else the root's
     result.cudnn_version = inst.version
-    if inst.library("libcudnn") is None or inst.header_file is None:
+    absent = no_cudnn(inst)
+    if absent is not None and not dry_run:
         # optimizer_including=cudnn and [dnn] paths to a root without cuDNN make Theano stop
-        missing = ("no libcudnn.so.N in " + str(inst.lib_dir) if inst.library("libcudnn") is None
-                   else "no cudnn.h (or cudnn_version.h) in " + str(inst.include_dir))
-        raise UsageError(f"no cuDNN in {root.path} ({missing}); Theano's config was left "
+        raise UsageError(f"no cuDNN in {root.path} ({absent}); Theano's config was left "
                          "untouched", f"install cuDNN there first (`cudnn-setup install ARCHIVE "
                          f"--cuda-root {root.path}`), or pass --cuda-root naming the CUDA root "
                          "that has it", code="no-cudnn")
@@ -32,4 +31,16 @@ def theanorc(result: Result, ctx: Context, *, cuda_root: Path | None = None,
                           inst.version)
     if check.status == FAIL:  # the step's own refusal, its code and hint kept
         raise TheanorcRefused(check.data["message"], check.data["hint"], code=check.data["code"])
+    if absent is not None:  # a plan made before cuDNN is there (a check-mode run of a fleet)
+        check = Check("theanorc", WARN, f"{check.detail}; but there is no cuDNN in {root.path} "
+                      f"yet ({absent}): a real run refuses until cuDNN is installed there")
     result.checks.append(check)
+
+
+def no_cudnn(inst) -> str | None:
+    """What is missing for Theano to use the cuDNN of this root, or None when it is there."""
+    if inst.library("libcudnn") is None:
+        return f"no libcudnn.so.N in {inst.lib_dir}"
+    if inst.header_file is None:
+        return f"no cudnn.h (or cudnn_version.h) in {inst.include_dir}"
+    return None

@@ -42,7 +42,7 @@ def verify(result: Result, ctx: Context, *, cuda_root: Path | None = None,
     result.checks += run_checks(inst, python=python or ctx.python, env=ctx.env,
                                 theanorc=theanorc_path(ctx, theanorc), theano=not no_theano,
                                 conf=ctx.ld_so_conf, deep=deep, with_frameworks=not no_frameworks,
-                                status=ctx.status)
+                                status=ctx.status, runner=ctx.runner)
     result.cudnn_version = inst.version
     result.add("cudnn", describe(inst))
     failed = [c.name for c in result.checks if c.status == FAIL]

@@ -9,7 +9,6 @@ import json
 import os
 import re
 import shutil
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping
@@ -17,10 +16,11 @@ from typing import Callable, Mapping
 from cudnn_setup.child import run_command
 from cudnn_setup.errors import NoCudaRoot
 from cudnn_setup.text import show_path
+from cudnn_setup.untrusted import read_regular
 
 TARGET_TRIPLES = ("x86_64-linux", "ppc64le-linux", "sbsa-linux", "aarch64-linux")
 _CUDA_HEADERS = ("cuda.h", "cuda_runtime.h", "cuda_runtime_api.h")
-_EXEC_LINE = re.compile(r"^\s*exec\s+(?P<path>/\S+/bin/nvcc)\b", re.M)
+_EXEC_LINE = re.compile(r"^[ \t]*exec[ \t]+(?P<path>/\S+/bin/nvcc)\b", re.M)
 
 
 @dataclass(frozen=True)
@@ -102,10 +102,7 @@ def nvcc_toolkit(nvcc: Path) -> Path | None:
     if real.parent.name == "bin" and why_not_toolkit(real.parent.parent) is None:
         return real.parent.parent
     try:
-        if not stat.S_ISREG(os.stat(real).st_mode):  # a FIFO would block the read below
-            return None
-        with open(real, "rb") as f:
-            head = f.read(4096)
+        head = read_regular(real, 4096)  # a FIFO would block a plain read
     except OSError:
         return None
     if head.startswith(b"#!"):
@@ -215,10 +212,7 @@ def cuda_version(root: Path, env: Mapping[str, str]) -> tuple[str | None, str | 
 def _head(path: Path, limit: int = 4 << 20) -> str | None:
     """The start of a regular file as text; None when it is missing, unreadable or not a file."""
     try:
-        if not stat.S_ISREG(os.stat(path).st_mode):
-            return None
-        with open(path, "rb") as f:
-            return f.read(limit).decode("utf-8", errors="replace")
+        return read_regular(path, limit).decode("utf-8", errors="replace")
     except OSError:
         return None
 

@@ -1,12 +1,22 @@
 """What a library file is: ELF facts through pyelftools, and the magic of other formats."""
 from __future__ import annotations
 
+import os
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from elftools.common.exceptions import ELFError
 from elftools.elf.dynamic import DynamicSection
 from elftools.elf.elffile import ELFFile
+
+from cudnn_setup.untrusted import open_regular
+
+# pyelftools parses hostile bytes with whatever they make it meet: IndexError on a 4-byte file,
+# construct's and struct's errors on a cut header, ValueError or OverflowError from a seek to an
+# offset past 2**63, OSError (EINVAL) from one past the largest file offset. Any Exception it
+# raises while reading a file means the file is damaged; the try blocks around it hold nothing
+# but the parsing, so a bug of the tool's own is not taken for one.
+PARSE_ERRORS = (Exception,)
 
 # e_machine → the name `uname -m` gives for that architecture.
 _MACHINES = {
@@ -59,25 +69,114 @@ def describe_magic(head: bytes) -> str:
 
 
 def read_elf(path: Path) -> ElfInfo:
-    with open(path, "rb") as f:
-        head = f.read(8)
+    """The ELF facts of `path`; NotElf says what it is instead (also for a FIFO, a device, a
+    directory, an unreadable or damaged file), so a caller needs to handle nothing else."""
+    try:
+        f = open_regular(path)
+    except OSError as exc:
+        raise NotElf(f"not readable ({exc.strerror or exc})") from None
+    with f:
+        try:
+            head = f.read(8)
+        except OSError as exc:
+            raise NotElf(f"not readable ({exc.strerror or exc})") from None
         if not head.startswith(b"\x7fELF"):
             raise NotElf(describe_magic(head))
-        f.seek(0)
         try:
+            f.seek(0)
             elf = ELFFile(f)
-            machine = _MACHINES.get(elf.header["e_machine"], str(elf.header["e_machine"]))
+            header = elf.header
+            machine = _MACHINES.get(header["e_machine"], str(header["e_machine"]))
             if machine == "ppc64le" and not elf.little_endian:
                 machine = "ppc64"
-            return ElfInfo(machine=machine, bits=elf.elfclass, kind=elf.header["e_type"],
+            outside = _outside(elf, os.fstat(f.fileno()).st_size)
+            if outside:
+                raise NotElf(f"a damaged ELF file ({outside})")
+            return ElfInfo(machine=machine, bits=elf.elfclass, kind=str(header["e_type"]),
                            soname=_soname(elf))
-        except (ELFError, ValueError, KeyError, OSError, AssertionError) as exc:
-            raise NotElf(f"a damaged ELF file ({exc})") from None
+        except PARSE_ERRORS as exc:
+            raise NotElf(f"a damaged ELF file ({type(exc).__name__}: {str(exc)[:200]})") from None
+
+
+def _outside(elf: ELFFile, size: int) -> str | None:
+    """What of the file's contents its headers place past its end (a cut or forged file)."""
+    for seg in elf.iter_segments():
+        if seg["p_filesz"] and seg["p_offset"] + seg["p_filesz"] > size:
+            return (f"a {seg['p_type']} segment at offset {seg['p_offset']} runs past the "
+                    f"file's end ({size} bytes)")
+    for section in elf.iter_sections():
+        if section["sh_type"] not in ("SHT_NOBITS", "SHT_NULL") and section["sh_size"] and \
+                section["sh_offset"] + section["sh_size"] > size:
+            return (f"section {section.name or '?'} at offset {section['sh_offset']} runs past "
+                    f"the file's end ({size} bytes)")
+    return None
 
 
 def _soname(elf: ELFFile) -> str | None:
     for section in elf.iter_sections():
         if isinstance(section, DynamicSection):
             for tag in section.iter_tags("DT_SONAME"):
-                return tag.soname
+                return tag.soname if isinstance(tag.soname, str) else None
     return None
+
+
+# Symbols every shared object may define without holding any code of its own.
+_TRIVIAL_SYMBOLS = {"_init", "_fini", "_edata", "_end", "__bss_start"}
+
+
+def code_problem(path: Path) -> str | None:
+    """What makes a library that the loader accepts useless as the library it is named for:
+    truncated (its headers describe more bytes than the file has: the loader may still map
+    it, and the first call into the missing part crashes) or exporting no symbols at all (a
+    library with the right SONAME and no code: dlopen succeeds, every lookup fails). Every
+    NVIDIA cuDNN library exports at least one symbol (libcudnn_heuristic.so.9 has
+    dummyHeuristicSymbol). The answer completes "NAME …"; None when neither (a file that is not
+    ELF at all is read_elf's to judge)."""
+    try:
+        f = open_regular(path)
+    except OSError as exc:
+        return f"is not readable ({exc.strerror or exc})"
+    with f:
+        size = os.fstat(f.fileno()).st_size
+        try:
+            head = f.read(64)
+        except OSError as exc:
+            return f"is not readable ({exc.strerror or exc})"
+        shown = _section_table_end(head)
+        if shown is not None and shown > size:
+            return (f"is truncated: its ELF header places its section table up to byte "
+                    f"{shown}, the file has {size}")
+        try:
+            f.seek(0)
+            elf = ELFFile(f)
+            outside = _outside(elf, size)
+            if outside:
+                return f"is truncated or damaged ({outside})"
+            dynsym = elf.get_section_by_name(".dynsym")
+            if dynsym is None or not hasattr(dynsym, "iter_symbols"):
+                return "exports no symbols (no dynamic symbol table): it holds no code to call"
+            for sym in dynsym.iter_symbols():
+                if sym["st_shndx"] != "SHN_UNDEF" and sym.name and \
+                        sym.name not in _TRIVIAL_SYMBOLS and \
+                        sym["st_info"]["bind"] in ("STB_GLOBAL", "STB_WEAK") and \
+                        sym["st_info"]["type"] in ("STT_FUNC", "STT_OBJECT", "STT_GNU_IFUNC"):
+                    return None
+        except PARSE_ERRORS as exc:
+            return f"is a damaged ELF file ({type(exc).__name__}: {str(exc)[:200]})"
+    return "exports no symbols: a library with this name but no code to call"
+
+
+def _section_table_end(head: bytes) -> int | None:
+    """Where an ELF header says its section header table ends (e_shoff + e_shnum ×
+    e_shentsize), read before pyelftools, which fails on a file cut short."""
+    if len(head) < 64 or not head.startswith(b"\x7fELF") or head[4] not in (1, 2) or \
+            head[5] not in (1, 2):
+        return None
+    order = "<" if head[5] == 1 else ">"
+    if head[4] == 2:
+        shoff, = struct.unpack_from(order + "Q", head, 0x28)
+        entsize, num = struct.unpack_from(order + "HH", head, 0x3A)
+    else:
+        shoff, = struct.unpack_from(order + "I", head, 0x20)
+        entsize, num = struct.unpack_from(order + "HH", head, 0x2E)
+    return shoff + entsize * num if shoff else None

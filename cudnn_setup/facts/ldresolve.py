@@ -28,17 +28,17 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator, Sequence
 
-from elftools.common.exceptions import ELFError
 from elftools.elf.constants import SH_FLAGS
 from elftools.elf.dynamic import DynamicSection
 from elftools.elf.elffile import ELFFile
 
 from cudnn_setup.child import run_command
+from cudnn_setup.facts.elf import PARSE_ERRORS
+from cudnn_setup.untrusted import NotRegular, open_regular
 from cudnn_setup.facts.cudnn import so_base
 
 # glibc's trusted directories when the loader cannot be asked (x86-64 Debian/Ubuntu, then
@@ -52,7 +52,7 @@ _EHDR_SIZE = {1: 52, 2: 64}
 _DF_1_NODEFLIB = 0x800
 _DST = re.compile(r"\$(?:\{(ORIGIN|LIB|PLATFORM)\}|(ORIGIN|LIB|PLATFORM)(?=/|$))")
 # `ldconfig -p`: "\tlibz.so.1 (libc6,x86-64, hwcap: "x86-64-v3") => /lib/x86_64-linux-gnu/libz.so.1"
-_CACHE_LINE = re.compile(r"^\s*(?P<name>\S+)\s+\((?P<flags>[^)]*)\)\s+=>\s+(?P<path>.+?)\s*$")
+_CACHE_LINE = re.compile(r"^\s*(?P<name>\S+)\s+\((?P<flags>[^)]*)\)\s+=>\s+(?P<path>\S(?:.*\S)?)\s*$")
 # The ABI word ldconfig prints after "libc6," for each (e_machine, class); no word = the
 # architecture's default 32-bit ABI (ldconfig.c print_entry).
 _CACHE_ABI = {("EM_X86_64", 64): "x86-64", ("EM_X86_64", 32): "x32", ("EM_386", 32): "",
@@ -66,6 +66,13 @@ _CACHE_ABI = {("EM_X86_64", 64): "x86-64", ("EM_X86_64", 32): "x32", ("EM_386", 
 _RUNTIME_NAME = re.compile(rb"(lib[A-Za-z0-9_+\-]{1,200}\.so(?:\.(?:\d{1,9}|%d)){0,4})\x00")
 MAX_RUNTIME_NAMES = 256
 _SCAN_CHUNK = 1 << 20
+# Read-only data scanned per library at most: cuDNN 9's largest .rodata is far smaller; a file
+# whose headers claim more (or a huge file named like a library) is not read past this.
+MAX_SCAN_BYTES = 1 << 30
+# Paths one emulated process may look at (a directory's existence or a candidate file) before
+# it gives up: a real library needs a few hundred; an object with 300 DT_NEEDED names and
+# 20,000 RUNPATH entries, each tried with 11 hwcaps subdirectories, would need 66 million.
+SEARCH_BUDGET = 500_000
 
 
 class NotLoadable(Exception):
@@ -74,6 +81,15 @@ class NotLoadable(Exception):
     def __init__(self, message: str, fatal: bool):
         super().__init__(message)
         self.fatal = fatal
+
+
+class SearchBudgetSpent(NotLoadable):
+    """The emulation looked at SEARCH_BUDGET paths and stopped; its answers so far stand."""
+
+    def __init__(self, budget: int):
+        super().__init__(f"gave up after looking at {budget} paths (the objects' DT_NEEDED, "
+                         "RPATH and RUNPATH lists are far longer than any real library's)",
+                         fatal=True)
 
 
 @dataclass(frozen=True)
@@ -97,32 +113,35 @@ class ElfObject:
 
 
 def read_object(path: str | os.PathLike) -> ElfObject:
-    """Read the loader's facts of one file; NotLoadable says why ld.so would refuse it."""
+    """Read the loader's facts of one file; NotLoadable says why ld.so would refuse it.
+
+    Only a regular file is opened, never blocking: a FIFO in a search directory would make
+    ld.so itself wait, and the emulation must not; it ends the search as a directory does."""
     path = os.fspath(path)
     try:
-        f = open(path, "rb")
-    except IsADirectoryError:
-        raise NotLoadable(f"{path}: cannot read file data: Is a directory", fatal=True) from None
+        f = open_regular(path)
+    except NotRegular as exc:
+        raise NotLoadable(f"{path}: cannot read file data: {exc.strerror}", fatal=True) from None
     except OSError as exc:
         raise NotLoadable(f"{path}: cannot open shared object file: {exc.strerror}",
                           fatal=False) from None
     with f:
         try:
             head = f.read(64)
-        except IsADirectoryError:
-            raise NotLoadable(f"{path}: cannot read file data: Is a directory", fatal=True) from None
-        if not head.startswith(b"\x7fELF"):
+        except OSError as exc:
+            raise NotLoadable(f"{path}: cannot read file data: {exc.strerror}", fatal=True) from None
+        if len(head) < 52 or not head.startswith(b"\x7fELF"):
             raise NotLoadable(f"{path}: {'file too short' if len(head) < 52 else 'invalid ELF header'}",
                               fatal=True)
         if head[4] not in _EHDR_SIZE or len(head) < _EHDR_SIZE[head[4]]:
-            raise NotLoadable(f"{path}: {'file too short' if len(head) < 52 else 'invalid ELF header'}",
+            raise NotLoadable(f"{path}: {'file too short' if len(head) < 64 else 'invalid ELF header'}",
                               fatal=True)
-        f.seek(0)
         try:
-            elf = ELFFile(f)
-            obj = _facts(path, elf)
-        except (ELFError, ValueError, KeyError, AssertionError, OSError) as exc:
-            raise NotLoadable(f"{path}: invalid ELF file ({exc})", fatal=True) from None
+            f.seek(0)
+            obj = _facts(path, ELFFile(f))
+        except PARSE_ERRORS as exc:
+            raise NotLoadable(f"{path}: invalid ELF file ({type(exc).__name__}: {str(exc)[:200]})",
+                              fatal=True) from None
     if obj.kind not in ("ET_DYN", "ET_EXEC"):
         raise NotLoadable(f"{path}: only ET_DYN and ET_EXEC can be loaded", fatal=True)
     return obj
@@ -177,20 +196,11 @@ def probe_loader(program: str = "/bin/true", interpreter: str | None = None,
     interp = interpreter or _interpreter_of(program)
     dirs: list[str] = []
     if interp:
-        try:
-            out = subprocess.run([interp, "--help"], capture_output=True, timeout=timeout,
-                                 env={}).stdout.decode(errors="replace")
-            dirs = re.findall(r"^\s+(/\S+) \(system search path\)$", out, re.M)
-        except (OSError, subprocess.SubprocessError):
-            pass
+        out = run_command([interp, "--help"], timeout, env={}).out
+        dirs = re.findall(r"^[ \t]+(/\S+) \(system search path\)$", out, re.M)
     marker = "/nonexistent-cudnn-setup-probe"
-    try:
-        done = subprocess.run([program], capture_output=True, timeout=timeout,
-                              env={"LD_LIBRARY_PATH": f"{marker}/$LIB/@/$PLATFORM/@",
-                                   "LD_DEBUG": "libs"})
-        err = done.stderr.decode(errors="replace")
-    except (OSError, subprocess.SubprocessError):
-        err = ""
+    err = run_command([program], timeout, env={"LD_LIBRARY_PATH": f"{marker}/$LIB/@/$PLATFORM/@",
+                                               "LD_DEBUG": "libs"}).err
     m = re.search(r"search path=(\S*)\s+\(LD_LIBRARY_PATH\)", err)
     if not m:
         if dirs:
@@ -208,12 +218,12 @@ def probe_loader(program: str = "/bin/true", interpreter: str | None = None,
 
 def _interpreter_of(program: str) -> str | None:
     try:
-        with open(program, "rb") as f:
+        with open_regular(program) as f:
             elf = ELFFile(f)
             for seg in elf.iter_segments():
                 if seg.header.p_type == "PT_INTERP":
                     return seg.get_interp_name()
-    except (OSError, ELFError, ValueError):
+    except PARSE_ERRORS:
         return None
     return None
 
@@ -357,9 +367,13 @@ class Process:
     same files passes one that remembers them)."""
 
     def __init__(self, env: Environment, host: tuple[str, int, bool] | None = None,
-                 reader: Callable[[str], ElfObject] = read_object):
+                 reader: Callable[[str], ElfObject] = read_object, budget: int = SEARCH_BUDGET):
         self.env = env
         self.read = reader
+        self.budget = budget
+        self.looked = 0  # paths looked at, against `budget`
+        self.spent = False
+        self._dir_exists: dict[str, bool] = {}
         self.loaded: list[Loaded] = []
         self._by_name: dict[str, Loaded] = {}
         self._by_file: dict[tuple[int, int], Loaded] = {}
@@ -390,8 +404,24 @@ class Process:
             for sub in self.env.facts.subdirs:
                 yield entry, (os.path.join(directory, sub) if sub else directory)
 
+    def _look(self) -> None:
+        self.looked += 1
+        if self.looked > self.budget:
+            self.spent = True
+            raise SearchBudgetSpent(self.budget)
+
+    def _exists_dir(self, directory: str) -> bool:
+        """Whether a search directory exists, asked once per process: ld.so marks a directory
+        it found missing and skips it from then on (dl-load.c open_path, `nonexisting`)."""
+        known = self._dir_exists.get(directory)
+        if known is None:
+            self._look()
+            known = self._dir_exists[directory] = os.path.isdir(directory)
+        return known
+
     def _candidate(self, path: str, res: Resolution) -> ElfObject | None:
         """open_verify: the object, None to go on searching, NotLoadable to stop."""
+        self._look()
         if not os.path.lexists(path) or (os.path.islink(path) and not os.path.exists(path)):
             return None
         try:
@@ -412,6 +442,8 @@ class Process:
     def _search(self, name: str, dirs: Iterable[tuple[str, str]],
                 res: Resolution) -> ElfObject | None:
         for entry, directory in dirs:
+            if not self._exists_dir(directory):
+                continue
             obj = self._candidate(os.path.join(directory, name), res)
             if obj is not None:
                 res.entry = entry
@@ -529,7 +561,12 @@ class Process:
 
     def load_with_needed(self, name: str, requester: Loaded | None) \
             -> tuple[Resolution, Loaded | None, list[tuple[Loaded, Resolution]]]:
-        """dlopen(): the object, then its DT_NEEDED entries breadth first (dl-deps.c)."""
+        """dlopen(): the object, then its DT_NEEDED entries breadth first (dl-deps.c).
+
+        The first DT_NEEDED entry that cannot be found fails the whole load, as in ld.so: it is
+        the last one in `needed`, the object comes back as None, and what this load brought in
+        leaves the process again (ld.so unmaps it)."""
+        before = len(self.loaded)
         res, item = self.find(name, requester)
         needed: list[tuple[Loaded, Resolution]] = []
         if item is None or res.via == "already loaded":
@@ -540,68 +577,99 @@ class Process:
             for dep in cur.obj.needed:
                 dep_res, dep_item = self.find(dep, cur)
                 needed.append((cur, dep_res))
-                if dep_item is not None and id(dep_item) not in seen and dep_res.via != "already loaded":
+                if dep_item is None:
+                    self._unload(before)
+                    return res, None, needed
+                if id(dep_item) not in seen and dep_res.via != "already loaded":
                     seen.add(id(dep_item))
                     queue.append(dep_item)
         return res, item, needed
 
+    def _unload(self, keep: int) -> None:
+        """Take out every object loaded after the first `keep` (a load that failed)."""
+        gone = self.loaded[keep:]
+        if not gone:
+            return
+        del self.loaded[keep:]
+        ids = {id(g) for g in gone}
+        self._by_name = {n: v for n, v in self._by_name.items() if id(v) not in ids}
+        self._by_file = {k: v for k, v in self._by_file.items() if id(v) not in ids}
+
 
 # --- names a library opens at run time --------------------------------------------------------
 
-def _scan_ranges(path: str) -> list[tuple[int, int]]:
-    """File ranges holding read-only data: .rodata* sections, else read-only PT_LOAD segments."""
-    with open(path, "rb") as f:
-        elf = ELFFile(f)
-        ranges = []
-        for section in elf.iter_sections():
-            flags = section["sh_flags"]
-            if (section.name.startswith(".rodata") and section["sh_type"] == "SHT_PROGBITS"
-                    and flags & SH_FLAGS.SHF_ALLOC
-                    and not flags & (SH_FLAGS.SHF_WRITE | SH_FLAGS.SHF_EXECINSTR)):
-                ranges.append((section["sh_offset"], section["sh_size"]))
-        if not ranges and elf.num_sections() == 0:
-            for seg in elf.iter_segments():
-                if seg["p_type"] == "PT_LOAD" and seg["p_flags"] == 4:  # PF_R only
-                    ranges.append((seg["p_offset"], seg["p_filesz"]))
-    return ranges
+def _scan_ranges(f, size: int) -> list[tuple[int, int]]:
+    """File ranges holding read-only data: .rodata* sections, else read-only PT_LOAD segments;
+    each cut to the file (a header may claim any offset and size)."""
+    elf = ELFFile(f)
+    ranges = []
+    for section in elf.iter_sections():
+        flags = section["sh_flags"]
+        if (section.name.startswith(".rodata") and section["sh_type"] == "SHT_PROGBITS"
+                and flags & SH_FLAGS.SHF_ALLOC
+                and not flags & (SH_FLAGS.SHF_WRITE | SH_FLAGS.SHF_EXECINSTR)):
+            ranges.append((section["sh_offset"], section["sh_size"]))
+    if not ranges and elf.num_sections() == 0:
+        for seg in elf.iter_segments():
+            if seg["p_type"] == "PT_LOAD" and seg["p_flags"] == 4:  # PF_R only
+                ranges.append((seg["p_offset"], seg["p_filesz"]))
+    return [(offset, min(length, size - offset)) for offset, length in ranges
+            if isinstance(offset, int) and isinstance(length, int) and 0 <= offset < size
+            and length > 0]
 
 
 def runtime_names(path: str | os.PathLike, limit: int = MAX_RUNTIME_NAMES) -> list[str]:
     """Sonames a library keeps as whole strings in its read-only data, as code that dlopens
     them at run time does (cuDNN: "libcublasLt.so.12", "libz.so.1", "libnvrtc.so.%d",
-    "libcudnn_ops.so"). Read in chunks; at most `limit` distinct names, in file order."""
+    "libcudnn_ops.so"). Read in chunks, never past the file's end; at most `limit` distinct
+    names, in file order; [] for a file that is not a readable ELF object."""
     path = os.fspath(path)
     found: dict[str, None] = {}
     try:
-        ranges = _scan_ranges(path)
-    except (OSError, ELFError, ValueError, AssertionError):
+        f = open_regular(path)
+    except OSError:
         return []
-    with open(path, "rb") as f:
+    with f:
         size = os.fstat(f.fileno()).st_size
-        for offset, length in ranges:
-            end = min(offset + length, size)
-            f.seek(offset)
-            carry = b""
-            pos = offset
-            while pos < end:
-                chunk = f.read(min(_SCAN_CHUNK, end - pos))
-                if not chunk:
+        try:
+            ranges = _scan_ranges(f, size)
+        except PARSE_ERRORS:
+            return []
+        try:
+            budget = MAX_SCAN_BYTES
+            for offset, length in ranges:
+                length = min(length, budget)
+                _scan(f, offset, offset + length, found, limit)
+                budget -= length
+                if len(found) >= limit or budget <= 0:
                     break
-                pos += len(chunk)
-                buf = carry + chunk
-                last = buf.rfind(b"\x00")
-                if last < 0:
-                    carry = buf[-256:] if len(buf) <= 256 else b"\xff"
-                    continue
-                for m in _RUNTIME_NAME.finditer(buf, 0, last + 1):
-                    if m.start() and buf[m.start() - 1]:
-                        continue  # the tail of a longer string
-                    found.setdefault(m.group(1).decode("ascii"), None)
-                    if len(found) >= limit:
-                        return list(found)
-                tail = buf[last + 1:]
-                carry = tail if len(tail) <= 256 else b"\xff"  # too long to be a name
-    return list(found)
+        except OSError:
+            pass  # a read error part way: the names found so far
+    return list(found)[:limit]
+
+
+def _scan(f, offset: int, end: int, found: dict[str, None], limit: int) -> None:
+    f.seek(offset)
+    carry = b""
+    pos = offset
+    while pos < end:
+        chunk = f.read(min(_SCAN_CHUNK, end - pos))
+        if not chunk:
+            break
+        pos += len(chunk)
+        buf = carry + chunk
+        last = buf.rfind(b"\x00")
+        if last < 0:
+            carry = buf[-256:] if len(buf) <= 256 else b"\xff"
+            continue
+        for m in _RUNTIME_NAME.finditer(buf, 0, last + 1):
+            if m.start() and buf[m.start() - 1]:
+                continue  # the tail of a longer string
+            found.setdefault(m.group(1).decode("ascii"), None)
+            if len(found) >= limit:
+                return
+        tail = buf[last + 1:]
+        carry = tail if len(tail) <= 256 else b"\xff"  # too long to be a name
 
 
 @dataclass(frozen=True)
@@ -690,16 +758,18 @@ def closure(roots: Sequence[str | os.PathLike], env: Environment, versions: Vers
     proc = Process(env)
     scan: deque[Loaded] = deque()
     for root in roots:
+        if proc.spent:
+            break
         root_path = os.fspath(root)
         res, item, needed = proc.load_with_needed(root_path, proc.main)
         deps.append(Dependency(env.executable or "", root_path, "root", res))
+        deps += [Dependency(who.opened_as, r.name, "needed", r) for who, r in needed]
         if item is None:
             continue
-        deps += [Dependency(who.opened_as, r.name, "needed", r) for who, r in needed]
         if runtime and item not in scan:
             scan.append(item)
     scanned: set[int] = set()
-    while scan:
+    while scan and not proc.spent:
         item = scan.popleft()
         if id(item) in scanned:
             continue
@@ -715,15 +785,20 @@ def closure(roots: Sequence[str | os.PathLike], env: Environment, versions: Vers
 
 
 def _first_of(proc: Process, candidates: tuple[str, ...], requester: Loaded):
-    first = None
+    """The first candidate that loads; else the most telling failure: a file found whose
+    DT_NEEDED is missing (with that entry), a wrong ELF class, else the first name's."""
+    first, first_needed = None, []
     for name in candidates:
         res, item, needed = proc.load_with_needed(name, requester)
         if item is not None:
             return res, item, needed
-        if first is None or (first.error and "wrong ELF class" not in first.error
-                             and res.error and "wrong ELF class" in res.error):
-            first = res
-    return first, None, []
+        if first is None or (not first.found and res.found) or (
+                not first.found and first.error and "wrong ELF class" not in first.error
+                and res.error and "wrong ELF class" in res.error):
+            first, first_needed = res, needed
+        if proc.spent:
+            break
+    return first, None, first_needed
 
 
 def missing(deps: Iterable[Dependency]) -> list[Dependency]:

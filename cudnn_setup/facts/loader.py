@@ -15,11 +15,13 @@ from cudnn_setup.atomic import write_atomic
 from cudnn_setup.child import run_command
 from cudnn_setup.facts.cudnn import library_file_version
 from cudnn_setup.facts.ldresolve import ldconfig_binary, read_cache
+from cudnn_setup.untrusted import read_regular
 
 # Where glibc's ld.so looks without being told (its "trusted" directories).
 DEFAULT_DIRS = ("/lib", "/usr/lib", "/lib64", "/usr/lib64", "/lib/x86_64-linux-gnu",
                 "/usr/lib/x86_64-linux-gnu")
 CONF_NAME = "cudnn-setup.conf"
+MAX_CONF_BYTES = 1 << 20  # of one ld.so.conf file: real ones are a few lines
 
 
 def conf_dirs(conf: Path = Path("/etc/ld.so.conf"), _seen: set | None = None) -> list[str]:
@@ -30,7 +32,7 @@ def conf_dirs(conf: Path = Path("/etc/ld.so.conf"), _seen: set | None = None) ->
     seen.add(str(conf))
     out: list[str] = []
     try:
-        text = conf.read_text(errors="replace")
+        text = read_regular(conf, MAX_CONF_BYTES).decode(errors="replace")
     except OSError:  # ldconfig skips what it cannot read; so does the picture drawn from it
         return []
     for raw in text.splitlines():
@@ -82,7 +84,7 @@ def remove_conf(conf_dir: Path, lib_dir: Path) -> bool:
     """Drop the file write_conf wrote, if it registers `lib_dir`; True when it did."""
     path = conf_dir / CONF_NAME
     try:
-        lines = path.read_text().splitlines()
+        lines = read_regular(path, MAX_CONF_BYTES).decode(errors="replace").splitlines()
     except FileNotFoundError:
         return False
     if str(lib_dir) not in [line.strip() for line in lines]:

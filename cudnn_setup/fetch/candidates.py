@@ -7,7 +7,7 @@ import bisect
 import re
 import urllib.parse
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Iterable, Sequence
 
 from packaging.version import InvalidVersion, Version
 
@@ -130,6 +130,8 @@ class Release:
     # (wheel file name, its sha256) of an archive a mirror repacked from NVIDIA's wheel: the
     # mirror's manifest vouches for the repack's checksum, never NVIDIA
     repacked_from: tuple[str, str] | None = None
+    flavour: str = "cudnn"  # or "cudnn_jit", the graph JIT library's own archive (9.10 on)
+    provenance: tuple[str, ...] = ()  # the known table's sources that vouch for the sha256
 
     def url(self, mirror: str | None = None) -> str:
         """Where to fetch it: below `mirror` when given, else NVIDIA's public URL."""
@@ -143,7 +145,8 @@ class Release:
         return {"version": self.version, "cuda_variant": self.cuda_variant,
                 "platform": self.platform, "file_name": self.file_name,
                 "relative_path": self.relative_path, "sha256": self.sha256, "md5": self.md5,
-                "size": self.size, "source": self.source}
+                "size": self.size, "source": self.source, "flavour": self.flavour,
+                "provenance": list(self.provenance)}
 
 
 def merge(known: Iterable[Release], published: Iterable[Release]) -> list[Release]:
@@ -163,32 +166,49 @@ def merge(known: Iterable[Release], published: Iterable[Release]) -> list[Releas
     return newest_first(by_name.values())
 
 
-def select(request: VersionRequest, releases: Iterable[Release], platform: str,
+def platform_order(platforms: str | Sequence[str]) -> tuple[str, ...]:
+    """Platforms best first, from one platform key or a sequence (redist.PlatformChoice's)."""
+    return (platforms,) if isinstance(platforms, str) else tuple(platforms)
+
+
+def installable(releases: Iterable[Release]) -> list[Release]:
+    """The archives `install` may choose: cuDNN itself; the JIT library's archives are listed
+    and mirrored, never installed in its place."""
+    return [r for r in releases if r.flavour == "cudnn"]
+
+
+def select(request: VersionRequest, releases: Iterable[Release], platform: str | Sequence[str],
            cuda_version: str) -> Release:
     """The newest release matching `request` that has a build for this platform and CUDA root.
 
-    Raises UnknownVersion (nothing matches: exit 2, with the nearest versions) or NoVariant
-    (matches exist, none for this platform or CUDA major: exit 3, naming what exists).
+    `platform` is one platform key or several, best first (a Jetson: linux-aarch64, then
+    linux-sbsa): the newest matching version wins, and within it the first platform that has
+    a fitting build. Raises UnknownVersion (nothing matches: exit 2, with the nearest versions)
+    or NoVariant (matches exist, none for this platform or CUDA major: exit 3, naming what
+    exists).
     """
-    releases = list(releases)
+    order = platform_order(platform)
+    releases = installable(releases)
     matches = [r for r in releases if request.matches(r.version)]
     if not matches:
         near = nearest_versions(request, {r.version for r in releases})
         raise UnknownVersion(f"no published cuDNN matches {request}",
                              f"nearest versions: {', '.join(near)}" if near else "")
-    here = [r for r in matches if r.platform == platform]
+    here = [r for r in matches if r.platform in order]
     if not here:
         others = sorted({r.platform for r in matches})
-        raise NoVariant(f"cuDNN {request} has no archive for {platform}",
+        raise NoVariant(f"cuDNN {request} has no archive for {' or '.join(order)}",
                         f"published for: {', '.join(others)}")
     fitting = [r for r in here if variant_fits(r.cuda_variant, cuda_version)]
     if not fitting:
         variants = ", ".join(sorted({r.cuda_variant for r in here}, key=variant_key))
         major = parse_cuda(cuda_version)[0]
-        raise NoVariant(f"cuDNN {request} has no build for CUDA {major} on {platform}",
+        raise NoVariant(f"cuDNN {request} has no build for CUDA {major} on {' or '.join(order)}",
                         f"builds exist for: {variants}; pick another version or CUDA root "
                         "(--cuda N)")
     best = newest(fitting)
     same = [r for r in fitting if Version(r.version) == Version(best.version)]
+    on = next(p for p in order if any(r.platform == p for r in same))
+    same = [r for r in same if r.platform == on]
     variant = pick_variant([r.cuda_variant for r in same], cuda_version)
     return next(r for r in same if r.cuda_variant == variant)

@@ -12,6 +12,7 @@ class Expected:
     algorithm: str  # sha256 | md5
     digest: str
     source: str  # --sha256, known releases table, sidecar URL
+    size: int | None = None  # bytes the archive must have, when its manifest says
 
     def to_dict(self) -> dict:
         return {"algorithm": self.algorithm, "digest": self.digest, "source": self.source}
@@ -29,5 +30,5 @@ def expected_for(name: str, explicit: str | None) -> Expected | None:
         return Expected("sha256", explicit.lower(), "--sha256")
     known = known_sha256(name)
     if known:
-        return Expected("sha256", known, f"known releases table: {provenance_line()}")
+        return Expected("sha256", known, f"known releases table: {provenance_line(name)}")
     return None

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import re
 import urllib.parse
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
 from packaging.version import Version
 
 from cudnn_setup.errors import ArchiveRejected, DownloadFailed, UsageError
+from cudnn_setup.urls import BadUrl, check, redact
 
 NVIDIA_COMPUTE = "https://developer.download.nvidia.com/compute/"
 NVIDIA_REDIST = NVIDIA_COMPUTE + "cudnn/redist/"  # the level a mirror copies
@@ -31,7 +33,14 @@ LAYOUT_CHANGES = (_V7_0, _V7_1, _V7_2, XZ_ARCHIVES, MAJOR_ONLY_CUDA, NEW_TREE)
 
 # NVIDIA's platform keys (the directories of its redist tree and the keys of redistrib JSON).
 # linux-aarch64 holds Jetson (Tegra) builds; server Arm (Grace, Graviton) is linux-sbsa.
-PLATFORMS = ("linux-x86_64", "linux-sbsa", "linux-ppc64le", "linux-aarch64")
+# Windows builds are listed (`list --platform windows-x86_64`, a mirror for Windows machines);
+# only Linux ones are installed.
+LINUX_PLATFORMS = ("linux-x86_64", "linux-sbsa", "linux-ppc64le", "linux-aarch64")
+PLATFORMS = LINUX_PLATFORMS + ("windows-x86_64", "windows-arm64")
+# The components of a release that are archives of cuDNN itself: the library, and from 9.10 the
+# graph JIT library (`cudnn_jit`), a separate archive with its own name, checksum and directory.
+# `cudnn_samples` is source code, not a build: never read.
+FLAVOURS = ("cudnn", "cudnn_jit")
 _MACHINES = {"x86_64": "linux-x86_64", "amd64": "linux-x86_64", "x64": "linux-x86_64",
              "aarch64": "linux-sbsa", "arm64": "linux-sbsa", "sbsa": "linux-sbsa",
              "aarch64sbsa": "linux-sbsa", "ppc64le": "linux-ppc64le"}
@@ -59,11 +68,11 @@ class ManifestDamaged(DownloadFailed):
 
 # --- platforms ----------------------------------------------------------------------------------
 
-def platform_key(machine: str, tegra: bool = False) -> str:
+def platform_key(machine: str) -> str:
     """NVIDIA's platform key for `platform.machine()` (or a spelling from an archive name).
 
-    aarch64 means server Arm (`linux-sbsa`, `aarch64sbsa` in names before 8.3.1) unless the
-    caller knows the machine is a Jetson (`tegra`, e.g. /etc/nv_tegra_release exists).
+    aarch64 means server Arm (`linux-sbsa`, `aarch64sbsa` in names before 8.3.1); a Jetson's
+    builds are platform_choice's to pick.
     """
     key = machine.strip().lower()
     if key in PLATFORMS:  # already NVIDIA's key
@@ -73,9 +82,49 @@ def platform_key(machine: str, tegra: bool = False) -> str:
     if platform is None:
         raise NoVariant(f"NVIDIA publishes no Linux cuDNN archive for machine {machine[:40]!r}",
                         "archives exist for x86_64, aarch64 (sbsa) and ppc64le")
-    if tegra and platform == "linux-sbsa":
-        return "linux-aarch64"
     return platform
+
+
+@dataclass(frozen=True)
+class PlatformChoice:
+    """The platforms whose builds may go on this machine, best first, and why.
+
+    A Jetson takes NVIDIA's linux-aarch64 (Jetson) build of a release where one exists and the
+    linux-sbsa build otherwise: NVIDIA stopped publishing linux-aarch64 builds for CUDA 12 after
+    9.20.0 and for CUDA 13 after 9.14.0, and Jetson Orin runs the sbsa build from CUDA 13.2 on
+    (nixpkgs' cuDNN manifests README records both:
+    https://github.com/NixOS/nixpkgs/blob/28ae377aa9addfe866d91279d4f78d34a2dd974e/pkgs/development/cuda-modules/_cuda/manifests/cudnn/README.md).
+    """
+
+    platforms: tuple[str, ...]
+    why: str
+
+    @property
+    def primary(self) -> str:
+        return self.platforms[0]
+
+    def rank(self, platform: str) -> int | None:
+        """Preference of `platform` (0 best), None when its builds do not go here."""
+        return self.platforms.index(platform) if platform in self.platforms else None
+
+
+def platform_choice(machine: str, tegra: str | None = None,
+                    given: str | None = None) -> PlatformChoice:
+    """The builds for this machine: `given` (a platform named on the command line) alone, else
+    the machine's platform; on an aarch64 Jetson (`tegra` says what showed it) linux-aarch64
+    before linux-sbsa."""
+    if given is not None:
+        key = given.strip().lower()
+        if key not in PLATFORMS:
+            raise UsageError(f"unknown platform {given[:40]!r}",
+                             f"NVIDIA's platforms: {', '.join(PLATFORMS)}")
+        return PlatformChoice((key,), "--platform")
+    platform = platform_key(machine)
+    if tegra and platform == "linux-sbsa":
+        return PlatformChoice(("linux-aarch64", "linux-sbsa"),
+                              f"Jetson ({tegra}): the linux-aarch64 build where NVIDIA published "
+                              "one, else linux-sbsa")
+    return PlatformChoice((platform,), f"machine {machine[:40]}")
 
 
 # --- CUDA variants ------------------------------------------------------------------------------
@@ -97,14 +146,19 @@ def parse_cuda(cuda_version: str) -> tuple[int, int | None]:
 
 
 def variant_name(version: str, cuda: str) -> str:
-    """The variant NVIDIA gives the build of cuDNN `version` for CUDA `cuda` (Spack's key).
+    """The variant NVIDIA gives the build of cuDNN `version` for CUDA `cuda` (Spack's key, or
+    a manifest's variant without its `cuda` prefix).
 
     From 8.5.0 names carry the CUDA major only (`cuda11`: one build for every 11.x); before, the
-    CUDA version the build was made with (`cuda11.5`; `cudnn-10.2-…` before 8.3.1).
+    CUDA version the build was made with (`cuda11.5`; `cudnn-10.2-…` before 8.3.1). In the
+    tree of 8.8.0 on, a CUDA minor given is the manifest's own (9.27.0 lists a windows-arm64
+    build `cuda13.4` next to its `cuda13`): kept as given; Spack gives only majors there.
     """
     if not _CUDA.match(cuda):
         raise ValueError(f"not a CUDA version: {cuda!r}")
     parts = Version(cuda).release
+    if Version(version) >= NEW_TREE:
+        return f"cuda{_join(parts[:2])}"
     if Version(version) >= MAJOR_ONLY_CUDA:
         return f"cuda{parts[0]}"
     if len(parts) < 2:
@@ -166,19 +220,24 @@ def _parts(version: str, need: int) -> tuple[int, ...]:
     return parts
 
 
-def archive_name(version: str, platform: str, cuda: str) -> str:
+def archive_name(version: str, platform: str, cuda: str, flavour: str = "cudnn") -> str:
     """NVIDIA's file name for the build of cuDNN `version` for `platform` and CUDA `cuda`.
 
-    8.3.1 on: cudnn-linux-<arch>-<X.Y.Z.B>_<variant>-archive.tar.xz. Before:
-    cudnn-<cuda>-linux-<x64|aarch64sbsa|ppc64le>-v<ver>.tgz, where <ver> is X.Y.Z.B from 7.2,
-    X.Y for 7.1 and below 7.0, X for 7.0 (Spack's url_for_version).
+    8.3.1 on: <flavour>-<platform>-<X.Y.Z.B>_<variant>-archive.tar.xz (.zip for Windows).
+    Before: cudnn-<cuda>-linux-<x64|aarch64sbsa|ppc64le>-v<ver>.tgz, where <ver> is X.Y.Z.B
+    from 7.2, X.Y for 7.1 and below 7.0, X for 7.0 (Spack's url_for_version).
     """
     v = Version(version)
     if platform not in PLATFORMS:
         raise ValueError(f"unknown platform {platform!r}")
+    if flavour not in FLAVOURS:
+        raise ValueError(f"unknown flavour {flavour!r}")
     if v >= XZ_ARCHIVES:
-        return (f"cudnn-{platform}-{_join(_parts(version, 4)[:4])}_{variant_name(version, cuda)}"
-                "-archive.tar.xz")
+        ext = "zip" if platform.startswith("windows-") else "tar.xz"
+        return (f"{flavour}-{platform}-{_join(_parts(version, 4)[:4])}_"
+                f"{variant_name(version, cuda)}-archive.{ext}")
+    if flavour != "cudnn":
+        raise ValueError(f"cuDNN {version} has no {flavour} archive")
     if platform not in _OLD_ARCH:
         raise ValueError(f"cuDNN {version} was not published for {platform}")
     if not re.fullmatch(r"\d{1,2}\.\d{1,2}", cuda):
@@ -194,28 +253,35 @@ def archive_name(version: str, platform: str, cuda: str) -> str:
     return f"cudnn-{cuda}-linux-{_OLD_ARCH[platform]}-v{_join(ver)}.tgz"
 
 
-def public_path(version: str, platform: str, cuda: str) -> str:
+def public_path(version: str, platform: str, cuda: str, flavour: str = "cudnn") -> str:
     """Where NVIDIA publishes that archive, relative to https://developer.download.nvidia.com/compute/.
 
-    8.8.0 on: cudnn/redist/cudnn/<platform>/<name>. 8.3.1 to 8.7.x:
+    8.8.0 on: cudnn/redist/<flavour>/<platform>/<name>. 8.3.1 to 8.7.x:
     redist/cudnn/v<X.Y.Z>/local_installers/<cuda>/<name> (the directory keeps the CUDA minor
-    even after the name dropped it at 8.5.0). Before: redist/cudnn/v<X.Y.Z>/<name> from 7.0,
-    redist/cudnn/v<X.Y>/<name> earlier.
+    even after the name dropped it at 8.5.0; NVIDIA's redist tree holds 8.5 to 8.7 too, at
+    tree_path). Before: redist/cudnn/v<X.Y.Z>/<name> from 7.0, redist/cudnn/v<X.Y>/<name>
+    earlier.
     """
     v = Version(version)
-    name = archive_name(version, platform, cuda)
+    name = archive_name(version, platform, cuda, flavour)
     if v >= NEW_TREE:
-        return f"cudnn/redist/cudnn/{platform}/{name}"
+        return tree_path(platform, name, flavour)
     if v >= XZ_ARCHIVES:
         return f"redist/cudnn/v{_join(_parts(version, 3)[:3])}/local_installers/{cuda}/{name}"
     directory = _parts(version, 3)[:3] if v >= _V7_0 else _parts(version, 2)[:2]
     return f"redist/cudnn/v{_join(directory)}/{name}"
 
 
-def mirror_path(platform: str, file_name: str) -> str:
+def mirror_path(platform: str, file_name: str, flavour: str = "cudnn") -> str:
     """Where an archive sits below a mirror's `redist/` level, as in NVIDIA's tree from 8.8.0
-    (a mirror keeps older archives the same way, whatever their public directory)."""
-    return f"cudnn/{platform}/{file_name}"
+    (a mirror keeps older archives the same way, whatever their public directory); a
+    manifest's `relative_path`."""
+    return f"{flavour}/{platform}/{file_name}"
+
+
+def tree_path(platform: str, file_name: str, flavour: str = "cudnn") -> str:
+    """The archive's place in NVIDIA's redist tree, relative to NVIDIA_COMPUTE."""
+    return "cudnn/redist/" + mirror_path(platform, file_name, flavour)
 
 
 def manifest_label(version: str) -> str:
@@ -228,27 +294,33 @@ def normalize_mirror(text: str, cwd: Path | None = None) -> str:
     """A mirror given as an http(s)/file URL or a local directory, as a URL ending in `/`.
 
     The URL names the level that holds `redistrib_<label>.json` and `cudnn/<platform>/`, like
-    https://developer.download.nvidia.com/compute/cudnn/redist/.
+    https://developer.download.nvidia.com/compute/cudnn/redist/. Anything else is a usage
+    error that shows the URL without its credentials.
     """
     text = text.strip()
-    if "://" not in text:
+    if "://" not in text and not re.match(r"^[A-Za-z][A-Za-z0-9+.-]{0,31}:[^\\/]", text):
         path = Path(text)
         if not path.is_absolute():
             if cwd is None:
-                raise UsageError(f"mirror {text!r} is a relative path", "give an absolute path or a URL")
+                raise UsageError(f"mirror {redact(text)} is a relative path",
+                                 "give an absolute path or a URL")
             path = cwd / path
         text = path.as_uri()
-    parts = urllib.parse.urlsplit(text)
-    if parts.scheme not in ("http", "https", "file"):
-        raise UsageError(f"mirror {text[:80]!r}: only http, https and file URLs are supported")
+    try:
+        parts = check(text, ("http", "https", "file"))
+    except BadUrl as exc:
+        raise UsageError(f"mirror {redact(text)} cannot be used: {exc}", MIRROR_HINT) from None
     if parts.query or parts.fragment:
-        raise UsageError(f"mirror {text[:80]!r} has a query or fragment",
-                         "give the URL of the directory that holds redistrib_*.json")
-    if parts.scheme != "file" and not parts.hostname:
-        raise UsageError(f"mirror {text[:80]!r} names no host")
+        raise UsageError(f"mirror {redact(text)} has a query or fragment",
+                         "give the URL of the directory that holds redistrib_*.json (a token "
+                         "goes in ~/.netrc or --header, never in the URL)")
     if parts.scheme == "file" and parts.netloc not in ("", "localhost"):
-        raise UsageError(f"file URL {text[:80]!r} names a remote host", "use file:///path")
+        raise UsageError(f"file URL {redact(text)} names a remote host", "use file:///path")
     return text if text.endswith("/") else text + "/"
+
+
+MIRROR_HINT = ("give an http(s):// or file:// URL, or a directory, of the level that holds "
+               "redistrib_*.json, e.g. https://mirror.lan/cudnn/redist/")
 
 
 def safe_relative(path: str) -> str:
@@ -280,17 +352,34 @@ def local_path(url: str) -> Path | None:
     if parts.scheme != "file":
         return None
     if parts.netloc not in ("", "localhost"):
-        raise UsageError(f"file URL {url[:80]!r} names a remote host", "use file:///path")
+        raise UsageError(f"file URL {redact(url)} names a remote host", "use file:///path")
     from urllib.request import url2pathname  # loads http.client and ssl: for file:// only
 
     return Path(url2pathname(parts.path))
 
 
-_LISTED = re.compile(r"""href=["']?(?:[^"'>\s]*/)?redistrib_(\d{1,4}\.\d{1,4}\.\d{1,6})\.json["'>\s]""")
+# Linear: the literal name is found first, then its href is looked for in the few characters
+# before it (a pattern that starts at every `href=` and scans ahead backtracks on a page of
+# repeated `href=`: 1 MB took minutes).
+_MANIFEST_IN_PAGE = re.compile(r"redistrib_(\d{1,4}\.\d{1,4}\.\d{1,6})\.json(?=[\"'>\s])")
+_LOOK_BACK = 320  # a href value longer than this is not a directory listing's
 
 
 def listed_labels(index_html: str) -> list[str]:
     """Labels of the redistrib JSON files a directory index page links to, newest first
     (NVIDIA's tree and common web servers list the redist/ directory)."""
-    labels = set(_LISTED.findall(index_html[:4 << 20]))
+    page = index_html[:4 << 20]
+    labels = set()
+    for m in _MANIFEST_IN_PAGE.finditer(page):
+        before = page[max(0, m.start() - _LOOK_BACK):m.start()]
+        at = before.rfind("href=")
+        if at < 0:
+            continue
+        value = before[at + 5:]
+        if value[:1] in ("'", '"'):
+            value = value[1:]
+        # the name is the whole value or its last path part, as in href="…/redistrib_X.json"
+        if any(c in value for c in "\"'> \t\r\n") or (value and not value.endswith("/")):
+            continue
+        labels.add(m.group(1))
     return sorted(labels, key=Version, reverse=True)

@@ -16,43 +16,40 @@ For cuDNN (e.g. https://developer.download.nvidia.com/compute/cudnn/redist/redis
      "cudnn_jit": {…}, "cudnn_samples": {…}}
 
 `relative_path` is relative to the manifest's directory (parse_redist.py joins it to the
-manifest URL's dirname); a platform maps either to variants or, in NVIDIA's other products,
-straight to one archive. Only the `cudnn` component is read.
+manifest URL's dirname); a platform maps to variants, straight to one archive (8.x's
+manifests), or both at once (see _platform_entries). The `cudnn` component and, from 9.10, the
+graph JIT library's `cudnn_jit` are read (each archive a Release of its flavour);
+`cudnn_samples` (source code) is not.
 """
 from __future__ import annotations
 
 import json
 import re
-import urllib.parse
 
 from cudnn_setup.fetch import redist
 from cudnn_setup.fetch.candidates import Release
 from cudnn_setup.fetch.redist import ManifestDamaged
+from cudnn_setup.urls import redact
 
 MAX_BYTES = 1 << 20  # NVIDIA's are about 6 KB
 MAX_ARCHIVE = 16 << 30  # 9.x archives are under 1 GiB
 MAX_ENTRIES = 64
 _METADATA = ("name", "license", "license_path", "version")
+_ARTIFACT_KEYS = ("relative_path", "sha256", "md5", "size", "repacked_from")
 _LABEL = re.compile(r"^\d{1,4}\.\d{1,4}\.\d{1,6}$")
 _FULL_VERSION = re.compile(r"^\d{1,4}\.\d{1,4}\.\d{1,6}\.\d{1,8}$")
 _PLATFORM = re.compile(r"^[a-z][a-z0-9]{0,15}-[a-z0-9_]{1,16}$")
 _VARIANT_KEY = re.compile(r"^cuda\d{1,2}(\.\d{1,2})?$")
 
 
-def _display(url: str) -> str:
-    """The URL without credentials, for messages and the `source` of a release."""
-    parts = urllib.parse.urlsplit(url)
-    if parts.username is None and parts.password is None:
-        return url
-    host = parts.hostname or ""
-    netloc = f"{host}:{parts.port}" if parts.port else host
-    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
-
-
 def _no_duplicate_keys(pairs: list) -> dict:
-    keys = [k for k, _ in pairs]
-    if len(set(keys)) != len(keys):
-        raise ValueError(f"duplicate key {next(k for k in keys if keys.count(k) > 1)!r}")
+    """The object, unless a key repeats (JSON parsers disagree on which one wins). Linear: a
+    set of the keys seen, not a count of each (a 468 KB object took minutes that way)."""
+    seen: set = set()
+    for key, _ in pairs:
+        if key in seen:
+            raise ValueError(f"duplicate key {key[:60]!r}")
+        seen.add(key)
     return dict(pairs)
 
 
@@ -61,13 +58,13 @@ def _no_constants(name: str):
 
 
 def parse_redistrib(data: bytes, url: str, label: str | None = None) -> list[Release]:
-    """Every cuDNN archive a manifest lists (all platforms), or ManifestDamaged.
+    """Every cuDNN archive a manifest lists (all platforms, both flavours), or ManifestDamaged.
 
     `url` is where the manifest was read (it names the source of each release); `label`, when
     given, is the X.Y.Z the file name promised, and the manifest must say the same.
     """
-    where = _display(url)
-    name = urllib.parse.urlsplit(where).path.rsplit("/", 1)[-1] or where
+    where = redact(url)
+    name = where.split("?", 1)[0].split("#", 1)[0].rsplit("/", 1)[-1] or where
 
     def damaged(why: str) -> ManifestDamaged:
         return ManifestDamaged(f"{name} from {where}: {why}",
@@ -82,11 +79,6 @@ def parse_redistrib(data: bytes, url: str, label: str | None = None) -> list[Rel
         raise damaged(f"not valid JSON ({str(exc)[:120]})") from None
     if not isinstance(doc, dict):
         raise damaged("not a JSON object")
-    release_label = doc.get("release_label")
-    if not isinstance(release_label, str) or not _LABEL.match(release_label):
-        raise damaged(f"release_label {release_label!r:.40} is not X.Y.Z")
-    if label is not None and release_label != label:
-        raise damaged(f"release_label {release_label} where {label} was asked for")
     if doc.get("release_product", "cudnn") != "cudnn":
         raise damaged(f"release_product is {doc['release_product']!r:.40}, not cudnn")
     component = doc.get("cudnn")
@@ -95,31 +87,78 @@ def parse_redistrib(data: bytes, url: str, label: str | None = None) -> list[Rel
     version = component.get("version")
     if not isinstance(version, str) or not _FULL_VERSION.match(version):
         raise damaged(f"cudnn version {version!r:.40} is not X.Y.Z.B")
+    # NVIDIA's manifests before 9.x's tree (redistrib_8.5.0.96.json) carry no release_label:
+    # the release is then the one the version names.
+    release_label = doc.get("release_label", redist.manifest_label(version))
+    if not isinstance(release_label, str) or not _LABEL.match(release_label):
+        raise damaged(f"release_label {release_label!r:.40} is not X.Y.Z")
+    if label is not None and release_label != label:
+        raise damaged(f"release_label {release_label} where {label} was asked for")
     if redist.manifest_label(version) != release_label:
         raise damaged(f"cudnn {version} in the manifest of release {release_label}")
-    _check_variant_list(component.get("cuda_variant", []), damaged)
 
     source = f"{name} at {where}"
+    out: list[Release] = []
+    for flavour in redist.FLAVOURS:
+        part = doc.get(flavour)
+        if part is None and flavour != "cudnn":
+            continue
+        if not isinstance(part, dict):
+            raise damaged(f"`{flavour}` is not an object")
+        if part.get("version") != version:
+            raise damaged(f"{flavour} version {part.get('version')!r:.40} is not the release's "
+                          f"{version}")
+        out += _component(part, flavour, version, source, damaged)
+        if len(out) > MAX_ENTRIES:
+            raise damaged(f"more than {MAX_ENTRIES} archives")
+    names = [r.file_name for r in out]
+    if len(set(names)) != len(names):
+        raise damaged(f"{next(n for n in names if names.count(n) > 1)!r:.120} is listed twice")
+    if not any(r.flavour == "cudnn" for r in out):
+        raise damaged("lists no cudnn archive")
+    return out
+
+
+def _component(component: dict, flavour: str, version: str, source: str,
+               damaged) -> list[Release]:
+    """The archives of one component (`cudnn`, `cudnn_jit`)."""
+    _check_variant_list(component.get("cuda_variant", []), damaged)
     out: list[Release] = []
     for key, value in component.items():
         if key == "cuda_variant":
             continue
         if key in _METADATA:
             if not isinstance(value, str):
-                raise damaged(f"cudnn.{key} is not a string")
+                raise damaged(f"{flavour}.{key} is not a string")
             continue
         if not isinstance(key, str) or not _PLATFORM.match(key):
-            raise damaged(f"unexpected key cudnn.{key!r:.40}")
+            raise damaged(f"unexpected key {flavour}.{key!r:.40}")
         if not isinstance(value, dict) or not value:
-            raise damaged(f"cudnn.{key} is not an object of archives")
-        entries = [(None, value)] if "relative_path" in value else list(value.items())
-        for variant, artifact in entries:
-            out.append(_artifact(version, key, variant, artifact, source, damaged))
+            raise damaged(f"{flavour}.{key} is not an object of archives")
+        for variant, artifact in _platform_entries(value, f"{flavour}.{key}", damaged):
+            out.append(_artifact(version, flavour, key, variant, artifact, source, damaged))
             if len(out) > MAX_ENTRIES:
                 raise damaged(f"more than {MAX_ENTRIES} archives")
-    if not out:
-        raise damaged("lists no cudnn archive")
     return out
+
+
+def _platform_entries(value: dict, where: str, damaged) -> list[tuple[str | None, dict]]:
+    """A platform object's archives as (variant key or None, artifact).
+
+    NVIDIA writes a platform either as one archive (`{"relative_path": …, "sha256": …}`, as in
+    8.x's manifests) or as one archive per CUDA variant (`{"cuda12": {…}, "cuda13": {…}}`),
+    and newer manifests mix the two in one object (9.27.0's windows-arm64: a `cuda13` variant
+    and, beside it, a direct archive built for CUDA 13.4). Every archive is kept: the direct
+    one's variant comes from its file name."""
+    direct = {k: v for k, v in value.items() if k in _ARTIFACT_KEYS}
+    entries: list[tuple[str | None, dict]] = [(None, direct)] if direct else []
+    for key, artifact in value.items():
+        if key in _ARTIFACT_KEYS:
+            continue
+        if not isinstance(key, str) or not _VARIANT_KEY.match(key):
+            raise damaged(f"{where}: {key!r:.40} is not a CUDA variant")
+        entries.append((key, artifact))
+    return entries
 
 
 def _check_variant_list(value, damaged) -> None:
@@ -128,13 +167,14 @@ def _check_variant_list(value, damaged) -> None:
         raise damaged(f"cuda_variant {value!r:.60} is not a list of CUDA versions")
 
 
-def _artifact(version: str, platform: str, variant: str | None, artifact, source: str,
-              damaged) -> Release:
-    where = f"cudnn.{platform}" + (f".{variant}" if variant else "")
-    if variant is not None and (not isinstance(variant, str) or not _VARIANT_KEY.match(variant)):
-        raise damaged(f"cudnn.{platform}: {variant!r:.40} is not a CUDA variant")
+def _artifact(version: str, flavour: str, platform: str, variant: str | None, artifact,
+              source: str, damaged) -> Release:
+    where = f"{flavour}.{platform}" + (f".{variant}" if variant else "")
     if not isinstance(artifact, dict):
         raise damaged(f"{where} is not an object")
+    unknown = set(artifact) - set(_ARTIFACT_KEYS)
+    if unknown:
+        raise damaged(f"{where}: unexpected key {sorted(unknown)[0]!r:.40}")
     rel = artifact.get("relative_path")
     if not isinstance(rel, str) or len(rel) > 300:
         raise damaged(f"{where}.relative_path is missing or too long")
@@ -145,14 +185,15 @@ def _artifact(version: str, platform: str, variant: str | None, artifact, source
     file_name = rel.rsplit("/", 1)[-1]
     repacked = _repacked_from(artifact.get("repacked_from"), where, damaged)
     # NVIDIA's name; an archive repacked from a wheel (cudnn-setup mirror) says so in its own
-    suffix = r"-repack\.tar\.gz" if repacked else r"-archive(\.tar\.xz|\.tar\.gz|\.tgz|\.zip)"
-    m = re.fullmatch(rf"cudnn-{re.escape(platform)}-{re.escape(version)}_(cuda\d{{1,2}}(?:\.\d{{1,2}})?)"
-                     + suffix, file_name)
+    ext = r"\.zip" if platform.startswith("windows-") else r"\.tar\.xz"
+    suffix = r"-repack\.tar\.gz" if repacked else rf"-archive{ext}"
+    m = re.fullmatch(rf"{flavour}-{re.escape(platform)}-{re.escape(version)}_"
+                     r"(cuda\d{1,2}(?:\.\d{1,2})?)" + suffix, file_name)
     if not m or (variant is not None and m[1] != variant):
-        raise damaged(f"{where}: {file_name!r:.120} is not NVIDIA's name for cuDNN {version} "
+        raise damaged(f"{where}: {file_name!r:.120} is not NVIDIA's name for {flavour} {version} "
                       f"{platform} {variant or ''}".rstrip())
-    if rel != redist.mirror_path(platform, file_name):
-        raise damaged(f"{where}: {rel!r:.120} is not in cudnn/{platform}/")
+    if rel != redist.mirror_path(platform, file_name, flavour):
+        raise damaged(f"{where}: {rel!r:.120} is not in {flavour}/{platform}/")
     sha256 = artifact.get("sha256")
     if not isinstance(sha256, str) or not redist.HEX64.match(sha256.lower()):
         raise damaged(f"{where}.sha256 is not 64 hex digits")
@@ -167,7 +208,7 @@ def _artifact(version: str, platform: str, variant: str | None, artifact, source
                       f"{MAX_ARCHIVE}")
     return Release(version=version, cuda_variant=m[1], platform=platform, file_name=file_name,
                    relative_path=rel, sha256=sha256.lower(), md5=md5.lower() if md5 else None,
-                   size=size, source=source, repacked_from=repacked)
+                   size=size, source=source, repacked_from=repacked, flavour=flavour)
 
 
 _WHEEL = re.compile(r"^nvidia_cudnn_cu\d{1,2}-[0-9A-Za-z.+!_]{1,60}-[A-Za-z0-9._-]{1,200}\.whl$")

@@ -1,21 +1,30 @@
 """Small reads from a redist tree (NVIDIA's or a mirror of it): the manifests, the index page
-that lists them, and whether an archive is there. http(s) goes through a requests session like
-the Downloader's (proxies and ~/.netrc from the environment, the user's --header lines); a
-`file://` tree is read from disk, so a mirror on a shared filesystem needs no server.
+that lists them, and whether an archive is there. http(s) goes through the command's
+`fetch.http.Client` (one redirect policy, one waiting budget, proxies and ~/.netrc from the
+caller's environment, the user's --header lines); a `file://` tree is read from disk, so a
+mirror on a shared filesystem needs no server. Every body and file is read with a cap and an
+overall deadline; a FIFO or device in a file:// tree is refused from its type, never opened
+for reading.
 """
 from __future__ import annotations
 
 import os
 import re
+import time
 from typing import Mapping
 
 import requests
+import urllib3
 
 from cudnn_setup.errors import DownloadFailed
-from cudnn_setup.fetch.download import redact
+from cudnn_setup.fetch.http import Client, Stalled, TimedOut, reason, status_error
 from cudnn_setup.fetch.redist import listed_labels, local_path
+from cudnn_setup.text import show_path
+from cudnn_setup.untrusted import NotRegular, read_regular, regular_size
+from cudnn_setup.urls import redact
 
 INDEX_LIMIT = 4 << 20  # an index page listing a few hundred files
+READ_DEADLINE = 60.0  # seconds for one small file, however its server trickles it
 _MANIFEST_NAME = re.compile(r"^redistrib_(\d{1,4}\.\d{1,4}\.\d{1,6})\.json$")
 
 
@@ -29,11 +38,12 @@ class Reader:
 
     def __init__(self, session: requests.Session | None = None,
                  headers: Mapping[str, str] | None = None,
-                 timeout: tuple[float, float] = (10.0, 30.0)):
-        self.session = session or requests.Session()
-        self.headers = dict(headers or {})
-        self.timeout = timeout
-        self.requests_made = 0
+                 timeout: tuple[float, float] = (10.0, 30.0), client: Client | None = None):
+        self.client = client or Client(headers, session=session, timeout=timeout)
+
+    @property
+    def requests_made(self) -> int:
+        return self.client.requests_made
 
     # --- the three questions a tree is asked ---------------------------------------------------
 
@@ -45,7 +55,7 @@ class Reader:
             try:
                 names = os.listdir(path)
             except OSError as exc:
-                raise DownloadFailed(f"cannot list the mirror directory {path}: "
+                raise DownloadFailed(f"cannot list the mirror directory {show_path(path)}: "
                                      f"{exc.strerror or exc}",
                                      "check the mirror path (--mirror, CUDNN_SETUP_MIRROR or the "
                                      "config file)") from None
@@ -57,7 +67,7 @@ class Reader:
         page = self._get(base, INDEX_LIMIT, absent=range(400, 500))
         if page is None:
             return None
-        return listed_labels(page.decode("utf-8", "replace")) or None
+        return listed_labels(page[:INDEX_LIMIT].decode("utf-8", "replace")) or None
 
     def read(self, url: str, limit: int) -> bytes | None:
         """The file's bytes (at most limit + 1, so the caller can tell it was too large), or
@@ -66,12 +76,16 @@ class Reader:
         if path is None:
             return self._get(url, limit, absent=(404, 410))
         try:
-            with open(path, "rb") as f:
-                return f.read(limit + 1)
+            return read_regular(path, limit + 1)
         except (FileNotFoundError, NotADirectoryError):
             return None
+        except NotRegular as exc:
+            raise DownloadFailed(f"{show_path(path)} in the mirror is {exc.what}, not "
+                                 "a file; not opened",
+                                 "a mirror holds plain files: replace it with the manifest "
+                                 "NVIDIA publishes", code="manifest-damaged") from None
         except OSError as exc:
-            raise DownloadFailed(f"cannot read {path}: {exc.strerror or exc}",
+            raise DownloadFailed(f"cannot read {show_path(path)}: {exc.strerror or exc}",
                                  "check the mirror's permissions") from None
 
     def exists(self, url: str) -> bool:
@@ -79,24 +93,28 @@ class Reader:
         every server that can serve the download answers it the same way, body unread."""
         path = local_path(url)
         if path is not None:
-            return path.is_file()
+            try:
+                regular_size(path)
+                return True
+            except OSError:
+                return False
         response = self._request(url, {"Range": "bytes=0-0"})
         with response:
             if response.status_code in (200, 206):
                 return True
             if response.status_code in (404, 410, 416):
                 return False
-            raise self._status_error(url, response.status_code)
+            raise status_error(url, response.status_code)
 
     # --- http ----------------------------------------------------------------------------------
 
     def _request(self, url: str, headers: Mapping[str, str]) -> requests.Response:
-        self.requests_made += 1
         try:
-            return self.session.get(url, headers={**self.headers, **headers}, stream=True,
-                                    timeout=self.timeout, allow_redirects=True)
+            return self.client.request("GET", url, headers)
+        except Stalled as exc:
+            raise TimedOut(f"{redact(url)}: {exc}", "check the mirror and the network") from None
         except requests.RequestException as exc:
-            raise DownloadFailed(f"cannot reach {redact(url)}: {_reason(exc)}",
+            raise DownloadFailed(f"cannot reach {redact(url)}: {reason(exc, url)}",
                                  "check the mirror URL and the network (proxy settings come "
                                  "from the environment)") from None
 
@@ -106,31 +124,14 @@ class Reader:
             if response.status_code in absent:
                 return None
             if response.status_code != 200:
-                raise self._status_error(url, response.status_code)
-            data = bytearray()
+                raise status_error(url, response.status_code, "check the mirror and run again")
             try:
-                for chunk in response.iter_content(64 << 10):
-                    data += chunk
-                    if len(data) > limit:
-                        break
-            except requests.RequestException as exc:
-                raise DownloadFailed(f"reading {redact(url)} failed: {_reason(exc)}",
+                return self.client.read_body(response, url, limit,
+                                             deadline=time.monotonic() + READ_DEADLINE)
+            except Stalled as exc:
+                raise TimedOut(f"reading {redact(url)}: {exc}",
+                               "check the mirror and the network") from None
+            except (requests.RequestException, urllib3.exceptions.HTTPError,
+                    ConnectionError) as exc:
+                raise DownloadFailed(f"reading {redact(url)} failed: {reason(exc, url)}",
                                      "run again") from None
-            return bytes(data[:limit + 1])
-
-    @staticmethod
-    def _status_error(url: str, status: int) -> DownloadFailed:
-        if status in (401, 403):
-            return DownloadFailed(f"{redact(url)} answered {status}",
-                                  "give credentials in ~/.netrc or with --header "
-                                  "'Authorization: …'")
-        return DownloadFailed(f"{redact(url)} answered {status}", "check the mirror and run again")
-
-
-def _reason(exc: Exception) -> str:
-    text = str(exc)
-    for marker in ("Name or service not known", "Temporary failure in name resolution",
-                   "Connection refused", "timed out"):
-        if marker in text:
-            return marker.lower()
-    return f"{type(exc).__name__}: {text[:160]}"

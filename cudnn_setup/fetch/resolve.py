@@ -27,17 +27,18 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Iterable, Protocol
+from typing import Iterable, Protocol, Sequence
 
 from packaging.version import Version
 
 from cudnn_setup.errors import DownloadFailed
 from cudnn_setup.fetch import known_releases, redist
-from cudnn_setup.fetch.download import redact
 from cudnn_setup.fetch.candidates import (
-    Release, UnknownVersion, VersionRequest, merge, nearest_versions, select,
+    Release, UnknownVersion, VersionRequest, installable, merge, nearest_versions,
+    platform_order, select,
 )
 from cudnn_setup.fetch.redistrib_json import MAX_BYTES, parse_redistrib
+from cudnn_setup.urls import redact
 
 TABLE = "known table"  # Release.source of the table's entries
 MAX_MANIFESTS = 64  # read at most this many manifests for one answer
@@ -105,32 +106,37 @@ def _label_matches(request: VersionRequest, label: str) -> bool:
     return VersionRequest(request.release[:3]).matches(label)
 
 
-def _fits(releases: Iterable[Release], platform: str, cuda_version: str) -> bool:
-    return any(r.platform == platform and redist.variant_fits(r.cuda_variant, cuda_version)
-               for r in releases)
+def _fits(releases: Iterable[Release], platforms: tuple[str, ...], cuda_version: str) -> bool:
+    return any(r.platform in platforms and redist.variant_fits(r.cuda_variant, cuda_version)
+               for r in installable(releases))
 
 
-def ranked(request: VersionRequest, releases: Iterable[Release], platform: str,
+def ranked(request: VersionRequest, releases: Iterable[Release], platform: str | Sequence[str],
            cuda_version: str) -> list[Release]:
-    """Every release `select` could choose, best first: newest version, and within one version
-    the variants in pick_variant's order (so ranked(...)[0] is select's answer)."""
-    fitting = [r for r in releases if request.matches(r.version) and r.platform == platform
-               and redist.variant_fits(r.cuda_variant, cuda_version)]
+    """Every release `select` could choose, best first: newest version, within one version the
+    platforms in the order given (a Jetson: linux-aarch64, then linux-sbsa), and within one
+    platform the variants in pick_variant's order (so ranked(...)[0] is select's answer)."""
+    order = platform_order(platform)
+    fitting = [r for r in installable(releases) if request.matches(r.version)
+               and r.platform in order and redist.variant_fits(r.cuda_variant, cuda_version)]
     out: list[Release] = []
     for version in sorted({Version(r.version) for r in fitting}, reverse=True):
-        same = [r for r in fitting if Version(r.version) == version]
-        while same:
-            variant = redist.pick_variant([r.cuda_variant for r in same], cuda_version)
-            best = next(r for r in same if r.cuda_variant == variant)
-            out.append(best)
-            same.remove(best)
+        for on in order:
+            same = [r for r in fitting if Version(r.version) == version and r.platform == on]
+            while same:
+                variant = redist.pick_variant([r.cuda_variant for r in same], cuda_version)
+                best = next(r for r in same if r.cuda_variant == variant)
+                out.append(best)
+                same.remove(best)
     return out
 
 
-def resolve(request: VersionRequest, tree: Tree, platform: str, cuda_version: str,
-            table: Iterable[Release] | None = None) -> Choice:
-    """The archive to install for `request` on this platform and CUDA: UnknownVersion (exit 2),
-    NoVariant (exit 3), ManifestDamaged or NotOnMirror (exit 6) otherwise."""
+def resolve(request: VersionRequest, tree: Tree, platform: str | Sequence[str],
+            cuda_version: str, table: Iterable[Release] | None = None) -> Choice:
+    """The archive to install for `request` on this platform (or these, best first) and CUDA:
+    UnknownVersion (exit 2), NoVariant (exit 3), ManifestDamaged or NotOnMirror (exit 6)
+    otherwise."""
+    order = platform_order(platform)
     table = known_releases.releases() if table is None else tuple(table)
     listed = tree.reader.labels(tree.url) or []
     labels = [l for l in listed if _label_matches(request, l)]
@@ -147,16 +153,21 @@ def resolve(request: VersionRequest, tree: Tree, platform: str, cuda_version: st
             continue
         read.append(label)
         published += got
-        if _fits((r for r in got if request.matches(r.version)), platform, cuda_version):
+        if _fits((r for r in got if request.matches(r.version)), order, cuda_version):
             break
     releases = merge(table, published)
     if not any(request.matches(r.version) for r in releases):
-        # the nearest may sit in manifests not read: their labels count too
-        near = nearest_versions(request, {r.version for r in releases} | set(listed))
+        # Versions only (a manifest's label, 9.1.0, is not what anything installs): the mirror's
+        # releases nearest the request may sit in manifests not read yet, so the few whose
+        # labels are nearest are read for their versions.
+        versions = {r.version for r in releases}
+        for label in nearest_versions(request, set(listed) - set(read)):
+            versions |= {r.version for r in tree.manifest(label) or []}
+        near = nearest_versions(request, versions)
         raise UnknownVersion(f"no published cuDNN matches {request}",
                              f"nearest versions: {', '.join(near)}" if near else "")
-    select(request, releases, platform, cuda_version)  # the refusal of a missing variant
-    candidates = ranked(request, releases, platform, cuda_version)
+    select(request, releases, order, cuda_version)  # the refusal of a missing variant
+    candidates = ranked(request, releases, order, cuda_version)
     vouched = [r for r in candidates if r.source != TABLE]
     if tree.nvidia or vouched:
         best = candidates[0] if tree.nvidia else vouched[0]
@@ -167,7 +178,7 @@ def resolve(request: VersionRequest, tree: Tree, platform: str, cuda_version: st
             return Choice(release, url, tuple(read), probes)
     asked = ", ".join(r.file_name for r in candidates[:3])
     raise NotOnMirror(
-        f"the mirror {redact(tree.url)} has no archive of cuDNN {request} for {platform} and CUDA "
+        f"the mirror {redact(tree.url)} has no archive of cuDNN {request} for {' or '.join(order)} and CUDA "
         f"{cuda_version} (asked for the {min(len(candidates), MAX_PROBES)} newest: {asked}…)",
         "ask for the exact version the mirror holds (e.g. 9.5.1), copy the archive into "
         "cudnn/<platform>/ under NVIDIA's name, or add NVIDIA's redistrib_<X.Y.Z>.json")
@@ -188,8 +199,9 @@ def resolve_name(name: str, tree: Tree, table: Iterable[Release] | None = None) 
     return None if release is None else Choice(release, tree.archive_url(release), read, 0)
 
 
-def catalog(tree: Tree, platform: str, table: Iterable[Release] | None = None) -> Catalog:
-    """Every release the tree offers for this platform, newest first. For NVIDIA's tree: the
+def catalog(tree: Tree, platform: str | Sequence[str],
+            table: Iterable[Release] | None = None) -> Catalog:
+    """Every release the tree offers for this platform (or these), newest first. For NVIDIA's tree: the
     table, plus the manifests of releases the table does not know yet. For a mirror: what its
     manifests list; the table when it lists none (then whether each archive is on the mirror
     is not asked: that is one request per release)."""
@@ -215,4 +227,5 @@ def catalog(tree: Tree, platform: str, table: Iterable[Release] | None = None) -
         else:
             notes.append(f"the mirror {redact(tree.url)} lists no redistrib_*.json: these are "
                          "the known table's releases, not checked one by one against the mirror")
-    return Catalog([r for r in releases if r.platform == platform], tuple(read), tuple(notes))
+    order = platform_order(platform)
+    return Catalog([r for r in releases if r.platform in order], tuple(read), tuple(notes))

@@ -5,8 +5,8 @@
                                                     onnxruntime, cupy), make it load cuDNN, report
     python frameworks.py --library PATH             cudnnGetVersion() of one libcudnn file
 
-Run by file path under any Python from 3.8 on, standard library only. It prints exactly one JSON
-line on stdout and exits 0, whatever the framework does short of killing the process; one
+Run by file path under any Python from 3.8 on, standard library only. It reads the run's key
+from stdin first (probes/answer.py), then prints exactly one JSON line on stdout and exits 0, whatever the framework does short of killing the process; one
 framework per process, so one that aborts hides no other. While the framework runs, its output
 (fd 1 and 2, C code included) goes to the --log file, else to stderr, so nothing it prints can
 be mistaken for the answer. Reading ELF files and judging the result is the caller's job.
@@ -14,7 +14,6 @@ be mistaken for the answer. Reading ELF files and judging the result is the call
 import ctypes
 import importlib
 import importlib.util
-import json
 import os
 import re
 import sys
@@ -447,6 +446,10 @@ def main(argv):
 
 
 def run():
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # even under PYTHONSAFEPATH
+    from answer import line as answer_line, take_key
+
+    key = take_key()  # before any framework is imported: nothing it runs can read the key
     argv = sys.argv[1:]
     log = argv[argv.index("--log") + 1] if "--log" in argv[:-1] else None
     stdout = os.dup(1)
@@ -467,9 +470,9 @@ def run():
         sys.stderr.flush()
     except Exception:
         pass
-    line = json.dumps(answer, default=text, ensure_ascii=True, separators=(",", ":"))
+    line = answer_line(key, answer, default=text, ensure_ascii=True, separators=(",", ":"))
     os.dup2(stdout, 1)
-    data = memoryview(line.encode("ascii") + b"\n")
+    data = memoryview(line)
     while data:
         data = data[os.write(1, data):]
     # No interpreter teardown: framework destructors (CUDA contexts, thread pools) can hang or

@@ -1,10 +1,10 @@
-"""Load a libcudnn and ask it its versions: `python -m cudnn_setup.probes.load LIB`."""
+"""Load a libcudnn and ask it its versions: `python load.py LIB` (the run's key on stdin)."""
 import ctypes
-import json
+import os
 import sys
 
 
-def main(path: str) -> None:
+def main(path: str) -> dict:
     out = {"path": path}
     lib = ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
     for name in ("cudnnGetVersion", "cudnnGetCudartVersion"):
@@ -15,8 +15,11 @@ def main(path: str) -> None:
         fn.restype = ctypes.c_size_t
         fn.argtypes = []
         out[name] = int(fn())
-    print(json.dumps(out), flush=True)
+    return out
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # even under PYTHONSAFEPATH
+    from answer import emit
+
+    emit(lambda: main(sys.argv[1]))

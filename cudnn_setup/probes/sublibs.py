@@ -173,7 +173,7 @@ def start_child(work, timeout=CHILD_TIMEOUT):
 def collect(started):
     """The dict a child started by start_child() sent, or how it died."""
     pid, rfd, deadline, timeout = started
-    chunks = []
+    chunks, status = [], None
     while True:
         left = deadline - time.monotonic()
         if left <= 0:
@@ -181,15 +181,23 @@ def collect(started):
             os.waitpid(pid, 0)
             os.close(rfd)
             return {"error": f"did not finish in {timeout:.0f} s"}
-        ready, _, _ = select.select([rfd], [], [], left)
+        ready, _, _ = select.select([rfd], [], [], min(left, 0.05))
         if ready:
             chunk = os.read(rfd, 65536)
             if not chunk:
                 break
             if sum(map(len, chunks)) < MAX_REPLY:
                 chunks.append(chunk)
+            continue
+        # Nothing to read: once the child has exited, all it wrote has been read; a daemon a
+        # library's constructor started may hold the pipe open for ever, so no EOF is awaited.
+        done, waited = os.waitpid(pid, os.WNOHANG)
+        if done:
+            status = waited
+            break
     os.close(rfd)
-    _, status = os.waitpid(pid, 0)
+    if status is None:
+        _, status = os.waitpid(pid, 0)
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
         try:

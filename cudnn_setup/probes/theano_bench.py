@@ -3,7 +3,7 @@
 Run twice by `cudnn-setup bench`: with optimizer_including=cudnn and with
 optimizer_excluding=cudnn (set through THEANO_FLAGS). Prints one JSON line.
 """
-import json
+import os
 import sys
 import time
 
@@ -55,7 +55,7 @@ def main(steps):
     mlp_step = theano.function([m, y], mcost, updates=sgd(theano, T, [v1, v2, v3], mcost))
     mdata = (rng.randn(100, 784).astype(fx), data[1])
     mlp_s = timed(mlp_step, mdata, steps)
-    print(json.dumps({
+    return {
         "theano_version": theano.__version__, "device": theano.config.device,
         "optimizer_including": theano.config.optimizer_including,
         "optimizer_excluding": theano.config.optimizer_excluding,
@@ -63,8 +63,11 @@ def main(steps):
         "uses_cudnn": any(o.startswith("GpuDnn") for o in ops),
         "conv_step_s": conv_s, "conv_compile_s": conv_compile, "mlp_step_s": mlp_s,
         "steps": steps,
-    }), flush=True)
+    }
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else STEPS)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # even under PYTHONSAFEPATH
+    from answer import emit
+
+    emit(lambda: main(int(sys.argv[1]) if len(sys.argv) > 1 else STEPS))

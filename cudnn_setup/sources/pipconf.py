@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Mapping
 
 from cudnn_setup.errors import UsageError
+from cudnn_setup.urls import redact
 from cudnn_setup.text import escape
 
 PYPI = "https://pypi.org/simple"
@@ -35,8 +36,6 @@ class IndexConfig:
     files: tuple[str, ...] = field(default=())  # configuration files read
 
     def shown(self) -> list[dict]:
-        from cudnn_setup.fetch.download import redact  # requests: only where an index is read
-
         return [{"url": redact(u), "set_by": o} for u, o in zip(self.urls, self.origins)]
 
 
@@ -132,8 +131,6 @@ def index_config(env: Mapping[str, str], home: Path, index_url: str | None = Non
     for url, origin in [(index, index_from), *extra]:
         url = url.rstrip("/") + "/"
         if not url.lower().startswith(("http://", "https://", "file://")):
-            from cudnn_setup.fetch.download import redact
-
             raise UsageError(f"the package index {escape(redact(url) if '://' in url else url)} "
                              f"({origin}) is not an http(s) or file:// URL",
                              "give the index's simple/ URL, e.g. https://pypi.org/simple")

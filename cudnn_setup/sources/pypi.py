@@ -11,23 +11,29 @@ by their full version. Credentials come from the index URL or ~/.netrc and are n
 from __future__ import annotations
 
 import os
+import time
 import urllib.parse
 from typing import Sequence
 
 import requests
+import urllib3
 
 from cudnn_setup.archive.wheel import parse_name
 from cudnn_setup.errors import ArchiveRejected, DownloadFailed
 from cudnn_setup.fetch import redist
 from cudnn_setup.fetch.candidates import UnknownVersion, VersionRequest, nearest_versions
 from cudnn_setup.fetch.checksums import Expected, mismatch
-from cudnn_setup.fetch.download import Downloader, redact
+from cudnn_setup.fetch.download import Downloader
+from cudnn_setup.fetch.http import Stalled, TimedOut
 from cudnn_setup.fetch.redist import NoVariant, local_path
+from cudnn_setup.fetch.remote import READ_DEADLINE
 from cudnn_setup.sources import simple_api
 from cudnn_setup.sources.base import (PYPI, WHEEL, Catalog, Fetch, Obtained, Offer, Provenance,
                                       Source, ordered)
 from cudnn_setup.sources.pipconf import IndexConfig
 from cudnn_setup.text import escape
+from cudnn_setup.untrusted import read_regular
+from cudnn_setup.urls import redact
 
 
 def project_name(cuda_major: int) -> str:
@@ -67,9 +73,8 @@ class PypiIndex(Source):
             return self.pages[url]
         path = local_path(url)
         if path is not None:  # a file:// index: <dir>/<project>/index.html, as pip reads it
-            try:
-                with open(path / "index.html", "rb") as f:
-                    data = f.read(simple_api.MAX_PAGE_BYTES + 1)
+            try:  # a FIFO there is refused from its type, never opened
+                data = read_regular(path / "index.html", simple_api.MAX_PAGE_BYTES + 1)
             except (FileNotFoundError, NotADirectoryError):
                 files = None
             except OSError as exc:
@@ -83,8 +88,12 @@ class PypiIndex(Source):
         return files
 
     def _get(self, url: str) -> list[simple_api.IndexFile] | None:
+        client = self.downloader.client  # the command's redirect policy and waiting budget
         try:
-            response = self.downloader._request("GET", url, {"Accept": simple_api.ACCEPT})
+            response = client.request("GET", url, {"Accept": simple_api.ACCEPT})
+        except Stalled as exc:
+            raise TimedOut(f"the package index {redact(url)}: {exc}",
+                           "check the index and the network") from None
         except requests.RequestException as exc:
             raise DownloadFailed(f"cannot reach the package index {redact(url)}: "
                                  f"{type(exc).__name__}",
@@ -100,13 +109,14 @@ class PypiIndex(Source):
             if response.status_code != 200:
                 raise DownloadFailed(f"the package index {redact(url)} answered "
                                      f"{response.status_code}", "check the index and run again")
-            data = bytearray()
             try:
-                for chunk in response.iter_content(1 << 16):
-                    data += chunk
-                    if len(data) > simple_api.MAX_PAGE_BYTES:
-                        break
-            except requests.RequestException as exc:
+                data = client.read_body(response, url, simple_api.MAX_PAGE_BYTES,
+                                        deadline=time.monotonic() + READ_DEADLINE)
+            except Stalled as exc:
+                raise TimedOut(f"reading {redact(url)}: {exc}",
+                               "check the index and the network") from None
+            except (requests.RequestException, urllib3.exceptions.HTTPError,
+                    ConnectionError) as exc:
                 raise DownloadFailed(f"reading {redact(url)} failed: {type(exc).__name__}",
                                      "run again") from None
             return simple_api.parse_page(bytes(data), response.headers.get("Content-Type", ""),
@@ -138,7 +148,7 @@ class PypiIndex(Source):
         ranks = [self.tags.index(t) for t in wheel.platform_tags if t in self.tags]
         if not ranks:
             return None
-        checksum_from = (f"sha256 the package index {redact(index)} publishes for the file"
+        checksum_from = (f"the package index {redact(index)}, which publishes it for the file"
                          if f.sha256 else None)
         return Offer(version=str(wheel.version), cuda_variant=f"cuda{wheel.cuda_major}",
                      platform=platform, file_name=f.filename,
@@ -205,6 +215,39 @@ class PypiIndex(Source):
         raise UnknownVersion(f"no {project} wheel matches {request} on {where}",
                              f"nearest versions: {', '.join(near)}" if near else
                              "check the index (--index-url, PIP_INDEX_URL, pip.conf)")
+
+    def pick_dependency(self, requirement, platform: str) -> Offer:
+        """The newest final wheel of a requirement the cuDNN wheel declares (nvidia-cublas-cu12
+        >=…) for this machine's platform tags, with the sha256 the index publishes."""
+        from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+
+        project = canonicalize_name(requirement.name)
+        files, notes = self._files(project)
+        best: tuple | None = None
+        for index, f in files:
+            try:
+                dist, version, _, tags = parse_wheel_filename(f.filename)
+            except InvalidWheelFilename:
+                continue
+            if dist != project or version.is_prerelease or f.yanked \
+                    or not requirement.specifier.contains(version):
+                continue
+            ranks = [self.tags.index(t.platform) for t in tags if t.platform in self.tags]
+            if not ranks:
+                continue
+            key = (version, -min(ranks))
+            if best is None or key > best[0]:
+                best = (key, index, f, version)
+        if best is None:
+            raise UnknownVersion(f"no wheel of {requirement} for this machine on {self.where}",
+                                 "; ".join(notes) or "check the index")
+        _, index, f, version = best
+        return Offer(version=str(version), cuda_variant="", platform=platform,
+                     file_name=f.filename, url=with_index_credentials(index, f.url),
+                     sha256=f.sha256, checksum_from=(
+                         f"the package index {redact(index)}, which publishes it for the file"
+                         if f.sha256 else None), format=WHEEL, size=f.size,
+                     details={"index": redact(index), "project": project})
 
     def obtain(self, offer: Offer, fetch: Fetch, sha256: str | None = None) -> Obtained:
         if offer.sha256 is None and sha256 is None:

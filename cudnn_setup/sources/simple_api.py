@@ -16,7 +16,7 @@ import urllib.parse
 from dataclasses import dataclass
 
 from cudnn_setup.errors import DownloadFailed
-from cudnn_setup.fetch.download import redact
+from cudnn_setup.urls import redact
 
 JSON_TYPE = "application/vnd.pypi.simple.v1+json"
 HTML_TYPES = ("application/vnd.pypi.simple.v1+html", "text/html")

@@ -7,19 +7,25 @@ offers and obtains the chosen archive.
 """
 from __future__ import annotations
 
+from typing import Sequence
+
+from cudnn_setup.errors import ArchiveRejected
 from cudnn_setup.fetch import known_releases, redist
 from cudnn_setup.fetch.candidates import Release, VersionRequest
 from cudnn_setup.fetch.checksums import Expected, mismatch
-from cudnn_setup.fetch.download import redact
+from cudnn_setup.fetch.download import size_mismatch
 from cudnn_setup.fetch.resolve import TABLE, Choice, Tree, catalog, resolve, resolve_name
 from cudnn_setup.sources.base import (ARCHIVE, Catalog, Fetch, Obtained, Offer, Provenance,
                                       Source)
+from cudnn_setup.text import show_path
+from cudnn_setup.untrusted import NotRegular, regular_size
+from cudnn_setup.urls import redact
 
 
 def vouched_by(release: Release) -> str:
     """Who vouches for a release's sha256, in words (a repack's is its mirror's, not NVIDIA's)."""
     if release.source == TABLE:
-        return f"known releases table: {known_releases.provenance_line()}"
+        return f"known releases table: {known_releases.provenance_line(release.file_name)}"
     if release.repacked_from:
         return (f"{release.source}, for an archive repacked from {release.repacked_from[0]}: "
                 "the mirror's checksum, not NVIDIA's")
@@ -35,6 +41,7 @@ def offer_of(release: Release, url: str, details: dict | None = None) -> Offer:
                                 "sha256": release.repacked_from[1]}
                  if release.repacked_from else None,
                  details={"relative_path": release.relative_path, "source": release.source,
+                          "flavour": release.flavour, "provenance": list(release.provenance),
                           **(details or {})})
 
 
@@ -51,13 +58,16 @@ class RedistTree(Source):
                         {"manifests_read": list(choice.manifests),
                          "archives_probed": choice.probes})
 
-    def releases(self, platform: str, cuda_version: str | None) -> Catalog:
+    def releases(self, platform: str | Sequence[str], cuda_version: str | None) -> Catalog:
+        """Every release for `platform`, or for each of several (a Jetson's, best first)."""
         found = catalog(self.tree, platform)
         offers = [offer_of(r, self.tree.archive_url(r)) for r in found.releases
                   if cuda_version is None or redist.variant_fits(r.cuda_variant, cuda_version)]
         return Catalog(offers, found.notes, found.manifests)
 
-    def pick(self, request: VersionRequest, platform: str, cuda_version: str) -> Offer:
+    def pick(self, request: VersionRequest, platform: str | Sequence[str],
+             cuda_version: str) -> Offer:
+        """The archive for `request`; several platforms are tried best first, per release."""
         return self._offer(resolve(request, self.tree, platform, cuda_version))
 
     def by_name(self, name: str) -> Offer | None:
@@ -66,7 +76,7 @@ class RedistTree(Source):
         return None if choice is None else self._offer(choice)
 
     def obtain(self, offer: Offer, fetch: Fetch, sha256: str | None = None) -> Obtained:
-        expected = Expected("sha256", offer.sha256, offer.checksum_from)
+        expected = Expected("sha256", offer.sha256, offer.checksum_from, size=offer.size)
         if sha256 is not None and sha256.lower() != offer.sha256:
             raise mismatch(offer.file_name, Expected("sha256", sha256.lower(), "--sha256"),
                            f"{offer.sha256} as published ({offer.checksum_from})")
@@ -74,6 +84,22 @@ class RedistTree(Source):
                                 ARCHIVE, offer.repacked_from)
         local = redist.local_path(offer.url)
         if local is not None:
+            _check_local(local, expected)
             return Obtained(local, expected, provenance)  # checked as it is read
         fetched = fetch(offer.url, expected)
         return Obtained(fetched.path, expected, provenance, fetched)
+
+
+def _check_local(path, expected: Expected) -> None:
+    """An archive in a file:// mirror: a regular file (a FIFO there would hold the reader
+    forever), of the size its manifest gives, judged from its stat before a byte is read."""
+    try:
+        size = regular_size(path)
+    except NotRegular as exc:
+        raise ArchiveRejected(f"{show_path(path)} in the mirror is {exc.what}, not an "
+                              "archive; not opened", "a mirror holds plain files",
+                              code="archive-unreadable") from None
+    except FileNotFoundError:
+        return  # the reader says so, as for any archive path
+    if expected.size and size != expected.size:
+        raise size_mismatch(path.name, expected, size, "in the mirror")

@@ -126,7 +126,14 @@ def _provenance(f: Fields | None) -> dict | None:
     if f is None:
         return None
     repack = f.sub("repacked_from", optional=True)
-    return {
+    deps = []
+    for where, item in f.items("with_deps", optional=True):
+        d = Fields(item, where)
+        deps.append({"wheel": d.text("wheel", pattern=_NAME),
+                     "sha256": d.text("sha256", pattern=SHA256),
+                     "location": d.text("location"),
+                     "checksum_from": d.text("checksum_from", optional=True)})
+    out = {
         "source": f.choice("source", PROVENANCE_SOURCES),
         "location": f.text("location"),
         "checksum_from": f.text("checksum_from", optional=True),
@@ -136,6 +143,9 @@ def _provenance(f: Fields | None) -> dict | None:
             "wheel": repack.text("wheel", pattern=_NAME),
             "sha256": repack.text("sha256", pattern=SHA256)},
     }
+    if "with_deps" in f.data:
+        out["with_deps"] = deps
+    return out
 
 
 @dataclass

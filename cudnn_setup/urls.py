@@ -1,0 +1,140 @@
+"""URLs given by users, config files and servers: judged before use, and shown without secrets.
+
+Every message, error, note or JSON value that shows a URL goes through `redact`, whichever
+layer makes it (mirror settings, manifests, downloads, redirects), so a password or a token in
+the user-info, the query or the fragment never reaches a screen or a log. A URL that does not
+even parse is still redacted, by plain text rules.
+"""
+from __future__ import annotations
+
+import ipaddress
+import re
+from urllib.parse import SplitResult, urlsplit
+
+from cudnn_setup.text import escape
+
+SHOWN = 300  # characters of a URL shown; the rest is elided
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]{0,31}):")
+# A URL inside free text (an exception's words): scheme, then anything up to a space or quote.
+_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]{0,31}://[^\s'\"<>]*")
+_URL_WORD = re.compile(r"(url: ?)(\S+)")  # urllib3's "with url: /path?query"
+_HOST_LABEL = re.compile(r"^[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?$")
+_CONTROL = re.compile(r"[\x00-\x20\x7f-\x9f]")
+
+
+class BadUrl(ValueError):
+    """Why a URL cannot be used, in words fit for a message (the URL itself is not in it)."""
+
+
+def redact(url: str) -> str:
+    """The URL fit to print: no user:password@, the query and fragment shown as `?…` / `#…`,
+    escaped, at most SHOWN characters. Text without `://` (a path) is only escaped."""
+    text = str(url)
+    if "://" not in text:
+        return _cap(escape(text))
+    scheme, _, rest = text.partition("://")
+    end = min((i for i in (rest.find("/"), rest.find("?"), rest.find("#")) if i >= 0),
+              default=len(rest))
+    authority, tail = rest[:end], rest[end:]
+    host = authority.rpartition("@")[2]  # user-info dropped, parsed or not
+    path, query, fragment = tail, "", ""
+    if "#" in path:
+        path, fragment = path.split("#", 1)[0], "#…"
+    if "?" in path:
+        path, query = path.split("?", 1)[0], "?…"
+    return _cap(escape(f"{scheme}://{host}{path}{query}{fragment}"))
+
+
+def _cap(text: str) -> str:
+    return text if len(text) <= SHOWN else text[:SHOWN] + "…"
+
+
+def scrub(text: str, *urls: str) -> str:
+    """Free text (an exception's message, a server's words) with every URL in it redacted, and
+    the secret parts of `urls` (user-info, query, fragment) removed wherever they appear."""
+    text = _IN_TEXT.sub(lambda m: redact(m.group()), str(text))
+    text = _URL_WORD.sub(lambda m: m.group(1) + _without_query(m.group(2)), text)
+    for url in urls:
+        for secret in _secret_parts(url):
+            text = text.replace(secret, "…")
+    return text
+
+
+def _without_query(path: str) -> str:
+    cut = min((i for i in (path.find("?"), path.find("#")) if i >= 0), default=-1)
+    return path if cut < 0 else path[:cut] + "?…"
+
+
+def _secret_parts(url: str) -> list[str]:
+    if "://" not in url:
+        return []
+    rest = url.partition("://")[2]
+    end = min((i for i in (rest.find("/"), rest.find("?"), rest.find("#")) if i >= 0),
+              default=len(rest))
+    parts = []
+    if "@" in rest[:end]:
+        userinfo = rest[:end].rpartition("@")[0]
+        parts += [userinfo] + [p for p in userinfo.split(":") if len(p) >= 3]
+    tail = rest[end:]
+    for mark in ("?", "#"):
+        if mark in tail:
+            secret = tail.split(mark, 1)[1].split("#", 1)[0]
+            if len(secret) >= 3:
+                parts.append(secret)
+    return sorted(parts, key=len, reverse=True)
+
+
+def check(url: str, schemes: tuple[str, ...] = ("http", "https")) -> SplitResult:
+    """The URL split, once it is one this tool can use: a scheme of `schemes`, no spaces or
+    control characters, a host that a resolver could be asked for (http/https), a port in range.
+    BadUrl (a ValueError) otherwise, saying why without repeating the URL."""
+    text = str(url)
+    if _CONTROL.search(text):
+        raise BadUrl("it holds a space or a control character")
+    m = _SCHEME.match(text)
+    if m and m[1].lower() not in schemes:
+        raise BadUrl(f"scheme {m[1].lower()[:16]!r} is not supported (only "
+                     f"{', '.join(schemes)})")
+    if not m or not text[m.end():].startswith("//") and m[1].lower() != "file":
+        raise BadUrl(f"it is not a URL (give {' or '.join(s + '://…' for s in schemes)})")
+    scheme = m[1].lower()
+    try:
+        parts = urlsplit(text)
+        port = parts.port  # raises for a port that is not a number in range
+    except ValueError as exc:  # "Invalid IPv6 URL", "Port out of range 0-65535"…
+        raise BadUrl(_why(str(exc))) from None
+    if scheme == "file":
+        return parts
+    host = parts.hostname
+    if not host:
+        raise BadUrl("it names no host")
+    if port == 0:
+        raise BadUrl("port 0 cannot be connected to")
+    _check_host(host, "[" in parts.netloc)
+    return parts
+
+
+def _why(text: str) -> str:
+    if "IPv6" in text:
+        return "its IPv6 address is not closed with ]"
+    if "Port" in text or "port" in text:
+        return "its port is not a number from 1 to 65535"
+    return "it does not parse"
+
+
+def _check_host(host: str, bracketed: bool) -> None:
+    if bracketed:
+        try:
+            ipaddress.IPv6Address(host.split("%", 1)[0])
+        except ValueError:
+            raise BadUrl("the address in [ ] is not an IPv6 address") from None
+        return
+    if len(host) > 253:
+        raise BadUrl("its host name is longer than 253 characters")
+    try:
+        ascii_host = host.encode("idna").decode("ascii")
+    except UnicodeError:
+        raise BadUrl("its host name is not a valid domain name") from None
+    labels = ascii_host.rstrip(".").split(".")
+    if not all(_HOST_LABEL.match(label) for label in labels):
+        raise BadUrl("its host name is not a valid domain name")

@@ -1,0 +1,455 @@
+"""Children the tool starts, and what the code they load can do to it: real processes, real
+signals, gcc-built libraries whose constructors daemonize, hang, exit or forge the probe's
+answer, FIFOs where libraries should be.
+
+Every child runs in a session of its own, in a scratch directory, and is killed as a group at
+its limit; a daemon it leaves cannot keep the tool waiting; SIGTERM ends the command with its
+JSON; an answer counts only with the run's key; a library or framework that hangs costs one
+time limit per command."""
+from __future__ import annotations
+
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import tarfile
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, clean_env, run_json
+from cudnn_setup.checks import framework_probe, native
+from cudnn_setup.checks.suite import ORDER
+from cudnn_setup.child import DRAIN_S, Runner
+from cudnn_setup.facts import ldresolve as L
+from fixtures import layouts
+from fixtures.deplibs import build
+from fixtures.generate import GENERATION_SAMPLES
+
+V7 = GENERATION_SAMPLES["v4-v7"]
+
+
+def by_name(out):
+    return {c["name"]: c for c in out["checks"]}
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def pids_in(path: Path) -> list[int]:
+    return [int(x) for x in path.read_text().split()] if path.exists() else []
+
+
+def kill_all(path: Path) -> None:
+    """The daemons a test's library started, each by its id."""
+    for pid in pids_in(path):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+# --- the runner, with real processes --------------------------------------------------------
+
+DAEMON_PY = """
+import os, sys, time
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:  # a daemon of its own session, holding the child's stdout and stderr
+        open(sys.argv[1], "a").write(f"{os.getpid()}\\n")
+        time.sleep(300)
+    os._exit(0)
+print("parent done", flush=True)
+"""
+
+
+def test_a_daemon_holding_the_pipes_does_not_keep_the_runner_waiting(tmp_path):
+    pids = tmp_path / "pids"
+    start = time.monotonic()
+    done = Runner().run([sys.executable, "-c", DAEMON_PY, str(pids)], 60)
+    took = time.monotonic() - start
+    try:
+        assert done.ok and b"parent done" in done.stdout
+        assert took < DRAIN_S + 5, f"waited {took:.1f} s for a daemon"
+        assert pids_in(pids) and alive(pids_in(pids)[0])  # it escaped the group, as daemons do
+    finally:
+        kill_all(pids)
+
+
+def test_a_hung_child_and_its_group_are_killed_at_the_limit(tmp_path):
+    script = tmp_path / "hang.sh"
+    script.write_text(f"#!/bin/sh\nsleep 300 &\necho $! > {tmp_path}/grandchild\nsleep 300\n")
+    script.chmod(0o755)
+    start = time.monotonic()
+    done = Runner().run([str(script)], 2)
+    assert done.timed_out and time.monotonic() - start < 6
+    grandchild = pids_in(tmp_path / "grandchild")[0]
+    time.sleep(0.2)
+    assert not alive(grandchild) or _zombie(grandchild)
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1].startswith("Z")
+    except OSError:
+        return True
+
+
+def test_children_run_in_a_scratch_dir_of_their_own(tmp_path):
+    done = Runner().run([sys.executable, "-c", "import os; open('dropped', 'w').write('x'); "
+                         "print(os.getcwd())"], 30)
+    scratch = Path(done.out.strip())
+    assert scratch != Path.cwd() and not scratch.exists()  # removed with what was written there
+    assert not (Path.cwd() / "dropped").exists()
+
+
+def test_output_without_end_is_kept_as_a_bounded_tail(tmp_path):
+    done = Runner().run([sys.executable, "-c", "import os\nfor _ in range(300): "
+                         "os.write(1, b'x' * (1 << 20)); os.write(2, b'y' * (1 << 20))\n"
+                         "os.write(1, b'\\nlast line\\n')"], 120)
+    assert done.ok and done.stdout.endswith(b"last line\n")
+    assert len(done.stdout) <= (4 << 20) + 3 and len(done.stderr) <= (1 << 20) + 3
+
+
+def test_what_hung_under_a_key_is_not_started_again():
+    runner = Runner()
+    first = runner.run([sys.executable, "-c", "import time; time.sleep(60)"], 1, key="k",
+                       what="sleeping")
+    assert first.timed_out
+    start = time.monotonic()
+    again = runner.run([sys.executable, "-c", "print('ran')"], 30, key="k")
+    assert again.returncode is None and again.known and "sleeping did not finish in 1 s" in again.known
+    assert time.monotonic() - start < 0.5
+    assert runner.run([sys.executable, "-c", "print('ran')"], 30, key="other").ok
+    assert Runner().run([sys.executable, "-c", "print('ran')"], 30, key="k").ok  # per command
+
+
+def test_the_reply_is_written_only_after_the_child_says_it_is_ready():
+    code = ("import sys, select\n"
+            "early = select.select([sys.stdin], [], [], 0.5)[0]\n"  # what a constructor could read
+            "print('early' if early else 'nothing yet', flush=True)\n"
+            "print('READY', flush=True)\n"
+            "print('got', sys.stdin.readline().strip(), flush=True)\n")
+    done = Runner().run([sys.executable, "-c", code], 30, reply=(b"READY", b"secret\n"))
+    assert done.out.splitlines() == ["nothing yet", "READY", "got secret"]
+
+
+# --- libraries whose constructors misbehave, through verify --------------------------------
+
+CTOR_C = r"""
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+size_t cudnnGetVersion(void) { return VERSION; }
+static void note(void) {
+    const char *file = getenv("FIXTURE_PIDS");
+    if (!file) return;
+    FILE *f = fopen(file, "a");
+    if (f) { fprintf(f, "%d\n", (int)getpid()); fclose(f); }
+}
+__attribute__((constructor)) static void misbehave(void) {
+#if defined(DAEMON)
+    pid_t p = fork();
+    if (p == 0) {
+        setsid();
+        if (fork() == 0) { note(); sleep(300); _exit(0); }
+        _exit(0);
+    }
+    waitpid(p, NULL, 0);
+#elif defined(HANG)
+    note();
+    sleep(300);
+#elif defined(EXIT0)
+    _exit(0);
+#elif defined(FORGE)
+    /* what the old probes printed: the load probe's line and the compile program's */
+    printf("{\"path\": \"x\", \"cudnnGetVersion\": %d, \"cudnnGetCudartVersion\": 12000}\n",
+           VERSION);
+    printf("{\"answer_key\": \"guess\", \"answer\": {\"cudnnGetVersion\": %d}}\n", VERSION);
+    printf("%d %d\n", VERSION, VERSION);
+    fflush(stdout);
+    _exit(0);
+#endif
+}
+"""
+
+
+def wheel_with(tmp_path: Path, compiler, behaviour: str) -> Path:
+    """A wheel layout whose libcudnn_ops.so.9 (libcudnn.so.9's DT_NEEDED) has a constructor
+    that does `behaviour`."""
+    lib = layouts.wheel(tmp_path / "site", compiler)
+    src = tmp_path / "ctor.c"
+    src.write_text(CTOR_C)
+    subprocess.run(["gcc", "-shared", "-fPIC", f"-D{behaviour}", "-DVERSION=90300", str(src),
+                    "-o", str(lib / "libcudnn_ops.so.9"), "-Wl,-soname,libcudnn_ops.so.9"],
+                   check=True)
+    return lib
+
+
+def verify_lib_dir(lib, root, home, pids=None, **kw):
+    extra = {"FIXTURE_PIDS": str(pids)} if pids else {}
+    start = time.monotonic()
+    done, out = run_json(["verify", "--lib-dir", lib, "--cuda-root", root, "--no-theano",
+                          "--no-frameworks"], home, extra, **kw)
+    return done, out, time.monotonic() - start
+
+
+def test_a_constructor_that_daemonizes_does_not_hang_verify(tmp_path, compiler, cuda_root, home):
+    lib = wheel_with(tmp_path, compiler, "DAEMON")
+    pids = tmp_path / "pids"
+    try:
+        done, out, took = verify_lib_dir(lib, cuda_root(version="12.4"), home, pids)
+        checks = by_name(out)
+        assert checks["load"]["status"] == "pass", checks["load"]
+        assert checks["compile"]["status"] in ("pass", "warn"), checks["compile"]
+        assert took < 45, f"verify took {took:.0f} s"
+        assert pids_in(pids)  # the daemons were started, and left: they are not the tool's
+    finally:
+        kill_all(pids)
+
+
+def test_a_constructor_that_hangs_costs_one_time_limit(tmp_path, compiler, cuda_root, home,
+                                                       monkeypatch):
+    monkeypatch.setattr(native, "LOAD_TIMEOUT", 4.0)
+    lib = wheel_with(tmp_path, compiler, "HANG")
+    pids = tmp_path / "pids"
+    try:
+        done, out, took = verify_lib_dir(lib, cuda_root(version="12.4"), home, pids)
+    finally:
+        kill_all(pids)
+    checks = by_name(out)
+    assert [c["name"] for c in out["checks"]] == list(ORDER)
+    assert checks["load"]["status"] == "fail" and "did not finish in 4 s" in checks["load"]["detail"]
+    for name in ("coherence", "compile"):
+        assert checks[name]["status"] == "fail" and "earlier in this run" in checks[name]["detail"], \
+            checks[name]
+    assert len(pids_in(pids)) == 1, "the hanging library was loaded more than once"
+    assert took < 4 * 2 + 20, f"verify took {took:.0f} s"
+
+
+def test_a_constructor_that_exits_passes_nothing(tmp_path, compiler, cuda_root, home):
+    lib = wheel_with(tmp_path, compiler, "EXIT0")
+    done, out, _ = verify_lib_dir(lib, cuda_root(version="12.4"), home)
+    checks = by_name(out)
+    assert done.returncode == 1
+    assert checks["load"]["status"] == "fail" and "without a complete answer" in checks["load"]["detail"]
+    assert checks["compile"]["status"] == "fail" and "without printing its answer" in \
+        checks["compile"]["detail"], checks["compile"]
+    assert checks["coherence"]["status"] == "fail"
+
+
+def test_a_constructor_that_prints_the_answer_cannot_forge_it(tmp_path, compiler, cuda_root, home):
+    lib = wheel_with(tmp_path, compiler, "FORGE")
+    done, out, _ = verify_lib_dir(lib, cuda_root(version="12.4"), home)
+    checks = by_name(out)
+    assert done.returncode == 1
+    for name in ("load", "compile", "coherence"):
+        assert checks[name]["status"] == "fail", checks[name]
+    assert "cudnnGetVersion() = 90300" not in checks["load"]["detail"]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_while_a_child_hangs_ends_the_command_with_its_json(sig, tmp_path, compiler,
+                                                                     cuda_root, home):
+    lib = wheel_with(tmp_path, compiler, "HANG")
+    pids = tmp_path / "pids"
+    env = clean_env(home, FIXTURE_PIDS=str(pids))
+    proc = subprocess.Popen([sys.executable, "-m", "cudnn_setup", "verify", "--lib-dir", str(lib),
+                             "--cuda-root", str(cuda_root(version="12.4")), "--no-theano",
+                             "--json"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        while not pids_in(pids) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert pids_in(pids), "the load probe never loaded the library"
+        proc.send_signal(sig)
+        sent = time.monotonic()
+        out, err = proc.communicate(timeout=30)
+        assert time.monotonic() - sent < 10
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        kill_all(pids)
+    answer = json.loads(out.decode())
+    assert proc.returncode == 5 and answer["error"]["code"] == "interrupted", err[-2000:]
+    time.sleep(0.3)
+    assert all(not alive(p) or _zombie(p) for p in pids_in(pids))  # its group was killed
+
+
+# --- FIFOs where libraries should be ------------------------------------------------------
+
+@pytest.mark.parametrize("what", ["FIFO", "character device"])
+def test_a_fifo_or_device_named_libcudnn_so_7_in_a_lib_dir(what, tmp_path, archives, cuda_root,
+                                                           home):
+    with tarfile.open(archives[V7]) as tar:
+        tar.extractall(tmp_path / "x", filter="data")
+    lib = tmp_path / "x" / "cuda" / "lib64"
+    (lib / "libcudnn.so.7").unlink()
+    if what == "FIFO":
+        os.mkfifo(lib / "libcudnn.so.7")
+    else:
+        (lib / "libcudnn.so.7").symlink_to("/dev/zero")
+    done, out, took = verify_lib_dir(lib, cuda_root(), home, timeout=120, process=True)
+    checks = by_name(out)
+    assert [c["name"] for c in out["checks"]] == list(ORDER)
+    assert checks["load"]["status"] == "fail" and what in checks["load"]["detail"]
+    assert what in checks["compile"]["detail"]
+    assert took < 30, f"verify took {took:.0f} s"
+
+
+def test_a_fifo_reached_through_runpath_as_a_dt_needed(tmp_path, cuda_root, home):
+    lib = layouts.built_set(tmp_path / "cudnn", tmp_path / "w")  # libcudnn.so.9: RUNPATH $ORIGIN,
+    (lib / "libcudnn_ops.so.9").unlink()  # DT_NEEDED libcudnn_ops.so.9
+    os.mkfifo(lib / "libcudnn_ops.so.9")
+    done, out, took = verify_lib_dir(lib, cuda_root(version="12.4"), home, timeout=120,
+                                     process=True)
+    checks = by_name(out)
+    assert [c["name"] for c in out["checks"]] == list(ORDER)
+    assert checks["load"]["status"] == "fail" and "FIFO" in checks["load"]["detail"]
+    assert checks["deps"]["status"] == "fail"
+    assert took < 30, f"verify took {took:.0f} s"
+
+
+def test_a_fifo_libz_on_ld_library_path_is_not_opened(tmp_path):
+    lib = build(tmp_path / "lib" / "libuser.so.1", "libuser.so.1", work=tmp_path / "w",
+                runtime="libz.so.1")
+    (tmp_path / "trap").mkdir()
+    os.mkfifo(tmp_path / "trap" / "libz.so.1")
+    env = L.Environment(ld_library_path=str(tmp_path / "trap"))
+    start = time.monotonic()
+    deps = L.closure([lib], env)
+    assert time.monotonic() - start < 5
+    z = next(d for d in deps if d.name.startswith("libz.so"))
+    assert not z.resolution.found and "FIFO" in z.resolution.error
+
+
+# --- the loader emulation's budget ----------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def many_needed(tmp_path_factory):
+    """A real library with 300 DT_NEEDED entries (none of them present any more) and a RUNPATH
+    of 20,000 directories."""
+    work = tmp_path_factory.mktemp("many")
+    stub_c = work / "stub.c"
+    stub_c.write_text("int stub_value(void) { return 1; }\n")
+    subprocess.run(["gcc", "-fPIC", "-c", str(stub_c), "-o", str(work / "stub.o")], check=True)
+    deps = work / "deps"
+    deps.mkdir()
+    for i in range(300):
+        subprocess.run(["ld", "-shared", "-soname", f"libneed{i}.so", str(work / "stub.o"),
+                        "-o", str(deps / f"libneed{i}.so")], check=True)
+    runpath = ":".join(f"/nonexistent-cudnn-setup/d{i}" for i in range(20_000))
+    opts = work / "link.opts"
+    opts.write_text(f"-rpath={runpath}\n--enable-new-dtags\n--no-as-needed\n"
+                    + "".join(f"-l:libneed{i}.so\n" for i in range(300)))
+    out = work / "libmany.so.1"
+    subprocess.run(["gcc", "-shared", "-fPIC", str(stub_c), "-o", str(out), "-Wl,-soname,libmany.so.1",
+                    f"-L{deps}", f"-Wl,@{opts}"], check=True)
+    for p in deps.iterdir():
+        p.unlink()
+    return out
+
+
+def test_300_needed_by_20000_runpath_entries_stops_at_the_first_missing_one(many_needed):
+    obj = L.read_object(many_needed)
+    assert len(obj.needed) >= 300 and len(obj.runpath) == 20_000
+    start = time.monotonic()
+    deps = L.closure([many_needed], L.Environment())
+    took = time.monotonic() - start
+    assert took < 10, f"{took:.1f} s"
+    missing = [d for d in deps if not d.resolution.found]
+    assert [d.name for d in missing] == ["libneed0.so"]  # where ld.so stops
+    assert "cannot open shared object file" in missing[0].resolution.error
+
+
+def test_the_search_budget_gives_a_verdict(tmp_path):
+    # every directory exists: nothing is skipped, so the budget is what ends the search
+    dirs = [tmp_path / f"d{i}" for i in range(2000)]
+    for d in dirs:
+        d.mkdir()
+    lib = build(tmp_path / "libx.so.1", "libx.so.1", work=tmp_path / "w",
+                runpath=":".join(f"$ORIGIN/{d.name}" for d in dirs))
+    proc = L.Process(L.Environment(), budget=1000)
+    res, _ = proc.find("libnothere.so.1", proc.find(str(lib), None)[1])
+    assert not res.found and "gave up after looking at 1000 paths" in res.error
+    assert proc.spent
+
+
+# --- frameworks: hang, print without end, write into the working directory -----------------
+
+def fake_framework(site: Path, body: str) -> None:
+    """A pure-Python `cupy` (importable, found by the probe's list) whose import runs `body`."""
+    pkg = site / "cupy"
+    pkg.mkdir(parents=True, exist_ok=True)
+    (pkg / "__init__.py").write_text(textwrap.dedent(body) + "\n__version__ = '13.0.0'\n")
+
+
+def frameworks_env(site: Path, **extra) -> dict:
+    return {"PYTHONPATH": os.pathsep.join([str(REPO), str(site)]), **extra}
+
+
+def test_a_framework_whose_import_hangs_is_imported_once_per_install(tmp_path, archives,
+                                                                    cuda_root, home, monkeypatch):
+    monkeypatch.setattr(framework_probe, "DEFAULT_TIMEOUT", 5.0)
+    site = tmp_path / "site"
+    tries = tmp_path / "tries"
+    fake_framework(site, f"""
+        import time
+        open({str(tries)!r}, "a").write("import\\n")
+        time.sleep(300)
+    """)
+    root = cuda_root()
+    done, out = run_json(["install", archives[V7], "--cuda-root", root, "--no-theanorc"], home,
+                         frameworks_env(site))
+    assert tries.read_text().count("import") == 1, "the hanging import was tried again"
+    fw = by_name(out)["frameworks"]
+    assert "did not finish in 5 s" in fw["detail"], fw
+
+
+def test_a_framework_printing_300_mb_fills_no_file(tmp_path, home, compiler, cuda_root):
+    site = tmp_path / "site"
+    fake_framework(site, """
+        import os
+        for _ in range(300):
+            os.write(1, b"x" * (1 << 20))
+            os.write(2, b"y" * (1 << 20))
+    """)
+    lib = layouts.wheel(tmp_path / "wheel", compiler)
+
+    def small_files():  # nothing this command writes may grow past 64 MiB
+        resource.setrlimit(resource.RLIMIT_FSIZE, (64 << 20, 64 << 20))
+
+    done = subprocess.run([sys.executable, "-m", "cudnn_setup", "verify", "--lib-dir", str(lib),
+                           "--cuda-root", str(cuda_root(version="12.4")), "--no-theano",
+                           "--json"], env=clean_env(home, **frameworks_env(site)),
+                          capture_output=True, timeout=300, preexec_fn=small_files)
+    fw = by_name(json.loads(done.stdout))["frameworks"]
+    entry = fw["data"]["frameworks"][0]
+    assert "SIGXFSZ" not in fw["detail"] and "died" not in entry["reason"], fw
+
+
+def test_a_framework_import_writes_nothing_into_the_callers_directory(tmp_path, home, compiler,
+                                                                     cuda_root):
+    site = tmp_path / "site"
+    fake_framework(site, "open('written-by-import', 'w').write('x')")
+    lib = layouts.wheel(tmp_path / "wheel", compiler)
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    subprocess.run([sys.executable, "-m", "cudnn_setup", "verify", "--lib-dir", str(lib),
+                    "--cuda-root", str(cuda_root(version="12.4")), "--no-theano", "--json"],
+                   env=clean_env(home, **frameworks_env(site)), capture_output=True,
+                   timeout=300, cwd=cwd)
+    assert list(cwd.iterdir()) == []
