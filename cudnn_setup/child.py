@@ -182,8 +182,10 @@ class Runner:
                         return False, True
                     if exited_at is None and _exited(proc.pid):
                         exited_at = now
-                    if exited_at is not None and (len(sel.get_map()) == (pidfd is not None) or
-                                                  now - exited_at >= DRAIN_S):
+                    # done once it has exited and both pipes are at their end (the pidfd, if
+                    # still registered, does not count: it is unregistered when it fires)
+                    drained = not any(k.data is not None for k in sel.get_map().values())
+                    if exited_at is not None and (drained or now - exited_at >= DRAIN_S):
                         return False, False
                     if now >= deadline:
                         return True, False

@@ -101,9 +101,10 @@ def run_checks(inst: Installation, *, python: str, env: Mapping[str, str],
     every child goes through.
 
     The checks that run children start at once, each as soon as what it needs is known (the
-    driver probe, load, compile, frameworks and Theano at the start; coherence and gpu once load
-    and the driver have answered), and the checks made in this process run meanwhile; every
-    verdict is the one the same check gives on its own, and the list keeps ORDER."""
+    driver probe, load, frameworks and Theano at the start; coherence, compile and gpu once load
+    has answered, so that a library that hangs is loaded once), and the checks made in this
+    process run meanwhile; every verdict is the one the same check gives on its own, and the
+    list keeps ORDER."""
     env = dict(env)
     runner = runner or Runner()
     step = Steps(status, ORDER if theano else ORDER[:-1])
@@ -127,9 +128,13 @@ def run_checks(inst: Installation, *, python: str, env: Mapping[str, str],
             return check_gpu(inst, env, runner) if data is not None else Check(
                 "gpu", SKIP, "libcudnn does not load (see load)")
 
-        coherence_later, gpu_later = Later(coherence), Later(gpu)
-        compile_later = Later(check_compile, inst, env, includes=compile_includes(inst),
-                              runner=runner)
+        def compiled():
+            # after load: a library that hangs or crashes is then known to the runner and not
+            # loaded again by the program built against it
+            load_later.result()
+            return check_compile(inst, env, includes=compile_includes(inst), runner=runner)
+
+        coherence_later, gpu_later, compile_later = Later(coherence), Later(gpu), Later(compiled)
     frameworks_later = Done(frameworks) if frameworks is not None else Later(
         frameworks_of, python, env, with_frameworks, loader, runner)
     gpu_check = gpu_later.result if gpu_later is not None else (lambda: skipped["gpu"])
