@@ -100,6 +100,12 @@ def test_download_url_secrets_never_shown(server, tmp_path, home):
         done, out = run_json(["download", url, "--cache-dir", tmp_path], home)
         assert done.returncode == 6, done.stderr
         _no_secret(done)
+    # options that do not go with a URL: the refusal names it redacted
+    url = f"http://admin:{PASSWORD}@127.0.0.1:{server.port}/none.tgz?token={TOKEN}"
+    for args in (["download", url, "--mirror", "/x"], ["install", url, "--cuda", "12"]):
+        done, out = run_json(args, home)
+        assert done.returncode == 2, done.stderr
+        _no_secret(done)
 
 
 def test_redirect_target_secrets_never_shown(server, tmp_path, home):
