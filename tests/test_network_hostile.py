@@ -277,6 +277,19 @@ def test_one_budget_across_the_sidecar_and_the_archive(server, tmp_path):
     assert time.monotonic() - started < 4
 
 
+def test_a_stall_after_real_progress_is_retried_not_held_against_the_command(server, tmp_path):
+    """A flaky link (2 MiB, then nothing) is resumed, though the waiting budget is one timeout."""
+    data = os.urandom(5 << 20)
+    server.files["/big.tgz"] = data
+    server.hold_after["/big.tgz"], server.holds_left = 2 << 20, 2  # 2 MiB, stall; twice
+    client = Client(timeout=(1.0, 1.0), budget=Budget(1.5))  # less than two timeouts
+    got = Downloader(tmp_path, client=client, backoff=0.01).fetch(
+        f"{server.base}/big.tgz", Expected("sha256", hashlib.sha256(data).hexdigest(), "test"))
+    assert got.path.read_bytes() == data
+    assert [r["headers"].get("Range") for r in server.file_requests(".tgz")] == \
+        [None, f"bytes={2 << 20}-", f"bytes={4 << 20}-"]
+
+
 def test_a_body_dripped_a_byte_at_a_time_is_cut_off(server, tmp_path):
     """Before: each byte restarted the read timeout; a 4 KB index page at 5 bytes/s took 14 min."""
     server.files["/redist/"] = b"<a href='redistrib_9.1.7.json'>x</a>" + b" " * 4096
