@@ -14,7 +14,10 @@ by default) is spent by every request that timed out and by every stretch of SLO
 which a body brought fewer than SLOW_BYTES (a server sending one byte a second never times a
 read out). Each request's timeouts are cut to what is left, and once it is spent the next wait
 is refused at once (`timed-out`): a server that accepts and never answers costs one time
-limit, however many requests or retries the command makes.
+limit, however many requests or retries the command makes. (The Downloader gives back what a
+stall cost when the attempt had brought a MiB or more first: a long download over a flaky link
+is bounded by its retries, not by this budget.) Not bounded by it: a server that drips its
+status line and headers a byte at a time (each read of them still times out on its own).
 
 The tool asks for the identity encoding (Accept-Encoding: identity) and refuses a body sent
 encoded anyway (`content-encoded`): an archive's checksum is of its bytes, and resuming needs
