@@ -494,6 +494,16 @@ def test_malformed_mirror_urls_are_usage_errors(url, home):
 
 
 @pytest.mark.parametrize("url", BAD_URLS)
+def test_malformed_package_index_urls_are_usage_errors(url, home):
+    for args, env in ((["download", "9.1", "--cuda", "12", "--index-url", url], {}),
+                      (["download", "9.1", "--cuda", "12", "--from", "pypi"],
+                       {"PIP_INDEX_URL": url})):
+        done, out = run_json(args, home, env)
+        assert done.returncode in (2, 6), (url, out["error"], done.stderr)
+        _no_secret(done, PASSWORD)
+
+
+@pytest.mark.parametrize("url", BAD_URLS)
 def test_malformed_download_urls_are_download_failures(url, tmp_path, home):
     done, out = run_json(["download", url, "--cache-dir", tmp_path], home)
     assert done.returncode in (2, 6), (url, out["error"], done.stderr)
