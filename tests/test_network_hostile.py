@@ -310,6 +310,52 @@ def test_a_body_dripped_a_byte_at_a_time_is_cut_off(server, tmp_path):
     assert time.monotonic() - started < 8 and info.value.code == "timed-out"
 
 
+def test_a_status_line_dripped_a_byte_at_a_time_is_cut_off(tmp_path):
+    """No read ever times out (a byte every 0.2 s); the watchdog ends the wait for the answer."""
+    import socket
+    import threading
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(4)
+    stop = threading.Event()
+
+    def drip():
+        while not stop.is_set():
+            try:
+                listener.settimeout(0.2)
+                conn, _ = listener.accept()
+            except OSError:
+                continue
+            with conn:
+                for byte in b"HTTP/1.1 200 OK\r\nX-Slow: " + b"a" * 10_000:
+                    if stop.is_set():
+                        break
+                    try:
+                        conn.sendall(bytes([byte]))
+                    except OSError:
+                        break
+                    time.sleep(0.2)
+
+    thread = threading.Thread(target=drip, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}/redist/"
+    try:
+        started = time.monotonic()
+        with pytest.raises(DownloadFailed) as info:
+            Reader(client=Client(timeout=(0.5, 1.5), budget=Budget(10))).labels(url)
+        assert info.value.code == "timed-out" and time.monotonic() - started < 5, info.value
+        started = time.monotonic()
+        with pytest.raises(DownloadFailed) as info:
+            Downloader(tmp_path, client=Client(timeout=(0.5, 1.5), budget=Budget(2)),
+                       backoff=0.01).fetch(url + "x.tgz", use_sidecar=False)
+        assert info.value.code == "timed-out" and time.monotonic() - started < 6, info.value
+    finally:
+        stop.set()
+        thread.join()
+        listener.close()
+
+
 def test_retries_are_reported_with_reason_and_count(server, tmp_path):
     server.fail_5xx = 2
     lines = []
