@@ -36,7 +36,8 @@ from cudnn_setup.checks.coherence import check_coherence  # noqa: E402
 from cudnn_setup.checks.deps import check_deps, loader_environment  # noqa: E402
 from cudnn_setup.checks.driver import check_driver, driver_facts  # noqa: E402
 from cudnn_setup.checks.installation import find_installation  # noqa: E402
-from cudnn_setup.checks.native import check_gpu, check_load  # noqa: E402
+from cudnn_setup.checks.gpu import check_gpu  # noqa: E402
+from cudnn_setup.checks.native import check_load  # noqa: E402
 from cudnn_setup.facts import ldresolve as L  # noqa: E402
 from cudnn_setup.facts.cuda import find_cuda_root  # noqa: E402
 from cudnn_setup.report import Check  # noqa: E402

@@ -291,16 +291,22 @@ def test_a_signal_while_a_child_hangs_ends_the_command_with_its_json(sig, tmp_pa
 
 # --- FIFOs where libraries should be ------------------------------------------------------
 
-def test_a_fifo_named_libcudnn_so_7_in_a_lib_dir(tmp_path, archives, cuda_root, home):
+@pytest.mark.parametrize("what", ["FIFO", "character device"])
+def test_a_fifo_or_device_named_libcudnn_so_7_in_a_lib_dir(what, tmp_path, archives, cuda_root,
+                                                           home):
     with tarfile.open(archives[V7]) as tar:
         tar.extractall(tmp_path / "x", filter="data")
     lib = tmp_path / "x" / "cuda" / "lib64"
     (lib / "libcudnn.so.7").unlink()
-    os.mkfifo(lib / "libcudnn.so.7")
+    if what == "FIFO":
+        os.mkfifo(lib / "libcudnn.so.7")
+    else:
+        (lib / "libcudnn.so.7").symlink_to("/dev/zero")
     done, out, took = verify_lib_dir(lib, cuda_root(), home, timeout=120, process=True)
     checks = by_name(out)
-    assert checks["load"]["status"] == "fail" and "FIFO" in checks["load"]["detail"]
-    assert "FIFO" in checks["compile"]["detail"]
+    assert [c["name"] for c in out["checks"]] == list(ORDER)
+    assert checks["load"]["status"] == "fail" and what in checks["load"]["detail"]
+    assert what in checks["compile"]["detail"]
     assert took < 30, f"verify took {took:.0f} s"
 
 

@@ -205,6 +205,7 @@ class Decoder:
                 [xz, "-dc", "-T0", "-q", *_xz_memory_limit()],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                 bufsize=CHUNK, env=host.xz_env(env),
+                start_new_session=True,  # a terminal's Ctrl-C reaches the tool, which ends it
             )
             _widen_pipe(self.proc.stdout)
             _widen_pipe(self.proc.stdin)
@@ -251,7 +252,8 @@ class Decoder:
 
         self.proc = subprocess.Popen([sys.executable, "-I", "-S", str(TEE_SCRIPT)],
                                      stdin=self.raw.file, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, bufsize=0, env=dict(self.env))
+                                     stderr=subprocess.PIPE, bufsize=0, env=dict(self.env),
+                                     start_new_session=True)
         _widen_pipe(self.proc.stdout)
         decoded = rapidgzip.open(self.proc.stdout.fileno(), parallelization=usable_cores())
         return _Progress(decoded, self.raw.file.fileno(), on_read)

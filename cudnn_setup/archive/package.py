@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 from cudnn_setup.archive.listing import Listing, Member
 from cudnn_setup.archive.problems import ERROR, WARNING, Problem
 from cudnn_setup.facts import cudnn as gen
-from cudnn_setup.facts.elf import ElfInfo, NotElf, read_elf
+from cudnn_setup.facts.composition import Composition, compose, flavour_of
+from cudnn_setup.facts.elf import ElfInfo, NotElf, code_problem, read_elf
 from cudnn_setup.text import escape, plural
 
 _OS_NAMES = {"osx": "macOS", "windows": "Windows"}
@@ -55,6 +56,7 @@ class Package:
     static_libraries: list[Member] = field(default_factory=list)
     links: list[Link] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
+    composition: Composition | None = None
     problems: list[Problem] = field(default_factory=list)
 
     @property
@@ -109,6 +111,7 @@ class Package:
             "install_links": [{"name": a, "target": b} for a, b in self.chains()],
             "complete": not self.missing,
             "missing": self.missing,
+            "composition": self.composition.to_dict() if self.composition else None,
             "installable": self.installable,
             "problems": [p.to_dict() for p in self.problems],
         }
@@ -247,10 +250,20 @@ def _elf(pkg: Package, host_machine: str) -> None:
         try:
             lib.elf = read_elf(m.staged)
         except NotElf as exc:
-            _add(pkg, "not-elf", f"{escape(m.name)} is {exc}, not an ELF shared library",
-                 "the archive is damaged or is not cuDNN for Linux")
+            cut = code_problem(m.staged)  # a truncated file says so, not pyelftools' complaint
+            if cut and cut.startswith("is truncated"):
+                _add(pkg, "damaged-library", f"{escape(m.name)} {cut}",
+                     "the archive is damaged; download it again")
+            else:
+                _add(pkg, "not-elf", f"{escape(m.name)} is {exc}, not an ELF shared library",
+                     "the archive is damaged or is not cuDNN for Linux")
             continue
         machines.add(lib.elf.machine)
+        useless = code_problem(m.staged) if lib.elf.is_shared_object else None
+        if useless:
+            _add(pkg, "no-code" if "exports no symbols" in useless else "damaged-library",
+                 f"{escape(m.name)} {useless}", "the archive is damaged or not NVIDIA's; "
+                 "download it again")
         if not lib.elf.is_shared_object:
             _add(pkg, "not-shared", f"{escape(m.name)} is an ELF {lib.elf.kind}, not a shared "
                  "object", "the archive is damaged or is not cuDNN")
@@ -314,9 +327,14 @@ def _completeness(pkg: Package) -> None:
         return
     if not pkg.generation:
         return
-    have = {lib.stem for lib in pkg.libraries}
-    pkg.missing = [stem for stem in gen.shared_libs_of(pkg.generation) if stem not in have]
+    files = {lib.stem: lib.member.staged for lib in pkg.libraries}
+    name = pkg.archive_name if gen.flavour_of_name(pkg.archive_name) else pkg.top_dir
+    pkg.composition = comp = compose(files, pkg.generation,
+                                     flavour_of(name, files, pkg.generation))
+    pkg.missing = list(comp.missing)
+    flavour = " (JIT flavour)" if comp.flavour == gen.JIT else ""
     for stem in pkg.missing:
-        _add(pkg, "incomplete", f"{stem} is missing; cuDNN {pkg.major} needs "
-             f"{plural(len(gen.shared_libs_of(pkg.generation)), 'library')} and loads them at run time",
-             "download the full archive again; a partial cuDNN aborts programs that load it")
+        _add(pkg, "incomplete", f"{stem} is missing: {comp.reason(stem)}; this cuDNN "
+             f"{pkg.cudnn_version}{flavour} is made of {plural(len(comp.required), 'library')}",
+             "download the full archive again; a partial cuDNN aborts programs that load it, or "
+             "fails with CUDNN_STATUS_SUBLIBRARY_LOADING_FAILED")

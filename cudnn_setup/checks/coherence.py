@@ -22,6 +22,13 @@ Fails when a sub-library is taken from another directory or is another version (
 paths and versions), cannot be found, cannot be loaded (its dlerror), kills the child that
 loads it (the signal), or cuDNN's own check says so. Whatever the child prints or does becomes
 data: the report never breaks.
+
+Which sub-libraries there are comes from the release itself (Installation.composition). On a
+machine without an NVIDIA driver (checks/driver.driver_present, the rule deps uses too), a
+sub-library that lists libcuda.so.1 as DT_NEEDED (libcudnn_engines_runtime_compiled.so.9 of
+9.28) cannot be loaded by anyone: it is not opened, and is judged on everything else: where
+the loader takes it from, the version its file carries, and every other DT_NEEDED entry of it
+found as the loader would; the missing driver is a skip in its entry, named in the detail.
 """
 from __future__ import annotations
 
@@ -31,6 +38,7 @@ from typing import Mapping
 
 from cudnn_setup.checks.answer_values import nonempty, shown
 from cudnn_setup.checks.deps import loader_environment, versions_for
+from cudnn_setup.checks.driver import driver_present as machine_has_driver
 from cudnn_setup.checks.installation import Installation
 from cudnn_setup.checks.probe import loads_key, probe_module, run_probe
 from cudnn_setup.child import Runner
@@ -50,11 +58,70 @@ RANK = {"other-copy": 0, "other-version": 1, "missing": 2, "crashed": 3, "unload
 
 
 def sub_sonames(inst: Installation) -> list[str]:
-    """The SONAMEs of the sub-libraries this generation of cuDNN loads (none before 8.0)."""
+    """The SONAMEs of the sub-libraries this cuDNN loads, as its own libraries name them
+    (none before 8.0)."""
     if not inst.generation or inst.major is None:
         return []
     return [gen.expected_soname(stem, str(inst.major), inst.generation)
-            for stem in gen.shared_libs_of(inst.generation)[1:]]
+            for stem in inst.composition().sub_libraries]
+
+
+DRIVER = "libcuda.so.1"
+
+
+def needs_absent_driver(res: L.Resolution,
+                        loader: L.Environment) -> list[tuple[str, str, str]] | None:
+    """For a sub-library the loader finds: None when it does not need libcuda.so.1 (itself or
+    through its DT_NEEDED entries) or libcuda.so.1 is found; else its other DT_NEEDED entries,
+    each resolved as the loader would, that are not found: (name, who lists it, the loader's
+    error). ld.so stops at the first entry it cannot find, so each entry is tried on its own."""
+    if not res.found:
+        return None
+    proc = L.Process(loader)
+    _, item = proc.find(res.path, None)
+    if item is None:
+        return None
+    needs_driver, missing = False, []
+    for name in item.obj.needed:
+        got, _, needed = proc.load_with_needed(name, item)
+        for who, r in [(item, got)] + list(needed):
+            if r.found:
+                continue
+            if r.name == DRIVER:
+                needs_driver = True
+            else:
+                missing.append((r.name, who.opened_as, r.error or "not found"))
+    return missing if needs_driver else None
+
+
+def judge_unloaded(soname: str, res: L.Resolution, missing: list[tuple[str, str, str]],
+                   main_dir: str | None, main_version: str | None, main_name: str) -> dict:
+    """A sub-library that needs the absent driver, judged from its files: where it comes from,
+    the version its file name carries, its other DT_NEEDED entries."""
+    real = os.path.realpath(res.path)
+    version = gen.library_file_version(os.path.basename(real)) or \
+        gen.library_file_version(os.path.basename(res.path))
+    sub = {"soname": soname, "path": res.path, "via": res.via, "mapped": None,
+           "directory": _real_dir(res.path), "version": version, "version_from": "file name",
+           "loaded": None, "dlerror": None, "error": None, "status": SKIP,
+           "skip": f"not loaded: it lists {DRIVER} as DT_NEEDED and this machine has no NVIDIA "
+                   "driver; judged from its file", "problems": []}
+    problems, rank = sub["problems"], []
+    for name, who, error in missing:
+        rank.append(RANK["unloadable"])
+        problems.append(f"{soname} ({res.path}) cannot be loaded even with a driver: "
+                        f"{name}, which {os.path.basename(who)} lists as DT_NEEDED, "
+                        f"is not found ({shown(error)})")
+    if sub["directory"] and main_dir and sub["directory"] != main_dir:
+        rank.append(RANK["other-copy"])
+        problems.append(f"{soname} comes from another copy: {res.path} (via {res.via}) while "
+                        f"{main_name} is in {main_dir}")
+    elif version and main_version and not gen.same_release(version, main_version):
+        rank.append(RANK["other-version"])
+        problems.append(f"{soname} is cuDNN {version} ({res.path}) but {main_name} is cuDNN "
+                        f"{main_version} ({main_dir})")
+    sub["rank"] = min(rank) if rank else None
+    return sub
 
 
 def would_load(target: Path, sonames: list[str], loader: L.Environment,
@@ -98,12 +165,13 @@ def _real_dir(path: str | None) -> str | None:
 def check_coherence(inst: Installation, env: Mapping[str, str], *,
                     loader: L.Environment | None = None, load_data: dict | None = None,
                     python: str | None = None, timeout: float = TIMEOUT,
-                    runner: Runner | None = None) -> Check:
+                    runner: Runner | None = None, driver_present: bool | None = None) -> Check:
     """The `coherence` check of `inst` for a program started from `env` (the user's, as is).
 
     `loader`: the loader's environment for the emulation (default: from `env`, the real
     ldconfig cache and ld.so); `load_data`: the load probe's answer, for cuDNN's version;
-    `python`: the interpreter that runs the probe (default: this one)."""
+    `python`: the interpreter that runs the probe (default: this one); `driver_present`:
+    whether this machine has an NVIDIA driver (default: checks/driver.driver_present)."""
     target = inst.soname_path()
     if target is None:
         return Check(NAME, SKIP, f"no libcudnn in {inst.lib_dir}: nothing to load")
@@ -114,7 +182,13 @@ def check_coherence(inst: Installation, env: Mapping[str, str], *,
     loader = loader or loader_environment(env)
     versions = versions_for(inst, load_data)
     resolved = would_load(target, sonames, loader, versions)
-    args = [resolved[s].path if resolved[s].found else s for s in sonames]
+    if driver_present is None:
+        driver_present = machine_has_driver()
+    unloadable = {} if driver_present else {
+        s: deps for s in sonames
+        if (deps := needs_absent_driver(resolved[s], loader)) is not None}
+    probed = [s for s in sonames if s not in unloadable]
+    args = [resolved[s].path if resolved[s].found else s for s in probed]
     # The runner skips it when loading libcudnn hung earlier; its own 60 s per sub-library
     # are the probe's, not a hang of libcudnn's.
     probing = dict(runner=runner, key=loads_key(target), remember=False)
@@ -129,10 +203,10 @@ def check_coherence(inst: Installation, env: Mapping[str, str], *,
     # through the loader's search) show where they took them when asked their version: open
     # those files, not a SONAME the loader cannot find.
     by_cudnn = mapped_by_stem(probe.get("cudnn_mapped"))
-    retry = [i for i, s in enumerate(sonames) if not resolved[s].found and _stem(s) in by_cudnn]
+    retry = [i for i, s in enumerate(probed) if not resolved[s].found and _stem(s) in by_cudnn]
     if retry:
         for i in retry:
-            args[i] = by_cudnn[_stem(sonames[i])]
+            args[i] = by_cudnn[_stem(probed[i])]
         again = run_probe(probe_module("sublibs") + [str(target), *args], timeout, dict(env),
                           python, **probing)
         if again.data is not None:
@@ -149,10 +223,15 @@ def check_coherence(inst: Installation, env: Mapping[str, str], *,
     entries = entries if isinstance(entries, list) else []
     problems: list[str] = []
     checked = 0
-    for i, soname in enumerate(sonames):
-        got = entries[i] if i < len(entries) and isinstance(entries[i], dict) else {}
-        sub = judge(soname, resolved[soname], got, main_dir, main_version, target.name,
-                    by_cudnn.get(_stem(soname)))
+    got_by = {s: entries[i] for i, s in enumerate(probed)
+              if i < len(entries) and isinstance(entries[i], dict)}
+    for soname in sonames:
+        if soname in unloadable:
+            sub = judge_unloaded(soname, resolved[soname], unloadable[soname], main_dir,
+                                 main_version, target.name)
+        else:
+            sub = judge(soname, resolved[soname], got_by.get(soname, {}), main_dir,
+                        main_version, target.name, by_cudnn.get(_stem(soname)))
         data["sublibraries"].append(sub)
         problems += sub["problems"]
         checked += sub.get("version_check", {}).get("status") == 0
@@ -168,6 +247,11 @@ def check_coherence(inst: Installation, env: Mapping[str, str], *,
               f"all the same version")
     if checked:
         detail += f"; cuDNN's own version checks pass ({checked})"
+    if unloadable:
+        detail += (f"; not loaded, as this machine has no NVIDIA driver and "
+                   f"{', '.join(unloadable)} list{'s' if len(unloadable) == 1 else ''} {DRIVER} "
+                   "as DT_NEEDED (skip): judged from the files (same directory and version, "
+                   "every other dependency found)")
     return Check(NAME, PASS, detail, data)
 
 

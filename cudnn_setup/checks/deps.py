@@ -37,10 +37,11 @@ from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
 from cudnn_setup.checks.answer_values import integer
-from cudnn_setup.checks.driver import PROC_DRIVER
+from cudnn_setup.checks.driver import driver_present as machine_has_driver
 from cudnn_setup.checks.installation import Installation
 from cudnn_setup.facts import cuda as cuda_facts
 from cudnn_setup.facts import cudnn as gen
+from cudnn_setup.facts.composition import cudnn_stem
 from cudnn_setup.facts import dependencies as D
 from cudnn_setup.facts import ldresolve as L
 from cudnn_setup.report import FAIL, PASS, SKIP, WARN, Check
@@ -211,7 +212,7 @@ def check_deps(inst: Installation, env: Mapping[str, str], *, load_data: dict | 
     if not inst.libraries:
         return Check(NAME, SKIP, f"no cuDNN library in {inst.lib_dir}: nothing to resolve")
     if driver_present is None:
-        driver_present = PROC_DRIVER.exists()
+        driver_present = machine_has_driver()
     loader = loader or loader_environment(env)
     versions = versions_for(inst, load_data)
     roots = roots_of(inst)
@@ -220,16 +221,20 @@ def check_deps(inst: Installation, env: Mapping[str, str], *, load_data: dict | 
     manager = _manager(distro_id) if missing else None
     search = list(search_dirs) if search_dirs is not None else (likely_dirs(inst, env) if missing else [])
     internal = [e for e in missing if _driver_internal(e)]
+    comp = inst.composition() if inst.generation else None
+    not_in_flavour = comp.optional if comp else {}
     available = _asked_once(packages or (lambda m, names: D.query_packages(m, names, env)))
     for e in missing:
-        e.severity = SKIP if e in internal else rate(e.kind, e.name, driver_present)
+        e.severity = SKIP if e in internal or _outside_flavour(e, not_in_flavour) \
+            else rate(e.kind, e.name, driver_present)
         e.what_breaks = what_breaks(e, inst.lib_dir)
         e.fixes = [vars(f) for f in fixes_for(e, versions.cuda, manager, search, inst.lib_dir,
                                               available, inst.origin == "wheel")]
     data = {"lib_dir": str(inst.lib_dir), "libraries": [str(r) for r in roots],
             "cudnn_version": versions.cudnn, "cuda_version": versions.cuda,
             "driver_present": driver_present, "ld_library_path": loader.ld_library_path,
-            "package_manager": manager, "dependencies": [e.to_dict() for e in entries]}
+            "package_manager": manager, "dependencies": [e.to_dict() for e in entries],
+            "composition": comp.to_dict() if comp else None}
     worst = max((e.severity for e in missing), key=_RANK.get, default=SKIP)
     shown = sorted((e for e in missing if e.severity != SKIP), key=lambda e: -_RANK[e.severity])
     if worst in (FAIL, WARN):
@@ -245,7 +250,7 @@ def check_deps(inst: Installation, env: Mapping[str, str], *, load_data: dict | 
     skipped = [e for e in missing if e.severity == SKIP and e not in internal]
     if skipped:
         detail += "; not found, and not needed here: " + "; ".join(
-            f"{e.name} ({_skip_reason(e, driver_present)})" for e in skipped)
+            f"{e.name} ({_skip_reason(e, driver_present, not_in_flavour)})" for e in skipped)
     if internal:  # a real driver names dozens (EGL, X11, Vulkan, Tegra): counted, listed in data
         who = sorted({os.path.basename(p) for e in internal for p in e.needed_by})
         detail += (f"; {len(internal)} more not found that only {', '.join(who[:3])}"
@@ -304,7 +309,16 @@ def _driver_internal(e: Entry) -> bool:
             and not any(os.path.basename(p).startswith("libcudnn") for p in e.needed_by))
 
 
-def _skip_reason(e: Entry, driver_present: bool) -> str:
+def _outside_flavour(e: Entry, not_in_flavour) -> bool:
+    """A cuDNN sub-library opened at run time that this release's flavour does without (the
+    JIT flavour's libcudnn still names the legacy API's sub-libraries)."""
+    return e.kind == "runtime" and cudnn_stem(e.name) in not_in_flavour
+
+
+def _skip_reason(e: Entry, driver_present: bool, not_in_flavour=None) -> str:
+    stem = cudnn_stem(e.name)
+    if not_in_flavour and e.kind == "runtime" and stem in not_in_flavour:
+        return f"not part of this cuDNN's JIT flavour: {not_in_flavour[stem]}"
     if gen.so_base(e.name) == "libcuda.so" and not driver_present:
         return "no NVIDIA driver on this machine"
     need = D.classify(e.name)

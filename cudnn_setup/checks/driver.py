@@ -106,6 +106,16 @@ def has_driver(facts: dict) -> bool:
     return bool(facts.get("cuda_driver_version") or facts.get("driver_version") or facts.get("gpus"))
 
 
+def driver_present(facts: dict | None = None) -> bool:
+    """Whether this machine has an NVIDIA driver: the driver probe's facts when they found
+    one, else the kernel module's /proc entry. The one rule for every check that treats a
+    missing libcuda.so.1 as "no driver here" (a skip) rather than as a failure: a machine
+    with the driver loaded whose libcuda.so.1 cannot be found still fails."""
+    if facts is not None and has_driver(facts):
+        return True
+    return PROC_DRIVER.exists()
+
+
 def built_for_cuda(inst: Installation, load_data: dict | None = None) -> tuple[str | None, str | None]:
     """(CUDA version this cuDNN was built for, where that came from): cudnnGetCudartVersion()
     of the loaded library, else the archive name the manifest kept, else the wheel's name."""

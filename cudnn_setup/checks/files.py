@@ -7,7 +7,7 @@ import stat
 from cudnn_setup.checks.installation import Installation
 from cudnn_setup.checks.locate import UNMANAGED
 from cudnn_setup.facts import cudnn as gen
-from cudnn_setup.facts.elf import NotElf, read_elf
+from cudnn_setup.facts.elf import NotElf, code_problem, read_elf
 from cudnn_setup.state.files import describe, describe_known
 from cudnn_setup.state.manifest import FILE, SYMLINK
 from cudnn_setup.report import FAIL, PASS, SKIP, WARN, Check
@@ -36,10 +36,9 @@ def check_files(inst: Installation, deep: bool = False) -> Check:
             problems.append(f"{entry.path} -> {entry.content.target} is a broken link")
     if inst.header_file is None:
         problems.append("include/cudnn.h is missing")
-    if inst.generation:
-        for stem in gen.shared_libs_of(inst.generation):
-            if inst.library(stem) is None:
-                problems.append(f"{stem} is missing from {inst.lib_dir}")
+    comp = inst.composition() if inst.generation else None
+    for stem in comp.missing if comp else ():
+        problems.append(f"{stem} is missing from {inst.lib_dir} ({comp.reason(stem)})")
     for lib in inst.libraries:
         mode = stat.S_IMODE(os.stat(lib).st_mode)
         if mode & 0o444 != 0o444 and not any(lib.name in p for p in problems):
@@ -51,7 +50,8 @@ def check_files(inst: Installation, deep: bool = False) -> Check:
     others = inst.other_versions()
     data = {"changed_since_install": changed, "problems": problems,
             "managed": inst.manifest is not None, "selected_by": inst.selected_by,
-            "other_versions": others}
+            "other_versions": others,
+            "composition": comp.to_dict() if comp else None}
     if changed:
         problems.append("changed since cudnn-setup installed them: " + ", ".join(changed))
     if problems:
@@ -77,12 +77,18 @@ def check_elf(inst: Installation, host: str) -> Check:
         try:
             info = read_elf(lib)
         except NotElf as exc:
-            problems.append(f"{lib.name} is {exc}")
+            cut = code_problem(lib)  # a truncated file says so, not pyelftools' complaint
+            problems.append(f"{lib.name} {cut}" if cut and cut.startswith("is truncated")
+                            else f"{lib.name} is {exc}")
             continue
         if info.machine != host:
             problems.append(f"{lib.name} is built for {info.machine}; this machine is {host}")
         if info.bits != 64 or not info.is_shared_object:
             problems.append(f"{lib.name} is a {info.bits}-bit {info.kind}, not a 64-bit shared object")
+        else:
+            useless = code_problem(lib)
+            if useless:
+                problems.append(f"{lib.name} {useless}")
         expected = gen.expected_soname(gen.library_stem(lib.name) or "",
                                        gen.library_file_version(lib.name), inst.generation)
         if info.soname != expected:
@@ -91,7 +97,8 @@ def check_elf(inst: Installation, host: str) -> Check:
         return Check("elf", FAIL, "; ".join(problems))
     return Check("elf", PASS, f"{plural(len(inst.libraries), 'library')}: {host} ELF shared "
                  f"{'object' if len(inst.libraries) == 1 else 'objects'} with the expected "
-                 f"{'SONAME' if len(inst.libraries) == 1 else 'SONAMEs'}")
+                 f"{'SONAME' if len(inst.libraries) == 1 else 'SONAMEs'}, whole, exporting "
+                 "symbols")
 
 
 def check_versions(inst: Installation) -> Check:

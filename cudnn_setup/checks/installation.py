@@ -13,6 +13,7 @@ from pathlib import Path
 from packaging.version import Version
 
 from cudnn_setup.facts import cudnn as gen
+from cudnn_setup.facts.composition import Composition, compose, flavour_of
 from cudnn_setup.facts.cuda import CudaRoot
 from cudnn_setup.state.layout import StateDir
 from cudnn_setup.state.manifest import Manifest
@@ -44,6 +45,7 @@ class Installation:
     include_path: Path | None = None
     origin: str | None = None
     origin_facts: dict = field(default_factory=dict)
+    _composition: Composition | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def include_dir(self) -> Path:
@@ -64,6 +66,17 @@ class Installation:
         if self.manifest:
             return self.manifest.generation
         return gen.generation_of_version(self.version) if self.version else None
+
+    def composition(self) -> Composition:
+        """What this cuDNN is made of, read from its own libraries (facts/composition.py); the
+        flavour from the archive name the manifest kept, else from the files."""
+        if self._composition is None:
+            files = {gen.library_stem(p.name): p for p in self.libraries}
+            files.pop(None, None)
+            name = self.manifest.source.name if self.manifest else None
+            self._composition = compose(files, self.generation,
+                                        flavour_of(name, files, self.generation))
+        return self._composition
 
     def library(self, stem: str) -> Path | None:
         return next((p for p in self.libraries if gen.library_stem(p.name) == stem), None)

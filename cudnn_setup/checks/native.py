@@ -16,11 +16,9 @@ from cudnn_setup.child import Runner
 from cudnn_setup.untrusted import kind
 from cudnn_setup.facts import cudnn as gen
 from cudnn_setup.facts import ldresolve as L
-from cudnn_setup.facts import gpu_support as S
 from cudnn_setup.report import FAIL, PASS, SKIP, WARN, Check
 
 LOAD_TIMEOUT = 60.0
-GPU_TIMEOUT = 120.0
 COMPILE_TIMEOUT = 120.0
 # cuDNN 8 says "Could not load library libcudnn_ops_infer.so.8. Error: …": the name ends
 # before the sentence's full stop. The child's stderr is untrusted: the name is looked for only
@@ -46,8 +44,7 @@ def _crash_detail(result: ProbeResult, inst: Installation) -> str:
     err = result.stderr
     missing = missing_library(err)
     if missing is None:
-        stems = gen.shared_libs_of(inst.generation) if inst.generation else ()
-        absent = [s for s in stems if inst.library(s) is None]
+        absent = list(inst.composition().missing) if inst.generation else []
         missing = absent[0] if absent else None
     detail = f"loading libcudnn {result.failure()}"
     if missing:
@@ -230,36 +227,3 @@ def find_cudart(inst: Installation) -> str | None:
         if found:
             return str(found[0])
     return None
-
-
-def check_gpu(inst: Installation, env: Mapping[str, str], runner: Runner | None = None) -> Check:
-    target = inst.soname_path()
-    if target is None:
-        return Check("gpu", SKIP, "no libcudnn to run")
-    args = probe_module("gpu") + [str(target)]
-    cudart = find_cudart(inst)
-    if cudart:
-        args.append(cudart)
-    # Skipped when loading it hung; a slow convolution is no hang of the library's.
-    result = run_probe(args, GPU_TIMEOUT, child_env(inst.lib_dir, env), runner=runner,
-                       key=loads_key(target), remember=False)
-    if result.data is None:
-        detail = (f"not run: {result.known}" if result.known else "timed out" if result.timed_out else
-                  f"the GPU probe died ({result.crashed or result.returncode}): {result.last_error_line()}")
-        return Check("gpu", FAIL, detail)
-    data = result.data
-    status = data.get("status")
-    if status == "skip":
-        return Check("gpu", SKIP, data.get("reason", "no GPU"), data)
-    gpu = f"{data.get('gpu')} (compute capability {data.get('compute_capability')})"
-    cc = data.get("compute_capability")
-    floor = S.below_every_build(inst.version, cc) if cc and inst.version else None
-    if floor:
-        data["supported"] = False
-        return Check("gpu", FAIL, f"{gpu}: every build of cuDNN {inst.version} needs compute "
-                     f"capability {floor} or newer", data)
-    if status != "pass":
-        return Check("gpu", FAIL, f"{gpu}: {data.get('reason')}", data)
-    data["supported"] = True
-    return Check("gpu", PASS, f"a {data['shape']} convolution ran through cuDNN on {gpu} and "
-                 f"matched numpy (max error {data['max_abs_error']:.2g})", data)

@@ -12,12 +12,13 @@ from typing import Callable, Mapping
 
 from cudnn_setup.checks.coherence import check_coherence
 from cudnn_setup.checks.deps import check_deps, loader_environment
-from cudnn_setup.checks.driver import check_driver, driver_facts, has_driver
+from cudnn_setup.checks.driver import check_driver, driver_facts, driver_present
 from cudnn_setup.checks.files import check_elf, check_files, check_versions
 from cudnn_setup.checks.frameworks import check_frameworks
 from cudnn_setup.checks.installation import Installation
 from cudnn_setup.checks.locate import skipped_without_cudnn
-from cudnn_setup.checks.native import check_compile, check_gpu, check_load
+from cudnn_setup.checks.gpu import check_gpu
+from cudnn_setup.checks.native import check_compile, check_load
 from cudnn_setup.checks.system import check_cuda, check_loader
 from cudnn_setup.checks.theano_check import check_theano
 from cudnn_setup.child import Runner
@@ -115,12 +116,13 @@ def run_checks(inst: Installation, *, python: str, env: Mapping[str, str],
         step("load")
         load, load_data = check_load(inst, env, runner, loader)
         checks.append(load)
+        present = driver_present(driver)
         step("coherence")
         checks.append(check_coherence(inst, env, loader=loader, load_data=load_data,
-                                      runner=runner))
+                                      runner=runner, driver_present=present))
         step("deps")
         checks.append(check_deps(inst, env, load_data=load_data, loader=loader,
-                                 driver_present=True if has_driver(driver) else None))
+                                 driver_present=present))
         step("loader")
         checks.append(check_loader(inst, env, conf, fix=loader_fix))
         step("cuda")

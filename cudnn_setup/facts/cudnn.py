@@ -39,6 +39,11 @@ SUB_LIBS_8 = ("ops_infer", "ops_train", "cnn_infer", "cnn_train", "adv_infer", "
 SUB_LIBS_9 = (
     "adv", "cnn", "ops", "graph", "heuristic", "engines_precompiled", "engines_runtime_compiled",
 )
+# cuDNN 9.12 on also comes as a JIT flavour (`cudnn_jit-…` archives): the front library, the
+# graph API and the runtime-compiled engines only. Both flavours are floors: a release's own
+# libraries say what else it needs (facts/composition.py).
+FULL, JIT = "full", "jit"
+JIT_LIBS = ("libcudnn", "libcudnn_graph", "libcudnn_engines_runtime_compiled")
 R1_VERSION = "1.0.0"  # R1 has no version macros; it is reported as 1.0.0, saying why
 
 # A shared library's file name: stem, then .so, then an optional dotted version. \Z, not $:
@@ -57,8 +62,11 @@ _MACRO = re.compile(r"^[ \t]*#[ \t]*define[ \t]+(CUDNN_MAJOR|CUDNN_MINOR|CUDNN_P
 HEADERS_WITH_VERSION = ("cudnn_version.h", "cudnn.h")  # where the macros live, newest first
 
 
-def shared_libs_of(generation: str) -> tuple[str, ...]:
-    """Library stems (`libcudnn`, `libcudnn_ops_infer`…) a complete package of that generation has."""
+def shared_libs_of(generation: str, flavour: str | None = None) -> tuple[str, ...]:
+    """Library stems (`libcudnn`, `libcudnn_ops_infer`…) every complete package of that
+    generation (and flavour) has: the floor; a release's own libraries may name more."""
+    if flavour == JIT and generation == V9:
+        return JIT_LIBS
     subs: tuple[str, ...] = ()
     if generation in (V8_EARLY, V8_LATE):
         subs = SUB_LIBS_8
@@ -199,7 +207,7 @@ _OLD_NAME = re.compile(
     r"\.(?P<ext>tgz|tar\.gz|tar\.xz|tar|zip)\Z"
 )
 _NEW_NAME = re.compile(
-    r"^cudnn-(?P<os>linux|windows)-(?P<arch>x86_64|sbsa|ppc64le|aarch64)"
+    r"^cudnn(?P<jit>_jit)?-(?P<os>linux|windows)-(?P<arch>x86_64|sbsa|ppc64le|aarch64)"
     r"-(?P<ver>\d+\.\d+\.\d+(?:\.\d+)?)_cuda(?P<cuda>\d+(?:\.\d+)?)"
     r"-archive\.(?P<ext>tar\.xz|tar\.gz|tgz|tar|zip)\Z"
 )
@@ -210,16 +218,18 @@ _ARCH = {"x64": "x86_64", "x86_64": "x86_64", "ppc64le": "ppc64le", "sbsa": "aar
 class NameFacts:
     """What NVIDIA's file name says about an archive (users may rename files, so all optional)."""
 
-    __slots__ = ("os", "arch", "cuda_version", "cudnn_version", "release_tag", "extension")
+    __slots__ = ("os", "arch", "cuda_version", "cudnn_version", "release_tag", "extension",
+                 "flavour")
 
     def __init__(self, os: str, arch: str, cuda_version: str, cudnn_version: str | None,
-                 release_tag: str | None, extension: str):
+                 release_tag: str | None, extension: str, flavour: str = FULL):
         self.os = os  # linux | osx | windows
         self.arch = arch  # x86_64 | ppc64le | aarch64
         self.cuda_version = cuda_version  # "10.2", "12"
         self.cudnn_version = cudnn_version  # "7.6.5.32", "3.0", None for R1
         self.release_tag = release_tag  # prod, rc, …
         self.extension = extension
+        self.flavour = flavour  # full | jit (`cudnn_jit-…`)
 
     @property
     def cuda_major(self) -> int:
@@ -229,6 +239,7 @@ class NameFacts:
         return {
             "os": self.os, "arch": self.arch, "cuda_version": self.cuda_version,
             "cudnn_version": self.cudnn_version, "release_tag": self.release_tag,
+            "flavour": self.flavour,
         }
 
 
@@ -246,6 +257,15 @@ def parse_archive_name(name: str) -> NameFacts | None:
     if m:
         return NameFacts(
             os=m["os"], arch=_ARCH[m["arch"]], cuda_version=m["cuda"], cudnn_version=m["ver"],
-            release_tag=None, extension=m["ext"],
+            release_tag=None, extension=m["ext"], flavour=JIT if m["jit"] else FULL,
         )
     return None
+
+
+def flavour_of_name(name: str) -> str | None:
+    """full or jit, from NVIDIA's archive name (or the name of its top directory); None when
+    the name is not NVIDIA's."""
+    facts = parse_archive_name(name)
+    if facts is None:
+        facts = parse_archive_name(name + ".tar.xz")  # a top directory: the name without .tar.xz
+    return facts.flavour if facts else None

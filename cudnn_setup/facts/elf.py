@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -117,3 +118,65 @@ def _soname(elf: ELFFile) -> str | None:
             for tag in section.iter_tags("DT_SONAME"):
                 return tag.soname if isinstance(tag.soname, str) else None
     return None
+
+
+# Symbols every shared object may define without holding any code of its own.
+_TRIVIAL_SYMBOLS = {"_init", "_fini", "_edata", "_end", "__bss_start"}
+
+
+def code_problem(path: Path) -> str | None:
+    """What makes a library that the loader accepts useless as the library it is named for:
+    truncated (its headers describe more bytes than the file has: the loader may still map
+    it, and the first call into the missing part crashes) or exporting no symbols at all (a
+    library with the right SONAME and no code: dlopen succeeds, every lookup fails). Every
+    NVIDIA cuDNN library exports at least one symbol (libcudnn_heuristic.so.9 has
+    dummyHeuristicSymbol). The answer completes "NAME …"; None when neither (a file that is not
+    ELF at all is read_elf's to judge)."""
+    try:
+        f = open_regular(path)
+    except OSError as exc:
+        return f"is not readable ({exc.strerror or exc})"
+    with f:
+        size = os.fstat(f.fileno()).st_size
+        try:
+            head = f.read(64)
+        except OSError as exc:
+            return f"is not readable ({exc.strerror or exc})"
+        shown = _section_table_end(head)
+        if shown is not None and shown > size:
+            return (f"is truncated: its ELF header places its section table up to byte "
+                    f"{shown}, the file has {size}")
+        try:
+            f.seek(0)
+            elf = ELFFile(f)
+            outside = _outside(elf, size)
+            if outside:
+                return f"is truncated or damaged ({outside})"
+            dynsym = elf.get_section_by_name(".dynsym")
+            if dynsym is None or not hasattr(dynsym, "iter_symbols"):
+                return "exports no symbols (no dynamic symbol table): it holds no code to call"
+            for sym in dynsym.iter_symbols():
+                if sym["st_shndx"] != "SHN_UNDEF" and sym.name and \
+                        sym.name not in _TRIVIAL_SYMBOLS and \
+                        sym["st_info"]["bind"] in ("STB_GLOBAL", "STB_WEAK") and \
+                        sym["st_info"]["type"] in ("STT_FUNC", "STT_OBJECT", "STT_GNU_IFUNC"):
+                    return None
+        except PARSE_ERRORS as exc:
+            return f"is a damaged ELF file ({type(exc).__name__}: {str(exc)[:200]})"
+    return "exports no symbols: a library with this name but no code to call"
+
+
+def _section_table_end(head: bytes) -> int | None:
+    """Where an ELF header says its section header table ends (e_shoff + e_shnum ×
+    e_shentsize), read before pyelftools, which fails on a file cut short."""
+    if len(head) < 64 or not head.startswith(b"\x7fELF") or head[4] not in (1, 2) or \
+            head[5] not in (1, 2):
+        return None
+    order = "<" if head[5] == 1 else ">"
+    if head[4] == 2:
+        shoff, = struct.unpack_from(order + "Q", head, 0x28)
+        entsize, num = struct.unpack_from(order + "HH", head, 0x3A)
+    else:
+        shoff, = struct.unpack_from(order + "I", head, 0x20)
+        entsize, num = struct.unpack_from(order + "HH", head, 0x2E)
+    return shoff + entsize * num if shoff else None

@@ -66,6 +66,9 @@ _CACHE_ABI = {("EM_X86_64", 64): "x86-64", ("EM_X86_64", 32): "x32", ("EM_386", 
 _RUNTIME_NAME = re.compile(rb"(lib[A-Za-z0-9_+\-]{1,200}\.so(?:\.(?:\d{1,9}|%d)){0,4})\x00")
 MAX_RUNTIME_NAMES = 256
 _SCAN_CHUNK = 1 << 20
+# Read-only data scanned per library at most: cuDNN 9's largest .rodata is far smaller; a file
+# whose headers claim more (or a huge file named like a library) is not read past this.
+MAX_SCAN_BYTES = 1 << 30
 # Paths one emulated process may look at (a directory's existence or a candidate file) before
 # it gives up: a real library needs a few hundred; an object with 300 DT_NEEDED names and
 # 20,000 RUNPATH entries, each tried with 11 hwcaps subdirectories, would need 66 million.
@@ -633,9 +636,12 @@ def runtime_names(path: str | os.PathLike, limit: int = MAX_RUNTIME_NAMES) -> li
         except PARSE_ERRORS:
             return []
         try:
+            budget = MAX_SCAN_BYTES
             for offset, length in ranges:
+                length = min(length, budget)
                 _scan(f, offset, offset + length, found, limit)
-                if len(found) >= limit:
+                budget -= length
+                if len(found) >= limit or budget <= 0:
                     break
         except OSError:
             pass  # a read error part way: the names found so far

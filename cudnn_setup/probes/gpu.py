@@ -1,25 +1,104 @@
-"""Run convolutions through cuDNN on the GPU with ctypes; compare with numpy or time algorithms.
+"""Run cuDNN on the GPU the way frameworks call it, with ctypes; compare each result with numpy.
 
-    python gpu.py LIBCUDNN [LIBCUDART]           one small convolution checked against numpy
+    python gpu.py [--have LIB,…] LIBCUDNN [LIBCUDART]   every step below, checked against numpy
+                                                 (--have: the release's libraries, for a
+                                                 flavour without some: a step needing one it
+                                                 lacks is a skip)
     python gpu.py --bench LIBCUDNN [LIBCUDART]   cudnnFindConvolutionForwardAlgorithm per layer
 
-Prints one JSON line with status pass | fail | skip; without a driver or a GPU it says skip.
+The steps, and the sub-libraries each one needs (cuDNN 9; 8.x has no graph steps):
+
+| step | API | what calls it | sub-libraries |
+|---|---|---|---|
+| graph_conv_fwd | graph (backend) API, heuristics mode A | PyTorch, TensorFlow, JAX | graph, heuristic, an engine library |
+| graph_conv_bwd_data, graph_conv_bwd_filter | the same, backward | training in those | graph, heuristic, an engine library |
+| batchnorm_fwd | cudnnBatchNormalizationForwardTraining | PyTorch's batchnorm | ops |
+| rnn_fwd | cudnnRNNForward (tanh RNN) | PyTorch's RNN/LSTM/GRU | adv |
+| legacy_conv_fwd | cudnnConvolutionForward | Theano, ONNX Runtime, MXNet | cnn |
+| fused_runtime_compiled | graph API: conv + bias + ReLU, an engine that compiles at run time | fusions (cudnn-frontend, TensorRT) | graph, engines_runtime_compiled (NVRTC where cuDNN opens it) |
+
+Each step reports the libcudnn* files that were mapped while it ran (from /proc/self/maps), the
+stage it reached (descriptors, heuristics, plan, execute, compare) and, on failure, cuDNN's
+status and its last error message. Before each step the probe writes "gpu-step: NAME" to
+stderr, so a caller whose child died still knows in which step.
+
+Prints one JSON line: status pass | warn | fail | skip; without a driver or a GPU it says skip.
+Standard library and numpy only.
 """
 import ctypes
 import os
 import sys
+import time
 
 c_void_p, byref = ctypes.c_void_p, ctypes.byref
+c_int64, c_int, c_float, c_double, c_size_t = (ctypes.c_int64, ctypes.c_int, ctypes.c_float,
+                                               ctypes.c_double, ctypes.c_size_t)
 
 # The classic small conv net's layers (batch 100, 3x24x24 input): (N, C, H, W, K, R, S, pad)
 BENCH_LAYERS = {"conv1": (100, 3, 24, 24, 20, 5, 5, 0), "conv2": (100, 20, 10, 10, 50, 5, 5, 0)}
 CHECK_LAYER = (2, 3, 9, 9, 4, 3, 3, 1)
+FUSED_LAYER = (2, 16, 8, 8, 16, 3, 3, 1)  # fp16 NHWC: channels a multiple of 8 for tensor cores
 FWD_ALGOS = ["IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "GEMM", "DIRECT", "FFT", "FFT_TILING",
              "WINOGRAD", "WINOGRAD_NONFUSED"]
 
+# cuDNN's C enums (cudnn_graph.h, cudnn_ops.h, cudnn_adv.h of 9.x; stable ABI values, checked
+# against NVIDIA's headers by tests/test_gpu_probe.py).
+FLOAT, HALF = 0, 2  # cudnnDataType_t
+T_HANDLE, T_DATA_TYPE, T_BOOLEAN, T_INT64, T_FLOAT, T_DOUBLE, T_VOID_PTR = 0, 1, 2, 3, 4, 5, 6
+T_CONV_MODE, T_HEUR_MODE, T_NUMERICAL_NOTE, T_POINTWISE_MODE, T_DESCRIPTOR = 7, 8, 11, 14, 15
+T_BEHAVIOR_NOTE = 19
+D_POINTWISE, D_CONVOLUTION, D_ENGINE, D_ENGINECFG, D_ENGINEHEUR, D_PLAN = 0, 1, 2, 3, 4, 5
+D_OP_CONV_FWD, D_OP_CONV_BWD_FILTER, D_OP_CONV_BWD_DATA, D_OP_POINTWISE = 10, 11, 12, 13
+D_OPGRAPH, D_VARIANT_PACK, D_TENSOR = 15, 16, 17
+A_POINTWISE_MODE, A_POINTWISE_MATH_PREC = 0, 1
+A_CONV_COMP_TYPE, A_CONV_MODE, A_CONV_DILATIONS, A_CONV_STRIDES = 100, 101, 102, 103
+A_CONV_POST_PAD, A_CONV_PRE_PAD, A_CONV_SPATIAL_DIMS = 104, 105, 106
+A_HEUR_MODE, A_HEUR_GRAPH, A_HEUR_RESULTS = 200, 201, 202
+A_CFG_ENGINE = 300
+A_PLAN_HANDLE, A_PLAN_CFG, A_PLAN_WORKSPACE = 400, 401, 402
+# (alpha, beta, conv desc, W, X, Y) of the forward op; bwd data: (…, W, DX, DY); bwd filter:
+# (…, DW, X, DY)
+A_OP_FWD = (700, 701, 702, 703, 704, 705)
+A_OP_BWD_DATA = (706, 707, 708, 709, 710, 711)
+A_OP_BWD_FILTER = (712, 713, 714, 715, 716, 717)
+A_OP_PW_DESC, A_OP_PW_X, A_OP_PW_B, A_OP_PW_Y = 750, 751, 752, 753
+A_GRAPH_HANDLE, A_GRAPH_OPS, A_GRAPH_ENGINE_COUNT = 800, 801, 802
+A_T_ALIGN, A_T_DTYPE, A_T_DIMS, A_T_STRIDES, A_T_UID, A_T_VIRTUAL = 900, 901, 902, 903, 906, 907
+A_VP_UIDS, A_VP_PTRS, A_VP_WORKSPACE = 1000, 1001, 1003
+A_ENGINE_GRAPH, A_ENGINE_INDEX, A_ENGINE_NUMERICAL, A_ENGINE_BEHAVIOR = 1300, 1301, 1303, 1305
+HEUR_MODE_A, HEUR_MODE_FALLBACK = 3, 2
+CROSS_CORRELATION = 1
+PW_ADD, PW_RELU_FWD = 0, 100
+NOTE_RUNTIME_COMPILATION = 0  # cudnnBackendBehaviorNote_t
+NOTE_TENSOR_CORE, NOTE_DOWN_CONVERT = 0, 1  # cudnnBackendNumericalNote_t
+BATCHNORM_SPATIAL = 1
+RNN_TANH, RNN_NO_BIAS, RNN_UNIDIRECTIONAL, RNN_LINEAR_INPUT, RNN_ALGO_STANDARD = 1, 0, 0, 0, 0
+RNN_SEQ_MAJOR_UNPACKED, FWD_MODE_INFERENCE = 0, 0
+FMA_MATH = 3
+
+# Which sub-libraries a step needs, stage by stage: the one a failure at that stage points to.
+STAGE_LIBS = {"descriptors": "libcudnn_graph", "heuristics": "libcudnn_heuristic"}
+STEP_LIBS = {
+    "graph_conv_fwd": ["libcudnn_graph", "libcudnn_heuristic", "libcudnn_engines_precompiled"],
+    "graph_conv_bwd_data": ["libcudnn_graph", "libcudnn_heuristic", "libcudnn_engines_precompiled"],
+    "graph_conv_bwd_filter": ["libcudnn_graph", "libcudnn_heuristic",
+                              "libcudnn_engines_precompiled"],
+    "batchnorm_fwd": ["libcudnn_ops"],
+    "rnn_fwd": ["libcudnn_adv"],
+    "legacy_conv_fwd": ["libcudnn_cnn"],
+    "fused_runtime_compiled": ["libcudnn_graph", "libcudnn_engines_runtime_compiled"],
+}
+RUNTIME_ENGINE = "fused_runtime_compiled"
+
 
 class ProbeError(Exception):
-    pass
+    def __init__(self, message, stage=None, status=None):
+        super().__init__(message)
+        self.stage, self.status = stage, status
+
+
+class Skip(Exception):
+    """A step that cannot run here for a reason outside cuDNN (a warn, naming the reason)."""
 
 
 class AlgoPerf(ctypes.Structure):
@@ -28,39 +107,661 @@ class AlgoPerf(ctypes.Structure):
                 ("mathType", ctypes.c_int), ("reserved", ctypes.c_int * 3)]
 
 
+def mapped_cudnn_files():
+    """libcudnn* and libnvrtc* files mapped into this process, from /proc/self/maps."""
+    found = set()
+    try:
+        with open("/proc/self/maps", "rb") as f:
+            for line in f:
+                parts = line.split(None, 5)
+                if len(parts) == 6:
+                    base = os.path.basename(parts[5].strip())
+                    if base.startswith((b"libcudnn", b"libnvrtc")):
+                        found.add(parts[5].strip().decode("utf-8", "replace"))
+    except OSError:
+        pass
+    return found
+
+
 class Gpu:
-    """libcuda facts, libcudart memory and a cuDNN handle for device 0."""
+    """libcudart memory and a cuDNN handle for device 0."""
 
     def __init__(self, cudnn_path, cudart_path):
         self.cudart = ctypes.CDLL(cudart_path or "libcudart.so", mode=ctypes.RTLD_GLOBAL)
         self.cudnn = ctypes.CDLL(cudnn_path, mode=ctypes.RTLD_GLOBAL)
         self.cudnn.cudnnGetVersion.restype = ctypes.c_size_t
         self.cudnn.cudnnGetErrorString.restype = ctypes.c_char_p
+        self.cudart.cudaMalloc.argtypes = [ctypes.POINTER(c_void_p), c_size_t]
+        self.cudart.cudaMemcpy.argtypes = [c_void_p, c_void_p, c_size_t, c_int]
+        self.cudart.cudaMemset.argtypes = [c_void_p, c_int, c_size_t]
+        self.cudart.cudaFree.argtypes = [c_void_p]
+        self.version = int(self.cudnn.cudnnGetVersion())
         self.handle = c_void_p()
+        self.buffers = []
         self.call("cudnnCreate", byref(self.handle))
 
-    def call(self, name, *args):
+    def last_error(self):
+        fn = getattr(self.cudnn, "cudnnGetLastErrorString", None)
+        if fn is None:
+            return ""
+        buf = ctypes.create_string_buffer(1024)
+        fn.argtypes = [ctypes.c_char_p, c_size_t]
+        fn.restype = None
+        fn(buf, 1024)
+        return buf.value.decode("utf-8", "replace").strip()
+
+    def call(self, name, *args, stage=None):
         status = getattr(self.cudnn, name)(*args)
         if status != 0:
-            raise ProbeError(f"{name} returned {status} "
-                             f"({self.cudnn.cudnnGetErrorString(status).decode()})")
+            text = self.cudnn.cudnnGetErrorString(status)
+            text = text.decode("utf-8", "replace") if text else str(status)
+            last = self.last_error()
+            raise ProbeError(f"{name} returned {status} ({text})" + (f": {last[:300]}" if last else ""),
+                             stage, status)
 
     def malloc(self, nbytes):
         ptr = c_void_p()
-        if self.cudart.cudaMalloc(byref(ptr), ctypes.c_size_t(max(nbytes, 1))) != 0:
+        if self.cudart.cudaMalloc(byref(ptr), max(int(nbytes), 1)) != 0:
             raise ProbeError(f"cudaMalloc of {nbytes} bytes failed")
+        self.buffers.append(ptr)
         return ptr
 
+    def upload(self, array):
+        ptr = self.malloc(array.nbytes)
+        self.copy(ptr, array.ctypes.data_as(c_void_p), array.nbytes, 1)
+        return ptr
+
+    def zeros(self, nbytes):
+        ptr = self.malloc(nbytes)
+        self.cudart.cudaMemset(ptr, 0, max(int(nbytes), 1))
+        return ptr
+
+    def download(self, ptr, shape, dtype):
+        import numpy as np
+
+        out = np.zeros(shape, dtype=dtype)
+        self.sync()
+        self.copy(out.ctypes.data_as(c_void_p), ptr, out.nbytes, 2)
+        return out
+
     def copy(self, dst, src, nbytes, kind):
-        if self.cudart.cudaMemcpy(dst, src, ctypes.c_size_t(nbytes), kind) != 0:
-            raise ProbeError("cudaMemcpy failed")
+        if self.cudart.cudaMemcpy(dst, src, int(nbytes), kind) != 0:
+            raise ProbeError("cudaMemcpy failed", "execute")
+
+    def sync(self):
+        if self.cudart.cudaDeviceSynchronize() != 0:
+            raise ProbeError("a kernel failed (cudaDeviceSynchronize)", "execute")
+
+    def free_all(self):
+        for ptr in self.buffers:
+            self.cudart.cudaFree(ptr)
+        self.buffers = []
 
     def close(self):
+        self.free_all()
         self.cudnn.cudnnDestroy(self.handle)
 
 
+# --- the graph (backend) API ------------------------------------------------------------------
+
+_CTYPE = {T_HANDLE: c_void_p, T_DATA_TYPE: c_int, T_BOOLEAN: ctypes.c_bool, T_INT64: c_int64,
+          T_FLOAT: c_float, T_DOUBLE: c_double, T_VOID_PTR: c_void_p, T_CONV_MODE: c_int,
+          T_HEUR_MODE: c_int, T_NUMERICAL_NOTE: c_int, T_POINTWISE_MODE: c_int,
+          T_DESCRIPTOR: c_void_p, T_BEHAVIOR_NOTE: c_int}
+
+
+class Backend:
+    """Descriptors of cuDNN's backend API: create, set attributes, finalize; all destroyed at
+    the end of a step."""
+
+    def __init__(self, gpu):
+        self.gpu, self.lib, self.made, self.configs = gpu, gpu.cudnn, [], []
+        self.lib.cudnnBackendSetAttribute.argtypes = [c_void_p, c_int, c_int, c_int64, c_void_p]
+        self.lib.cudnnBackendGetAttribute.argtypes = [c_void_p, c_int, c_int, c_int64,
+                                                      ctypes.POINTER(c_int64), c_void_p]
+        self.lib.cudnnBackendCreateDescriptor.argtypes = [c_int, ctypes.POINTER(c_void_p)]
+        self.lib.cudnnBackendFinalize.argtypes = [c_void_p]
+        self.lib.cudnnBackendDestroyDescriptor.argtypes = [c_void_p]
+        self.lib.cudnnBackendExecute.argtypes = [c_void_p, c_void_p, c_void_p]
+
+    def create(self, kind, stage="descriptors"):
+        desc = c_void_p()
+        self.gpu.call("cudnnBackendCreateDescriptor", kind, byref(desc), stage=stage)
+        self.made.append(desc)
+        return desc
+
+    def set(self, desc, attr, atype, values, stage="descriptors"):
+        values = values if isinstance(values, (list, tuple)) else [values]
+        ctype = _CTYPE[atype]
+        arr = (ctype * len(values))(*[v.value if isinstance(v, c_void_p) else v for v in values])
+        self.gpu.call("cudnnBackendSetAttribute", desc, attr, atype, len(values),
+                      ctypes.cast(arr, c_void_p), stage=stage)
+
+    def get(self, desc, attr, atype, count, stage="descriptors"):
+        arr = (_CTYPE[atype] * max(count, 1))()
+        got = c_int64()
+        self.gpu.call("cudnnBackendGetAttribute", desc, attr, atype, count, byref(got),
+                      ctypes.cast(arr, c_void_p), stage=stage)
+        return list(arr)[:got.value]
+
+    def finalize(self, desc, stage="descriptors"):
+        self.gpu.call("cudnnBackendFinalize", desc, stage=stage)
+        return desc
+
+    def make(self, kind, attrs, stage="descriptors"):
+        desc = self.create(kind, stage)
+        for attr, atype, values in attrs:
+            self.set(desc, attr, atype, values, stage)
+        return self.finalize(desc, stage)
+
+    def tensor(self, uid, dims, strides, dtype=FLOAT, virtual=False):
+        return self.make(D_TENSOR, [(A_T_DTYPE, T_DATA_TYPE, dtype), (A_T_DIMS, T_INT64, dims),
+                                    (A_T_STRIDES, T_INT64, strides), (A_T_UID, T_INT64, uid),
+                                    (A_T_ALIGN, T_INT64, 16), (A_T_VIRTUAL, T_BOOLEAN, virtual)])
+
+    def conv(self, pad, comp=FLOAT):
+        return self.make(D_CONVOLUTION, [
+            (A_CONV_COMP_TYPE, T_DATA_TYPE, comp), (A_CONV_MODE, T_CONV_MODE, CROSS_CORRELATION),
+            (A_CONV_SPATIAL_DIMS, T_INT64, 2), (A_CONV_DILATIONS, T_INT64, [1, 1]),
+            (A_CONV_STRIDES, T_INT64, [1, 1]), (A_CONV_PRE_PAD, T_INT64, [pad, pad]),
+            (A_CONV_POST_PAD, T_INT64, [pad, pad])])
+
+    def graph(self, ops):
+        return self.make(D_OPGRAPH, [(A_GRAPH_HANDLE, T_HANDLE, self.gpu.handle),
+                                     (A_GRAPH_OPS, T_DESCRIPTOR, ops)])
+
+    def engine_notes(self, engine):
+        behavior = self.get(engine, A_ENGINE_BEHAVIOR, T_BEHAVIOR_NOTE, 16)
+        numerical = self.get(engine, A_ENGINE_NUMERICAL, T_NUMERICAL_NOTE, 16)
+        index = self.get(engine, A_ENGINE_INDEX, T_INT64, 1)
+        return {"global_index": int(index[0]) if index else None,
+                "runtime_compiled": NOTE_RUNTIME_COMPILATION in behavior,
+                "tensor_core": NOTE_TENSOR_CORE in numerical,
+                "down_converts": NOTE_DOWN_CONVERT in numerical}
+
+    def heuristics(self, graph, mode=HEUR_MODE_A, limit=16):
+        """The engine configs heuristics `mode` proposes for `graph`, best first."""
+        heur = self.make(D_ENGINEHEUR, [(A_HEUR_GRAPH, T_DESCRIPTOR, graph),
+                                        (A_HEUR_MODE, T_HEUR_MODE, mode)], stage="heuristics")
+        count = c_int64()
+        self.gpu.call("cudnnBackendGetAttribute", heur, A_HEUR_RESULTS, T_DESCRIPTOR, 0,
+                      byref(count), None, stage="heuristics")
+        n = min(int(count.value), limit)
+        if n <= 0:
+            raise ProbeError("heuristics returned no engine configuration", "heuristics")
+        cfgs = [self.create(D_ENGINECFG, "heuristics") for _ in range(n)]
+        self.configs += cfgs
+        arr = (c_void_p * n)(*[c.value for c in cfgs])
+        got = c_int64()
+        self.gpu.call("cudnnBackendGetAttribute", heur, A_HEUR_RESULTS, T_DESCRIPTOR, n,
+                      byref(got), ctypes.cast(arr, c_void_p), stage="heuristics")
+        if got.value <= 0:  # seen with a libcudnn_heuristic that has no code
+            raise ProbeError(f"heuristics counted {count.value} engine configurations and "
+                             "returned none", "heuristics")
+        return cfgs[:int(got.value)]
+
+    def config_engine(self, cfg):
+        engine = self.create(D_ENGINE, "heuristics")
+        arr = (c_void_p * 1)(engine.value)
+        got = c_int64()
+        self.gpu.call("cudnnBackendGetAttribute", cfg, A_CFG_ENGINE, T_DESCRIPTOR, 1,
+                      byref(got), ctypes.cast(arr, c_void_p), stage="heuristics")
+        return engine
+
+    def engines(self, graph):
+        """Every engine of `graph` by global index that finalizes (supports it) here."""
+        count = self.get(graph, A_GRAPH_ENGINE_COUNT, T_INT64, 1)
+        out = []
+        for index in range(int(count[0]) if count else 0):
+            engine = self.create(D_ENGINE, "plan")
+            self.set(engine, A_ENGINE_GRAPH, T_DESCRIPTOR, graph, "plan")
+            self.set(engine, A_ENGINE_INDEX, T_INT64, index, "plan")
+            try:
+                self.finalize(engine, "plan")
+            except ProbeError:
+                continue
+            out.append(engine)
+        return out
+
+    def config_of(self, engine):
+        return self.make(D_ENGINECFG, [(A_CFG_ENGINE, T_DESCRIPTOR, engine)], stage="plan")
+
+    def plan(self, cfg):
+        plan = self.make(D_PLAN, [(A_PLAN_HANDLE, T_HANDLE, self.gpu.handle),
+                                  (A_PLAN_CFG, T_DESCRIPTOR, cfg)], stage="plan")
+        size = self.get(plan, A_PLAN_WORKSPACE, T_INT64, 1, stage="plan")
+        return plan, int(size[0]) if size else 0
+
+    def first_plan(self, cfgs):
+        """The first config that makes an execution plan, as frameworks take it."""
+        errors = []
+        for cfg in cfgs:
+            try:
+                plan, ws = self.plan(cfg)
+            except ProbeError as exc:
+                errors.append(str(exc))
+                continue
+            return cfg, plan, ws
+        raise ProbeError(f"none of the {len(cfgs)} engine configurations makes an execution plan"
+                         + (f" (first: {errors[0]})" if errors else ""), "plan")
+
+    def execute(self, plan, ws_size, pointers):
+        ws = self.gpu.malloc(ws_size) if ws_size else c_void_p()
+        uids = sorted(pointers)
+        pack = self.make(D_VARIANT_PACK, [
+            (A_VP_UIDS, T_INT64, uids), (A_VP_PTRS, T_VOID_PTR, [pointers[u] for u in uids]),
+            (A_VP_WORKSPACE, T_VOID_PTR, ws)], stage="execute")
+        self.gpu.call("cudnnBackendExecute", self.gpu.handle, plan, pack, stage="execute")
+        self.gpu.sync()
+
+    def close(self):
+        for desc in reversed(self.made):
+            self.lib.cudnnBackendDestroyDescriptor(desc)
+        self.made = []
+
+
+def nchw_strides(dims):
+    n, c, h, w = dims
+    return [c * h * w, h * w, w, 1]
+
+
+def nhwc_strides(dims):
+    n, c, h, w = dims
+    return [c * h * w, 1, w * c, c]
+
+
+# --- numpy references -------------------------------------------------------------------------
+
+def reference(x, w, pad):
+    import numpy as np
+
+    n, _, h, width = x.shape
+    k, _, r, s = w.shape
+    xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    oh, ow = h + 2 * pad - r + 1, width + 2 * pad - s + 1
+    out = np.zeros((n, k, oh, ow), dtype=np.float64)
+    for i in range(oh):
+        for j in range(ow):
+            out[:, :, i, j] = np.tensordot(xp[:, :, i:i + r, j:j + s], w, axes=([1, 2, 3], [1, 2, 3]))
+    return out
+
+
+def reference_bwd_data(dy, w, pad, x_shape):
+    """dx of a stride-1 cross-correlation: each output position's gradient spread back."""
+    import numpy as np
+
+    n, c, h, width = x_shape
+    k, _, r, s = w.shape
+    dxp = np.zeros((n, c, h + 2 * pad, width + 2 * pad), dtype=np.float64)
+    for i in range(dy.shape[2]):
+        for j in range(dy.shape[3]):
+            dxp[:, :, i:i + r, j:j + s] += np.tensordot(dy[:, :, i, j], w, axes=([1], [0]))
+    return dxp[:, :, pad:pad + h, pad:pad + width]
+
+
+def reference_bwd_filter(x, dy, pad, w_shape):
+    import numpy as np
+
+    k, c, r, s = w_shape
+    xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    dw = np.zeros(w_shape, dtype=np.float64)
+    for i in range(dy.shape[2]):
+        for j in range(dy.shape[3]):
+            dw += np.tensordot(dy[:, :, i, j], xp[:, :, i:i + r, j:j + s], axes=([0], [0]))
+    return dw
+
+
+def reference_batchnorm(x, scale, bias, eps):
+    mean = x.mean(axis=(0, 2, 3), keepdims=True)
+    var = x.var(axis=(0, 2, 3), keepdims=True)
+    return (x - mean) / (var + eps) ** 0.5 * scale.reshape(1, -1, 1, 1) + bias.reshape(1, -1, 1, 1)
+
+
+def reference_rnn(x, wi, wr):
+    """A one-layer tanh RNN without bias from h0 = 0: x is (seq, batch, input)."""
+    import numpy as np
+
+    h = np.zeros((x.shape[1], wr.shape[0]))
+    out = []
+    for t in range(x.shape[0]):
+        h = np.tanh(x[t] @ wi.T + h @ wr.T)
+        out.append(h)
+    return np.stack(out)
+
+
+def compare(got, want, tolerance, what):
+    """Max abs error relative to the reference's scale; a ProbeError past `tolerance`."""
+    import numpy as np
+
+    scale = max(1.0, float(np.max(np.abs(want))))
+    err = float(np.max(np.abs(got.astype(np.float64) - want))) / scale
+    if not np.isfinite(err) or err > tolerance:
+        raise ProbeError(f"{what} differs from numpy's by {err:.3g} (relative; limit "
+                         f"{tolerance:g})", "compare")
+    return err
+
+
+# --- the steps --------------------------------------------------------------------------------
+
+def _conv_data(spec, seed=0):
+    import numpy as np
+
+    n, c, h, w, k, r, s, pad = spec
+    rng = np.random.RandomState(seed)
+    return (rng.randn(n, c, h, w).astype(np.float32), rng.randn(k, c, r, s).astype(np.float32),
+            (n, k, h + 2 * pad - r + 1, w + 2 * pad - s + 1))
+
+
+def _tolerance(notes):
+    # TF32 (tensor cores on fp32 data) keeps 10 bits of mantissa: what PyTorch allows for cuDNN
+    return 1e-2 if notes.get("tensor_core") or notes.get("down_converts") else 1e-4
+
+
+def graph_conv(gpu, out, direction):
+    """One convolution through the graph API, heuristics mode A, the first config that plans."""
+    import numpy as np
+
+    n, c, h, w, k, r, s, pad = CHECK_LAYER
+    x, wt, y_shape = _conv_data(CHECK_LAYER)
+    dy = np.random.RandomState(1).randn(*y_shape).astype(np.float32)
+    be = Backend(gpu)
+    try:
+        xs, ws, ys = (n, c, h, w), (k, c, r, s), y_shape
+        tx = be.tensor(1, xs, nchw_strides(xs))
+        tw = be.tensor(2, ws, nchw_strides(ws))
+        ty = be.tensor(3, ys, nchw_strides(ys))
+        conv = be.conv(pad)
+        kind, names = {"fwd": (D_OP_CONV_FWD, A_OP_FWD), "bwd_data": (D_OP_CONV_BWD_DATA, A_OP_BWD_DATA),
+                       "bwd_filter": (D_OP_CONV_BWD_FILTER, A_OP_BWD_FILTER)}[direction]
+        alpha, beta, cdesc, a, b, cc = names
+        # the op's three tensors, in the order of its attribute names
+        tensors = {"fwd": (tw, tx, ty), "bwd_data": (tw, tx, ty), "bwd_filter": (tw, tx, ty)}[direction]
+        op = be.make(kind, [(alpha, T_FLOAT, 1.0), (beta, T_FLOAT, 0.0), (cdesc, T_DESCRIPTOR, conv),
+                            (a, T_DESCRIPTOR, tensors[0]), (b, T_DESCRIPTOR, tensors[1]),
+                            (cc, T_DESCRIPTOR, tensors[2])])
+        graph = be.graph([op])
+        cfgs = be.heuristics(graph, HEUR_MODE_A)
+        out["stage"] = "plan"
+        cfg, plan, ws_size = be.first_plan(cfgs)
+        notes = be.engine_notes(be.config_engine(cfg))
+        out["engine"] = notes
+        out["sublibraries"] = ["libcudnn_graph", "libcudnn_heuristic",
+                               "libcudnn_engines_runtime_compiled" if notes["runtime_compiled"]
+                               else "libcudnn_engines_precompiled"]
+        out["stage"] = "execute"
+        px, pw, py = gpu.upload(x), gpu.upload(wt), gpu.upload(dy)
+        be.execute(plan, ws_size, {1: px.value, 2: pw.value, 3: py.value})
+        out["stage"] = "compare"
+        x64, w64 = x.astype(np.float64), wt.astype(np.float64)
+        if direction == "fwd":
+            got, want = gpu.download(py, y_shape, np.float32), reference(x64, w64, pad)
+        elif direction == "bwd_data":
+            got = gpu.download(px, x.shape, np.float32)
+            want = reference_bwd_data(dy.astype(np.float64), w64, pad, x.shape)
+        else:
+            got = gpu.download(pw, wt.shape, np.float32)
+            want = reference_bwd_filter(x64, dy.astype(np.float64), pad, wt.shape)
+        out["max_rel_error"] = compare(got, want, _tolerance(notes), f"the {direction} result")
+    finally:
+        be.close()
+        gpu.free_all()
+
+
+def legacy_conv(gpu, out):
+    layer = ConvLayer(gpu, *CHECK_LAYER)
+    try:
+        import numpy as np
+
+        x, wt, _ = _conv_data(CHECK_LAYER)
+        y = layer.forward(x, wt)
+        out["stage"] = "compare"
+        out["shape"] = list(layer.shape_out)
+        out["algo"] = "IMPLICIT_GEMM"
+        out["max_rel_error"] = compare(y, reference(x.astype(np.float64), wt.astype(np.float64),
+                                                    CHECK_LAYER[7]), 1e-4, "the convolution")
+    finally:
+        layer.close()
+
+
+def _tensor4d(gpu, dims, dtype=FLOAT):
+    desc = c_void_p()
+    gpu.call("cudnnCreateTensorDescriptor", byref(desc))
+    gpu.call("cudnnSetTensor4dDescriptor", desc, 0, dtype, *dims)
+    return desc
+
+
+def batchnorm(gpu, out):
+    import numpy as np
+
+    n, c, h, w = 4, 3, 5, 5
+    rng = np.random.RandomState(2)
+    x = rng.randn(n, c, h, w).astype(np.float32)
+    scale = rng.rand(c).astype(np.float32) + 0.5
+    bias = rng.randn(c).astype(np.float32)
+    eps = 1e-5
+    xd, pd = _tensor4d(gpu, (n, c, h, w)), _tensor4d(gpu, (1, c, 1, 1))
+    try:
+        px, py = gpu.upload(x), gpu.zeros(x.nbytes)
+        ps, pb = gpu.upload(scale), gpu.upload(bias)
+        rm, rv, sm, sv = (gpu.zeros(4 * c) for _ in range(4))
+        alpha, beta = c_float(1.0), c_float(0.0)
+        fn = gpu.cudnn.cudnnBatchNormalizationForwardTraining
+        fn.argtypes = [c_void_p, c_int, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p,
+                       c_void_p, c_void_p, c_void_p, c_double, c_void_p, c_void_p, c_double,
+                       c_void_p, c_void_p]
+        out["stage"] = "execute"
+        gpu.call("cudnnBatchNormalizationForwardTraining", gpu.handle, BATCHNORM_SPATIAL,
+                 byref(alpha), byref(beta), xd, px, xd, py, pd, ps, pb, 1.0, rm, rv, eps, sm, sv,
+                 stage="execute")
+        got = gpu.download(py, x.shape, np.float32)
+        out["stage"] = "compare"
+        out["max_rel_error"] = compare(got, reference_batchnorm(x.astype(np.float64),
+                                                                scale.astype(np.float64),
+                                                                bias.astype(np.float64), eps),
+                                       1e-3, "the batch normalization")
+    finally:
+        gpu.cudnn.cudnnDestroyTensorDescriptor(xd)
+        gpu.cudnn.cudnnDestroyTensorDescriptor(pd)
+        gpu.free_all()
+
+
+def rnn(gpu, out):
+    import numpy as np
+
+    seq, batch, isize, hsize = 3, 2, 4, 5
+    lib = gpu.cudnn
+    made = []
+
+    def create(kind):
+        desc = c_void_p()
+        gpu.call(f"cudnnCreate{kind}Descriptor", byref(desc))
+        made.append((kind, desc))
+        return desc
+
+    try:
+        drop = create("Dropout")
+        states = c_size_t()
+        gpu.call("cudnnDropoutGetStatesSize", gpu.handle, byref(states))
+        lib.cudnnSetDropoutDescriptor.argtypes = [c_void_p, c_void_p, c_float, c_void_p, c_size_t,
+                                                  ctypes.c_ulonglong]
+        gpu.call("cudnnSetDropoutDescriptor", drop, gpu.handle, 0.0, gpu.malloc(states.value),
+                 states.value, 0)
+        desc = create("RNN")
+        # algo, cell, bias, direction, input mode, data type, math precision, math type, input
+        # size, hidden size, projection size, layers
+        lib.cudnnSetRNNDescriptor_v8.argtypes = [c_void_p] + [c_int] * 12 + [c_void_p, ctypes.c_uint]
+        gpu.call("cudnnSetRNNDescriptor_v8", desc, RNN_ALGO_STANDARD, RNN_TANH, RNN_NO_BIAS,
+                 RNN_UNIDIRECTIONAL, RNN_LINEAR_INPUT, FLOAT, FLOAT, FMA_MATH, isize, hsize, hsize,
+                 1, drop, 0)
+        lengths = (c_int * batch)(*([seq] * batch))
+        xd, yd = create("RNNData"), create("RNNData")
+        lib.cudnnSetRNNDataDescriptor.argtypes = [c_void_p, c_int, c_int, c_int, c_int, c_int,
+                                                  c_void_p, c_void_p]
+        pad = c_float(0.0)
+        gpu.call("cudnnSetRNNDataDescriptor", xd, FLOAT, RNN_SEQ_MAJOR_UNPACKED, seq, batch, isize,
+                 lengths, byref(pad))
+        gpu.call("cudnnSetRNNDataDescriptor", yd, FLOAT, RNN_SEQ_MAJOR_UNPACKED, seq, batch, hsize,
+                 lengths, byref(pad))
+        hd = create("Tensor")
+        dims, strides = (c_int * 3)(1, batch, hsize), (c_int * 3)(batch * hsize, hsize, 1)
+        gpu.call("cudnnSetTensorNdDescriptor", hd, FLOAT, 3, dims, strides)
+        wsize, work, reserve = c_size_t(), c_size_t(), c_size_t()
+        gpu.call("cudnnGetRNNWeightSpaceSize", gpu.handle, desc, byref(wsize))
+        gpu.call("cudnnGetRNNTempSpaceSizes", gpu.handle, desc, FWD_MODE_INFERENCE, xd,
+                 byref(work), byref(reserve))
+        rng = np.random.RandomState(3)
+        weights = (rng.randn(wsize.value // 4) * 0.5).astype(np.float32)
+        pw = gpu.upload(weights)
+        mats = []
+        md, bd = create("Tensor"), create("Tensor")
+        lib.cudnnGetRNNWeightParams.argtypes = [c_void_p, c_void_p, ctypes.c_int32, c_size_t,
+                                                c_void_p, ctypes.c_int32, c_void_p,
+                                                ctypes.POINTER(c_void_p), c_void_p,
+                                                ctypes.POINTER(c_void_p)]
+        for lin in (0, 1):  # input weights W, then recurrent weights R
+            maddr, baddr = c_void_p(), c_void_p()
+            gpu.call("cudnnGetRNNWeightParams", gpu.handle, desc, 0, wsize.value, pw, lin, md,
+                     byref(maddr), bd, byref(baddr))
+            dt, nb = c_int(), c_int()
+            mdims, mstrides = (c_int * 3)(), (c_int * 3)()
+            gpu.call("cudnnGetTensorNdDescriptor", md, 3, byref(dt), byref(nb), mdims, mstrides)
+            offset = (maddr.value - pw.value) // 4
+            rows, cols = mdims[1], mdims[2]
+            idx = offset + np.arange(rows)[:, None] * mstrides[1] + np.arange(cols)[None, :] * mstrides[2]
+            mats.append(weights[idx].astype(np.float64))
+        x = rng.randn(seq, batch, isize).astype(np.float32)
+        px, py = gpu.upload(x), gpu.zeros(4 * seq * batch * hsize)
+        dev_lengths = gpu.upload(np.array([seq] * batch, dtype=np.int32))
+        pwork = gpu.malloc(work.value)
+        pres = gpu.malloc(reserve.value) if reserve.value else c_void_p()
+        lib.cudnnRNNForward.argtypes = [c_void_p, c_void_p, c_int, c_void_p, c_void_p, c_void_p,
+                                        c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p,
+                                        c_void_p, c_void_p, c_size_t, c_void_p, c_size_t, c_void_p,
+                                        c_size_t, c_void_p]
+        out["stage"] = "execute"
+        gpu.call("cudnnRNNForward", gpu.handle, desc, FWD_MODE_INFERENCE, dev_lengths, xd, px, yd,
+                 py, hd, None, None, hd, None, None, wsize.value, pw, work.value, pwork,
+                 reserve.value, pres, stage="execute")
+        got = gpu.download(py, (seq, batch, hsize), np.float32)
+        out["stage"] = "compare"
+        out["max_rel_error"] = compare(got, reference_rnn(x.astype(np.float64), *mats), 1e-4,
+                                       "the RNN's output")
+    finally:
+        for kind, desc in reversed(made):
+            getattr(lib, f"cudnnDestroy{kind}Descriptor")(desc)
+        gpu.free_all()
+
+
+def nvrtc_missing(gpu):
+    """The NVRTC cuDNN would open for runtime-compiled engines, when it cannot be loaded."""
+    fn = getattr(gpu.cudnn, "cudnnGetCudartVersion", None)
+    if fn is None:
+        return None
+    fn.restype = ctypes.c_size_t
+    major = int(fn()) // 1000
+    name = f"libnvrtc.so.{major}"
+    try:
+        ctypes.CDLL(name)
+    except OSError as exc:
+        return f"{name} cannot be loaded ({exc})"
+    return None
+
+
+def fused(gpu, out):
+    """conv (fp16, NHWC) + bias + ReLU through an engine that compiles its kernel at run time;
+    a warn, naming it, where the NVRTC cuDNN opens for that cannot be loaded."""
+    try:
+        fused_graph(gpu, out)
+    except ProbeError:
+        missing = None if any("libnvrtc" in os.path.basename(p) for p in mapped_cudnn_files()) \
+            else nvrtc_missing(gpu)
+        if missing:
+            raise Skip(f"{missing}: cuDNN's runtime-compiled engines (fusions) cannot run here; "
+                       "precompiled engines still do") from None
+        raise
+
+
+def fused_graph(gpu, out):
+    import numpy as np
+
+    n, c, h, w, k, r, s, pad = FUSED_LAYER
+    rng = np.random.RandomState(4)
+    x = rng.randn(n, c, h, w).astype(np.float16)
+    wt = (rng.randn(k, c, r, s) * 0.2).astype(np.float16)
+    bias = rng.randn(k).astype(np.float16)
+    ys = (n, k, h + 2 * pad - r + 1, w + 2 * pad - s + 1)
+    be = Backend(gpu)
+    try:
+        xs, wsh, bs = (n, c, h, w), (k, c, r, s), (1, k, 1, 1)
+        tx, tw = be.tensor(1, xs, nhwc_strides(xs), HALF), be.tensor(2, wsh, nhwc_strides(wsh), HALF)
+        tb = be.tensor(3, bs, nhwc_strides(bs), HALF)
+        tconv = be.tensor(10, ys, nhwc_strides(ys), FLOAT, virtual=True)
+        tadd = be.tensor(11, ys, nhwc_strides(ys), FLOAT, virtual=True)
+        ty = be.tensor(4, ys, nhwc_strides(ys), HALF)
+        conv = be.conv(pad)
+        alpha, beta, cdesc, a_w, a_x, a_y = A_OP_FWD
+        op_conv = be.make(D_OP_CONV_FWD, [(alpha, T_FLOAT, 1.0), (beta, T_FLOAT, 0.0),
+                                          (cdesc, T_DESCRIPTOR, conv), (a_w, T_DESCRIPTOR, tw),
+                                          (a_x, T_DESCRIPTOR, tx), (a_y, T_DESCRIPTOR, tconv)])
+        add = be.make(D_POINTWISE, [(A_POINTWISE_MODE, T_POINTWISE_MODE, PW_ADD),
+                                    (A_POINTWISE_MATH_PREC, T_DATA_TYPE, FLOAT)])
+        relu = be.make(D_POINTWISE, [(A_POINTWISE_MODE, T_POINTWISE_MODE, PW_RELU_FWD),
+                                     (A_POINTWISE_MATH_PREC, T_DATA_TYPE, FLOAT)])
+        op_add = be.make(D_OP_POINTWISE, [(A_OP_PW_DESC, T_DESCRIPTOR, add),
+                                          (A_OP_PW_X, T_DESCRIPTOR, tconv),
+                                          (A_OP_PW_B, T_DESCRIPTOR, tb),
+                                          (A_OP_PW_Y, T_DESCRIPTOR, tadd)])
+        op_relu = be.make(D_OP_POINTWISE, [(A_OP_PW_DESC, T_DESCRIPTOR, relu),
+                                           (A_OP_PW_X, T_DESCRIPTOR, tadd),
+                                           (A_OP_PW_Y, T_DESCRIPTOR, ty)])
+        graph = be.graph([op_conv, op_add, op_relu])
+        out["stage"] = "heuristics"
+        try:  # what heuristics propose, as a framework would take it; else every engine
+            cfgs = be.heuristics(graph, HEUR_MODE_A)
+            found = [(cfg, be.engine_notes(be.config_engine(cfg))) for cfg in cfgs]
+        except ProbeError:
+            found = []
+        out["stage"] = "plan"
+        if not any(notes["runtime_compiled"] for _, notes in found):
+            # an engine made into a config only when it is tried
+            found = [(e, be.engine_notes(e)) for e in be.engines(graph)]
+        out["engines_supported"] = [notes["global_index"] for _, notes in found]
+        compiled = [(desc, notes) for desc, notes in found if notes["runtime_compiled"]]
+        if not compiled:
+            raise ProbeError(f"no runtime-compiled engine supports a conv+bias+ReLU graph here "
+                             f"({len(found)} engines do)", "plan")
+        errors, chosen = [], None
+        for desc, notes in compiled:
+            try:
+                cfg = desc if desc in be.configs else be.config_of(desc)
+                plan, ws_size = be.plan(cfg)
+            except ProbeError as exc:
+                errors.append(str(exc))
+                continue
+            chosen = (plan, ws_size, notes)
+            break
+        if chosen is None:
+            raise ProbeError(f"no runtime-compiled engine makes an execution plan (first: "
+                             f"{errors[0] if errors else '?'})", "plan")
+        plan, ws_size, notes = chosen
+        out["engine"] = notes
+        out["stage"] = "execute"
+        nhwc = lambda a: np.ascontiguousarray(a.transpose(0, 2, 3, 1))  # noqa: E731
+        px, pw, pb = gpu.upload(nhwc(x)), gpu.upload(nhwc(wt)), gpu.upload(bias)
+        py = gpu.zeros(2 * ys[0] * ys[1] * ys[2] * ys[3])
+        be.execute(plan, ws_size, {1: px.value, 2: pw.value, 3: pb.value, 4: py.value})
+        got = gpu.download(py, (ys[0], ys[2], ys[3], ys[1]), np.float16).transpose(0, 3, 1, 2)
+        out["stage"] = "compare"
+        want = np.maximum(reference(x.astype(np.float64), wt.astype(np.float64), pad)
+                          + bias.astype(np.float64).reshape(1, -1, 1, 1), 0)
+        out["max_rel_error"] = compare(got, want, 2e-2, "the fused conv+bias+ReLU")
+    finally:
+        be.close()
+        gpu.free_all()
+
+
 class ConvLayer:
-    """Descriptors and device buffers for one NCHW float convolution."""
+    """Descriptors and device buffers for one NCHW float convolution (the legacy API)."""
 
     def __init__(self, gpu, n, c, h, w, k, r, s, pad, exact=True):
         self.gpu, self.shape_in, self.shape_w = gpu, (n, c, h, w), (k, c, r, s)
@@ -74,7 +775,7 @@ class ConvLayer:
         # pad, stride 1, dilation 1, CUDNN_CROSS_CORRELATION, float compute
         gpu.call("cudnnSetConvolution2dDescriptor", self.cd, pad, pad, 1, 1, 1, 1, 1, 0)
         if exact and hasattr(gpu.cudnn, "cudnnSetConvolutionMathType"):
-            gpu.call("cudnnSetConvolutionMathType", self.cd, 3)  # FMA: no TF32, exact compare
+            gpu.call("cudnnSetConvolutionMathType", self.cd, FMA_MATH)  # no TF32: exact compare
         dims = [ctypes.c_int() for _ in range(4)]
         gpu.call("cudnnGetConvolution2dForwardOutputDim", self.cd, self.xd, self.wd,
                  *[byref(d) for d in dims])
@@ -100,13 +801,8 @@ class ConvLayer:
         ws = gpu.malloc(size.value)
         alpha, beta = ctypes.c_float(1.0), ctypes.c_float(0.0)
         gpu.call("cudnnConvolutionForward", gpu.handle, byref(alpha), self.xd, self.x, self.wd,
-                 self.w, self.cd, algo, ws, size, byref(beta), self.yd, self.y)
-        if gpu.cudart.cudaDeviceSynchronize() != 0:
-            raise ProbeError("the convolution kernel failed (cudaDeviceSynchronize)")
-        y = np.zeros(self.shape_out, dtype=np.float32)
-        gpu.copy(y.ctypes.data_as(c_void_p), self.y, y.nbytes, 2)
-        gpu.cudart.cudaFree(ws)
-        return y
+                 self.w, self.cd, algo, ws, size, byref(beta), self.yd, self.y, stage="execute")
+        return gpu.download(self.y, self.shape_out, np.float32)
 
     def find(self):
         """Every forward algorithm cuDNN can run here, timed by cuDNN itself, fastest first."""
@@ -119,8 +815,7 @@ class ConvLayer:
                 for p in perf[:count.value] if p.status == 0]
 
     def close(self):
-        for ptr in (self.x, self.w, self.y):
-            self.gpu.cudart.cudaFree(ptr)
+        self.gpu.free_all()
         for fn, d in (("cudnnDestroyTensorDescriptor", self.xd), ("cudnnDestroyTensorDescriptor", self.yd),
                       ("cudnnDestroyFilterDescriptor", self.wd),
                       ("cudnnDestroyConvolutionDescriptor", self.cd)):
@@ -131,20 +826,6 @@ def _prod(shape):
     out = 1
     for d in shape:
         out *= d
-    return out
-
-
-def reference(x, w, pad):
-    import numpy as np
-
-    n, _, h, width = x.shape
-    k, _, r, s = w.shape
-    xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
-    oh, ow = h + 2 * pad - r + 1, width + 2 * pad - s + 1
-    out = np.zeros((n, k, oh, ow), dtype=np.float64)
-    for i in range(oh):
-        for j in range(ow):
-            out[:, :, i, j] = np.tensordot(xp[:, :, i:i + r, j:j + s], w, axes=([1, 2, 3], [1, 2, 3]))
     return out
 
 
@@ -168,24 +849,87 @@ def device_facts():
     major, minor = ctypes.c_int(), ctypes.c_int()
     cuda.cuDeviceGetAttribute(byref(major), 75, dev)
     cuda.cuDeviceGetAttribute(byref(minor), 76, dev)
-    return {"gpu": name.value.decode(), "compute_capability": f"{major.value}.{minor.value}",
-            "gpu_count": count.value}, None
+    return {"gpu": name.value.decode("utf-8", "replace"),
+            "compute_capability": f"{major.value}.{minor.value}", "gpu_count": count.value}, None
 
 
-def check(gpu, out):
-    import numpy as np
+STEPS = (
+    ("graph_conv_fwd", lambda gpu, out: graph_conv(gpu, out, "fwd")),
+    ("graph_conv_bwd_data", lambda gpu, out: graph_conv(gpu, out, "bwd_data")),
+    ("graph_conv_bwd_filter", lambda gpu, out: graph_conv(gpu, out, "bwd_filter")),
+    ("batchnorm_fwd", batchnorm),
+    ("rnn_fwd", rnn),
+    ("legacy_conv_fwd", legacy_conv),
+    (RUNTIME_ENGINE, fused),
+)
+GRAPH_STEPS = {"graph_conv_fwd", "graph_conv_bwd_data", "graph_conv_bwd_filter", RUNTIME_ENGINE}
 
-    n, c, h, w, k, r, s, pad = CHECK_LAYER
-    layer = ConvLayer(gpu, *CHECK_LAYER)
-    rng = np.random.RandomState(0)
-    x = rng.randn(n, c, h, w).astype(np.float32)
-    wt = rng.randn(k, c, r, s).astype(np.float32)
-    y = layer.forward(x, wt)
-    layer.close()
-    err = float(np.max(np.abs(y - reference(x.astype(np.float64), wt.astype(np.float64), pad))))
-    out.update(max_abs_error=err, shape=list(layer.shape_out), algo="IMPLICIT_GEMM")
-    if err > 1e-3:
-        raise ProbeError(f"the convolution differs from numpy's by {err:.3g}")
+
+def blamed(name, entry):
+    """The sub-library a failed step points to, by the stage it failed in. A graph step that
+    plans, runs or compares wrong may be its engine library or the heuristics that chose the
+    engine (a libcudnn_heuristic with no code lets cuDNN return success without computing):
+    both are named; the elf, coherence and deps checks tell which file is damaged."""
+    stage = entry.get("stage")
+    if name == RUNTIME_ENGINE:
+        return STAGE_LIBS["descriptors"] if stage == "descriptors" \
+            else "libcudnn_engines_runtime_compiled"
+    if name in GRAPH_STEPS:
+        if stage in ("descriptors", "heuristics"):
+            return STAGE_LIBS[stage]
+        engine = next((lib for lib in entry.get("sublibraries", []) if "engines" in lib),
+                      "libcudnn_engines_precompiled")
+        return f"{engine} (which runs the engine) or libcudnn_heuristic (which chose it)"
+    return STEP_LIBS[name][-1]
+
+
+def run_step(gpu, name, work, log=sys.stderr):
+    entry = {"name": name, "sublibraries": STEP_LIBS[name], "stage": "descriptors"}
+    print(f"gpu-step: {name}", file=log, flush=True)
+    before = mapped_cudnn_files()
+    start = time.monotonic()
+    try:
+        work(gpu, entry)
+        entry["status"] = "pass"
+    except Skip as exc:
+        entry.update(status="warn", reason=str(exc))
+    except Exception as exc:  # noqa: BLE001 -- one step's failure, whatever it is, is its entry
+        if isinstance(exc, ProbeError) and exc.stage:
+            entry["stage"] = exc.stage  # where the call that failed belongs, not the last mark
+        reason = str(exc) if isinstance(exc, (ProbeError, OSError)) else f"{type(exc).__name__}: {exc}"
+        entry.update(status="fail", reason=reason[:500], blamed=blamed(name, entry))
+        if isinstance(exc, ProbeError) and exc.status is not None:
+            entry["cudnn_status"] = exc.status
+    entry["seconds"] = round(time.monotonic() - start, 4)
+    entry["mapped"] = sorted(mapped_cudnn_files() - before)
+    return entry
+
+
+def steps_for(version):
+    """Every step for cuDNN 9; 8.x has the legacy steps only (its graph API is another ABI)."""
+    if version >= 90000:
+        return STEPS
+    return tuple(s for s in STEPS if s[0] not in GRAPH_STEPS)
+
+
+def check(gpu, out, only=None, have=None):
+    """Every step (those in `only`); with `have` (the libraries a release of another flavour
+    is made of: the JIT one), a step that needs a library the release does not have is a
+    skip, not a failure."""
+    entries = []
+    for name, work in steps_for(gpu.version):
+        if only and name not in only:
+            continue
+        lacking = [lib for lib in STEP_LIBS[name] if have is not None and lib not in have]
+        if lacking:
+            entries.append({"name": name, "sublibraries": STEP_LIBS[name], "status": "skip",
+                            "reason": f"this release has no {', '.join(lacking)}"})
+            continue
+        entries.append(run_step(gpu, name, work))
+    out["steps"] = entries
+    failed = [e for e in entries if e["status"] == "fail"]
+    warned = [e for e in entries if e["status"] == "warn"]
+    return "fail" if failed else "warn" if warned else "pass"
 
 
 def bench(gpu, out):
@@ -199,23 +943,30 @@ def bench(gpu, out):
                         "fastest": algos[0] if algos else None}
         layer.close()
     out["layers"] = layers
+    return "pass"
 
 
 def main(argv):
     bench_mode = argv[:1] == ["--bench"]
     args = argv[1:] if bench_mode else argv
+    only = have = None
+    while args[:1] in (["--only"], ["--have"]) and len(args) > 1:
+        names = set(args[1].split(","))
+        only, have = (names, have) if args[0] == "--only" else (only, names)
+        args = args[2:]
+    if not args:
+        return {"status": "fail", "reason": "usage: gpu.py [--bench] [--only STEP,…] "
+                                            "[--have LIBRARY,…] LIBCUDNN [LIBCUDART]"}
     out, why = device_facts()
     if out is None:
         return {"status": "skip", "reason": why}
     try:
         gpu = Gpu(args[0], args[1] if len(args) > 1 else None)
-        out["cudnn_version_number"] = int(gpu.cudnn.cudnnGetVersion())
-        (bench if bench_mode else check)(gpu, out)
+        out["cudnn_version_number"] = gpu.version
+        out["status"] = bench(gpu, out) if bench_mode else check(gpu, out, only, have)
         gpu.close()
     except (ProbeError, OSError, AttributeError) as exc:
         out.update(status="fail", reason=str(exc))
-        return out
-    out["status"] = "pass"
     return out
 
 
