@@ -21,6 +21,7 @@ from cudnn_setup.commands.base import Context, interrupted
 from cudnn_setup.errors import INTERNAL, USAGE, InternalError, Interrupted, UsageError
 from cudnn_setup.report import SCHEMA, Result, check_lines
 from cudnn_setup.text import escape, printable, valid_unicode
+from cudnn_setup.urls import scrub
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Install NVIDIA cuDNN from an archive into a CUDA toolkit, configure "
@@ -186,7 +187,9 @@ def _last_resort(session: _Session, command: str, exc: BaseException, as_json: b
 def _save_traceback(session: _Session, error: InternalError) -> str:
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     base = session.env.get("XDG_CACHE_HOME") or str(session.home / ".cache")
-    text = f"cudnn-setup {__version__}\n{' '.join(session.argv)}\n\n{error.traceback}"
+    # the command line as given, but a URL's password or token is no more kept than shown
+    argv = " ".join(scrub(a) for a in session.argv)
+    text = f"cudnn-setup {__version__}\n{argv}\n\n{scrub(error.traceback)}"
     for directory in (Path(base) / "cudnn-setup", Path(tempfile.gettempdir())):
         try:
             directory.mkdir(parents=True, exist_ok=True)

@@ -202,7 +202,7 @@ def resolve_source(result: Result, ctx: Context, source: str, root: CudaRoot, *,
     if kind in (PATH, URL, FILE_URL):
         if cuda is not None or mirror is not None or choosing:
             raise UsageError(f"--cuda, --mirror, --from and --index-url choose among published "
-                             f"releases; {source!r} is an archive already",
+                             f"releases; {redact(source)} is an archive already",
                              "drop them, or give a version such as 9.1")
         if kind == URL:
             return UrlArchive(source).obtain(None, fetcher(result, ctx, headers, cache_dir),
