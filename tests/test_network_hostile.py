@@ -537,6 +537,11 @@ def test_malformed_mirror_urls_are_usage_errors(url, home):
         assert done.returncode in (2, 6), (url, out["error"], done.stderr)
         assert out["error"]["hint"], out["error"]
         _no_secret(done, PASSWORD)
+    # `mirror --from MIRROR`: the same judgement, naming the option that set it
+    done, out = run_json(["mirror", home / "m", "9.1", "--cuda", "12", "--from", url], home)
+    assert done.returncode in (2, 6), (url, out["error"], done.stderr)
+    assert "set by --mirror" not in out["error"]["message"], out["error"]
+    _no_secret(done, PASSWORD)
 
 
 @pytest.mark.parametrize("url", BAD_URLS)

@@ -76,17 +76,20 @@ def tree_for(ctx: Context, mirror: str | None, headers: list[str] | None) -> Tre
     return source.tree
 
 
-def _tree_source(ctx: Context, mirror: str | None, headers: list[str] | None) -> RedistTree:
+def _tree_source(ctx: Context, mirror: str | None, headers: list[str] | None,
+                 option: str = "--mirror") -> RedistTree:
     reader = Reader(client=client_for(ctx, headers))
     user_config = ctx.user_config or user_config_path(ctx.env, ctx.home)
     setting = mirror_setting(mirror, ctx.env, user_config, ctx.system_config)
     if setting is None:
         return NvidiaTree(reader)
+    on_command_line = setting.origin == "--mirror"
+    origin = option if on_command_line else setting.origin  # --from MIRROR says --from
     try:
         # a relative path is taken from the shell's directory on the command line only
-        return Mirror(setting.value, reader, ctx.cwd if setting.origin == "--mirror" else None)
+        return Mirror(setting.value, reader, ctx.cwd if on_command_line else None)
     except UsageError as exc:
-        raise UsageError(f"{exc.message} (set by {setting.origin})", exc.hint) from None
+        raise UsageError(f"{exc.message} (set by {origin})", exc.hint) from None
 
 
 def choose_source(ctx: Context, *, from_: str | None = None, mirror: str | None = None,
@@ -108,7 +111,7 @@ def choose_source(ctx: Context, *, from_: str | None = None, mirror: str | None 
                          wheel_tags if wheel_tags is not None else machine_wheel_tags(ctx))
     if from_ == NVIDIA:
         return NvidiaTree(Reader(client=client_for(ctx, headers)))
-    return _tree_source(ctx, from_ or mirror, headers)
+    return _tree_source(ctx, from_ or mirror, headers, "--from" if from_ else "--mirror")
 
 
 def machine_wheel_tags(ctx: Context) -> list[str]:
