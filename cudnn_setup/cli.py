@@ -216,10 +216,13 @@ def _save_traceback(session: _Session, error: InternalError) -> str:
     import tempfile
 
     from cudnn_setup.text import escape
+    from cudnn_setup.urls import scrub
 
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     base = session.env.get("XDG_CACHE_HOME") or str(session.home / ".cache")
-    text = f"cudnn-setup {__version__}\n{' '.join(session.argv)}\n\n{error.traceback}"
+    # the command line as given, but a URL's password or token is no more kept than shown
+    argv = " ".join(scrub(a) for a in session.argv)
+    text = f"cudnn-setup {__version__}\n{argv}\n\n{scrub(error.traceback)}"
     for directory in (Path(base) / "cudnn-setup", Path(tempfile.gettempdir())):
         try:
             directory.mkdir(parents=True, exist_ok=True)

@@ -32,6 +32,8 @@ class ArchiveServer:
         self.claim_length: dict[str, int] = {}  # path -> the Content-Length sent instead
         self.gzip: str | None = None  # "asked": gzip when Accept-Encoding has it; "always"
         self.throttle: dict[str, float] = {}  # path -> seconds its body takes, in 50 pieces
+        self.hold_after: dict[str, int] = {}  # path -> bytes sent before the body stalls…
+        self.holds_left = 0  # …this many times (then it is served whole)
         self.sent: dict[str, int] = {}  # body bytes sent per path
         self.released = threading.Event()  # ends every held connection
         server = self
@@ -114,6 +116,16 @@ class ArchiveServer:
                 self._send(path, payload)
 
             def _send(self, path, payload):
+                if path in server.hold_after and server.holds_left:
+                    server.holds_left -= 1
+                    try:
+                        self.wfile.write(payload[:server.hold_after[path]])
+                        self.wfile.flush()
+                    except OSError:
+                        pass
+                    server.released.wait(120)
+                    self.close_connection = True
+                    return
                 try:
                     if path in server.drip:
                         for i in range(len(payload)):

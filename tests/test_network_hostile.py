@@ -100,6 +100,12 @@ def test_download_url_secrets_never_shown(server, tmp_path, home):
         done, out = run_json(["download", url, "--cache-dir", tmp_path], home)
         assert done.returncode == 6, done.stderr
         _no_secret(done)
+    # options that do not go with a URL: the refusal names it redacted
+    url = f"http://admin:{PASSWORD}@127.0.0.1:{server.port}/none.tgz?token={TOKEN}"
+    for args in (["download", url, "--mirror", "/x"], ["install", url, "--cuda", "12"]):
+        done, out = run_json(args, home)
+        assert done.returncode == 2, done.stderr
+        _no_secret(done)
 
 
 def test_redirect_target_secrets_never_shown(server, tmp_path, home):
@@ -271,6 +277,19 @@ def test_one_budget_across_the_sidecar_and_the_archive(server, tmp_path):
     assert time.monotonic() - started < 4
 
 
+def test_a_stall_after_real_progress_is_retried_not_held_against_the_command(server, tmp_path):
+    """A flaky link (2 MiB, then nothing) is resumed, though the waiting budget is one timeout."""
+    data = os.urandom(5 << 20)
+    server.files["/big.tgz"] = data
+    server.hold_after["/big.tgz"], server.holds_left = 2 << 20, 2  # 2 MiB, stall; twice
+    client = Client(timeout=(1.0, 1.0), budget=Budget(1.5))  # less than two timeouts
+    got = Downloader(tmp_path, client=client, backoff=0.01).fetch(
+        f"{server.base}/big.tgz", Expected("sha256", hashlib.sha256(data).hexdigest(), "test"))
+    assert got.path.read_bytes() == data
+    assert [r["headers"].get("Range") for r in server.file_requests(".tgz")] == \
+        [None, f"bytes={2 << 20}-", f"bytes={4 << 20}-"]
+
+
 def test_a_body_dripped_a_byte_at_a_time_is_cut_off(server, tmp_path):
     """Before: each byte restarted the read timeout; a 4 KB index page at 5 bytes/s took 14 min."""
     server.files["/redist/"] = b"<a href='redistrib_9.1.7.json'>x</a>" + b" " * 4096
@@ -289,6 +308,52 @@ def test_a_body_dripped_a_byte_at_a_time_is_cut_off(server, tmp_path):
         Downloader(tmp_path, client=client, backoff=0.01).fetch(f"{server.base}/mirror/{V7}",
                                                                 use_sidecar=False)
     assert time.monotonic() - started < 8 and info.value.code == "timed-out"
+
+
+def test_a_status_line_dripped_a_byte_at_a_time_is_cut_off(tmp_path):
+    """No read ever times out (a byte every 0.2 s); the watchdog ends the wait for the answer."""
+    import socket
+    import threading
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(4)
+    stop = threading.Event()
+
+    def drip():
+        while not stop.is_set():
+            try:
+                listener.settimeout(0.2)
+                conn, _ = listener.accept()
+            except OSError:
+                continue
+            with conn:
+                for byte in b"HTTP/1.1 200 OK\r\nX-Slow: " + b"a" * 10_000:
+                    if stop.is_set():
+                        break
+                    try:
+                        conn.sendall(bytes([byte]))
+                    except OSError:
+                        break
+                    time.sleep(0.2)
+
+    thread = threading.Thread(target=drip, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}/redist/"
+    try:
+        started = time.monotonic()
+        with pytest.raises(DownloadFailed) as info:
+            Reader(client=Client(timeout=(0.5, 1.5), budget=Budget(10))).labels(url)
+        assert info.value.code == "timed-out" and time.monotonic() - started < 5, info.value
+        started = time.monotonic()
+        with pytest.raises(DownloadFailed) as info:
+            Downloader(tmp_path, client=Client(timeout=(0.5, 1.5), budget=Budget(2)),
+                       backoff=0.01).fetch(url + "x.tgz", use_sidecar=False)
+        assert info.value.code == "timed-out" and time.monotonic() - started < 6, info.value
+    finally:
+        stop.set()
+        thread.join()
+        listener.close()
 
 
 def test_retries_are_reported_with_reason_and_count(server, tmp_path):
@@ -471,6 +536,21 @@ def test_malformed_mirror_urls_are_usage_errors(url, home):
         done, out = run_json(args, home, env)
         assert done.returncode in (2, 6), (url, out["error"], done.stderr)
         assert out["error"]["hint"], out["error"]
+        _no_secret(done, PASSWORD)
+    # `mirror --from MIRROR`: the same judgement, naming the option that set it
+    done, out = run_json(["mirror", home / "m", "9.1", "--cuda", "12", "--from", url], home)
+    assert done.returncode in (2, 6), (url, out["error"], done.stderr)
+    assert "set by --mirror" not in out["error"]["message"], out["error"]
+    _no_secret(done, PASSWORD)
+
+
+@pytest.mark.parametrize("url", BAD_URLS)
+def test_malformed_package_index_urls_are_usage_errors(url, home):
+    for args, env in ((["download", "9.1", "--cuda", "12", "--index-url", url], {}),
+                      (["download", "9.1", "--cuda", "12", "--from", "pypi"],
+                       {"PIP_INDEX_URL": url})):
+        done, out = run_json(args, home, env)
+        assert done.returncode in (2, 6), (url, out["error"], done.stderr)
         _no_secret(done, PASSWORD)
 
 

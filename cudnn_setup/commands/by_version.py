@@ -75,7 +75,8 @@ def tree_for(ctx: Context, mirror: str | None, headers: list[str] | None) -> Tre
     return source.tree
 
 
-def _tree_source(ctx: Context, mirror: str | None, headers: list[str] | None) -> RedistTree:
+def _tree_source(ctx: Context, mirror: str | None, headers: list[str] | None,
+                 option: str = "--mirror") -> RedistTree:
     from cudnn_setup.commands.fetching import client_for
     from cudnn_setup.fetch.remote import Reader
     from cudnn_setup.sources.mirror import Mirror
@@ -86,11 +87,13 @@ def _tree_source(ctx: Context, mirror: str | None, headers: list[str] | None) ->
     setting = mirror_setting(mirror, ctx.env, user_config, ctx.system_config)
     if setting is None:
         return NvidiaTree(reader)
+    on_command_line = setting.origin == "--mirror"
+    origin = option if on_command_line else setting.origin  # --from MIRROR says --from
     try:
         # a relative path is taken from the shell's directory on the command line only
-        return Mirror(setting.value, reader, ctx.cwd if setting.origin == "--mirror" else None)
+        return Mirror(setting.value, reader, ctx.cwd if on_command_line else None)
     except UsageError as exc:
-        raise UsageError(f"{exc.message} (set by {setting.origin})", exc.hint) from None
+        raise UsageError(f"{exc.message} (set by {origin})", exc.hint) from None
 
 
 def choose_source(ctx: Context, *, from_: str | None = None, mirror: str | None = None,
@@ -118,7 +121,7 @@ def choose_source(ctx: Context, *, from_: str | None = None, mirror: str | None 
                          wheel_tags if wheel_tags is not None else machine_wheel_tags(ctx))
     if from_ == NVIDIA:
         return NvidiaTree(Reader(client=client_for(ctx, headers)))
-    return _tree_source(ctx, from_ or mirror, headers)
+    return _tree_source(ctx, from_ or mirror, headers, "--from" if from_ else "--mirror")
 
 
 def machine_wheel_tags(ctx: Context) -> list[str]:
@@ -223,7 +226,7 @@ def resolve_source(result: Result, ctx: Context, source: str, root: CudaRoot, *,
     if kind in (PATH, URL, FILE_URL):
         if cuda is not None or mirror is not None or choosing:
             raise UsageError(f"--cuda, --mirror, --from and --index-url choose among published "
-                             f"releases; {source!r} is an archive already",
+                             f"releases; {redact(source)} is an archive already",
                              "drop them, or give a version such as 9.1")
         if kind == URL:
             from cudnn_setup.sources.url import UrlArchive

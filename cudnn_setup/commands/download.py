@@ -14,6 +14,7 @@ from cudnn_setup.commands.fetching import (KEEP_HEADERS_VAR, check_sha256, fetch
 from cudnn_setup.errors import DownloadFailed, UsageError
 from cudnn_setup.report import Result
 from cudnn_setup.sources.base import PYPI
+from cudnn_setup.urls import redact
 
 
 @command("download", fails_as=DownloadFailed)
@@ -28,7 +29,7 @@ def download(result: Result, ctx: Context, url: str, output: Path | None = None,
     if classify(url, prerelease=pypi) != VERSION:
         if choosing:
             raise UsageError("--from, --index-url, --mirror and --cuda choose a release by version; "
-                             f"{url!r} is not a version", "give a version such as 9.1, or drop them")
+                             f"{redact(url)} is not a version", "give a version such as 9.1, or drop them")
         fetched = fetch(result, ctx, url, sha256, headers, cache_dir, output_dir=output)
         result.add("path", str(fetched.path))
         result.lines.append(saved_line(fetched.path))

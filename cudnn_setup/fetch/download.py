@@ -45,6 +45,7 @@ from cudnn_setup.urls import BadUrl, check, redact  # noqa: F401 - redact: re-ex
 
 CHUNK = 1 << 20
 MAX_ARCHIVE = 16 << 30  # no cuDNN archive is near this (9.x: under 1 GiB)
+PROGRESS_REFUNDS = 1 << 20  # bytes of progress after which an attempt's stall is not held
 LOCK_WAIT = 3600.0  # seconds to wait for another run's download of the same archive
 META_SUFFIX = ".cudnn-setup.json"  # what the server said about a cached file
 _CONTENT_RANGE = re.compile(r"bytes (\d{1,15})-(\d{1,15})/(\d{1,15}|\*)$")
@@ -393,6 +394,7 @@ class Downloader:
     def _write(self, r: requests.Response, url: str, name: str, part: Path, mode: str,
                have: int, total: int | None, cap: int, promised: Expected | None) -> None:
         done = have
+        budget_before = self.client.budget.left
 
         try:
             with open(part, mode) as f:
@@ -405,6 +407,10 @@ class Downloader:
 
                 self.client.read_body(r, url, cap - have, sink)
         except Stalled as exc:
+            if done - have >= PROGRESS_REFUNDS:
+                # a long download that stalls after real progress is a flaky link, not a silent
+                # server: its wait is not held against the command (the retries still bound it)
+                self.client.budget.left = max(self.client.budget.left, budget_before)
             raise _Retry(f"{exc}", code="timed-out", final=self.client.budget.spent) from None
         except (requests.exceptions.ChunkedEncodingError, requests.exceptions.ConnectionError,
                 urllib3.exceptions.HTTPError, ConnectionError) as exc:

@@ -14,7 +14,11 @@ by default) is spent by every request that timed out and by every stretch of SLO
 which a body brought fewer than SLOW_BYTES (a server sending one byte a second never times a
 read out). Each request's timeouts are cut to what is left, and once it is spent the next wait
 is refused at once (`timed-out`): a server that accepts and never answers costs one time
-limit, however many requests or retries the command makes.
+limit, however many requests or retries the command makes. (The Downloader gives back what a
+stall cost when the attempt had brought a MiB or more first: a long download over a flaky link
+is bounded by its retries, not by this budget.) A server that drips its status line and
+headers a byte at a time never lets a read time out either: a watchdog shuts the request's
+socket down when the answer has not begun within the connect and read timeouts together.
 
 The tool asks for the identity encoding (Accept-Encoding: identity) and refuses a body sent
 encoded anyway (`content-encoded`): an archive's checksum is of its bytes, and resuming needs
@@ -27,12 +31,16 @@ from __future__ import annotations
 
 import netrc
 import os
+import socket
+import threading
 import time
 from typing import Callable, Iterable, Mapping
 from urllib.parse import urljoin, urlsplit
 
 import requests
+import requests.adapters
 import urllib3
+from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
 from cudnn_setup.errors import DownloadFailed
 from cudnn_setup.text import escape
@@ -140,6 +148,69 @@ class Network:
         return login or "", password or ""
 
 
+# The connection each thread's request is using, so the watchdog can cut exactly that one.
+_IN_USE: dict[int, object] = {}
+
+
+class _Tracked:
+    def _get_conn(self, timeout=None):
+        conn = super()._get_conn(timeout)
+        _IN_USE[threading.get_ident()] = conn
+        return conn
+
+
+class _HTTPPool(_Tracked, HTTPConnectionPool):
+    pass
+
+
+class _HTTPSPool(_Tracked, HTTPSConnectionPool):
+    pass
+
+
+_POOLS = {"http": _HTTPPool, "https": _HTTPSPool}
+
+
+class _Adapter(requests.adapters.HTTPAdapter):
+    """requests' adapter, with pools that say which connection a request is using."""
+
+    def init_poolmanager(self, *args, **kwargs):
+        super().init_poolmanager(*args, **kwargs)
+        self.poolmanager.pool_classes_by_scheme = _POOLS
+
+    def proxy_manager_for(self, proxy, **kwargs):
+        manager = super().proxy_manager_for(proxy, **kwargs)
+        manager.pool_classes_by_scheme = _POOLS
+        return manager
+
+
+class _Watchdog:
+    """Shuts down the socket of this thread's request if its answer has not begun in time."""
+
+    def __init__(self, seconds: float):
+        self.fired = False
+        self.thread = threading.get_ident()
+        _IN_USE.pop(self.thread, None)
+        self.timer = threading.Timer(seconds, self._cut)
+        self.timer.daemon = True
+
+    def _cut(self) -> None:
+        self.fired = True
+        sock = getattr(_IN_USE.get(self.thread), "sock", None)
+        try:
+            if sock is not None:
+                sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+    def __enter__(self) -> "_Watchdog":
+        self.timer.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.timer.cancel()
+        _IN_USE.pop(self.thread, None)
+
+
 class Client:
     """One command's HTTP: the user's headers, the environment's network settings, one budget."""
 
@@ -152,6 +223,8 @@ class Client:
         self.slow_seconds = slow_seconds
         self.session = session or requests.Session()
         self.session.trust_env = False  # the environment comes from the caller, through Network
+        for prefix in ("http://", "https://"):
+            self.session.mount(prefix, _Adapter())
         self.network = Network(env, home)
         self.keep_on_redirect = {h.lower() for h in keep_on_redirect} - set(SECRET_HEADERS)
         self.timeout = timeout
@@ -184,14 +257,27 @@ class Client:
             timeouts = self._timeouts(url)
             self.requests_made += 1
             started = time.monotonic()
+            watchdog = _Watchdog(timeouts[0] + timeouts[1])
             try:
-                r = self.session.request(method, url, headers=sent, auth=auth, stream=stream,
-                                         timeout=timeouts, allow_redirects=False,
-                                         proxies=self.network.proxies(url),
-                                         verify=self.network.verify())
+                with watchdog:
+                    r = self.session.request(method, url, headers=sent, auth=auth,
+                                             stream=stream, timeout=timeouts,
+                                             allow_redirects=False,
+                                             proxies=self.network.proxies(url),
+                                             verify=self.network.verify())
             except (requests.exceptions.Timeout, urllib3.exceptions.TimeoutError) as exc:
                 self.budget.spend(time.monotonic() - started)
                 raise Stalled(f"no answer in {timeouts[1]:.0f} s ({reason(exc, url)})") from None
+            except requests.RequestException:
+                if not watchdog.fired:
+                    raise
+                self.budget.spend(time.monotonic() - started)
+                raise Stalled(f"the answer had not begun after {timeouts[0] + timeouts[1]:.0f} s "
+                              "(a status line or headers sent a byte at a time)") from None
+            if watchdog.fired:  # cut just as the answer came: its body is gone with the socket
+                r.close()
+                self.budget.spend(time.monotonic() - started)
+                raise Stalled(f"the answer came only after {timeouts[0] + timeouts[1]:.0f} s")
             if r.status_code not in REDIRECTS:
                 return r
             r.close()

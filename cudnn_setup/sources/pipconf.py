@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Mapping
 
 from cudnn_setup.errors import UsageError
-from cudnn_setup.urls import redact
 from cudnn_setup.text import escape
+from cudnn_setup.urls import BadUrl, check, redact
 
 PYPI = "https://pypi.org/simple"
 MAX_CONFIG_BYTES = 1 << 20
@@ -134,6 +134,11 @@ def index_config(env: Mapping[str, str], home: Path, index_url: str | None = Non
             raise UsageError(f"the package index {escape(redact(url) if '://' in url else url)} "
                              f"({origin}) is not an http(s) or file:// URL",
                              "give the index's simple/ URL, e.g. https://pypi.org/simple")
+        try:  # a host, a port in range, nothing that would make the request itself fail
+            check(url, ("http", "https", "file"))
+        except BadUrl as exc:
+            raise UsageError(f"the package index {redact(url)} ({origin}) cannot be used: {exc}",
+                             "give the index's simple/ URL, e.g. https://pypi.org/simple") from None
         if url not in urls:
             urls.append(url)
             origins.append(origin)
