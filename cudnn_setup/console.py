@@ -160,6 +160,9 @@ class Terminal:
                 self._step = self._steps.add_task(text, total=None)
             else:
                 self._steps.reset(self._step, description=text)
+            # drawn now, not at the next tick: steps whose results are already there (verify's
+            # checks run side by side) follow each other faster than the display refreshes
+            self._live.refresh()
 
     def progress(self, label: str) -> Callable[[int, Optional[int]], None]:
         from rich.markup import escape as markup_escape
