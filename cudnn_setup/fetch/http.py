@@ -344,6 +344,21 @@ class Client:
                           f"({reason(exc, url)})") from None
         return bytes(data)
 
+    def read_small(self, r: requests.Response, url: str, limit: int, whose: str,
+                   seconds: float = 60.0) -> bytes:
+        """A small file's body (a manifest, an index page) within `seconds` however the server
+        trickles it, with a stall or a dropped connection said as the tool's own errors;
+        `whose` names what to check ("the mirror", "the index")."""
+        try:
+            return self.read_body(r, url, limit, deadline=time.monotonic() + seconds)
+        except Stalled as exc:
+            raise TimedOut(f"reading {redact(url)}: {exc}",
+                           f"check {whose} and the network") from None
+        except (requests.RequestException, urllib3.exceptions.HTTPError,
+                ConnectionError) as exc:
+            raise DownloadFailed(f"reading {redact(url)} failed: {reason(exc, url)}",
+                                 "run again") from None
+
 
 def refuse_encoded(r: requests.Response, url: str) -> None:
     encoding = r.headers.get("Content-Encoding", "").strip().lower()

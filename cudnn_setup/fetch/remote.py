@@ -10,11 +10,9 @@ from __future__ import annotations
 
 import os
 import re
-import time
 from typing import Mapping
 
 import requests
-import urllib3
 
 from cudnn_setup.errors import DownloadFailed
 from cudnn_setup.fetch.http import Client, Stalled, TimedOut, reason, status_error
@@ -125,13 +123,4 @@ class Reader:
                 return None
             if response.status_code != 200:
                 raise status_error(url, response.status_code, "check the mirror and run again")
-            try:
-                return self.client.read_body(response, url, limit,
-                                             deadline=time.monotonic() + READ_DEADLINE)
-            except Stalled as exc:
-                raise TimedOut(f"reading {redact(url)}: {exc}",
-                               "check the mirror and the network") from None
-            except (requests.RequestException, urllib3.exceptions.HTTPError,
-                    ConnectionError) as exc:
-                raise DownloadFailed(f"reading {redact(url)} failed: {reason(exc, url)}",
-                                     "run again") from None
+            return self.client.read_small(response, url, limit, "the mirror", READ_DEADLINE)

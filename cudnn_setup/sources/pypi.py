@@ -11,12 +11,10 @@ by their full version. Credentials come from the index URL or ~/.netrc and are n
 from __future__ import annotations
 
 import os
-import time
 import urllib.parse
 from typing import Sequence
 
 import requests
-import urllib3
 
 from cudnn_setup.archive.wheel import parse_name
 from cudnn_setup.errors import ArchiveRejected, DownloadFailed
@@ -109,16 +107,8 @@ class PypiIndex(Source):
             if response.status_code != 200:
                 raise DownloadFailed(f"the package index {redact(url)} answered "
                                      f"{response.status_code}", "check the index and run again")
-            try:
-                data = client.read_body(response, url, simple_api.MAX_PAGE_BYTES,
-                                        deadline=time.monotonic() + READ_DEADLINE)
-            except Stalled as exc:
-                raise TimedOut(f"reading {redact(url)}: {exc}",
-                               "check the index and the network") from None
-            except (requests.RequestException, urllib3.exceptions.HTTPError,
-                    ConnectionError) as exc:
-                raise DownloadFailed(f"reading {redact(url)} failed: {type(exc).__name__}",
-                                     "run again") from None
+            data = client.read_small(response, url, simple_api.MAX_PAGE_BYTES, "the index",
+                                     READ_DEADLINE)
             return simple_api.parse_page(bytes(data), response.headers.get("Content-Type", ""),
                                          response.url or url)
 
