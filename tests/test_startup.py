@@ -40,6 +40,7 @@ INSTALL = PARSER | {"elftools", "packaging", "distro", "isal"}
 INSTALL_MODULES = {
     "cudnn_setup", "cudnn_setup.archive", "cudnn_setup.archive.decoder_choice",
     "cudnn_setup.archive.decoders", "cudnn_setup.archive.headers", "cudnn_setup.archive.liblzma",
+    "cudnn_setup.archive.library_facts",
     "cudnn_setup.archive.listing", "cudnn_setup.archive.package", "cudnn_setup.archive.problems",
     "cudnn_setup.archive.reader", "cudnn_setup.archive.rules", "cudnn_setup.archive.staging",
     "cudnn_setup.archive.wheel", "cudnn_setup.atomic", "cudnn_setup.checks",

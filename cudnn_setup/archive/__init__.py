@@ -34,7 +34,11 @@ def read_package(path: Path, staging: Path, machine: str | None = None,
                                    expected_sha256=expected_sha256)
         return judge(listing, path.name, machine or host_machine(), name.name_facts())
     listing = reader.read(path, staging, wanted, on_read=on_read, xz=xz, env=env)
-    return judge(listing, path.name, machine or host_machine())
+    try:
+        return judge(listing, path.name, machine or host_machine())
+    finally:
+        if listing.facts is not None:
+            listing.facts.close()
 
 
 def inspect_archive(path: Path, work_dir: Path | None = None, machine: str | None = None,

@@ -4,9 +4,12 @@ from __future__ import annotations
 import posixpath
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 from cudnn_setup.archive.problems import Problem
+
+if TYPE_CHECKING:
+    from cudnn_setup.archive.library_facts import FactsReader
 
 
 @dataclass
@@ -39,6 +42,9 @@ class Listing:
     size: int = 0
     members: list[Member] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
+    # The staged libraries' facts, read while the archive was decoded (library_facts.py);
+    # None when the pass read none early (a wheel): the judge then reads each file itself.
+    facts: "FactsReader | None" = None
 
     def files(self) -> Iterator[Member]:
         return (m for m in self.members if m.kind == "file")

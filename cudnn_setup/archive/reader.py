@@ -12,7 +12,7 @@ import tarfile
 from pathlib import Path
 from typing import IO, Callable, Mapping
 
-from cudnn_setup.archive import headers, staging
+from cudnn_setup.archive import headers, library_facts, staging
 from cudnn_setup.archive.decoders import (CHUNK, DECODE_ERRORS, RAPIDGZIP, ZIP, Decoder,
                                          fallback_gzip, sniff, usable_cores)
 from cudnn_setup.archive.listing import Listing, Member, Wanted
@@ -56,20 +56,27 @@ def read(path: Path, staging_dir: Path, want: Wanted, limits: Limits | None = No
         raise unreadable(path, exc) from None
     decoded_by_rapidgzip = decoder.name == RAPIDGZIP
     complete = False
+    listing.facts = library_facts.FactsReader()
+    handed_over = False
     try:
-        _walk(decoder.stream, staging_dir, want, MemberRules(limits or Limits()), listing)
-        complete = True
-    except staging.StagingWriteFailed as exc:
-        raise staging_failed(staging_dir, exc) from None
-    except DECODE_ERRORS as exc:
-        if isinstance(exc, OSError) and exc.errno is not None:  # reading failed, not decoding
-            raise unreadable(path, exc) from None
-        listing.problems.append(corrupt(str(exc) or type(exc).__name__))
-    finally:
         try:
-            complaint = decoder.finish(complete)
-        except OSError as exc:  # the rapidgzip feeder could not read the file
-            raise unreadable(path, exc) from None
+            _walk(decoder.stream, staging_dir, want, MemberRules(limits or Limits()), listing)
+            complete = True
+        except staging.StagingWriteFailed as exc:
+            raise staging_failed(staging_dir, exc) from None
+        except DECODE_ERRORS as exc:
+            if isinstance(exc, OSError) and exc.errno is not None:  # reading, not decoding
+                raise unreadable(path, exc) from None
+            listing.problems.append(corrupt(str(exc) or type(exc).__name__))
+        finally:
+            try:
+                complaint = decoder.finish(complete)
+            except OSError as exc:  # the rapidgzip feeder could not read the file
+                raise unreadable(path, exc) from None
+        handed_over = not (decoded_by_rapidgzip and (complaint or not complete))
+    finally:
+        if not handed_over:  # nothing reads the staged files once this pass gives up on them
+            listing.facts.close()
     if decoded_by_rapidgzip and (complaint or not complete):
         _empty(staging_dir)
         return read(path, staging_dir, want, limits, on_read, xz, gzip=fallback_gzip(), env=env)
@@ -162,8 +169,15 @@ class ForwardStream(io.RawIOBase):
 def _walk(stream: IO[bytes], staging_dir: Path, want: Wanted, rules: MemberRules,
           listing: Listing) -> None:
     cores = usable_cores()
+    facts = listing.facts
+
+    def complete(member: Member) -> None:
+        if facts is not None and library_facts.early(member.name):
+            facts.submit(member.staged)
+
     writer = staging.Writer(direct=staging.direct_io_allowed(staging_dir),
-                            lanes=staging.hash_lanes(cores), writers=staging.write_threads(cores))
+                            lanes=staging.hash_lanes(cores), writers=staging.write_threads(cores),
+                            on_complete=complete)
     try:
         _walk_members(ForwardStream(stream), staging_dir, want, rules, listing, writer)
     finally:

@@ -42,8 +42,10 @@ class Writer:
 
     POOL_CHUNKS = 16
 
-    def __init__(self, direct: bool = False, lanes: int = 1, writers: int = 1):
+    def __init__(self, direct: bool = False, lanes: int = 1, writers: int = 1,
+                 on_complete: Callable[[Member], None] | None = None):
         self.direct = direct  # big files are written with O_DIRECT
+        self.on_complete = on_complete  # told of each staged file once all of it is written
         self.buffers: queue.Queue = queue.Queue()
         for _ in range(self.POOL_CHUNKS + 2):
             self.buffers.put(mmap.mmap(-1, CHUNK))  # page-aligned, as O_DIRECT writes need
@@ -181,6 +183,8 @@ class Sink:
             self.out.close()
             # World-readable, never group/other-writable; set-id bits were refused earlier.
             os.chmod(m.staged, (m.mode & 0o755) | 0o444)
+            if self.writer.on_complete is not None:
+                self.writer.on_complete(m)
 
     def abandon(self) -> None:
         self.writer.open_sinks.discard(self)
