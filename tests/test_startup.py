@@ -34,8 +34,9 @@ NEVER = {"requests", "urllib3", "charset_normalizer", "idna", "certifi", "rich",
 # What parsing the command line may load besides the standard library: typer and its needs.
 PARSER = {"typer", "click", "shellingham", "annotated_doc", "typing_extensions", "colorama",
           "_typeshed"}
-# And an install of a local .tgz: ELF parsing, version numbers, the distribution's name, ISA-L.
-INSTALL = PARSER | {"elftools", "packaging", "distro", "isal"}
+# And an install of a local .tgz: ELF parsing, version numbers, the distribution's name, ISA-L,
+# BLAKE3 (the installed files' content hash).
+INSTALL = PARSER | {"elftools", "packaging", "distro", "isal", "blake3"}
 
 INSTALL_MODULES = {
     "cudnn_setup", "cudnn_setup.archive", "cudnn_setup.archive.decoder_choice",

@@ -19,6 +19,7 @@ class Member:
     size: int = 0
     mode: int = 0o644
     sha256: str | None = None
+    blake3: str | None = None  # instead of sha256, when the pass hashed files so (an install)
     target: str | None = None  # symlink target, as stored
     staged: Path | None = None  # where the bytes were written, for staged files
     head: bytes = b""  # first bytes of a file, to tell ELF from anything else

@@ -18,18 +18,21 @@ from cudnn_setup.archive.decoders import (CHUNK, DECODE_ERRORS, RAPIDGZIP, ZIP, 
 from cudnn_setup.archive.listing import Listing, Member, Wanted
 from cudnn_setup.archive.problems import Problem
 from cudnn_setup.archive.rules import Limits, MemberRules, Stop, corrupt
+from cudnn_setup.digest import SHA256
 from cudnn_setup.errors import ArchiveRejected, InstallFailed, os_error
 from cudnn_setup.text import escape, show_path
 
 
 def read(path: Path, staging_dir: Path, want: Wanted, limits: Limits | None = None,
          on_read: Callable[[int], None] | None = None, xz: str | None = None,
-         gzip: str | None = None, env: Mapping[str, str] = {}) -> Listing:
+         gzip: str | None = None, env: Mapping[str, str] = {},
+         content_hash: str = SHA256) -> Listing:
     """Stream `path` once; write the members `want` accepts under `staging_dir`; record everything.
 
     `xz` is the xz program to decode multi-block .tar.xz with, on every core (None: decode in
     this process); `gzip` the gzip decoder (None: the one for this machine); `env` the
-    command's environment, the one decoding children run in. When rapidgzip
+    command's environment, the one decoding children run in; `content_hash` what each member's
+    bytes are hashed with (Member.sha256 or .blake3). When rapidgzip
     finds fault with a .tar.gz, the archive is read again by ISA-L or zlib, whose verdict stands:
     rapidgzip refuses some files that gzip reads (zeros after the end) and cannot tell a stream
     cut short. Problems with single members are all collected; a stream that cannot be decoded ends the pass
@@ -60,7 +63,8 @@ def read(path: Path, staging_dir: Path, want: Wanted, limits: Limits | None = No
     handed_over = False
     try:
         try:
-            _walk(decoder.stream, staging_dir, want, MemberRules(limits or Limits()), listing)
+            _walk(decoder.stream, staging_dir, want, MemberRules(limits or Limits()), listing,
+                  content_hash)
             complete = True
         except staging.StagingWriteFailed as exc:
             raise staging_failed(staging_dir, exc) from None
@@ -79,7 +83,8 @@ def read(path: Path, staging_dir: Path, want: Wanted, limits: Limits | None = No
             listing.facts.close()
     if decoded_by_rapidgzip and (complaint or not complete):
         _empty(staging_dir)
-        return read(path, staging_dir, want, limits, on_read, xz, gzip=fallback_gzip(), env=env)
+        return read(path, staging_dir, want, limits, on_read, xz, gzip=fallback_gzip(), env=env,
+                    content_hash=content_hash)
     if complaint:
         listing.problems.append(corrupt(complaint))
     if complete and not complaint:
@@ -167,7 +172,7 @@ class ForwardStream(io.RawIOBase):
 
 
 def _walk(stream: IO[bytes], staging_dir: Path, want: Wanted, rules: MemberRules,
-          listing: Listing) -> None:
+          listing: Listing, content_hash: str = SHA256) -> None:
     cores = usable_cores()
     facts = listing.facts
 
@@ -177,7 +182,7 @@ def _walk(stream: IO[bytes], staging_dir: Path, want: Wanted, rules: MemberRules
 
     writer = staging.Writer(direct=staging.direct_io_allowed(staging_dir),
                             lanes=staging.hash_lanes(cores), writers=staging.write_threads(cores),
-                            on_complete=complete)
+                            on_complete=complete, content_hash=content_hash)
     try:
         _walk_members(ForwardStream(stream), staging_dir, want, rules, listing, writer)
     finally:

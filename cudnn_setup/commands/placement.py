@@ -23,7 +23,7 @@ from cudnn_setup.archive.package import Package
 from cudnn_setup.archive.wheel import dependency_libraries
 from cudnn_setup.checks.driver import fit_before_install, install_refusal
 from cudnn_setup.checks.probe import child_env, probe_module, run_probe
-from cudnn_setup.digest import file_digest
+from cudnn_setup.digest import content_hash, file_digest
 from cudnn_setup.errors import ArchiveRejected, InstallFailed, os_error
 from cudnn_setup.facts import cuda as cuda_facts
 from cudnn_setup.facts import cudnn as gen
@@ -90,10 +90,10 @@ def root_dirs(root: CudaRoot) -> tuple[str, str]:
 def desired_entries(pkg: Package, include_rel: str, lib_rel: str, links_dir: Path) -> list[Desired]:
     """Headers, libraries and the ldconfig-style link chains, as they should end up."""
     out = [Desired(f"{include_rel}/{m.name}", FILE, m.sha256, mode=(m.mode & 0o755) | 0o444,
-                   source=m.staged) for m in pkg.headers]
+                   source=m.staged, blake3=m.blake3) for m in pkg.headers]
     for m in [lib.member for lib in pkg.libraries] + pkg.static_libraries:
         out.append(Desired(f"{lib_rel}/{m.name}", FILE, m.sha256, mode=(m.mode & 0o755) | 0o444,
-                           source=m.staged))
+                           source=m.staged, blake3=m.blake3))
     for link, target in pkg.chains():
         out.append(Desired(f"{lib_rel}/{link}", "symlink", target=target,
                            source=links_dir / link))
@@ -273,7 +273,8 @@ def _stage(archive: Path, staging: Path, expected: Expected | None,
            env: Mapping[str, str]) -> Package:
     pkg = read_package(archive, staging, on_read=on_read, xz=xz, env=env,
                        expected_sha256=expected.digest if expected and
-                       expected.algorithm == "sha256" else None)
+                       expected.algorithm == "sha256" else None,
+                       content_hash=content_hash())
     if expected and pkg.sha256 and pkg.sha256 != expected.digest:
         raise mismatch(escape(archive.name), expected, pkg.sha256)
     if not pkg.installable:
@@ -375,7 +376,8 @@ def _again(archive: Path, root: CudaRoot, old: Manifest | None, include_rel: str
     if how is None:
         return None
     desired = [Desired(f.path, f.type, f.content.sha256, f.content.target,
-                       f.content.mode if f.content.mode is not None else 0o644)
+                       f.content.mode if f.content.mode is not None else 0o644,
+                       blake3=f.content.blake3)
                for f in old.files]
     plan = make_plan(root.path, old, desired, False, deep=deep)
     if plan.changed or plan.conflicts:
