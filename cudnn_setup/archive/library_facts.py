@@ -77,6 +77,14 @@ class FactsReader:
             future = self.futures.get(os.fspath(path))
         return future.result() if future is not None else read_facts(path)
 
+    def wait(self) -> None:
+        """Until every submitted file has been read: the pass that staged them returns with no
+        file of the staging dir open."""
+        with self.lock:
+            futures = list(self.futures.values())
+        for future in futures:
+            future.exception()  # waits; a failure is the judge's to see, through get()
+
     def close(self) -> None:
         """Stop: what has not started never will, what runs is waited for (its files may be
         about to be removed)."""

@@ -91,7 +91,9 @@ def read(path: Path, staging_dir: Path, want: Wanted, limits: Limits | None = No
         try:
             listing.sha256, listing.size = decoder.sha256, decoder.size
         except OSError as exc:
+            listing.facts.close()
             raise unreadable(path, exc) from None
+    listing.facts.wait()
     return listing
 
 
