@@ -164,3 +164,28 @@ def test_a_flag_given_a_value_says_flags_take_none():
     error = json.loads(out.getvalue())["error"]
     assert error["code"] == "usage" and "--json is a flag" in error["hint"]
     assert "--json is a flag" in err.getvalue()
+
+
+def test_one_archive_name_is_looked_up_checking_only_its_entry(monkeypatch):
+    """An install of a local archive asks the known-releases table for one name: the entry it
+    gets is the whole table's, and a damaged entry of that name is still refused."""
+    from cudnn_setup.fetch import known_releases as K
+
+    table = {r.file_name: r for r in K.releases()}
+    names = sorted(table)[::37] + ["cudnn-linux-x86_64-0.0.0.0_cuda12-archive.tar.xz"]
+    import functools
+
+    # nothing read yet: the one-entry path
+    monkeypatch.setattr(K, "load", functools.lru_cache(maxsize=1)(K.load.__wrapped__))
+    monkeypatch.setattr(K, "known", K.known.__wrapped__)
+    for name in names:
+        assert K.known(name) == table.get(name), name
+    doc = json.loads(K._text())
+    victim = doc["releases"][5]
+    victim["sha256"] = "not hex"
+    monkeypatch.setattr(K, "_text", lambda: json.dumps(doc))
+    with pytest.raises(ValueError, match="sha256 is not 64 lowercase hex digits"):
+        K.known(victim["name"])
+    doc["releases"].append(dict(doc["releases"][7]))
+    with pytest.raises(ValueError, match="listed twice"):
+        K.known(doc["releases"][7]["name"])
