@@ -20,7 +20,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # without importing typing, which start-up does not otherwise need
     from typing import IO, Mapping
 
-    from cudnn_setup.commands.base import Context
+    from cudnn_setup.steps.context import Context
     from cudnn_setup.report import Result
 
 
@@ -43,7 +43,7 @@ class _Session:
         """The Context for a command; what it says while it works goes to stderr (a live
         display on a terminal, plain lines in a log), so stdout keeps only the answer."""
         from cudnn_setup import console
-        from cudnn_setup.commands.base import Context
+        from cudnn_setup.steps.context import Context
 
         settings = {"system_config": self.system_config} if self.system_config else {}
         if self.pip_system_dirs is not None:
@@ -128,7 +128,7 @@ def _last_resort(session: _Session, command: str, exc: BaseException, as_json: b
     """A bug reached the top: still one line, one JSON object, exit 70, the traceback kept."""
     import json
 
-    from cudnn_setup.commands.base import internal_error
+    from cudnn_setup.steps.command_wrapper import internal_error
     from cudnn_setup.report import SCHEMA, Result
     from cudnn_setup.text import valid_unicode
 
@@ -177,8 +177,10 @@ def _call(session: _Session, parsed: Parsed) -> int:
     import importlib
     import signal
 
-    module, name = parsed.command.target.split(":")
-    run = getattr(importlib.import_module(f"cudnn_setup.commands.{module}"), name)
+    import cudnn_setup.commands
+
+    module, name = parsed.command.target.split(":")  # the one command this run needs
+    run = getattr(importlib.import_module(f"{cudnn_setup.commands.__name__}.{module}"), name)
     previous = signal.getsignal(signal.SIGTERM)
     in_main_thread = _main_thread()
     if in_main_thread:
@@ -242,7 +244,7 @@ def main(argv: list[str] | None = None, *, env: Mapping[str, str] | None = None,
         # Ctrl-C while arguments were parsed or a command module loaded: nothing had started
         if session.rendered:
             return session.code
-        from cudnn_setup.commands.base import interrupted
+        from cudnn_setup.steps.command_wrapper import interrupted
         from cudnn_setup.report import Result
 
         return _render(session, Result(command, error=interrupted(Result(command))), as_json)
