@@ -31,49 +31,52 @@ sys.exit(main(argv))
 # Never for a local install: the network stack, terminal rendering, validation, Theano.
 NEVER = {"requests", "urllib3", "charset_normalizer", "idna", "certifi", "rich", "pydantic",
          "pydantic_core", "markdown_it", "pygments", "configupdater", "numpy", "theano",
-         "ssl", "http.client", "email.parser"}
+         "ssl", "http.client", "email.parser", "distro"}
 # What parsing the command line may load besides the standard library: nothing.
 PARSER: set[str] = set()
 # The tool's own modules `--version` and `--help` load: the grammar, the error codes, text.
 PARSER_MODULES = {"cudnn_setup", "cudnn_setup.arguments", "cudnn_setup.cli", "cudnn_setup.errors",
                   "cudnn_setup.text"}
-# And an install of a local .tgz: ELF parsing, version numbers, the distribution's name, ISA-L.
-INSTALL = PARSER | {"elftools", "packaging", "distro", "isal"}
+# And an install of a local .tgz: ELF parsing, version numbers, ISA-L.
+INSTALL = PARSER | {"elftools", "packaging", "isal"}
 
 INSTALL_MODULES = {
-    "cudnn_setup", "cudnn_setup.archive", "cudnn_setup.archive.decoder_choice", "cudnn_setup.arguments",
-    "cudnn_setup.archive.decoders", "cudnn_setup.archive.headers", "cudnn_setup.archive.liblzma",
-    "cudnn_setup.archive.listing", "cudnn_setup.archive.package", "cudnn_setup.archive.problems",
+    "cudnn_setup", "cudnn_setup.archive", "cudnn_setup.archive.decoder_choice",
+    "cudnn_setup.archive.decoders", "cudnn_setup.archive.headers",
+    "cudnn_setup.archive.liblzma", "cudnn_setup.archive.listing",
+    "cudnn_setup.archive.package", "cudnn_setup.archive.problems",
     "cudnn_setup.archive.reader", "cudnn_setup.archive.rules", "cudnn_setup.archive.staging",
-    "cudnn_setup.archive.wheel", "cudnn_setup.durable", "cudnn_setup.checks",
-    "cudnn_setup.checks.answer_values", "cudnn_setup.checks.coherence", "cudnn_setup.checks.deps",
-    "cudnn_setup.checks.driver", "cudnn_setup.checks.files", "cudnn_setup.checks.framework_loader",
-    "cudnn_setup.checks.framework_probe", "cudnn_setup.checks.framework_whatif",
-    "cudnn_setup.checks.frameworks", "cudnn_setup.checks.gpu", "cudnn_setup.checks.installation",
-    "cudnn_setup.checks.locate", "cudnn_setup.checks.native", "cudnn_setup.checks.probe",
-    "cudnn_setup.checks.suite", "cudnn_setup.checks.system", "cudnn_setup.checks.theano_check",
-    "cudnn_setup.child", "cudnn_setup.cli", "cudnn_setup.commands",
-    "cudnn_setup.commands.install", "cudnn_setup.placement", "cudnn_setup.placement.commit",
-    "cudnn_setup.placement.engine", "cudnn_setup.placement.fit", "cudnn_setup.placement.judge",
-    "cudnn_setup.placement.same_archive", "cudnn_setup.placement.targets", "cudnn_setup.steps",
-    "cudnn_setup.steps.by_version", "cudnn_setup.steps.command_wrapper",
-    "cudnn_setup.steps.context", "cudnn_setup.steps.fetching", "cudnn_setup.steps.loader_step",
-    "cudnn_setup.steps.theano_step",
-    "cudnn_setup.console", "cudnn_setup.digest", "cudnn_setup.errors", "cudnn_setup.facts",
-    "cudnn_setup.facts.composition", "cudnn_setup.facts.cuda", "cudnn_setup.facts.cudnn",
-    "cudnn_setup.facts.dependencies", "cudnn_setup.facts.elf", "cudnn_setup.facts.frameworks",
-    "cudnn_setup.facts.gpu_support", "cudnn_setup.facts.gpus", "cudnn_setup.facts.host",
-    "cudnn_setup.facts.ldresolve", "cudnn_setup.facts.loader", "cudnn_setup.facts.mounts",
-    "cudnn_setup.fetch", "cudnn_setup.fetch.candidates", "cudnn_setup.fetch.checksums",
-    "cudnn_setup.fetch.known_releases", "cudnn_setup.fetch.redist", "cudnn_setup.parallel",
+    "cudnn_setup.archive.wheel", "cudnn_setup.arguments", "cudnn_setup.checks",
+    "cudnn_setup.checks.answer_values", "cudnn_setup.checks.driver",
+    "cudnn_setup.checks.installation", "cudnn_setup.checks.probe", "cudnn_setup.child",
+    "cudnn_setup.cli", "cudnn_setup.commands", "cudnn_setup.commands.install",
+    "cudnn_setup.console", "cudnn_setup.digest", "cudnn_setup.durable", "cudnn_setup.errors",
+    "cudnn_setup.facts", "cudnn_setup.facts.composition", "cudnn_setup.facts.cuda",
+    "cudnn_setup.facts.cudnn", "cudnn_setup.facts.dependencies", "cudnn_setup.facts.elf",
+    "cudnn_setup.facts.gpu_support", "cudnn_setup.facts.host", "cudnn_setup.facts.ldresolve",
+    "cudnn_setup.facts.loader", "cudnn_setup.facts.mounts", "cudnn_setup.fetch",
+    "cudnn_setup.fetch.candidates", "cudnn_setup.fetch.checksums",
+    "cudnn_setup.fetch.known_releases", "cudnn_setup.fetch.redist", "cudnn_setup.placement",
+    "cudnn_setup.placement.commit", "cudnn_setup.placement.engine",
+    "cudnn_setup.placement.fit", "cudnn_setup.placement.judge",
+    "cudnn_setup.placement.same_archive", "cudnn_setup.placement.targets",
     "cudnn_setup.report", "cudnn_setup.settings", "cudnn_setup.sources",
     "cudnn_setup.sources.base", "cudnn_setup.sources.local", "cudnn_setup.sources.pipconf",
     "cudnn_setup.state", "cudnn_setup.state.fields", "cudnn_setup.state.files",
     "cudnn_setup.state.journal", "cudnn_setup.state.layout", "cudnn_setup.state.manifest",
     "cudnn_setup.state.observe", "cudnn_setup.state.paths", "cudnn_setup.state.plan",
-    "cudnn_setup.state.transaction", "cudnn_setup.text", "cudnn_setup.theanorc",
+    "cudnn_setup.state.transaction", "cudnn_setup.steps", "cudnn_setup.steps.by_version",
+    "cudnn_setup.steps.command_wrapper", "cudnn_setup.steps.context",
+    "cudnn_setup.steps.fetching", "cudnn_setup.steps.loader_step", "cudnn_setup.text",
     "cudnn_setup.untrusted", "cudnn_setup.urls",
 }
+# None of verify's checks, the frameworks' what-if or Theano's config step: this install has
+# neither verify, nor frameworks, nor a .theanorc to write.
+NOT_FOR_THIS_INSTALL = {"cudnn_setup.checks.suite", "cudnn_setup.checks.frameworks",
+                        "cudnn_setup.checks.framework_whatif", "cudnn_setup.checks.coherence",
+                        "cudnn_setup.checks.deps", "cudnn_setup.checks.gpu",
+                        "cudnn_setup.checks.native", "cudnn_setup.checks.theano_check",
+                        "cudnn_setup.steps.theano_step", "cudnn_setup.theanorc"}
 
 
 def loaded(tmp_path, home, *argv: str) -> tuple[int, set[str]]:
@@ -108,6 +111,7 @@ def test_local_install_imports_only_what_it_uses(tmp_path, home, cuda_root):
     ours = {m for m in modules if m == "cudnn_setup" or m.startswith("cudnn_setup.")}
     assert ours == INSTALL_MODULES, {"new": sorted(ours - INSTALL_MODULES),
                                      "gone": sorted(INSTALL_MODULES - ours)}
+    assert not ours & NOT_FOR_THIS_INSTALL
 
 
 @pytest.mark.parametrize("argv", [["--version"], ["--help"], ["install", "--help"],

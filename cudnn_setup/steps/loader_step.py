@@ -7,17 +7,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from cudnn_setup.checks.deps import loader_environment
-from cudnn_setup.checks.framework_whatif import (Change, prepend_to_ld_library_path,
-                                                 register_with_ldconfig, what_if,
-                                                 what_if_warnings)
-from cudnn_setup.checks.frameworks import framework_report, frameworks_check
-from cudnn_setup.checks.suite import Frameworks
 from cudnn_setup.errors import InstallFailed, SetupError, os_error
 from cudnn_setup.facts import loader
 from cudnn_setup.report import FAIL, PASS, SKIP, WARN, Check
 from cudnn_setup.steps.context import Context
 from cudnn_setup.text import plural, show_path
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from cudnn_setup.checks.framework_whatif import Change
+    from cudnn_setup.checks.suite import Frameworks
+
+# What the frameworks would load is imported where it is asked (checks/framework_whatif.py and
+# the modules it uses): an install with --no-frameworks, or one whose step asks nothing of
+# them, does not load the frameworks' checks.
 
 
 class FrameworkLookahead:
@@ -30,6 +33,10 @@ class FrameworkLookahead:
         self.search = None
 
     def what_if(self, change: Change) -> list[dict]:
+        from cudnn_setup.checks.deps import loader_environment
+        from cudnn_setup.checks.framework_whatif import what_if
+        from cudnn_setup.checks.frameworks import framework_report
+
         if self.now is None:
             self.ctx.status(f"importing the deep-learning frameworks of {self.python}, to see "
                             "what they load now and would load after the change")
@@ -44,6 +51,9 @@ class FrameworkLookahead:
 
     def report(self) -> Frameworks | None:
         """The frameworks check from the report made before the change, if one was made."""
+        from cudnn_setup.checks.frameworks import frameworks_check
+        from cudnn_setup.checks.suite import Frameworks
+
         if self.now is None:
             return None
         return Frameworks(frameworks_check(self.now, self.python), self.now)
@@ -62,6 +72,10 @@ class LoaderStep:
 
     @property
     def breaking(self) -> list[str]:
+        if not self.what_if:
+            return []
+        from cudnn_setup.checks.framework_whatif import what_if_warnings
+
         return what_if_warnings(self.what_if)
 
 
@@ -77,6 +91,9 @@ def loader_step(ctx: Context, lib_dir: Path, register: bool, verify_follows: boo
     gives the LD_LIBRARY_PATH line (with every copy of cuDNN it found), so it is not printed
     twice.
     """
+    if what_if:  # each use below is guarded by it too
+        from cudnn_setup.checks.framework_whatif import (prepend_to_ld_library_path,
+                                                         register_with_ldconfig)
     if register:
         results = what_if(register_with_ldconfig(lib_dir)) if what_if else []
         step = LoaderStep(Check("ldconfig", PASS, ""), results)
