@@ -29,7 +29,7 @@ from __future__ import annotations
 import os
 import re
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, Iterator, Sequence
 
 from elftools.elf.constants import SH_FLAGS
@@ -306,6 +306,57 @@ def read_cache(ldconfig: str | None = None, cache_file: str | None = None,
     return parse_ldconfig_p(done.stdout.decode(errors="replace")) if done.ok else []
 
 
+# --- files read once per run -------------------------------------------------------------------
+
+class Objects:
+    """read_object and runtime_names, each file read once while it stays as it was: a command
+    that asks many questions about the same libraries (verify's files, coherence and deps
+    checks each read cuDNN's ELF files or emulate the loader over them) shares one. A file is
+    known by what stat says of it, links followed (device, inode, size, mtime, ctime), so a
+    link and its target are read once, and a file replaced or rewritten since is read again.
+    Checks run side by side on threads may read a file twice; both get the same answer."""
+
+    def __init__(self) -> None:
+        self._objects: dict[tuple, tuple[str, ElfObject | NotLoadable]] = {}
+        self._names: dict[tuple, list[str]] = {}
+
+    @staticmethod
+    def _identity(path: str) -> tuple | None:
+        try:
+            st = os.stat(path)
+        except (OSError, ValueError):
+            return None
+        return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+    def read(self, path: str | os.PathLike) -> ElfObject:
+        path = os.fspath(path)
+        key = self._identity(path)
+        known = self._objects.get(key) if key is not None else None
+        if known is None:
+            try:
+                known = path, read_object(path)
+            except NotLoadable as exc:
+                known = path, exc
+            if key is not None:
+                self._objects[key] = known
+        read_as, got = known
+        if isinstance(got, NotLoadable):  # raised anew (a raised one keeps its frames), for `path`
+            message = str(got)
+            if read_as != path and message.startswith(read_as + ":"):
+                message = path + message[len(read_as):]
+            raise NotLoadable(message, got.fatal)
+        return got if read_as == path else replace(got, path=path)
+
+    def runtime_names(self, path: str | os.PathLike) -> list[str]:
+        path = os.fspath(path)
+        key = self._identity(path)
+        if key is None:
+            return runtime_names(path)
+        if key not in self._names:
+            self._names[key] = runtime_names(path)
+        return list(self._names[key])
+
+
 # --- one process's view -----------------------------------------------------------------------
 
 @dataclass
@@ -318,6 +369,8 @@ class Environment:
     cwd: str = "/"
     executable: str | None = None  # its DT_RPATH counts last in the RPATH chain
     inhibit_cache: bool = False
+    # the files read for this environment's questions, once each (None: read every time)
+    objects: Objects | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass
@@ -363,13 +416,14 @@ class Resolution:
 class Process:
     """Loads objects into an emulated process the way ld.so does, without running them.
 
-    `reader` reads one file's facts (read_object; a caller asking many questions about the
-    same files passes one that remembers them)."""
+    `reader` reads one file's facts (default: the environment's Objects where it has them,
+    else read_object; a caller asking many questions about the same files passes one that
+    remembers them)."""
 
     def __init__(self, env: Environment, host: tuple[str, int, bool] | None = None,
-                 reader: Callable[[str], ElfObject] = read_object, budget: int = SEARCH_BUDGET):
+                 reader: Callable[[str], ElfObject] | None = None, budget: int = SEARCH_BUDGET):
         self.env = env
-        self.read = reader
+        self.read = reader or (env.objects.read if env.objects is not None else read_object)
         self.budget = budget
         self.looked = 0  # paths looked at, against `budget`
         self.spent = False
@@ -756,6 +810,7 @@ def closure(roots: Sequence[str | os.PathLike], env: Environment, versions: Vers
     embeds it. One Dependency per request, in load order."""
     deps: list[Dependency] = []
     proc = Process(env)
+    names_of = env.objects.runtime_names if env.objects is not None else runtime_names
     scan: deque[Loaded] = deque()
     for root in roots:
         if proc.spent:
@@ -774,7 +829,7 @@ def closure(roots: Sequence[str | os.PathLike], env: Environment, versions: Vers
         if id(item) in scanned:
             continue
         scanned.add(id(item))
-        for label, candidates in runtime_requests(runtime_names(item.opened_as), item.obj.soname,
+        for label, candidates in runtime_requests(names_of(item.opened_as), item.obj.soname,
                                                   versions):
             res, got, needed = _first_of(proc, candidates, item)
             deps.append(Dependency(item.opened_as, label, "runtime", res, candidates))
