@@ -130,7 +130,9 @@ def would_load(target: Path, sonames: list[str], loader: L.Environment,
     """Where each sub-library comes from in a process that dlopens `target`: the first request
     for it in load order (DT_NEEDED of another sub-library, or a run-time name), else a dlopen
     of the SONAME by libcudnn itself."""
-    deps = L.closure([target], loader, versions)
+    # Only cuDNN's own libraries open its sub-libraries: the names the driver or cuBLAS open
+    # at run time (dozens, for graphics and embedded features) are not searched for.
+    deps = L.closure([target], loader, versions, scanned_if=_cudnn_own)
     out: dict[str, L.Resolution] = {}
     for soname in sonames:
         stem = gen.so_base(soname)
@@ -146,6 +148,10 @@ def would_load(target: Path, sonames: list[str], loader: L.Environment,
         for soname in missing:
             out[soname] = proc.find(soname, main)[0]
     return out
+
+
+def _cudnn_own(obj: L.ElfObject) -> bool:
+    return (obj.soname or os.path.basename(obj.path)).startswith("libcudnn")
 
 
 def version_of(value) -> str | None:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 from collections import deque
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, Iterator, Sequence
@@ -314,11 +315,16 @@ class Objects:
     checks each read cuDNN's ELF files or emulate the loader over them) shares one. A file is
     known by what stat says of it, links followed (device, inode, size, mtime, ctime), so a
     link and its target are read once, and a file replaced or rewritten since is read again.
-    Checks run side by side on threads may read a file twice; both get the same answer."""
+    Checks run side by side on threads: one that asks for a file another is reading waits for
+    that reading instead of doing it again."""
 
     def __init__(self) -> None:
         self._objects: dict[tuple, tuple[str, ElfObject | NotLoadable]] = {}
         self._names: dict[tuple, list[str]] = {}
+        self._reading: dict[tuple, threading.Lock] = {}
+
+    def _lock(self, key: tuple) -> threading.Lock:
+        return self._reading.setdefault(key, threading.Lock())  # setdefault: one per key
 
     @staticmethod
     def _identity(path: str) -> tuple | None:
@@ -331,15 +337,14 @@ class Objects:
     def read(self, path: str | os.PathLike) -> ElfObject:
         path = os.fspath(path)
         key = self._identity(path)
-        known = self._objects.get(key) if key is not None else None
-        if known is None:
-            try:
-                known = path, read_object(path)
-            except NotLoadable as exc:
-                known = path, exc
-            if key is not None:
-                self._objects[key] = known
-        read_as, got = known
+        if key is None:
+            known = None
+        else:
+            with self._lock(("elf", *key)):
+                known = self._objects.get(key)
+                if known is None:
+                    known = self._objects[key] = _read_as(path)
+        read_as, got = known or _read_as(path)
         if isinstance(got, NotLoadable):  # raised anew (a raised one keeps its frames), for `path`
             message = str(got)
             if read_as != path and message.startswith(read_as + ":"):
@@ -352,9 +357,17 @@ class Objects:
         key = self._identity(path)
         if key is None:
             return runtime_names(path)
-        if key not in self._names:
-            self._names[key] = runtime_names(path)
+        with self._lock(("names", *key)):
+            if key not in self._names:
+                self._names[key] = runtime_names(path)
         return list(self._names[key])
+
+
+def _read_as(path: str) -> tuple[str, ElfObject | NotLoadable]:
+    try:
+        return path, read_object(path)
+    except NotLoadable as exc:
+        return path, exc
 
 
 # --- one process's view -----------------------------------------------------------------------
@@ -804,10 +817,13 @@ class Dependency:
 
 
 def closure(roots: Sequence[str | os.PathLike], env: Environment, versions: Versions = Versions(),
-            runtime: bool = True) -> list[Dependency]:
+            runtime: bool = True,
+            scanned_if: Callable[[ElfObject], bool] | None = None) -> list[Dependency]:
     """Load each root as dlopen(path) would, with every DT_NEEDED entry recursively; then each
     name the roots (and what those names bring in) open at run time, from the library that
-    embeds it. One Dependency per request, in load order."""
+    embeds it. One Dependency per request, in load order. `scanned_if`: only the objects it
+    accepts are read for run-time names (a caller that asks only about cuDNN's own libraries
+    need not search for every name the driver opens)."""
     deps: list[Dependency] = []
     proc = Process(env)
     names_of = env.objects.runtime_names if env.objects is not None else runtime_names
@@ -821,7 +837,7 @@ def closure(roots: Sequence[str | os.PathLike], env: Environment, versions: Vers
         deps += [Dependency(who.opened_as, r.name, "needed", r) for who, r in needed]
         if item is None:
             continue
-        if runtime and item not in scan:
+        if runtime and item not in scan and (scanned_if is None or scanned_if(item.obj)):
             scan.append(item)
     scanned: set[int] = set()
     while scan and not proc.spent:
@@ -834,7 +850,8 @@ def closure(roots: Sequence[str | os.PathLike], env: Environment, versions: Vers
             res, got, needed = _first_of(proc, candidates, item)
             deps.append(Dependency(item.opened_as, label, "runtime", res, candidates))
             deps += [Dependency(who.opened_as, r.name, "needed", r) for who, r in needed]
-            if got is not None and res.via != "already loaded":
+            if got is not None and res.via != "already loaded" and (
+                    scanned_if is None or scanned_if(got.obj)):
                 scan.append(got)
     return deps
 
