@@ -130,7 +130,7 @@ def run_checks(inst: Installation, *, python: str, env: Mapping[str, str],
 
         def gpu():
             _, data = load_later.result()
-            return check_gpu(inst, env, runner) if data is not None else Check(
+            return check_gpu(inst, env, runner, loader=loader) if data is not None else Check(
                 "gpu", SKIP, "libcudnn does not load (see load)")
 
         def compiled():
