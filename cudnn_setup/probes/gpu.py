@@ -30,11 +30,10 @@ import os
 import sys
 import time
 
-if __package__:  # imported as part of the package
-    from .maps import mapped_files
-else:  # run by path, as the gpu check runs it, under any Python 3
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # even under PYTHONSAFEPATH
-    from maps import mapped_files
+# Its sibling modules (maps.py, answer.py) are imported by file location: a probe runs by path,
+# outside the package, under any Python 3 (even under PYTHONSAFEPATH).
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from maps import mapped_files  # noqa: E402
 
 c_void_p, byref = ctypes.c_void_p, ctypes.byref
 c_int64, c_int, c_float, c_double, c_size_t = (ctypes.c_int64, ctypes.c_int, ctypes.c_float,

@@ -27,11 +27,10 @@ import signal
 import sys
 import time
 
-if __package__:  # imported as part of the package
-    from .maps import mapped_file, mapped_files
-else:  # run by path, as the checks run it, under any Python 3
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # even under PYTHONSAFEPATH
-    from maps import mapped_file, mapped_files
+# Its sibling modules (maps.py, answer.py) are imported by file location: a probe runs by path,
+# outside the package, under any Python 3 (even under PYTHONSAFEPATH).
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from maps import mapped_file, mapped_files  # noqa: E402
 
 RTLD_NOW, RTLD_GLOBAL = os.RTLD_NOW, os.RTLD_GLOBAL
 RTLD_DI_LINKMAP = 2
