@@ -21,7 +21,7 @@ from cudnn_setup import __version__
 from cudnn_setup.archive import read_package
 from cudnn_setup.archive.package import Package
 from cudnn_setup.archive.wheel import dependency_libraries
-from cudnn_setup.checks.driver import fit_before_install, install_refusal
+from cudnn_setup.checks.driver import DriverFacts, fit_before_install, install_refusal
 from cudnn_setup.checks.probe import child_env, probe_module, run_probe
 from cudnn_setup.digest import file_digest
 from cudnn_setup.errors import ArchiveRejected, InstallFailed, os_error
@@ -217,7 +217,7 @@ def cuda_mismatch(pkg: Package, built: BuiltFor, root: CudaRoot, name: str,
         f"{fetch}; --force installs this one anyway", code="cuda-mismatch")
 
 
-def machine_fit(pkg: Package, built: BuiltFor, driver: dict | None,
+def machine_fit(pkg: Package, built: BuiltFor, driver: DriverFacts | None,
                 force: bool) -> tuple[ArchiveRejected | None, list[str]]:
     """Whether the build runs on this machine's GPUs and driver (checks/driver.py): the refusal
     (None with --force, or when nothing misfits) and notes for what only warns or was forced."""
@@ -410,7 +410,7 @@ def install(archive: Path, root: CudaRoot, *, force: bool = False, dry_run: bool
             lock_timeout: float = 300.0, tmp_dir: Path | None = None,
             on_read: Callable[[int], None] | None = None, xz: str | None = None,
             env: Mapping[str, str] | None = None,
-            driver: Callable[[], dict | None] | dict | None = None,
+            driver: Callable[[], DriverFacts | None] | DriverFacts | None = None,
             on_status: Callable[[str], None] | None = None,
             provenance: dict | None = None, extra_wheels: Sequence[Path] = (),
             known: Expected | None = None, verify_content: bool = False,
