@@ -9,7 +9,7 @@ from cudnn_setup.checks.deps import loader_environment
 from cudnn_setup.checks.framework_whatif import (Change, prepend_to_ld_library_path,
                                                  register_with_ldconfig, what_if,
                                                  what_if_warnings)
-from cudnn_setup.checks.frameworks import framework_report, frameworks_check
+from cudnn_setup.checks.frameworks import FrameworkEntry, framework_report, frameworks_check
 from cudnn_setup.checks.installation import Installation, find_installation
 from cudnn_setup.checks.suite import Frameworks
 from cudnn_setup.checks.theano_check import theano_range_note, theano_supports
@@ -79,7 +79,7 @@ class FrameworkLookahead:
 
     def __init__(self, ctx: Context, python: str):
         self.ctx, self.python = ctx, python
-        self.now: list[dict] | None = None  # None: not made, or the interpreter could not say
+        self.now: list[FrameworkEntry] | None = None  # None: not made, or the interpreter could not say
         self.search = None
 
     def what_if(self, change: Change) -> list[dict]:
