@@ -91,9 +91,10 @@ class Fields:
     BadAnswer for a field that must be there. Anything else in the object is ignored, so a
     probe that answers more keys later is still read."""
 
-    def __init__(self, data: object, what: str = "the answer"):
+    def __init__(self, data: object, what: str = "the answer", path: str = ""):
         self._data: dict = data if isinstance(data, dict) else {}
-        self.what = what
+        self.what = what  # whose answer, for messages
+        self.path = path  # where in it this object is ("layers.conv1."), for messages
 
     def __bool__(self) -> bool:
         return bool(self._data)
@@ -131,7 +132,7 @@ class Fields:
 
     def fields(self, key: str) -> Fields:
         """The object under `key` (an empty one for anything else)."""
-        return Fields(self._data.get(key), f"{self.what}'s {key}")
+        return Fields(self._data.get(key), self.what, f"{self.path}{key}.")
 
     def items(self, key: str, count: int = MAX_PATHS) -> list[Fields]:
         """The objects of the list under `key`, at most `count` looked at; anything else
@@ -139,12 +140,21 @@ class Fields:
         value = self._data.get(key)
         if not isinstance(value, list):
             return []
-        return [Fields(v, f"{self.what}'s {key}") for v in value[:count] if isinstance(v, dict)]
+        return [Fields(v, self.what, f"{self.path}{key}[{i}].")
+                for i, v in enumerate(value[:count]) if isinstance(v, dict)]
+
+    def entries(self, count: int = MAX_PATHS) -> list[tuple[str, Fields]]:
+        """(key, object) for the fields of this object that are objects themselves, at most
+        `count` looked at."""
+        out = []
+        for key, value in list(self._data.items())[:count]:
+            if isinstance(key, str) and isinstance(value, dict):
+                out.append((key, Fields(value, self.what, f"{self.path}{key[:60]}.")))
+        return out
 
     def _missing(self, key: str, kind: str) -> BadAnswer:
-        return BadAnswer(f"{self.what} has no {kind} {key!r} (it holds "
-                         f"{shown(self._data.get(key), 60)})" if key in self._data else
-                         f"{self.what} has no {key!r}")
+        held = f" (it holds {shown(self._data.get(key), 60)})" if key in self._data else ""
+        return BadAnswer(f"{self.what} has no {kind} {self.path + key!r}{held}")
 
     def need_text(self, key: str, limit: int = SHOWN_LIMIT) -> str:
         got = self.text(key, limit)
@@ -169,7 +179,7 @@ class Fields:
         value = self._data.get(key)
         if not isinstance(value, dict):
             raise self._missing(key, "object")
-        return Fields(value, f"{self.what}'s {key}")
+        return Fields(value, self.what, f"{self.path}{key}.")
 
     def need_list(self, key: str) -> list:
         value = self._data.get(key)
