@@ -96,7 +96,7 @@ def algorithm_check(inst: Installation | None, env: Mapping[str, str],
     """cuDNN's forward algorithms timed on the GPU; `unusable` says why the root's cuDNN cannot
     be looked at (its state is damaged)."""
     target = inst.soname_path() if inst else None
-    if target is None:
+    if inst is None or target is None:
         return Check("cudnn-algorithms", SKIP, f"the root's cuDNN cannot be used: {unusable}"
                      if unusable else "no cuDNN installed in the CUDA root")
     args = probe_module("gpu") + ["--bench", str(target)]

@@ -157,8 +157,8 @@ def driver_present(facts: DriverFacts | None = None) -> bool:
 def built_for_cuda(inst: Installation, load_data: dict | None = None) -> tuple[str | None, str | None]:
     """(CUDA version this cuDNN was built for, where that came from): cudnnGetCudartVersion()
     of the loaded library, else the archive name the manifest kept, else the wheel's name."""
-    number = (load_data or {}).get("cudnnGetCudartVersion")
-    if integer(number, 1000, 100000) is not None:
+    number = integer((load_data or {}).get("cudnnGetCudartVersion"), 1000, 100000)
+    if number is not None:
         return cuda_facts.version_text(number), "cudnnGetCudartVersion()"
     recorded = inst.manifest.cuda_version if inst.manifest else None
     if isinstance(recorded, str) and re.fullmatch(r"\d+(?:\.\d+)?", recorded):

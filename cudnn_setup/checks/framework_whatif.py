@@ -150,8 +150,8 @@ def _predicted(change: Change, out: dict, now: FrameworkEntry, entry: FrameworkE
     if facts is None or not soname:
         out.update(affected=False, breaks=False, reason=f"unchanged: {entry.reason}")
         return out
-    requesters = [o for o in (*facts.mapped, *facts.consumers)
-                  if loader.needs(o, soname)] or [None]
+    requesters: list[str | None] = [o for o in (*facts.mapped, *facts.consumers)
+                                    if loader.needs(o, soname)] or [None]
     hits = [h for h in (loader.first_hit(soname, r) for r in requesters) if h]
     hit = next((h for h in hits if h.path == target), None) if target else (
         hits[0] if hits else None)

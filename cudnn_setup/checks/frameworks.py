@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
+from functools import partial
 from typing import Mapping, Sequence
 
 from cudnn_setup.checks.answer_values import Fields, text
@@ -105,7 +106,7 @@ def framework_report(python: str, env: Mapping[str, str], timeout: float | None 
     listed = [f for f in importable_frameworks(python, env, timeout, runner)
               if f.get("importable")]
     # one child per framework, all at once: each spends seconds importing its framework
-    runs = at_once([lambda f=f: run(python, [f["name"]], env, timeout, runner=runner)
+    runs = at_once([partial(run, python, [f["name"]], env, timeout, runner=runner)
                     for f in listed])
     for f, got in zip(listed, runs):
         entries.append(entry_of(f["name"], f, got, search, elf))
@@ -197,7 +198,7 @@ def entry_of(name: str, listed: dict, got: Run, search: L.Environment,
 
 
 def _needs_cudnn(obj: L.ElfObject | None) -> bool:
-    return bool(obj) and any(n.startswith("libcudnn.so") for n in obj.needed)
+    return obj is not None and any(n.startswith("libcudnn.so") for n in obj.needed)
 
 
 def _needed_soname(consumers: Sequence[str], elf: ElfFacts,

@@ -14,7 +14,7 @@ fail it: nothing there is broken); its `problems` check (commands/doctor.py) car
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 from packaging.version import InvalidVersion
 
@@ -72,7 +72,7 @@ def problems_from(checks: Iterable[Check], *, driver: DriverFacts | None = None,
     severity (fail | warn | info), message, fix and optionally check."""
     out: list[dict] = []
     seen_gpus: set[str] = set()
-    gpus: list[tuple[object, object]] = list(driver.gpu_pairs) if driver else []
+    gpus: list[tuple[Any, Any]] = list(driver.gpu_pairs) if driver else []
     gpus += [(p.get("part"), p.get("compute_capability")) for p in explanation]
     for name, cc in gpus:
         if isinstance(name, str) and cannot_run_cudnn(cc) and name not in seen_gpus:
