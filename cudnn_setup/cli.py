@@ -21,7 +21,7 @@ from cudnn_setup import __version__
 from cudnn_setup.errors import INTERNAL, USAGE, InternalError, Interrupted, UsageError
 
 if TYPE_CHECKING:
-    from cudnn_setup.commands.base import Context
+    from cudnn_setup.steps.context import Context
     from cudnn_setup.report import Result
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -106,7 +106,7 @@ class _Session:
         """The Context for a command; what it says while it works goes to stderr (a live
         display on a terminal, plain lines in a log), so stdout keeps only the answer."""
         from cudnn_setup import console
-        from cudnn_setup.commands.base import Context
+        from cudnn_setup.steps.context import Context
 
         settings = {"system_config": self.system_config} if self.system_config else {}
         if self.pip_system_dirs is not None:
@@ -191,7 +191,7 @@ def _last_resort(session: _Session, command: str, exc: BaseException, as_json: b
     """A bug reached the top: still one line, one JSON object, exit 70, the traceback kept."""
     import json
 
-    from cudnn_setup.commands.base import internal_error
+    from cudnn_setup.steps.command_wrapper import internal_error
     from cudnn_setup.report import SCHEMA, Result
     from cudnn_setup.text import valid_unicode
 
@@ -538,7 +538,7 @@ def main(argv: list[str] | None = None, *, env: Mapping[str, str] | None = None,
         # Ctrl-C while arguments were parsed or a command module loaded: nothing had started
         if session.rendered:
             return session.code
-        from cudnn_setup.commands.base import interrupted
+        from cudnn_setup.steps.command_wrapper import interrupted
         from cudnn_setup.report import Result
 
         return _render(session, Result(command, error=interrupted(Result(command))), as_json)

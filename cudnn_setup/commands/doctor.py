@@ -21,8 +21,9 @@ from cudnn_setup.checks.locate import describe, locate
 from cudnn_setup.checks.problems import INFO, problems_from
 from cudnn_setup.checks.suite import Frameworks, frameworks_of, run_checks
 from cudnn_setup.checks.theano_check import stale_dnn_paths
-from cudnn_setup.commands.base import Context, command, include_needs_lib_dir
-from cudnn_setup.commands.steps import root_installation
+from cudnn_setup.steps.command_wrapper import command
+from cudnn_setup.steps.context import Context, include_needs_lib_dir
+from cudnn_setup.steps.recovery import root_installation
 from cudnn_setup.facts import host, loader
 from cudnn_setup.facts.cuda import CudaRoot
 from cudnn_setup.facts.survey import all_cuda_roots, machine_cudnn

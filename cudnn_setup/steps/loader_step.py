@@ -1,7 +1,9 @@
-"""Steps several commands take: finishing an interrupted transaction, Theano's config, the loader."""
+"""The loader step of install: ldconfig where allowed, else how programs find the new
+libraries, and what each framework would load after that change (checked before it is made).
+"""
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -10,67 +12,12 @@ from cudnn_setup.checks.framework_whatif import (Change, prepend_to_ld_library_p
                                                  register_with_ldconfig, what_if,
                                                  what_if_warnings)
 from cudnn_setup.checks.frameworks import FrameworkEntry, framework_report, frameworks_check
-from cudnn_setup.checks.installation import Installation, find_installation
 from cudnn_setup.checks.suite import Frameworks
-from cudnn_setup.checks.theano_check import theano_range_note, theano_supports
-from cudnn_setup.commands.base import Context
-from cudnn_setup.commands.placement import recover_pending
 from cudnn_setup.errors import InstallFailed, SetupError, os_error
 from cudnn_setup.facts import loader
-from cudnn_setup.facts.cuda import CudaRoot
-from cudnn_setup.report import FAIL, PASS, SKIP, WARN, Check, Result
+from cudnn_setup.report import FAIL, PASS, SKIP, WARN, Check
+from cudnn_setup.steps.context import Context
 from cudnn_setup.text import plural, show_path
-from cudnn_setup.theanorc import TheanorcRefused, configure, default_path
-
-STATE_DAMAGED = "state-damaged"
-
-
-def recover_first(result: Result, root: CudaRoot, ctx: Context, sweep: bool = True) -> None:
-    """Finish a transaction a killed run left behind, before anything looks at the root."""
-    said = recover_pending(root, ctx.lock_timeout, sweep=sweep, on_wait=ctx.status)
-    if said:
-        result.lines.append(said)
-        result.add("recovered", said)
-
-
-def root_installation(result: Result, root: CudaRoot, ctx: Context,
-                      sweep: bool = True) -> tuple[Installation | None, SetupError | None]:
-    """The root's cuDNN after recovery, for commands that look without changing anything
-    (doctor, bench): damaged state there is a finding, (None, the error), not the end."""
-    try:
-        recover_first(result, root, ctx, sweep)
-        return find_installation(root), None
-    except SetupError as exc:
-        if exc.code != STATE_DAMAGED:
-            raise
-        return None, exc
-
-
-def theanorc_path(ctx: Context, explicit: Path | None) -> Path:
-    return explicit or default_path(ctx.env, ctx.home)
-
-
-def theanorc_step(result: Result, path: Path, root: Path, lib_dir: Path, dry_run: bool,
-                  cudnn_version: str | None = None) -> Check:
-    """Merge the cuDNN settings into Theano's config; a refusal is a failed check, not an error.
-    The config asks for cuDNN (optimizer_including=cudnn), so a cuDNN Theano 1.0.5 cannot use
-    is said here: Theano would stop on it instead of running without."""
-    try:
-        change = configure(path, root, lib_dir, dry_run=dry_run)
-    except TheanorcRefused as exc:  # also what an OSError became: the install still stands
-        return Check("theanorc", FAIL, f"{exc.message} — {exc.hint}",
-                     {"code": exc.code, "message": exc.message, "hint": exc.hint})
-    if cudnn_version and not theano_supports(cudnn_version):
-        change = replace(change, warnings=(*change.warnings, theano_range_note(cudnn_version)))
-    result.add("theanorc", change.to_dict())
-    if dry_run and change.changed:
-        result.lines += change.diff.rstrip("\n").splitlines()
-    if change.changed and not dry_run:
-        result.changed = True
-    verb = ("would update" if dry_run else "updated") if change.changed else "already up to date:"
-    detail = f"{verb} {change.path}" + (f" (backup {change.backup})" if change.backup else "")
-    detail += "".join(f"; {w}" for w in change.warnings)
-    return Check("theanorc", WARN if change.warnings else PASS, detail)
 
 
 class FrameworkLookahead:

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Callable
 
 from packaging.utils import canonicalize_name
 
-from cudnn_setup.commands.base import Context
+from cudnn_setup.steps.context import Context
 from cudnn_setup.errors import UsageError
 from cudnn_setup.archive.wheel import requirements as wheel_requirements
 from cudnn_setup.facts import dependencies as D
@@ -77,7 +77,7 @@ def tree_for(ctx: Context, mirror: str | None, headers: list[str] | None) -> Tre
 
 def _tree_source(ctx: Context, mirror: str | None, headers: list[str] | None,
                  option: str = "--mirror") -> RedistTree:
-    from cudnn_setup.commands.fetching import client_for
+    from cudnn_setup.steps.fetching import client_for
     from cudnn_setup.fetch.remote import Reader
     from cudnn_setup.sources.mirror import Mirror
     from cudnn_setup.sources.nvidia import NvidiaTree
@@ -101,7 +101,7 @@ def choose_source(ctx: Context, *, from_: str | None = None, mirror: str | None 
                   cache_dir: Path | None = None, wheel_tags: list[str] | None = None) -> Source:
     """The source of releases that `--from`, `--mirror` and `--index-url` name (a PyPI
     index's wheels must carry one of `wheel_tags`: this machine's by default)."""
-    from cudnn_setup.commands.fetching import client_for, downloader_for
+    from cudnn_setup.steps.fetching import client_for, downloader_for
     from cudnn_setup.fetch.remote import Reader
     from cudnn_setup.sources.nvidia import NvidiaTree
     from cudnn_setup.sources.pipconf import index_config
@@ -155,7 +155,7 @@ def fetcher(result: Result, ctx: Context, headers: list[str] | None, cache_dir: 
     source's own, which carries pip's CA bundle), its outcome rendered into `result` (unless
     not `record`: a dependency's download is said in its own key). A tree's archive is fetched
     through the client that read its manifests: one waiting budget."""
-    from cudnn_setup.commands.fetching import fetch
+    from cudnn_setup.steps.fetching import fetch
     from cudnn_setup.fetch.remote import Reader
     from cudnn_setup.sources.tree import RedistTree
 
