@@ -141,8 +141,8 @@ def entry_of(name: str, listed: dict, got: Run, search: L.Environment,
     libraries = [lib for lib in fw.items("cudnn_libraries")
                  if (path := lib.text("path", 1 << 20)) is not None and path in mapped]
     main = [lib for lib in libraries
-            if gen.library_stem(os.path.basename(lib.need_text("path", 1 << 20)),
-                                unversioned=True) == "libcudnn"]
+            if gen.library_stem(lib.need_text("path", 1 << 20), unversioned=True,
+                                path=True) == "libcudnn"]
     runtime = rules.parse_version(fw.fields("runtime").raw("value"))
     chosen = next((lib for lib in main if runtime and lib_version(lib) == runtime), None) or (
         main[0] if main else None)
