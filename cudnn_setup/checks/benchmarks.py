@@ -52,7 +52,7 @@ def _theano_run(python: str, env: dict, flag: str) -> tuple[dict | None, TheanoT
     if result.data is None:
         return None, None, result.last_error_line()
     try:
-        return result.data, TheanoTimings.read(Fields(result.data, "the benchmark's answer")), ""
+        return result.data, TheanoTimings.read(result.answer("the benchmark's answer")), ""
     except BadAnswer as exc:
         return result.data, None, f"its answer cannot be used: {exc}"
 
@@ -112,7 +112,7 @@ def algorithm_verdict(result: ProbeResult) -> Check:
     data = result.data
     if data is None:
         return Check("cudnn-algorithms", FAIL, f"the GPU benchmark died: {result.last_error_line()}")
-    answer = Fields(data, "the GPU benchmark's answer")
+    answer = result.answer("the GPU benchmark's answer")
     status = answer.raw("status")
     if status == "skip":
         return Check("cudnn-algorithms", SKIP, answer.text("reason") or "no reason given", data)

@@ -137,7 +137,7 @@ def driver_facts(env: Mapping[str, str], *, python: str | None = None,
     result = run_probe(args, timeout, dict(env), python, runner=runner)
     if result.data is None:
         return DriverFacts(reason=f"the driver probe {result.failure()}"[:500])
-    return DriverFacts.from_answer(Fields(result.data, "the driver probe's answer"))
+    return DriverFacts.from_answer(result.answer("the driver probe's answer"))
 
 
 def has_driver(facts: DriverFacts) -> bool:

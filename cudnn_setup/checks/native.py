@@ -10,7 +10,6 @@ import tempfile
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from cudnn_setup.checks.answer_values import Fields
 from cudnn_setup.checks.installation import Installation
 from cudnn_setup.checks.probe import ProbeResult, child_env, loads_key, probe_module, run_probe
 from cudnn_setup.child import Runner
@@ -101,7 +100,7 @@ def check_load(inst: Installation, env: Mapping[str, str], runner: Runner | None
         return Check("load", FAIL, f"loading {target.name} did not finish in {LOAD_TIMEOUT:.0f} s"), None
     if result.data is None or "cudnnGetVersion" not in result.data:
         return Check("load", FAIL, _crash_detail(result, inst)), None
-    answer = Fields(result.data, "the load probe's answer")
+    answer = result.answer("the load probe's answer")
     got = answer.raw("cudnnGetVersion")
     if got is not None and answer.integer("cudnnGetVersion") is None:
         return Check("load", FAIL, f"the load probe's answer is not a version: {str(got)[:50]}"), None

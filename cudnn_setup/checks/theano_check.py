@@ -127,7 +127,7 @@ def check_theano(inst: Installation, python: str, theanorc: Path | None,
         return Check("theano", FAIL, f"Theano's test graphs {what}: {result.last_error_line()[:300]}")
     data = result.data
     try:
-        got = TheanoGraphs.read(Fields(data, "the answer of Theano's test graphs"))
+        got = TheanoGraphs.read(result.answer("the answer of Theano's test graphs"))
     except BadAnswer as exc:
         return Check("theano", FAIL, f"Theano's test graphs ran but their answer cannot be "
                      f"judged: {exc}")
