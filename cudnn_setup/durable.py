@@ -1,10 +1,11 @@
 """Making bytes and renames survive a power cut: every fsync the tool does goes through here.
 
-Three users, one rule (data first, then the directory entries that name it, before anything
-claims them): an atomic file write (write_atomic: the config files, the manifest, the journal),
-the staged files an install puts into the root (make_durable, before the journal and the
-manifest name them; dpkg does the same before its renames), and a transaction's renames
-(sync_dirs, before its commit point).
+One rule (data first, then the directory entries that name it, before anything claims them)
+for every user: an atomic file write (write_atomic: the config files, the manifest, the
+journal), the staged files an install puts into the root (make_durable, before the journal and
+the manifest name them; dpkg does the same before its renames), a transaction's renames
+(sync_dirs, before its commit point), and a finished file renamed to its published name
+(replace_durably: a mirror's archives, before its manifests name them).
 """
 from __future__ import annotations
 
@@ -32,6 +33,14 @@ def write_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
             os.unlink(tmp)
         raise
     fsync_dir(path.parent)
+
+
+def replace_durably(src: Path, dst: Path) -> None:
+    """Rename the finished file `src` over `dst` so that, once this returns, `dst` has all of
+    its bytes after a power cut: the file fsynced, renamed, its directory fsynced."""
+    fsync_file(src)
+    os.replace(src, dst)
+    fsync_dir(dst.parent)
 
 
 def fsync_file(path: Path) -> None:

@@ -158,6 +158,23 @@ def test_the_install_engine_sits_below_what_fetches_and_chooses():
              and any(f.startswith("cudnn_setup.placement") for f in found)]
     assert not below, below
 
+
+def test_the_install_engines_steps_are_named_functions_not_closures():
+    """Each step of placement/ (stage and judge, plan, the commit point) is a function of its
+    module that a test or a reader can find by name: none is defined inside another."""
+    nested = []
+    for path in sorted((PACKAGE / "placement").glob("*.py")):
+        for outer in ast.walk(ast.parse(path.read_text())):
+            if isinstance(outer, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                nested += [f"{path.name}: {inner.name} inside {outer.name}"
+                           for inner in ast.walk(outer) if inner is not outer
+                           and isinstance(inner, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    assert not nested, "\n".join(nested)
+    names = {n.name for path in (PACKAGE / "placement").glob("*.py")
+             for n in ast.parse(path.read_text()).body if isinstance(n, ast.FunctionDef)}
+    assert {"stage_and_judge", "plan_install", "place", "commit_manifest", "commit_removal",
+            "install", "uninstall", "recover_pending"} <= names
+
 # Below the CLI nothing reads this process's own environment, home or working directory, and
 # every program started gets an environment handed to it (the command's, or one made for it):
 # a child inheriting os.environ would see other variables than the command was given.
