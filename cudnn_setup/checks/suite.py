@@ -13,9 +13,9 @@ from typing import Callable, Mapping
 
 from cudnn_setup.checks.coherence import check_coherence
 from cudnn_setup.checks.deps import check_deps, loader_environment
-from cudnn_setup.checks.driver import check_driver, driver_facts, driver_present
+from cudnn_setup.checks.driver import DriverFacts, check_driver, driver_facts, driver_present
 from cudnn_setup.checks.files import check_elf, check_files, check_versions
-from cudnn_setup.checks.frameworks import check_frameworks
+from cudnn_setup.checks.frameworks import FrameworkEntry, check_frameworks
 from cudnn_setup.checks.installation import Installation
 from cudnn_setup.checks.locate import skipped_without_cudnn
 from cudnn_setup.checks.gpu import check_gpu
@@ -37,7 +37,7 @@ class Frameworks:
     """The frameworks check and the report it came from (checks/frameworks.py)."""
 
     check: Check
-    entries: list[dict]
+    entries: list[FrameworkEntry]
 
 
 def frameworks_of(python: str, env: Mapping[str, str], enabled: bool = True,
@@ -87,7 +87,7 @@ class Steps:
 def run_checks(inst: Installation, *, python: str, env: Mapping[str, str],
                theanorc: Path | None = None, theano: bool = True,
                conf: Path = Path("/etc/ld.so.conf"), deep: bool = False,
-               driver: dict | None = None, frameworks: Frameworks | None = None,
+               driver: DriverFacts | None = None, frameworks: Frameworks | None = None,
                with_frameworks: bool = True, loader_fix: str | None = None,
                loader: L.Environment | None = None,
                status: Callable[[str], None] | None = None,

@@ -62,9 +62,9 @@ class Composition:
 
 
 def cudnn_stem(name: str) -> str | None:
-    """libcudnn_ops for "libcudnn_ops.so", "libcudnn_ops.so.9", "libcudnn_ops.so.9.1.0"."""
-    m = gen.SHARED_NAME.match(os.path.basename(name))
-    return m["stem"] if m and m["stem"].startswith("libcudnn") else None
+    """libcudnn_ops for "libcudnn_ops.so", "libcudnn_ops.so.9", "libcudnn_ops.so.9.1.0" and a
+    path ending in one: facts/cudnn.library_stem, for any name a library names."""
+    return gen.library_stem(name, unversioned=True, path=True)
 
 
 def named_by(path: str | os.PathLike,
