@@ -1,16 +1,16 @@
 """The sub-library probe's answer (probes/sublibs.py), read into types.
 
-The probe's JSON line is untrusted: every field is taken through checks/answer_values.py, so
-a missing key, a value of another type or a huge one becomes "not said" (None, an empty list)
-and the coherence check judges what is left; a misspelt field is an AttributeError that the
-tests catch, not a silent None from `.get`.
+The probe's JSON line is untrusted: every field is taken through the one reader of an answer
+(checks/answer_values.Fields), so a missing key, a value of another type or a huge one becomes
+"not said" (None, an empty list) and the coherence check judges what is left; a misspelt field
+is an AttributeError that the tests (and mypy) catch, not a silent None from `.get`.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping
+from cudnn_setup.checks.answer_values import Fields, integer
 
-from cudnn_setup.checks.answer_values import integer, mapping, nonempty, paths
+WHAT = "the sub-library probe's answer"
 
 PATH_LIMIT = 4096  # characters of a path kept (PATH_MAX)
 MESSAGE_LIMIT = 4000  # characters of a child's message kept (a check's detail shows fewer)
@@ -22,14 +22,6 @@ def _said(value: object) -> str | None:
     if not value:
         return None
     return (value if isinstance(value, str) else repr(value))[:MESSAGE_LIMIT]
-
-
-def _path(value: object) -> str | None:
-    return nonempty(value, PATH_LIMIT)
-
-
-def _flag(value: object) -> bool | None:
-    return value if isinstance(value, bool) else None
 
 
 def _version(value: object) -> int | str | None:
@@ -51,14 +43,13 @@ class VersionCheck:
 
     @classmethod
     def read(cls, value: object) -> "VersionCheck | None":
-        if not isinstance(value, Mapping):
+        """None where the entry has no object for it (its check function was not called)."""
+        if not isinstance(value, dict):
             return None
-        mapped = value.get("mapped")
-        return cls(function=nonempty(value.get("function"), 200),
-                   status=integer(value.get("status")),
-                   mapped=[m[:PATH_LIMIT] for m in mapped[:4000] if isinstance(m, str)]
-                   if isinstance(mapped, list) else [],
-                   error=_said(value.get("error")), signal=nonempty(value.get("signal"), 40))
+        f = Fields(value, WHAT, "version_check.")
+        return cls(function=f.nonempty("function", 200), status=f.integer("status"),
+                   mapped=f.strings("mapped", PATH_LIMIT, 4000), error=_said(f.raw("error")),
+                   signal=f.nonempty("signal", 40))
 
     @property
     def passed(self) -> bool:
@@ -91,13 +82,13 @@ class SubLibraryAnswer:
     def read(cls, value: object) -> "SubLibraryAnswer":
         if isinstance(value, SubLibraryAnswer):
             return value
-        if not isinstance(value, Mapping) or not value:
+        f = Fields(value, WHAT)
+        if not f:
             return cls()
-        return cls(reported=True, loaded=_flag(value.get("loaded")), path=_path(value.get("path")),
-                   mapped=_path(value.get("mapped")), version=_version(value.get("version")),
-                   version_from=nonempty(value.get("version_from"), 100),
-                   dlerror=_said(value.get("dlerror")), error=_said(value.get("error")),
-                   version_check=VersionCheck.read(value.get("version_check")))
+        return cls(reported=True, loaded=f.flag("loaded"), path=f.nonempty("path", PATH_LIMIT),
+                   mapped=f.nonempty("mapped", PATH_LIMIT), version=_version(f.raw("version")),
+                   version_from=f.nonempty("version_from", 100), dlerror=_said(f.raw("dlerror")),
+                   error=_said(f.raw("error")), version_check=VersionCheck.read(f.raw("version_check")))
 
 
 @dataclass(frozen=True)
@@ -115,11 +106,12 @@ class SublibsAnswer:
 
     @classmethod
     def read(cls, value: object, limit: int = 1000) -> "SublibsAnswer":
-        data = mapping(value)
-        entries = data.get("sublibraries")
-        return cls(loaded=data.get("loaded") is True, path=_path(data.get("path")),
-                   mapped=_path(data.get("mapped")), version=_version(data.get("version")),
-                   dlerror=_said(data.get("dlerror")), error=_said(data.get("error")),
-                   cudnn_mapped=paths(data.get("cudnn_mapped")),
+        """`limit`: entries read at most; each keeps its place (the n-th sub-library asked)."""
+        f = Fields(value, WHAT)
+        entries = f.raw("sublibraries")
+        return cls(loaded=f.flag("loaded") is True, path=f.nonempty("path", PATH_LIMIT),
+                   mapped=f.nonempty("mapped", PATH_LIMIT), version=_version(f.raw("version")),
+                   dlerror=_said(f.raw("dlerror")), error=_said(f.raw("error")),
+                   cudnn_mapped=f.paths("cudnn_mapped"),
                    sublibraries=[SubLibraryAnswer.read(e) for e in entries[:limit]]
                    if isinstance(entries, list) else [])
