@@ -12,13 +12,14 @@ H200, K80, A100 = ("NVIDIA H200", "9.0"), ("Tesla K80", "3.7"), ("NVIDIA A100-SX
 
 
 def facts(tmp_path, cuda=None, nvml=None, **env):
-    """The probe's facts with a driver whose libcuda.so.1 is built from `cuda` (libcuda.build's
+    """The probe's facts (as doctor's JSON shows them) with a driver whose libcuda.so.1 is built from `cuda` (libcuda.build's
     arguments) and its NVML from `nvml` (None: no NVML)."""
     d = tmp_path / "drv"
     libcuda.build(d, **(cuda or {}))
     if nvml is not None:
         libnvml.build(d, **nvml)
-    return driver_facts({"PATH": str(tmp_path / "no-smi"), "LD_LIBRARY_PATH": str(d), **env})
+    return driver_facts({"PATH": str(tmp_path / "no-smi"), "LD_LIBRARY_PATH": str(d),
+                         **env}).to_dict()  # the JSON form: doctor's `driver`
 
 
 def test_nvml_answers_without_cuinit(tmp_path):

@@ -70,11 +70,11 @@ def install(result: Result, ctx: Context, source: str, *, cuda_root: Path | None
                                        for d in deps]
         result.add("provenance", provenance)
         outcome = engine.install(archive, root, force=force, dry_run=dry_run,
-                                    expected=expected, on_read=reading(ctx, archive),
-                                    lock_timeout=ctx.lock_timeout, xz=which(ctx, "xz"),
-                                    env=ctx.env, driver=asked.result, on_status=ctx.status,
-                                    provenance=provenance, extra_wheels=[d.path for d in deps],
-                                    verify_content=verify_content)
+                                 expected=expected, on_read=reading(ctx, archive),
+                                 lock_timeout=ctx.lock_timeout, xz=which(ctx, "xz"),
+                                 env=ctx.env, driver=asked.result, on_status=ctx.status,
+                                 provenance=provenance, extra_wheels=[d.path for d in deps],
+                                 verify_content=verify_content)
     else:
         outcome = same[0]
     driver = asked.result()
