@@ -3,14 +3,15 @@
     python bench/wait_speed.py [--runs 7] [--verify-runs N] [--archive CUDNN.tar.gz] [--root ROOT]
                                [--json OUT]
 
-1. start-up: `cudnn-setup --version` and `--help` against Python's own start (`python -c pass`)
-   and against importing the command-line parser alone (`python -c "import typer"`);
+1. start-up: `cudnn-setup --version` and `--help` against Python's own start (`python -c pass`);
    the install's fixed cost (the bundled 2.5 KB sample, --no-verify) against Python's start
-   plus NVIDIA's manual steps on the same sample;
+   plus NVIDIA's manual steps on the same sample, and the driver probe alone (the child every
+   install starts, `python -I -S probes/driver.py`: NVML where there is a driver);
 2. verify of a real cuDNN (`--root`, else installed here from `--archive`, given CUDA's
    headers from --cuda-include): `--no-theano --no-frameworks` and the defaults, against the
    same checks made one after another in one process (what verify did before they ran side by
    side) and against the slowest single check alone (the floor of running them side by side);
+   verify's CPU time too (user + system, of the tool and every child it waited for);
 3. the same archive again (`install ARCHIVE` on the root it is installed in, --no-verify):
    against the fixed cost, and against hashing the archive (sha256), the least that reading
    it again would cost, and decoding it (the old path read and decoded it whole);
@@ -30,6 +31,7 @@ import hashlib
 import json
 import os
 import re
+import resource
 import shutil
 import statistics
 import subprocess
@@ -49,13 +51,22 @@ TOOL = [sys.executable, "-m", "cudnn_setup"]
 
 
 def timed(cmd: list[str], env: dict | None = None, check: bool = True) -> float:
+    return timed_cpu(cmd, env, check)[0]
+
+
+def timed_cpu(cmd: list[str], env: dict | None = None, check: bool = True,
+              cwd: Path = REPO) -> tuple[float, float]:
+    """Wall time and CPU time (user + system, of the command and every child it waited for)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO,
-                          env=env or ENV)
+    done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=cwd,
+                          env=env or ENV, stdin=subprocess.DEVNULL)
     took = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if check and done.returncode not in (0, 1):  # verify's exit 1 (a failed check) is an answer
         raise SystemExit(f"{' '.join(cmd)} exited {done.returncode}")
-    return took
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return took, cpu
 
 
 def stats(values: list[float]) -> dict:
@@ -70,8 +81,9 @@ def repeat(runs: int, fn) -> dict:
 def startup(runs: int, base: Path) -> dict:
     out = {
         "python -c pass (floor)": repeat(runs, lambda i: timed([sys.executable, "-c", "pass"])),
-        "python -c 'import typer' (the parser alone)": repeat(
-            runs, lambda i: timed([sys.executable, "-c", "import typer"])),
+        "driver probe alone (python -I -S probes/driver.py)": repeat(
+            runs, lambda i: timed([sys.executable, "-I", "-S",
+                                   str(REPO / "cudnn_setup" / "probes" / "driver.py")])),
         "cudnn-setup --version": repeat(runs, lambda i: timed([*TOOL, "--version"])),
         "cudnn-setup --help": repeat(runs, lambda i: timed([*TOOL, "--help"])),
         "cudnn-setup install --help": repeat(runs, lambda i: timed([*TOOL, "install", "--help"])),
@@ -140,7 +152,7 @@ print(json.dumps(took))
 """
 
 
-def verify(runs: int, root: Path, home: Path) -> dict:
+def verify(runs: int, root: Path, home: Path, old: Path | None = None) -> dict:
     env = dict(ENV, HOME=str(home))
     rc = home / ".theanorc"
     subprocess.run([*TOOL, "theanorc", "--cuda-root", str(root), "--theanorc", str(rc)],
@@ -151,7 +163,19 @@ def verify(runs: int, root: Path, home: Path) -> dict:
             ("defaults", [], "1", "1")):
         cmd = [*TOOL, "verify", "--cuda-root", str(root), "--theanorc", str(rc), "--json", *extra]
         timed(cmd, env)  # warm: Theano's compile cache, the page cache
-        side_by_side = repeat(runs, lambda i: timed(cmd, env))
+        trees = [REPO] + ([old] if old else [])
+        for tree in trees[1:]:
+            timed_cpu(cmd, env, cwd=tree)
+        took: dict[Path, list[tuple[float, float]]] = {t: [] for t in trees}
+        for _ in range(runs):  # the trees one after the other in each round: the same noise
+            for tree in trees:
+                took[tree].append(timed_cpu(cmd, env, cwd=tree))
+        walls, cpus = zip(*took[REPO])
+        side_by_side = dict(stats(list(walls)), cpu=stats(list(cpus)))
+        if old:
+            walls, cpus = zip(*took[old])
+            out.setdefault("old code", {})[label] = dict(stats(list(walls)), cpu=stats(list(cpus)),
+                                                         tree=str(old))
         alone = []
         for _ in range(runs if frameworks == "0" else 1):  # the frameworks alone: seconds each
             got = subprocess.run([sys.executable, "-c", CHECKS_ALONE, str(root), str(rc), theano,
@@ -258,9 +282,12 @@ def main() -> int:
     p.add_argument("--skip", action="append", default=[],
                    choices=["startup", "verify", "again", "by-version"])
     p.add_argument("--json", type=Path)
+    p.add_argument("--old", type=Path, help="an older checkout whose verify is timed beside "
+                   "this one's, run for run")
     args = p.parse_args()
-    subprocess.run([sys.executable, "-m", "compileall", "-q", str(REPO / "cudnn_setup")],
-                   stdout=subprocess.DEVNULL, env=ENV)
+    for tree in [REPO] + ([args.old] if args.old else []):
+        subprocess.run([sys.executable, "-m", "compileall", "-q", str(tree / "cudnn_setup")],
+                       stdout=subprocess.DEVNULL, env=ENV)
     result = {"machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0],
                           "uname": os.uname().release}}
     with tempfile.TemporaryDirectory(prefix="cudnn-wait-") as tmp:
@@ -282,7 +309,7 @@ def main() -> int:
                                 "--no-verify", "--no-theanorc", "--no-frameworks"], check=True,
                                env=dict(ENV, HOME=str(home)), cwd=REPO, capture_output=True)
             if "verify" not in args.skip:
-                result["verify"] = verify(args.verify_runs or args.runs, root, home)
+                result["verify"] = verify(args.verify_runs or args.runs, root, home, args.old)
                 print(json.dumps(result["verify"], indent=1), flush=True)
             if "again" not in args.skip:
                 result["again"] = again(args.runs, args.archive, root, home)

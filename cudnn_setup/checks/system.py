@@ -5,6 +5,7 @@ import os
 from pathlib import Path
 from typing import Mapping
 
+from cudnn_setup.checks.answer_values import integer
 from cudnn_setup.checks.installation import Installation
 from cudnn_setup.facts import cuda, loader
 from cudnn_setup.report import FAIL, PASS, SKIP, WARN, Check
@@ -58,8 +59,9 @@ def check_cuda(inst: Installation, load_data: dict | None) -> Check:
     root_version = inst.root.version
     built_for = inst.manifest.cuda_version if inst.manifest else None
     source = "archive name"
-    if not built_for and load_data and load_data.get("cudnnGetCudartVersion"):
-        built_for = cuda.version_text(load_data["cudnnGetCudartVersion"])
+    cudart = integer((load_data or {}).get("cudnnGetCudartVersion"), 1, 10**7)
+    if not built_for and cudart:
+        built_for = cuda.version_text(cudart)
         source = "cudnnGetCudartVersion()"
     if not root_version or not built_for:
         return Check("cuda", SKIP, "CUDA version of the root or of cuDNN's build unknown",

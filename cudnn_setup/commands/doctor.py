@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cudnn_setup.checks.deps import loader_environment
-from cudnn_setup.checks.driver import describe_gpus, driver_facts, has_driver
+from cudnn_setup.checks.driver import DriverFacts, describe_gpus, driver_facts, has_driver
 from cudnn_setup.checks.frameworks import frameworks_json, one_line
 from cudnn_setup.checks.installation import Installation
 from cudnn_setup.checks.locate import describe, locate
@@ -78,7 +78,7 @@ def doctor(result: Result, ctx: Context, message: str | None = None,
         result.add(key, value)
     if inst is not None:
         result.add("cudnn", describe(inst))
-    result.add("driver", driver)
+    result.add("driver", driver.to_dict())
     result.add("frameworks", frameworks_json(frameworks.entries))
     result.checks += d.checks() + [problems_check(d.problems)]
     _describe(result, d, driver, frameworks, inst)
@@ -210,14 +210,14 @@ def problems_check(problems: list[dict]) -> Check:
     return Check("problems", status, summary + first)
 
 
-def _describe(result: Result, d: Diagnosis, driver: dict, frameworks: Frameworks,
+def _describe(result: Result, d: Diagnosis, driver: DriverFacts, frameworks: Frameworks,
               inst: Installation | None) -> None:
     if inst is not None:
         managed = "installed by cudnn-setup" if inst.manifest else "not installed by cudnn-setup"
         result.lines.append(f"cuDNN examined: {inst.version or 'none'} in {inst.lib_dir} "
                             f"({managed})")
     result.lines.append("GPUs and driver: " + (describe_gpus(driver) if has_driver(driver)
-                                               else driver.get("reason") or "no NVIDIA driver"))
+                                               else driver.reason or "no NVIDIA driver"))
     if frameworks.entries:
         result.lines.append(f"frameworks of {frameworks.check.data.get('python')}:")
         result.lines += [f"  {one_line(e)}" for e in frameworks.entries]

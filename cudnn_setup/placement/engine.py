@@ -15,7 +15,7 @@ import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Iterator, Mapping, Sequence
 
 from cudnn_setup.archive.package import Package
 from cudnn_setup.errors import os_error
@@ -31,6 +31,9 @@ from cudnn_setup.state.manifest import Manifest
 from cudnn_setup.state.plan import Desired, Plan, conflict_error, make_plan, uninstall_plan
 from cudnn_setup.state.transaction import Filesystem, recover
 from cudnn_setup.text import plural
+
+if TYPE_CHECKING:
+    from cudnn_setup.checks.driver import DriverFacts
 
 
 @dataclass
@@ -84,7 +87,7 @@ class Asked:
     on_read: Callable[[int], None] | None = None
     xz: str | None = None
     env: Mapping[str, str] = field(default_factory=dict)
-    driver: Callable[[], dict | None] | dict | None = None
+    driver: Callable[[], DriverFacts | None] | DriverFacts | None = None
     say: Callable[[str], None] = field(default=lambda line: None)
     extra_wheels: Sequence[Path] = ()
     known: Expected | None = None
@@ -101,7 +104,7 @@ def install(archive: Path, root: CudaRoot, *, force: bool = False, dry_run: bool
             lock_timeout: float = 300.0, tmp_dir: Path | None = None,
             on_read: Callable[[int], None] | None = None, xz: str | None = None,
             env: Mapping[str, str] | None = None,
-            driver: Callable[[], dict | None] | dict | None = None,
+            driver: Callable[[], DriverFacts | None] | DriverFacts | None = None,
             on_status: Callable[[str], None] | None = None,
             provenance: dict | None = None, extra_wheels: Sequence[Path] = (),
             known: Expected | None = None, verify_content: bool = False,

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Mapping
 
 from cudnn_setup.archive.package import Package
-from cudnn_setup.checks.driver import fit_before_install, install_refusal
+from cudnn_setup.checks.driver import DriverFacts, fit_before_install, install_refusal
 from cudnn_setup.checks.probe import child_env, probe_module, run_probe
 from cudnn_setup.errors import ArchiveRejected
 from cudnn_setup.facts import cuda as cuda_facts
@@ -106,7 +106,7 @@ def cuda_mismatch(pkg: Package, built: BuiltFor, root: CudaRoot, name: str,
         f"{fetch}; --force installs this one anyway", code="cuda-mismatch")
 
 
-def machine_fit(pkg: Package, built: BuiltFor, driver: dict | None,
+def machine_fit(pkg: Package, built: BuiltFor, driver: DriverFacts | None,
                 force: bool) -> tuple[ArchiveRejected | None, list[str]]:
     """Whether the build runs on this machine's GPUs and driver (checks/driver.py): the refusal
     (None with --force, or when nothing misfits) and notes for what only warns or was forced."""
