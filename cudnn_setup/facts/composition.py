@@ -98,17 +98,14 @@ def flavour_of(archive_name: str | None, stems, generation: str | None) -> str |
 
 
 def compose(files: Mapping[str, str | os.PathLike], generation: str | None,
-<<<<<<< HEAD
-            flavour: str | None = None,
-            named: Callable[[str | os.PathLike], tuple[list[str], list[str]]] = named_by,
+            flavour: str | None = None, objects: L.Objects | None = None,
+            named: Callable[[str | os.PathLike], tuple[list[str], list[str]]] | None = None,
             ) -> Composition:
-=======
-            flavour: str | None = None, objects: L.Objects | None = None) -> Composition:
->>>>>>> next
     """The composition of a release whose library files are `files` (stem → path of the file
     present): every cuDNN library reachable from libcudnn through DT_NEEDED and run-time names
-    (run-time names only in the full flavour), at least the generation's floor. `named`:
-    named_by, or what answers for it (the judge's facts, read while the archive decoded)."""
+    (run-time names only in the full flavour), at least the generation's floor. `objects`: the
+    files read once for the whole command; `named`: what answers for named_by (the judge's
+    facts, read while the archive decoded)."""
     present = tuple(sorted(files))
     if flavour is None:
         flavour = flavour_of(None, present, generation)
@@ -125,11 +122,7 @@ def compose(files: Mapping[str, str | os.PathLike], generation: str | None,
                 continue
             name = os.path.basename(os.fspath(path))
             read.append(name)
-<<<<<<< HEAD
-            needed, runtime = named(path)
-=======
-            needed, runtime = named_by(path, objects)
->>>>>>> next
+            needed, runtime = named(path) if named is not None else named_by(path, objects)
             for dep in needed:
                 embedded.setdefault(dep, f"{name} lists it as DT_NEEDED")
             for dep in runtime:
