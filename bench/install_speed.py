@@ -34,6 +34,7 @@ import importlib.util
 import json
 import os
 import re
+import resource
 import shutil
 import statistics
 import subprocess
@@ -303,14 +304,22 @@ def tool_and_floor(archive: Path, runs: int, base: Path) -> dict:
     where the minimum is the cleaner figure and the median the fairer one."""
     ways = floor_ways(archive)
     times: dict[str, list[float]] = {"tool": [], **{f"floor:{w}": [] for w in ways}}
+    cpu: dict[str, list[float]] = {k: [] for k in times}
     load = [round(x, 2) for x in os.getloadavg()]
+
+    def run(key: str, fn) -> None:
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        times[key].append(timed(fn))
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu[key].append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+
     for i in range(runs):
         for way in ways:
             subprocess.run(["sync"])
-            times[f"floor:{way}"].append(timed(lambda: decode(archive, way)))
+            run(f"floor:{way}", lambda: decode(archive, way))
         root = fresh_root(base, i, cuda_of(archive))
         subprocess.run(["sync"])
-        times["tool"].append(timed(lambda: tool(archive, root)))
+        run("tool", lambda: tool(archive, root))
         shutil.rmtree(root)
     root = fresh_root(base, runs, cuda_of(archive))
     peak = peak_memory(archive, root)
@@ -321,6 +330,9 @@ def tool_and_floor(archive: Path, runs: int, base: Path) -> dict:
            "min_s": {k: round(min(v), 3) for k, v in times.items()},
            "median_s": {k: round(statistics.median(v), 3) for k, v in times.items()},
            "all_s": {k: [round(x, 3) for x in v] for k, v in times.items()},
+           # user + system time of each (its children included): what a loaded machine moves
+           # least
+           "cpu_median_s": {k: round(statistics.median(v), 3) for k, v in cpu.items()},
            "tool_peak_rss_mib": peak}
     for way in ways:
         for stat in ("min_s", "median_s"):
@@ -392,7 +404,8 @@ def main() -> int:
                       f"{r['median_s']['tool']} s (min / median, {r['tool_decoder']}); floors "
                       + ", ".join(f"{k[6:]} {r['min_s'][k]} / {r['median_s'][k]} s"
                                   for k in r["min_s"] if k.startswith("floor:"))
-                      + f"; c/b {r['tool_vs_floor']}; peak RSS {r['tool_peak_rss_mib']}; load "
+                      + f"; c/b {r['tool_vs_floor']}; CPU (user + sys) {r['cpu_median_s']}; "
+                      f"peak RSS {r['tool_peak_rss_mib']}; load "
                       f"{r['load_average_before']} -> {r['load_average_after']}", flush=True)
                 continue
             r = measure(archive, args.runs, Path(tmp), args.cuda_include,
