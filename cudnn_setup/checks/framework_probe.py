@@ -4,6 +4,7 @@ its own output kept in a log, and everything it answers checked before anything 
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
@@ -13,6 +14,7 @@ from cudnn_setup.checks.probe import probe_module, run_probe
 from cudnn_setup.child import Runner
 from cudnn_setup.errors import SetupError, UsageError
 
+_MODULE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]{0,99}\Z")
 DEFAULT_TIMEOUT = 180.0  # one framework: import, GPU start-up, one convolution
 LIST_TIMEOUT = 60.0
 LOG_TAIL = 256 * 1024  # bytes of a framework's own output kept for messages
@@ -108,7 +110,9 @@ def importable_frameworks(python: str, env: Mapping[str, str],
     listed = answer.raw("frameworks")
     if not isinstance(listed, list):
         raise SetupError(f"{python} gave no list of frameworks: {answer.text('error')}")
-    return [e for e in listed if isinstance(e, dict) and isinstance(e.get("name"), str)]
+    # a name goes on a child's command line and into messages: a module name, nothing else
+    return [e for e in listed[:64] if isinstance(e, dict) and isinstance(e.get("name"), str)
+            and _MODULE_NAME.match(e["name"])]
 
 
 def library_version(python: str, path: str, env: Mapping[str, str],
