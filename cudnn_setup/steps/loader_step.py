@@ -14,6 +14,7 @@ from cudnn_setup.checks.framework_whatif import (Change, prepend_to_ld_library_p
 from cudnn_setup.checks.frameworks import FrameworkEntry, framework_report, frameworks_check
 from cudnn_setup.checks.suite import Frameworks
 from cudnn_setup.errors import InstallFailed, SetupError, os_error
+from cudnn_setup.facts import ldresolve as L
 from cudnn_setup.facts import loader
 from cudnn_setup.report import FAIL, PASS, SKIP, WARN, Check
 from cudnn_setup.steps.context import Context
@@ -27,7 +28,7 @@ class FrameworkLookahead:
     def __init__(self, ctx: Context, python: str):
         self.ctx, self.python = ctx, python
         self.now: list[FrameworkEntry] | None = None  # None: not made, or the interpreter could not say
-        self.search = None
+        self.search: L.Environment | None = None
 
     def what_if(self, change: Change) -> list[dict]:
         if self.now is None:
