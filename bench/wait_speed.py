@@ -11,6 +11,7 @@
    headers from --cuda-include): `--no-theano --no-frameworks` and the defaults, against the
    same checks made one after another in one process (what verify did before they ran side by
    side) and against the slowest single check alone (the floor of running them side by side);
+   verify's CPU time too (user + system, of the tool and every child it waited for);
 3. the same archive again (`install ARCHIVE` on the root it is installed in, --no-verify):
    against the fixed cost, and against hashing the archive (sha256), the least that reading
    it again would cost, and decoding it (the old path read and decoded it whole).
@@ -26,6 +27,7 @@ import hashlib
 import json
 import os
 import re
+import resource
 import shutil
 import statistics
 import subprocess
@@ -45,13 +47,22 @@ TOOL = [sys.executable, "-m", "cudnn_setup"]
 
 
 def timed(cmd: list[str], env: dict | None = None, check: bool = True) -> float:
+    return timed_cpu(cmd, env, check)[0]
+
+
+def timed_cpu(cmd: list[str], env: dict | None = None, check: bool = True,
+              cwd: Path = REPO) -> tuple[float, float]:
+    """Wall time and CPU time (user + system, of the command and every child it waited for)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO,
+    done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=cwd,
                           env=env or ENV)
     took = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if check and done.returncode not in (0, 1):  # verify's exit 1 (a failed check) is an answer
         raise SystemExit(f"{' '.join(cmd)} exited {done.returncode}")
-    return took
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return took, cpu
 
 
 def stats(values: list[float]) -> dict:
@@ -136,7 +147,7 @@ print(json.dumps(took))
 """
 
 
-def verify(runs: int, root: Path, home: Path) -> dict:
+def verify(runs: int, root: Path, home: Path, old: Path | None = None) -> dict:
     env = dict(ENV, HOME=str(home))
     rc = home / ".theanorc"
     subprocess.run([*TOOL, "theanorc", "--cuda-root", str(root), "--theanorc", str(rc)],
@@ -147,7 +158,19 @@ def verify(runs: int, root: Path, home: Path) -> dict:
             ("defaults", [], "1", "1")):
         cmd = [*TOOL, "verify", "--cuda-root", str(root), "--theanorc", str(rc), "--json", *extra]
         timed(cmd, env)  # warm: Theano's compile cache, the page cache
-        side_by_side = repeat(runs, lambda i: timed(cmd, env))
+        trees = [REPO] + ([old] if old else [])
+        for tree in trees[1:]:
+            timed_cpu(cmd, env, cwd=tree)
+        took: dict[Path, list[tuple[float, float]]] = {t: [] for t in trees}
+        for _ in range(runs):  # the trees one after the other in each round: the same noise
+            for tree in trees:
+                took[tree].append(timed_cpu(cmd, env, cwd=tree))
+        walls, cpus = zip(*took[REPO])
+        side_by_side = dict(stats(list(walls)), cpu=stats(list(cpus)))
+        if old:
+            walls, cpus = zip(*took[old])
+            out.setdefault("old code", {})[label] = dict(stats(list(walls)), cpu=stats(list(cpus)),
+                                                         tree=str(old))
         alone = []
         for _ in range(runs if frameworks == "0" else 1):  # the frameworks alone: seconds each
             got = subprocess.run([sys.executable, "-c", CHECKS_ALONE, str(root), str(rc), theano,
@@ -199,9 +222,12 @@ def main() -> int:
     p.add_argument("--cuda-include", type=Path, default=Path("/usr/local/cuda/include"))
     p.add_argument("--skip", action="append", default=[], choices=["startup", "verify", "again"])
     p.add_argument("--json", type=Path)
+    p.add_argument("--old", type=Path, help="an older checkout whose verify is timed beside "
+                   "this one's, run for run")
     args = p.parse_args()
-    subprocess.run([sys.executable, "-m", "compileall", "-q", str(REPO / "cudnn_setup")],
-                   stdout=subprocess.DEVNULL, env=ENV)
+    for tree in [REPO] + ([args.old] if args.old else []):
+        subprocess.run([sys.executable, "-m", "compileall", "-q", str(tree / "cudnn_setup")],
+                       stdout=subprocess.DEVNULL, env=ENV)
     result = {"machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0],
                           "uname": os.uname().release}}
     with tempfile.TemporaryDirectory(prefix="cudnn-wait-") as tmp:
@@ -223,7 +249,7 @@ def main() -> int:
                                 "--no-verify", "--no-theanorc", "--no-frameworks"], check=True,
                                env=dict(ENV, HOME=str(home)), cwd=REPO, capture_output=True)
             if "verify" not in args.skip:
-                result["verify"] = verify(args.verify_runs or args.runs, root, home)
+                result["verify"] = verify(args.verify_runs or args.runs, root, home, args.old)
                 print(json.dumps(result["verify"], indent=1), flush=True)
             if "again" not in args.skip:
                 result["again"] = again(args.runs, args.archive, root, home)

@@ -2,7 +2,8 @@
 # On the GPU machine: what users wait for around an install (bench/wait_speed.py), on the
 # cuDNN of the machine's nvidia-cudnn wheel repacked as a .tar.gz, with the GPU, its driver and
 # the frameworks there; plus the code of OLD (a directory holding an older checkout, if given)
-# for start-up and the fixed cost, and the driver probe alone (part of every install's fixed cost).
+# for start-up, the fixed cost and verify (run for run beside this checkout's), and the driver
+# probe alone (part of every install's fixed cost).
 # PYTHON (default python3), RUNS (5), VERIFY_RUNS (3); results in $OUT (default /tmp/cudnn-waits/out).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -44,5 +45,5 @@ sample=$PWD/fixtures/samples/cudnn-10.0-linux-x64-v7.4.2.24.tgz
   fi
 } 2>&1 | tee "$out/extra.txt"
 PYTHONUNBUFFERED=1 $py bench/wait_speed.py --runs "${RUNS:-5}" --verify-runs "${VERIFY_RUNS:-3}" \
-  --archive "$a" --json "$out/waits.json" 2>&1 | tee "$out/waits.txt" | tail -40
+  --archive "$a" ${OLD:+--old "$OLD"} --json "$out/waits.json" 2>&1 | tee "$out/waits.txt" | tail -40
 $py -X importtime -m cudnn_setup --help 2>&1 >/dev/null | sort -t'|' -k2 -n | tail -25 >"$out/importtime-help.txt"

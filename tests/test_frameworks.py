@@ -316,6 +316,30 @@ def test_what_if_ld_library_path_runs_the_probe_again(world):
     assert warnings[0].startswith("torch 2.11.0+standin would break: would load cuDNN 9.14.0")
 
 
+def test_what_if_of_a_directory_already_first_on_ld_library_path_is_what_they_load_now(
+        world, monkeypatch):
+    """A re-install once the advice was taken: with the directory already first, the loader
+    searches the same directories in the same order, so the frameworks are not imported again;
+    the answer is the one running them again gives."""
+    old = str(world["old"])
+    env = env_for(world["site"], LD_LIBRARY_PATH=old)
+    now = fw.framework_report(sys.executable, env, 60, search=NO_CACHE)
+    change = wi.prepend_to_ld_library_path(world["old"])
+    again = by_name(fw.framework_report(sys.executable, dict(env, LD_LIBRARY_PATH=f"{old}:{old}"),
+                                        60, search=NO_CACHE))
+    ran = [wi._tried(change, e, again.get(e.name), sys.executable, env, 60) for e in now]
+
+    def imported_again(*args, **kwargs):
+        raise AssertionError("the frameworks were imported again")
+
+    monkeypatch.setattr(wi, "framework_report", imported_again)
+    got = wi.what_if(sys.executable, env, change, 60, search=NO_CACHE, current=now)
+    assert got == ran
+    assert by_name_fw(got)["torch"]["reason"].startswith("unchanged: it still loads cuDNN 9.14.0")
+    assert wi.already_first(f"{old}/:/x", old) and not wi.already_first(f"/x:{old}", old)
+    assert not wi.already_first(f":{old}", old) and not wi.already_first("$ORIGIN", old)
+
+
 def test_what_if_ldconfig_is_deduced_from_the_loader_order(world):
     env = env_for(world["site"])
     result = by_name_fw(wi.what_if(sys.executable, env, wi.register_with_ldconfig(world["old"]),

@@ -65,6 +65,10 @@ def what_if(python: str, env: Mapping[str, str], change: Change,
     if change.kind == LD_LIBRARY_PATH:
         changed = dict(env)
         old = changed.get("LD_LIBRARY_PATH")
+        if already_first(old, change.directory):
+            # the loader searches the same directories in the same order with the change:
+            # every framework loads what it loads now (a re-install, once the advice was taken)
+            return [_tried(change, e, e, python, env, timeout) for e in now]
         changed["LD_LIBRARY_PATH"] = change.directory + (f":{old}" if old else "")
         after = {e.name: e for e in framework_report(python, changed, timeout, search=search,
                                                      runner=runner)}
@@ -73,6 +77,18 @@ def what_if(python: str, env: Mapping[str, str], change: Change,
         entries = L.registered(change.directory)
         return [_deduced(change, e, entries, python, env, timeout) for e in now]
     raise ValueError(f"unknown change {change.kind!r}")
+
+
+def already_first(ld_library_path: str | None, directory: str) -> bool:
+    """Whether `directory` is already the first entry of LD_LIBRARY_PATH (the same directory,
+    links resolved; an entry the loader expands, such as $ORIGIN, or the empty one, which is
+    the working directory, is not taken for it)."""
+    if not ld_library_path:
+        return False
+    first = ld_library_path.replace(";", ":").split(":", 1)[0]
+    if not first or "$" in first or not os.path.isabs(first):
+        return False
+    return first == directory or os.path.realpath(first) == os.path.realpath(directory)
 
 
 def _tried(change: Change, now: FrameworkEntry, after: FrameworkEntry | None, python: str,

@@ -67,14 +67,18 @@ def cudnn_stem(name: str) -> str | None:
     return gen.library_stem(name, unversioned=True, path=True)
 
 
-def named_by(path: str | os.PathLike) -> tuple[list[str], list[str]]:
+def named_by(path: str | os.PathLike,
+             objects: L.Objects | None = None) -> tuple[list[str], list[str]]:
     """(DT_NEEDED stems, stems opened at run time) of cuDNN libraries that `path` names; an
-    unreadable file names nothing (the elf and files checks say what is wrong with it)."""
+    unreadable file names nothing (the elf and files checks say what is wrong with it).
+    `objects`: the files read once for the whole command."""
+    read = objects.read if objects is not None else L.read_object
     try:
-        needed = [s for s in map(cudnn_stem, L.read_object(path).needed) if s]
+        needed = [s for s in map(cudnn_stem, read(path).needed) if s]
     except L.NotLoadable:
         return [], []
-    runtime = [s for s in map(cudnn_stem, L.runtime_names(path)) if s]
+    names = objects.runtime_names(path) if objects is not None else L.runtime_names(path)
+    runtime = [s for s in map(cudnn_stem, names) if s]
     return list(dict.fromkeys(needed)), list(dict.fromkeys(runtime))
 
 
@@ -94,7 +98,7 @@ def flavour_of(archive_name: str | None, stems, generation: str | None) -> str |
 
 
 def compose(files: Mapping[str, str | os.PathLike], generation: str | None,
-            flavour: str | None = None) -> Composition:
+            flavour: str | None = None, objects: L.Objects | None = None) -> Composition:
     """The composition of a release whose library files are `files` (stem → path of the file
     present): every cuDNN library reachable from libcudnn through DT_NEEDED and run-time names
     (run-time names only in the full flavour), at least the generation's floor."""
@@ -114,7 +118,7 @@ def compose(files: Mapping[str, str | os.PathLike], generation: str | None,
                 continue
             name = os.path.basename(os.fspath(path))
             read.append(name)
-            needed, runtime = named_by(path)
+            needed, runtime = named_by(path, objects)
             for dep in needed:
                 embedded.setdefault(dep, f"{name} lists it as DT_NEEDED")
             for dep in runtime:
