@@ -73,7 +73,7 @@ def test_install_from_a_json_index_looks_like_nvidias_archive_and_uninstalls_byt
     for name in ("files", "elf", "versions", "load", "coherence", "cuda", "compile"):
         assert checks[name] == "pass", out["checks"]
     manifest = json.loads((root / ".cudnn-setup" / "manifest.json").read_text())
-    assert manifest["format"] == 2 and manifest["source"]["provenance"] == prov
+    assert manifest["format"] == 3 and manifest["source"]["provenance"] == prov
     assert manifest["source"]["name"] == wheels[FINAL].name
     wheel_root = {k: v for k, v in tree_state(root).items() if not k.startswith(".cudnn-setup")}
 
