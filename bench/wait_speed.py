@@ -3,17 +3,22 @@
     python bench/wait_speed.py [--runs 7] [--verify-runs N] [--archive CUDNN.tar.gz] [--root ROOT]
                                [--json OUT]
 
-1. start-up: `cudnn-setup --version` and `--help` against Python's own start (`python -c pass`)
-   and against importing the command-line parser alone (`python -c "import typer"`);
+1. start-up: `cudnn-setup --version` and `--help` against Python's own start (`python -c pass`);
    the install's fixed cost (the bundled 2.5 KB sample, --no-verify) against Python's start
-   plus NVIDIA's manual steps on the same sample;
+   plus NVIDIA's manual steps on the same sample, and the driver probe alone (the child every
+   install starts, `python -I -S probes/driver.py`: NVML where there is a driver);
 2. verify of a real cuDNN (`--root`, else installed here from `--archive`, given CUDA's
    headers from --cuda-include): `--no-theano --no-frameworks` and the defaults, against the
    same checks made one after another in one process (what verify did before they ran side by
    side) and against the slowest single check alone (the floor of running them side by side);
+   verify's CPU time too (user + system, of the tool and every child it waited for);
 3. the same archive again (`install ARCHIVE` on the root it is installed in, --no-verify):
    against the fixed cost, and against hashing the archive (sha256), the least that reading
-   it again would cost, and decoding it (the old path read and decoded it whole).
+   it again would cost, and decoding it (the old path read and decoded it whole);
+4. the same version again (--wheel: an nvidia-cudnn-cuNN wheel, served by a file:// package
+   index that publishes its sha256): `install VERSION --from pypi` into a root where that
+   wheel is installed, against the fixed cost and the sha256 of the wheel; and, with one
+   installed library's bytes changed, that it is still found (exit 5, changed-files).
 
 Every figure is the median and the minimum of --runs runs (a shared machine's noise goes one
 way only: the minimum is the cleaner figure, the median the fairer one). The tool runs as a
@@ -26,6 +31,7 @@ import hashlib
 import json
 import os
 import re
+import resource
 import shutil
 import statistics
 import subprocess
@@ -45,13 +51,22 @@ TOOL = [sys.executable, "-m", "cudnn_setup"]
 
 
 def timed(cmd: list[str], env: dict | None = None, check: bool = True) -> float:
+    return timed_cpu(cmd, env, check)[0]
+
+
+def timed_cpu(cmd: list[str], env: dict | None = None, check: bool = True,
+              cwd: Path = REPO) -> tuple[float, float]:
+    """Wall time and CPU time (user + system, of the command and every child it waited for)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO,
-                          env=env or ENV)
+    done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=cwd,
+                          env=env or ENV, stdin=subprocess.DEVNULL)
     took = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if check and done.returncode not in (0, 1):  # verify's exit 1 (a failed check) is an answer
         raise SystemExit(f"{' '.join(cmd)} exited {done.returncode}")
-    return took
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return took, cpu
 
 
 def stats(values: list[float]) -> dict:
@@ -66,8 +81,9 @@ def repeat(runs: int, fn) -> dict:
 def startup(runs: int, base: Path) -> dict:
     out = {
         "python -c pass (floor)": repeat(runs, lambda i: timed([sys.executable, "-c", "pass"])),
-        "python -c 'import typer' (the parser alone)": repeat(
-            runs, lambda i: timed([sys.executable, "-c", "import typer"])),
+        "driver probe alone (python -I -S probes/driver.py)": repeat(
+            runs, lambda i: timed([sys.executable, "-I", "-S",
+                                   str(REPO / "cudnn_setup" / "probes" / "driver.py")])),
         "cudnn-setup --version": repeat(runs, lambda i: timed([*TOOL, "--version"])),
         "cudnn-setup --help": repeat(runs, lambda i: timed([*TOOL, "--help"])),
         "cudnn-setup install --help": repeat(runs, lambda i: timed([*TOOL, "install", "--help"])),
@@ -136,7 +152,7 @@ print(json.dumps(took))
 """
 
 
-def verify(runs: int, root: Path, home: Path) -> dict:
+def verify(runs: int, root: Path, home: Path, old: Path | None = None) -> dict:
     env = dict(ENV, HOME=str(home))
     rc = home / ".theanorc"
     subprocess.run([*TOOL, "theanorc", "--cuda-root", str(root), "--theanorc", str(rc)],
@@ -147,7 +163,19 @@ def verify(runs: int, root: Path, home: Path) -> dict:
             ("defaults", [], "1", "1")):
         cmd = [*TOOL, "verify", "--cuda-root", str(root), "--theanorc", str(rc), "--json", *extra]
         timed(cmd, env)  # warm: Theano's compile cache, the page cache
-        side_by_side = repeat(runs, lambda i: timed(cmd, env))
+        trees = [REPO] + ([old] if old else [])
+        for tree in trees[1:]:
+            timed_cpu(cmd, env, cwd=tree)
+        took: dict[Path, list[tuple[float, float]]] = {t: [] for t in trees}
+        for _ in range(runs):  # the trees one after the other in each round: the same noise
+            for tree in trees:
+                took[tree].append(timed_cpu(cmd, env, cwd=tree))
+        walls, cpus = zip(*took[REPO])
+        side_by_side = dict(stats(list(walls)), cpu=stats(list(cpus)))
+        if old:
+            walls, cpus = zip(*took[old])
+            out.setdefault("old code", {})[label] = dict(stats(list(walls)), cpu=stats(list(cpus)),
+                                                         tree=str(old))
         alone = []
         for _ in range(runs if frameworks == "0" else 1):  # the frameworks alone: seconds each
             got = subprocess.run([sys.executable, "-c", CHECKS_ALONE, str(root), str(rc), theano,
@@ -188,6 +216,58 @@ def again(runs: int, archive: Path, root: Path, home: Path) -> dict:
                 1, lambda i: timed(decode))}
 
 
+def by_version(runs: int, wheel: Path, base: Path, home: Path) -> dict:
+    """`install VERSION --from pypi` of the wheel installed, from a file:// index of it."""
+    found = re.match(r"(nvidia_cudnn_cu(\d+))-(\d+\.\d+\.\d+)", wheel.name)
+    if found is None:
+        raise SystemExit(f"{wheel.name} is not an nvidia_cudnn_cuNN wheel")
+    project, major, version = found.group(1).replace("_", "-"), found.group(2), found.group(3)
+    index = base / "index"
+    (index / project).mkdir(parents=True)
+    with open(wheel, "rb") as f:
+        digest = hashlib.file_digest(f, "sha256").hexdigest() if hasattr(hashlib, "file_digest") \
+            else hashlib.sha256(f.read()).hexdigest()
+    (index / project / "index.html").write_text(
+        f'<html><body><a href="{wheel.resolve().as_uri()}#sha256={digest}">{wheel.name}</a>'
+        "</body></html>\n")
+    root = make_cuda_root(base / "by-version", {"11": "11.8", "13": "13.0"}.get(major, "12.4"))
+    env = dict(ENV, HOME=str(home))
+    cmd = [*TOOL, "install", version, "--from", "pypi", "--index-url", index.as_uri(),
+           "--cuda-root", str(root), "--no-verify", "--no-theanorc", "--no-frameworks", "--json"]
+
+    def answer() -> dict:
+        done = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True)
+        return {"exit_code": done.returncode, **json.loads(done.stdout)}
+
+    first = answer()
+    if first["exit_code"] != 0:
+        raise SystemExit(f"installing {wheel.name} failed: {first.get('error')}")
+    again = answer()
+    times = repeat(runs, lambda i: timed(cmd, env))
+    lib = next(p for p in sorted((root / "lib64").glob("libcudnn_ops.so.*")) if not p.is_symlink())
+    with open(lib, "r+b") as f:  # one byte of one library changed, its stat with it
+        f.seek(4096)
+        byte = f.read(1)
+        f.seek(4096)
+        f.write(bytes([byte[0] ^ 1]))
+    changed = answer()
+    shutil.rmtree(root)
+
+    def sha(i: int) -> float:
+        start = time.perf_counter()
+        with open(wheel, "rb") as f:
+            hashlib.file_digest(f, "sha256") if hasattr(hashlib, "file_digest") else \
+                hashlib.sha256(f.read())
+        return time.perf_counter() - start
+
+    return {"wheel": str(wheel), "size_mib": round(wheel.stat().st_size / 2**20, 1),
+            "version": version, "changed": again["changed"], "notes": again["install"]["notes"],
+            f"install {version} --from pypi again, --no-verify": times,
+            "sha256 of the wheel (the least a re-read costs)": repeat(runs, sha),
+            "with one library changed since": {"exit_code": changed["exit_code"],
+                                               "error": (changed.get("error") or {}).get("code")}}
+
+
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--runs", type=int, default=7)
@@ -197,11 +277,17 @@ def main() -> int:
     p.add_argument("--root", type=Path, help="a root that archive is installed in (default: "
                    "installed here, in a temporary root)")
     p.add_argument("--cuda-include", type=Path, default=Path("/usr/local/cuda/include"))
-    p.add_argument("--skip", action="append", default=[], choices=["startup", "verify", "again"])
+    p.add_argument("--wheel", type=Path, help="an nvidia-cudnn-cuNN wheel: time installing its "
+                   "version again from a file:// index of it (--from pypi)")
+    p.add_argument("--skip", action="append", default=[],
+                   choices=["startup", "verify", "again", "by-version"])
     p.add_argument("--json", type=Path)
+    p.add_argument("--old", type=Path, help="an older checkout whose verify is timed beside "
+                   "this one's, run for run")
     args = p.parse_args()
-    subprocess.run([sys.executable, "-m", "compileall", "-q", str(REPO / "cudnn_setup")],
-                   stdout=subprocess.DEVNULL, env=ENV)
+    for tree in [REPO] + ([args.old] if args.old else []):
+        subprocess.run([sys.executable, "-m", "compileall", "-q", str(tree / "cudnn_setup")],
+                       stdout=subprocess.DEVNULL, env=ENV)
     result = {"machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0],
                           "uname": os.uname().release}}
     with tempfile.TemporaryDirectory(prefix="cudnn-wait-") as tmp:
@@ -223,11 +309,14 @@ def main() -> int:
                                 "--no-verify", "--no-theanorc", "--no-frameworks"], check=True,
                                env=dict(ENV, HOME=str(home)), cwd=REPO, capture_output=True)
             if "verify" not in args.skip:
-                result["verify"] = verify(args.verify_runs or args.runs, root, home)
+                result["verify"] = verify(args.verify_runs or args.runs, root, home, args.old)
                 print(json.dumps(result["verify"], indent=1), flush=True)
             if "again" not in args.skip:
                 result["again"] = again(args.runs, args.archive, root, home)
                 print(json.dumps(result["again"], indent=1), flush=True)
+        if args.wheel and "by-version" not in args.skip:
+            result["by_version"] = by_version(args.runs, args.wheel, base, home)
+            print(json.dumps(result["by_version"], indent=1), flush=True)
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))
     return 0

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping
 
-from cudnn_setup.atomic import write_atomic
+from cudnn_setup.durable import write_atomic
 from cudnn_setup.errors import SetupError, os_error
 from cudnn_setup.text import escape, printable, show_path
 

@@ -2,7 +2,8 @@
 # On a machine with an NVIDIA GPU: repack the cuDNN of the installed nvidia-cudnn-cuNN wheel as
 # NVIDIA's archive, install it into a scratch CUDA root made from the system toolkit, then run
 # `verify` (its gpu check runs a real convolution) and the cuDNN algorithm benchmark.
-# Results land in $OUT (default /tmp/cudnn-gpu/out): install.json, verify.json, bench.json.
+# Results land in $OUT (default /tmp/cudnn-gpu/out): install.json, verify.json, bench.json, and
+# verify-trace.txt (bench/verify_trace.py: each child verify starts, when and for how long).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 py=${PYTHON:-python3}
@@ -36,6 +37,15 @@ $py -m cudnn_setup verify --cuda-root "$root" --no-theano --json >"$out/verify.j
 echo "verify exit $?"
 took=$(awk -v a="$start" -v b="$EPOCHREALTIME" 'BEGIN {printf "%.2f", b - a}')
 echo "cudnn-setup verify --no-theano (gpu check included): $took s" | tee -a "$out/install-time.txt"
+# where verify's time goes: each child's start and end, and the CPU time (the first run warms)
+for opts in "--no-theano --no-frameworks" "--no-theano"; do
+  for run in 1 2 3; do
+    $py bench/verify_trace.py verify --cuda-root "$root" $opts --json >/dev/null 2>"$out/trace.tmp" || true
+    { echo "== verify $opts, run $run"; grep -v '^cudnn-setup:' "$out/trace.tmp" | grep -v '^  [a-z]'; } >>"$out/verify-trace.txt"
+  done
+done
+rm -f "$out/trace.tmp"
+tail -n 30 "$out/verify-trace.txt"
 $py -m cudnn_setup bench --cuda-root "$root" --json >"$out/bench.json"
 echo "bench exit $?"
 $py - "$out" <<'PY'

@@ -28,7 +28,7 @@ sys.path.insert(0, str(REPO / "tests"))
 
 from conftest import tree_state  # noqa: E402
 from cudnn_setup.cli import main  # noqa: E402
-from cudnn_setup.commands import placement  # noqa: E402
+from cudnn_setup.placement import engine as placement  # noqa: E402
 from cudnn_setup.facts.cuda import find_cuda_root  # noqa: E402
 from cudnn_setup.state.transaction import Filesystem  # noqa: E402
 from fixtures.generate import GENERATION_SAMPLES, Compiler, make_cuda_root  # noqa: E402

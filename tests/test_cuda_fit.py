@@ -5,7 +5,7 @@ import shutil
 import sys
 
 from conftest import clean_env, run_json, tree_state
-from cudnn_setup.commands.base import Context
+from cudnn_setup.steps.context import Context
 from cudnn_setup.commands.inspect import inspect
 from fixtures.generate import GENERATION_SAMPLES
 
@@ -115,7 +115,7 @@ def test_the_variant_named_is_one_nvidia_published():
     """Looked up in the table of NVIDIA's archives, never made from the input's name: a
     repacked .tar.gz of 8.9.6 for CUDA 12 is pointed at NVIDIA's .tar.xz for CUDA 11 (not a
     .tar.gz NVIDIA never shipped), and a build the table does not list at nothing."""
-    from cudnn_setup.commands.placement import variant_name
+    from cudnn_setup.placement.fit import variant_name
 
     assert variant_name("cudnn-linux-x86_64-8.9.6.50_cuda12-archive.tar.gz", "8.9.6", 11) == \
         "cudnn-linux-x86_64-8.9.6.50_cuda11-archive.tar.xz"

@@ -248,3 +248,26 @@ def test_a_package_manager_that_hangs_costs_its_time_limit_and_is_not_believed(t
     (tmp_path / "apt-cache").write_text("#!/bin/sh\necho \"$*\" > \"$(dirname \"$0\")/args\"\n")
     assert D.query_packages("apt", ["--help", "zlib1g"], env) == {"zlib1g": False}
     assert (tmp_path / "args").read_text().split() == ["policy", "--", "zlib1g"]
+
+
+def test_the_package_manager_is_asked_once_for_every_missing_library(tmp_path, loader_facts):
+    """Each question is a child that loads the manager's whole cache (most of a second with
+    apt): the names all missing libraries' fixes ask about go in one query, and each fix is
+    answered from it as if it had been asked on its own."""
+    lib = layouts.built_set(tmp_path / "cudnn", tmp_path / "w",
+                            options={"adv": {"runtime": "libcublasLt.so.12"},
+                                     "graph": {"runtime": "libnvrtc.so.%d"}})
+    load = {"cudnnGetVersion": 90100, "cudnnGetCudartVersion": 12040}
+    path = repositories(tmp_path / "bin", ["libnvrtc12"])
+    check, got = deps(lib, loader_facts, load_data=load, path=path)
+    asked = (tmp_path / "bin" / "asked").read_text().splitlines()
+    assert len(asked) == 1, asked
+    for name in ("libcublaslt12", "libcublas-12-4", "libnvrtc12"):
+        assert f" {name}" in asked[0]
+    assert [f["text"] for f in got["libnvrtc.so.12"]["fixes"]] == [
+        "pip install nvidia-cuda-nvrtc-cu12", "apt-get install libnvrtc12"]
+    assert got["libcublasLt.so.12"]["fixes"][-1]["how"] == "repository"
+    # a manager that cannot answer is said to be so for every library, as before
+    (tmp_path / "bin" / "apt-cache").write_text("#!/bin/sh\nexit 100\n")
+    _, got = deps(lib, loader_facts, load_data=load, path=path)
+    assert "could not be asked here" in got["libnvrtc.so.12"]["fixes"][1]["detail"]

@@ -29,9 +29,9 @@ def cudnn9(tmp_path, compiler):
 
 def test_facts_list_each_gpu_and_the_newest_cuda_the_driver_runs(tmp_path):
     facts = facts_with(tmp_path, gpus=[H200, K80], driver=13000)
-    assert facts["status"] == "pass" and facts["found_via"] == "libcuda.so.1"
-    assert (facts["cuda_driver_version"], facts["cuda"]) == (13000, "13.0")
-    assert facts["gpus"] == [{"index": 0, "name": "NVIDIA H200", "compute_capability": "9.0"},
+    assert facts.status == "pass" and facts.found_via == "libcuda.so.1"
+    assert (facts.cuda_driver_version, facts.cuda) == (13000, "13.0")
+    assert facts.to_dict()["gpus"] == [{"index": 0, "name": "NVIDIA H200", "compute_capability": "9.0"},
                              {"index": 1, "name": "Tesla K80", "compute_capability": "3.7"}]
 
 
@@ -65,7 +65,7 @@ def test_gpu_this_cudnn_no_longer_supports_fails_naming_a_release_that_does(tmp_
 
 def test_no_driver_is_a_skip_with_the_reason(tmp_path, cudnn9):
     facts = driver_facts({"PATH": str(tmp_path)})
-    if facts["status"] != "skip" or facts["gpus"]:
+    if facts.status != "skip" or facts.gpus:
         pytest.skip("this machine has an NVIDIA driver")
     check = check_driver(cudnn9, facts)
     assert check.status == "skip" and "libcuda.so.1 cannot be loaded" in check.detail
@@ -73,7 +73,7 @@ def test_no_driver_is_a_skip_with_the_reason(tmp_path, cudnn9):
 
 def test_driver_without_gpu_skips_and_only_warns_about_an_old_driver(tmp_path, cudnn9):
     facts = facts_with(tmp_path, gpus=[], driver=13000, init=100)
-    assert facts["status"] == "skip" and facts["reason"] == "the driver sees no CUDA-capable GPU"
+    assert facts.status == "skip" and facts.reason == "the driver sees no CUDA-capable GPU"
     assert check_driver(cudnn9, facts).status == "skip"
     facts = facts_with(tmp_path / "old", gpus=[], driver=11040, init=100)
     check = check_driver(cudnn9, facts)
@@ -82,12 +82,12 @@ def test_driver_without_gpu_skips_and_only_warns_about_an_old_driver(tmp_path, c
 
 def test_a_driver_that_crashes_or_prints_garbage_is_data_not_a_traceback(tmp_path, cudnn9):
     facts = facts_with(tmp_path / "a", gpus=[H200], abort=True)
-    assert facts["status"] == "error" and "SIGABRT" in facts["reason"]
+    assert facts.status == "error" and "SIGABRT" in facts.reason
     check = check_driver(cudnn9, facts)
     assert check.status == "fail" and "SIGABRT" in check.detail
     json.dumps(check.to_dict())
     facts = facts_with(tmp_path / "n", gpus=[H200], noise=True)
-    assert facts["status"] == "pass" and facts["gpus"][0]["name"] == "NVIDIA H200"
+    assert facts.status == "pass" and facts.gpus[0].name == "NVIDIA H200"
 
 
 def test_cuda_built_for_comes_from_the_library_first(tmp_path, cudnn9):
@@ -136,7 +136,7 @@ def test_a_gpu_no_cudnn_can_run_is_refused_saying_so(tmp_path):
 def test_facts_from_a_child_are_bounded(tmp_path):
     long_name = "X" * 300
     facts = facts_with(tmp_path, gpus=[(long_name, "8.6")])
-    assert len(facts["gpus"][0]["name"]) == 200
+    assert len(facts.gpus[0].name) == 200
 
 
 def test_without_any_trace_of_a_driver_no_child_is_started(tmp_path):
@@ -147,10 +147,10 @@ def test_without_any_trace_of_a_driver_no_child_is_started(tmp_path):
         pytest.skip("this machine has an NVIDIA driver")
     nowhere = str(tmp_path / "no-python")  # a child would fail: none is started
     facts = driver_facts(bare, python=nowhere)
-    assert facts["status"] == "skip" and facts["gpus"] == []
-    assert facts["reason"].startswith("no NVIDIA driver: libcuda.so.1 cannot be loaded (")
-    assert facts["reason"].endswith("; nvidia-smi is not on PATH")
+    assert facts.status == "skip" and facts.gpus == ()
+    assert facts.reason.startswith("no NVIDIA driver: libcuda.so.1 cannot be loaded (")
+    assert facts.reason.endswith("; nvidia-smi is not on PATH")
     # a libcuda.so.1 the loader finds (here through LD_LIBRARY_PATH) is asked, in a child
     found = dict(bare, LD_LIBRARY_PATH=str(libcuda.build(tmp_path / "drv")))
     assert no_driver(found) is None
-    assert driver_facts(found, python=nowhere)["status"] == "error"
+    assert driver_facts(found, python=nowhere).status == "error"

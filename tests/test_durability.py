@@ -77,3 +77,36 @@ def test_every_staged_file_is_fsynced_before_the_manifest_rename(archives, cuda_
     staging_dirs = {p.rsplit("/", 1)[0] for p in staged}
     assert staging_dirs <= synced, "staging directories not fsynced"
     assert {str(root / "include"), str(root / "lib64")} <= synced
+
+
+@pytest.mark.skipif(not _strace_works(), reason="strace is missing or may not ptrace here")
+def test_a_mirrors_archives_are_fsynced_before_their_rename_and_the_manifest(tmp_path, home,
+                                                                           compiler):
+    """A mirror's manifest vouches for its archives' sha256: each archive is on disk whole
+    (fsynced under its temporary name) before it takes its final name, and before the
+    manifest that names it is written."""
+    from fixtures.mirror import build_mirror
+
+    source = build_mirror(tmp_path / "nvidia-copy", cc=compiler)
+    out = tmp_path / "fleet"
+    log = tmp_path / "strace.log"
+    cmd = [STRACE, "-f", "-qq", "-y", "-o", str(log), "-e",
+           "trace=openat,fsync,rename,renameat,renameat2", sys.executable, "-m", "cudnn_setup",
+           "mirror", str(out), "9.1", "--cuda", "12", "--cuda", "13", "--from", source.url]
+    done = subprocess.run(cmd, env=clean_env(home), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    synced: set[str] = set()
+    placed, manifest_at = {}, None
+    for number, line in enumerate(_joined(log.read_text().splitlines())):
+        m = FSYNC.search(line)
+        if m:
+            synced.add(m["path"])
+        m = RENAME.search(line)
+        if m and m["dst"].startswith(str(out / "cudnn")):
+            assert m["src"] in synced, f"{m['src']} renamed to {m['dst']} before an fsync"
+            placed[m["dst"]] = number
+        if m and m["dst"] == str(out / "redistrib_9.1.7.json"):
+            manifest_at = number
+            assert {str(out / "cudnn" / "linux-x86_64")} <= synced
+    assert len(placed) == 2, placed  # the CUDA 12 and 13 builds for this machine's platform
+    assert manifest_at is not None and all(n < manifest_at for n in placed.values())

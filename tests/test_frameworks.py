@@ -198,7 +198,8 @@ def env_for(*sites: Path, **extra: str) -> dict[str, str]:
 
 
 def by_name(entries):
-    return {e["name"]: e for e in entries}
+    """Each entry (or JSON item) by name."""
+    return {(e["name"] if isinstance(e, dict) else e.name): e for e in entries}
 
 
 def test_probe_is_stdlib_only_and_python38_syntax():
@@ -219,29 +220,29 @@ def test_probe_is_stdlib_only_and_python38_syntax():
 def test_runpath_copy_loaded_and_compatible(world):
     entries = fw.framework_report(sys.executable, env_for(world["site"]), 60, search=NO_CACHE)
     torch = by_name(entries)["torch"]
-    loaded = torch["cudnn_loaded"]
-    assert loaded["path"] == str(world["new"] / "libcudnn.so.9")
-    assert loaded["dir"] == str(world["new"])
-    assert loaded["version"] == "9.19.0"  # cudnnGetVersion() of the mapped copy
-    assert loaded["why"] == fl.WHY_RUNPATH
-    assert "$ORIGIN/../../nvidia/cudnn/lib" in loaded["detail"]
-    assert "libfake_fw.so" in loaded["detail"]
-    assert torch["cudnn_built_for"] == "9.19.0"
-    assert torch["cudnn_built_for_source"] == "torch._C._cudnn.getCompileVersion()"
-    assert torch["version"] == "2.11.0+standin"
-    assert (torch["compatible"], torch["status"]) == (True, PASS)
+    loaded = torch.cudnn_loaded
+    assert loaded.path == str(world["new"] / "libcudnn.so.9")
+    assert loaded.dir == str(world["new"])
+    assert loaded.version == "9.19.0"  # cudnnGetVersion() of the mapped copy
+    assert loaded.why == fl.WHY_RUNPATH
+    assert "$ORIGIN/../../nvidia/cudnn/lib" in loaded.detail
+    assert "libfake_fw.so" in loaded.detail
+    assert torch.cudnn_built_for == "9.19.0"
+    assert torch.cudnn_built_for_source == "torch._C._cudnn.getCompileVersion()"
+    assert torch.version == "2.11.0+standin"
+    assert (torch.compatible, torch.status) == (True, PASS)
     assert "torch" not in sys.modules and "cupy" not in sys.modules
 
 
 def test_old_copy_first_on_ld_library_path_breaks_torch(world):
     env = env_for(world["site"], LD_LIBRARY_PATH=str(world["old"]))
     torch = by_name(fw.framework_report(sys.executable, env, 60, search=NO_CACHE))["torch"]
-    loaded = torch["cudnn_loaded"]
-    assert loaded["path"] == str(world["old"] / "libcudnn.so.9.14.0")
-    assert (loaded["why"], loaded["version"]) == (fl.WHY_LD_PATH, "9.14.0")
-    assert (torch["compatible"], torch["status"]) == (False, FAIL)
-    assert "9.19.0" in torch["reason"] and "9.14.0" in torch["reason"]
-    assert "cuDNN version incompatibility" in torch["reason"]  # its own check, reported too
+    loaded = torch.cudnn_loaded
+    assert loaded.path == str(world["old"] / "libcudnn.so.9.14.0")
+    assert (loaded.why, loaded.version) == (fl.WHY_LD_PATH, "9.14.0")
+    assert (torch.compatible, torch.status) == (False, FAIL)
+    assert "9.19.0" in torch.reason and "9.14.0" in torch.reason
+    assert "cuDNN version incompatibility" in torch.reason  # its own check, reported too
     check = fw.frameworks_check([torch])
     assert check.status == FAIL and check.detail.startswith("torch 2.11.0+standin: ")
 
@@ -250,24 +251,24 @@ def test_full_path_preload_noise_and_no_gpu(world):
     entries = by_name(fw.framework_report(sys.executable, env_for(world["site"]), 60,
                                           search=NO_CACHE))
     cupy = entries["cupy"]  # megabytes of invalid UTF-8 on both fds did not get in the way
-    assert cupy["version"] == "13.6.0+standin"
-    assert cupy["cudnn_loaded"]["why"] == fl.WHY_FULL_PATH
-    assert cupy["cudnn_loaded"]["version"] == "9.19.0"
-    assert (cupy["cudnn_built_for"], cupy["status"]) == ("9.14.0", PASS)
+    assert cupy.version == "13.6.0+standin"
+    assert cupy.cudnn_loaded.why == fl.WHY_FULL_PATH
+    assert cupy.cudnn_loaded.version == "9.19.0"
+    assert (cupy.cudnn_built_for, cupy.status) == ("9.14.0", PASS)
     tf = entries["tensorflow"]  # loads cuDNN only with a GPU: a skip, not a failure
-    assert (tf["status"], tf["cudnn_loaded"], tf["cudnn_built_for"]) == (SKIP, None, "9.19.0")
-    assert "no GPU" in tf["reason"]
+    assert (tf.status, tf.cudnn_loaded, tf.cudnn_built_for) == (SKIP, None, "9.19.0")
+    assert "no GPU" in tf.reason
     assert set(entries) == {"torch", "tensorflow", "cupy"}
 
 
 def test_crashing_and_hanging_frameworks_hide_no_other(world):
     env = env_for(world["site"], world["crash"], world["hang"])
     entries = by_name(fw.framework_report(sys.executable, env, 4, search=NO_CACHE))
-    assert "SIGABRT" in entries["jax"]["reason"]
-    assert "about to abort" in entries["jax"]["reason"]
-    assert entries["jax"]["status"] == WARN
-    assert "did not finish in 4 s" in entries["onnxruntime"]["reason"]
-    assert entries["torch"]["status"] == PASS and entries["cupy"]["status"] == PASS
+    assert "SIGABRT" in entries["jax"].reason
+    assert "about to abort" in entries["jax"].reason
+    assert entries["jax"].status == WARN
+    assert "did not finish in 4 s" in entries["onnxruntime"].reason
+    assert entries["torch"].status == PASS and entries["cupy"].status == PASS
     check = fw.frameworks_check(list(entries.values()))
     assert check.status == WARN and len(check.detail.split(" | ")) == 5
     jax = by_name_fw(wi.what_if(sys.executable, env, wi.register_with_ldconfig(world["old"]), 4,
@@ -281,15 +282,15 @@ def test_tensorflow_on_a_gpu_judged_by_its_log_and_its_own_check(world):
         return by_name(fw.framework_report(sys.executable, env, 60, search=NO_CACHE))["tensorflow"]
 
     old = report(LD_LIBRARY_PATH=str(world["old"]))
-    assert old["cudnn_loaded"]["version"] == "9.14.0" and old["status"] == FAIL
-    assert old["cudnn_built_for"] == "9.19.0"  # from XLA's message: the build info says "9"
+    assert old.cudnn_loaded.version == "9.14.0" and old.status == FAIL
+    assert old.cudnn_built_for == "9.19.0"  # from XLA's message: the build info says "9"
     assert "Loaded runtime CuDNN library: 9.14.0 but source was compiled with: 9.19.0" in \
-        old["reason"]
+        old.reason
     new = report(LD_LIBRARY_PATH=str(world["new"]))
-    assert (new["cudnn_built_for"], new["status"], new["compatible"]) == ("9", PASS, True)
-    assert "its own check passed" in new["reason"]
+    assert (new.cudnn_built_for, new.status, new.compatible) == ("9", PASS, True)
+    assert "its own check passed" in new.reason
     missing = report()  # no RUNPATH, nothing on the path: the convolution cannot open cuDNN
-    assert missing["status"] == FAIL and "libcudnn.so.9" in missing["reason"]
+    assert missing.status == FAIL and "libcudnn.so.9" in missing.reason
 
 
 def test_what_if_ld_library_path_runs_the_probe_again(world):
@@ -313,6 +314,30 @@ def test_what_if_ld_library_path_runs_the_probe_again(world):
     warnings = wi.what_if_warnings(list(result.values()))
     assert [w.split(" ")[0] for w in warnings] == ["torch", "tensorflow"]
     assert warnings[0].startswith("torch 2.11.0+standin would break: would load cuDNN 9.14.0")
+
+
+def test_what_if_of_a_directory_already_first_on_ld_library_path_is_what_they_load_now(
+        world, monkeypatch):
+    """A re-install once the advice was taken: with the directory already first, the loader
+    searches the same directories in the same order, so the frameworks are not imported again;
+    the answer is the one running them again gives."""
+    old = str(world["old"])
+    env = env_for(world["site"], LD_LIBRARY_PATH=old)
+    now = fw.framework_report(sys.executable, env, 60, search=NO_CACHE)
+    change = wi.prepend_to_ld_library_path(world["old"])
+    again = by_name(fw.framework_report(sys.executable, dict(env, LD_LIBRARY_PATH=f"{old}:{old}"),
+                                        60, search=NO_CACHE))
+    ran = [wi._tried(change, e, again.get(e.name), sys.executable, env, 60) for e in now]
+
+    def imported_again(*args, **kwargs):
+        raise AssertionError("the frameworks were imported again")
+
+    monkeypatch.setattr(wi, "framework_report", imported_again)
+    got = wi.what_if(sys.executable, env, change, 60, search=NO_CACHE, current=now)
+    assert got == ran
+    assert by_name_fw(got)["torch"]["reason"].startswith("unchanged: it still loads cuDNN 9.14.0")
+    assert wi.already_first(f"{old}/:/x", old) and not wi.already_first(f"/x:{old}", old)
+    assert not wi.already_first(f":{old}", old) and not wi.already_first("$ORIGIN", old)
 
 
 def test_what_if_ldconfig_is_deduced_from_the_loader_order(world):
@@ -385,8 +410,8 @@ def test_hostile_child_answers_are_dropped(world):
         "cudnn_libraries": [{"path": "/etc/passwd", "get_version": "91900"}, "junk"],
         "built_for": {"value": {"nested": 1}}, "consumers": "nope"}}, None, "")
     entry = fw.entry_of("torch", {"version": "1"}, run, NO_CACHE, fl.ElfFacts())
-    assert entry["cudnn_loaded"] is None and entry["cudnn_built_for"] is None
-    assert entry["status"] == SKIP and entry["version"] == "1"
+    assert entry.cudnn_loaded is None and entry.cudnn_built_for is None
+    assert entry.status == SKIP and entry.version == "1"
 
 
 def test_elf_reader_rejects_damaged_files(tmp_path):
@@ -454,8 +479,8 @@ def test_real_cudnn_shim_from_nvidias_wheel(tmp_path):
     write(site / "torch" / "__init__.py", TORCH_PY)
     entries = fw.framework_report(sys.executable, env_for(site), 60, search=NO_CACHE)
     torch = by_name(entries)["torch"]
-    assert torch["cudnn_loaded"]["version"] == ".".join(version)
-    assert torch["cudnn_loaded"]["why"] == fl.WHY_RUNPATH and torch["status"] == PASS
+    assert torch.cudnn_loaded.version == ".".join(version)
+    assert torch.cudnn_loaded.why == fl.WHY_RUNPATH and torch.status == PASS
 
 
 def test_dt_rpath_comes_before_ld_library_path_and_the_what_if_runs_it(world, tmp_path):
@@ -471,9 +496,9 @@ def test_dt_rpath_comes_before_ld_library_path_and_the_what_if_runs_it(world, tm
     write(site / "torch" / "__init__.py", TORCH_PY)
     env = env_for(site, LD_LIBRARY_PATH=str(world["old"]))
     torch = by_name(fw.framework_report(sys.executable, env, 60, search=NO_CACHE))["torch"]
-    assert torch["cudnn_loaded"]["version"] == "9.19.0" and torch["status"] == PASS
-    assert torch["cudnn_loaded"]["why"] == fl.WHY_RPATH
-    assert torch["cudnn_loaded"]["detail"] == "DT_RPATH $ORIGIN/../../nvidia/cudnn/lib of libfake_fw.so"
+    assert torch.cudnn_loaded.version == "9.19.0" and torch.status == PASS
+    assert torch.cudnn_loaded.why == fl.WHY_RPATH
+    assert torch.cudnn_loaded.detail == "DT_RPATH $ORIGIN/../../nvidia/cudnn/lib of libfake_fw.so"
     tried = by_name_fw(wi.what_if(sys.executable, env_for(site),
                                   wi.prepend_to_ld_library_path(world["old"]), 60,
                                   search=NO_CACHE))["torch"]
@@ -489,14 +514,18 @@ def test_what_if_names_a_mix_of_copies_behind_the_same_shim():
 
     wheel = "/venv/site-packages/nvidia/cudnn/lib"
     change = W.prepend_to_ld_library_path("/opt/old/lib64")
-    now = {"name": "torch", "version": "2.11.0", "cudnn_built_for": "9.19.0", "_loader": {},
-           "cudnn_loaded": {"path": f"{wheel}/libcudnn.so.9", "dir": wheel, "version": "9.19.0",
-                            "why": "rpath", "detail": "DT_RPATH of libtorch_cuda.so"}}
-    after = dict(now, cudnn_loaded=dict(now["cudnn_loaded"], version="9.14.0"))
+    from dataclasses import replace
+
+    now = fw.FrameworkEntry("torch", "2.11.0", "", cudnn_built_for="9.19.0",
+                            loader=fw.LoaderView(fl.ChildLoader({}, None, NO_CACHE, fl.ElfFacts()),
+                                                 (), (), None),
+                            cudnn_loaded=fw.LoadedCopy(f"{wheel}/libcudnn.so.9", wheel, "9.19.0",
+                                                       "rpath", "DT_RPATH of libtorch_cuda.so"))
+    after = replace(now, cudnn_loaded=replace(now.cudnn_loaded, version="9.14.0"))
     out = W._tried(change, now, after, "python3", {}, 10)
     assert out["affected"] is True and out["breaks"] is True
     assert "unchanged" not in out["reason"]
     assert "9.14.0 instead of 9.19.0" in out["reason"] and "/opt/old/lib64" in out["reason"]
     assert out["safe_alternative"]
-    same = W._tried(change, now, dict(now), "python3", {}, 10)
+    same = W._tried(change, now, replace(now), "python3", {}, 10)
     assert same["affected"] is False and same["reason"].startswith("unchanged")

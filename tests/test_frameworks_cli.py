@@ -15,7 +15,7 @@ import sys
 import pytest
 
 from conftest import REPO, clean_env, run_json
-from cudnn_setup.commands.base import Context
+from cudnn_setup.steps.context import Context
 from cudnn_setup.commands.install import install
 from cudnn_setup.facts import ldresolve as L
 from fixtures.generate import SPECS, SUB9, _archive, spec_entries, write_archive

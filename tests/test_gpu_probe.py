@@ -313,3 +313,28 @@ def test_the_probe_leaves_out_steps_a_release_lacks_the_libraries_for():
     assert [(e["name"], e["status"]) for e in out["steps"]] == [("rnn_fwd", "skip"),
                                                                 ("legacy_conv_fwd", "skip")]
     assert out["steps"][0]["reason"] == "this release has no libcudnn_adv"
+
+
+def test_without_a_driver_the_probe_is_not_started_and_says_what_it_would(tmp_path):
+    """No NVIDIA kernel module and no libcuda.so.1 for the probe's loader: the probe could
+    only skip, so it is not started (the driver probe's rule), and the check says what the
+    probe says here."""
+    import shutil
+
+    from cudnn_setup.checks.deps import loader_environment
+    from cudnn_setup.checks.driver import PROC_DRIVER
+
+    if PROC_DRIVER.exists():
+        pytest.skip("this machine has a driver")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LD_")}
+    installed = inst(tmp_path)
+    ran = check_gpu(installed, env)  # the real probe
+    if ran.status != "skip" or "libcuda.so.1 cannot be loaded" not in ran.detail:
+        pytest.skip("this machine has a libcuda.so.1")
+    never = answering(tmp_path, "raise SystemExit('the probe was started')")
+    got = check_gpu(installed, env, probe=never, loader=loader_environment(env))
+    assert (got.status, got.detail, got.data) == (ran.status, ran.detail, ran.data)
+    # a libcuda.so.1 in the library's own directory is the probe's to try
+    shutil.copy(installed.lib_dir / "libcudnn.so.9", installed.lib_dir / "libcuda.so.1")
+    tried = check_gpu(installed, env, probe=never, loader=loader_environment(env))
+    assert tried.status == "fail" and "the GPU probe died" in tried.detail, tried.detail

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, clean_env, run_cli, run_json, tree_state
-from cudnn_setup.commands import placement as inst
+from cudnn_setup.placement import engine as inst
 from cudnn_setup.digest import file_digest
 from cudnn_setup.facts.cuda import find_cuda_root
 from cudnn_setup.errors import ArchiveRejected, InstallFailed
@@ -361,7 +361,7 @@ KILLER = r"""
 import os, signal, sys
 sys.path.insert(0, {repo!r})
 from pathlib import Path
-from cudnn_setup.commands import placement as inst
+from cudnn_setup.placement import engine as inst
 from cudnn_setup.cli import _on_sigterm
 from cudnn_setup.facts.cuda import find_cuda_root
 from cudnn_setup.state.transaction import Filesystem

@@ -13,7 +13,7 @@ import pytest
 
 from conftest import REPO, clean_env, run_json, tree_state
 from cudnn_setup.cli import main
-from cudnn_setup.commands.by_version import NAME, PATH, URL, VERSION, classify, target
+from cudnn_setup.steps.by_version import NAME, PATH, URL, VERSION, classify, target
 from cudnn_setup.commands.list import rows
 from cudnn_setup.errors import ARCHIVE_REJECTED, DOWNLOAD_FAILED, USAGE, UsageError
 from cudnn_setup.fetch import known_releases, redist

@@ -13,7 +13,7 @@ import pytest
 from packaging.version import Version
 
 from conftest import REPO
-from cudnn_setup.commands.base import Context
+from cudnn_setup.steps.context import Context
 from cudnn_setup.commands.list import list_releases
 from cudnn_setup.errors import ARCHIVE_REJECTED, USAGE
 from cudnn_setup.facts.host import tegra_evidence
@@ -594,7 +594,7 @@ def test_list_rows_carry_the_tables_provenance(tmp_path):
 
 def test_old_tables_consumers_see_the_same_fields(tmp_path):
     """checksums, resolve and placement read Release objects; their fields did not move."""
-    from cudnn_setup.commands.placement import variant_name
+    from cudnn_setup.placement.fit import variant_name
     from cudnn_setup.fetch.checksums import expected_for
     name = "cudnn-linux-x86_64-9.20.0.48_cuda13-archive.tar.xz"
     expected = expected_for(name, None)

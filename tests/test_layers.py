@@ -1,9 +1,11 @@
 """The package's import graph: layers that only look down, and no module cycles.
 
-cli → commands → sources → (archive, checks, fetch, state, theanorc, settings, startup_line) →
-facts → (errors, report, text, child, digest, atomic, parallel, untrusted, urls). Probes run
-in other interpreters and import
-nothing of the package.
+cli → commands → steps → sources → placement → (archive, checks, fetch, state, theanorc,
+settings, startup_line) → facts → (errors, report, text, child, digest, durable, parallel,
+untrusted, urls). commands/ holds one module per CLI command, and none imports another: what
+several share is in steps/ (their context and wrapper, fetching, choosing a release, the
+recovery, Theano and loader steps); the install engine is placement/. Probes run in other
+interpreters and import nothing of the package.
 """
 import ast
 from pathlib import Path
@@ -11,10 +13,11 @@ from pathlib import Path
 from conftest import REPO
 
 PACKAGE = REPO / "cudnn_setup"
-LAYER = {"cli": 4, "console": 4, "__main__": 5, "commands": 3, "sources": 2.5, "archive": 2,
+LAYER = {"cli": 4, "arguments": 4, "console": 4, "__main__": 5, "commands": 3, "steps": 2.75, "sources": 2.5,
+         "placement": 2.25, "archive": 2,
          "checks": 2, "fetch": 2,
          "state": 2, "theanorc": 2, "settings": 2, "startup_line": 2, "facts": 1,
-         "errors": 0, "report": 0, "text": 0, "child": 0, "digest": 0, "atomic": 0, "parallel": 0,
+         "errors": 0, "report": 0, "text": 0, "child": 0, "digest": 0, "durable": 0, "parallel": 0,
          "untrusted": 0, "urls": 0,
          "probes": None}
 
@@ -53,7 +56,7 @@ def test_imports_are_seen():
     assert not [m for found in graph.values() for m in found if m.startswith("relative")]
     assert len(graph) > 20
     assert any(m.startswith("cudnn_setup.commands") for m in graph["cudnn_setup.cli"])
-    assert any(m.startswith("cudnn_setup.facts") for m in graph["cudnn_setup.commands.placement"])
+    assert any(m.startswith("cudnn_setup.facts") for m in graph["cudnn_setup.placement.engine"])
 
 
 def _layer(module: str):
@@ -119,8 +122,58 @@ def test_sources_sit_between_the_work_and_the_commands():
              if _layer(m) is not None and _layer(m) < LAYER["sources"]
              and any(f.startswith("cudnn_setup.sources") for f in found)]
     assert not below, below
-    assert any(f.startswith("cudnn_setup.sources") for f in graph["cudnn_setup.commands.by_version"])
+    assert any(f.startswith("cudnn_setup.sources") for f in graph["cudnn_setup.steps.by_version"])
 
+
+
+# The CLI's commands, each in the module of its name (cli.py dispatches to them).
+COMMANDS = {"install", "download", "list", "mirror", "verify", "inspect", "uninstall", "theanorc",
+            "doctor", "bench"}
+
+
+def test_commands_hold_one_module_per_command_and_none_imports_another():
+    graph = _imports()
+    commands = {m for m in graph if m.startswith("cudnn_setup.commands.")}
+    assert {m.rsplit(".", 1)[1] for m in commands} == COMMANDS
+    crossing = sorted(f"{m} imports {f}" for m in commands for f in graph[m]
+                      if f.startswith("cudnn_setup.commands"))
+    assert not crossing, "\n".join(crossing)
+    # the check sees what the commands are built from
+    assert any(f.startswith("cudnn_setup.placement") for f in graph["cudnn_setup.commands.install"])
+    assert any(f.startswith("cudnn_setup.steps") for f in graph["cudnn_setup.commands.download"])
+
+
+def test_the_install_engine_sits_below_what_fetches_and_chooses():
+    """placement/ places an archive already on disk: it never reaches into the sources, the
+    commands' steps or the commands."""
+    graph = _imports()
+    engine = {m: found for m, found in graph.items() if m.startswith("cudnn_setup.placement")}
+    assert len(engine) >= 6  # engine, judge, targets, fit, same_archive, commit
+    uses = set().union(*engine.values())
+    assert any(m.startswith("cudnn_setup.state") for m in uses)
+    assert not any(m.startswith(("cudnn_setup.sources", "cudnn_setup.steps",
+                                 "cudnn_setup.commands", "cudnn_setup.cli")) for m in uses)
+    below = [m for m, found in graph.items()
+             if _layer(m) is not None and _layer(m) < LAYER["placement"]
+             and any(f.startswith("cudnn_setup.placement") for f in found)]
+    assert not below, below
+
+
+def test_the_install_engines_steps_are_named_functions_not_closures():
+    """Each step of placement/ (stage and judge, plan, the commit point) is a function of its
+    module that a test or a reader can find by name: none is defined inside another."""
+    nested = []
+    for path in sorted((PACKAGE / "placement").glob("*.py")):
+        for outer in ast.walk(ast.parse(path.read_text())):
+            if isinstance(outer, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                nested += [f"{path.name}: {inner.name} inside {outer.name}"
+                           for inner in ast.walk(outer) if inner is not outer
+                           and isinstance(inner, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    assert not nested, "\n".join(nested)
+    names = {n.name for path in (PACKAGE / "placement").glob("*.py")
+             for n in ast.parse(path.read_text()).body if isinstance(n, ast.FunctionDef)}
+    assert {"stage_and_judge", "plan_install", "place", "commit_manifest", "commit_removal",
+            "install", "uninstall", "recover_pending"} <= names
 
 # Below the CLI nothing reads this process's own environment, home or working directory, and
 # every program started gets an environment handed to it (the command's, or one made for it):

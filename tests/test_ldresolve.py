@@ -305,3 +305,33 @@ def test_registered_lists_what_ldconfig_would_add_for_a_directory(tmp_path):
     assert got["libcudnn_ops.so.9"].path == str(d / "libcudnn_ops.so.9.14.0")
     assert got["libold32.so.1"].abi == "" and "libnot.so.1" not in got
     assert L.registered(tmp_path / "missing") == []
+
+
+def test_objects_read_each_file_once_and_again_once_it_changed(tmp_path, monkeypatch):
+    """The run's memo: a link and its target are one file, read once; a file rewritten since
+    (or replaced by something the loader refuses) is read again, and every answer names the
+    path it was asked for."""
+    lib = build(tmp_path / "libone.so.1.2", "libone.so.1", work=tmp_path / "w",
+                runtime="libz.so.1")
+    link = tmp_path / "libone.so.1"
+    link.symlink_to(lib.name)
+    reads = []
+    real = L.read_object
+    monkeypatch.setattr(L, "read_object", lambda p: reads.append(p) or real(p))
+    objects = L.Objects()
+    first, again = objects.read(str(lib)), objects.read(str(link))
+    assert reads == [str(lib)] and (first.path, again.path) == (str(lib), str(link))
+    assert again.soname == "libone.so.1" and again.needed == first.needed
+    assert objects.runtime_names(str(link)) == objects.runtime_names(str(lib)) == ["libz.so.1"]
+    lib.write_bytes(b"not an ELF file at all, but long enough to be read as one" * 2)
+    with pytest.raises(L.NotLoadable) as raised:
+        objects.read(str(link))
+    assert str(raised.value).startswith(f"{link}: invalid ELF header") and raised.value.fatal
+    assert reads == [str(lib), str(link)]
+    with pytest.raises(L.NotLoadable) as raised:  # the refusal is remembered too, per path
+        objects.read(str(lib))
+    assert str(raised.value).startswith(f"{lib}: invalid ELF header")
+    assert len(reads) == 2
+    # an environment with a memo reads through it in every emulated process
+    env = L.Environment(objects=objects)
+    assert L.Process(env).read == objects.read

@@ -1,7 +1,11 @@
 """The names of libraries, in the one place they are taken apart (facts/cudnn.py)."""
 from __future__ import annotations
 
+import re
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cudnn_setup.facts import cudnn as gen
 
@@ -53,3 +57,22 @@ def test_so_base(name, base):
 ])
 def test_archive_names_end_where_they_end(name, parsed):
     assert (gen.parse_archive_name(name) is not None) is parsed
+
+
+NAMES = st.from_regex(r"\A(/[a-z]{1,3}){0,2}/?lib(cudnn|cudnn_|CUDNN|cublas)[A-Za-z0-9_]{0,8}"
+                      r"(\.so(\.[0-9]{1,2}){0,3}|\.a|\.so\.|\.so\.9\.bak)?\n?\Z")
+
+
+@settings(max_examples=400, deadline=None)
+@given(NAMES)
+def test_one_stem_rule_for_files_and_the_names_libraries_name(name):
+    """library_stem is the rule the composition of a release used (any name up to .so that
+    starts with libcudnn, versioned or not, the base name of a path) and, for the names a
+    library file has, the rule installed files were read by."""
+    m = gen.SHARED_NAME.match(name.rsplit("/", 1)[-1])
+    composition = m["stem"] if m and m["stem"].startswith("libcudnn") else None
+    assert gen.library_stem(name, unversioned=True, path=True) == composition
+    if "/" not in name:  # a versioned file name whose stem is lowercase: as files were read
+        stem, file = gen.library_stem(name), gen.LIBRARY_NAME.match(name)
+        if stem is None or re.fullmatch(r"libcudnn[a-z_]*", stem):
+            assert stem == (file["stem"] if file else None)

@@ -3,8 +3,8 @@ import json
 from pathlib import Path
 
 from conftest import run_cli, run_json
-from cudnn_setup.commands.base import Context
-from cudnn_setup.commands.steps import loader_step
+from cudnn_setup.steps.context import Context
+from cudnn_setup.steps.loader_step import loader_step
 from sandboxfs import needs_namespaces, run_cli_in
 
 V7 = "cudnn-10.0-linux-x64-v7.4.2.24.tgz"
@@ -82,7 +82,7 @@ def test_errors_that_escape_a_command_body():
     committed before it still reported."""
     import requests
 
-    from cudnn_setup.commands.base import command
+    from cudnn_setup.steps.command_wrapper import command
     from cudnn_setup.errors import DownloadFailed
 
     @command("download", fails_as=DownloadFailed)

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, clean_env, run_cli, run_json, tree_state
-from cudnn_setup.commands.base import Context
+from cudnn_setup.steps.context import Context
 from cudnn_setup.commands.download import download
 from cudnn_setup.errors import ArchiveRejected, DownloadFailed
 from cudnn_setup.fetch import redist

@@ -42,7 +42,7 @@ def test_framework_probes_run_at_once(tmp_path):
     start = time.monotonic()
     entries = fw.framework_report(sys.executable, env, timeout=60)
     took = time.monotonic() - start
-    assert sorted(e["name"] for e in entries) == ["cupy", "onnxruntime", "tensorflow"]
+    assert sorted(e.name for e in entries) == ["cupy", "onnxruntime", "tensorflow"]
     assert took < 2.2 * WAIT, took  # one after another: at least 3 * WAIT
 
 

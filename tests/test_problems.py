@@ -1,5 +1,6 @@
 """doctor's problem list: a GPU that can run no cuDNN first, then fail before warn, root causes
 before what they cause; the exit code follows the severities listed."""
+from cudnn_setup.checks.driver import DriverFacts, Gpu
 from cudnn_setup.checks.problems import cannot_run_cudnn, problems_from
 from cudnn_setup.commands.doctor import problems_check
 from cudnn_setup.report import Check
@@ -24,8 +25,7 @@ def test_a_gpu_that_cannot_run_cudnn_at_all_ranks_above_everything():
 
 
 def test_driver_facts_count_too_and_each_gpu_is_listed_once():
-    driver = {"gpus": [{"name": "Tesla C2075", "compute_capability": "2.0"},
-                       {"name": "NVIDIA H200", "compute_capability": "9.0"}]}
+    driver = DriverFacts(gpus=(Gpu(0, "Tesla C2075", "2.0"), Gpu(1, "NVIDIA H200", "9.0")))
     problems = problems_from([], driver=driver, explanation=explain(LINE))
     assert [p["message"].split(" (")[0] for p in problems] == ["Tesla C2075"]
 

@@ -211,7 +211,7 @@ def test_a_wait_for_the_lock_names_its_holder_and_goes_on_being_said(home, cuda_
 def _killed_mid_install(root: Path, archive: Path) -> None:
     """A real install, in a forked child that SIGKILLs itself once the archive is staged and
     judged (when it asks for the driver's facts): what a `kill -9` leaves under .cudnn-setup/tx."""
-    from cudnn_setup.commands import placement
+    from cudnn_setup.placement import engine as placement
     from cudnn_setup.facts.cuda import find_cuda_root
 
     pid = os.fork()

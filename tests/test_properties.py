@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 from conftest import tree_state
-from cudnn_setup.commands import placement as inst
+from cudnn_setup.placement import engine as inst
 from cudnn_setup.facts.cuda import find_cuda_root
 from cudnn_setup.errors import ArchiveRejected
 from fixtures.generate import SPECS, Entry, compress, spec_entries, tar_bytes

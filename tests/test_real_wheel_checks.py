@@ -66,7 +66,7 @@ def run(site):
 
 def test_cudnn9_wheel(sites):
     inst, data, deps, got = run(sites["9"])
-    assert (inst.version, inst.origin_facts["wheel"]["cuda_major"]) == ("9.1.0", 12)
+    assert (inst.version, inst.origin_facts.wheel["cuda_major"]) == ("9.1.0", 12)
     assert (data["cudnnGetVersion"], data["cudnnGetCudartVersion"]) == (90100, 12040)
     assert got["libz.so.1"]["found"] and got["libz.so.1"]["kind"] == "needed"
     assert not [d for d in got.values() if d["kind"] == "needed" and not d["found"]]
@@ -110,7 +110,7 @@ def test_driver_facts_here(sites):
     inst = locate.find_wheel(sites["9"])
     check = check_driver(inst, facts)
     if any(e.name == "libcuda.so.1" for e in L.read_cache()):  # a GPU machine (the H200)
-        assert facts["status"] == "pass" and facts["gpus"] and facts["cuda_driver_version"]
+        assert facts.status == "pass" and facts.gpus and facts.cuda_driver_version
         assert check.status == "pass", check.detail
     else:
         assert check.status == "skip" and "libcuda.so.1 cannot be loaded" in check.detail

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from conftest import run_json, tree_state
-from cudnn_setup.commands.placement import root_dirs
+from cudnn_setup.placement.targets import root_dirs
 from cudnn_setup.facts.cuda import find_cuda_root
 from fixtures.generate import GENERATION_SAMPLES
 

@@ -3,7 +3,7 @@ while every installed file is as recorded; anything else goes the long way and i
 it always was.
 
 Whether the archive was read is seen for real: the archive reader of this process is replaced by
-one that fails the test (cudnn_setup.commands.placement.read_package), and the CLI runs in this
+one that fails the test (cudnn_setup.placement.judge.read_package), and the CLI runs in this
 process (conftest.run_cli).
 """
 import gzip
@@ -15,7 +15,7 @@ import pytest
 
 from conftest import REPO, run_json, tree_state
 
-from cudnn_setup.commands import placement
+from cudnn_setup.placement import judge
 
 SAMPLE = REPO / "fixtures" / "samples" / "cudnn-10.0-linux-x64-v7.4.2.24.tgz"
 NOT_READ = "the archive was not read again"
@@ -36,7 +36,7 @@ def installed(cuda_root, home, tmp_path):
 def unread(monkeypatch):
     """Reading the archive fails the test; `calls` counts the attempts when allowed."""
     calls = []
-    real = placement.read_package
+    real = judge.read_package
 
     def guard(*args, **kwargs):
         calls.append(args[0])
@@ -45,7 +45,7 @@ def unread(monkeypatch):
         return real(*args, **kwargs)
 
     guard.allowed = False
-    monkeypatch.setattr(placement, "read_package", guard)
+    monkeypatch.setattr(judge, "read_package", guard)
     return guard, calls
 
 

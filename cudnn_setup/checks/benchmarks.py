@@ -1,24 +1,60 @@
 """`bench`: what cuDNN buys — Theano with and without it, and cuDNN's own algorithm timings."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping
 
+from cudnn_setup.checks.answer_values import BadAnswer, Fields
 from cudnn_setup.checks.installation import Installation
-from cudnn_setup.checks.probe import child_env, probe_module, run_probe
+from cudnn_setup.checks.probe import ProbeResult, child_env, probe_module, run_probe
 from cudnn_setup.checks.native import find_cudart
 from cudnn_setup.checks.theano_check import INSTALL_HINT, has_theano, theano_env
 from cudnn_setup.report import FAIL, PASS, SKIP, WARN, Check
 from cudnn_setup.theanorc import unreadable_for_theano
 
 BENCH_TIMEOUT = 900.0
+MAX_STEP_S = 1e6  # a step time past this (or not above 0) is no measurement
 
 
-def _theano_run(python: str, env: dict, flag: str) -> tuple[dict | None, str]:
+@dataclass(frozen=True)
+class TheanoTimings:
+    """What probes/theano_bench.py answers, the fields the checks use; BadAnswer when one of
+    them is missing or of another type (a step time must be above 0: it divides)."""
+
+    device: str
+    uses_cudnn: bool
+    conv_ops: list[str]
+    conv_step_s: float
+    mlp_step_s: float
+
+    @classmethod
+    def read(cls, answer: Fields) -> TheanoTimings:
+        device, uses = answer.need_text("device", 100), answer.need_flag("uses_cudnn")
+        answer.need_list("conv_ops")
+        return cls(device, uses, answer.strings("conv_ops", 100, 64),
+                   _step(answer, "conv_step_s"), _step(answer, "mlp_step_s"))
+
+
+def _step(answer: Fields, key: str) -> float:
+    value = answer.need_number(key, 0.0, MAX_STEP_S)
+    if value <= 0:
+        raise BadAnswer(f"{answer.what}'s {key!r} is {value:g}, no time a step can take")
+    return value
+
+
+def _theano_run(python: str, env: dict, flag: str) -> tuple[dict | None, TheanoTimings | None,
+                                                            str]:
+    """The answer as it came, the timings read from it, and what went wrong otherwise."""
     run_env = dict(env)
     run_env["THEANO_FLAGS"] = ",".join(f for f in (env.get("THEANO_FLAGS", ""), flag) if f)
     result = run_probe(probe_module("theano_bench"), BENCH_TIMEOUT, run_env, python=python)
-    return result.data, result.last_error_line()
+    if result.data is None:
+        return None, None, result.last_error_line()
+    try:
+        return result.data, TheanoTimings.read(result.answer("the benchmark's answer")), ""
+    except BadAnswer as exc:
+        return result.data, None, f"its answer cannot be used: {exc}"
 
 
 def theano_checks(inst: Installation | None, python: str, theanorc: Path | None,
@@ -32,24 +68,24 @@ def theano_checks(inst: Installation | None, python: str, theanorc: Path | None,
     base = theano_env(env, theanorc, lib_dir)
     status("bench step 1 of 2: Theano's conv net and MLP with cuDNN allowed (the first run "
            "compiles them)")
-    with_dnn, err1 = _theano_run(python, base, "optimizer_including=cudnn")
+    raw_with, with_dnn, err1 = _theano_run(python, base, "optimizer_including=cudnn")
     status("bench step 2 of 2: the same with cuDNN excluded")
-    without, err2 = _theano_run(python, base, "optimizer_excluding=cudnn")
+    raw_without, without, err2 = _theano_run(python, base, "optimizer_excluding=cudnn")
     if with_dnn is None or without is None:
         return [Check("theano-conv", FAIL, f"the Theano benchmark failed: {err1 or err2}")]
-    data = {"with_cudnn": with_dnn, "without_cudnn": without}
-    cpu_only = not with_dnn["uses_cudnn"] and not without["uses_cudnn"]
-    conv = (f"conv net step {with_dnn['conv_step_s'] * 1000:.1f} ms with cuDNN allowed "
-            f"({', '.join(with_dnn['conv_ops'])}) vs {without['conv_step_s'] * 1000:.1f} ms without "
-            f"({', '.join(without['conv_ops'])})")
-    mlp = (f"MLP 784-1000-500-10 step {with_dnn['mlp_step_s'] * 1000:.1f} ms vs "
-           f"{without['mlp_step_s'] * 1000:.1f} ms")
+    data: dict = {"with_cudnn": raw_with, "without_cudnn": raw_without}
+    cpu_only = not with_dnn.uses_cudnn and not without.uses_cudnn
+    conv = (f"conv net step {with_dnn.conv_step_s * 1000:.1f} ms with cuDNN allowed "
+            f"({', '.join(with_dnn.conv_ops)}) vs {without.conv_step_s * 1000:.1f} ms without "
+            f"({', '.join(without.conv_ops)})")
+    mlp = (f"MLP 784-1000-500-10 step {with_dnn.mlp_step_s * 1000:.1f} ms vs "
+           f"{without.mlp_step_s * 1000:.1f} ms")
     if cpu_only:
-        why = (f"both runs used the CPU (device={with_dnn['device']}): the comparison says nothing "
+        why = (f"both runs used the CPU (device={with_dnn.device}): the comparison says nothing "
                "about cuDNN here")
         return [Check("theano-conv", WARN, f"{conv}; {why}", data),
                 Check("theano-mlp", WARN, f"{mlp}; {why}")]
-    speedup = without["conv_step_s"] / with_dnn["conv_step_s"]
+    speedup = without.conv_step_s / with_dnn.conv_step_s
     data["conv_speedup"] = speedup
     return [Check("theano-conv", PASS, f"{conv}: cuDNN is {speedup:.2f}x as fast", data),
             Check("theano-mlp", PASS, f"{mlp} (no convolutions: cuDNN has nothing to speed up)")]
@@ -60,22 +96,39 @@ def algorithm_check(inst: Installation | None, env: Mapping[str, str],
     """cuDNN's forward algorithms timed on the GPU; `unusable` says why the root's cuDNN cannot
     be looked at (its state is damaged)."""
     target = inst.soname_path() if inst else None
-    if target is None:
+    if inst is None or target is None:
         return Check("cudnn-algorithms", SKIP, f"the root's cuDNN cannot be used: {unusable}"
                      if unusable else "no cuDNN installed in the CUDA root")
     args = probe_module("gpu") + ["--bench", str(target)]
     cudart = find_cudart(inst)
     if cudart:
         args.append(cudart)
-    result = run_probe(args, BENCH_TIMEOUT, child_env(inst.lib_dir, env))
+    return algorithm_verdict(run_probe(args, BENCH_TIMEOUT, child_env(inst.lib_dir, env)))
+
+
+def algorithm_verdict(result: ProbeResult) -> Check:
+    """The `cudnn-algorithms` check from probes/gpu.py --bench's answer: each layer's fastest
+    forward algorithm. An answer without what it is judged on is a failure saying so."""
     data = result.data
     if data is None:
         return Check("cudnn-algorithms", FAIL, f"the GPU benchmark died: {result.last_error_line()}")
-    if data["status"] == "skip":
-        return Check("cudnn-algorithms", SKIP, data["reason"], data)
-    if data["status"] != "pass":
-        return Check("cudnn-algorithms", FAIL, data.get("reason", "failed"), data)
-    parts = [f"{name} {layer['input']}*{layer['filter']}: fastest {layer['fastest']['algo']} "
-             f"{layer['fastest']['ms']:.3f} ms" for name, layer in data["layers"].items()
-             if layer["fastest"]]
-    return Check("cudnn-algorithms", PASS, f"on {data['gpu']}: " + "; ".join(parts), data)
+    answer = result.answer("the GPU benchmark's answer")
+    status = answer.raw("status")
+    if status == "skip":
+        return Check("cudnn-algorithms", SKIP, answer.text("reason") or "no reason given", data)
+    if status != "pass":
+        return Check("cudnn-algorithms", FAIL, answer.text("reason") or "failed", data)
+    try:
+        gpu = answer.need_text("gpu", 200)
+        parts = []
+        for name, layer in answer.need_fields("layers").entries(64):
+            fastest = layer.fields("fastest")
+            if not fastest:
+                continue
+            parts.append(f"{name[:100]} {layer.shown('input', 40)}*{layer.shown('filter', 40)}: "
+                         f"fastest {fastest.shown('algo', 80)} "
+                         f"{fastest.need_number('ms', 0.0):.3f} ms")
+    except BadAnswer as exc:
+        return Check("cudnn-algorithms", FAIL, f"the GPU benchmark ran but its answer cannot be "
+                     f"judged: {exc}", data)
+    return Check("cudnn-algorithms", PASS, f"on {gpu}: " + "; ".join(parts), data)

@@ -36,10 +36,11 @@ import os
 from pathlib import Path
 from typing import Mapping
 
-from cudnn_setup.checks.answer_values import nonempty, shown
+from cudnn_setup.checks.answer_values import shown
 from cudnn_setup.checks.deps import loader_environment, versions_for
 from cudnn_setup.checks.driver import driver_present as machine_has_driver
 from cudnn_setup.checks.installation import Installation
+from cudnn_setup.checks.sublib_answer import SublibsAnswer, SubLibraryAnswer
 from cudnn_setup.checks.probe import loads_key, probe_module, run_probe
 from cudnn_setup.child import Runner
 from cudnn_setup.facts import cudnn as gen
@@ -129,7 +130,9 @@ def would_load(target: Path, sonames: list[str], loader: L.Environment,
     """Where each sub-library comes from in a process that dlopens `target`: the first request
     for it in load order (DT_NEEDED of another sub-library, or a run-time name), else a dlopen
     of the SONAME by libcudnn itself."""
-    deps = L.closure([target], loader, versions)
+    # Only cuDNN's own libraries open its sub-libraries: the names the driver or cuBLAS open
+    # at run time (dozens, for graphics and embedded features) are not searched for.
+    deps = L.closure([target], loader, versions, scanned_if=_cudnn_own)
     out: dict[str, L.Resolution] = {}
     for soname in sonames:
         stem = gen.so_base(soname)
@@ -145,6 +148,10 @@ def would_load(target: Path, sonames: list[str], loader: L.Environment,
         for soname in missing:
             out[soname] = proc.find(soname, main)[0]
     return out
+
+
+def _cudnn_own(obj: L.ElfObject) -> bool:
+    return (obj.soname or os.path.basename(obj.path)).startswith("libcudnn")
 
 
 def version_of(value) -> str | None:
@@ -198,11 +205,11 @@ def check_coherence(inst: Installation, env: Mapping[str, str], *,
                   "ld_library_path": loader.ld_library_path, "sublibraries": []}
     if result.data is None:
         return Check(NAME, FAIL, f"the sub-library probe {shown(result.failure())}", data)
-    probe = result.data
+    probe = SublibsAnswer.read(result.data)
     # Libraries that load their sub-libraries by a path of their own making (not by SONAME
     # through the loader's search) show where they took them when asked their version: open
     # those files, not a SONAME the loader cannot find.
-    by_cudnn = mapped_by_stem(probe.get("cudnn_mapped"))
+    by_cudnn = mapped_by_stem(probe.cudnn_mapped)
     retry = [i for i, s in enumerate(probed) if not resolved[s].found and _stem(s) in by_cudnn]
     if retry:
         for i in retry:
@@ -210,27 +217,23 @@ def check_coherence(inst: Installation, env: Mapping[str, str], *,
         again = run_probe(probe_module("sublibs") + [str(target), *args], timeout, dict(env),
                           python, **probing)
         if again.data is not None:
-            probe = again.data
-    main_dir = _real_dir(nonempty(probe.get("mapped")) or nonempty(probe.get("path"))
-                         or str(target))
-    main_version = version_of(probe.get("version")) or versions.cudnn or inst.version
-    data["library"].update(version=main_version, mapped=nonempty(probe.get("mapped")),
-                           loaded=probe.get("loaded") is True)
-    if probe.get("loaded") is not True:
+            probe = SublibsAnswer.read(again.data)
+    main_dir = _real_dir(probe.mapped or probe.path or str(target))
+    main_version = version_of(probe.version) or versions.cudnn or inst.version
+    data["library"].update(version=main_version, mapped=probe.mapped, loaded=probe.loaded)
+    if not probe.loaded:
         return Check(NAME, FAIL, f"{target.name} itself cannot be loaded: "
-                     f"{shown(probe.get('dlerror') or probe.get('error') or 'no reason given')}", data)
-    entries = probe.get("sublibraries")
-    entries = entries if isinstance(entries, list) else []
+                     f"{shown(probe.dlerror or probe.error or 'no reason given')}", data)
+    entries = probe.sublibraries
     problems: list[str] = []
     checked = 0
-    got_by = {s: entries[i] for i, s in enumerate(probed)
-              if i < len(entries) and isinstance(entries[i], dict)}
+    got_by = {s: entries[i] for i, s in enumerate(probed) if i < len(entries)}
     for soname in sonames:
         if soname in unloadable:
             sub = judge_unloaded(soname, resolved[soname], unloadable[soname], main_dir,
                                  main_version, target.name)
         else:
-            sub = judge(soname, resolved[soname], got_by.get(soname, {}), main_dir,
+            sub = judge(soname, resolved[soname], got_by.get(soname, SubLibraryAnswer()), main_dir,
                         main_version, target.name, by_cudnn.get(_stem(soname)))
         data["sublibraries"].append(sub)
         problems += sub["problems"]
@@ -266,36 +269,38 @@ def mapped_by_stem(paths) -> dict[str, str]:
     return {_stem(p): p for p in paths if isinstance(p, str) and p.startswith("/")}
 
 
-def judge(soname: str, res: L.Resolution, got: dict, main_dir: str | None,
-          main_version: str | None, main_name: str, by_cudnn: str | None = None) -> dict:
+def judge(soname: str, res: L.Resolution, answer: SubLibraryAnswer | Mapping,
+          main_dir: str | None, main_version: str | None, main_name: str,
+          by_cudnn: str | None = None) -> dict:
     """One sub-library: where it comes from (cuDNN's own loading where it showed it, else the
-    loader's search), what the real loader did with that file, what is wrong."""
-    check = got.get("version_check") if isinstance(got.get("version_check"), dict) else None
-    own = mapped_by_stem(check.get("mapped") if check else None).get(_stem(soname)) or by_cudnn
-    path = own or nonempty(got.get("mapped")) or res.path
-    version = version_of(got.get("version"))
+    loader's search), what the real loader did with that file, what is wrong. `answer`: the
+    probe's entry for it (its JSON object is read into a SubLibraryAnswer)."""
+    got = SubLibraryAnswer.read(answer)
+    check = got.version_check
+    own = mapped_by_stem(check.mapped if check else None).get(_stem(soname)) or by_cudnn
+    path = own or got.mapped or res.path
+    version = version_of(got.version)
     via = res.via  # how the loader's search reaches it; cuDNN's own loading, where it differs
     if own and not (res.path and _real_dir(res.path) == _real_dir(own)):
         via = "loaded by cuDNN itself"
     sub = {"soname": soname, "path": res.path, "via": via, "mapped": path,
            "directory": _real_dir(path), "version": version,
-           "version_from": nonempty(got.get("version_from")), "loaded": got.get("loaded"),
-           "dlerror": nonempty(got.get("dlerror")), "error": nonempty(got.get("error")),
-           "problems": []}
+           "version_from": got.version_from, "loaded": got.loaded, "dlerror": got.dlerror,
+           "error": got.error, "problems": []}
     problems = sub["problems"]
     rank = []  # what kind of problem comes first: the cause before what it causes
     if not res.found and not own:
         rank.append(RANK["missing"])
         problems.append(f"{soname} cannot be found where {main_name} looks for it "
                         f"({shown(res.error or 'not found')})"
-                        + (f"; the real loader: {shown(got['dlerror'])}" if got.get("dlerror") else ""))
-    elif got.get("error"):
+                        + (f"; the real loader: {shown(got.dlerror)}" if got.dlerror else ""))
+    elif got.error:
         rank.append(RANK["crashed"])
-        problems.append(f"loading {soname} ({path}) {shown(got['error'])}")
-    elif got.get("loaded") is False:
+        problems.append(f"loading {soname} ({path}) {shown(got.error)}")
+    elif got.loaded is False:
         rank.append(RANK["unloadable"])
-        problems.append(f"{soname} ({path}) cannot be loaded: {shown(got.get('dlerror') or '?')}")
-    elif not got:
+        problems.append(f"{soname} ({path}) cannot be loaded: {shown(got.dlerror or '?')}")
+    elif not got.reported:
         rank.append(RANK["unreported"])
         problems.append(f"{soname}: the probe did not report on it")
     else:
@@ -306,25 +311,23 @@ def judge(soname: str, res: L.Resolution, got: dict, main_dir: str | None,
                             f"via {via}) while {main_name} is in {main_dir} (cuDNN "
                             f"{main_version or '?'})")
         elif version and main_version and not gen.same_release(version, main_version):
-            if _own_check_passed(check) and sub["version_from"] != "cudnnGetVersion":
+            if check is not None and check.passed and sub["version_from"] != "cudnnGetVersion":
                 # cuDNN 9.19's sub-libraries still carry cudnn_adv_infer_version and
                 # cudnn_ops_infer_version constants of 9.13.0, while cuDNN's own version check
                 # (the one behind SUBLIBRARY_VERSION_MISMATCH) accepts them: its word stands.
                 sub["note"] = (f"its {sub['version_from']} constant says {version}; cuDNN's own "
-                               f"{check.get('function')}() accepts it with {main_name}")
+                               f"{check.function}() accepts it with {main_name}")
             else:
                 rank.append(RANK["other-version"])
                 problems.append(f"{soname} is cuDNN {version} ({path}) but {main_name} is cuDNN "
                                 f"{main_version} ({main_dir})")
     if check is not None:
-        sub["version_check"] = check
-        status = check.get("status") if isinstance(check.get("status"), int) else None
-        mapped = [m for m in check.get("mapped") if isinstance(m, str)] \
-            if isinstance(check.get("mapped"), list) else []
-        function = shown(str(check.get("function")), 80)
-        elsewhere = [m for m in mapped if main_dir and _real_dir(m) != main_dir]
-        if check.get("error"):
-            problems.append(f"cuDNN's own {function}() {shown(check['error'])}")
+        sub["version_check"] = check.to_dict()
+        status = check.status
+        function = shown(str(check.function), 80)
+        elsewhere = [m for m in check.mapped if main_dir and _real_dir(m) != main_dir]
+        if check.error:
+            problems.append(f"cuDNN's own {function}() {shown(check.error)}")
         elif status not in (0, None):
             problems.append(f"cuDNN's own {function}() returned "
                             f"{STATUS.get(status, status)}")
@@ -335,11 +338,6 @@ def judge(soname: str, res: L.Resolution, got: dict, main_dir: str | None,
     sub["problems"] = list(dict.fromkeys(problems))
     sub["rank"] = min(rank, default=RANK["version-check"]) if problems else None
     return sub
-
-
-def _own_check_passed(check: dict | None) -> bool:
-    return (isinstance(check, dict) and check.get("status") == 0 and not check.get("error")
-            and isinstance(check.get("function"), str))
 
 
 def hint_for(subs: list[dict], main_dir: str | None, ld_library_path: str | None) -> str:

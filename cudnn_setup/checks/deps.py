@@ -54,12 +54,15 @@ MAX_SHOWN = 4  # missing dependencies named in the one-line detail; data lists t
 
 
 def loader_environment(env: Mapping[str, str], cache: Sequence[L.CacheEntry] | None = None,
-                       facts: L.LoaderFacts | None = None) -> L.Environment:
+                       facts: L.LoaderFacts | None = None,
+                       objects: L.Objects | None = None) -> L.Environment:
     """What a program started from `env` has its loader work from. An empty LD_LIBRARY_PATH is
-    no LD_LIBRARY_PATH for glibc (dl-load.c _dl_init_paths)."""
+    no LD_LIBRARY_PATH for glibc (dl-load.c _dl_init_paths). The checks that share it read
+    each library's ELF facts once (`objects`, else a memo of its own)."""
     llp = env.get("LD_LIBRARY_PATH") or None
     return L.Environment(ld_library_path=llp, cache=L.read_cache() if cache is None else cache,
-                         facts=L.probe_loader() if facts is None else facts)
+                         facts=L.probe_loader() if facts is None else facts,
+                         objects=objects or L.Objects())
 
 
 def versions_for(inst: Installation, load_data: dict | None) -> L.Versions:
@@ -225,8 +228,8 @@ def check_deps(inst: Installation, env: Mapping[str, str], *, load_data: dict | 
     comp = inst.composition() if inst.generation else None
     not_in_flavour = comp.optional if comp else {}
     available = _asked_once(packages or (lambda m, names: D.query_packages(m, names, env)))
-    if manager is not None and len(missing) > 1:
-        _ask_at_once(available, missing, versions.cuda, manager, search, inst)
+    if manager is not None:
+        available = _ask_together(available, missing, versions.cuda, manager, search, inst)
     for e in missing:
         e.severity = SKIP if e in internal or _outside_flavour(e, not_in_flavour) \
             else rate(e.kind, e.name, driver_present)
@@ -291,22 +294,39 @@ def fix_text(fixes: list[dict]) -> str:
     return "fixes, in order: " + "; ".join(f"{i}) {one(f)}" for i, f in enumerate(fixes, 1))
 
 
-def _ask_at_once(available: D.Availability, missing: list[Entry], cuda: str | None,
-                 manager: str, search: Sequence[Path], inst: Installation) -> None:
-    """The package manager's answers for every missing library asked for side by side (each
-    is a child that reads its cache, most of a second with apt): the names each library's fixes
-    ask about are learnt by working the fixes out once with no answers, then asked at once."""
-    wanted: list[tuple[str, tuple[str, ...]]] = []
+def _ask_together(available: D.Availability, missing: list[Entry], cuda: str | None,
+                  manager: str, search: Sequence[Path], inst: Installation) -> D.Availability:
+    """The package manager asked once for every name the missing libraries' fixes ask about
+    (each question is a child that loads the manager's cache: most of a second with apt,
+    whatever the number of names), and each fix answered from that one reply. The names are
+    learnt by working the fixes out once with no answers; more than one query's worth
+    (D.MAX_ASKED) are asked in several, side by side."""
+    wanted: dict[str, None] = {}
 
     def note(m: str, names) -> None:
-        if (m, tuple(names)) not in wanted:
-            wanted.append((m, tuple(names)))
+        wanted.update(dict.fromkeys(names))
         return None
 
     for e in missing:
         fixes_for(e, cuda, manager, search, inst.lib_dir, note, inst.origin == "wheel")
-    if len(wanted) > 1:
-        at_once([lambda m=m, names=names: available(m, names) for m, names in wanted])
+    names = list(wanted)
+    chunks = [tuple(names[i:i + D.MAX_ASKED]) for i in range(0, len(names), D.MAX_ASKED)]
+    replies = at_once([lambda c=c: available(manager, c) for c in chunks])
+    reply_of = {n: reply for chunk, reply in zip(chunks, replies) for n in chunk}
+
+    def answer(m: str, asked) -> dict[str, bool] | None:
+        if m != manager or any(n not in reply_of for n in asked):
+            return available(m, asked)  # not among the names learnt: asked as it comes
+        got: dict[str, bool] = {}
+        for n in asked:
+            reply = reply_of[n]
+            if reply is None:  # its query could not be made: nothing is known of it
+                return None
+            if n in reply:
+                got[n] = reply[n]
+        return got
+
+    return answer
 
 
 def _asked_once(available: D.Availability) -> D.Availability:

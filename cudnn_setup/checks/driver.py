@@ -1,9 +1,9 @@
 """GPUs and the NVIDIA driver, and whether a cuDNN build fits them.
 
 * driver_facts(): each GPU (name, compute capability), the driver's release and the newest CUDA
-  it runs, from probes/driver.py in a child (cuDriverGetVersion and the device attributes
-  through ctypes on libcuda.so.1; nvidia-smi only when libcuda cannot be used). Whatever the
-  child answers is checked and bounded before anything uses it.
+  it runs, from probes/driver.py in a child (NVML through ctypes on libnvidia-ml.so.1, else
+  cuDriverGetVersion and the device attributes on libcuda.so.1; nvidia-smi only when libcuda
+  cannot be used). Whatever the child answers is checked and bounded before anything uses it.
 * check_driver(): the `driver` check. skip without a driver; fail when the driver is too old
   for the CUDA major this cuDNN was built for, or a GPU's compute capability is below what this
   cuDNN release supports (facts/gpu_support.py, with its sources); warn where the support
@@ -18,11 +18,12 @@ from __future__ import annotations
 import os
 import re
 import shutil
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
 from cudnn_setup.archive.problems import Problem
-from cudnn_setup.checks.answer_values import integer, nonempty
+from cudnn_setup.checks.answer_values import Fields, integer
 from cudnn_setup.checks.installation import Installation
 from cudnn_setup.checks.probe import probe_module, run_probe
 from cudnn_setup.errors import ArchiveRejected
@@ -59,54 +60,92 @@ def no_driver(env: Mapping[str, str], loader: L.Environment | None = None,
             + ("; nvidia-smi is not on PATH" if smi else ""))
 
 
+@dataclass(frozen=True)
+class Gpu:
+    index: int
+    name: str
+    compute_capability: str
+
+    def to_dict(self) -> dict:
+        return {"index": self.index, "name": self.name,
+                "compute_capability": self.compute_capability}
+
+
+@dataclass(frozen=True)
+class DriverFacts:
+    """What the driver says, checked: `status` pass (GPUs listed) | skip (no driver or no GPU,
+    `reason` says which) | error (the probe itself failed); `gpus`; `driver_version`
+    ("580.65.06") and where it was read; `cuda_driver_version` (13000) and `cuda` ("13.0"),
+    the newest CUDA the driver runs; `found_via`. Every field has a default: an answer that
+    lacks a key leaves it unknown."""
+
+    status: str = "error"
+    reason: str | None = None
+    gpus: tuple[Gpu, ...] = field(default_factory=tuple)
+    driver_version: str | None = None
+    driver_version_from: str | None = None
+    cuda_driver_version: int | None = None
+    cuda: str | None = None
+    found_via: str | None = None
+
+    def to_dict(self) -> dict:
+        """The JSON form (doctor's `driver`, the driver check's data)."""
+        return {"status": self.status, "reason": self.reason,
+                "gpus": [g.to_dict() for g in self.gpus], "driver_version": self.driver_version,
+                "driver_version_from": self.driver_version_from,
+                "cuda_driver_version": self.cuda_driver_version, "cuda": self.cuda,
+                "found_via": self.found_via}
+
+    @property
+    def gpu_pairs(self) -> list[tuple[str, str]]:
+        """(name, compute capability) of each GPU, as facts/gpu_support.py takes them."""
+        return [(g.name, g.compute_capability) for g in self.gpus]
+
+    @classmethod
+    def from_answer(cls, answer: Fields) -> DriverFacts:
+        """The facts in probes/driver.py's answer, each field checked and bounded."""
+        status = answer.raw("status")
+        state = status if status in (PASS, SKIP) else "error"
+        reason = answer.nonempty("reason", 500)
+        if state == "error" and not reason:
+            reason = f"the driver probe answered status {str(status)[:40]!r}"
+        number = answer.integer("cuda_driver_version", 1000, 100000)
+        release = answer.text("driver_version", 100)
+        if release is None or not _DRIVER_RELEASE.match(release):
+            release = None
+        gpus = tuple(Gpu(i, name[:200], cc) for i, (name, cc) in enumerate(
+            S.gpus_from({"name": g.raw("name"), "compute_capability": g.raw("compute_capability")}
+                        for g in answer.items("gpus", MAX_GPUS))))
+        if state == PASS and not gpus:
+            state, reason = SKIP, reason or "the driver lists no usable GPU"
+        return cls(state, reason, gpus, release,
+                   answer.nonempty("driver_version_from", 100) if release else None,
+                   number, S.cuda_of_driver(number) if number is not None else None,
+                   answer.nonempty("found_via", 100))
+
+
 def driver_facts(env: Mapping[str, str], *, python: str | None = None,
                  timeout: float = TIMEOUT, smi: bool = True,
-                 loader: L.Environment | None = None, runner=None) -> dict:
-    """What the driver says, checked: `status` pass (GPUs listed) | skip (no driver or no GPU,
-    `reason` says which) | error (the probe itself failed); `gpus` [{index, name,
-    compute_capability}]; `driver_version` ("580.65.06"); `cuda_driver_version` (13000) and
-    `cuda` ("13.0"), the newest CUDA the driver runs; `found_via`. `env` is the user's: it
-    decides which libcuda.so.1 and which nvidia-smi the child finds. On a machine with no
-    trace of a driver (no_driver) no child is started."""
-    out: dict = {"status": "error", "reason": None, "gpus": [], "driver_version": None,
-                 "driver_version_from": None, "cuda_driver_version": None, "cuda": None,
-                 "found_via": None}
+                 loader: L.Environment | None = None, runner=None) -> DriverFacts:
+    """What the driver says (DriverFacts). `env` is the user's: it decides which libcuda.so.1
+    and which nvidia-smi the child finds. On a machine with no trace of a driver (no_driver)
+    no child is started."""
     absent = no_driver(env, loader, smi)
     if absent is not None:
-        out.update(status=SKIP, reason=absent)
-        return out
-    args = probe_module("driver") + ([] if smi else ["--no-smi"])
+        return DriverFacts(status=SKIP, reason=absent)
+    # standard library only: no site, no user's PYTHON* settings (a third of the child's start)
+    args = ["-I", "-S", *probe_module("driver")] + ([] if smi else ["--no-smi"])
     result = run_probe(args, timeout, dict(env), python, runner=runner)
-    data = result.data
-    if data is None:
-        out["reason"] = f"the driver probe {result.failure()}"[:500]
-        return out
-    status = data.get("status")
-    out["status"] = status if status in (PASS, SKIP) else "error"
-    out["reason"] = nonempty(data.get("reason"), 500)
-    if out["status"] == "error" and not out["reason"]:
-        out["reason"] = f"the driver probe answered status {str(status)[:40]!r}"
-    number = data.get("cuda_driver_version")
-    if integer(number, 1000, 100000) is not None:
-        out["cuda_driver_version"], out["cuda"] = number, S.cuda_of_driver(number)
-    release = data.get("driver_version")
-    if isinstance(release, str) and _DRIVER_RELEASE.match(release):
-        out["driver_version"] = release
-        out["driver_version_from"] = nonempty(data.get("driver_version_from"), 100)
-    out["found_via"] = nonempty(data.get("found_via"), 100)
-    raw = data.get("gpus") if isinstance(data.get("gpus"), list) else []
-    for i, (name, cc) in enumerate(S.gpus_from(g for g in raw[:MAX_GPUS] if isinstance(g, dict))):
-        out["gpus"].append({"index": i, "name": name[:200], "compute_capability": cc})
-    if out["status"] == PASS and not out["gpus"]:
-        out["status"], out["reason"] = SKIP, out["reason"] or "the driver lists no usable GPU"
-    return out
+    if result.data is None:
+        return DriverFacts(reason=f"the driver probe {result.failure()}"[:500])
+    return DriverFacts.from_answer(result.answer("the driver probe's answer"))
 
 
-def has_driver(facts: dict) -> bool:
-    return bool(facts.get("cuda_driver_version") or facts.get("driver_version") or facts.get("gpus"))
+def has_driver(facts: DriverFacts) -> bool:
+    return bool(facts.cuda_driver_version or facts.driver_version or facts.gpus)
 
 
-def driver_present(facts: dict | None = None) -> bool:
+def driver_present(facts: DriverFacts | None = None) -> bool:
     """Whether this machine has an NVIDIA driver: the driver probe's facts when they found
     one, else the kernel module's /proc entry. The one rule for every check that treats a
     missing libcuda.so.1 as "no driver here" (a skip) rather than as a failure: a machine
@@ -119,8 +158,8 @@ def driver_present(facts: dict | None = None) -> bool:
 def built_for_cuda(inst: Installation, load_data: dict | None = None) -> tuple[str | None, str | None]:
     """(CUDA version this cuDNN was built for, where that came from): cudnnGetCudartVersion()
     of the loaded library, else the archive name the manifest kept, else the wheel's name."""
-    number = (load_data or {}).get("cudnnGetCudartVersion")
-    if integer(number, 1000, 100000) is not None:
+    number = integer((load_data or {}).get("cudnnGetCudartVersion"), 1000, 100000)
+    if number is not None:
         return cuda_facts.version_text(number), "cudnnGetCudartVersion()"
     recorded = inst.manifest.cuda_version if inst.manifest else None
     if isinstance(recorded, str) and re.fullmatch(r"\d+(?:\.\d+)?", recorded):
@@ -131,28 +170,29 @@ def built_for_cuda(inst: Installation, load_data: dict | None = None) -> tuple[s
     return None, None
 
 
-def describe_gpus(facts: dict) -> str:
-    gpus = "; ".join(f"{g['name']} (compute capability {g['compute_capability']})"
-                     for g in facts.get("gpus", [])) or "no GPU"
-    driver = facts.get("driver_version") or "?"
-    cuda = facts.get("cuda")
+def describe_gpus(facts: DriverFacts) -> str:
+    gpus = "; ".join(f"{g.name} (compute capability {g.compute_capability})"
+                     for g in facts.gpus) or "no GPU"
+    driver = facts.driver_version or "?"
+    cuda = facts.cuda
     return f"{gpus}; driver {driver}" + (f" (runs CUDA {cuda} at most)" if cuda else "")
 
 
-def check_driver(inst: Installation, facts: dict, *, load_data: dict | None = None) -> Check:
+def check_driver(inst: Installation, facts: DriverFacts, *,
+                 load_data: dict | None = None) -> Check:
     """The `driver` check of `inst` on the machine `facts` (driver_facts) describe."""
-    data = dict(facts)
-    if facts.get("status") == "error":
-        return Check(NAME, FAIL, facts.get("reason") or "the driver probe failed", data)
+    data = facts.to_dict()
+    if facts.status == "error":
+        return Check(NAME, FAIL, facts.reason or "the driver probe failed", data)
     if not has_driver(facts):
-        return Check(NAME, SKIP, facts.get("reason") or "no NVIDIA driver", data)
+        return Check(NAME, SKIP, facts.reason or "no NVIDIA driver", data)
     seen = describe_gpus(facts)
     version = inst.version
     variant, source = built_for_cuda(inst, load_data)
     data.update(cudnn_version=version, cuda_built_for=variant, cuda_built_for_source=source)
     if not version:
         return Check(NAME, SKIP, f"{seen}; no cuDNN to judge against them", data)
-    gpus = [(g["name"], g["compute_capability"]) for g in facts.get("gpus", [])]
+    gpus = facts.gpu_pairs
     if variant is None:
         data["misfits"] = []
         floors = [(f"{n} (compute capability {cc})", S.below_every_build(version, cc))
@@ -165,15 +205,14 @@ def check_driver(inst: Installation, facts: dict, *, load_data: dict | None = No
                          f"{', '.join(gpu for gpu, _ in unsupported)}: every build of it needs "
                          f"compute capability {unsupported[0][1]} or newer; {note}", data)
         return Check(NAME, WARN if gpus else SKIP, f"{seen}; {note}", data)
-    misfits = S.fits(version, variant, gpus, facts.get("cuda_driver_version"),
-                     facts.get("driver_version"))
+    misfits = S.fits(version, variant, gpus, facts.cuda_driver_version, facts.driver_version)
     data["misfits"] = [m.to_dict() for m in misfits]
     what = f"cuDNN {version} for CUDA {variant} ({source})"
     if not gpus:
         if misfits:
             return Check(NAME, WARN, f"{seen}; " + "; ".join(_say(m) for m in misfits), data)
-        return Check(NAME, SKIP, f"{facts.get('reason') or 'no GPU'}; driver "
-                     f"{facts.get('driver_version') or '?'} runs {what}", data)
+        return Check(NAME, SKIP, f"{facts.reason or 'no GPU'}; driver "
+                     f"{facts.driver_version or '?'} runs {what}", data)
     fails = [m for m in misfits if m.severity == FAIL]
     if fails:
         return Check(NAME, FAIL, f"{what} cannot run here: " + "; ".join(_say(m) for m in fails), data)
@@ -186,14 +225,15 @@ def _say(m: S.Misfit) -> str:
     return f"{m.subject}: {m.reason} ({m.hint})"
 
 
-def fit_before_install(cudnn_version: str, cuda_variant: str, facts: dict) -> list[S.Misfit]:
+def fit_before_install(cudnn_version: str, cuda_variant: str,
+                       facts: DriverFacts) -> list[S.Misfit]:
     """What keeps this build from running on this machine's GPUs and driver. No GPU: nothing
     (a machine without one is not refused anything)."""
-    gpus = [(g["name"], g["compute_capability"]) for g in facts.get("gpus", [])]
+    gpus = facts.gpu_pairs
     if not gpus:
         return []
-    return S.fits(cudnn_version, cuda_variant, gpus, facts.get("cuda_driver_version"),
-                  facts.get("driver_version"))
+    return S.fits(cudnn_version, cuda_variant, gpus, facts.cuda_driver_version,
+                  facts.driver_version)
 
 
 def install_refusal(misfits: list[S.Misfit], cudnn_version: str,

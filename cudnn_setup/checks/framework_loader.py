@@ -97,12 +97,12 @@ class ChildLoader:
 
     def needs(self, obj: str, soname: str) -> bool:
         facts = self.elf(obj)
-        return bool(facts) and soname in facts.needed
+        return facts is not None and soname in facts.needed
 
     def searches_itself(self, obj: str) -> bool:
         """Whether `obj` has a search path of its own (RPATH or RUNPATH) to open names with."""
         facts = self.elf(obj)
-        return bool(facts) and bool(facts.rpath or facts.runpath)
+        return facts is not None and bool(facts.rpath or facts.runpath)
 
     def first_hit(self, soname: str, requester: str | None) -> Hit | None:
         """The copy of `soname` the loader gives `requester` (a mapped object that needs or
@@ -114,7 +114,7 @@ class ChildLoader:
             if asker is None:
                 return None
         res, _ = proc.find(soname, asker)
-        if not res.found or res.step is None:
+        if not res.found or res.step is None or res.path is None:
             return None
         return Hit(os.path.realpath(res.path), res.step, res.entry, res.owner)
 

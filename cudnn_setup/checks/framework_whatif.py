@@ -21,7 +21,8 @@ from typing import Mapping, Sequence
 
 from cudnn_setup.checks.framework_loader import BEFORE_CACHE, WHY_FULL_PATH, ChildLoader
 from cudnn_setup.checks.framework_probe import library_version
-from cudnn_setup.checks.frameworks import file_version, framework_report
+from cudnn_setup.checks.frameworks import (FrameworkEntry, LoadedCopy, file_version,
+                                           framework_report)
 from cudnn_setup.child import Runner
 from cudnn_setup.facts import frameworks as rules
 from cudnn_setup.facts import ldresolve as L
@@ -52,7 +53,8 @@ def register_with_ldconfig(directory: str | os.PathLike) -> Change:
 
 def what_if(python: str, env: Mapping[str, str], change: Change,
             timeout: float | None = None, *, search: L.Environment | None = None,
-            current: list[dict] | None = None, runner: Runner | None = None) -> list[dict]:
+            current: list[FrameworkEntry] | None = None,
+            runner: Runner | None = None) -> list[dict]:
     """For each framework in `python`: the cuDNN it would load after `change`, and whether that
     breaks it by its own rule. `current` is a framework_report() of `python` under `env`, if one
     was made already; with no framework in it nothing more is run."""
@@ -63,47 +65,63 @@ def what_if(python: str, env: Mapping[str, str], change: Change,
     if change.kind == LD_LIBRARY_PATH:
         changed = dict(env)
         old = changed.get("LD_LIBRARY_PATH")
+        if already_first(old, change.directory):
+            # the loader searches the same directories in the same order with the change:
+            # every framework loads what it loads now (a re-install, once the advice was taken)
+            return [_tried(change, e, e, python, env, timeout) for e in now]
         changed["LD_LIBRARY_PATH"] = change.directory + (f":{old}" if old else "")
-        after = {e["name"]: e for e in framework_report(python, changed, timeout, search=search,
-                                                        runner=runner)}
-        return [_tried(change, e, after.get(e["name"]), python, env, timeout) for e in now]
+        after = {e.name: e for e in framework_report(python, changed, timeout, search=search,
+                                                     runner=runner)}
+        return [_tried(change, e, after.get(e.name), python, env, timeout) for e in now]
     if change.kind == LDCONFIG:
         entries = L.registered(change.directory)
         return [_deduced(change, e, entries, python, env, timeout) for e in now]
     raise ValueError(f"unknown change {change.kind!r}")
 
 
-def _tried(change: Change, now: dict, after: dict | None, python: str, env: Mapping[str, str],
-           timeout: float | None) -> dict:
+def already_first(ld_library_path: str | None, directory: str) -> bool:
+    """Whether `directory` is already the first entry of LD_LIBRARY_PATH (the same directory,
+    links resolved; an entry the loader expands, such as $ORIGIN, or the empty one, which is
+    the working directory, is not taken for it)."""
+    if not ld_library_path:
+        return False
+    first = ld_library_path.replace(";", ":").split(":", 1)[0]
+    if not first or "$" in first or not os.path.isabs(first):
+        return False
+    return first == directory or os.path.realpath(first) == os.path.realpath(directory)
+
+
+def _tried(change: Change, now: FrameworkEntry, after: FrameworkEntry | None, python: str,
+           env: Mapping[str, str], timeout: float | None) -> dict:
     out = _base(change, now)
     if after is None:
         out["reason"] = "it is not importable with that change"
         return out
-    if "_loader" not in after:  # the probe died or hung with the change
-        if "_loader" not in now:
-            out["reason"] = f"its cuDNN use is not known: {after['reason']}"
+    if after.loader is None:  # the probe died or hung with the change
+        if now.loader is None:
+            out["reason"] = f"its cuDNN use is not known: {after.reason}"
             return out
-        out.update(affected=True, breaks=True, reason=f"with that change: {after['reason']}")
+        out.update(affected=True, breaks=True, reason=f"with that change: {after.reason}")
         return _advise(out, now, change)
-    loaded = after.get("cudnn_loaded")
+    loaded = after.cudnn_loaded
     if loaded is None:
-        return _predicted(change, out, now, after, after["_loader"]["loader"], None, python, env,
+        return _predicted(change, out, now, after, after.loader.loader, None, python, env,
                           timeout)
     out["would_load"] = _public(loaded)
-    before = (now.get("cudnn_loaded") or {}).get("version")
-    moved = _path(now) != loaded["path"]
+    before = now.cudnn_loaded.version if now.cudnn_loaded else None
+    moved = _path(now) != loaded.path
     # Same libcudnn.so.N, other version: the loader still finds the shim through the framework's
     # RPATH, but the sub-libraries the shim opens come from the new directory first.
-    mixed = not moved and before is not None and before != loaded["version"]
+    mixed = not moved and before is not None and before != loaded.version
     out["affected"] = moved or mixed
-    status, because = rules.judge(now["name"], now.get("cudnn_built_for"), loaded["version"])
-    if after.get("compatible") is False:
+    status, because = rules.judge(now.name, now.cudnn_built_for, loaded.version)
+    if after.compatible is False:
         status = rules.INCOMPATIBLE
     out.update(status=status, breaks=status == rules.INCOMPATIBLE)
-    what = f"cuDNN {loaded['version']} from {loaded['dir']} ({loaded['detail']})"
+    what = f"cuDNN {loaded.version} from {loaded.dir} ({loaded.detail})"
     if mixed:
-        out["reason"] = (f"libcudnn comes from {loaded['dir']} as before ({loaded['detail']}), "
-                         f"but cuDNN would report {loaded['version']} instead of {before}: its "
+        out["reason"] = (f"libcudnn comes from {loaded.dir} as before ({loaded.detail}), "
+                         f"but cuDNN would report {loaded.version} instead of {before}: its "
                          f"sub-libraries would be found in {change.directory} first: {because}")
     else:
         out["reason"] = (f"would load {what}: {because}" if moved else
@@ -111,44 +129,45 @@ def _tried(change: Change, now: dict, after: dict | None, python: str, env: Mapp
     return _advise(out, now, change)
 
 
-def _deduced(change: Change, now: dict, entries: Sequence[L.CacheEntry], python: str,
+def _deduced(change: Change, now: FrameworkEntry, entries: Sequence[L.CacheEntry], python: str,
              env: Mapping[str, str], timeout: float | None) -> dict:
     out = _base(change, now)
-    current = now.get("cudnn_loaded")
-    if "_loader" not in now:
+    current = now.cudnn_loaded
+    if now.loader is None:
         out["reason"] = "its cuDNN use is not known (the probe gave no answer)"
         return out
-    if current and current["why"] in BEFORE_CACHE:
+    if current and current.why in BEFORE_CACHE:
         out.update(would_load=_public(current), affected=False, breaks=False,
-                   status=rules.COMPATIBLE if now.get("compatible") else rules.UNKNOWN)
+                   status=rules.COMPATIBLE if now.compatible else rules.UNKNOWN)
         out["reason"] = ("unchanged: its cuDNN is opened by full path, which no search path "
-                         "changes" if current["why"] == WHY_FULL_PATH else
-                         f"unchanged: its cuDNN is found through {current['detail']}, which the "
+                         "changes" if current.why == WHY_FULL_PATH else
+                         f"unchanged: its cuDNN is found through {current.detail}, which the "
                          "loader reads before the ldconfig cache")
         return out
-    facts = now["_loader"]
-    soname = facts["soname"]
+    facts = now.loader
+    soname = facts.soname
     entry = next((e for e in entries if e.name == soname), None) if soname else None
     if entry is None:
         out.update(affected=False, breaks=False,
                    reason=f"unchanged: {change.directory} holds no {soname or 'libcudnn'}")
         return out
-    registered = facts["loader"].with_cache_first([entry])
+    registered = facts.loader.with_cache_first([entry])
     return _predicted(change, out, now, now, registered, os.path.realpath(entry.path), python,
                       env, timeout)
 
 
-def _predicted(change: Change, out: dict, now: dict, entry: dict, loader: ChildLoader,
-               target: str | None, python: str, env: Mapping[str, str], timeout: float | None) -> dict:
+def _predicted(change: Change, out: dict, now: FrameworkEntry, entry: FrameworkEntry,
+               loader: ChildLoader, target: str | None, python: str, env: Mapping[str, str],
+               timeout: float | None) -> dict:
     """The copy `loader` would give the libraries of `entry`'s child that need libcudnn;
     `target`, when given, is the copy the change brings in."""
-    facts = entry["_loader"]
-    soname = facts["soname"]
-    if not soname:
-        out.update(affected=False, breaks=False, reason=f"unchanged: {entry['reason']}")
+    facts = entry.loader
+    soname = facts.soname if facts else None
+    if facts is None or not soname:
+        out.update(affected=False, breaks=False, reason=f"unchanged: {entry.reason}")
         return out
-    requesters = [o for o in (*facts["mapped"], *facts["consumers"])
-                  if loader.needs(o, soname)] or [None]
+    requesters: list[str | None] = [o for o in (*facts.mapped, *facts.consumers)
+                                    if loader.needs(o, soname)] or [None]
     hits = [h for h in (loader.first_hit(soname, r) for r in requesters) if h]
     hit = next((h for h in hits if h.path == target), None) if target else (
         hits[0] if hits else None)
@@ -161,8 +180,8 @@ def _predicted(change: Change, out: dict, now: dict, entry: dict, loader: ChildL
         library_version(python, hit.path, env, timeout))
     out["would_load"] = {"path": hit.path, "dir": os.path.dirname(hit.path),
                          "version": rules.version_text(version), "why": hit.why}
-    status, because = rules.judge(now["name"], now.get("cudnn_built_for"), version)
-    when = "" if now.get("cudnn_loaded") else " once it loads cuDNN (it has not here)"
+    status, because = rules.judge(now.name, now.cudnn_built_for, version)
+    when = "" if now.cudnn_loaded else " once it loads cuDNN (it has not here)"
     out.update(affected=True, status=status, breaks=status == rules.INCOMPATIBLE,
                reason=(f"would load cuDNN {rules.version_text(version) or '(version unknown)'} "
                        f"from {os.path.dirname(hit.path)} through {hit.detail()}{when}: "
@@ -170,29 +189,27 @@ def _predicted(change: Change, out: dict, now: dict, entry: dict, loader: ChildL
     return _advise(out, now, change)
 
 
-def _base(change: Change, now: dict) -> dict:
-    current = now.get("cudnn_loaded")
-    return {"framework": now["name"], "version": now.get("version"), "change": change.describe(),
-            "built_for": now.get("cudnn_built_for"),
-            "loads_now": current and {"path": current["path"], "version": current["version"]},
+def _base(change: Change, now: FrameworkEntry) -> dict:
+    current = now.cudnn_loaded
+    return {"framework": now.name, "version": now.version, "change": change.describe(),
+            "built_for": now.cudnn_built_for,
+            "loads_now": current and {"path": current.path, "version": current.version},
             "would_load": None, "affected": None, "breaks": None, "status": rules.UNKNOWN,
-            "rule": now.get("rule"), "reason": "", "safe_alternative": None}
+            "rule": now.rule, "reason": "", "safe_alternative": None}
 
 
-def _advise(out: dict, now: dict, change: Change) -> dict:
+def _advise(out: dict, now: FrameworkEntry, change: Change) -> dict:
     if out["breaks"]:
-        out["safe_alternative"] = rules.safe_alternative(now.get("cudnn_built_for"),
-                                                         change.directory)
+        out["safe_alternative"] = rules.safe_alternative(now.cudnn_built_for, change.directory)
     return out
 
 
-def _path(entry: dict) -> str | None:
-    loaded = entry.get("cudnn_loaded")
-    return loaded["path"] if loaded else None
+def _path(entry: FrameworkEntry) -> str | None:
+    return entry.cudnn_loaded.path if entry.cudnn_loaded else None
 
 
-def _public(loaded: dict) -> dict:
-    return {k: loaded[k] for k in ("path", "dir", "version", "why")}
+def _public(loaded: LoadedCopy) -> dict:
+    return {"path": loaded.path, "dir": loaded.dir, "version": loaded.version, "why": loaded.why}
 
 
 def what_if_warnings(entries: Sequence[dict]) -> list[str]:

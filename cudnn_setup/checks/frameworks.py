@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
+from functools import partial
 from typing import Mapping, Sequence
 
-from cudnn_setup.checks.answer_values import mapping, paths, text
+from cudnn_setup.checks.answer_values import Fields, text
 from cudnn_setup.checks.framework_loader import NO_SEARCH, ChildLoader, ElfFacts
 from cudnn_setup.checks.framework_probe import Run, importable_frameworks, run
 from cudnn_setup.child import Runner
@@ -29,125 +31,180 @@ NAME = "frameworks"
 # The message XLA (TensorFlow, jaxlib) logs when its version check fails (cuda_dnn.cc).
 XLA_MISMATCH = re.compile(r"Loaded runtime CuDNN library: (?P<loaded>\d+\.\d+\.\d+) but source "
                           r"was compiled with: (?P<built>\d+\.\d+\.\d+)")
+JSON_FIELDS = ("name", "version", "importable", "cudnn_built_for", "cudnn_built_for_source",
+               "cudnn_loaded", "compatible", "rule", "status", "reason")
+LOADED_FIELDS = ("path", "dir", "version", "why", "detail")
+
+
+@dataclass(frozen=True)
+class LoadedCopy:
+    """The libcudnn a framework's process mapped: its real path and directory, the version it
+    reports, why the loader took it (framework_loader.WHY_*), in words, and through which
+    object (`via`, not in the JSON)."""
+
+    path: str
+    dir: str
+    version: str | None
+    why: str
+    detail: str
+    via: str | None = None
+
+    def to_dict(self) -> dict:
+        return {k: getattr(self, k) for k in LOADED_FIELDS}
+
+
+@dataclass(frozen=True)
+class LoaderView:
+    """What the what-if needs of a framework's child to work out another loader set-up: its
+    loader (environment, executable, the machine's cache), the objects it mapped, those of them
+    that need libcudnn, and the libcudnn SONAME they ask for."""
+
+    loader: ChildLoader
+    mapped: tuple[str, ...]
+    consumers: tuple[str, ...]
+    soname: str | None
+
+
+@dataclass
+class FrameworkEntry:
+    """One framework of an interpreter: what it was built for, the cuDNN it loads and why, and
+    whether the pair is right by its own rule. `loader` is None when its child gave no usable
+    answer (the what-if then knows nothing of its cuDNN use); it is never in the JSON."""
+
+    name: str
+    version: str | None
+    rule: str
+    importable: bool = True
+    cudnn_built_for: str | None = None
+    cudnn_built_for_source: str | None = None
+    cudnn_loaded: LoadedCopy | None = None
+    compatible: bool | None = None
+    status: str = WARN
+    reason: str = ""
+    loader: LoaderView | None = None
+
+    def to_dict(self) -> dict:
+        """The entry in the JSON (`frameworks`): JSON_FIELDS, cudnn_loaded as LOADED_FIELDS."""
+        out = {k: getattr(self, k) for k in JSON_FIELDS}
+        out["cudnn_loaded"] = self.cudnn_loaded.to_dict() if self.cudnn_loaded else None
+        return out
 
 
 def framework_report(python: str, env: Mapping[str, str], timeout: float | None = None, *,
                      search: L.Environment | None = None,
-                     runner: Runner | None = None) -> list[dict]:
+                     runner: Runner | None = None) -> list[FrameworkEntry]:
     """One entry per framework importable in `python` (run with `env`): what it was built for,
     the cuDNN it loads, from where and why, and whether the pair is right by its own rule.
     Each framework runs in a child of its own, `timeout` seconds at most (None:
     framework_probe.DEFAULT_TIMEOUT). `search` gives the
     loader's cache and facts (its default directories; checks/deps.loader_environment reads this
     machine's); without it, a copy found only through them is reported as opened by full path.
-    Entries carry private keys starting with "_" for what_if(); frameworks_json() gives the
-    public form."""
+    Each entry's `loader` is for what_if(); frameworks_json() gives the public form."""
     search = search or NO_SEARCH
     elf = ElfFacts()
     entries = []
     listed = [f for f in importable_frameworks(python, env, timeout, runner)
               if f.get("importable")]
     # one child per framework, all at once: each spends seconds importing its framework
-    runs = at_once([lambda f=f: run(python, [f["name"]], env, timeout, runner=runner)
+    runs = at_once([partial(run, python, [f["name"]], env, timeout, runner=runner)
                     for f in listed])
     for f, got in zip(listed, runs):
         entries.append(entry_of(f["name"], f, got, search, elf))
     return entries
 
 
-def entry_of(name: str, listed: dict, got: Run, search: L.Environment, elf: ElfFacts) -> dict:
+def entry_of(name: str, listed: dict, got: Run, search: L.Environment,
+             elf: ElfFacts) -> FrameworkEntry:
     """One framework's entry from its child's answer (`got`), every field checked."""
     rule = rules.rule_for(name)
-    entry = {"name": name, "version": text(listed.get("version"), 100), "importable": True,
-             "cudnn_built_for": None, "cudnn_built_for_source": None, "cudnn_loaded": None,
-             "compatible": None,
-             "rule": rule.describe(), "status": WARN, "reason": ""}
+    entry = FrameworkEntry(name, text(listed.get("version"), 100), rule.describe())
+    answer = Fields(got.data, f"the {name} probe's answer")
     if got.data is None or not isinstance(got.data.get("framework"), dict):
-        failure = got.failure or text(got.data.get("error") if got.data else None) or "no answer"
-        entry["reason"] = f"importing {name} in a child process {failure}"
+        failure = got.failure or answer.text("error") or "no answer"
+        entry.reason = f"importing {name} in a child process {failure}"
         if "libcudnn" in got.output:
-            entry["reason"] += _cudnn_line(got.output)
+            entry.reason += _cudnn_line(got.output)
         return entry
-    fw = got.data["framework"]
-    entry["version"] = text(fw.get("version"), 100) or entry["version"]
-    exe = text(got.data.get("exe"), 4096)
-    child_env = mapping(got.data.get("env"))
-    loader = ChildLoader({k: text(child_env.get(k), 65536) for k in ("LD_LIBRARY_PATH", "LD_PRELOAD")},
+    fw = answer.fields("framework")
+    entry.version = fw.text("version", 100) or entry.version
+    exe = answer.text("exe", 4096)
+    child_env = answer.fields("env")
+    loader = ChildLoader({k: child_env.text(k, 65536) for k in ("LD_LIBRARY_PATH", "LD_PRELOAD")},
                          exe if exe and exe.startswith("/") else None, search, elf)
-    mapped = paths(fw.get("mapped"))
-    consumers = [c for c in paths(fw.get("consumers"), 400) if _needs_cudnn(elf(c))]
+    mapped = fw.paths("mapped")
+    consumers = [c for c in fw.paths("consumers", 400) if _needs_cudnn(elf(c))]
 
     built, built_source = _built_for(fw, got.output, consumers, elf)
-    entry["cudnn_built_for"] = rules.version_text(built)
-    entry["cudnn_built_for_source"] = built_source
+    entry.cudnn_built_for = rules.version_text(built)
+    entry.cudnn_built_for_source = built_source
 
-    libraries = [lib for lib in (mapping(x) for x in fw.get("cudnn_libraries") or [])
-                 if isinstance(lib.get("path"), str) and lib["path"] in mapped]
-    main = [lib for lib in libraries if _stem(lib["path"]) == "libcudnn"]
-    runtime = rules.parse_version(mapping(fw.get("runtime")).get("value"))
+    libraries = [lib for lib in fw.items("cudnn_libraries")
+                 if (path := lib.text("path", 1 << 20)) is not None and path in mapped]
+    main = [lib for lib in libraries
+            if gen.library_stem(lib.need_text("path", 1 << 20), unversioned=True,
+                                path=True) == "libcudnn"]
+    runtime = rules.parse_version(fw.fields("runtime").raw("value"))
     chosen = next((lib for lib in main if runtime and lib_version(lib) == runtime), None) or (
         main[0] if main else None)
-    entry["_loader"] = {"loader": loader, "mapped": mapped, "consumers": consumers,
-                        "soname": _needed_soname(consumers, elf, chosen)}
-    error = text(fw.get("error"), 1000)
-    own = mapping(fw.get("own_check"))
+    entry.loader = LoaderView(loader, tuple(mapped), tuple(consumers),
+                              _needed_soname(consumers, elf, chosen))
+    error = fw.text("error", 1000)
+    own = fw.fields("own_check")
 
     if chosen is None:
-        reason = (text(fw.get("skip_reason")) or (error and f"it failed: {error}") or
-                  text(mapping(fw.get("gpu")).get("reason")) or "it did not load cuDNN")
+        reason = (fw.text("skip_reason") or (error and f"it failed: {error}") or
+                  fw.fields("gpu").text("reason") or "it did not load cuDNN")
         if error and "libcudnn" in error:
-            entry.update(status=FAIL, reason=f"it could not load cuDNN: {error}")
+            entry.status, entry.reason = FAIL, f"it could not load cuDNN: {error}"
         elif error:
-            entry.update(status=WARN, reason=reason)
+            entry.status, entry.reason = WARN, reason
         else:
-            entry.update(status=SKIP, reason=f"cuDNN not loaded: {reason}")
+            entry.status, entry.reason = SKIP, f"cuDNN not loaded: {reason}"
         return entry
 
-    path = os.path.realpath(chosen["path"])
+    path = os.path.realpath(chosen.need_text("path", 1 << 20))
     loaded = lib_version(chosen) or runtime or file_version(path) or file_version(path, 1)
     why = loader.explain(path, mapped, consumers)
-    entry["cudnn_loaded"] = {"path": path, "dir": os.path.dirname(path),
-                             "version": rules.version_text(loaded), **why}
+    entry.cudnn_loaded = LoadedCopy(path, os.path.dirname(path), rules.version_text(loaded),
+                                    why["why"], why["detail"], why.get("via"))
     mismatch = XLA_MISMATCH.search(got.output)
     status, because = rules.judge(name, built, loaded)
     if mismatch:  # the framework's own check said so, whatever the versions seen here
         status = rules.INCOMPATIBLE
-    if status == rules.UNKNOWN and own.get("status") == "passed" and mapping(fw.get("ran")).get("ok"):
+    if status == rules.UNKNOWN and own.raw("status") == "passed" and fw.fields("ran").raw("ok"):
         status = rules.COMPATIBLE
         because += "; its own check passed (a cuDNN convolution ran)"
-    entry["compatible"] = {rules.COMPATIBLE: True, rules.INCOMPATIBLE: False}.get(status)
-    where = f"loads {entry['cudnn_loaded']['version'] or 'an unknown version'} from " \
-            f"{entry['cudnn_loaded']['dir']} ({why['detail']})"
-    built_text = f"built against cuDNN {entry['cudnn_built_for']}" if built else \
+    entry.compatible = {rules.COMPATIBLE: True, rules.INCOMPATIBLE: False}.get(status)
+    where = f"loads {entry.cudnn_loaded.version or 'an unknown version'} from " \
+            f"{entry.cudnn_loaded.dir} ({why['detail']})"
+    built_text = f"built against cuDNN {entry.cudnn_built_for}" if built else \
         "the cuDNN it was built against is not exposed"
-    entry["reason"] = f"{built_text}, {where}: {because}"
-    entry["status"] = {rules.COMPATIBLE: PASS, rules.INCOMPATIBLE: FAIL}.get(status, WARN)
+    entry.reason = f"{built_text}, {where}: {because}"
+    entry.status = {rules.COMPATIBLE: PASS, rules.INCOMPATIBLE: FAIL}.get(status, WARN)
     problems = [f"it logged: {mismatch.group(0)}"] if mismatch else []
-    if own.get("status") == "raised":
-        problems.append(f"its own check raised: {text(own.get('message'), 500)}")
+    if own.raw("status") == "raised":
+        problems.append(f"its own check raised: {own.text('message', 500)}")
     if error:
         problems.append(f"it failed: {error}")
-    mixed = sorted({os.path.dirname(os.path.realpath(lib["path"])) for lib in libraries})
+    mixed = sorted({os.path.dirname(os.path.realpath(lib.need_text("path", 1 << 20)))
+                    for lib in libraries})
     if len(mixed) > 1:
         problems.append("cuDNN libraries from several directories are mapped: " + ", ".join(mixed))
     if problems:
-        entry["reason"] += "; " + "; ".join(problems)
-        if entry["status"] == PASS:
-            entry["status"] = WARN
+        entry.reason += "; " + "; ".join(problems)
+        if entry.status == PASS:
+            entry.status = WARN
     return entry
 
 
-def _stem(path: str) -> str | None:
-    return gen.library_stem(os.path.basename(path), unversioned=True)
-
-
 def _needs_cudnn(obj: L.ElfObject | None) -> bool:
-    return bool(obj) and any(n.startswith("libcudnn.so") for n in obj.needed)
+    return obj is not None and any(n.startswith("libcudnn.so") for n in obj.needed)
 
 
-def _needed_soname(consumers: Sequence[str], elf: ElfFacts, chosen: dict | None) -> str | None:
+def _needed_soname(consumers: Sequence[str], elf: ElfFacts,
+                   chosen: Fields | None) -> str | None:
     if chosen is not None:
-        obj = elf(os.path.realpath(chosen["path"]))
+        obj = elf(os.path.realpath(chosen.need_text("path", 1 << 20)))
         if obj and obj.soname:
             return obj.soname
     for c in consumers:
@@ -162,17 +219,17 @@ def _needed(elf: ElfFacts, path: str) -> tuple[str, ...]:
     return obj.needed if obj else ()
 
 
-def _built_for(fw: dict, output: str, consumers: Sequence[str],
+def _built_for(fw: Fields, output: str, consumers: Sequence[str],
                elf: ElfFacts) -> tuple[rules.Version | None, str | None]:
-    reported = mapping(fw.get("built_for"))
-    built = rules.parse_version(reported.get("value"))
+    reported = fw.fields("built_for")
+    built = rules.parse_version(reported.raw("value"))
     if built and len(built) >= 2:
-        return built, text(reported.get("source"))
+        return built, reported.text("source")
     mismatch = XLA_MISMATCH.search(output)
     if mismatch:
         return rules.parse_version(mismatch["built"]), "its log: " + mismatch.group(0)[:200]
     if built:
-        return built, text(reported.get("source"))
+        return built, reported.text("source")
     for c in consumers:
         for n in _needed(elf, c):
             version = gen.library_file_version(n)
@@ -182,8 +239,8 @@ def _built_for(fw: dict, output: str, consumers: Sequence[str],
     return None, None
 
 
-def lib_version(lib: dict) -> rules.Version | None:
-    value = lib.get("get_version")
+def lib_version(lib: Fields) -> rules.Version | None:
+    value = lib.raw("get_version")
     return rules.parse_version(value) if isinstance(value, int) else None
 
 
@@ -201,42 +258,31 @@ def _cudnn_line(output: str) -> str:
     return ""
 
 
-JSON_FIELDS = ("name", "version", "importable", "cudnn_built_for", "cudnn_built_for_source",
-               "cudnn_loaded", "compatible", "rule", "status", "reason")
-
-
-def frameworks_json(entries: Sequence[dict]) -> list[dict]:
+def frameworks_json(entries: Sequence[FrameworkEntry]) -> list[dict]:
     """The `frameworks` list of the JSON output: JSON_FIELDS of each entry; cudnn_loaded is
     {path, dir, version, why, detail} or null."""
-    out = []
-    for e in entries:
-        item = {k: e.get(k) for k in JSON_FIELDS}
-        if item["cudnn_loaded"]:
-            item["cudnn_loaded"] = {k: e["cudnn_loaded"].get(k) for k in
-                                    ("path", "dir", "version", "why", "detail")}
-        out.append(item)
-    return out
+    return [e.to_dict() for e in entries]
 
 
-def frameworks_check(entries: Sequence[dict], python: str | None = None) -> Check:
+def frameworks_check(entries: Sequence[FrameworkEntry], python: str | None = None) -> Check:
     """The `frameworks` check: fail if a framework loads a cuDNN its rule refuses, warn if one
     could not be judged, pass if every one that loads cuDNN is fine, skip if none does."""
     if not entries:
         where = f" in {python}" if python else ""
         return Check(NAME, SKIP, f"no deep-learning framework importable{where}")
     order = (FAIL, WARN, PASS, SKIP)
-    status = min((e["status"] for e in entries), key=order.index)
+    status = min((e.status for e in entries), key=order.index)
     return Check(NAME, status, " | ".join(one_line(e) for e in entries),
                  {"python": python, "frameworks": frameworks_json(entries)})
 
 
-def one_line(entry: dict) -> str:
-    return f"{entry['name']} {entry.get('version') or ''}".rstrip() + f": {entry['reason']}"
+def one_line(entry: FrameworkEntry) -> str:
+    return f"{entry.name} {entry.version or ''}".rstrip() + f": {entry.reason}"
 
 
 def check_frameworks(python: str, env: Mapping[str, str], timeout: float | None = None, *,
                      search: L.Environment | None = None,
-                     runner: Runner | None = None) -> tuple[Check, list[dict]]:
+                     runner: Runner | None = None) -> tuple[Check, list[FrameworkEntry]]:
     """framework_report() as a check; an interpreter that cannot say what it has is a warn."""
     try:
         entries = framework_report(python, env, timeout, search=search, runner=runner)

@@ -12,14 +12,17 @@ reason outside cuDNN (no NVRTC for the runtime-compiled engine) is a warn naming
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import Mapping
 
 from cudnn_setup.checks.answer_values import shown
+from cudnn_setup.checks.driver import no_driver
 from cudnn_setup.checks.installation import Installation
 from cudnn_setup.checks.native import find_cudart
 from cudnn_setup.checks.probe import child_env, loads_key, probe_module, run_probe
 from cudnn_setup.child import Runner
 from cudnn_setup.facts import cudnn as gen
+from cudnn_setup.facts import ldresolve as L
 from cudnn_setup.facts import gpu_support as S
 from cudnn_setup.report import FAIL, PASS, SKIP, WARN, Check
 
@@ -76,14 +79,29 @@ def _crashed_in(stderr: str) -> str | None:
     return found[-1] if found and found[-1] in STEPS else None
 
 
+def without_driver(inst: Installation, env: Mapping[str, str],
+                   loader: L.Environment) -> str | None:
+    """Why the probe could only skip, known without starting it, in the words it would say:
+    no NVIDIA kernel module and no libcuda.so.1 that its loader (the library's directory
+    first on LD_LIBRARY_PATH) would find (checks/driver.no_driver, the driver probe's rule)."""
+    probe_env = child_env(inst.lib_dir, env)
+    return no_driver(probe_env, replace(loader, ld_library_path=probe_env["LD_LIBRARY_PATH"]),
+                     smi=False)
+
+
 def check_gpu(inst: Installation, env: Mapping[str, str], runner: Runner | None = None,
-              timeout: float = TIMEOUT, probe: list[str] | None = None) -> Check:
+              timeout: float = TIMEOUT, probe: list[str] | None = None,
+              loader: L.Environment | None = None) -> Check:
     """`runner`: the command's (it skips the probe when loading this libcudnn hung earlier);
     `probe`: the probe's command line before its arguments (default: probes/gpu.py under
-    this interpreter's run_probe)."""
+    this interpreter's run_probe); `loader`: the loader's environment for `env`, given when
+    the probe is not to be started on a machine it would find no driver on."""
     target = inst.soname_path()
     if target is None:
         return Check(NAME, SKIP, "no libcudnn to run")
+    absent = without_driver(inst, env, loader) if loader is not None else None
+    if absent is not None:
+        return Check(NAME, SKIP, absent, {"status": SKIP, "reason": absent})
     args = probe or probe_module("gpu")
     comp = inst.composition() if inst.generation else None
     jit = comp is not None and comp.flavour == gen.JIT

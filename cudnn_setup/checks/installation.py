@@ -13,6 +13,7 @@ from pathlib import Path
 from packaging.version import Version
 
 from cudnn_setup.facts import cudnn as gen
+from cudnn_setup.facts import ldresolve as L
 from cudnn_setup.facts.composition import Composition, compose, flavour_of
 from cudnn_setup.facts.cuda import CudaRoot
 from cudnn_setup.state.layout import StateDir
@@ -46,6 +47,8 @@ class Installation:
     origin: str | None = None
     origin_facts: dict = field(default_factory=dict)
     _composition: Composition | None = field(default=None, init=False, repr=False, compare=False)
+    # its libraries' ELF facts, read once for every check of one command (facts/ldresolve.py)
+    objects: L.Objects = field(default_factory=L.Objects, init=False, repr=False, compare=False)
 
     @property
     def include_dir(self) -> Path:
@@ -75,7 +78,7 @@ class Installation:
             files.pop(None, None)
             name = self.manifest.source.name if self.manifest else None
             self._composition = compose(files, self.generation,
-                                        flavour_of(name, files, self.generation))
+                                        flavour_of(name, files, self.generation), self.objects)
         return self._composition
 
     def library(self, stem: str) -> Path | None:

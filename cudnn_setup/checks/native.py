@@ -100,10 +100,13 @@ def check_load(inst: Installation, env: Mapping[str, str], runner: Runner | None
         return Check("load", FAIL, f"loading {target.name} did not finish in {LOAD_TIMEOUT:.0f} s"), None
     if result.data is None or "cudnnGetVersion" not in result.data:
         return Check("load", FAIL, _crash_detail(result, inst)), None
-    data = result.data
-    got = data.get("cudnnGetVersion")
-    if got is not None and (not isinstance(got, int) or isinstance(got, bool)):
+    answer = result.answer("the load probe's answer")
+    got = answer.raw("cudnnGetVersion")
+    if got is not None and answer.integer("cudnnGetVersion") is None:
         return Check("load", FAIL, f"the load probe's answer is not a version: {str(got)[:50]}"), None
+    # what later checks read (the CUDA version it was built for), each field checked here once
+    data = {"path": answer.text("path", 4096), "cudnnGetVersion": got,
+            "cudnnGetCudartVersion": answer.integer("cudnnGetCudartVersion", 0, 10**7)}
     if got is None:
         return Check("load", WARN, f"{target.name} loads but has no cudnnGetVersion (R1)", data), data
     if inst.header_version and inst.header_version != "1.0.0":

@@ -14,12 +14,15 @@ fail it: nothing there is broken); its `problems` check (commands/doctor.py) car
 """
 from __future__ import annotations
 
-from typing import Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 from packaging.version import InvalidVersion
 
 from cudnn_setup.facts import gpu_support as S
 from cudnn_setup.report import FAIL, WARN, Check
+
+if TYPE_CHECKING:
+    from cudnn_setup.checks.driver import DriverFacts
 
 INFO = "info"
 SEVERITY_RANK = {FAIL: 1, WARN: 2, INFO: 3}
@@ -59,7 +62,7 @@ def fix_of(check: Check) -> str:
     return ""
 
 
-def problems_from(checks: Iterable[Check], *, driver: dict | None = None,
+def problems_from(checks: Iterable[Check], *, driver: DriverFacts | None = None,
                   explanation: Iterable[dict] = (), extra: Iterable[dict] = ()) -> list[dict]:
     """Every problem, most important first: `{severity, check, message, fix, rank}`.
 
@@ -69,7 +72,7 @@ def problems_from(checks: Iterable[Check], *, driver: dict | None = None,
     severity (fail | warn | info), message, fix and optionally check."""
     out: list[dict] = []
     seen_gpus: set[str] = set()
-    gpus = [(g.get("name"), g.get("compute_capability")) for g in (driver or {}).get("gpus", [])]
+    gpus: list[tuple[Any, Any]] = list(driver.gpu_pairs) if driver else []
     gpus += [(p.get("part"), p.get("compute_capability")) for p in explanation]
     for name, cc in gpus:
         if isinstance(name, str) and cannot_run_cudnn(cc) and name not in seen_gpus:

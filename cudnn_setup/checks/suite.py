@@ -7,15 +7,15 @@ at the same time do (cudnn_setup/parallel.py); the report keeps ORDER.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Mapping
 
 from cudnn_setup.checks.coherence import check_coherence
 from cudnn_setup.checks.deps import check_deps, loader_environment
-from cudnn_setup.checks.driver import check_driver, driver_facts, driver_present
+from cudnn_setup.checks.driver import DriverFacts, check_driver, driver_facts, driver_present
 from cudnn_setup.checks.files import check_elf, check_files, check_versions
-from cudnn_setup.checks.frameworks import check_frameworks
+from cudnn_setup.checks.frameworks import FrameworkEntry, check_frameworks
 from cudnn_setup.checks.installation import Installation
 from cudnn_setup.checks.locate import skipped_without_cudnn
 from cudnn_setup.checks.gpu import check_gpu
@@ -37,7 +37,7 @@ class Frameworks:
     """The frameworks check and the report it came from (checks/frameworks.py)."""
 
     check: Check
-    entries: list[dict]
+    entries: list[FrameworkEntry]
 
 
 def frameworks_of(python: str, env: Mapping[str, str], enabled: bool = True,
@@ -87,7 +87,7 @@ class Steps:
 def run_checks(inst: Installation, *, python: str, env: Mapping[str, str],
                theanorc: Path | None = None, theano: bool = True,
                conf: Path = Path("/etc/ld.so.conf"), deep: bool = False,
-               driver: dict | None = None, frameworks: Frameworks | None = None,
+               driver: DriverFacts | None = None, frameworks: Frameworks | None = None,
                with_frameworks: bool = True, loader_fix: str | None = None,
                loader: L.Environment | None = None,
                status: Callable[[str], None] | None = None,
@@ -101,20 +101,25 @@ def run_checks(inst: Installation, *, python: str, env: Mapping[str, str],
     every child goes through.
 
     The checks that run children start at once, each as soon as what it needs is known (the
-    driver probe, load, frameworks and Theano at the start; coherence, compile and gpu once load
-    has answered, so that a library that hangs is loaded once), and the checks made in this
+    driver probe, load, frameworks and Theano at the start; coherence, deps, compile and gpu
+    once load has answered, so that a library that hangs is loaded once), and the checks made in this
     process run meanwhile; every verdict is the one the same check gives on its own, and the
     list keeps ORDER."""
     env = dict(env)
     runner = runner or Runner()
     step = Steps(status, ORDER if theano else ORDER[:-1])
     step("files")
-    loader = loader or loader_environment(env)
+    # one memo of the libraries' ELF facts for every check (files, coherence, deps, load)
+    loader = loader or loader_environment(env, objects=inst.objects)
+    if loader.objects is None:
+        loader = replace(loader, objects=inst.objects)
+    else:
+        inst.objects = loader.objects
     skipped = skipped_without_cudnn(inst)
     driver_later = Done(driver) if driver is not None else Later(driver_facts, env,
                                                                  loader=loader, runner=runner)
     if skipped is not None:
-        load_later = coherence_later = compile_later = gpu_later = None
+        load_later = coherence_later = deps_later = compile_later = gpu_later = None
     else:
         load_later = Later(check_load, inst, env, runner, loader)
 
@@ -125,7 +130,7 @@ def run_checks(inst: Installation, *, python: str, env: Mapping[str, str],
 
         def gpu():
             _, data = load_later.result()
-            return check_gpu(inst, env, runner) if data is not None else Check(
+            return check_gpu(inst, env, runner, loader=loader) if data is not None else Check(
                 "gpu", SKIP, "libcudnn does not load (see load)")
 
         def compiled():
@@ -134,7 +139,14 @@ def run_checks(inst: Installation, *, python: str, env: Mapping[str, str],
             load_later.result()
             return check_compile(inst, env, includes=compile_includes(inst), runner=runner)
 
-        coherence_later, gpu_later, compile_later = Later(coherence), Later(gpu), Later(compiled)
+        def deps():
+            # the package manager it may ask for fixes is a child: it runs beside coherence's
+            _, data = load_later.result()
+            return check_deps(inst, env, load_data=data, loader=loader,
+                              driver_present=driver_present(driver_later.result()))
+
+        coherence_later, deps_later = Later(coherence), Later(deps)
+        gpu_later, compile_later = Later(gpu), Later(compiled)
     frameworks_later = Done(frameworks) if frameworks is not None else Later(
         frameworks_of, python, env, with_frameworks, loader, runner)
     gpu_check = gpu_later.result if gpu_later is not None else (lambda: skipped["gpu"])
@@ -155,12 +167,10 @@ def run_checks(inst: Installation, *, python: str, env: Mapping[str, str],
         step("load")
         load, load_data = load_later.result()
         checks.append(load)
-        present = driver_present(driver_later.result())
         step("coherence")
         checks.append(coherence_later.result())
         step("deps")
-        checks.append(check_deps(inst, env, load_data=load_data, loader=loader,
-                                 driver_present=present))
+        checks.append(deps_later.result())
         step("loader")
         checks.append(check_loader(inst, env, conf, fix=loader_fix))
         step("cuda")

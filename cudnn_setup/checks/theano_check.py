@@ -1,9 +1,11 @@
 """The theano layer: build the classic graphs in the user's interpreter and see what Theano chose."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping
 
+from cudnn_setup.checks.answer_values import BadAnswer, Fields
 from cudnn_setup.checks.installation import Installation
 from cudnn_setup.child import run_command
 from cudnn_setup.checks.probe import child_env, probe_module, run_probe
@@ -68,6 +70,27 @@ def theano_supports(version: str | None) -> bool:
     return parts is not None and THEANO_CUDNN[0] <= parts[0] <= THEANO_CUDNN[1]
 
 
+@dataclass(frozen=True)
+class TheanoGraphs:
+    """What probes/theano_graph.py answers, the fields the check judges; BadAnswer when one of
+    them is missing or of another type."""
+
+    theano_version: str
+    device: str
+    exp_ok: bool
+    conv_op: str | None
+    conv_shape: list
+    uses_cudnn: bool
+    optimizer_including: str
+
+    @classmethod
+    def read(cls, answer: Fields) -> TheanoGraphs:
+        return cls(answer.need_text("theano_version", 100), answer.need_text("device", 100),
+                   answer.need_flag("exp_ok"), answer.text("conv_op", 100),
+                   answer.need_list("conv_shape"), answer.need_flag("uses_cudnn"),
+                   answer.text("optimizer_including", 10000) or "")
+
+
 def why_not_cudnn(data: dict, inst: Installation, gpu: Check | None) -> str:
     """The one reason Theano does not use cuDNN here, most fundamental first: no cuDNN at all;
     a GPU no cuDNN can run on; a cuDNN outside Theano's range (on any machine, GPU or not);
@@ -81,9 +104,10 @@ def why_not_cudnn(data: dict, inst: Installation, gpu: Check | None) -> str:
         return theano_range_note(inst.version) or f"Theano 1.0.5 does not support cuDNN {inst.version}"
     if gpu is not None and gpu.status == SKIP:
         return f"no GPU here ({gpu.detail}); Theano runs on the CPU"
-    if data.get("device", "cpu").startswith("cpu"):
+    answer = Fields(data)
+    if (answer.text("device", 100) or "cpu").startswith("cpu"):
         return "device=cpu: set [global] device=cuda in the theanorc to use the GPU"
-    return data.get("dnn_reason") or "Theano did not pick a cuDNN op"
+    return answer.nonempty("dnn_reason", 1000) or "Theano did not pick a cuDNN op"
 
 
 def check_theano(inst: Installation, python: str, theanorc: Path | None,
@@ -102,15 +126,20 @@ def check_theano(inst: Installation, python: str, theanorc: Path | None,
         what = "timed out" if result.timed_out else f"failed ({result.crashed or result.returncode})"
         return Check("theano", FAIL, f"Theano's test graphs {what}: {result.last_error_line()[:300]}")
     data = result.data
-    summary = (f"Theano {data['theano_version']} on {data['device']}: T.exp "
-               f"{'ok' if data['exp_ok'] else 'WRONG'}, conv net used {data['conv_op']}")
-    if not data["exp_ok"] or data["conv_shape"] != [2, 8, 10, 10]:
+    try:
+        got = TheanoGraphs.read(result.answer("the answer of Theano's test graphs"))
+    except BadAnswer as exc:
+        return Check("theano", FAIL, f"Theano's test graphs ran but their answer cannot be "
+                     f"judged: {exc}")
+    summary = (f"Theano {got.theano_version} on {got.device}: T.exp "
+               f"{'ok' if got.exp_ok else 'WRONG'}, conv net used {got.conv_op}")
+    if not got.exp_ok or got.conv_shape != [2, 8, 10, 10]:
         return Check("theano", FAIL, summary + ": wrong results", data)
-    if data["uses_cudnn"]:
+    if got.uses_cudnn:
         return Check("theano", PASS, summary + " (cuDNN)", data)
     reason = why_not_cudnn(data, inst, gpu() if callable(gpu) else gpu)
     data["reason"] = reason
-    if theanorc is not None and "cudnn" not in data.get("optimizer_including", ""):
+    if theanorc is not None and "cudnn" not in got.optimizer_including:
         return Check("theano", FAIL, summary + f"; the theanorc {theanorc} was not picked up "
                      "(optimizer_including lacks cudnn)", data)
     return Check("theano", WARN, f"{summary}, not cuDNN: {reason}", data)

@@ -4,8 +4,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from cudnn_setup.checks.benchmarks import algorithm_check, theano_checks
-from cudnn_setup.commands.base import Context, command, root_if_any
-from cudnn_setup.commands.steps import root_installation, theanorc_path
+from cudnn_setup.steps.command_wrapper import command
+from cudnn_setup.steps.context import Context, root_if_any
+from cudnn_setup.steps.recovery import root_installation
+from cudnn_setup.steps.theano_step import theanorc_path
 from cudnn_setup.report import Result
 
 

@@ -14,15 +14,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cudnn_setup.checks.deps import loader_environment
-from cudnn_setup.checks.driver import describe_gpus, driver_facts, has_driver
+from cudnn_setup.checks.driver import DriverFacts, describe_gpus, driver_facts, has_driver
 from cudnn_setup.checks.frameworks import frameworks_json, one_line
 from cudnn_setup.checks.installation import Installation
 from cudnn_setup.checks.locate import describe, locate
 from cudnn_setup.checks.problems import INFO, problems_from
 from cudnn_setup.checks.suite import Frameworks, frameworks_of, run_checks
 from cudnn_setup.checks.theano_check import stale_dnn_paths
-from cudnn_setup.commands.base import Context, command, include_needs_lib_dir
-from cudnn_setup.commands.steps import root_installation
+from cudnn_setup.steps.command_wrapper import command
+from cudnn_setup.steps.context import Context, include_needs_lib_dir
+from cudnn_setup.steps.recovery import root_installation
 from cudnn_setup.facts import host, loader
 from cudnn_setup.facts.cuda import CudaRoot
 from cudnn_setup.facts.survey import all_cuda_roots, machine_cudnn
@@ -77,7 +78,7 @@ def doctor(result: Result, ctx: Context, message: str | None = None,
         result.add(key, value)
     if inst is not None:
         result.add("cudnn", describe(inst))
-    result.add("driver", driver)
+    result.add("driver", driver.to_dict())
     result.add("frameworks", frameworks_json(frameworks.entries))
     result.checks += d.checks() + [problems_check(d.problems)]
     _describe(result, d, driver, frameworks, inst)
@@ -209,14 +210,14 @@ def problems_check(problems: list[dict]) -> Check:
     return Check("problems", status, summary + first)
 
 
-def _describe(result: Result, d: Diagnosis, driver: dict, frameworks: Frameworks,
+def _describe(result: Result, d: Diagnosis, driver: DriverFacts, frameworks: Frameworks,
               inst: Installation | None) -> None:
     if inst is not None:
         managed = "installed by cudnn-setup" if inst.manifest else "not installed by cudnn-setup"
         result.lines.append(f"cuDNN examined: {inst.version or 'none'} in {inst.lib_dir} "
                             f"({managed})")
     result.lines.append("GPUs and driver: " + (describe_gpus(driver) if has_driver(driver)
-                                               else driver.get("reason") or "no NVIDIA driver"))
+                                               else driver.reason or "no NVIDIA driver"))
     if frameworks.entries:
         result.lines.append(f"frameworks of {frameworks.check.data.get('python')}:")
         result.lines += [f"  {one_line(e)}" for e in frameworks.entries]

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cudnn_setup.commands.base import Context, command, root_if_any
-from cudnn_setup.commands.by_version import (VERSION, choose_source, classify, describe_offer,
+from cudnn_setup.steps.command_wrapper import command
+from cudnn_setup.steps.context import Context, root_if_any
+from cudnn_setup.steps.by_version import (VERSION, choose_source, classify, describe_offer,
                                              fetcher, host_choice, pick_version)
-from cudnn_setup.commands.fetching import (KEEP_HEADERS_VAR, check_sha256, fetch,  # noqa: F401
-                                           parse_headers, saved_line)
+from cudnn_setup.steps.fetching import check_sha256, fetch, saved_line
 from cudnn_setup.errors import DownloadFailed, UsageError
 from cudnn_setup.report import Result
 from cudnn_setup.sources.base import PYPI

@@ -7,8 +7,9 @@ from pathlib import Path
 
 from cudnn_setup.archive import read_package
 from cudnn_setup.archive.package import Package
-from cudnn_setup.commands.base import Context, command, reading, which
-from cudnn_setup.commands.placement import BuiltFor, built_for, cuda_mismatch
+from cudnn_setup.steps.command_wrapper import command
+from cudnn_setup.steps.context import Context, reading, which
+from cudnn_setup.placement.fit import BuiltFor, built_for, cuda_mismatch
 from cudnn_setup.errors import ArchiveRejected
 from cudnn_setup.facts.cuda import find_cuda_root
 from cudnn_setup.report import Result

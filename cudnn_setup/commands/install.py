@@ -9,14 +9,12 @@ from pathlib import Path
 
 from cudnn_setup.archive.wheel import WHEEL
 from cudnn_setup.checks.driver import driver_facts
-from cudnn_setup.checks.installation import find_installation
-from cudnn_setup.checks.suite import run_checks
-from cudnn_setup.commands import placement
-from cudnn_setup.commands.base import Context, command, reading, which
-from cudnn_setup.commands.by_version import dependency_wheels, resolve_source
-from cudnn_setup.commands.fetching import check_sha256
-from cudnn_setup.commands.steps import (FrameworkLookahead, loader_step, theanorc_path,
-                                        theanorc_step)
+from cudnn_setup.placement import engine
+from cudnn_setup.steps.command_wrapper import command
+from cudnn_setup.steps.context import Context, reading, which
+from cudnn_setup.steps.by_version import dependency_wheels, resolve_source
+from cudnn_setup.steps.fetching import check_sha256
+from cudnn_setup.steps.loader_step import FrameworkLookahead, loader_step
 from cudnn_setup.facts.cuda import CudaRoot, find_cuda_root
 from cudnn_setup.facts.ldresolve import NotLoadable, read_object
 from cudnn_setup.report import Result
@@ -42,11 +40,11 @@ def install(result: Result, ctx: Context, source: str, *, cuda_root: Path | None
     # when the staged build is judged, before anything is placed. When the install fails or is
     # interrupted first, it is not waited for (its child times out in a session of its own).
     asked = _Background(driver_facts, ctx.env)
-    same: list[placement.Outcome] = []
+    same: list[engine.Outcome] = []
 
     def unneeded(name: str, vouched) -> bool:
         """The release asked for is the archive installed, all in place: nothing to fetch."""
-        found = None if force or with_deps else placement.install(
+        found = None if force or with_deps else engine.install(
             Path(name), root, dry_run=dry_run, lock_timeout=ctx.lock_timeout, env=ctx.env,
             driver=asked.result, on_status=ctx.status, known=vouched,
             verify_content=verify_content, unread_only=True)
@@ -71,12 +69,12 @@ def install(result: Result, ctx: Context, source: str, *, cuda_root: Path | None
                                         "checksum_from": d.provenance.checksum_from}
                                        for d in deps]
         result.add("provenance", provenance)
-        outcome = placement.install(archive, root, force=force, dry_run=dry_run,
-                                    expected=expected, on_read=reading(ctx, archive),
-                                    lock_timeout=ctx.lock_timeout, xz=which(ctx, "xz"),
-                                    env=ctx.env, driver=asked.result, on_status=ctx.status,
-                                    provenance=provenance, extra_wheels=[d.path for d in deps],
-                                    verify_content=verify_content)
+        outcome = engine.install(archive, root, force=force, dry_run=dry_run,
+                                 expected=expected, on_read=reading(ctx, archive),
+                                 lock_timeout=ctx.lock_timeout, xz=which(ctx, "xz"),
+                                 env=ctx.env, driver=asked.result, on_status=ctx.status,
+                                 provenance=provenance, extra_wheels=[d.path for d in deps],
+                                 verify_content=verify_content)
     else:
         outcome = same[0]
     driver = asked.result()
@@ -97,11 +95,20 @@ def install(result: Result, ctx: Context, source: str, *, cuda_root: Path | None
         result.checks.append(step.check)
         if step.what_if:
             result.add("frameworks_what_if", step.what_if)
-    rc = None if no_theanorc else theanorc_path(ctx, theanorc)
+    # Theano's config and verify: their modules (ConfigUpdater's merge, every check) are
+    # imported only by an install that goes on to them
+    rc = None
+    if not no_theanorc:
+        from cudnn_setup.steps.theano_step import theanorc_path, theanorc_step
+
+        rc = theanorc_path(ctx, theanorc)
     if rc is not None:
         result.checks.append(theanorc_step(result, rc, root.path, lib_dir, dry_run,
                                            result.cudnn_version))
     if not no_verify and not dry_run:
+        from cudnn_setup.checks.installation import find_installation
+        from cudnn_setup.checks.suite import run_checks
+
         # What was learnt before the loader step still holds unless the step changed it.
         same = frameworks is not None and not step.changed_loader
         result.checks += run_checks(find_installation(root), python=python, env=ctx.env,
@@ -173,7 +180,7 @@ class _Background:
         return self.value
 
 
-def _describe(result: Result, outcome: placement.Outcome, root: CudaRoot, dry_run: bool) -> None:
+def _describe(result: Result, outcome: engine.Outcome, root: CudaRoot, dry_run: bool) -> None:
     if outcome.recovered:
         result.lines.append(outcome.recovered)
     what = (f"cuDNN {outcome.cudnn_version} ({outcome.generation})" if outcome.cudnn_version

@@ -13,9 +13,10 @@ from typing import Callable, Optional
 
 from packaging.version import InvalidVersion, Version
 
-from cudnn_setup.checks.driver import describe_gpus, driver_facts, has_driver
-from cudnn_setup.commands.base import Context, command, root_if_any
-from cudnn_setup.commands.by_version import (choose_source, host_choice, machine_wheel_tags,
+from cudnn_setup.checks.driver import DriverFacts, describe_gpus, driver_facts, has_driver
+from cudnn_setup.steps.command_wrapper import command
+from cudnn_setup.steps.context import Context, root_if_any
+from cudnn_setup.steps.by_version import (choose_source, host_choice, machine_wheel_tags,
                                              target)
 from cudnn_setup.errors import DownloadFailed
 from cudnn_setup.facts import gpu_support as S
@@ -33,18 +34,18 @@ from cudnn_setup.state.layout import StateDir
 FitJudge = Callable[[Release], Optional[tuple[bool, str]]]
 
 
-def machine_judge(facts: dict) -> FitJudge | None:
+def machine_judge(facts: DriverFacts) -> FitJudge | None:
     """The judge for the GPUs and driver that `facts` (checks.driver.driver_facts) describe, by
     facts/gpu_support.py's tables; None when neither a driver nor a GPU is known."""
     if not has_driver(facts):
         return None
-    gpus = [(g["name"], g["compute_capability"]) for g in facts.get("gpus", [])]
+    gpus = facts.gpu_pairs
 
     def judge(release: Release) -> tuple[bool, str] | None:
         try:
             major, minor = redist.parse_variant(release.cuda_variant)
             misfits = S.fits(release.version, str(major) if minor is None else f"{major}.{minor}",
-                             gpus, facts.get("cuda_driver_version"), facts.get("driver_version"))
+                             gpus, facts.cuda_driver_version, facts.driver_version)
         except (ValueError, InvalidVersion):
             return None
         if not misfits:

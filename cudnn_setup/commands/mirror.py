@@ -30,11 +30,12 @@ from pathlib import Path
 from cudnn_setup import __version__
 from cudnn_setup.archive import inspect_archive
 from cudnn_setup.archive.repack import repack, repack_name
-from cudnn_setup.atomic import fsync_dir, write_atomic
-from cudnn_setup.commands.base import Context, command, root_if_any, which
-from cudnn_setup.commands.by_version import (choose_source, fetcher, host_choice,
+from cudnn_setup.durable import replace_durably, write_atomic
+from cudnn_setup.steps.command_wrapper import command
+from cudnn_setup.steps.context import Context, root_if_any, which
+from cudnn_setup.steps.by_version import (choose_source, fetcher, host_choice,
                                              machine_wheel_tags)
-from cudnn_setup.commands.fetching import parse_headers
+from cudnn_setup.steps.fetching import parse_headers
 from cudnn_setup.digest import file_digest
 from cudnn_setup.errors import ArchiveRejected, DownloadFailed, InstallFailed, UsageError
 from cudnn_setup.facts.host import wheel_tags_for
@@ -142,9 +143,9 @@ class MirrorDir:
 
 
 def _place(tmp: Path, final: Path) -> None:
+    """A checked archive under its final name, whole on disk before a manifest names it."""
     final.parent.mkdir(parents=True, exist_ok=True)
-    os.replace(tmp, final)
-    fsync_dir(final.parent)
+    replace_durably(tmp, final)
 
 
 def _archive(result: Result, ctx: Context, mirror: MirrorDir, source: Source, offer: Offer,

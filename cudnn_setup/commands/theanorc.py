@@ -4,8 +4,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from cudnn_setup.checks.installation import find_installation
-from cudnn_setup.commands.base import Context, command
-from cudnn_setup.commands.steps import recover_first, theanorc_path, theanorc_step
+from cudnn_setup.steps.command_wrapper import command
+from cudnn_setup.steps.context import Context
+from cudnn_setup.steps.recovery import recover_first
+from cudnn_setup.steps.theano_step import theanorc_path, theanorc_step
 from cudnn_setup.facts.cuda import find_cuda_root
 from cudnn_setup.errors import UsageError
 from cudnn_setup.report import FAIL, WARN, Check, Result

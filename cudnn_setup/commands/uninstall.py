@@ -3,9 +3,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cudnn_setup.commands import placement
-from cudnn_setup.commands.base import Context, command
-from cudnn_setup.commands.steps import theanorc_path
+from cudnn_setup.placement import engine
+from cudnn_setup.steps.command_wrapper import command
+from cudnn_setup.steps.context import Context
+from cudnn_setup.steps.theano_step import theanorc_path
 from cudnn_setup.facts import loader
 from cudnn_setup.facts.cuda import find_cuda_root
 from cudnn_setup.report import Result
@@ -19,8 +20,8 @@ def uninstall(result: Result, ctx: Context, *, cuda_root: Path | None = None,
               dry_run: bool = False, force: bool = False) -> None:
     root = find_cuda_root(ctx.env, cuda_root)
     result.cuda_root = str(root.path)
-    outcome = placement.uninstall(root, force=force, dry_run=dry_run,
-                                  lock_timeout=ctx.lock_timeout, on_status=ctx.status)
+    outcome = engine.uninstall(root, force=force, dry_run=dry_run,
+                               lock_timeout=ctx.lock_timeout, on_status=ctx.status)
     version = (outcome.manifest or {}).get("cudnn_version")
     result.cudnn_version = version
     result.changed = outcome.changed and not dry_run

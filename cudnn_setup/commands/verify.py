@@ -9,8 +9,10 @@ from pathlib import Path
 from cudnn_setup.checks.installation import find_installation
 from cudnn_setup.checks.locate import describe, locate
 from cudnn_setup.checks.suite import run_checks
-from cudnn_setup.commands.base import Context, command, include_needs_lib_dir, root_if_any
-from cudnn_setup.commands.steps import recover_first, theanorc_path
+from cudnn_setup.steps.command_wrapper import command
+from cudnn_setup.steps.context import Context, include_needs_lib_dir, root_if_any
+from cudnn_setup.steps.recovery import recover_first
+from cudnn_setup.steps.theano_step import theanorc_path
 from cudnn_setup.facts.cuda import find_cuda_root
 from cudnn_setup.report import FAIL, Result
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Callable, Mapping
 
 from cudnn_setup.facts import cudnn as gen
 from cudnn_setup.facts import ldresolve as L
@@ -62,19 +62,23 @@ class Composition:
 
 
 def cudnn_stem(name: str) -> str | None:
-    """libcudnn_ops for "libcudnn_ops.so", "libcudnn_ops.so.9", "libcudnn_ops.so.9.1.0"."""
-    m = gen.SHARED_NAME.match(os.path.basename(name))
-    return m["stem"] if m and m["stem"].startswith("libcudnn") else None
+    """libcudnn_ops for "libcudnn_ops.so", "libcudnn_ops.so.9", "libcudnn_ops.so.9.1.0" and a
+    path ending in one: facts/cudnn.library_stem, for any name a library names."""
+    return gen.library_stem(name, unversioned=True, path=True)
 
 
-def named_by(path: str | os.PathLike) -> tuple[list[str], list[str]]:
+def named_by(path: str | os.PathLike,
+             objects: L.Objects | None = None) -> tuple[list[str], list[str]]:
     """(DT_NEEDED stems, stems opened at run time) of cuDNN libraries that `path` names; an
-    unreadable file names nothing (the elf and files checks say what is wrong with it)."""
+    unreadable file names nothing (the elf and files checks say what is wrong with it).
+    `objects`: the files read once for the whole command."""
+    read = objects.read if objects is not None else L.read_object
     try:
-        needed = [s for s in map(cudnn_stem, L.read_object(path).needed) if s]
+        needed = [s for s in map(cudnn_stem, read(path).needed) if s]
     except L.NotLoadable:
         return [], []
-    runtime = [s for s in map(cudnn_stem, L.runtime_names(path)) if s]
+    names = objects.runtime_names(path) if objects is not None else L.runtime_names(path)
+    runtime = [s for s in map(cudnn_stem, names) if s]
     return list(dict.fromkeys(needed)), list(dict.fromkeys(runtime))
 
 
@@ -94,10 +98,14 @@ def flavour_of(archive_name: str | None, stems, generation: str | None) -> str |
 
 
 def compose(files: Mapping[str, str | os.PathLike], generation: str | None,
-            flavour: str | None = None) -> Composition:
+            flavour: str | None = None, objects: L.Objects | None = None,
+            named: Callable[[str | os.PathLike], tuple[list[str], list[str]]] | None = None,
+            ) -> Composition:
     """The composition of a release whose library files are `files` (stem → path of the file
     present): every cuDNN library reachable from libcudnn through DT_NEEDED and run-time names
-    (run-time names only in the full flavour), at least the generation's floor."""
+    (run-time names only in the full flavour), at least the generation's floor. `objects`: the
+    files read once for the whole command; `named`: what answers for named_by (the judge's
+    facts, read while the archive decoded)."""
     present = tuple(sorted(files))
     if flavour is None:
         flavour = flavour_of(None, present, generation)
@@ -114,7 +122,7 @@ def compose(files: Mapping[str, str | os.PathLike], generation: str | None,
                 continue
             name = os.path.basename(os.fspath(path))
             read.append(name)
-            needed, runtime = named_by(path)
+            needed, runtime = named(path) if named is not None else named_by(path, objects)
             for dep in needed:
                 embedded.setdefault(dep, f"{name} lists it as DT_NEEDED")
             for dep in runtime:

@@ -22,6 +22,7 @@ MAJOR*1000+MINOR*100+PATCH up to 8.x and MAJOR*10000+MINOR*100+PATCH from 9.0.
 """
 from __future__ import annotations
 
+import os
 import re
 
 from packaging.version import InvalidVersion, Version
@@ -54,7 +55,10 @@ LIBRARY_FILE = re.compile(r"^(?P<stem>libcudnn[a-z_]*)\.so\.(?P<ver>\d+(?:\.\d+)
 # Any cuDNN library name with a version, the SONAME form too: pip wheels ship the regular
 # files as libcudnn_ops.so.9, with no full version in the name.
 LIBRARY_NAME = re.compile(r"^(?P<stem>libcudnn[a-z_]*)\.so\.(?P<ver>\d+(?:\.\d+)*)\Z")
-_DEVELOPMENT_NAME = re.compile(r"^(?P<stem>libcudnn[a-z_]*)\.so\Z")  # the link a linker takes
+# The one rule for which cuDNN library a name is of (library_stem): as archives, DT_NEEDED
+# entries and the names a library dlopens spell it, so a future sub-library with a digit in its
+# name still counts (facts/composition.py); the development name (no version) when asked.
+_STEM_NAME = re.compile(r"^(?P<stem>libcudnn[A-Za-z0-9_]*)\.so(?P<ver>\.\d+(?:\.\d+)*)?\Z")
 # Blanks within a line only ([ \t], not \s, which spans newlines): `^\s*#` over a header of a
 # million empty lines would try every line start against all the lines after it.
 _MACRO = re.compile(r"^[ \t]*#[ \t]*define[ \t]+(CUDNN_MAJOR|CUDNN_MINOR|CUDNN_PATCHLEVEL|CUDNN_VERSION)"
@@ -116,12 +120,12 @@ def expected_soname(stem: str, file_version: str | None, generation: str | None)
     return f"{stem}.so.{'.'.join(parts[:keep])}"
 
 
-def library_stem(name: str, *, unversioned: bool = False) -> str | None:
+def library_stem(name: str, *, unversioned: bool = False, path: bool = False) -> str | None:
     """The cuDNN library a file name is of: "libcudnn_ops" for libcudnn_ops.so.9 and
     libcudnn_ops.so.9.1.0; with `unversioned`, for the development name libcudnn_ops.so too.
-    None for any other name (a base name, not a path)."""
-    m = LIBRARY_NAME.match(name) or (_DEVELOPMENT_NAME.match(name) if unversioned else None)
-    return m["stem"] if m else None
+    None for any other name. `name` is a base name; with `path`, the last part of a path."""
+    m = _STEM_NAME.match(os.path.basename(name) if path else name)
+    return m["stem"] if m and (unversioned or m["ver"]) else None
 
 
 def so_base(name: str) -> str:

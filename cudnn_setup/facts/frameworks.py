@@ -45,8 +45,9 @@ def decode_version_number(number: int) -> Version | None:
     return None  # 10000-89999 is neither encoding
 
 
-def parse_version(value: VersionLike) -> Version | None:
-    """A cuDNN version from what frameworks and files say: 91900, "9.19.0", "9", (9, 19, 0)."""
+def parse_version(value: object) -> Version | None:
+    """A cuDNN version from what frameworks and files say: 91900, "9.19.0", "9", (9, 19, 0);
+    None for anything else (what a child sent is passed as it came)."""
     if value is None or isinstance(value, bool):
         return None
     if isinstance(value, int):
@@ -57,7 +58,10 @@ def parse_version(value: VersionLike) -> Version | None:
         m = _DOTTED.match(value)
         if m:
             return tuple(int(part) for part in m.groups() if part is not None)
-        return decode_version_number(int(value)) if value.strip().isdigit() else None
+        digits = value.strip()
+        # int() refuses more than 4300 digits (ValueError): no version is longer than a few
+        return decode_version_number(int(digits)) if digits.isdigit() and len(digits) < 20 \
+            else None
     if isinstance(value, (tuple, list)) and 1 <= len(value) <= 4 and all(
             isinstance(part, int) and not isinstance(part, bool) and 0 <= part < 10000
             for part in value):

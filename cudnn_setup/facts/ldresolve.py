@@ -28,8 +28,9 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, Iterator, Sequence
 
 from elftools.elf.constants import SH_FLAGS
@@ -306,6 +307,69 @@ def read_cache(ldconfig: str | None = None, cache_file: str | None = None,
     return parse_ldconfig_p(done.stdout.decode(errors="replace")) if done.ok else []
 
 
+# --- files read once per run -------------------------------------------------------------------
+
+class Objects:
+    """read_object and runtime_names, each file read once while it stays as it was: a command
+    that asks many questions about the same libraries (verify's files, coherence and deps
+    checks each read cuDNN's ELF files or emulate the loader over them) shares one. A file is
+    known by what stat says of it, links followed (device, inode, size, mtime, ctime), so a
+    link and its target are read once, and a file replaced or rewritten since is read again.
+    Checks run side by side on threads: one that asks for a file another is reading waits for
+    that reading instead of doing it again."""
+
+    def __init__(self) -> None:
+        self._objects: dict[tuple, tuple[str, ElfObject | NotLoadable]] = {}
+        self._names: dict[tuple, list[str]] = {}
+        self._reading: dict[tuple, threading.Lock] = {}
+
+    def _lock(self, key: tuple) -> threading.Lock:
+        return self._reading.setdefault(key, threading.Lock())  # setdefault: one per key
+
+    @staticmethod
+    def _identity(path: str) -> tuple | None:
+        try:
+            st = os.stat(path)
+        except (OSError, ValueError):
+            return None
+        return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+    def read(self, path: str | os.PathLike) -> ElfObject:
+        path = os.fspath(path)
+        key = self._identity(path)
+        if key is None:
+            known = None
+        else:
+            with self._lock(("elf", *key)):
+                known = self._objects.get(key)
+                if known is None:
+                    known = self._objects[key] = _read_as(path)
+        read_as, got = known or _read_as(path)
+        if isinstance(got, NotLoadable):  # raised anew (a raised one keeps its frames), for `path`
+            message = str(got)
+            if read_as != path and message.startswith(read_as + ":"):
+                message = path + message[len(read_as):]
+            raise NotLoadable(message, got.fatal)
+        return got if read_as == path else replace(got, path=path)
+
+    def runtime_names(self, path: str | os.PathLike) -> list[str]:
+        path = os.fspath(path)
+        key = self._identity(path)
+        if key is None:
+            return runtime_names(path)
+        with self._lock(("names", *key)):
+            if key not in self._names:
+                self._names[key] = runtime_names(path)
+        return list(self._names[key])
+
+
+def _read_as(path: str) -> tuple[str, ElfObject | NotLoadable]:
+    try:
+        return path, read_object(path)
+    except NotLoadable as exc:
+        return path, exc
+
+
 # --- one process's view -----------------------------------------------------------------------
 
 @dataclass
@@ -318,6 +382,8 @@ class Environment:
     cwd: str = "/"
     executable: str | None = None  # its DT_RPATH counts last in the RPATH chain
     inhibit_cache: bool = False
+    # the files read for this environment's questions, once each (None: read every time)
+    objects: Objects | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass
@@ -363,13 +429,14 @@ class Resolution:
 class Process:
     """Loads objects into an emulated process the way ld.so does, without running them.
 
-    `reader` reads one file's facts (read_object; a caller asking many questions about the
-    same files passes one that remembers them)."""
+    `reader` reads one file's facts (default: the environment's Objects where it has them,
+    else read_object; a caller asking many questions about the same files passes one that
+    remembers them)."""
 
     def __init__(self, env: Environment, host: tuple[str, int, bool] | None = None,
-                 reader: Callable[[str], ElfObject] = read_object, budget: int = SEARCH_BUDGET):
+                 reader: Callable[[str], ElfObject] | None = None, budget: int = SEARCH_BUDGET):
         self.env = env
-        self.read = reader
+        self.read = reader or (env.objects.read if env.objects is not None else read_object)
         self.budget = budget
         self.looked = 0  # paths looked at, against `budget`
         self.spent = False
@@ -750,12 +817,16 @@ class Dependency:
 
 
 def closure(roots: Sequence[str | os.PathLike], env: Environment, versions: Versions = Versions(),
-            runtime: bool = True) -> list[Dependency]:
+            runtime: bool = True,
+            scanned_if: Callable[[ElfObject], bool] | None = None) -> list[Dependency]:
     """Load each root as dlopen(path) would, with every DT_NEEDED entry recursively; then each
     name the roots (and what those names bring in) open at run time, from the library that
-    embeds it. One Dependency per request, in load order."""
+    embeds it. One Dependency per request, in load order. `scanned_if`: only the objects it
+    accepts are read for run-time names (a caller that asks only about cuDNN's own libraries
+    need not search for every name the driver opens)."""
     deps: list[Dependency] = []
     proc = Process(env)
+    names_of = env.objects.runtime_names if env.objects is not None else runtime_names
     scan: deque[Loaded] = deque()
     for root in roots:
         if proc.spent:
@@ -766,7 +837,7 @@ def closure(roots: Sequence[str | os.PathLike], env: Environment, versions: Vers
         deps += [Dependency(who.opened_as, r.name, "needed", r) for who, r in needed]
         if item is None:
             continue
-        if runtime and item not in scan:
+        if runtime and item not in scan and (scanned_if is None or scanned_if(item.obj)):
             scan.append(item)
     scanned: set[int] = set()
     while scan and not proc.spent:
@@ -774,12 +845,13 @@ def closure(roots: Sequence[str | os.PathLike], env: Environment, versions: Vers
         if id(item) in scanned:
             continue
         scanned.add(id(item))
-        for label, candidates in runtime_requests(runtime_names(item.opened_as), item.obj.soname,
+        for label, candidates in runtime_requests(names_of(item.opened_as), item.obj.soname,
                                                   versions):
             res, got, needed = _first_of(proc, candidates, item)
             deps.append(Dependency(item.opened_as, label, "runtime", res, candidates))
             deps += [Dependency(who.opened_as, r.name, "needed", r) for who, r in needed]
-            if got is not None and res.via != "already loaded":
+            if got is not None and res.via != "already loaded" and (
+                    scanned_if is None or scanned_if(got.obj)):
                 scan.append(got)
     return deps
 

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Mapping
 
-from cudnn_setup.atomic import write_atomic
+from cudnn_setup.durable import write_atomic
 from cudnn_setup.child import run_command
 from cudnn_setup.facts.cudnn import library_file_version
 from cudnn_setup.facts.ldresolve import ldconfig_binary, read_cache

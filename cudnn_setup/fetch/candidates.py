@@ -1,5 +1,8 @@
 """Release candidates: what a version request (`9`, `9.17`, `9.17.0.29`) matches, and the one
-archive to fetch for this platform and CUDA root. Version order is packaging's throughout.
+archive to fetch for this platform and CUDA root. Version order is packaging's throughout; two
+orders are made here and nowhere else: `newest_first`, the order releases are shown and merged
+in, and `ranked`, the order in which they are chosen for this platform and CUDA root (`select`
+takes its first, `fetch/resolve` walks it on a mirror).
 """
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ from packaging.version import InvalidVersion, Version
 from cudnn_setup.errors import UsageError
 from cudnn_setup.fetch.redist import (
     NVIDIA_COMPUTE, NVIDIA_REDIST, ManifestDamaged, NoVariant, mirror_url, parse_cuda,
-    pick_variant, safe_relative, variant_fits, variant_key,
+    safe_relative, variant_fits, variant_key, variant_rank,
 )
 
 _REQUEST = re.compile(r"^v?\d{1,4}(\.\d{1,6}){0,3}$")
@@ -88,10 +91,6 @@ def newest_first(items: Iterable, key=lambda r: (r.version, r.cuda_variant, r.pl
     """Every release-like item, newest first: the tool's one ordering of releases. `key` gives
     (version, cuda_variant[, platform]) of an item."""
     return sorted(items, key=lambda item: release_order(*key(item)), reverse=True)
-
-
-def newest(releases: Iterable[Release]) -> Release | None:
-    return max(releases, key=lambda r: Version(r.version), default=None)
 
 
 def nearest_versions(request: VersionRequest, versions: Iterable[str], n: int = 4) -> list[str]:
@@ -206,9 +205,18 @@ def select(request: VersionRequest, releases: Iterable[Release], platform: str |
         raise NoVariant(f"cuDNN {request} has no build for CUDA {major} on {' or '.join(order)}",
                         f"builds exist for: {variants}; pick another version or CUDA root "
                         "(--cuda N)")
-    best = newest(fitting)
-    same = [r for r in fitting if Version(r.version) == Version(best.version)]
-    on = next(p for p in order if any(r.platform == p for r in same))
-    same = [r for r in same if r.platform == on]
-    variant = pick_variant([r.cuda_variant for r in same], cuda_version)
-    return next(r for r in same if r.cuda_variant == variant)
+    return ranked(request, fitting, order, cuda_version)[0]
+
+
+def ranked(request: VersionRequest, releases: Iterable[Release], platform: str | Sequence[str],
+           cuda_version: str) -> list[Release]:
+    """Every release `select` could choose, best first (so ranked(...)[0] is its answer): the
+    newest version; within one version the platforms in the order given (a Jetson:
+    linux-aarch64, then linux-sbsa); within one platform the variants best first for this CUDA
+    (redist.variant_rank); releases alike in all three keep the order they came in."""
+    order = platform_order(platform)
+    fitting = [r for r in installable(releases) if request.matches(r.version)
+               and r.platform in order and variant_fits(r.cuda_variant, cuda_version)]
+    by_fit = sorted(fitting, key=lambda r: (order.index(r.platform),
+                                            variant_rank(r.cuda_variant, cuda_version)))
+    return sorted(by_fit, key=lambda r: Version(r.version), reverse=True)  # stable: fit kept

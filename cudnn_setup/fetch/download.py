@@ -31,7 +31,7 @@ from typing import Callable, Iterable, Mapping
 import requests
 import urllib3
 
-from cudnn_setup.atomic import write_atomic
+from cudnn_setup.durable import write_atomic
 from cudnn_setup.digest import file_digest
 from cudnn_setup.errors import ArchiveRejected, DownloadFailed, os_error
 from cudnn_setup.fetch.checksums import Expected, expected_for, mismatch

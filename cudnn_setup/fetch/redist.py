@@ -188,22 +188,25 @@ def variant_fits(variant: str, cuda_version: str) -> bool:
     return v_minor is None or c_minor is None or v_major >= 11 or v_minor == c_minor
 
 
-def pick_variant(variants: Iterable[str], cuda_version: str) -> str | None:
-    """The best fitting variant: the root's exact minor, else a major-only build, else the
-    newest build for a lower minor, else the oldest for a higher one."""
+def variant_rank(variant: str, cuda_version: str) -> tuple[int, int]:
+    """Sort key of the variants that fit a root of `cuda_version`, best first: the root's
+    exact minor, else a major-only build, else the newest build for a lower minor, else the
+    oldest for a higher one."""
     _, c_minor = parse_cuda(cuda_version)
+    _, v_minor = parse_variant(variant)
+    if v_minor is None:
+        return (1, 0)
+    if c_minor is None:
+        return (2, -v_minor)
+    if v_minor == c_minor:
+        return (0, 0)
+    return (2, -v_minor) if v_minor < c_minor else (3, v_minor)
 
-    def rank(variant: str) -> tuple:
-        _, v_minor = parse_variant(variant)
-        if v_minor is None:
-            return (1, 0)
-        if c_minor is None:
-            return (2, -v_minor)
-        if v_minor == c_minor:
-            return (0, 0)
-        return (2, -v_minor) if v_minor < c_minor else (3, v_minor)
 
-    fitting = sorted((v for v in set(variants) if variant_fits(v, cuda_version)), key=rank)
+def pick_variant(variants: Iterable[str], cuda_version: str) -> str | None:
+    """The best fitting variant (variant_rank's first), or None when none fits."""
+    fitting = sorted((v for v in set(variants) if variant_fits(v, cuda_version)),
+                     key=lambda v: variant_rank(v, cuda_version))
     return fitting[0] if fitting else None
 
 

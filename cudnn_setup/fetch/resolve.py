@@ -35,7 +35,7 @@ from cudnn_setup.errors import DownloadFailed
 from cudnn_setup.fetch import known_releases, redist
 from cudnn_setup.fetch.candidates import (
     Release, UnknownVersion, VersionRequest, installable, merge, nearest_versions,
-    platform_order, select,
+    platform_order, ranked, select,
 )
 from cudnn_setup.fetch.redistrib_json import MAX_BYTES, parse_redistrib
 from cudnn_setup.urls import redact
@@ -109,26 +109,6 @@ def _label_matches(request: VersionRequest, label: str) -> bool:
 def _fits(releases: Iterable[Release], platforms: tuple[str, ...], cuda_version: str) -> bool:
     return any(r.platform in platforms and redist.variant_fits(r.cuda_variant, cuda_version)
                for r in installable(releases))
-
-
-def ranked(request: VersionRequest, releases: Iterable[Release], platform: str | Sequence[str],
-           cuda_version: str) -> list[Release]:
-    """Every release `select` could choose, best first: newest version, within one version the
-    platforms in the order given (a Jetson: linux-aarch64, then linux-sbsa), and within one
-    platform the variants in pick_variant's order (so ranked(...)[0] is select's answer)."""
-    order = platform_order(platform)
-    fitting = [r for r in installable(releases) if request.matches(r.version)
-               and r.platform in order and redist.variant_fits(r.cuda_variant, cuda_version)]
-    out: list[Release] = []
-    for version in sorted({Version(r.version) for r in fitting}, reverse=True):
-        for on in order:
-            same = [r for r in fitting if Version(r.version) == version and r.platform == on]
-            while same:
-                variant = redist.pick_variant([r.cuda_variant for r in same], cuda_version)
-                best = next(r for r in same if r.cuda_variant == variant)
-                out.append(best)
-                same.remove(best)
-    return out
 
 
 def resolve(request: VersionRequest, tree: Tree, platform: str | Sequence[str],

@@ -30,6 +30,11 @@ import os
 import sys
 import time
 
+# Its sibling modules (maps.py, answer.py) are imported by file location: a probe runs by path,
+# outside the package, under any Python 3 (even under PYTHONSAFEPATH).
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from maps import mapped_files  # noqa: E402
+
 c_void_p, byref = ctypes.c_void_p, ctypes.byref
 c_int64, c_int, c_float, c_double, c_size_t = (ctypes.c_int64, ctypes.c_int, ctypes.c_float,
                                                ctypes.c_double, ctypes.c_size_t)
@@ -108,19 +113,8 @@ class AlgoPerf(ctypes.Structure):
 
 
 def mapped_cudnn_files():
-    """libcudnn* and libnvrtc* files mapped into this process, from /proc/self/maps."""
-    found = set()
-    try:
-        with open("/proc/self/maps", "rb") as f:
-            for line in f:
-                parts = line.split(None, 5)
-                if len(parts) == 6:
-                    base = os.path.basename(parts[5].strip())
-                    if base.startswith((b"libcudnn", b"libnvrtc")):
-                        found.add(parts[5].strip().decode("utf-8", "replace"))
-    except OSError:
-        pass
-    return found
+    """libcudnn* and libnvrtc* files mapped into this process."""
+    return mapped_files((b"libcudnn", b"libnvrtc"))
 
 
 class Gpu:
@@ -971,7 +965,6 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # even under PYTHONSAFEPATH
     from answer import emit
 
     emit(lambda: main(sys.argv[1:]))

@@ -27,6 +27,11 @@ import signal
 import sys
 import time
 
+# Its sibling modules (maps.py, answer.py) are imported by file location: a probe runs by path,
+# outside the package, under any Python 3 (even under PYTHONSAFEPATH).
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from maps import mapped_file, mapped_files  # noqa: E402
+
 RTLD_NOW, RTLD_GLOBAL = os.RTLD_NOW, os.RTLD_GLOBAL
 RTLD_DI_LINKMAP = 2
 CHILD_TIMEOUT = 60.0
@@ -62,22 +67,6 @@ LIBC.dladdr.argtypes = [ctypes.c_void_p, ctypes.POINTER(DlInfo)]
 
 def _text(raw):
     return raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
-
-
-def mapped_file(base):
-    """The file /proc/self/maps shows at an object's load address."""
-    try:
-        with open("/proc/self/maps", "rb") as f:
-            for line in f:
-                parts = line.split(None, 5)
-                if len(parts) < 6:
-                    continue
-                lo, hi = (int(x, 16) for x in parts[0].split(b"-"))
-                if lo <= base < hi:
-                    return _text(parts[5].strip())
-    except OSError:
-        return None
-    return None
 
 
 def describe(lib, with_version=True):
@@ -140,10 +129,10 @@ def symbol_version(lib, path):
 def asked_version(lib, path):
     """The library's version, and the libcudnn* files it mapped to answer (cuDNN loading its
     sub-libraries its own way: from its directory, through its RUNPATH)."""
-    before = mapped_cudnn_files()
+    before = mapped_files()
     version, source = own_version(lib, path)
     return {"version": version, "version_from": source,
-            "cudnn_mapped": sorted(mapped_cudnn_files() - before)}
+            "cudnn_mapped": sorted(mapped_files() - before)}
 
 
 def in_child(work, timeout=CHILD_TIMEOUT):
@@ -230,30 +219,16 @@ def check_function(soname):
     return "cudnn" + "".join(p.title() for p in m.group(1).split("_")) + "VersionCheck"
 
 
-def mapped_cudnn_files():
-    """Files named libcudnn* mapped into this process, from /proc/self/maps."""
-    found = set()
-    try:
-        with open("/proc/self/maps", "rb") as f:
-            for line in f:
-                parts = line.split(None, 5)
-                if len(parts) == 6 and os.path.basename(parts[5].strip()).startswith(b"libcudnn"):
-                    found.add(_text(parts[5].strip()))
-    except OSError:
-        pass
-    return found
-
-
 def version_check(main, name):
     """Call cuDNN's own check: it loads the sub-library the way cuDNN does (from libcudnn, so
     with libcudnn's RUNPATH), and the files it mapped show which copy it took."""
     def work():
-        before = mapped_cudnn_files()
+        before = mapped_files()
         fn = getattr(main, name)
         fn.restype = ctypes.c_int
         fn.argtypes = []
         status = int(fn())
-        return {"status": status, "mapped": sorted(mapped_cudnn_files() - before)}
+        return {"status": status, "mapped": sorted(mapped_files() - before)}
     return work
 
 
@@ -289,7 +264,6 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # even under PYTHONSAFEPATH
     from answer import emit
 
     emit(lambda: main(sys.argv[1:]))

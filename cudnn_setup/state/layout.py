@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, TypeVar
 
-from cudnn_setup.atomic import write_atomic
+from cudnn_setup.durable import write_atomic
 from cudnn_setup.errors import InstallFailed
 from cudnn_setup.state.journal import ORIGINALS, TX, Journal
 from cudnn_setup.state.manifest import Manifest

@@ -19,7 +19,7 @@ import stat
 from pathlib import Path
 from typing import Callable
 
-from cudnn_setup.atomic import fsync_dir
+from cudnn_setup.durable import fsync_dir, sync_dirs
 from cudnn_setup.state.journal import MKDIR, PUT, REMOVE, RMDIR, Journal, Op
 from cudnn_setup.state.layout import StateDir, remove_tree, write_manifest
 from cudnn_setup.state.manifest import Manifest
@@ -164,9 +164,7 @@ class Transaction:
         "installed" must not bring back the old directory entries)."""
         dirs = {self.paths.dest(op).parent for op in ops}
         dirs |= {self.paths.backup(op).parent for op in ops if op.backup}
-        for directory in sorted(dirs):
-            if _is_dir(directory):
-                self.fs.fsync_dir(directory)
+        sync_dirs(dirs, self.fs.fsync_dir)
 
 
 def rollback(state: StateDir, journal: Journal, fs: Filesystem | None = None) -> None:

@@ -24,9 +24,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from packaging.utils import canonicalize_name
-
-from cudnn_setup.commands.base import Context
+from cudnn_setup.steps.context import Context
 from cudnn_setup.errors import UsageError
 from cudnn_setup.archive.wheel import requirements as wheel_requirements
 from cudnn_setup.facts import dependencies as D
@@ -77,7 +75,7 @@ def tree_for(ctx: Context, mirror: str | None, headers: list[str] | None) -> Tre
 
 def _tree_source(ctx: Context, mirror: str | None, headers: list[str] | None,
                  option: str = "--mirror") -> RedistTree:
-    from cudnn_setup.commands.fetching import client_for
+    from cudnn_setup.steps.fetching import client_for
     from cudnn_setup.fetch.remote import Reader
     from cudnn_setup.sources.mirror import Mirror
     from cudnn_setup.sources.nvidia import NvidiaTree
@@ -101,7 +99,7 @@ def choose_source(ctx: Context, *, from_: str | None = None, mirror: str | None 
                   cache_dir: Path | None = None, wheel_tags: list[str] | None = None) -> Source:
     """The source of releases that `--from`, `--mirror` and `--index-url` name (a PyPI
     index's wheels must carry one of `wheel_tags`: this machine's by default)."""
-    from cudnn_setup.commands.fetching import client_for, downloader_for
+    from cudnn_setup.steps.fetching import client_for, downloader_for
     from cudnn_setup.fetch.remote import Reader
     from cudnn_setup.sources.nvidia import NvidiaTree
     from cudnn_setup.sources.pipconf import index_config
@@ -155,7 +153,7 @@ def fetcher(result: Result, ctx: Context, headers: list[str] | None, cache_dir: 
     source's own, which carries pip's CA bundle), its outcome rendered into `result` (unless
     not `record`: a dependency's download is said in its own key). A tree's archive is fetched
     through the client that read its manifests: one waiting budget."""
-    from cudnn_setup.commands.fetching import fetch
+    from cudnn_setup.steps.fetching import fetch
     from cudnn_setup.fetch.remote import Reader
     from cudnn_setup.sources.tree import RedistTree
 
@@ -255,9 +253,14 @@ def resolve_source(result: Result, ctx: Context, source: str, root: CudaRoot, *,
         _installable_or_refuse(offer)
         why = "by its name"
     describe_offer(result, offer, chosen, why)
-    if unneeded is not None and offer.sha256 and (sha256 is None or sha256.lower() == offer.sha256) \
-            and unneeded(offer.file_name, Expected("sha256", offer.sha256,
-                                                   offer.checksum_from or chosen.where)):
+    # What the archive must hash to, vouched for before a byte is fetched: the source's
+    # published sha256, else the user's --sha256 (both given and different: fetched, and the
+    # mismatch reported as always).
+    given = sha256.lower() if sha256 else None
+    vouched = Expected("sha256", offer.sha256, offer.checksum_from or chosen.where) \
+        if offer.sha256 else Expected("sha256", given, "--sha256") if given else None
+    if unneeded is not None and vouched is not None and given in (None, vouched.digest) \
+            and unneeded(offer.file_name, vouched):
         return None
     return chosen.obtain(offer, fetcher(result, ctx, headers, cache_dir, chosen), sha256)
 
@@ -276,6 +279,8 @@ def dependency_wheels(result: Result, ctx: Context, obtained: Obtained, root: Cu
     platform, _ = target(root, None)
     lib_dir = root.lib_dir()
     major = root.major or 0
+    from packaging.utils import canonicalize_name  # with packaging.tags and logging: wheels only
+
     out: list[Obtained] = []
     for requirement in wheel_requirements(obtained.path):
         name = canonicalize_name(requirement.name)

@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping
 
-from cudnn_setup.commands.base import Context
+from cudnn_setup.steps.context import Context
 from cudnn_setup.errors import UsageError
 from cudnn_setup.fetch.checksums import Expected, expected_for
 from cudnn_setup.report import Result

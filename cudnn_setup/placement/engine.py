@@ -1,0 +1,286 @@
+"""Placing a cuDNN archive into a CUDA root as one transaction, and taking it out again.
+
+The engine under `install` and `uninstall`, in named steps: stage and judge the archive inside
+the root's state dir (judge.py: refuse what does not fit the root or this machine), plan
+against what is there (plan_install), make the staged bytes durable and apply the plan as a
+journaled transaction whose commit point is the manifest (commit.py). The same archive again,
+all in place, is answered from the manifest without reading it (same_archive.py). The commands
+decide what to do around it (fetching, the loader, Theano, verify).
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+import uuid
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Iterator, Mapping, Sequence
+
+from cudnn_setup.archive.package import Package
+from cudnn_setup.errors import os_error
+from cudnn_setup.facts.cuda import CudaRoot
+from cudnn_setup.fetch.checksums import Expected
+from cudnn_setup.placement.commit import manifest_for, place, remove
+from cudnn_setup.placement.fit import BuiltFor
+from cudnn_setup.placement.judge import Judged, stage_and_judge
+from cudnn_setup.placement.same_archive import archive_stat, plan_again
+from cudnn_setup.placement.targets import dependency_entries, desired_entries, root_dirs
+from cudnn_setup.state.layout import StateDir, remove_tree
+from cudnn_setup.state.manifest import Manifest
+from cudnn_setup.state.plan import Desired, Plan, conflict_error, make_plan, uninstall_plan
+from cudnn_setup.state.transaction import Filesystem, recover
+from cudnn_setup.text import plural
+
+if TYPE_CHECKING:
+    from cudnn_setup.checks.driver import DriverFacts
+
+
+@dataclass
+class Outcome:
+    """What install or uninstall did (or, with dry_run, would do)."""
+
+    changed: bool
+    plan: Plan
+    package: Package | None = None
+    manifest: dict | None = None  # as written to manifest.json
+    recovered: str | None = None
+    lib_dir: Path | None = None
+    built_for: BuiltFor | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def cudnn_version(self) -> str | None:
+        """The version installed (or that would be): the archive's, else the manifest's when
+        the archive was known without reading it."""
+        if self.package is not None:
+            return self.package.cudnn_version
+        return (self.manifest or {}).get("cudnn_version")
+
+    @property
+    def generation(self) -> str | None:
+        if self.package is not None:
+            return self.package.generation
+        return (self.manifest or {}).get("generation")
+
+    def to_dict(self) -> dict:
+        out = {"plan": self.plan.actions(), "unchanged": len(self.plan.unchanged),
+               "backed_up": self.plan.manual, "adopted": self.plan.adopted,
+               "kept": self.plan.kept, "recovered": self.recovered,
+               "lib_dir": str(self.lib_dir) if self.lib_dir else None, "notes": self.notes}
+        if self.built_for is not None:
+            out["built_for_cuda"] = self.built_for.to_dict()
+        return out
+
+
+@dataclass(frozen=True)
+class Asked:
+    """What an install was asked to place where, and how: install()'s arguments, for its
+    steps."""
+
+    archive: Path
+    root: CudaRoot
+    include_rel: str  # the include and library dirs inside the root's real tree (root_dirs)
+    lib_rel: str
+    force: bool = False
+    expected: Expected | None = None
+    on_read: Callable[[int], None] | None = None
+    xz: str | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+    driver: Callable[[], DriverFacts | None] | DriverFacts | None = None
+    say: Callable[[str], None] = field(default=lambda line: None)
+    extra_wheels: Sequence[Path] = ()
+    known: Expected | None = None
+    verify_content: bool = False
+    unread_only: bool = False
+
+    @property
+    def lib_dir(self) -> Path:
+        return self.root.path / self.lib_rel
+
+
+def install(archive: Path, root: CudaRoot, *, force: bool = False, dry_run: bool = False,
+            expected: Expected | None = None, fs: Filesystem | None = None,
+            lock_timeout: float = 300.0, tmp_dir: Path | None = None,
+            on_read: Callable[[int], None] | None = None, xz: str | None = None,
+            env: Mapping[str, str] | None = None,
+            driver: Callable[[], DriverFacts | None] | DriverFacts | None = None,
+            on_status: Callable[[str], None] | None = None,
+            provenance: dict | None = None, extra_wheels: Sequence[Path] = (),
+            known: Expected | None = None, verify_content: bool = False,
+            unread_only: bool = False) -> Outcome | None:
+    """Install `archive` into `root`; `provenance` (sources.base.Provenance) is recorded in
+    the manifest; the libraries of `extra_wheels` (the wheels cuDNN's wheel declares, such as
+    nvidia-cublas-cu12) are placed beside cuDNN in the same transaction. `env` is the
+    environment of the child process that asks
+    a library which CUDA it was built for, when the archive's name does not say; `driver`
+    (checks.driver.driver_facts, or a function that waits for them) the GPUs and driver the
+    build must fit; `on_status` hears a line for each step and for a wait on the lock;
+    `known`: the checksum published for the release the user asked for, by which an archive
+    already installed is known without reading it (same_archive); `verify_content`: hash the
+    installed files to judge them, not only their stat; `unread_only`: answer only when that
+    needs no archive (None otherwise)."""
+    include_rel, lib_rel = root_dirs(root)
+    asked = Asked(archive, root, include_rel, lib_rel, force, expected, on_read, xz, env or {},
+                  driver, on_status or (lambda line: None), extra_wheels, known,
+                  verify_content, unread_only)
+    state = StateDir(root.path)
+    if dry_run:
+        return _dry_run(asked, state, tmp_dir)
+    return _install(asked, state, fs, lock_timeout, on_status, provenance)
+
+
+def same_again(asked: Asked, old: Manifest | None, recovered: str | None = None) -> Outcome | None:
+    """The same archive again, all in place: answered from the manifest, unread."""
+    if asked.force or asked.extra_wheels:
+        return None
+    found = plan_again(asked.archive, asked.root, old, asked.include_rel, asked.lib_rel,
+                       asked.known, asked.driver, asked.verify_content, asked.unread_only)
+    if found is None:
+        return None
+    plan, how = found
+    assert old is not None  # plan_again answers only from a manifest
+    return Outcome(False, plan, None, old.to_dict(), recovered, lib_dir=asked.lib_dir,
+                   built_for=BuiltFor(old.cuda_version, old.cuda_source or "manifest"),
+                   notes=[f"the archive was not read again: {how}"])
+
+
+def judged_in(asked: Asked, work: Path, state: StateDir) -> Judged:
+    """The archive staged and judged under `work` (judge.stage_and_judge), refused (exit 3)
+    when it does not fit."""
+    return stage_and_judge(asked.archive, work, asked.root, state, expected=asked.expected,
+                           on_read=asked.on_read, xz=asked.xz, env=asked.env,
+                           driver=asked.driver, force=asked.force, say=asked.say)
+
+
+def plan_install(asked: Asked, judged: Judged, work: Path) -> tuple[list[Desired], Plan]:
+    """What should end up in the root (cuDNN's entries, the dependency wheels' libraries),
+    staged under `work`, and the plan that gets it there from what is there now."""
+    links = work / "links"
+    desired = desired_entries(judged.package, asked.include_rel, asked.lib_rel, links)
+    desired += dependency_entries(asked.extra_wheels, work / "deps", asked.root.path,
+                                  asked.lib_rel, links, desired)
+    plan = make_plan(asked.root.path, judged.old, desired, asked.force,
+                     deep=asked.verify_content)
+    return desired, plan
+
+
+def _dry_run(asked: Asked, state: StateDir, tmp_dir: Path | None) -> Outcome | None:
+    """What the install would do: judged and planned in a temporary dir, the root untouched."""
+    pending = state.pending()
+    if not pending and (same := same_again(asked, state.manifest())) is not None:
+        return same
+    if asked.unread_only:
+        return None
+    with tempfile.TemporaryDirectory(prefix="cudnn-setup-plan-", dir=tmp_dir) as tmp:
+        judged = judged_in(asked, Path(tmp), state)
+        _, plan = plan_install(asked, judged, Path(tmp))
+        notes = ["an interrupted transaction will be rolled back first"] if pending else []
+        return Outcome(plan.changed, plan, judged.package, lib_dir=asked.lib_dir,
+                       built_for=judged.built, notes=notes + judged.notes)
+
+
+def _install(asked: Asked, state: StateDir, fs: Filesystem | None, lock_timeout: float,
+             on_wait: Callable[[str], None] | None, provenance: dict | None) -> Outcome | None:
+    """The install under the root's lock: recover, answer the same archive again from the
+    manifest, else stage and judge, plan, and place the plan as one transaction."""
+    before = None if asked.unread_only else archive_stat(asked.archive)
+    created_state = not state.exists()
+    if asked.unread_only and created_state:
+        return None
+    with _rolled_back_errors("install"), state.locked(lock_timeout, on_wait):
+        recovered = recover(state)
+        if recovered:
+            asked.say(recovered)
+        state.check()
+        if (same := same_again(asked, state.manifest(), recovered)) is not None \
+                or asked.unread_only:
+            state.tidy()
+            return same
+        txid = uuid.uuid4().hex[:12]
+        tx = state.tx_dir(txid)
+        try:
+            state.check()
+            judged = judged_in(asked, tx, state)
+            notes = list(judged.notes)
+            desired, plan = plan_install(asked, judged, tx)
+            if plan.conflicts:
+                raise conflict_error(plan.conflicts, asked.root.path, "replaced")
+            if plan.changed or judged.old is None:
+                asked.say(f"placing cuDNN {judged.package.cudnn_version} into "
+                          f"{asked.root.path}: {plural(len(plan.ops), 'change')} in one "
+                          "transaction")
+                # the file's stat, when it was the same before and after it was read
+                after = archive_stat(asked.archive)
+                manifest = manifest_for(txid, judged.package, desired, plan, asked.include_rel,
+                                        asked.lib_rel, asked.archive.name, judged.built,
+                                        provenance, before if before == after else None)
+                notes += place(state, txid, desired, plan, manifest, fs)
+            else:
+                manifest = judged.old
+        finally:
+            # A journal still there (a rollback or the tidying after the commit failed) needs
+            # the transaction's dir: the next run finishes the job with it.
+            if os.path.lexists(tx) and not os.path.lexists(state.journal_path):
+                remove_tree(tx)
+            if state.exists():
+                state.tidy()
+                if created_state and not os.path.lexists(state.manifest_path):
+                    state.remove_if_empty()
+    return Outcome(plan.changed, plan, judged.package, manifest.to_dict(), recovered,
+                   lib_dir=asked.lib_dir, built_for=judged.built, notes=notes)
+
+
+@contextmanager
+def _rolled_back_errors(what: str) -> Iterator[None]:
+    """OSErrors of a transaction as the tool's exit-5 error, said by errno (errors.os_error)."""
+    try:
+        yield
+    except OSError as exc:
+        raise os_error(exc, f"{what} failed") from None
+
+
+def recover_pending(root: CudaRoot, lock_timeout: float = 300.0,
+                    fs: Filesystem | None = None, sweep: bool = True,
+                    on_wait: Callable[[str], None] | None = None) -> str | None:
+    """Finish a transaction a killed run left behind, before anything else looks at the root.
+    `sweep` False leaves staging without a journal where it is (doctor reports it instead)."""
+    state = StateDir(root.path)
+    if not state.pending():
+        return None
+    if not sweep and not os.path.lexists(state.journal_path):
+        return None
+    with _rolled_back_errors("finishing an interrupted transaction"), \
+            state.locked(lock_timeout, on_wait):
+        said = recover(state, fs)
+        state.tidy()
+        return said
+
+
+def uninstall(root: CudaRoot, *, force: bool = False, dry_run: bool = False,
+              fs: Filesystem | None = None, lock_timeout: float = 300.0,
+              on_status: Callable[[str], None] | None = None) -> Outcome:
+    state = StateDir(root.path)
+    if dry_run:
+        manifest = state.manifest()
+        plan = uninstall_plan(root.path, manifest, state.originals_rel, force)
+        return Outcome(manifest is not None, plan,
+                       manifest=manifest.to_dict() if manifest else None)
+    if not state.exists():
+        return Outcome(False, Plan(), notes=["cudnn-setup has installed nothing here"])
+    with _rolled_back_errors("uninstall"), state.locked(lock_timeout, on_status):
+        recovered = recover(state)
+        manifest = state.manifest()
+        plan = uninstall_plan(root.path, manifest, state.originals_rel, force)
+        if plan.conflicts:
+            raise conflict_error(plan.conflicts, root.path, "removed")
+        notes: list[str] = []
+        try:
+            if manifest is not None:
+                notes += remove(state, uuid.uuid4().hex[:12], plan, fs)
+        finally:
+            if state.exists():
+                state.tidy()
+        state.remove_if_empty()
+    return Outcome(manifest is not None, plan, manifest=manifest.to_dict() if manifest else None,
+                   recovered=recovered, notes=notes)

@@ -1,0 +1,118 @@
+"""Whether an archive's cuDNN fits: the CUDA it was built for (from its name, else asked of the
+staged library in a child), the root's CUDA major, and this machine's GPUs and driver.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+from cudnn_setup.archive.package import Package
+from cudnn_setup.checks.driver import DriverFacts, fit_before_install, install_refusal
+from cudnn_setup.checks.probe import child_env, probe_module, run_probe
+from cudnn_setup.errors import ArchiveRejected
+from cudnn_setup.facts import cuda as cuda_facts
+from cudnn_setup.facts import cudnn as gen
+from cudnn_setup.facts.cuda import CudaRoot
+from cudnn_setup.fetch import known_releases
+from cudnn_setup.state.manifest import Manifest
+from cudnn_setup.text import escape
+
+PROBE_TIMEOUT = 60.0
+
+
+@dataclass
+class BuiltFor:
+    """The CUDA version an archive's cuDNN was built for, and how that was learnt."""
+
+    version: str | None
+    source: str
+
+    def to_dict(self) -> dict:
+        return {"version": self.version, "source": self.source}
+
+
+def built_for(pkg: Package, work: Path, env: Mapping[str, str] | None) -> BuiltFor:
+    """From the archive's name; else from cudnnGetCudartVersion() of the staged library, asked
+    in a child process (native code from an archive never runs in this one).
+
+    The child loads the library through links named by SONAME in `work`, so a cuDNN 8/9 finds
+    its sub-libraries there instead of abort()ing.
+    """
+    if pkg.cuda_version:
+        return BuiltFor(pkg.cuda_version, "archive name")
+    main = pkg.library("libcudnn")
+    if main is None or main.member.staged is None:
+        return BuiltFor(None, "unknown: no library to ask")
+    work.mkdir(parents=True, exist_ok=True)
+    for lib in pkg.libraries:
+        for name in {lib.name, lib.elf.soname if lib.elf and lib.elf.soname else lib.name}:
+            if not os.path.lexists(work / name):
+                os.symlink(os.path.abspath(lib.member.staged), work / name)
+    target = main.elf.soname if main.elf and main.elf.soname else main.name
+    result = run_probe(probe_module("load") + [str(work / target)], PROBE_TIMEOUT,
+                       child_env(work, env or {}))
+    number = (result.data or {}).get("cudnnGetCudartVersion")
+    if type(number) is int and 1000 <= number < 1000000:
+        return BuiltFor(cuda_facts.version_text(number), "cudnnGetCudartVersion() of the library")
+    why = "no cudnnGetCudartVersion" if result.data else result.failure()
+    return BuiltFor(None, f"unknown: the name does not say and the library answered nothing "
+                          f"({why[:200]})")
+
+
+def variant_name(name: str, version: str | None, major: int) -> str | None:
+    """The name of the same cuDNN built for CUDA `major`, when NVIDIA published one: looked up
+    in the table of NVIDIA's archives, never made from this file's name (a renamed or
+    repacked archive's extension, say .tar.gz where NVIDIA ships .tar.xz, names a file that
+    does not exist). None when the table lists no such build."""
+    facts = gen.parse_archive_name(name)
+    if facts is None or facts.cudnn_version is None:
+        return None
+    for release in known_releases.releases():
+        other = gen.parse_archive_name(release.file_name)
+        if other and other.cudnn_version == facts.cudnn_version and other.cuda_major == major \
+                and other.arch == facts.arch and other.os == facts.os:
+            return release.file_name
+    return None
+
+
+def cuda_mismatch(pkg: Package, built: BuiltFor, root: CudaRoot, name: str,
+                  old: Manifest | None) -> ArchiveRejected | None:
+    """The refusal of a cuDNN built for another CUDA major than the root's, or None.
+
+    cuDNN is built against one CUDA major (a build for 11.x serves every 11.x); another major
+    fails to load or to run. NVIDIA's support matrix lists the pairs:
+    https://docs.nvidia.com/deeplearning/cudnn/backend/latest/reference/support-matrix.html
+    """
+    if not built.version or root.version is None or root.major is None:
+        return None
+    major = int(built.version.split(".")[0])
+    if major == root.major:
+        return None
+    replaces = ""
+    if old is not None and old.cuda_version and old.cuda_version.split(".")[0] == str(root.major):
+        replaces = f"; it would replace cuDNN {old.cudnn_version}, which is built for this CUDA"
+    variant = variant_name(name, pkg.cudnn_version, root.major)
+    if variant:
+        fetch = (f"download the cuDNN {pkg.cudnn_version} archive for CUDA {root.major} "
+                 f"({escape(variant)}), or a cuDNN release made for CUDA {root.major}")
+    else:  # nothing published under a name the table knows: say where to look, not a guess
+        fetch = (f"install a cuDNN release built for CUDA {root.major} (`cudnn-setup list "
+                 f"--cuda {root.major}` shows those published)")
+    return ArchiveRejected(
+        f"{escape(name)} is cuDNN {pkg.cudnn_version} built for CUDA {built.version} "
+        f"({built.source}), but {root.path} is CUDA {root.version}{replaces}; nothing was changed",
+        f"{fetch}; --force installs this one anyway", code="cuda-mismatch")
+
+
+def machine_fit(pkg: Package, built: BuiltFor, driver: DriverFacts | None,
+                force: bool) -> tuple[ArchiveRejected | None, list[str]]:
+    """Whether the build runs on this machine's GPUs and driver (checks/driver.py): the refusal
+    (None with --force, or when nothing misfits) and notes for what only warns or was forced."""
+    if not driver or not built.version or not pkg.cudnn_version:
+        return None, []
+    misfits = fit_before_install(pkg.cudnn_version, built.version, driver)
+    refusal = None if force else install_refusal(misfits, pkg.cudnn_version, built.version)
+    return refusal, [("installed anyway (--force): " if m.severity == "fail" else "")
+                     + f"{m.subject}: {m.reason} ({m.hint})" for m in misfits]

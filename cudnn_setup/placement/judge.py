@@ -1,0 +1,68 @@
+"""Stage and judge: read the archive into a staging dir (checked as it is read), refuse what
+cannot be installed, and refuse a build that does not fit the root or this machine (exit 3),
+before anything in the root is touched.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Mapping
+
+from cudnn_setup.archive import read_package
+from cudnn_setup.archive.package import Package
+from cudnn_setup.digest import content_hash
+from cudnn_setup.errors import ArchiveRejected
+from cudnn_setup.facts.cuda import CudaRoot
+from cudnn_setup.fetch.checksums import Expected, mismatch
+from cudnn_setup.placement.fit import BuiltFor, built_for, cuda_mismatch, machine_fit
+from cudnn_setup.state.layout import StateDir
+from cudnn_setup.state.manifest import Manifest
+from cudnn_setup.text import escape, plural
+
+
+@dataclass
+class Judged:
+    """An archive staged and found fit to install, with what it was judged against."""
+
+    package: Package
+    built: BuiltFor
+    old: Manifest | None  # the root's manifest when it was judged (None: nothing installed)
+    notes: list[str] = field(default_factory=list)  # misfits that only warn, or were forced
+
+
+def stage(archive: Path, staging: Path, expected: Expected | None,
+          on_read: Callable[[int], None] | None, xz: str | None,
+          env: Mapping[str, str]) -> Package:
+    """The archive read into `staging`; its checksum and its installability checked."""
+    pkg = read_package(archive, staging, on_read=on_read, xz=xz, env=env,
+                       expected_sha256=expected.digest if expected and
+                       expected.algorithm == "sha256" else None,
+                       content_hash=content_hash())
+    if expected and pkg.sha256 and pkg.sha256 != expected.digest:
+        raise mismatch(escape(archive.name), expected, pkg.sha256)
+    if not pkg.installable:
+        errors = [p for p in pkg.problems if p.severity == "error"]
+        first = errors[0]
+        more = f" (and {plural(len(errors) - 1, 'more problem')})" if len(errors) > 1 else ""
+        raise ArchiveRejected(f"{escape(archive.name)}: {first.message}{more}", first.hint,
+                              problems=errors)
+    return pkg
+
+
+def stage_and_judge(archive: Path, work: Path, root: CudaRoot, state: StateDir, *,
+                    expected: Expected | None, on_read: Callable[[int], None] | None,
+                    xz: str | None, env: Mapping[str, str], driver, force: bool,
+                    say: Callable[[str], None]) -> Judged:
+    """Stage the archive under `work` and judge it against the root (its CUDA major) and this
+    machine (`driver`: the facts, or a function that waits for them); a misfit is refused
+    unless `force`."""
+    pkg = stage(archive, work / "staging", expected, on_read, xz, env)
+    say(f"judging cuDNN {pkg.cudnn_version or '(version unknown)'}: whether it fits "
+        f"{root.path} and this machine's GPUs and driver")
+    built = built_for(pkg, work / "probe", env)
+    old = state.manifest()
+    refusal = None if force else cuda_mismatch(pkg, built, root, archive.name, old)
+    unfit, notes = machine_fit(pkg, built, driver() if callable(driver) else driver, force)
+    if refusal or unfit:
+        raise refusal or unfit
+    return Judged(pkg, built, old, notes)

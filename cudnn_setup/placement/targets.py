@@ -1,0 +1,104 @@
+"""Where cuDNN goes in a CUDA root: the include and library dirs inside the root's real tree,
+and the entries (files, ldconfig-style link chains, dependency libraries) as they should end up.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Sequence
+
+from cudnn_setup.archive.package import Package
+from cudnn_setup.archive.wheel import dependency_libraries
+from cudnn_setup.errors import ArchiveRejected, InstallFailed
+from cudnn_setup.facts import cudnn as gen
+from cudnn_setup.facts.cuda import CudaRoot
+from cudnn_setup.facts.ldresolve import NotLoadable, read_object
+from cudnn_setup.state.manifest import FILE
+from cudnn_setup.state.paths import STATE_DIR, is_within
+from cudnn_setup.state.plan import Desired
+from cudnn_setup.text import escape
+
+
+def _link_on_the_way(root: Path, path: Path) -> str:
+    """The first symlink between `root` and `path`, as `link -> target`."""
+    if not path.is_relative_to(root):
+        return str(path)
+    current = root
+    for part in path.relative_to(root).parts:
+        current = current / part
+        if current.is_symlink():
+            return f"{current} -> {os.readlink(current)}"
+    return str(path)
+
+
+def inside_root(root: Path, path: Path, what: str) -> str:
+    """`path` relative to the root's real tree, its symlinks followed; a directory that a
+    symlink takes out of the root (or into the tool's state) is refused, naming the link."""
+    real_root = os.path.realpath(root)
+    real = os.path.realpath(path)
+    if is_within(real, real_root) and real != real_root:
+        rel = os.path.relpath(real, real_root)
+        if not is_within(rel, STATE_DIR):
+            return rel
+    raise InstallFailed(
+        f"the {what} dir {_link_on_the_way(root, path)} leads out of the CUDA root {root} "
+        f"(to {real}); cudnn-setup writes only inside the root",
+        f"point --cuda-root at the toolkit the link leads into, or make {path.name} a "
+        "directory of the root", code="link-outside-root")
+
+
+def root_dirs(root: CudaRoot) -> tuple[str, str]:
+    """The include and library dirs, relative to the root's real tree (links resolved), so
+    that the manifest's paths never pass through a symlinked directory."""
+    lib = root.lib_dir()
+    for name in ("lib64", "lib"):  # the name in the root, not the resolved path, for messages
+        candidate = root.path / name
+        if candidate.is_dir() and os.path.realpath(candidate) == os.path.realpath(lib):
+            lib = candidate
+            break
+    return (inside_root(root.path, root.include_dir, "include"),
+            inside_root(root.path, lib, "library"))
+
+
+def desired_entries(pkg: Package, include_rel: str, lib_rel: str, links_dir: Path) -> list[Desired]:
+    """Headers, libraries and the ldconfig-style link chains, as they should end up."""
+    out = [Desired(f"{include_rel}/{m.name}", FILE, m.sha256, mode=(m.mode & 0o755) | 0o444,
+                   source=m.staged, blake3=m.blake3) for m in pkg.headers]
+    for m in [lib.member for lib in pkg.libraries] + pkg.static_libraries:
+        out.append(Desired(f"{lib_rel}/{m.name}", FILE, m.sha256, mode=(m.mode & 0o755) | 0o444,
+                           source=m.staged, blake3=m.blake3))
+    for link, target in pkg.chains():
+        out.append(Desired(f"{lib_rel}/{link}", "symlink", target=target,
+                           source=links_dir / link))
+    return out
+
+
+def dependency_entries(wheels: Sequence[Path], work: Path, root: Path, lib_rel: str,
+                       links_dir: Path, desired: list[Desired]) -> list[Desired]:
+    """The shared libraries of the dependency wheels, staged under `work`, as files in the lib
+    dir under their SONAME with the development link, recorded like cuDNN's own files. Each
+    must be an ELF shared object whose SONAME is its file name."""
+    taken = {d.path for d in desired}
+    out: list[Desired] = []
+    for i, wheel in enumerate(wheels):
+        for name, staged, sha in dependency_libraries(wheel, work / str(i)):
+            try:
+                elf = read_object(staged)
+            except NotLoadable as exc:
+                raise ArchiveRejected(f"{escape(wheel.name)}: {escape(name)} is not a library "
+                                      f"({escape(str(exc)[:120])})", "do not use this wheel") from None
+            if elf.soname != name:
+                continue  # not under its SONAME (a builtins variant, a stub): not what loads
+            path = f"{lib_rel}/{name}"
+            if path in taken:
+                raise ArchiveRejected(f"{escape(wheel.name)} holds {escape(name)}, which another "
+                                      "wheel placed already", "do not use these wheels together")
+            taken.add(path)
+            out.append(Desired(path, FILE, sha, mode=0o755, source=staged))
+            stem = gen.SHARED_NAME.match(name)
+            dev = f"{lib_rel}/{stem['stem']}.so" if stem else None
+            if dev and dev not in taken and not os.path.lexists(root / dev):
+                taken.add(dev)
+                out.append(Desired(dev, "symlink", target=name,
+                                   source=links_dir / f"{stem['stem']}.so"))
+    return out

@@ -1,0 +1,41 @@
+"""mypy over the typed modules (pyproject's [tool.mypy] `files`): the answers read from children
+are dataclasses there, so a misspelt field is an error before anything runs. A few seconds on
+two cores, from a cache in the test's own directory."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent  # mypy comes with the test extra
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory) -> Path:
+    """One cache for both runs: the second reads the package's types from it."""
+    return tmp_path_factory.mktemp("mypy-cache")
+
+
+def mypy(cache: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "mypy", "--cache-dir", str(cache), *args],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+
+def test_the_typed_modules_pass(cache):
+    done = mypy(cache)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_misspelt_field_is_an_error(cache, tmp_path):
+    """The check above can fail: the same configuration finds a misspelt field of an answer."""
+    wrong = tmp_path / "wrong.py"
+    wrong.write_text("from cudnn_setup.checks.driver import DriverFacts\n"
+                     "from cudnn_setup.checks.frameworks import FrameworkEntry\n\n"
+                     "def f(facts: DriverFacts, entry: FrameworkEntry) -> object:\n"
+                     "    return facts.cuda_driver_verison, entry.loader.sonmae\n")
+    done = mypy(cache, str(wrong))
+    assert done.returncode == 1
+    assert '"DriverFacts" has no attribute "cuda_driver_verison"' in done.stdout
+    assert 'has no attribute "sonmae"' in done.stdout
