@@ -24,7 +24,10 @@ def play(tmp_path, home, variables, *extra):
     env = clean_env(home, ANSIBLE_ROLES_PATH=str(REPO / "contrib" / "ansible" / "roles"),
                     ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"),
                     ANSIBLE_REMOTE_TEMP=str(tmp_path / "ansible-tmp"),
-                    ANSIBLE_NOCOLOR="1", ANSIBLE_RETRY_FILES_ENABLED="0")
+                    ANSIBLE_NOCOLOR="1", ANSIBLE_RETRY_FILES_ENABLED="0",
+                    # each task's module piped into one python on the node, as a fleet runs it:
+                    # no mkdir, chmod and rm of a module file per task
+                    ANSIBLE_PIPELINING="1")
     cmd = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", "-c", "local",
            "-e", f"ansible_python_interpreter={sys.executable}", "-e", f"@{vars_file}",
            str(PLAYBOOK), *extra]
