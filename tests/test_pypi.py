@@ -153,6 +153,30 @@ def test_a_wheel_without_a_published_hash_is_refused_unless_sha256_is_given(whee
     assert out["provenance"]["checksum_from"] == "--sha256"
 
 
+def test_the_installed_release_again_with_its_sha256_given_is_neither_fetched_nor_read(
+        wheels, cuda_root, home, monkeypatch):
+    """An index that publishes no hash: the user's --sha256 vouches for the archive, and when
+    the manifest's is that one, with every file as recorded, nothing is downloaded or read."""
+    from cudnn_setup.placement import judge
+
+    root = cuda_root("12.4", "lib")
+    given = sha256(wheels[FINAL])
+    with IndexServer() as server:
+        index = serve(server, wheels, hashes=False)
+        done, out = install(root, home, index, "9.1", "--sha256", given)
+        assert done.returncode == 0 and out["changed"] is True, done.stderr
+        server.requests.clear()
+        monkeypatch.setattr(judge, "read_package", lambda *a, **k: pytest.fail("read again"))
+        done, out = install(root, home, index, "9.1", "--sha256", given.upper())
+        assert done.returncode == 0 and out["changed"] is False, done.stderr
+        assert not [p for p in server.paths() if p.startswith("/files/")], server.paths()
+        assert any("its published sha256 (--sha256)" in n for n in out["install"]["notes"]), out
+        # another --sha256 is not the installed archive's: fetched, and refused as a mismatch
+        monkeypatch.undo()
+        done, out = install(root, home, index, "9.1", "--sha256", "0" * 64)
+    assert done.returncode == ARCHIVE_REJECTED and out["error"]["code"] == "checksum-mismatch"
+
+
 def test_a_wrong_hash_on_the_index_is_a_mismatch_and_changes_nothing(wheels, cuda_root, home):
     root = cuda_root("12.4", "lib")
     before = tree_state(root)
