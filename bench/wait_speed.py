@@ -78,39 +78,64 @@ def repeat(runs: int, fn) -> dict:
     return stats([fn(i) for i in range(runs)])
 
 
-def startup(runs: int, base: Path) -> dict:
-    out = {
-        "python -c pass (floor)": repeat(runs, lambda i: timed([sys.executable, "-c", "pass"])),
-        "driver probe alone (python -I -S probes/driver.py)": repeat(
-            runs, lambda i: timed([sys.executable, "-I", "-S",
-                                   str(REPO / "cudnn_setup" / "probes" / "driver.py")])),
-        "cudnn-setup --version": repeat(runs, lambda i: timed([*TOOL, "--version"])),
-        "cudnn-setup --help": repeat(runs, lambda i: timed([*TOOL, "--help"])),
-        "cudnn-setup install --help": repeat(runs, lambda i: timed([*TOOL, "install", "--help"])),
-    }
+def startup(runs: int, base: Path, old: Path | None = None) -> dict:
+    """Each figure as wall and CPU time; with `old`, that checkout's beside this one's, run for
+    run (a loaded machine then slows both alike)."""
+    trees = [REPO] + ([old] if old else [])
+    out: dict = {}
 
-    def install(i: int) -> float:
+    def measure(label: str, run) -> None:
+        """`run(i, tree)` -> (wall, cpu) of one run."""
+        took: dict[Path, list] = {t: [] for t in trees}
+        for i in range(runs):
+            for tree in trees:
+                took[tree].append(run(i, tree))
+        for tree in trees:
+            walls, cpus = zip(*took[tree])
+            figure = dict(stats(list(walls)), cpu=stats(list(cpus)))
+            if tree == REPO:
+                out[label] = figure
+            else:
+                out.setdefault("old code", {"tree": str(tree)})[label] = figure
+
+    def tool(*argv: str):
+        return lambda i, tree: timed_cpu([*TOOL, *argv], cwd=tree)
+
+    floor = {"python -c pass (floor)": [sys.executable, "-c", "pass"],
+             "driver probe alone (python -I -S probes/driver.py)": [
+                 sys.executable, "-I", "-S", str(REPO / "cudnn_setup" / "probes" / "driver.py")]}
+    for label, cmd in floor.items():
+        walls, cpus = zip(*[timed_cpu(cmd) for _ in range(runs)])
+        out[label] = dict(stats(list(walls)), cpu=stats(list(cpus)))
+    measure("cudnn-setup --version", tool("--version"))
+    measure("cudnn-setup --help", tool("--help"))
+    measure("cudnn-setup install --help", tool("install", "--help"))
+
+    def install(i: int, tree: Path):
         root = make_cuda_root(base / f"fixed{i}", "10.0")
         try:
-            return timed([*TOOL, "install", str(SAMPLE), "--cuda-root", str(root), "--no-verify",
-                          "--no-theanorc", "--no-frameworks", "--json"])
+            return timed_cpu([*TOOL, "install", str(SAMPLE), "--cuda-root", str(root),
+                              "--no-verify", "--no-theanorc", "--no-frameworks", "--json"],
+                             cwd=tree)
         finally:
             shutil.rmtree(root)
 
-    def manual(i: int) -> float:
+    def manual(i: int, tree: Path):
         root, scratch = make_cuda_root(base / f"manual{i}", "10.0"), base / f"x{i}"
         scratch.mkdir()
         try:
-            return timed([sys.executable, "-c", "pass"]) + timed(
+            steps = [timed_cpu([sys.executable, "-c", "pass"]), timed_cpu(
                 ["sh", "-c", f"tar -xzf {SAMPLE} -C {scratch} && cp -P {scratch}/cuda/include/"
                  f"cudnn*.h {root}/include/ && cp -P {scratch}/cuda/lib64/libcudnn* "
-                 f"{root}/lib64/ && chmod a+r {root}/include/cudnn*.h {root}/lib64/libcudnn*"])
+                 f"{root}/lib64/ && chmod a+r {root}/include/cudnn*.h {root}/lib64/libcudnn*"])]
+            return tuple(sum(x) for x in zip(*steps))
         finally:
             shutil.rmtree(root)
             shutil.rmtree(scratch)
 
-    out["install of the 2.5 KB sample, --no-verify (fixed cost)"] = repeat(runs, install)
-    out["python start + manual steps on the sample (floor)"] = repeat(runs, manual)
+    measure("install of the 2.5 KB sample, --no-verify (fixed cost)", install)
+    trees = [REPO]  # the manual steps are no code of either tree
+    measure("python start + manual steps on the sample (floor)", manual)
     return out
 
 
@@ -282,8 +307,8 @@ def main() -> int:
     p.add_argument("--skip", action="append", default=[],
                    choices=["startup", "verify", "again", "by-version"])
     p.add_argument("--json", type=Path)
-    p.add_argument("--old", type=Path, help="an older checkout whose verify is timed beside "
-                   "this one's, run for run")
+    p.add_argument("--old", type=Path, help="an older checkout whose start-up, fixed cost and "
+                   "verify are timed beside this one's, run for run")
     args = p.parse_args()
     for tree in [REPO] + ([args.old] if args.old else []):
         subprocess.run([sys.executable, "-m", "compileall", "-q", str(tree / "cudnn_setup")],
@@ -295,7 +320,7 @@ def main() -> int:
         home = base / "home"
         home.mkdir()
         if "startup" not in args.skip:
-            result["startup"] = startup(args.runs, base)
+            result["startup"] = startup(args.runs, base, args.old)
             print(json.dumps(result["startup"], indent=1), flush=True)
         if args.archive:
             root = args.root
