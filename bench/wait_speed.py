@@ -3,10 +3,10 @@
     python bench/wait_speed.py [--runs 7] [--verify-runs N] [--archive CUDNN.tar.gz] [--root ROOT]
                                [--json OUT]
 
-1. start-up: `cudnn-setup --version` and `--help` against Python's own start (`python -c pass`)
-   and against importing the command-line parser alone (`python -c "import typer"`);
+1. start-up: `cudnn-setup --version` and `--help` against Python's own start (`python -c pass`);
    the install's fixed cost (the bundled 2.5 KB sample, --no-verify) against Python's start
-   plus NVIDIA's manual steps on the same sample;
+   plus NVIDIA's manual steps on the same sample, and the driver probe alone (the child every
+   install starts, `python -I -S probes/driver.py`: NVML where there is a driver);
 2. verify of a real cuDNN (`--root`, else installed here from `--archive`, given CUDA's
    headers from --cuda-include): `--no-theano --no-frameworks` and the defaults, against the
    same checks made one after another in one process (what verify did before they ran side by
@@ -56,7 +56,7 @@ def timed_cpu(cmd: list[str], env: dict | None = None, check: bool = True,
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=cwd,
-                          env=env or ENV)
+                          env=env or ENV, stdin=subprocess.DEVNULL)
     took = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if check and done.returncode not in (0, 1):  # verify's exit 1 (a failed check) is an answer
@@ -77,8 +77,9 @@ def repeat(runs: int, fn) -> dict:
 def startup(runs: int, base: Path) -> dict:
     out = {
         "python -c pass (floor)": repeat(runs, lambda i: timed([sys.executable, "-c", "pass"])),
-        "python -c 'import typer' (the parser alone)": repeat(
-            runs, lambda i: timed([sys.executable, "-c", "import typer"])),
+        "driver probe alone (python -I -S probes/driver.py)": repeat(
+            runs, lambda i: timed([sys.executable, "-I", "-S",
+                                   str(REPO / "cudnn_setup" / "probes" / "driver.py")])),
         "cudnn-setup --version": repeat(runs, lambda i: timed([*TOOL, "--version"])),
         "cudnn-setup --help": repeat(runs, lambda i: timed([*TOOL, "--help"])),
         "cudnn-setup install --help": repeat(runs, lambda i: timed([*TOOL, "install", "--help"])),

@@ -13,7 +13,7 @@ from pathlib import Path
 from conftest import REPO
 
 PACKAGE = REPO / "cudnn_setup"
-LAYER = {"cli": 4, "console": 4, "__main__": 5, "commands": 3, "steps": 2.75, "sources": 2.5,
+LAYER = {"cli": 4, "arguments": 4, "console": 4, "__main__": 5, "commands": 3, "steps": 2.75, "sources": 2.5,
          "placement": 2.25, "archive": 2,
          "checks": 2, "fetch": 2,
          "state": 2, "theanorc": 2, "settings": 2, "startup_line": 2, "facts": 1,

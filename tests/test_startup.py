@@ -2,8 +2,9 @@
 
 Each case runs the CLI in a fresh interpreter and reads back the modules it had loaded when it
 exited. `install --no-verify` of a local archive must not load the download stack (requests,
-urllib3), rich, pydantic (typer converts option values through it unless the CLI does), Theano's
-config merger or markdown rendering; `--version` and `--help` load no command at all. The
+urllib3), rich, a validation library, Theano's config merger or markdown rendering; `--version`
+and `--help` load no command and nothing outside the standard library (the parser is
+argparse: typer, over click, took longer to import than Python takes to start). The
 exact set of the tool's own modules an install loads is pinned, so a new top-level import that
 drags a layer in fails here and is either made lazy or added to the list on purpose.
 """
@@ -30,48 +31,52 @@ sys.exit(main(argv))
 # Never for a local install: the network stack, terminal rendering, validation, Theano.
 NEVER = {"requests", "urllib3", "charset_normalizer", "idna", "certifi", "rich", "pydantic",
          "pydantic_core", "markdown_it", "pygments", "configupdater", "numpy", "theano",
-         "ssl", "http.client", "email.parser"}
-# What parsing the command line may load besides the standard library: typer and its needs.
-PARSER = {"typer", "click", "shellingham", "annotated_doc", "typing_extensions", "colorama",
-          "_typeshed"}
-# And an install of a local .tgz: ELF parsing, version numbers, the distribution's name, ISA-L.
-INSTALL = PARSER | {"elftools", "packaging", "distro", "isal"}
+         "ssl", "http.client", "email.parser", "distro"}
+# What parsing the command line may load besides the standard library: nothing.
+PARSER: set[str] = set()
+# The tool's own modules `--version` and `--help` load: the grammar, the error codes, text.
+PARSER_MODULES = {"cudnn_setup", "cudnn_setup.arguments", "cudnn_setup.cli", "cudnn_setup.errors",
+                  "cudnn_setup.text"}
+# And an install of a local .tgz: ELF parsing, version numbers, ISA-L.
+INSTALL = PARSER | {"elftools", "packaging", "isal"}
 
 INSTALL_MODULES = {
     "cudnn_setup", "cudnn_setup.archive", "cudnn_setup.archive.decoder_choice",
-    "cudnn_setup.archive.decoders", "cudnn_setup.archive.headers", "cudnn_setup.archive.liblzma",
-    "cudnn_setup.archive.listing", "cudnn_setup.archive.package", "cudnn_setup.archive.problems",
+    "cudnn_setup.archive.decoders", "cudnn_setup.archive.headers",
+    "cudnn_setup.archive.liblzma", "cudnn_setup.archive.listing",
+    "cudnn_setup.archive.package", "cudnn_setup.archive.problems",
     "cudnn_setup.archive.reader", "cudnn_setup.archive.rules", "cudnn_setup.archive.staging",
-    "cudnn_setup.archive.wheel", "cudnn_setup.durable", "cudnn_setup.checks",
-    "cudnn_setup.checks.answer_values", "cudnn_setup.checks.coherence", "cudnn_setup.checks.deps",
-    "cudnn_setup.checks.driver", "cudnn_setup.checks.files", "cudnn_setup.checks.framework_loader",
-    "cudnn_setup.checks.framework_probe", "cudnn_setup.checks.framework_whatif",
-    "cudnn_setup.checks.frameworks", "cudnn_setup.checks.gpu", "cudnn_setup.checks.installation",
-    "cudnn_setup.checks.locate", "cudnn_setup.checks.native", "cudnn_setup.checks.probe",
-    "cudnn_setup.checks.sublib_answer", "cudnn_setup.checks.suite", "cudnn_setup.checks.system",
-    "cudnn_setup.checks.theano_check",
-    "cudnn_setup.child", "cudnn_setup.cli", "cudnn_setup.commands",
-    "cudnn_setup.commands.install", "cudnn_setup.placement", "cudnn_setup.placement.commit",
-    "cudnn_setup.placement.engine", "cudnn_setup.placement.fit", "cudnn_setup.placement.judge",
-    "cudnn_setup.placement.same_archive", "cudnn_setup.placement.targets", "cudnn_setup.steps",
-    "cudnn_setup.steps.by_version", "cudnn_setup.steps.command_wrapper",
-    "cudnn_setup.steps.context", "cudnn_setup.steps.fetching", "cudnn_setup.steps.loader_step",
-    "cudnn_setup.steps.theano_step",
-    "cudnn_setup.console", "cudnn_setup.digest", "cudnn_setup.errors", "cudnn_setup.facts",
-    "cudnn_setup.facts.composition", "cudnn_setup.facts.cuda", "cudnn_setup.facts.cudnn",
-    "cudnn_setup.facts.dependencies", "cudnn_setup.facts.elf", "cudnn_setup.facts.frameworks",
-    "cudnn_setup.facts.gpu_support", "cudnn_setup.facts.gpus", "cudnn_setup.facts.host",
-    "cudnn_setup.facts.ldresolve", "cudnn_setup.facts.loader", "cudnn_setup.facts.mounts",
-    "cudnn_setup.fetch", "cudnn_setup.fetch.candidates", "cudnn_setup.fetch.checksums",
-    "cudnn_setup.fetch.known_releases", "cudnn_setup.fetch.redist", "cudnn_setup.parallel",
+    "cudnn_setup.archive.wheel", "cudnn_setup.arguments", "cudnn_setup.checks",
+    "cudnn_setup.checks.answer_values", "cudnn_setup.checks.driver",
+    "cudnn_setup.checks.installation", "cudnn_setup.checks.probe", "cudnn_setup.child",
+    "cudnn_setup.cli", "cudnn_setup.commands", "cudnn_setup.commands.install",
+    "cudnn_setup.console", "cudnn_setup.digest", "cudnn_setup.durable", "cudnn_setup.errors",
+    "cudnn_setup.facts", "cudnn_setup.facts.composition", "cudnn_setup.facts.cuda",
+    "cudnn_setup.facts.cudnn", "cudnn_setup.facts.dependencies", "cudnn_setup.facts.elf",
+    "cudnn_setup.facts.gpu_support", "cudnn_setup.facts.host", "cudnn_setup.facts.ldresolve",
+    "cudnn_setup.facts.loader", "cudnn_setup.facts.mounts", "cudnn_setup.fetch",
+    "cudnn_setup.fetch.candidates", "cudnn_setup.fetch.checksums",
+    "cudnn_setup.fetch.known_releases", "cudnn_setup.fetch.redist", "cudnn_setup.placement",
+    "cudnn_setup.placement.commit", "cudnn_setup.placement.engine",
+    "cudnn_setup.placement.fit", "cudnn_setup.placement.judge",
+    "cudnn_setup.placement.same_archive", "cudnn_setup.placement.targets",
     "cudnn_setup.report", "cudnn_setup.settings", "cudnn_setup.sources",
     "cudnn_setup.sources.base", "cudnn_setup.sources.local", "cudnn_setup.sources.pipconf",
     "cudnn_setup.state", "cudnn_setup.state.fields", "cudnn_setup.state.files",
     "cudnn_setup.state.journal", "cudnn_setup.state.layout", "cudnn_setup.state.manifest",
     "cudnn_setup.state.observe", "cudnn_setup.state.paths", "cudnn_setup.state.plan",
-    "cudnn_setup.state.transaction", "cudnn_setup.text", "cudnn_setup.theanorc",
+    "cudnn_setup.state.transaction", "cudnn_setup.steps", "cudnn_setup.steps.by_version",
+    "cudnn_setup.steps.command_wrapper", "cudnn_setup.steps.context",
+    "cudnn_setup.steps.fetching", "cudnn_setup.steps.loader_step", "cudnn_setup.text",
     "cudnn_setup.untrusted", "cudnn_setup.urls",
 }
+# None of verify's checks, the frameworks' what-if or Theano's config step: this install has
+# neither verify, nor frameworks, nor a .theanorc to write.
+NOT_FOR_THIS_INSTALL = {"cudnn_setup.checks.suite", "cudnn_setup.checks.frameworks",
+                        "cudnn_setup.checks.framework_whatif", "cudnn_setup.checks.coherence",
+                        "cudnn_setup.checks.deps", "cudnn_setup.checks.gpu",
+                        "cudnn_setup.checks.native", "cudnn_setup.checks.theano_check",
+                        "cudnn_setup.steps.theano_step", "cudnn_setup.theanorc"}
 
 
 def loaded(tmp_path, home, *argv: str) -> tuple[int, set[str]]:
@@ -79,6 +84,15 @@ def loaded(tmp_path, home, *argv: str) -> tuple[int, set[str]]:
     done = subprocess.run([sys.executable, "-c", CHILD, str(out), *argv], cwd=REPO,
                           env=clean_env(home), capture_output=True, timeout=120)
     return done.returncode, set(json.loads(out.read_text()))
+
+
+def baseline(tmp_path, home) -> set[str]:
+    """The modules Python's own start loads (site and what it imports), for comparison."""
+    out = tmp_path / "python-alone.json"
+    subprocess.run([sys.executable, "-c", "import json, sys; open(sys.argv[1], 'w').write("
+                    "json.dumps(sorted(sys.modules)))", str(out)], cwd=REPO, env=clean_env(home),
+                   check=True, timeout=60)
+    return set(json.loads(out.read_text()))
 
 
 def third_party(modules: set[str]) -> set[str]:
@@ -97,6 +111,7 @@ def test_local_install_imports_only_what_it_uses(tmp_path, home, cuda_root):
     ours = {m for m in modules if m == "cudnn_setup" or m.startswith("cudnn_setup.")}
     assert ours == INSTALL_MODULES, {"new": sorted(ours - INSTALL_MODULES),
                                      "gone": sorted(INSTALL_MODULES - ours)}
+    assert not ours & NOT_FOR_THIS_INSTALL
 
 
 @pytest.mark.parametrize("argv", [["--version"], ["--help"], ["install", "--help"],
@@ -106,8 +121,11 @@ def test_version_and_help_load_no_command(tmp_path, home, argv):
     assert code == 0
     assert not modules & NEVER, sorted(modules & NEVER)
     assert third_party(modules) <= PARSER, sorted(third_party(modules) - PARSER)
-    assert not {m for m in modules if m.startswith(("cudnn_setup.commands", "cudnn_setup.checks",
-                                                    "cudnn_setup.archive"))}
+    # nor what Python's own start does not load and costs milliseconds to import
+    python_alone = baseline(tmp_path, home)
+    assert not (modules - python_alone) & {"typer", "click", "typing", "dataclasses", "inspect"}
+    ours = {m for m in modules if m == "cudnn_setup" or m.startswith("cudnn_setup.")}
+    assert ours <= PARSER_MODULES, sorted(ours - PARSER_MODULES)
 
 
 def test_a_usage_error_loads_no_validation_library(tmp_path, home):
@@ -118,7 +136,7 @@ def test_a_usage_error_loads_no_validation_library(tmp_path, home):
 
 
 COMMANDS = ["inspect", "download", "install", "uninstall", "theanorc", "verify", "doctor",
-            "bench", "list"]
+            "bench", "list", "mirror"]
 
 
 @pytest.mark.parametrize("command", COMMANDS)
@@ -154,3 +172,28 @@ def test_a_flag_given_a_value_says_flags_take_none():
     error = json.loads(out.getvalue())["error"]
     assert error["code"] == "usage" and "--json is a flag" in error["hint"]
     assert "--json is a flag" in err.getvalue()
+
+
+def test_one_archive_name_is_looked_up_checking_only_its_entry(monkeypatch):
+    """An install of a local archive asks the known-releases table for one name: the entry it
+    gets is the whole table's, and a damaged entry of that name is still refused."""
+    from cudnn_setup.fetch import known_releases as K
+
+    table = {r.file_name: r for r in K.releases()}
+    names = sorted(table)[::37] + ["cudnn-linux-x86_64-0.0.0.0_cuda12-archive.tar.xz"]
+    import functools
+
+    # nothing read yet: the one-entry path
+    monkeypatch.setattr(K, "load", functools.lru_cache(maxsize=1)(K.load.__wrapped__))
+    monkeypatch.setattr(K, "known", K.known.__wrapped__)
+    for name in names:
+        assert K.known(name) == table.get(name), name
+    doc = json.loads(K._text())
+    victim = doc["releases"][5]
+    victim["sha256"] = "not hex"
+    monkeypatch.setattr(K, "_text", lambda: json.dumps(doc))
+    with pytest.raises(ValueError, match="sha256 is not 64 lowercase hex digits"):
+        K.known(victim["name"])
+    doc["releases"].append(dict(doc["releases"][7]))
+    with pytest.raises(ValueError, match="listed twice"):
+        K.known(doc["releases"][7]["name"])

@@ -138,18 +138,23 @@ class Hasher:
         self.thread: threading.Thread | None = None
         if background:
             self.pool: queue.Queue = queue.Queue()
-            for _ in range(self.DEPTH):
-                self.pool.put(bytearray(CHUNK))
+            self.made = 0  # buffers are made as the reading needs them: a small archive, one
             self.queue: queue.Queue = queue.Queue()
             self.thread = threading.Thread(target=self._run, daemon=True)
             self.thread.start()
+
+    def _buffer(self) -> bytearray:
+        if self.made < self.DEPTH and self.pool.empty():
+            self.made += 1
+            return bytearray(CHUNK)
+        return self.pool.get()
 
     def read_from(self, file: IO[bytes], view: memoryview) -> int:
         if self.thread is None:
             n = file.readinto(view) or 0
             self.digest.update(view[:n])
             return n
-        buf = self.pool.get()
+        buf = self._buffer()
         n = file.readinto(memoryview(buf)[:min(len(view), CHUNK)]) or 0
         view[:n] = memoryview(buf)[:n]
         self.queue.put((buf, n))

@@ -26,7 +26,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Callable, Iterator
 
-from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import Version
 
 from cudnn_setup.archive import staging
@@ -76,6 +75,9 @@ def parse_name(name: str) -> WheelName | None:
     """The facts of an nvidia-cudnn-cuNN wheel's file name, or None for any other file."""
     if not name.endswith(".whl"):
         return None
+    # packaging.utils brings packaging.tags, sysconfig and logging: only for a wheel's name
+    from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+
     try:
         dist, version, _build, tags = parse_wheel_filename(name)
     except InvalidWheelFilename:

@@ -1,9 +1,9 @@
 """GPUs and the NVIDIA driver, and whether a cuDNN build fits them.
 
 * driver_facts(): each GPU (name, compute capability), the driver's release and the newest CUDA
-  it runs, from probes/driver.py in a child (cuDriverGetVersion and the device attributes
-  through ctypes on libcuda.so.1; nvidia-smi only when libcuda cannot be used). Whatever the
-  child answers is checked and bounded before anything uses it.
+  it runs, from probes/driver.py in a child (NVML through ctypes on libnvidia-ml.so.1, else
+  cuDriverGetVersion and the device attributes on libcuda.so.1; nvidia-smi only when libcuda
+  cannot be used). Whatever the child answers is checked and bounded before anything uses it.
 * check_driver(): the `driver` check. skip without a driver; fail when the driver is too old
   for the CUDA major this cuDNN was built for, or a GPU's compute capability is below what this
   cuDNN release supports (facts/gpu_support.py, with its sources); warn where the support
@@ -133,7 +133,8 @@ def driver_facts(env: Mapping[str, str], *, python: str | None = None,
     absent = no_driver(env, loader, smi)
     if absent is not None:
         return DriverFacts(status=SKIP, reason=absent)
-    args = probe_module("driver") + ([] if smi else ["--no-smi"])
+    # standard library only: no site, no user's PYTHON* settings (a third of the child's start)
+    args = ["-I", "-S", *probe_module("driver")] + ([] if smi else ["--no-smi"])
     result = run_probe(args, timeout, dict(env), python, runner=runner)
     if result.data is None:
         return DriverFacts(reason=f"the driver probe {result.failure()}"[:500])

@@ -9,15 +9,12 @@ from pathlib import Path
 
 from cudnn_setup.archive.wheel import WHEEL
 from cudnn_setup.checks.driver import driver_facts
-from cudnn_setup.checks.installation import find_installation
-from cudnn_setup.checks.suite import run_checks
 from cudnn_setup.placement import engine
 from cudnn_setup.steps.command_wrapper import command
 from cudnn_setup.steps.context import Context, reading, which
 from cudnn_setup.steps.by_version import dependency_wheels, resolve_source
 from cudnn_setup.steps.fetching import check_sha256
 from cudnn_setup.steps.loader_step import FrameworkLookahead, loader_step
-from cudnn_setup.steps.theano_step import theanorc_path, theanorc_step
 from cudnn_setup.facts.cuda import CudaRoot, find_cuda_root
 from cudnn_setup.facts.ldresolve import NotLoadable, read_object
 from cudnn_setup.report import Result
@@ -73,11 +70,11 @@ def install(result: Result, ctx: Context, source: str, *, cuda_root: Path | None
                                        for d in deps]
         result.add("provenance", provenance)
         outcome = engine.install(archive, root, force=force, dry_run=dry_run,
-                                    expected=expected, on_read=reading(ctx, archive),
-                                    lock_timeout=ctx.lock_timeout, xz=which(ctx, "xz"),
-                                    env=ctx.env, driver=asked.result, on_status=ctx.status,
-                                    provenance=provenance, extra_wheels=[d.path for d in deps],
-                                    verify_content=verify_content)
+                                 expected=expected, on_read=reading(ctx, archive),
+                                 lock_timeout=ctx.lock_timeout, xz=which(ctx, "xz"),
+                                 env=ctx.env, driver=asked.result, on_status=ctx.status,
+                                 provenance=provenance, extra_wheels=[d.path for d in deps],
+                                 verify_content=verify_content)
     else:
         outcome = same[0]
     driver = asked.result()
@@ -98,11 +95,20 @@ def install(result: Result, ctx: Context, source: str, *, cuda_root: Path | None
         result.checks.append(step.check)
         if step.what_if:
             result.add("frameworks_what_if", step.what_if)
-    rc = None if no_theanorc else theanorc_path(ctx, theanorc)
+    # Theano's config and verify: their modules (ConfigUpdater's merge, every check) are
+    # imported only by an install that goes on to them
+    rc = None
+    if not no_theanorc:
+        from cudnn_setup.steps.theano_step import theanorc_path, theanorc_step
+
+        rc = theanorc_path(ctx, theanorc)
     if rc is not None:
         result.checks.append(theanorc_step(result, rc, root.path, lib_dir, dry_run,
                                            result.cudnn_version))
     if not no_verify and not dry_run:
+        from cudnn_setup.checks.installation import find_installation
+        from cudnn_setup.checks.suite import run_checks
+
         # What was learnt before the loader step still holds unless the step changed it.
         same = frameworks is not None and not step.changed_loader
         result.checks += run_checks(find_installation(root), python=python, env=ctx.env,

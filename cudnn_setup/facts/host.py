@@ -8,8 +8,6 @@ import stat
 from pathlib import Path
 from typing import Mapping
 
-import distro
-
 from cudnn_setup.child import run_command
 from cudnn_setup.text import escape
 
@@ -89,6 +87,8 @@ def wheel_tags_for(platform: str, machine_tags: list[str]) -> list[str]:
 
 def describe() -> dict:
     """The operating system and machine, for reports."""
+    import distro  # with the logging it sets up, for reports only (doctor), not every command
+
     return {"os": distro.name(pretty=True) or "unknown", "machine": host_machine()}
 
 

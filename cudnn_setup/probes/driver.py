@@ -1,9 +1,13 @@
 """Report the NVIDIA driver and every GPU it sees: `python driver.py [--no-smi]`.
 
-The driver's CUDA version comes from cuDriverGetVersion() in libcuda.so.1 (no context needed);
-its release number ("580.65.06") from NVML, else /proc/driver/nvidia/version; each GPU's name
-and compute capability from cuDeviceGetName and cuDeviceGetAttribute(75, 76). nvidia-smi is
-asked only when libcuda cannot be used. Without a driver or a GPU: status "skip" and why.
+NVML (libnvidia-ml.so.1) is asked first: the driver's release, the newest CUDA it runs
+(nvmlSystemGetCudaDriverVersion_v2) and each GPU's name and compute capability, in tens of
+milliseconds. Where NVML is absent, fails, or cannot answer as CUDA would (CUDA_VISIBLE_DEVICES
+hides GPUs from CUDA, not from NVML), the CUDA driver API in libcuda.so.1 answers: its
+cuDriverGetVersion() (no context needed), cuInit (a quarter of a second on a GPU machine) and
+cuDeviceGetName / cuDeviceGetAttribute(75, 76); the release then comes from NVML or
+/proc/driver/nvidia/version. nvidia-smi is asked only when libcuda cannot be used. Without a
+driver or a GPU: status "skip" and why.
 
 Prints one JSON line. Standard library only.
 """
@@ -18,6 +22,10 @@ CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76
 CUDA_ERROR_NO_DEVICE = 100
 MAX_GPUS = 64
 SMI_TIMEOUT = 30
+NVML_SUCCESS = 0
+NVML_NAME_SIZE = 96  # NVML_DEVICE_NAME_V2_BUFFER_SIZE
+# Set, these make CUDA see other GPUs (or in another order) than NVML lists: CUDA is asked.
+CUDA_DEVICE_ENV = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")
 
 
 def _text(raw):
@@ -44,6 +52,57 @@ def driver_release():
     except OSError:
         pass
     return None, None
+
+
+def from_nvml(out, environ=os.environ):
+    """Everything from NVML, into `out` only when all of it was answered; else why not."""
+    if any(name in environ for name in CUDA_DEVICE_ENV):
+        return "CUDA_VISIBLE_DEVICES or CUDA_DEVICE_ORDER is set"
+    try:
+        nvml = ctypes.CDLL("libnvidia-ml.so.1")
+        init, shutdown = nvml.nvmlInit_v2, nvml.nvmlShutdown
+    except (OSError, AttributeError) as exc:
+        return f"NVML cannot be used ({exc})"
+    rc = init()
+    if rc != NVML_SUCCESS:
+        return f"nvmlInit_v2 failed with NVML error {rc}"
+    try:
+        return _ask_nvml(nvml, out)
+    except AttributeError as exc:  # an NVML older than these entry points
+        return f"NVML lacks a function ({exc})"
+    finally:
+        shutdown()
+
+
+def _ask_nvml(nvml, out):
+    release = ctypes.create_string_buffer(96)
+    cuda, count = ctypes.c_int(), ctypes.c_uint()
+    if nvml.nvmlSystemGetDriverVersion(release, ctypes.c_uint(len(release))) != NVML_SUCCESS:
+        return "nvmlSystemGetDriverVersion failed"
+    if nvml.nvmlSystemGetCudaDriverVersion_v2(ctypes.byref(cuda)) != NVML_SUCCESS:
+        return "nvmlSystemGetCudaDriverVersion_v2 failed"
+    if nvml.nvmlDeviceGetCount_v2(ctypes.byref(count)) != NVML_SUCCESS:
+        return "nvmlDeviceGetCount_v2 failed"
+    gpus = []
+    for i in range(min(count.value, MAX_GPUS)):
+        handle = ctypes.c_void_p()
+        name = ctypes.create_string_buffer(NVML_NAME_SIZE)
+        major, minor = ctypes.c_int(), ctypes.c_int()
+        if nvml.nvmlDeviceGetHandleByIndex_v2(ctypes.c_uint(i), ctypes.byref(handle)) \
+                != NVML_SUCCESS \
+                or nvml.nvmlDeviceGetName(handle, name, ctypes.c_uint(len(name))) != NVML_SUCCESS \
+                or nvml.nvmlDeviceGetCudaComputeCapability(handle, ctypes.byref(major),
+                                                            ctypes.byref(minor)) != NVML_SUCCESS:
+            return f"NVML cannot describe GPU {i}"
+        gpus.append({"index": i, "name": _text(name.value)[:200],
+                     "compute_capability": f"{major.value}.{minor.value}"})
+    out.update(driver_version=_text(release.value), driver_version_from="NVML",
+               cuda_driver_version=cuda.value,
+               cuda=f"{cuda.value // 1000}.{cuda.value % 1000 // 10}",
+               found_via="libnvidia-ml.so.1", gpus=gpus, status="pass" if gpus else "skip")
+    if not gpus:
+        out["reason"] = "the driver sees no GPU"
+    return None
 
 
 def from_libcuda(out):
@@ -111,6 +170,8 @@ def from_smi(out, smi="nvidia-smi"):
 def main(argv):
     out = {"status": None, "gpus": [], "cuda_driver_version": None, "cuda": None,
            "driver_version": None, "found_via": None}
+    if from_nvml(out) is None:
+        return out
     release, release_from = driver_release()
     if release:
         out["driver_version"], out["driver_version_from"] = release, release_from

@@ -24,8 +24,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from packaging.utils import canonicalize_name
-
 from cudnn_setup.steps.context import Context
 from cudnn_setup.errors import UsageError
 from cudnn_setup.archive.wheel import requirements as wheel_requirements
@@ -276,6 +274,8 @@ def dependency_wheels(result: Result, ctx: Context, obtained: Obtained, root: Cu
     platform, _ = target(root, None)
     lib_dir = root.lib_dir()
     major = root.major or 0
+    from packaging.utils import canonicalize_name  # with packaging.tags and logging: wheels only
+
     out: list[Obtained] = []
     for requirement in wheel_requirements(obtained.path):
         name = canonicalize_name(requirement.name)

@@ -7,17 +7,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from cudnn_setup.checks.deps import loader_environment
-from cudnn_setup.checks.framework_whatif import (Change, prepend_to_ld_library_path,
-                                                 register_with_ldconfig, what_if,
-                                                 what_if_warnings)
-from cudnn_setup.checks.frameworks import FrameworkEntry, framework_report, frameworks_check
-from cudnn_setup.checks.suite import Frameworks
 from cudnn_setup.errors import InstallFailed, SetupError, os_error
+from cudnn_setup.facts import ldresolve as L
 from cudnn_setup.facts import loader
 from cudnn_setup.report import FAIL, PASS, SKIP, WARN, Check
 from cudnn_setup.steps.context import Context
 from cudnn_setup.text import plural, show_path
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from cudnn_setup.checks.framework_whatif import Change
+    from cudnn_setup.checks.frameworks import FrameworkEntry
+    from cudnn_setup.checks.suite import Frameworks
+
+# What the frameworks would load is imported where it is asked (checks/framework_whatif.py and
+# the modules it uses): an install with --no-frameworks does not load the frameworks' checks.
 
 
 class FrameworkLookahead:
@@ -27,9 +31,13 @@ class FrameworkLookahead:
     def __init__(self, ctx: Context, python: str):
         self.ctx, self.python = ctx, python
         self.now: list[FrameworkEntry] | None = None  # None: not made, or the interpreter could not say
-        self.search = None
+        self.search: L.Environment | None = None
 
     def what_if(self, change: Change) -> list[dict]:
+        from cudnn_setup.checks.deps import loader_environment
+        from cudnn_setup.checks.framework_whatif import what_if
+        from cudnn_setup.checks.frameworks import framework_report
+
         if self.now is None:
             self.ctx.status(f"importing the deep-learning frameworks of {self.python}, to see "
                             "what they load now and would load after the change")
@@ -44,6 +52,9 @@ class FrameworkLookahead:
 
     def report(self) -> Frameworks | None:
         """The frameworks check from the report made before the change, if one was made."""
+        from cudnn_setup.checks.frameworks import frameworks_check
+        from cudnn_setup.checks.suite import Frameworks
+
         if self.now is None:
             return None
         return Frameworks(frameworks_check(self.now, self.python), self.now)
@@ -62,7 +73,16 @@ class LoaderStep:
 
     @property
     def breaking(self) -> list[str]:
-        return what_if_warnings(self.what_if)
+        return _warnings(self.what_if)
+
+
+def _warnings(results: list[dict]) -> list[str]:
+    """what_if_warnings() of `results`; none asked, none to read (nor its module to import)."""
+    if not results:
+        return []
+    from cudnn_setup.checks.framework_whatif import what_if_warnings
+
+    return what_if_warnings(results)
 
 
 # What the loader step does, decided from facts alone (decide_loader), then done (apply_plan).
@@ -106,6 +126,9 @@ class LoaderPlan:
 def change_to_try(lib_dir: Path, register: bool, on_loader_path: bool | None) -> Change | None:
     """The change whose effect on the frameworks the plan needs: registering `lib_dir`, or
     putting it first on LD_LIBRARY_PATH when it is off the loader path; None on the path."""
+    from cudnn_setup.checks.framework_whatif import (prepend_to_ld_library_path,
+                                                     register_with_ldconfig)
+
     if register:
         return register_with_ldconfig(lib_dir)
     return None if on_loader_path else prepend_to_ld_library_path(lib_dir)
@@ -184,10 +207,10 @@ def loader_step(ctx: Context, lib_dir: Path, register: bool, verify_follows: boo
     are gathered (the loader path; what `what_if` says each framework would load after the
     change), the plan decided from them (decide_loader), then applied."""
     on_path = None if register else loader.on_loader_path(lib_dir, ctx.ld_so_conf)
-    change = change_to_try(lib_dir, register, on_path)
+    change = change_to_try(lib_dir, register, on_path) if what_if else None
     results = what_if(change) if what_if and change is not None else []
     plan = decide_loader(LoaderFacts(lib_dir, register, on_path, ctx.euid == 0,
-                                     tuple(what_if_warnings(results)), force, verify_follows))
+                                     tuple(_warnings(results)), force, verify_follows))
     check, changed = apply_plan(plan, ctx)
     return LoaderStep(check, results, plan.refused, changed, plan.loader_fix)
 

@@ -1,0 +1,106 @@
+"""The command line's grammar (arguments.py): every option reaches its command under the name the
+command takes, options and arguments mix in any order, and what does not parse is exit 2 with
+the message the tool has always given, one JSON object under --json, nothing run."""
+import importlib
+import inspect
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from cudnn_setup.arguments import COMMANDS, ArgsError, parse, help_text
+from cudnn_setup.cli import main
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_every_option_is_a_keyword_its_command_takes(name):
+    """A misspelt dest would be a TypeError at run time: here it is a failed test."""
+    command = COMMANDS[name]
+    module, function = command.target.split(":")
+    run = getattr(importlib.import_module(f"cudnn_setup.commands.{module}"), function)
+    takes = set(inspect.signature(inspect.unwrap(run)).parameters) - {"result", "ctx"}
+    given = {o.dest for o in command.options if o.dest != "json_"} | {
+        a.dest for a in command.arguments}
+    assert given == takes, {"not taken": given - takes, "not given": takes - given}
+    values = parse([name, *(["x", "9"][:len(command.arguments)])], {}).values
+    assert set(values) == takes
+
+
+def test_help_names_every_option_and_argument_of_the_table():
+    for command in COMMANDS.values():
+        text = help_text(command)
+        for opt in command.options:
+            assert f"{', '.join(opt.flags)}{' ' + opt.metavar if opt.metavar else ''}" in text
+        for arg in command.arguments:
+            assert f"  {arg.metavar}  " in text
+    top = help_text(None)
+    assert all(f"  {name}" in top for name in COMMANDS) and "--version" in top
+
+
+def test_options_and_arguments_mix_in_any_order():
+    got = parse(["mirror", "--cuda", "12", "out", "9", "--platform", "linux-sbsa", "9.1",
+                 "--cuda", "13", "--json"], {})
+    assert got.as_json and got.values["directory"] == Path("out")
+    assert got.values["versions"] == ["9", "9.1"] and got.values["cudas"] == ["12", "13"]
+    assert got.values["platforms"] == ["linux-sbsa"] and got.values["headers"] == []
+    got = parse(["install", "--no-verify", "a.tgz", "--cuda-root=/r", "--header", "A: b",
+                 "--header", "C: d"], {})
+    assert got.values["source"] == "a.tgz" and got.values["cuda_root"] == Path("/r")
+    assert got.values["no_verify"] and got.values["headers"] == ["A: b", "C: d"]
+    assert not got.as_json
+    # after `--` a word that starts with a dash is an argument, not an option
+    assert parse(["install", "--", "-odd-name.tgz"], {}).values["source"] == "-odd-name.tgz"
+    assert parse(["download", "u", "-o", "d"], {}).values["output"] == Path("d")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["install", "--bogus-option"], "No such option: --bogus-option"),
+    (["install"], "Missing argument 'SOURCE'."),
+    (["mirror", "dir"], "Missing argument 'VERSION...'."),
+    (["install", "a", "b"], "Got unexpected extra argument(s) (b)"),
+    (["install", "a", "--cuda-root"], "Option '--cuda-root' requires an argument."),
+    (["download", "u", "-o"], "Option '-o' requires an argument."),
+    (["list", "--json=yes"], "Option '--json' does not take a value."),
+    (["bogus"], "No such command 'bogus'."),
+    (["--json"], "No such option: --json"),
+    (["install", "a", "--cuda-r", "/r"], "No such option: --cuda-r"),  # no prefix matching
+])
+def test_what_does_not_parse_says_so(argv, message):
+    with pytest.raises(ArgsError) as err:
+        parse(argv, {})
+    assert err.value.message == message
+
+
+def test_an_option_given_no_value_before_another_option_is_refused():
+    """`--cuda-root --json`: --json is not taken as the CUDA root (and the install not run with
+    a root named "--json"); the refusal is one JSON object all the same."""
+    out, err = io.StringIO(), io.StringIO()
+    code = main(["install", "x.tgz", "--cuda-root", "--json"], env={}, stdout=out, stderr=err)
+    assert code == 2
+    error = json.loads(out.getvalue())["error"]
+    assert error["code"] == "usage" and error["message"] == \
+        "Option '--cuda-root' requires an argument."
+    assert "Usage: cudnn-setup install [OPTIONS] SOURCE" in err.getvalue()
+    assert "Try 'cudnn-setup install --help' for help." in err.getvalue()
+
+
+def test_an_unknown_command_under_json_is_one_object_pointing_at_the_programs_help():
+    out, err = io.StringIO(), io.StringIO()
+    assert main(["instal", "--json"], env={}, stdout=out, stderr=err) == 2
+    got = json.loads(out.getvalue())
+    assert got["command"] == "instal" and got["error"]["hint"] == "see `cudnn-setup --help`"
+
+
+def test_no_arguments_is_the_help_on_stderr_and_exit_2():
+    out, err = io.StringIO(), io.StringIO()
+    assert main([], env={}, stdout=out, stderr=err) == 2
+    assert out.getvalue() == "" and err.getvalue().startswith("Usage: cudnn-setup [OPTIONS]")
+
+
+def test_help_lines_fit_80_columns_and_words_given_are_shown_printable():
+    for command in [None, *COMMANDS.values()]:
+        assert max(len(line) for line in help_text(command).splitlines()) <= 80
+    out, err = io.StringIO(), io.StringIO()
+    assert main(["install", "--\x1b[31mred"], env={}, stdout=out, stderr=err) == 2
+    assert "\x1b" not in err.getvalue()
