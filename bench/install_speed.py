@@ -18,18 +18,22 @@ behind the tool's choice (cudnn_setup/archive/decoder_choice.py, RAPIDGZIP_MIN_C
 tool installing the bundled 2.5 KB sample: start-up, locking, journal, fsync and manifest, the
 part of (c) that does not grow with the archive. Peak memory is measured in one more, untimed run of (c): the
 RSS of the tool and of its child processes (xz), summed, sampled every 10 ms; sampling during
-the timed runs would take CPU from them. That run's root (given CUDA's own headers from
+the timed runs would take CPU from them; the tree's largest summed RSS, and the largest
+single process's (getrusage of the children, as /usr/bin/time -v reports it). That run's root (given CUDA's own headers from
 --cuda-include, so that the compile check can build against cudnn.h) is then verified: `verify
 --no-theano` --runs times, and `verify` with the Theano check once to warm Theano's compile cache
 (under a scratch HOME) and --runs times more.
+
+--tool-and-floor times only (c) and (b), alternated, --runs times each (for a shared machine:
+min and median of each, c/b of both, the load average before and after), then the peak memory.
 """
 from __future__ import annotations
 
 import argparse
 import importlib.util
 import json
-import re
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -197,17 +201,27 @@ def _descendants(pid: int) -> list[int]:
 
 
 def peak_memory(archive: Path, root: Path) -> dict:
-    """Largest summed RSS of the tool's process tree, and of the tool's own process, in MiB."""
-    proc = subprocess.Popen(tool_command(archive, root), env=TOOL_ENV, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    """Largest summed RSS of the tool's process tree (sampled every 10 ms), and of the tool's
+    own process, in MiB; with /usr/bin/time, also the peak RSS the kernel counted for the tool
+    and the children it waited for (`time -v`'s "Maximum resident set size", which is of the
+    largest one, not their sum)."""
+    gnu_time = Path("/usr/bin/time")
+    wrap = [str(gnu_time), "-f", "maxrss_kib=%M"] if gnu_time.exists() else []
+    proc = subprocess.Popen([*wrap, *tool_command(archive, root)], env=TOOL_ENV,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     tree = own = 0
     while proc.poll() is None:
-        own = max(own, _rss_kib(proc.pid))
-        tree = max(tree, sum(_rss_kib(p) for p in _descendants(proc.pid)))
+        tools = _descendants(proc.pid)[1 if wrap else 0:]  # time's one child: the tool
+        if tools:
+            own = max(own, _rss_kib(tools[0]))
+            tree = max(tree, sum(_rss_kib(p) for p in tools))
         time.sleep(0.01)
+    err = proc.stderr.read()
     if proc.returncode != 0:
-        raise SystemExit(f"install failed with status {proc.returncode}")
-    return {"tree_mib": round(tree / 1024, 1), "tool_process_mib": round(own / 1024, 1)}
+        raise SystemExit(f"install failed with status {proc.returncode}: {err[-500:]}")
+    found = re.findall(r"maxrss_kib=(\d+)", err)
+    return {"tree_mib": round(tree / 1024, 1), "tool_process_mib": round(own / 1024, 1),
+            "time_v_maxrss_mib": round(int(found[-1]) / 1024, 1) if found else None}
 
 
 def verify_times(root: Path, work: Path, runs: int) -> dict:
@@ -284,6 +298,37 @@ def measure(archive: Path, runs: int, base: Path, cuda_include: Path | None,
             "tool_peak_rss_mib": peak, "verify": verify}
 
 
+def tool_and_floor(archive: Path, runs: int, base: Path) -> dict:
+    """(b) and (c) alone, alternated, `runs` times each: min and median, for a shared machine
+    where the minimum is the cleaner figure and the median the fairer one."""
+    ways = floor_ways(archive)
+    times: dict[str, list[float]] = {"tool": [], **{f"floor:{w}": [] for w in ways}}
+    load = [round(x, 2) for x in os.getloadavg()]
+    for i in range(runs):
+        for way in ways:
+            subprocess.run(["sync"])
+            times[f"floor:{way}"].append(timed(lambda: decode(archive, way)))
+        root = fresh_root(base, i, cuda_of(archive))
+        subprocess.run(["sync"])
+        times["tool"].append(timed(lambda: tool(archive, root)))
+        shutil.rmtree(root)
+    root = fresh_root(base, runs, cuda_of(archive))
+    peak = peak_memory(archive, root)
+    shutil.rmtree(root)
+    out = {"archive": str(archive), "compressed_mib": round(archive.stat().st_size / 2**20, 1),
+           "runs": runs, "tool_decoder": tool_decoder(archive),
+           "load_average_before": load, "load_average_after": [round(x, 2) for x in os.getloadavg()],
+           "min_s": {k: round(min(v), 3) for k, v in times.items()},
+           "median_s": {k: round(statistics.median(v), 3) for k, v in times.items()},
+           "all_s": {k: [round(x, 3) for x in v] for k, v in times.items()},
+           "tool_peak_rss_mib": peak}
+    for way in ways:
+        for stat in ("min_s", "median_s"):
+            out.setdefault("tool_vs_floor", {})[f"{way} ({stat[:-2]})"] = round(
+                out[stat]["tool"] / out[stat][f"floor:{way}"], 3)
+    return out
+
+
 def best_way(ways: list[str], times: dict) -> str:
     """The decoder that has been fastest so far in this measurement."""
     return min(ways, key=lambda w: statistics.median(times[f"floor:{w}"]))
@@ -327,6 +372,8 @@ def main() -> int:
                    help="CUDA headers for the verify runs' compile check (read, never written)")
     p.add_argument("--no-verify-times", action="store_true",
                    help="skip timing `verify` on the installed root")
+    p.add_argument("--tool-and-floor", action="store_true",
+                   help="time only (c) and (b), alternated; min and median (a shared machine)")
     p.add_argument("--gzip-sweep", action="store_true",
                    help="also time ISA-L against rapidgzip at 1, 2, 4… cores on each .gz archive")
     args = p.parse_args()
@@ -338,6 +385,16 @@ def main() -> int:
         print(f"{cores()} usable cores; the tool on the 2.5 KB sample: {machine['tool_fixed_s']} s",
               flush=True)
         for archive in archives:
+            if args.tool_and_floor:
+                r = tool_and_floor(archive, args.runs, Path(tmp))
+                results.append(r)
+                print(f"{archive.name} ({r['compressed_mib']} MiB): tool {r['min_s']['tool']} / "
+                      f"{r['median_s']['tool']} s (min / median, {r['tool_decoder']}); floors "
+                      + ", ".join(f"{k[6:]} {r['min_s'][k]} / {r['median_s'][k]} s"
+                                  for k in r["min_s"] if k.startswith("floor:"))
+                      + f"; c/b {r['tool_vs_floor']}; peak RSS {r['tool_peak_rss_mib']}; load "
+                      f"{r['load_average_before']} -> {r['load_average_after']}", flush=True)
+                continue
             r = measure(archive, args.runs, Path(tmp), args.cuda_include,
                         not args.no_verify_times)
             if args.gzip_sweep and not archive.name.endswith(".xz"):

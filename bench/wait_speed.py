@@ -14,7 +14,11 @@
    verify's CPU time too (user + system, of the tool and every child it waited for);
 3. the same archive again (`install ARCHIVE` on the root it is installed in, --no-verify):
    against the fixed cost, and against hashing the archive (sha256), the least that reading
-   it again would cost, and decoding it (the old path read and decoded it whole).
+   it again would cost, and decoding it (the old path read and decoded it whole);
+4. the same version again (--wheel: an nvidia-cudnn-cuNN wheel, served by a file:// package
+   index that publishes its sha256): `install VERSION --from pypi` into a root where that
+   wheel is installed, against the fixed cost and the sha256 of the wheel; and, with one
+   installed library's bytes changed, that it is still found (exit 5, changed-files).
 
 Every figure is the median and the minimum of --runs runs (a shared machine's noise goes one
 way only: the minimum is the cleaner figure, the median the fairer one). The tool runs as a
@@ -74,39 +78,64 @@ def repeat(runs: int, fn) -> dict:
     return stats([fn(i) for i in range(runs)])
 
 
-def startup(runs: int, base: Path) -> dict:
-    out = {
-        "python -c pass (floor)": repeat(runs, lambda i: timed([sys.executable, "-c", "pass"])),
-        "driver probe alone (python -I -S probes/driver.py)": repeat(
-            runs, lambda i: timed([sys.executable, "-I", "-S",
-                                   str(REPO / "cudnn_setup" / "probes" / "driver.py")])),
-        "cudnn-setup --version": repeat(runs, lambda i: timed([*TOOL, "--version"])),
-        "cudnn-setup --help": repeat(runs, lambda i: timed([*TOOL, "--help"])),
-        "cudnn-setup install --help": repeat(runs, lambda i: timed([*TOOL, "install", "--help"])),
-    }
+def startup(runs: int, base: Path, old: Path | None = None) -> dict:
+    """Each figure as wall and CPU time; with `old`, that checkout's beside this one's, run for
+    run (a loaded machine then slows both alike)."""
+    trees = [REPO] + ([old] if old else [])
+    out: dict = {}
 
-    def install(i: int) -> float:
+    def measure(label: str, run) -> None:
+        """`run(i, tree)` -> (wall, cpu) of one run."""
+        took: dict[Path, list] = {t: [] for t in trees}
+        for i in range(runs):
+            for tree in trees:
+                took[tree].append(run(i, tree))
+        for tree in trees:
+            walls, cpus = zip(*took[tree])
+            figure = dict(stats(list(walls)), cpu=stats(list(cpus)))
+            if tree == REPO:
+                out[label] = figure
+            else:
+                out.setdefault("old code", {"tree": str(tree)})[label] = figure
+
+    def tool(*argv: str):
+        return lambda i, tree: timed_cpu([*TOOL, *argv], cwd=tree)
+
+    floor = {"python -c pass (floor)": [sys.executable, "-c", "pass"],
+             "driver probe alone (python -I -S probes/driver.py)": [
+                 sys.executable, "-I", "-S", str(REPO / "cudnn_setup" / "probes" / "driver.py")]}
+    for label, cmd in floor.items():
+        walls, cpus = zip(*[timed_cpu(cmd) for _ in range(runs)])
+        out[label] = dict(stats(list(walls)), cpu=stats(list(cpus)))
+    measure("cudnn-setup --version", tool("--version"))
+    measure("cudnn-setup --help", tool("--help"))
+    measure("cudnn-setup install --help", tool("install", "--help"))
+
+    def install(i: int, tree: Path):
         root = make_cuda_root(base / f"fixed{i}", "10.0")
         try:
-            return timed([*TOOL, "install", str(SAMPLE), "--cuda-root", str(root), "--no-verify",
-                          "--no-theanorc", "--no-frameworks", "--json"])
+            return timed_cpu([*TOOL, "install", str(SAMPLE), "--cuda-root", str(root),
+                              "--no-verify", "--no-theanorc", "--no-frameworks", "--json"],
+                             cwd=tree)
         finally:
             shutil.rmtree(root)
 
-    def manual(i: int) -> float:
+    def manual(i: int, tree: Path):
         root, scratch = make_cuda_root(base / f"manual{i}", "10.0"), base / f"x{i}"
         scratch.mkdir()
         try:
-            return timed([sys.executable, "-c", "pass"]) + timed(
+            steps = [timed_cpu([sys.executable, "-c", "pass"]), timed_cpu(
                 ["sh", "-c", f"tar -xzf {SAMPLE} -C {scratch} && cp -P {scratch}/cuda/include/"
                  f"cudnn*.h {root}/include/ && cp -P {scratch}/cuda/lib64/libcudnn* "
-                 f"{root}/lib64/ && chmod a+r {root}/include/cudnn*.h {root}/lib64/libcudnn*"])
+                 f"{root}/lib64/ && chmod a+r {root}/include/cudnn*.h {root}/lib64/libcudnn*"])]
+            return tuple(sum(x) for x in zip(*steps))
         finally:
             shutil.rmtree(root)
             shutil.rmtree(scratch)
 
-    out["install of the 2.5 KB sample, --no-verify (fixed cost)"] = repeat(runs, install)
-    out["python start + manual steps on the sample (floor)"] = repeat(runs, manual)
+    measure("install of the 2.5 KB sample, --no-verify (fixed cost)", install)
+    trees = [REPO]  # the manual steps are no code of either tree
+    measure("python start + manual steps on the sample (floor)", manual)
     return out
 
 
@@ -217,6 +246,58 @@ def again(runs: int, archive: Path, root: Path, home: Path) -> dict:
                 1, lambda i: timed(decode))}
 
 
+def by_version(runs: int, wheel: Path, base: Path, home: Path) -> dict:
+    """`install VERSION --from pypi` of the wheel installed, from a file:// index of it."""
+    found = re.match(r"(nvidia_cudnn_cu(\d+))-(\d+\.\d+\.\d+)", wheel.name)
+    if found is None:
+        raise SystemExit(f"{wheel.name} is not an nvidia_cudnn_cuNN wheel")
+    project, major, version = found.group(1).replace("_", "-"), found.group(2), found.group(3)
+    index = base / "index"
+    (index / project).mkdir(parents=True)
+    with open(wheel, "rb") as f:
+        digest = hashlib.file_digest(f, "sha256").hexdigest() if hasattr(hashlib, "file_digest") \
+            else hashlib.sha256(f.read()).hexdigest()
+    (index / project / "index.html").write_text(
+        f'<html><body><a href="{wheel.resolve().as_uri()}#sha256={digest}">{wheel.name}</a>'
+        "</body></html>\n")
+    root = make_cuda_root(base / "by-version", {"11": "11.8", "13": "13.0"}.get(major, "12.4"))
+    env = dict(ENV, HOME=str(home))
+    cmd = [*TOOL, "install", version, "--from", "pypi", "--index-url", index.as_uri(),
+           "--cuda-root", str(root), "--no-verify", "--no-theanorc", "--no-frameworks", "--json"]
+
+    def answer() -> dict:
+        done = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True)
+        return {"exit_code": done.returncode, **json.loads(done.stdout)}
+
+    first = answer()
+    if first["exit_code"] != 0:
+        raise SystemExit(f"installing {wheel.name} failed: {first.get('error')}")
+    again = answer()
+    times = repeat(runs, lambda i: timed(cmd, env))
+    lib = next(p for p in sorted((root / "lib64").glob("libcudnn_ops.so.*")) if not p.is_symlink())
+    with open(lib, "r+b") as f:  # one byte of one library changed, its stat with it
+        f.seek(4096)
+        byte = f.read(1)
+        f.seek(4096)
+        f.write(bytes([byte[0] ^ 1]))
+    changed = answer()
+    shutil.rmtree(root)
+
+    def sha(i: int) -> float:
+        start = time.perf_counter()
+        with open(wheel, "rb") as f:
+            hashlib.file_digest(f, "sha256") if hasattr(hashlib, "file_digest") else \
+                hashlib.sha256(f.read())
+        return time.perf_counter() - start
+
+    return {"wheel": str(wheel), "size_mib": round(wheel.stat().st_size / 2**20, 1),
+            "version": version, "changed": again["changed"], "notes": again["install"]["notes"],
+            f"install {version} --from pypi again, --no-verify": times,
+            "sha256 of the wheel (the least a re-read costs)": repeat(runs, sha),
+            "with one library changed since": {"exit_code": changed["exit_code"],
+                                               "error": (changed.get("error") or {}).get("code")}}
+
+
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--runs", type=int, default=7)
@@ -226,10 +307,13 @@ def main() -> int:
     p.add_argument("--root", type=Path, help="a root that archive is installed in (default: "
                    "installed here, in a temporary root)")
     p.add_argument("--cuda-include", type=Path, default=Path("/usr/local/cuda/include"))
-    p.add_argument("--skip", action="append", default=[], choices=["startup", "verify", "again"])
+    p.add_argument("--wheel", type=Path, help="an nvidia-cudnn-cuNN wheel: time installing its "
+                   "version again from a file:// index of it (--from pypi)")
+    p.add_argument("--skip", action="append", default=[],
+                   choices=["startup", "verify", "again", "by-version"])
     p.add_argument("--json", type=Path)
-    p.add_argument("--old", type=Path, help="an older checkout whose verify is timed beside "
-                   "this one's, run for run")
+    p.add_argument("--old", type=Path, help="an older checkout whose start-up, fixed cost and "
+                   "verify are timed beside this one's, run for run")
     args = p.parse_args()
     for tree in [REPO] + ([args.old] if args.old else []):
         subprocess.run([sys.executable, "-m", "compileall", "-q", str(tree / "cudnn_setup")],
@@ -241,7 +325,7 @@ def main() -> int:
         home = base / "home"
         home.mkdir()
         if "startup" not in args.skip:
-            result["startup"] = startup(args.runs, base)
+            result["startup"] = startup(args.runs, base, args.old)
             print(json.dumps(result["startup"], indent=1), flush=True)
         if args.archive or args.root:
             root = args.root
@@ -260,6 +344,9 @@ def main() -> int:
             if "again" not in args.skip and args.archive:
                 result["again"] = again(args.runs, args.archive, root, home)
                 print(json.dumps(result["again"], indent=1), flush=True)
+        if args.wheel and "by-version" not in args.skip:
+            result["by_version"] = by_version(args.runs, args.wheel, base, home)
+            print(json.dumps(result["by_version"], indent=1), flush=True)
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))
     return 0

@@ -15,7 +15,7 @@ runs=${RUNS:-3}
 mkdir -p "$work" "$out"
 src=${CUDNN_WHEEL_DIR:-$($py -c "import importlib.util as u; print(list(u.find_spec('nvidia.cudnn').submodule_search_locations)[0])")}
 major=$(awk '/#define CUDA_VERSION/ {print int($3/1000); exit}' /usr/local/cuda/include/cuda.h)
-echo "cuDNN from $src, CUDA $major; $(nproc) cores; $(xz --version | head -1); filesystem of $work: $(findmnt -n -o FSTYPE -T "$work" 2>/dev/null || echo unknown)"
+echo "cuDNN from $src, CUDA $major; $(nproc) cores; $(xz --version | head -1); filesystem of $work: $(findmnt -n -o FSTYPE -T "$work" 2>/dev/null || echo unknown); content hash $($py -c 'from cudnn_setup.digest import content_hash; print(content_hash())')"
 # As pip would have: the tool's modules byte-compiled, so (c) does not compile them each run.
 $py -m compileall -q cudnn_setup ${PYTHONPATH:+$(tr ':' ' ' <<<"$PYTHONPATH")} >/dev/null 2>&1 || true
 archives=()
@@ -32,6 +32,10 @@ for f in xz:2 xz1:2 gz:6; do
 done
 PYTHONUNBUFFERED=1 $py bench/install_speed.py --runs "$runs" "${archives[@]}" --no-verify-times \
   --gzip-sweep --work "$work/bench" --json "$out/speed.json" 2>&1 | tee "$out/speed.txt"
+# The .tar.gz again, (b) and (c) only, alternated: min and median of 5 with the load average.
+gz=$(ls "$work"/archives-gz/*.tar.gz | head -1)
+PYTHONUNBUFFERED=1 $py bench/install_speed.py --tool-and-floor --runs 5 --archive "$gz" \
+  --work "$work/bench" --json "$out/speed-gz-tool-and-floor.json" 2>&1 | tee -a "$out/speed.txt"
 # Where the time goes in one install of each: the main thread's profile, and the imports.
 i=0
 for a in "${archives[@]}"; do

@@ -135,7 +135,7 @@ def test_nodes_are_provisioned_by_version_from_a_mirror_the_command_built(variab
                                                                           cuda_root, tmp_path,
                                                                           home):
     from conftest import run_json
-    from test_install_by_version import Served
+    from httpserver import DirectoryServer as Served
 
     built = tmp_path / "fleet-mirror"
     done, out = run_json(["mirror", built, "9.1", "--cuda", "12", "--from", mirror.url], home)

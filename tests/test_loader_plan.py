@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from cudnn_setup.checks.framework_whatif import LD_LIBRARY_PATH, LDCONFIG
+from cudnn_setup.checks.framework_whatif import LD_LIBRARY_PATH, LDCONFIG, WhatIf
 from cudnn_setup.steps.context import Context
 from cudnn_setup.steps.loader_step import (ADVISE, ASK_ROOT, REFRESH, REFUSE, REGISTER,
                                            LoaderFacts, apply_plan, change_to_try,
@@ -123,8 +123,8 @@ def test_the_step_tries_the_change_the_plan_needs(tmp_path, home):
 
     def what_if(change):
         asked.append(change.kind)
-        return [{"framework": "torch", "version": "2.11.0", "breaks": True,
-                 "reason": "would load cuDNN 9.1.0", "safe_alternative": "use 9.19.0 or newer"}]
+        return [WhatIf("torch", "2.11.0", change.describe(), "9.19.0", None, breaks=True,
+                       reason="would load cuDNN 9.1.0", safe_alternative="use 9.19.0 or newer")]
 
     conf_dir = tmp_path / "ld.so.conf.d"
     conf_dir.mkdir()

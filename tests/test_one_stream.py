@@ -213,9 +213,9 @@ def test_files_hashed_on_several_lanes_keep_their_own_digests(lanes, made, tmp_p
     made_lanes = []
     original = staging.Writer.__init__
 
-    def init(self, direct=False, lanes=1, writers=1):
+    def init(self, direct=False, lanes=1, writers=1, **kw):
         made_lanes.append(lanes)
-        original(self, direct, lanes, writers=3)  # several writers, whatever this machine has
+        original(self, direct, lanes, writers=3, **kw)  # several writers, whatever this machine has
 
     monkeypatch.setattr(staging.Writer, "__init__", init)
     listing = _read(made["single"], tmp_path / "s")

@@ -15,7 +15,7 @@ from cudnn_setup.sources.pipconf import PYPI, index_config
 from fixtures.mirror import MirrorArchive
 from fixtures.wheels import (IndexFile, build_wheel, project_html, project_json, sha256,
                              wheel_files, wheel_name)
-from indexserver import IndexServer
+from httpserver import IndexServer
 
 PROJECT = "nvidia-cudnn-cu12"
 JSON = "application/vnd.pypi.simple.v1+json"
@@ -73,7 +73,7 @@ def test_install_from_a_json_index_looks_like_nvidias_archive_and_uninstalls_byt
     for name in ("files", "elf", "versions", "load", "coherence", "cuda", "compile"):
         assert checks[name] == "pass", out["checks"]
     manifest = json.loads((root / ".cudnn-setup" / "manifest.json").read_text())
-    assert manifest["format"] == 2 and manifest["source"]["provenance"] == prov
+    assert manifest["format"] == 3 and manifest["source"]["provenance"] == prov
     assert manifest["source"]["name"] == wheels[FINAL].name
     wheel_root = {k: v for k, v in tree_state(root).items() if not k.startswith(".cudnn-setup")}
 
@@ -151,6 +151,30 @@ def test_a_wheel_without_a_published_hash_is_refused_unless_sha256_is_given(whee
         done, out = install(root, home, index, "9.1", "--sha256", sha256(wheels[FINAL]))
     assert done.returncode == 0, done.stderr
     assert out["provenance"]["checksum_from"] == "--sha256"
+
+
+def test_the_installed_release_again_with_its_sha256_given_is_neither_fetched_nor_read(
+        wheels, cuda_root, home, monkeypatch):
+    """An index that publishes no hash: the user's --sha256 vouches for the archive, and when
+    the manifest's is that one, with every file as recorded, nothing is downloaded or read."""
+    from cudnn_setup.placement import judge
+
+    root = cuda_root("12.4", "lib")
+    given = sha256(wheels[FINAL])
+    with IndexServer() as server:
+        index = serve(server, wheels, hashes=False)
+        done, out = install(root, home, index, "9.1", "--sha256", given)
+        assert done.returncode == 0 and out["changed"] is True, done.stderr
+        server.requests.clear()
+        monkeypatch.setattr(judge, "read_package", lambda *a, **k: pytest.fail("read again"))
+        done, out = install(root, home, index, "9.1", "--sha256", given.upper())
+        assert done.returncode == 0 and out["changed"] is False, done.stderr
+        assert not [p for p in server.paths() if p.startswith("/files/")], server.paths()
+        assert any("its published sha256 (--sha256)" in n for n in out["install"]["notes"]), out
+        # another --sha256 is not the installed archive's: fetched, and refused as a mismatch
+        monkeypatch.undo()
+        done, out = install(root, home, index, "9.1", "--sha256", "0" * 64)
+    assert done.returncode == ARCHIVE_REJECTED and out["error"]["code"] == "checksum-mismatch"
 
 
 def test_a_wrong_hash_on_the_index_is_a_mismatch_and_changes_nothing(wheels, cuda_root, home):

@@ -37,13 +37,15 @@ PARSER: set[str] = set()
 # The tool's own modules `--version` and `--help` load: the grammar, the error codes, text.
 PARSER_MODULES = {"cudnn_setup", "cudnn_setup.arguments", "cudnn_setup.cli", "cudnn_setup.errors",
                   "cudnn_setup.text"}
-# And an install of a local .tgz: ELF parsing, version numbers, ISA-L.
-INSTALL = PARSER | {"elftools", "packaging", "isal"}
+# And an install of a local .tgz: ELF parsing, version numbers, ISA-L, BLAKE3 (the installed
+# files' content hash).
+INSTALL = PARSER | {"elftools", "packaging", "isal", "blake3"}
 
 INSTALL_MODULES = {
     "cudnn_setup", "cudnn_setup.archive", "cudnn_setup.archive.decoder_choice",
     "cudnn_setup.archive.decoders", "cudnn_setup.archive.headers",
-    "cudnn_setup.archive.liblzma", "cudnn_setup.archive.listing",
+    "cudnn_setup.archive.liblzma", "cudnn_setup.archive.library_facts",
+    "cudnn_setup.archive.listing",
     "cudnn_setup.archive.package", "cudnn_setup.archive.problems",
     "cudnn_setup.archive.reader", "cudnn_setup.archive.rules", "cudnn_setup.archive.staging",
     "cudnn_setup.archive.wheel", "cudnn_setup.arguments", "cudnn_setup.checks",

@@ -91,7 +91,7 @@ MANIFEST_CASES = {
     "type-dir": (lambda m, o: m["files"][0].update(type="dir"), "type"),
     "stat-short": (lambda m, o: m["files"][0].update(stat=[1, 2]), "stat"),
     "listed-twice": (lambda m, o: m["files"].append(dict(m["files"][0])), "twice"),
-    "format-3": (lambda m, o: m.update(format=3), "format 3"),
+    "format-4": (lambda m, o: m.update(format=4), "format 4"),
     "format-a-string": (lambda m, o: m.update(format="1"), "format"),
     "no-format": (lambda m, o: m.pop("format"), "format is missing"),
     "version-a-number": (lambda m, o: m.update(cudnn_version=7), "cudnn_version"),
@@ -299,11 +299,21 @@ def test_a_format_1_manifest_without_provenance_still_drives_verify_and_uninstal
     uninstall takes the install out and puts the hand-copied header back."""
     root, _ = setup
     manifest = json.loads((_state(root) / "manifest.json").read_text())
-    assert manifest["format"] == 2 and manifest["source"]["provenance"]["source"] == "path"
+    assert manifest["format"] == 3 and manifest["source"]["provenance"]["source"] == "path"
+
+    def sha256_of(record, path):  # before format 3 every file is known by its sha256
+        if record and record.get("type") == "file":
+            record["sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
+            record.pop("blake3", None)
 
     def older(m):
         m["format"] = 1
         del m["source"]["provenance"]
+        for f in m["files"]:
+            sha256_of(f, root / f["path"])
+            sha256_of(f["replaced"], _state(root) / "originals" / f["path"])
+        for path, o in m["originals"].items():
+            sha256_of(o, _state(root) / "originals" / path)
     _edit(root, "manifest.json", older)
     done, out = run_json(["verify", "--cuda-root", root, "--no-theano", "--no-frameworks"], home)
     assert {c["name"]: c["status"] for c in out["checks"]}["files"] == "pass", out["checks"]

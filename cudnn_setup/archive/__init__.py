@@ -10,6 +10,7 @@ from typing import Callable, Mapping
 
 from cudnn_setup.archive import reader, wheel
 from cudnn_setup.archive.package import Package, judge, wanted
+from cudnn_setup.digest import SHA256
 from cudnn_setup.errors import UsageError
 from cudnn_setup.facts.host import host_machine
 
@@ -23,18 +24,26 @@ def check_readable(path: Path) -> None:
 
 def read_package(path: Path, staging: Path, machine: str | None = None,
                  on_read: Callable[[int], None] | None = None, xz: str | None = None,
-                 env: Mapping[str, str] = {}, expected_sha256: str | None = None) -> Package:
+                 env: Mapping[str, str] = {}, expected_sha256: str | None = None,
+                 content_hash: str = SHA256) -> Package:
     """One streaming pass over `path`, staging headers and libraries under `staging`; `xz`
     runs in `env`, the command's environment. An nvidia-cudnn-cuNN wheel is read as the
     archive NVIDIA made of the same files (archive/wheel.py); `expected_sha256` lets a wheel
-    that does not match stop unparsed."""
+    that does not match stop unparsed. `content_hash`: what each member of a tar is hashed
+    with (digest.content_hash for an install; sha256, which `inspect` shows, by default); a
+    wheel's members are hashed with sha256."""
     check_readable(path)
     if wheel.is_wheel(path):
         listing, name = wheel.read(path, staging, wanted, on_read=on_read,
                                    expected_sha256=expected_sha256)
         return judge(listing, path.name, machine or host_machine(), name.name_facts())
-    listing = reader.read(path, staging, wanted, on_read=on_read, xz=xz, env=env)
-    return judge(listing, path.name, machine or host_machine())
+    listing = reader.read(path, staging, wanted, on_read=on_read, xz=xz, env=env,
+                          content_hash=content_hash)
+    try:
+        return judge(listing, path.name, machine or host_machine())
+    finally:
+        if listing.facts is not None:
+            listing.facts.close()
 
 
 def inspect_archive(path: Path, work_dir: Path | None = None, machine: str | None = None,

@@ -4,9 +4,12 @@ from __future__ import annotations
 import posixpath
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 from cudnn_setup.archive.problems import Problem
+
+if TYPE_CHECKING:
+    from cudnn_setup.archive.library_facts import FactsReader
 
 
 @dataclass
@@ -16,6 +19,7 @@ class Member:
     size: int = 0
     mode: int = 0o644
     sha256: str | None = None
+    blake3: str | None = None  # instead of sha256, when the pass hashed files so (an install)
     target: str | None = None  # symlink target, as stored
     staged: Path | None = None  # where the bytes were written, for staged files
     head: bytes = b""  # first bytes of a file, to tell ELF from anything else
@@ -39,6 +43,9 @@ class Listing:
     size: int = 0
     members: list[Member] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
+    # The staged libraries' facts, read while the archive was decoded (library_facts.py);
+    # None when the pass read none early (a wheel): the judge then reads each file itself.
+    facts: "FactsReader | None" = None
 
     def files(self) -> Iterator[Member]:
         return (m for m in self.members if m.kind == "file")

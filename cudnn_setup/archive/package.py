@@ -8,7 +8,8 @@ from cudnn_setup.archive.listing import Listing, Member
 from cudnn_setup.archive.problems import ERROR, WARNING, Problem
 from cudnn_setup.facts import cudnn as gen
 from cudnn_setup.facts.composition import Composition, compose, flavour_of
-from cudnn_setup.facts.elf import ElfInfo, NotElf, code_problem, read_elf
+from cudnn_setup.archive.library_facts import FactsReader
+from cudnn_setup.facts.elf import ElfInfo
 from cudnn_setup.text import escape, plural
 
 _OS_NAMES = {"osx": "macOS", "windows": "Windows"}
@@ -131,13 +132,14 @@ def judge(listing: Listing, archive_name: str, host_machine: str,
     pkg.name_facts = name_facts or gen.parse_archive_name(archive_name)
     if any(p.code == "corrupt" for p in pkg.problems) and not listing.members:
         return pkg
+    facts = listing.facts or FactsReader()
     _layout(pkg, listing)
     _collect(pkg, listing)
     _version(pkg)
-    _elf(pkg, host_machine)
+    _elf(pkg, host_machine, facts)
     _platform(pkg, host_machine)
     _links(pkg, listing)
-    _completeness(pkg)
+    _completeness(pkg, facts)
     return pkg
 
 
@@ -237,7 +239,7 @@ def _version(pkg: Package) -> None:
                  "releases; Theano would report 'Mixed dnn version'")
 
 
-def _elf(pkg: Package, host_machine: str) -> None:
+def _elf(pkg: Package, host_machine: str, facts: FactsReader) -> None:
     machines: set[str] = set()
     for lib in pkg.libraries:
         m = lib.member
@@ -247,19 +249,19 @@ def _elf(pkg: Package, host_machine: str) -> None:
             continue
         if m.staged is None:
             continue
-        try:
-            lib.elf = read_elf(m.staged)
-        except NotElf as exc:
-            cut = code_problem(m.staged)  # a truncated file says so, not pyelftools' complaint
+        read = facts.get(m.staged)  # read_elf, and code_problem where it is asked
+        if read.elf is None:
+            cut = read.code  # a truncated file says so, not pyelftools' complaint
             if cut and cut.startswith("is truncated"):
                 _add(pkg, "damaged-library", f"{escape(m.name)} {cut}",
                      "the archive is damaged; download it again")
             else:
-                _add(pkg, "not-elf", f"{escape(m.name)} is {exc}, not an ELF shared library",
-                     "the archive is damaged or is not cuDNN for Linux")
+                _add(pkg, "not-elf", f"{escape(m.name)} is {read.not_elf}, not an ELF shared "
+                     "library", "the archive is damaged or is not cuDNN for Linux")
             continue
+        lib.elf = read.elf
         machines.add(lib.elf.machine)
-        useless = code_problem(m.staged) if lib.elf.is_shared_object else None
+        useless = read.code if lib.elf.is_shared_object else None
         if useless:
             _add(pkg, "no-code" if "exports no symbols" in useless else "damaged-library",
                  f"{escape(m.name)} {useless}", "the archive is damaged or not NVIDIA's; "
@@ -319,7 +321,7 @@ def _links(pkg: Package, listing: Listing) -> None:
         pkg.links.append(Link(m.name, m.target or "", chain))
 
 
-def _completeness(pkg: Package) -> None:
+def _completeness(pkg: Package, facts: FactsReader) -> None:
     if not pkg.libraries:
         pkg.missing = ["libcudnn"]
         _add(pkg, "no-library", "the archive has no libcudnn shared library",
@@ -330,7 +332,8 @@ def _completeness(pkg: Package) -> None:
     files = {lib.stem: lib.member.staged for lib in pkg.libraries}
     name = pkg.archive_name if gen.flavour_of_name(pkg.archive_name) else pkg.top_dir
     pkg.composition = comp = compose(files, pkg.generation,
-                                     flavour_of(name, files, pkg.generation))
+                                     flavour_of(name, files, pkg.generation),
+                                     named=lambda path: facts.get(path).named)
     pkg.missing = list(comp.missing)
     flavour = " (JIT flavour)" if comp.flavour == gen.JIT else ""
     for stem in pkg.missing:

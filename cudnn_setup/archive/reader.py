@@ -12,24 +12,27 @@ import tarfile
 from pathlib import Path
 from typing import IO, Callable, Mapping
 
-from cudnn_setup.archive import headers, staging
+from cudnn_setup.archive import headers, library_facts, staging
 from cudnn_setup.archive.decoders import (CHUNK, DECODE_ERRORS, RAPIDGZIP, ZIP, Decoder,
                                          fallback_gzip, sniff, usable_cores)
 from cudnn_setup.archive.listing import Listing, Member, Wanted
 from cudnn_setup.archive.problems import Problem
 from cudnn_setup.archive.rules import Limits, MemberRules, Stop, corrupt
+from cudnn_setup.digest import SHA256
 from cudnn_setup.errors import ArchiveRejected, InstallFailed, os_error
 from cudnn_setup.text import escape, show_path
 
 
 def read(path: Path, staging_dir: Path, want: Wanted, limits: Limits | None = None,
          on_read: Callable[[int], None] | None = None, xz: str | None = None,
-         gzip: str | None = None, env: Mapping[str, str] = {}) -> Listing:
+         gzip: str | None = None, env: Mapping[str, str] = {},
+         content_hash: str = SHA256) -> Listing:
     """Stream `path` once; write the members `want` accepts under `staging_dir`; record everything.
 
     `xz` is the xz program to decode multi-block .tar.xz with, on every core (None: decode in
     this process); `gzip` the gzip decoder (None: the one for this machine); `env` the
-    command's environment, the one decoding children run in. When rapidgzip
+    command's environment, the one decoding children run in; `content_hash` what each member's
+    bytes are hashed with (Member.sha256 or .blake3). When rapidgzip
     finds fault with a .tar.gz, the archive is read again by ISA-L or zlib, whose verdict stands:
     rapidgzip refuses some files that gzip reads (zeros after the end) and cannot tell a stream
     cut short. Problems with single members are all collected; a stream that cannot be decoded ends the pass
@@ -56,30 +59,41 @@ def read(path: Path, staging_dir: Path, want: Wanted, limits: Limits | None = No
         raise unreadable(path, exc) from None
     decoded_by_rapidgzip = decoder.name == RAPIDGZIP
     complete = False
+    listing.facts = library_facts.FactsReader()
+    handed_over = False
     try:
-        _walk(decoder.stream, staging_dir, want, MemberRules(limits or Limits()), listing)
-        complete = True
-    except staging.StagingWriteFailed as exc:
-        raise staging_failed(staging_dir, exc) from None
-    except DECODE_ERRORS as exc:
-        if isinstance(exc, OSError) and exc.errno is not None:  # reading failed, not decoding
-            raise unreadable(path, exc) from None
-        listing.problems.append(corrupt(str(exc) or type(exc).__name__))
-    finally:
         try:
-            complaint = decoder.finish(complete)
-        except OSError as exc:  # the rapidgzip feeder could not read the file
-            raise unreadable(path, exc) from None
+            _walk(decoder.stream, staging_dir, want, MemberRules(limits or Limits()), listing,
+                  content_hash)
+            complete = True
+        except staging.StagingWriteFailed as exc:
+            raise staging_failed(staging_dir, exc) from None
+        except DECODE_ERRORS as exc:
+            if isinstance(exc, OSError) and exc.errno is not None:  # reading, not decoding
+                raise unreadable(path, exc) from None
+            listing.problems.append(corrupt(str(exc) or type(exc).__name__))
+        finally:
+            try:
+                complaint = decoder.finish(complete)
+            except OSError as exc:  # the rapidgzip feeder could not read the file
+                raise unreadable(path, exc) from None
+        handed_over = not (decoded_by_rapidgzip and (complaint or not complete))
+    finally:
+        if not handed_over:  # nothing reads the staged files once this pass gives up on them
+            listing.facts.close()
     if decoded_by_rapidgzip and (complaint or not complete):
         _empty(staging_dir)
-        return read(path, staging_dir, want, limits, on_read, xz, gzip=fallback_gzip(), env=env)
+        return read(path, staging_dir, want, limits, on_read, xz, gzip=fallback_gzip(), env=env,
+                    content_hash=content_hash)
     if complaint:
         listing.problems.append(corrupt(complaint))
     if complete and not complaint:
         try:
             listing.sha256, listing.size = decoder.sha256, decoder.size
         except OSError as exc:
+            listing.facts.close()
             raise unreadable(path, exc) from None
+    listing.facts.wait()
     return listing
 
 
@@ -160,10 +174,17 @@ class ForwardStream(io.RawIOBase):
 
 
 def _walk(stream: IO[bytes], staging_dir: Path, want: Wanted, rules: MemberRules,
-          listing: Listing) -> None:
+          listing: Listing, content_hash: str = SHA256) -> None:
     cores = usable_cores()
+    facts = listing.facts
+
+    def complete(member: Member) -> None:
+        if facts is not None and library_facts.early(member.name):
+            facts.submit(member.staged)
+
     writer = staging.Writer(direct=staging.direct_io_allowed(staging_dir),
-                            lanes=staging.hash_lanes(cores), writers=staging.write_threads(cores))
+                            lanes=staging.hash_lanes(cores), writers=staging.write_threads(cores),
+                            on_complete=complete, content_hash=content_hash)
     try:
         _walk_members(ForwardStream(stream), staging_dir, want, rules, listing, writer)
     finally:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import errno
 import fcntl
-import hashlib
 import mmap
 import os
 import queue
@@ -17,6 +16,7 @@ from typing import IO, Callable
 
 from cudnn_setup.archive.decoders import CHUNK
 from cudnn_setup.archive.listing import Member
+from cudnn_setup.digest import BLAKE3, SHA256, hasher
 from cudnn_setup.facts import cudnn as gen
 from cudnn_setup.facts import mounts
 
@@ -33,17 +33,21 @@ class StagingWriteFailed(Exception):
 class Writer:
     """Hashes and writes member bytes on threads of their own.
 
-    Each file is hashed on one of `lanes` hashing threads, in turn, so one file's sha256 runs
+    Each file is hashed on one of `lanes` hashing threads, in turn, so one file's hash runs
     beside the next file's decoding; its chunks are written by `writers` threads at their
-    offsets (pwrite), so a slow disk sees several direct writes in flight rather than one. hashlib and
-    the writes release the GIL. A buffer goes back to the pool when both its hash and its write
+    offsets (pwrite), so a slow disk sees several direct writes in flight rather than one. The
+    hashes (sha256, BLAKE3) and the writes release the GIL. A buffer goes back to the pool when both its hash and its write
     are done; the pool (POOL_CHUNKS MiB) bounds memory however far any thread falls behind.
     """
 
     POOL_CHUNKS = 16
 
-    def __init__(self, direct: bool = False, lanes: int = 1, writers: int = 1):
+    def __init__(self, direct: bool = False, lanes: int = 1, writers: int = 1,
+                 on_complete: Callable[[Member], None] | None = None,
+                 content_hash: str = SHA256):
         self.direct = direct  # big files are written with O_DIRECT
+        self.content_hash = content_hash  # each member's bytes: sha256 or blake3
+        self.on_complete = on_complete  # told of each staged file once all of it is written
         self.buffers: queue.Queue = queue.Queue()
         for _ in range(self.POOL_CHUNKS + 2):
             self.buffers.put(mmap.mmap(-1, CHUNK))  # page-aligned, as O_DIRECT writes need
@@ -134,7 +138,7 @@ class Sink:
         self.member = member
         self.writer = writer
         self.direct = writer.direct and member.size >= DIRECT_MIN_BYTES
-        self.digest = hashlib.sha256()
+        self.digest = hasher(writer.content_hash)
         self.keep_text = member.name in gen.VERSION_HEADERS and member.size <= writer.text_left
         if self.keep_text:
             writer.text_left -= member.size
@@ -181,6 +185,8 @@ class Sink:
             self.out.close()
             # World-readable, never group/other-writable; set-id bits were refused earlier.
             os.chmod(m.staged, (m.mode & 0o755) | 0o444)
+            if self.writer.on_complete is not None:
+                self.writer.on_complete(m)
 
     def abandon(self) -> None:
         self.writer.open_sinks.discard(self)
@@ -194,7 +200,10 @@ class Sink:
             self.chunks.append(bytes(chunk))
 
     def seal(self) -> None:
-        self.member.sha256 = self.digest.hexdigest()
+        if self.writer.content_hash == BLAKE3:
+            self.member.blake3 = self.digest.hexdigest()
+        else:
+            self.member.sha256 = self.digest.hexdigest()
         if self.keep_text:
             self.member.text = b"".join(self.chunks).decode("utf-8", errors="replace")
 

@@ -25,7 +25,7 @@ def check_files(inst: Installation, deep: bool = False) -> Check:
     entries = inst.manifest.files if inst.manifest else []
     for entry in entries:
         path = root / entry.path
-        current = describe(path) if deep else describe_known(path, entry)
+        current = describe(path, entry.content.hashes) if deep else describe_known(path, entry)
         if current is None:
             problems.append(f"{entry.path} is missing")
         elif not entry.content.same(current):

@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Callable, Mapping
 
 from cudnn_setup.facts import cudnn as gen
 from cudnn_setup.facts import ldresolve as L
@@ -98,10 +98,14 @@ def flavour_of(archive_name: str | None, stems, generation: str | None) -> str |
 
 
 def compose(files: Mapping[str, str | os.PathLike], generation: str | None,
-            flavour: str | None = None, objects: L.Objects | None = None) -> Composition:
+            flavour: str | None = None, objects: L.Objects | None = None,
+            named: Callable[[str | os.PathLike], tuple[list[str], list[str]]] | None = None,
+            ) -> Composition:
     """The composition of a release whose library files are `files` (stem → path of the file
     present): every cuDNN library reachable from libcudnn through DT_NEEDED and run-time names
-    (run-time names only in the full flavour), at least the generation's floor."""
+    (run-time names only in the full flavour), at least the generation's floor. `objects`: the
+    files read once for the whole command; `named`: what answers for named_by (the judge's
+    facts, read while the archive decoded)."""
     present = tuple(sorted(files))
     if flavour is None:
         flavour = flavour_of(None, present, generation)
@@ -118,7 +122,7 @@ def compose(files: Mapping[str, str | os.PathLike], generation: str | None,
                 continue
             name = os.path.basename(os.fspath(path))
             read.append(name)
-            needed, runtime = named_by(path, objects)
+            needed, runtime = named(path) if named is not None else named_by(path, objects)
             for dep in needed:
                 embedded.setdefault(dep, f"{name} lists it as DT_NEEDED")
             for dep in runtime:

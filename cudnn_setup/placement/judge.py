@@ -10,6 +10,7 @@ from typing import Callable, Mapping
 
 from cudnn_setup.archive import read_package
 from cudnn_setup.archive.package import Package
+from cudnn_setup.digest import content_hash
 from cudnn_setup.errors import ArchiveRejected
 from cudnn_setup.facts.cuda import CudaRoot
 from cudnn_setup.fetch.checksums import Expected, mismatch
@@ -35,7 +36,8 @@ def stage(archive: Path, staging: Path, expected: Expected | None,
     """The archive read into `staging`; its checksum and its installability checked."""
     pkg = read_package(archive, staging, on_read=on_read, xz=xz, env=env,
                        expected_sha256=expected.digest if expected and
-                       expected.algorithm == "sha256" else None)
+                       expected.algorithm == "sha256" else None,
+                       content_hash=content_hash())
     if expected and pkg.sha256 and pkg.sha256 != expected.digest:
         raise mismatch(escape(archive.name), expected, pkg.sha256)
     if not pkg.installable:

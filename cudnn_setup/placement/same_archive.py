@@ -74,7 +74,8 @@ def plan_again(archive: Path, root: CudaRoot, old: Manifest | None, include_rel:
     if how is None:
         return None
     desired = [Desired(f.path, f.type, f.content.sha256, f.content.target,
-                       f.content.mode if f.content.mode is not None else 0o644)
+                       f.content.mode if f.content.mode is not None else 0o644,
+                       blake3=f.content.blake3)
                for f in old.files]
     plan = make_plan(root.path, old, desired, False, deep=deep)
     if plan.changed or plan.conflicts:

@@ -63,10 +63,10 @@ def root_dirs(root: CudaRoot) -> tuple[str, str]:
 def desired_entries(pkg: Package, include_rel: str, lib_rel: str, links_dir: Path) -> list[Desired]:
     """Headers, libraries and the ldconfig-style link chains, as they should end up."""
     out = [Desired(f"{include_rel}/{m.name}", FILE, m.sha256, mode=(m.mode & 0o755) | 0o444,
-                   source=m.staged) for m in pkg.headers]
+                   source=m.staged, blake3=m.blake3) for m in pkg.headers]
     for m in [lib.member for lib in pkg.libraries] + pkg.static_libraries:
         out.append(Desired(f"{lib_rel}/{m.name}", FILE, m.sha256, mode=(m.mode & 0o755) | 0o444,
-                           source=m.staged))
+                           source=m.staged, blake3=m.blake3))
     for link, target in pkg.chains():
         out.append(Desired(f"{lib_rel}/{link}", "symlink", target=target,
                            source=links_dir / link))

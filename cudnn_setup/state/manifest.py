@@ -11,12 +11,17 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cudnn_setup.digest import BLAKE3, CONTENT_HASHES, SHA256 as SHA256_HASH
 from cudnn_setup.facts import cudnn as gen
 from cudnn_setup.state.fields import HEX_ID, SHA256, Fields, text
 from cudnn_setup.state.paths import Damaged, contained, relative
 
-FORMAT = 2  # 2: the source's provenance; format 1 manifests (without it) still load
-OLDER_FORMATS = (1,)
+# 3: a file's bytes recorded by their BLAKE3 hash ("blake3"), sha256, or both;
+# 2: the source's provenance; 1: neither. Manifests of formats 1 and 2 (every file by its
+# sha256) still load, verify and uninstall.
+FORMAT = 3
+OLDER_FORMATS = (1, 2)
+CONTENT_HASHES_SINCE = 3  # the first format whose files may carry "blake3"
 PROVENANCE_SOURCES = ("nvidia", "mirror", "pypi", "path", "url")
 FILE, SYMLINK, DIR, OTHER = "file", "symlink", "dir", "other"
 _VERSION = re.compile(r"^\d{1,6}\.\d{1,6}\.\d{1,6}$")
@@ -26,12 +31,26 @@ _NAME = re.compile(r"^[^/\x00]{1,255}$")
 
 @dataclass(frozen=True)
 class Content:
-    """What stands at a path: a file (bytes and mode), a symlink (target), a dir, or other."""
+    """What stands at a path: a file (bytes and mode), a symlink (target), a dir, or other.
+
+    A file's bytes are known by their sha256, their BLAKE3 hash, or both (digest.py says why
+    two); `same` compares the first hash both sides have, and whoever looks at a file on disk
+    hashes it with every hash the records it is compared with hold (`hashes`)."""
 
     type: str
     sha256: str | None = None
     mode: int | None = None
     target: str | None = None
+    blake3: str | None = None
+
+    @property
+    def hashes(self) -> tuple[str, ...]:
+        """The content hashes this record holds (none for what is not a file)."""
+        return tuple(a for a in CONTENT_HASHES if self.digest(a))
+
+    def digest(self, algorithm: str) -> str | None:
+        return self.blake3 if algorithm == BLAKE3 else self.sha256 if algorithm == SHA256_HASH \
+            else None
 
     def same(self, other: "Content | None") -> bool:
         """Same bytes or same link target (the mode is compared separately)."""
@@ -40,23 +59,39 @@ class Content:
         if self.type == SYMLINK:
             return other.target == self.target
         if self.type == FILE:
-            return other.sha256 == self.sha256
+            for algorithm in CONTENT_HASHES:
+                mine, theirs = self.digest(algorithm), other.digest(algorithm)
+                if mine and theirs:
+                    return mine == theirs
+            # a bug, never an answer: the file on disk is hashed as its records need
+            raise ValueError(f"no content hash in common ({self.hashes} and {other.hashes})")
         return True
 
     def to_dict(self) -> dict:
         out: dict = {"type": self.type}
         if self.type == FILE:
-            out.update(sha256=self.sha256, mode=self.mode)
+            if self.sha256 is not None or self.blake3 is None:
+                out["sha256"] = self.sha256
+            if self.blake3 is not None:
+                out["blake3"] = self.blake3
+            out["mode"] = self.mode
         elif self.type == SYMLINK:
             out["target"] = self.target
         return out
 
     @staticmethod
-    def load(f: Fields) -> "Content":
+    def load(f: Fields, fmt: int = FORMAT) -> "Content":
+        """`fmt`: the manifest's format; before format 3 every file is known by its sha256."""
         kind = f.choice("type", (FILE, SYMLINK, DIR, OTHER))
         if kind == FILE:
-            return Content(FILE, f.text("sha256", pattern=SHA256),
-                           f.integer("mode", high=0o7777))
+            if fmt < CONTENT_HASHES_SINCE:
+                return Content(FILE, f.text("sha256", pattern=SHA256),
+                               f.integer("mode", high=0o7777))
+            sha = f.text("sha256", optional=True, pattern=SHA256)
+            blake = f.text("blake3", optional=True, pattern=SHA256)  # 32 bytes too
+            if sha is None and blake is None:
+                raise Damaged(f"{f.at('sha256')} is missing (and there is no blake3)")
+            return Content(FILE, sha, f.integer("mode", high=0o7777), blake3=blake)
         if kind == SYMLINK:
             return Content(SYMLINK, target=f.text("target"))
         return Content(kind)
@@ -187,6 +222,7 @@ class Manifest:
     def load(data: object, root: Path) -> "Manifest":
         """The manifest in `data` (parsed JSON), or Damaged saying what is wrong with it."""
         f = Fields.record(data, "manifest", FORMAT, OLDER_FORMATS)
+        fmt = f.integer("format")
         real_root = os.path.realpath(root)
 
         def path(value: object, where: str) -> str:
@@ -203,20 +239,20 @@ class Manifest:
             if rel in seen:
                 raise Damaged(f"{where}.path {rel!r} is listed twice")
             seen.add(rel)
-            content = Content.load(e)
+            content = Content.load(e, fmt)
             if content.type not in (FILE, SYMLINK):
                 raise Damaged(f"{where}.type is {content.type!r}; the tool places files and links")
             replaced = e.sub("replaced", optional=True)
             stat = [v for _, v in e.items("stat", optional=True)]
             if stat and (len(stat) != 4 or not all(type(v) is int and v >= 0 for v in stat)):
                 raise Damaged(f"{where}.stat is not four counts")
-            files.append(FileRecord(rel, content, Content.load(replaced) if replaced else None,
+            files.append(FileRecord(rel, content, Content.load(replaced, fmt) if replaced else None,
                                     (stat[0], stat[1], stat[2], stat[3]) if stat else None))
         originals = {}
         for where, key, item in f.mapping("originals"):
             o = Fields(item, where)
             kept = o.choice("kept", ("in-place", "store"), optional=True)
-            originals[path(key, where)] = Original(Content.load(o), kept == "in-place")
+            originals[path(key, where)] = Original(Content.load(o, fmt), kept == "in-place")
         generation = f.text("generation", optional=True)
         if generation is not None and generation not in gen.GENERATIONS:
             raise Damaged(f"generation {generation[:40]!r} is not a cuDNN generation")

@@ -35,20 +35,27 @@ def parents(paths: Iterable[str]) -> list[str]:
 
 
 def observe_install(root: Path, old: Manifest | None, desired: Iterable[str],
-                    deep: bool = False) -> Observed:
+                    deep: bool = False,
+                    hashes: Mapping[str, Iterable[str]] | None = None) -> Observed:
     """What stands at each desired path (in order) and at each path of the previous install,
     and which of the desired paths' directories exist.
 
-    A recorded file is trusted by its stat (describe_known) unless `deep`: then hashed. Looking
-    stops at the first directory standing where a desired file goes: the plan refuses there,
-    so nothing after it is hashed."""
+    A recorded file is trusted by its stat (describe_known) unless `deep`: then hashed. A file
+    is hashed (or its record completed) with every hash it is compared with: its record's and
+    `hashes[path]`, the archive's file's. Looking stops at the first directory standing where a
+    desired file goes: the plan refuses there, so nothing after it is hashed."""
     desired = list(desired)
     records = {f.path: f for f in old.files} if old else {}
     standing = frozenset(d for d in parents(desired) if os.path.lexists(root / d))
     at: dict[str, Content | None] = {}
+    hashes = hashes or {}
 
     def look(path: str) -> Content | None:
-        return describe(root / path) if deep else describe_known(root / path, records.get(path))
+        record = records.get(path)
+        also = tuple(hashes.get(path, ()))
+        if deep:
+            return describe(root / path, (*(record.content.hashes if record else ()), *also))
+        return describe_known(root / path, record, also)
 
     for path in desired:
         at[path] = look(path)

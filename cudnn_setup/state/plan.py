@@ -44,10 +44,11 @@ class Desired:
     target: str | None = None
     mode: int = 0o644
     source: Path | None = None  # staged bytes (absolute)
+    blake3: str | None = None  # the bytes' content hash, where they were hashed so
 
     def content(self) -> Content:
         if self.kind == FILE:
-            return Content(FILE, self.sha256, self.mode)
+            return Content(FILE, self.sha256, self.mode, blake3=self.blake3)
         return Content(self.kind, target=self.target)
 
     def matches(self, current: Content | None) -> bool:
@@ -114,7 +115,8 @@ def make_plan(root: Path, old: Manifest | None, desired: list[Desired], force: b
     the root looked at (may raise OSError), then the decision. `deep`: every file hashed, even
     one whose stat is as recorded (state.files.describe_known)."""
     return decide(root, old, desired, force,
-                  observe_install(root, old, [d.path for d in desired], deep=deep))
+                  observe_install(root, old, [d.path for d in desired], deep=deep,
+                                  hashes={d.path: d.content().hashes for d in desired}))
 
 
 def decide(root: Path, old: Manifest | None, desired: list[Desired], force: bool,

@@ -253,9 +253,14 @@ def resolve_source(result: Result, ctx: Context, source: str, root: CudaRoot, *,
         _installable_or_refuse(offer)
         why = "by its name"
     describe_offer(result, offer, chosen, why)
-    if unneeded is not None and offer.sha256 and (sha256 is None or sha256.lower() == offer.sha256) \
-            and unneeded(offer.file_name, Expected("sha256", offer.sha256,
-                                                   offer.checksum_from or chosen.where)):
+    # What the archive must hash to, vouched for before a byte is fetched: the source's
+    # published sha256, else the user's --sha256 (both given and different: fetched, and the
+    # mismatch reported as always).
+    given = sha256.lower() if sha256 else None
+    vouched = Expected("sha256", offer.sha256, offer.checksum_from or chosen.where) \
+        if offer.sha256 else Expected("sha256", given, "--sha256") if given else None
+    if unneeded is not None and vouched is not None and given in (None, vouched.digest) \
+            and unneeded(offer.file_name, vouched):
         return None
     return chosen.obtain(offer, fetcher(result, ctx, headers, cache_dir, chosen), sha256)
 

@@ -16,7 +16,7 @@ from cudnn_setup.text import plural, show_path
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from cudnn_setup.checks.framework_whatif import Change
+    from cudnn_setup.checks.framework_whatif import Change, WhatIf
     from cudnn_setup.checks.frameworks import FrameworkEntry
     from cudnn_setup.checks.suite import Frameworks
 
@@ -33,7 +33,7 @@ class FrameworkLookahead:
         self.now: list[FrameworkEntry] | None = None  # None: not made, or the interpreter could not say
         self.search: L.Environment | None = None
 
-    def what_if(self, change: Change) -> list[dict]:
+    def what_if(self, change: Change) -> list[WhatIf]:
         from cudnn_setup.checks.deps import loader_environment
         from cudnn_setup.checks.framework_whatif import what_if
         from cudnn_setup.checks.frameworks import framework_report
@@ -66,7 +66,7 @@ class LoaderStep:
     and whether it changed what programs load."""
 
     check: Check
-    what_if: list[dict] = field(default_factory=list)
+    what_if: list[WhatIf] = field(default_factory=list)
     refused: SetupError | None = None  # --ldconfig not done: it would break a framework
     changed_loader: bool = False
     loader_fix: str | None = None  # the loader check's advice instead of LD_LIBRARY_PATH
@@ -76,7 +76,7 @@ class LoaderStep:
         return _warnings(self.what_if)
 
 
-def _warnings(results: list[dict]) -> list[str]:
+def _warnings(results: list[WhatIf]) -> list[str]:
     """what_if_warnings() of `results`; none asked, none to read (nor its module to import)."""
     if not results:
         return []
@@ -201,7 +201,7 @@ def apply_plan(plan: LoaderPlan, ctx: Context) -> tuple[Check, bool]:
 
 
 def loader_step(ctx: Context, lib_dir: Path, register: bool, verify_follows: bool = False, *,
-                what_if: Callable[[Change], list[dict]] | None = None,
+                what_if: Callable[[Change], list[WhatIf]] | None = None,
                 force: bool = False) -> LoaderStep:
     """Make programs find the new libraries: ldconfig where allowed, else say how. The facts
     are gathered (the loader path; what `what_if` says each framework would load after the
