@@ -96,3 +96,26 @@ def test_a_child_that_has_exited_is_not_waited_for_any_longer():
         took.append(time.monotonic() - start)
         assert done.returncode == 0 and done.stdout == b"answer\n"
     assert min(took) < DRAIN_S / 2, took
+
+
+def test_verify_reads_each_library_once(tmp_path, monkeypatch):
+    """files, coherence and deps all ask about the same libraries (their DT_NEEDED entries,
+    the names they open at run time): one run reads each file's facts once, whichever check,
+    on whichever thread, asks first."""
+    from cudnn_setup.checks import locate
+    from cudnn_setup.facts import ldresolve as L
+    from fixtures import layouts
+
+    inst = locate.locate(layouts.built_set(tmp_path / "cudnn", tmp_path / "w"))
+    reads, scans = [], []
+    read, names = L.read_object, L.runtime_names
+    monkeypatch.setattr(L, "read_object", lambda p: reads.append(os.path.realpath(p)) or read(p))
+    monkeypatch.setattr(L, "runtime_names",
+                        lambda p, *a: scans.append(os.path.realpath(p)) or names(p, *a))
+    env = {"PATH": os.environ["PATH"]}
+    checks = {c.name: c for c in run_checks(inst, python=sys.executable, env=env, theano=False,
+                                            with_frameworks=False)}
+    assert checks["coherence"].status == "pass" and checks["deps"].status == "pass"
+    for seen in (reads, scans):
+        cudnn = [p for p in seen if os.path.basename(p).startswith("libcudnn")]
+        assert len(cudnn) >= 8 and len(cudnn) == len(set(cudnn)), sorted(cudnn)
