@@ -119,3 +119,27 @@ def test_verify_reads_each_library_once(tmp_path, monkeypatch):
     for seen in (reads, scans):
         cudnn = [p for p in seen if os.path.basename(p).startswith("libcudnn")]
         assert len(cudnn) >= 8 and len(cudnn) == len(set(cudnn)), sorted(cudnn)
+
+
+def test_the_frameworks_children_start_before_the_loaders_facts_are_asked(tmp_path,
+                                                                          monkeypatch):
+    """The frameworks' children take the longest, and the loader's facts (ldconfig -p, ld.so,
+    three children) are needed only to read their answers: asking for those facts slowly must
+    not delay the frameworks' start."""
+    from cudnn_setup.checks import locate, suite
+    from fixtures import layouts
+
+    inst = locate.locate(layouts.built_set(tmp_path / "cudnn", tmp_path / "w"))
+    real = suite.loader_environment
+
+    def slow_loader(*args, **kwargs):
+        time.sleep(WAIT)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(suite, "loader_environment", slow_loader)
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(slow_site(tmp_path, ("cupy",)))}
+    start = time.monotonic()
+    checks = {c.name: c for c in run_checks(inst, python=sys.executable, env=env, theano=False)}
+    took = time.monotonic() - start
+    assert "cupy" in checks["frameworks"].detail
+    assert took < 1.7 * WAIT, took  # one after the other: at least 2 * WAIT
