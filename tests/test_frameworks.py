@@ -22,12 +22,12 @@ import pytest
 from cudnn_setup.checks import framework_loader as fl
 from cudnn_setup.checks import framework_probe as fp
 from cudnn_setup.checks import framework_whatif as wi
-from cudnn_setup.checks import frameworks as fw
+from cudnn_setup.checks import frameworks_check as fw
 from cudnn_setup.errors import UsageError
-from cudnn_setup.facts import frameworks as rules
+from cudnn_setup.facts import framework_rules as rules
 from cudnn_setup.report import FAIL, PASS, SKIP, WARN
 
-PROBE = Path(fw.__file__).resolve().parent.parent / "probes" / "frameworks.py"
+PROBE = Path(fw.__file__).resolve().parent.parent / "probes" / "framework_loads.py"
 NO_CACHE = fl.NO_SEARCH
 
 CUDNN_C = """

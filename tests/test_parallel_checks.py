@@ -12,7 +12,7 @@ from pathlib import Path
 
 from conftest import REPO, clean_env, main
 
-from cudnn_setup.checks import frameworks as fw
+from cudnn_setup.checks import frameworks_check as fw
 from cudnn_setup.checks.installation import find_installation
 from cudnn_setup.checks.suite import run_checks
 from cudnn_setup.facts.cuda import find_cuda_root

@@ -1,8 +1,8 @@
 """docs/design.md's "where to look" tables name files and functions that exist.
 
 A reader finds each behaviour from the table in one guess only while the table follows the
-code: every file it names exists, and every function or class it names (first column's
-answer, `Class.method` included) is defined in that file.
+code: every file it names exists, and the function (or class, constant, `Class.method`) that
+answers each question is defined in the file named beside it.
 """
 import ast
 import re
@@ -13,8 +13,8 @@ DESIGN = REPO / "docs" / "design.md"
 
 
 def _rows():
-    """(file, names) of each table row that names cudnn_setup files, with the names in backticks
-    of the row's last cell when the row has a function column."""
+    """(files, names) of each table row that names cudnn_setup files; in a row with a function
+    column, its first name in backticks: the answer (the rest of the cell is context)."""
     rows = []
     for line in DESIGN.read_text().splitlines():
         if not line.startswith("| ") or "cudnn_setup/" not in line:
@@ -22,7 +22,8 @@ def _rows():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         files = re.findall(r"`(cudnn_setup/[\w/]+\.py)`", line)
         names = re.findall(r"`([A-Za-z_][\w.]*)`", cells[-1]) if len(cells) == 3 else []
-        rows.append((files, [n for n in names if "/" not in n and not n.endswith(".py")]))
+        names = [n for n in names if "/" not in n and not n.endswith(".py")]
+        rows.append((files, names[:1]))
     return rows
 
 
@@ -47,7 +48,7 @@ def test_the_tables_are_read():
     assert sum(1 for _, names in rows if names) >= 12
 
 
-def test_every_file_and_function_named_exists():
+def test_every_file_and_its_function_exists():
     missing = []
     for files, names in _rows():
         for f in files:

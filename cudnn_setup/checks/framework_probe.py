@@ -1,4 +1,4 @@
-"""Running probes/frameworks.py in an interpreter: one framework per child, with a time limit,
+"""Running probes/framework_loads.py in an interpreter: one framework per child, with a time limit,
 its own output kept in a log, and everything it answers checked before anything uses it.
 """
 from __future__ import annotations
@@ -45,11 +45,11 @@ def import_key(python: str, name: str) -> str:
 
 def run(python: str, args: list[str], env: Mapping[str, str], timeout: float | None,
         log: Path | None = None, runner: Runner | None = None) -> Run:
-    """probes/frameworks.py ARGS under `python` with `env`; its answer or how it failed.
+    """probes/framework_loads.py ARGS under `python` with `env`; its answer or how it failed.
     The framework's own output goes to the probe's stderr, of which the runner keeps the tail
     (a `log` file, which the child would write without bound, only when a caller asks)."""
     timeout = DEFAULT_TIMEOUT if timeout is None else timeout
-    argv = probe_module("frameworks") + args + (["--log", str(log)] if log else [])
+    argv = probe_module("framework_loads") + args + (["--log", str(log)] if log else [])
     imports = args[0] if args and not args[0].startswith("--") else None
     try:
         result = run_probe(argv, timeout, child_env(env), python=python, runner=runner,

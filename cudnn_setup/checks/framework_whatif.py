@@ -22,10 +22,10 @@ from typing import Mapping, Sequence
 
 from cudnn_setup.checks.framework_loader import BEFORE_CACHE, WHY_FULL_PATH, ChildLoader
 from cudnn_setup.checks.framework_probe import library_version
-from cudnn_setup.checks.frameworks import (FrameworkEntry, LoadedCopy, file_version,
+from cudnn_setup.checks.frameworks_check import (FrameworkEntry, LoadedCopy, file_version,
                                            framework_report)
 from cudnn_setup.child import Runner
-from cudnn_setup.facts import frameworks as rules
+from cudnn_setup.facts import framework_rules as rules
 from cudnn_setup.facts import ldresolve as L
 
 LD_LIBRARY_PATH, LDCONFIG = "ld_library_path", "ldconfig"

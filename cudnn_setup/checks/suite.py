@@ -13,9 +13,9 @@ from typing import Callable, Mapping
 
 from cudnn_setup.checks.coherence import check_coherence
 from cudnn_setup.checks.deps import check_deps, loader_environment
-from cudnn_setup.checks.driver import DriverFacts, check_driver, driver_facts, driver_present
-from cudnn_setup.checks.files import check_elf, check_files, check_versions
-from cudnn_setup.checks.frameworks import FrameworkEntry, check_frameworks
+from cudnn_setup.checks.driver_check import DriverFacts, check_driver, driver_facts, driver_present
+from cudnn_setup.checks.file_checks import check_elf, check_files, check_versions
+from cudnn_setup.checks.frameworks_check import FrameworkEntry, check_frameworks
 from cudnn_setup.checks.installation import Installation
 from cudnn_setup.checks.locate import skipped_without_cudnn
 from cudnn_setup.checks.gpu import check_gpu
@@ -34,7 +34,7 @@ ORDER = ("files", "elf", "versions", "load", "coherence", "deps", "loader", "cud
 
 @dataclass
 class Frameworks:
-    """The frameworks check and the report it came from (checks/frameworks.py)."""
+    """The frameworks check and the report it came from (checks/frameworks_check.py)."""
 
     check: Check
     entries: list[FrameworkEntry]

@@ -8,7 +8,7 @@ import threading
 from pathlib import Path
 
 from cudnn_setup.archive.wheel import WHEEL
-from cudnn_setup.checks.driver import driver_facts
+from cudnn_setup.checks.driver_check import driver_facts
 from cudnn_setup.placement import engine
 from cudnn_setup.steps.command_wrapper import command
 from cudnn_setup.steps.context import Context, reading, which

@@ -17,7 +17,7 @@ from cudnn_setup.text import plural, show_path
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from cudnn_setup.checks.framework_whatif import Change, WhatIf
-    from cudnn_setup.checks.frameworks import FrameworkEntry
+    from cudnn_setup.checks.frameworks_check import FrameworkEntry
     from cudnn_setup.checks.suite import Frameworks
 
 # What the frameworks would load is imported where it is asked (checks/framework_whatif.py and
@@ -36,7 +36,7 @@ class FrameworkLookahead:
     def what_if(self, change: Change) -> list[WhatIf]:
         from cudnn_setup.checks.deps import loader_environment
         from cudnn_setup.checks.framework_whatif import what_if
-        from cudnn_setup.checks.frameworks import framework_report
+        from cudnn_setup.checks.frameworks_check import framework_report
 
         if self.now is None:
             self.ctx.status(f"importing the deep-learning frameworks of {self.python}, to see "
@@ -52,7 +52,7 @@ class FrameworkLookahead:
 
     def report(self) -> Frameworks | None:
         """The frameworks check from the report made before the change, if one was made."""
-        from cudnn_setup.checks.frameworks import frameworks_check
+        from cudnn_setup.checks.frameworks_check import frameworks_check
         from cudnn_setup.checks.suite import Frameworks
 
         if self.now is None:

@@ -1,7 +1,7 @@
 """Which cuDNN the deep-learning frameworks of an interpreter load, why that copy, and whether it
 is right for them: the `frameworks` check and its JSON.
 
-Each framework is imported in a child process of its own (probes/frameworks.py, run by
+Each framework is imported in a child process of its own (probes/framework_loads.py, run by
 checks/framework_probe.py), never here. The child reports what it could see from inside: the
 framework's versions, the libcudnn files mapped into it and their cudnnGetVersion(), its loader
 environment and every mapped shared object. Why the loader picked that copy is worked out here
@@ -22,7 +22,7 @@ from cudnn_setup.checks.framework_probe import Run, importable_frameworks, run
 from cudnn_setup.child import Runner
 from cudnn_setup.errors import SetupError
 from cudnn_setup.facts import cudnn as gen
-from cudnn_setup.facts import frameworks as rules
+from cudnn_setup.facts import framework_rules as rules
 from cudnn_setup.facts import ldresolve as L
 from cudnn_setup.parallel import at_once
 from cudnn_setup.report import FAIL, PASS, SKIP, WARN, Check
