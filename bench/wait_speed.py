@@ -78,39 +78,64 @@ def repeat(runs: int, fn) -> dict:
     return stats([fn(i) for i in range(runs)])
 
 
-def startup(runs: int, base: Path) -> dict:
-    out = {
-        "python -c pass (floor)": repeat(runs, lambda i: timed([sys.executable, "-c", "pass"])),
-        "driver probe alone (python -I -S probes/driver.py)": repeat(
-            runs, lambda i: timed([sys.executable, "-I", "-S",
-                                   str(REPO / "cudnn_setup" / "probes" / "driver.py")])),
-        "cudnn-setup --version": repeat(runs, lambda i: timed([*TOOL, "--version"])),
-        "cudnn-setup --help": repeat(runs, lambda i: timed([*TOOL, "--help"])),
-        "cudnn-setup install --help": repeat(runs, lambda i: timed([*TOOL, "install", "--help"])),
-    }
+def startup(runs: int, base: Path, old: Path | None = None) -> dict:
+    """Each figure as wall and CPU time; with `old`, that checkout's beside this one's, run for
+    run (a loaded machine then slows both alike)."""
+    trees = [REPO] + ([old] if old else [])
+    out: dict = {}
 
-    def install(i: int) -> float:
+    def measure(label: str, run) -> None:
+        """`run(i, tree)` -> (wall, cpu) of one run."""
+        took: dict[Path, list] = {t: [] for t in trees}
+        for i in range(runs):
+            for tree in trees:
+                took[tree].append(run(i, tree))
+        for tree in trees:
+            walls, cpus = zip(*took[tree])
+            figure = dict(stats(list(walls)), cpu=stats(list(cpus)))
+            if tree == REPO:
+                out[label] = figure
+            else:
+                out.setdefault("old code", {"tree": str(tree)})[label] = figure
+
+    def tool(*argv: str):
+        return lambda i, tree: timed_cpu([*TOOL, *argv], cwd=tree)
+
+    floor = {"python -c pass (floor)": [sys.executable, "-c", "pass"],
+             "driver probe alone (python -I -S probes/driver.py)": [
+                 sys.executable, "-I", "-S", str(REPO / "cudnn_setup" / "probes" / "driver.py")]}
+    for label, cmd in floor.items():
+        walls, cpus = zip(*[timed_cpu(cmd) for _ in range(runs)])
+        out[label] = dict(stats(list(walls)), cpu=stats(list(cpus)))
+    measure("cudnn-setup --version", tool("--version"))
+    measure("cudnn-setup --help", tool("--help"))
+    measure("cudnn-setup install --help", tool("install", "--help"))
+
+    def install(i: int, tree: Path):
         root = make_cuda_root(base / f"fixed{i}", "10.0")
         try:
-            return timed([*TOOL, "install", str(SAMPLE), "--cuda-root", str(root), "--no-verify",
-                          "--no-theanorc", "--no-frameworks", "--json"])
+            return timed_cpu([*TOOL, "install", str(SAMPLE), "--cuda-root", str(root),
+                              "--no-verify", "--no-theanorc", "--no-frameworks", "--json"],
+                             cwd=tree)
         finally:
             shutil.rmtree(root)
 
-    def manual(i: int) -> float:
+    def manual(i: int, tree: Path):
         root, scratch = make_cuda_root(base / f"manual{i}", "10.0"), base / f"x{i}"
         scratch.mkdir()
         try:
-            return timed([sys.executable, "-c", "pass"]) + timed(
+            steps = [timed_cpu([sys.executable, "-c", "pass"]), timed_cpu(
                 ["sh", "-c", f"tar -xzf {SAMPLE} -C {scratch} && cp -P {scratch}/cuda/include/"
                  f"cudnn*.h {root}/include/ && cp -P {scratch}/cuda/lib64/libcudnn* "
-                 f"{root}/lib64/ && chmod a+r {root}/include/cudnn*.h {root}/lib64/libcudnn*"])
+                 f"{root}/lib64/ && chmod a+r {root}/include/cudnn*.h {root}/lib64/libcudnn*"])]
+            return tuple(sum(x) for x in zip(*steps))
         finally:
             shutil.rmtree(root)
             shutil.rmtree(scratch)
 
-    out["install of the 2.5 KB sample, --no-verify (fixed cost)"] = repeat(runs, install)
-    out["python start + manual steps on the sample (floor)"] = repeat(runs, manual)
+    measure("install of the 2.5 KB sample, --no-verify (fixed cost)", install)
+    trees = [REPO]  # the manual steps are no code of either tree
+    measure("python start + manual steps on the sample (floor)", manual)
     return out
 
 
@@ -121,7 +146,7 @@ import json, sys, time
 from pathlib import Path
 from cudnn_setup.checks import suite as S
 from cudnn_setup.checks.deps import loader_environment
-from cudnn_setup.checks.driver import driver_facts, has_driver
+from cudnn_setup.checks.driver_check import driver_facts, has_driver
 from cudnn_setup.checks.installation import find_installation
 from cudnn_setup.facts.cuda import find_cuda_root
 from cudnn_setup.facts.host import host_machine
@@ -206,11 +231,16 @@ def again(runs: int, archive: Path, root: Path, home: Path) -> dict:
                 hashlib.sha256(f.read())
         return time.perf_counter() - start
 
+    lib_dir = next((root / d for d in ("lib64", "lib") if (root / d).is_dir()), root / "lib64")
     decode = ["sh", "-c", f"gzip -dc {archive} >/dev/null" if archive.name.endswith("gz")
               else f"xz -dc -T0 {archive} >/dev/null"]
     return {"archive": str(archive), "size_mib": round(archive.stat().st_size / 2**20, 1),
             "changed": changed,
             "install of the same archive again, --no-verify": repeat(runs, lambda i: timed(cmd, env)),
+            # the advice taken: its lib dir first on LD_LIBRARY_PATH, so the frameworks what-if
+            # has no change to try (the frameworks imported once, not twice)
+            "the same, its lib dir already first on LD_LIBRARY_PATH": repeat(
+                runs, lambda i: timed(cmd, dict(env, LD_LIBRARY_PATH=str(lib_dir)))),
             "sha256 of the archive (the least a re-read costs)": repeat(runs, sha),
             "decoding the archive to nowhere (what the old path did, and more)": repeat(
                 1, lambda i: timed(decode))}
@@ -282,8 +312,8 @@ def main() -> int:
     p.add_argument("--skip", action="append", default=[],
                    choices=["startup", "verify", "again", "by-version"])
     p.add_argument("--json", type=Path)
-    p.add_argument("--old", type=Path, help="an older checkout whose verify is timed beside "
-                   "this one's, run for run")
+    p.add_argument("--old", type=Path, help="an older checkout whose start-up, fixed cost and "
+                   "verify are timed beside this one's, run for run")
     args = p.parse_args()
     for tree in [REPO] + ([args.old] if args.old else []):
         subprocess.run([sys.executable, "-m", "compileall", "-q", str(tree / "cudnn_setup")],
@@ -295,9 +325,9 @@ def main() -> int:
         home = base / "home"
         home.mkdir()
         if "startup" not in args.skip:
-            result["startup"] = startup(args.runs, base)
+            result["startup"] = startup(args.runs, base, args.old)
             print(json.dumps(result["startup"], indent=1), flush=True)
-        if args.archive:
+        if args.archive or args.root:
             root = args.root
             if root is None:
                 found = re.search(r"_cuda(\d+)", args.archive.name)
@@ -311,7 +341,7 @@ def main() -> int:
             if "verify" not in args.skip:
                 result["verify"] = verify(args.verify_runs or args.runs, root, home, args.old)
                 print(json.dumps(result["verify"], indent=1), flush=True)
-            if "again" not in args.skip:
+            if "again" not in args.skip and args.archive:
                 result["again"] = again(args.runs, args.archive, root, home)
                 print(json.dumps(result["again"], indent=1), flush=True)
         if args.wheel and "by-version" not in args.skip:

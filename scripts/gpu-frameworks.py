@@ -22,7 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from cudnn_setup.checks import framework_whatif as wi  # noqa: E402
-from cudnn_setup.checks import frameworks as fw  # noqa: E402
+from cudnn_setup.checks import frameworks_check as fw  # noqa: E402
 from cudnn_setup.facts import ldresolve as L  # noqa: E402
 
 

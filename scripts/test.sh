@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Set up .venv with the test and Theano extras, then run the test suite on every core
 # (pytest-xdist); arguments go to pytest: `bash scripts/test.sh -k theanorc`, `-m slow`, `-n 0`.
+# worksteal: each worker starts on its own contiguous half of the tests (so a module's fixtures
+# are mostly made once, not on every worker) and takes over the other's when it runs dry.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup-venv.sh test,theano
-exec .venv/bin/python -m pytest -q -n auto "$@"
+exec .venv/bin/python -m pytest -q -n auto --dist worksteal "$@"

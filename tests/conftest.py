@@ -12,6 +12,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from cudnn_setup.cli import main  # noqa: E402
+from fixtures import buildcache  # noqa: E402
 from fixtures.generate import Compiler, build, make_cuda_root  # noqa: E402
 
 
@@ -27,16 +28,31 @@ def archives(tmp_path_factory, compiler) -> dict[str, Path]:
     return {p.name: p for p in build(out, cc=compiler)}
 
 
+def session_dir(tmp_path_factory, name: str) -> Path:
+    """A directory of this test session that every xdist worker shares (the workers' common
+    base temp dir), or the only process's own."""
+    if os.environ.get("PYTEST_XDIST_WORKER") is None:
+        return tmp_path_factory.mktemp(name)
+    shared = tmp_path_factory.getbasetemp().parent / name
+    shared.mkdir(exist_ok=True)
+    return shared
+
+
+@pytest.fixture(scope="session", autouse=True)
+def build_cache(tmp_path_factory) -> Path:
+    """gcc's fixture libraries kept by content for the whole session, all workers together: the
+    same library asked for by many tests is compiled once (fixtures/buildcache.py)."""
+    directory = session_dir(tmp_path_factory, "gcc-cache")
+    buildcache.use(directory)
+    yield directory
+    buildcache.use(None)
+
+
 @pytest.fixture(scope="session")
 def theano_compiledir(tmp_path_factory) -> Path:
     """One Theano compile cache for the session (Theano locks it itself): the C code of T.exp
     and of the conv net is compiled once, not once per test's home."""
-    worker = os.environ.get("PYTEST_XDIST_WORKER")
-    if worker is None:
-        return tmp_path_factory.mktemp("theano")
-    shared = tmp_path_factory.getbasetemp().parent / "theano"  # the workers' common base
-    shared.mkdir(exist_ok=True)
-    return shared
+    return session_dir(tmp_path_factory, "theano")
 
 
 @pytest.fixture

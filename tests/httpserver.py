@@ -1,18 +1,65 @@
-"""A real HTTP server on 127.0.0.1 for download tests: Range, dropped connections, auth,
-redirects, validators (ETag, Last-Modified) and HEAD; and hostile ones: a server that accepts
-and never answers, one that drips a byte at a time, an endless chunked body, a Content-Length
-that lies, gzip encoding asked for or not, a slow body (to make concurrent clients overlap)."""
+"""Real HTTP servers on 127.0.0.1 for the tests, one module: each runs in a thread of the test's
+process and is used as `with XServer(...) as s:`.
+
+`ArchiveServer`, for download tests: Range, dropped connections, auth, redirects, validators
+(ETag, Last-Modified) and HEAD; and hostile ones: a server that accepts and never answers, one
+that drips a byte at a time, an endless chunked body, a Content-Length that lies, gzip encoding
+asked for or not, a slow body (to make concurrent clients overlap).
+`IndexServer`, a package index for the PyPI source: project pages as PEP 691 JSON or PEP 503
+HTML (each with its content type), files, HTTP Basic credentials.
+`DirectoryServer`, Python's own file server over a directory (a mirror of NVIDIA's tree).
+Each records what it was asked."""
 from __future__ import annotations
 
+import base64
 import gzip
 import hashlib
 import re
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from functools import partial
+from http.server import BaseHTTPRequestHandler, SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 
-class ArchiveServer:
+class _Quiet:
+    """Handler mixin: HTTP/1.1, and no log lines on stderr (where the CLI's output is read)."""
+
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+
+class _Background:
+    """A ThreadingHTTPServer on 127.0.0.1 served from a daemon thread between __enter__ and
+    __exit__; a client hanging up early is recorded in `errors`, not printed."""
+
+    def _serve(self, handler, port: int = 0) -> None:
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", port), handler)
+        self.errors: list = []
+        self.httpd.handle_error = lambda request, address: self.errors.append(address)
+        self.thread = threading.Thread(target=self.httpd.serve_forever,
+                                       kwargs={"poll_interval": 0.02}, daemon=True)
+
+    @property
+    def port(self) -> int:
+        return self.httpd.server_address[1]
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+class ArchiveServer(_Background):
     def __init__(self, port: int = 0):
         self.files: dict[str, bytes] = {}
         self.requests: list[dict] = []
@@ -38,12 +85,7 @@ class ArchiveServer:
         self.released = threading.Event()  # ends every held connection
         server = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args):
-                pass
-
+        class Handler(_Quiet, BaseHTTPRequestHandler):
             def do_HEAD(self):
                 self._answer(body=False)
 
@@ -170,30 +212,68 @@ class ArchiveServer:
                 if self.command != "HEAD":
                     self.wfile.write(body)
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
-        # a client that hangs up early (as a failing download does) is not the server's error;
-        # kept here instead of printed, where it would land in the CLI's captured stderr
-        self.errors: list = []
-        self.httpd.handle_error = lambda request, address: self.errors.append(address)
-        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.02},
-                                       daemon=True)
-
-    @property
-    def port(self) -> int:
-        return self.httpd.server_address[1]
-
-    @property
-    def base(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        # a client that hangs up early (as a failing download does) is not the server's error
+        self._serve(Handler, port)
 
     def file_requests(self, suffix: str = ".tgz") -> list[dict]:
         return [r for r in self.requests if r["path"].split("?")[0].endswith(suffix)]
 
-    def __enter__(self):
-        self.thread.start()
-        return self
-
     def __exit__(self, *exc):
-        self.released.set()
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self.released.set()  # ends every held connection first
+        super().__exit__(*exc)
+
+
+class IndexServer(_Background):
+    def __init__(self):
+        self.routes: dict[str, tuple[str, bytes]] = {}  # path -> (content type, body)
+        self.requests: list[dict] = []  # path, Accept, Authorization of each
+        self.basic: tuple[str, str] | None = None  # required user and password
+        server = self
+
+        class Handler(_Quiet, BaseHTTPRequestHandler):
+            def do_GET(self):
+                path = self.path.split("?")[0]
+                server.requests.append({"path": path, "accept": self.headers.get("Accept", ""),
+                                        "authorization": self.headers.get("Authorization")})
+                if server.basic is not None:
+                    want = "Basic " + base64.b64encode(":".join(server.basic).encode()).decode()
+                    if self.headers.get("Authorization") != want:
+                        return self._send(401, "text/plain", b"login first")
+                if path not in server.routes:
+                    return self._send(404, "text/plain", b"no such page")
+                kind, body = server.routes[path]
+                self._send(200, kind, body)
+
+            def _send(self, code, kind, body):
+                self.send_response(code)
+                self.send_header("Content-Type", kind)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        self._serve(Handler)
+
+    def paths(self) -> list[str]:
+        return [r["path"] for r in self.requests]
+
+
+class DirectoryServer(_Background):
+    """Python's own file server (with its directory index) over `root`; `log` holds the path
+    and the Range header of every GET."""
+
+    def __init__(self, root: Path):
+        self.log: list[tuple[str, str | None]] = []
+        log = self.log
+
+        class Handler(_Quiet, SimpleHTTPRequestHandler):
+            protocol_version = "HTTP/1.0"  # SimpleHTTPRequestHandler's own
+
+            def do_GET(self):
+                log.append((self.path, self.headers.get("Range")))
+                super().do_GET()
+
+        self._serve(partial(Handler, directory=str(root)))
+        self.url = f"{self.base}/"
+
+    def paths(self) -> list[str]:
+        return [p for p, _ in self.log]

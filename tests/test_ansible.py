@@ -24,7 +24,10 @@ def play(tmp_path, home, variables, *extra):
     env = clean_env(home, ANSIBLE_ROLES_PATH=str(REPO / "contrib" / "ansible" / "roles"),
                     ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"),
                     ANSIBLE_REMOTE_TEMP=str(tmp_path / "ansible-tmp"),
-                    ANSIBLE_NOCOLOR="1", ANSIBLE_RETRY_FILES_ENABLED="0")
+                    ANSIBLE_NOCOLOR="1", ANSIBLE_RETRY_FILES_ENABLED="0",
+                    # each task's module piped into one python on the node, as a fleet runs it:
+                    # no mkdir, chmod and rm of a module file per task
+                    ANSIBLE_PIPELINING="1")
     cmd = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", "-c", "local",
            "-e", f"ansible_python_interpreter={sys.executable}", "-e", f"@{vars_file}",
            str(PLAYBOOK), *extra]
@@ -135,7 +138,7 @@ def test_nodes_are_provisioned_by_version_from_a_mirror_the_command_built(variab
                                                                           cuda_root, tmp_path,
                                                                           home):
     from conftest import run_json
-    from test_install_by_version import Served
+    from httpserver import DirectoryServer as Served
 
     built = tmp_path / "fleet-mirror"
     done, out = run_json(["mirror", built, "9.1", "--cuda", "12", "--from", mirror.url], home)

@@ -13,7 +13,7 @@ import pytest
 from cudnn_setup.checks import locate
 from cudnn_setup.checks.coherence import check_coherence
 from cudnn_setup.checks.deps import check_deps
-from cudnn_setup.checks.files import check_elf, check_files
+from cudnn_setup.checks.file_checks import check_elf, check_files
 from cudnn_setup.facts import composition as C
 from cudnn_setup.facts import ldresolve as L
 from cudnn_setup.facts.elf import code_problem

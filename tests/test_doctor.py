@@ -3,7 +3,7 @@ import os
 
 from conftest import run_json
 from cudnn_setup.startup_line import explain
-from cudnn_setup.theanorc import effective_config as theano_config
+from cudnn_setup.theanorc_merge import effective_config as theano_config
 
 C2075 = ("Using gpu device 0: Tesla C2075 (CNMeM is enabled with initial size: 95.0% of memory, "
          "cuDNN not available)")

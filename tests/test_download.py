@@ -12,7 +12,7 @@ import pytest
 from conftest import run_json
 from cudnn_setup.cli import main
 from cudnn_setup.fetch.checksums import Expected
-from cudnn_setup.fetch.download import Downloader
+from cudnn_setup.fetch.downloader import Downloader
 from cudnn_setup.errors import ArchiveRejected, DownloadFailed
 from httpserver import ArchiveServer
 

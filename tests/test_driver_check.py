@@ -5,7 +5,7 @@ import json
 import pytest
 
 from cudnn_setup.checks import locate
-from cudnn_setup.checks.driver import (built_for_cuda, check_driver, driver_facts,
+from cudnn_setup.checks.driver_check import (built_for_cuda, check_driver, driver_facts,
                                        fit_before_install, install_refusal)
 from cudnn_setup.errors import ARCHIVE_REJECTED
 from fixtures import layouts
@@ -140,7 +140,7 @@ def test_facts_from_a_child_are_bounded(tmp_path):
 
 
 def test_without_any_trace_of_a_driver_no_child_is_started(tmp_path):
-    from cudnn_setup.checks.driver import no_driver
+    from cudnn_setup.checks.driver_check import no_driver
 
     bare = {"PATH": str(tmp_path / "bin")}
     if no_driver(bare) is None:

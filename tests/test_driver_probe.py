@@ -5,7 +5,7 @@ have). The stand-in libcuda's cuInit aborts where NVML should have answered, so 
 all proves that cuInit (a quarter of a second on a GPU machine) was not called."""
 import pytest
 
-from cudnn_setup.checks.driver import driver_facts
+from cudnn_setup.checks.driver_check import driver_facts
 from fixtures import libcuda, libnvml
 
 H200, K80, A100 = ("NVIDIA H200", "9.0"), ("Tesla K80", "3.7"), ("NVIDIA A100-SXM4-80GB", "8.0")

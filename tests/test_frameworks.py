@@ -22,12 +22,12 @@ import pytest
 from cudnn_setup.checks import framework_loader as fl
 from cudnn_setup.checks import framework_probe as fp
 from cudnn_setup.checks import framework_whatif as wi
-from cudnn_setup.checks import frameworks as fw
+from cudnn_setup.checks import frameworks_check as fw
 from cudnn_setup.errors import UsageError
-from cudnn_setup.facts import frameworks as rules
+from cudnn_setup.facts import framework_rules as rules
 from cudnn_setup.report import FAIL, PASS, SKIP, WARN
 
-PROBE = Path(fw.__file__).resolve().parent.parent / "probes" / "frameworks.py"
+PROBE = Path(fw.__file__).resolve().parent.parent / "probes" / "framework_loads.py"
 NO_CACHE = fl.NO_SEARCH
 
 CUDNN_C = """
@@ -295,9 +295,9 @@ def test_tensorflow_on_a_gpu_judged_by_its_log_and_its_own_check(world):
 
 def test_what_if_ld_library_path_runs_the_probe_again(world):
     env = env_for(world["site"])
-    result = by_name_fw(wi.what_if(sys.executable, env,
-                                   wi.prepend_to_ld_library_path(world["old"]), 60,
-                                   search=NO_CACHE))
+    results = wi.what_if(sys.executable, env, wi.prepend_to_ld_library_path(world["old"]), 60,
+                         search=NO_CACHE)
+    result = by_name_fw(results)
     torch = result["torch"]
     assert torch["breaks"] is True and torch["affected"] is True
     assert torch["would_load"]["version"] == "9.14.0"
@@ -311,7 +311,7 @@ def test_what_if_ld_library_path_runs_the_probe_again(world):
     assert (tf["affected"], tf["breaks"]) == (True, True)
     assert tf["would_load"]["path"] == str(world["old"] / "libcudnn.so.9.14.0")
     assert "once it loads cuDNN" in tf["reason"]
-    warnings = wi.what_if_warnings(list(result.values()))
+    warnings = wi.what_if_warnings(results)
     assert [w.split(" ")[0] for w in warnings] == ["torch", "tensorflow"]
     assert warnings[0].startswith("torch 2.11.0+standin would break: would load cuDNN 9.14.0")
 
@@ -423,7 +423,8 @@ def test_elf_reader_rejects_damaged_files(tmp_path):
 
 
 def by_name_fw(entries):
-    return {e["framework"]: e for e in entries}
+    """Each what-if result by framework, in the form the JSON carries."""
+    return {e.framework: e.to_dict() for e in entries}
 
 
 @pytest.mark.parametrize("framework,built,loaded,status", [
@@ -523,9 +524,9 @@ def test_what_if_names_a_mix_of_copies_behind_the_same_shim():
                                                        "rpath", "DT_RPATH of libtorch_cuda.so"))
     after = replace(now, cudnn_loaded=replace(now.cudnn_loaded, version="9.14.0"))
     out = W._tried(change, now, after, "python3", {}, 10)
-    assert out["affected"] is True and out["breaks"] is True
-    assert "unchanged" not in out["reason"]
-    assert "9.14.0 instead of 9.19.0" in out["reason"] and "/opt/old/lib64" in out["reason"]
-    assert out["safe_alternative"]
+    assert out.affected is True and out.breaks is True
+    assert "unchanged" not in out.reason
+    assert "9.14.0 instead of 9.19.0" in out.reason and "/opt/old/lib64" in out.reason
+    assert out.safe_alternative
     same = W._tried(change, now, replace(now), "python3", {}, 10)
-    assert same["affected"] is False and same["reason"].startswith("unchanged")
+    assert same.affected is False and same.reason.startswith("unchanged")

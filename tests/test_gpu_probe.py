@@ -1,4 +1,4 @@
-"""The GPU probe (probes/gpu.py) and the `gpu` check (checks/gpu.py) without a GPU: the numpy
+"""The GPU probe (probes/gpu_steps.py) and the `gpu` check (checks/gpu.py) without a GPU: the numpy
 references, the stage-to-sub-library blame, the NVRTC warn, the enum values against NVIDIA's
 headers, and the check reading whatever a real child process answers (crafted answers stand in
 for the GPU, the one part this machine cannot have; the GPU run itself is on the H200, see
@@ -22,7 +22,7 @@ from cudnn_setup.checks.probe import run_probe
 from fixtures import layouts
 from fixtures.deplibs import build
 
-PROBE = Path(__file__).resolve().parent.parent / "cudnn_setup" / "probes" / "gpu.py"
+PROBE = Path(__file__).resolve().parent.parent / "cudnn_setup" / "probes" / "gpu_steps.py"
 spec = importlib.util.spec_from_file_location("gpu_probe", PROBE)
 G = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(G)
@@ -322,7 +322,7 @@ def test_without_a_driver_the_probe_is_not_started_and_says_what_it_would(tmp_pa
     import shutil
 
     from cudnn_setup.checks.deps import loader_environment
-    from cudnn_setup.checks.driver import PROC_DRIVER
+    from cudnn_setup.checks.driver_check import PROC_DRIVER
 
     if PROC_DRIVER.exists():
         pytest.skip("this machine has a driver")

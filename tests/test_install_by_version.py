@@ -7,9 +7,6 @@ import io
 import json
 import shutil
 import socket
-import threading
-from functools import partial
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -27,6 +24,7 @@ from cudnn_setup.fetch.resolve import NotOnMirror, Tree, catalog, ranked, resolv
 from cudnn_setup.settings import mirror_setting, read_config, user_config_path
 from fixtures.mirror import STANDARD, MirrorArchive, build_mirror
 from httpserver import ArchiveServer
+from httpserver import DirectoryServer as Served
 
 NVIDIA = REPO / "fixtures" / "nvidia"
 X86_12 = STANDARD[0].name  # cudnn-linux-x86_64-9.1.7.99_cuda12-archive.tar.xz
@@ -37,40 +35,6 @@ NEWEST_13 = STANDARD[3].name  # 9.4.2.99, CUDA 13 only
 @pytest.fixture(scope="session")
 def mirror(tmp_path_factory, compiler):
     return build_mirror(tmp_path_factory.mktemp("mirror"), cc=compiler)
-
-
-class _Logged(SimpleHTTPRequestHandler):
-    """Python's own file server (with its directory index), remembering what was asked."""
-
-    log: list
-
-    def do_GET(self):
-        self.log.append((self.path, self.headers.get("Range")))
-        super().do_GET()
-
-    def log_message(self, *args):
-        pass
-
-
-class Served:
-    def __init__(self, root: Path):
-        self.log: list = []
-        handler = type("H", (_Logged,), {"log": self.log})
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), partial(handler, directory=str(root)))
-        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.02},
-                                       daemon=True)
-        self.url = f"http://127.0.0.1:{self.httpd.server_port}/"
-
-    def paths(self):
-        return [p for p, _ in self.log]
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.httpd.shutdown()
-        self.httpd.server_close()
 
 
 @pytest.fixture

@@ -1,12 +1,13 @@
-"""The loader step's plan, case by case, from facts alone (steps/loader_step.decide_loader), and
-its application against a real conf directory and a real program standing in for ldconfig."""
+"""The loader advice, case by case, from facts alone: the loader step's plan
+(steps/loader_step.decide_loader) and its application against a real conf directory and a real
+program standing in for ldconfig, and the loader check's verdict (checks/system.judge_loader)."""
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
 
-from cudnn_setup.checks.framework_whatif import LD_LIBRARY_PATH, LDCONFIG
+from cudnn_setup.checks.framework_whatif import LD_LIBRARY_PATH, LDCONFIG, WhatIf
 from cudnn_setup.steps.context import Context
 from cudnn_setup.steps.loader_step import (ADVISE, ASK_ROOT, REFRESH, REFUSE, REGISTER,
                                            LoaderFacts, apply_plan, change_to_try,
@@ -122,8 +123,8 @@ def test_the_step_tries_the_change_the_plan_needs(tmp_path, home):
 
     def what_if(change):
         asked.append(change.kind)
-        return [{"framework": "torch", "version": "2.11.0", "breaks": True,
-                 "reason": "would load cuDNN 9.1.0", "safe_alternative": "use 9.19.0 or newer"}]
+        return [WhatIf("torch", "2.11.0", change.describe(), "9.19.0", None, breaks=True,
+                       reason="would load cuDNN 9.1.0", safe_alternative="use 9.19.0 or newer")]
 
     conf_dir = tmp_path / "ld.so.conf.d"
     conf_dir.mkdir()
@@ -135,3 +136,31 @@ def test_the_step_tries_the_change_the_plan_needs(tmp_path, home):
     step = loader_step(ctx, tmp_path / "lib64", register=False, what_if=what_if)
     assert asked == [LDCONFIG, LD_LIBRARY_PATH] and step.check.status == "warn"
     assert step.refused is None and "env LD_LIBRARY_PATH=" in step.loader_fix
+
+
+OURS = LIB / "libcudnn.so.9"
+REAL = str(LIB / "libcudnn.so.9.1.0")
+LINE = f"export LD_LIBRARY_PATH={LIB}${{LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}}"
+OTHER = {"path": "/usr/lib/x86_64-linux-gnu/libcudnn.so.9",
+         "real": "/usr/lib/x86_64-linux-gnu/libcudnn.so.9.0.0", "version": "9.0.0",
+         "via": "ldconfig cache"}
+MINE = {"path": str(OURS), "real": REAL, "version": "9.1.0", "via": "LD_LIBRARY_PATH"}
+
+
+@pytest.mark.parametrize("copies, status, detail", [
+    ([], "warn", f"a program started without help would not find libcudnn.so.9: {LIB} is not on "
+     f"the loader path; fix: {LINE} (or, as root, install with --ldconfig)"),
+    ([OTHER], "warn", f"programs would load {OTHER['path']} (cuDNN 9.0.0, via ldconfig cache), "
+     f"not ours in {LIB}; fix: {LINE}; other copies: {OTHER['path']} (9.0.0, via ldconfig cache)"),
+    ([OTHER, MINE], "warn", f"programs would load {OTHER['path']} (cuDNN 9.0.0, via ldconfig "
+     f"cache), not ours in {LIB}; fix: {LINE}; other copies: {OTHER['path']}"),
+    ([MINE], "pass", f"programs load ours ({OURS}, via LD_LIBRARY_PATH)"),
+    ([MINE, dict(OTHER, version=None)], "pass", f"programs load ours ({OURS}, via "
+     f"LD_LIBRARY_PATH); other copies on this machine: {OTHER['path']} (?, via ldconfig cache)"),
+])
+def test_the_loader_check_from_the_copies_seen(copies, status, detail):
+    from cudnn_setup.checks.system import judge_loader
+
+    check = judge_loader(OURS, REAL, LIB, copies, LINE, " (or, as root, install with --ldconfig)")
+    assert check.status == status and check.detail.startswith(detail), check.detail
+    assert check.data == {"name": "libcudnn.so.9", "ours": str(OURS), "copies": copies}

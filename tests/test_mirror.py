@@ -12,8 +12,7 @@ from cudnn_setup.errors import ARCHIVE_REJECTED
 from cudnn_setup.fetch.redistrib_json import parse_redistrib
 from fixtures.mirror import STANDARD, build_mirror
 from fixtures.wheels import IndexFile, build_wheel, project_json, sha256
-from indexserver import IndexServer
-from test_install_by_version import Served
+from httpserver import DirectoryServer as Served, IndexServer
 
 X86_12, X86_13, SBSA_12 = STANDARD[0], STANDARD[1], STANDARD[2]
 NO_FLAGS = ["--no-theanorc", "--no-frameworks"]

@@ -22,7 +22,7 @@ from cudnn_setup.commands.download import download
 from cudnn_setup.errors import ArchiveRejected, DownloadFailed
 from cudnn_setup.fetch import redist
 from cudnn_setup.fetch.checksums import Expected
-from cudnn_setup.fetch.download import Downloader
+from cudnn_setup.fetch.downloader import Downloader
 from cudnn_setup.fetch.http import Budget, Client, leaves_origin
 from cudnn_setup.fetch.redistrib_json import parse_redistrib
 from cudnn_setup.fetch.remote import Reader
@@ -400,7 +400,7 @@ def test_a_body_longer_than_the_manifest_size_is_cut_off_and_not_kept(server, tm
 
 
 def test_a_body_without_a_size_is_capped(server, tmp_path, monkeypatch):
-    from cudnn_setup.fetch import download as dl
+    from cudnn_setup.fetch import downloader as dl
     monkeypatch.setattr(dl, "MAX_ARCHIVE", 1 << 20)
     server.endless.add("/big.tgz")
     with pytest.raises(DownloadFailed) as info:

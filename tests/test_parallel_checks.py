@@ -12,7 +12,7 @@ from pathlib import Path
 
 from conftest import REPO, clean_env, main
 
-from cudnn_setup.checks import frameworks as fw
+from cudnn_setup.checks import frameworks_check as fw
 from cudnn_setup.checks.installation import find_installation
 from cudnn_setup.checks.suite import run_checks
 from cudnn_setup.facts.cuda import find_cuda_root
@@ -96,3 +96,50 @@ def test_a_child_that_has_exited_is_not_waited_for_any_longer():
         took.append(time.monotonic() - start)
         assert done.returncode == 0 and done.stdout == b"answer\n"
     assert min(took) < DRAIN_S / 2, took
+
+
+def test_verify_reads_each_library_once(tmp_path, monkeypatch):
+    """files, coherence and deps all ask about the same libraries (their DT_NEEDED entries,
+    the names they open at run time): one run reads each file's facts once, whichever check,
+    on whichever thread, asks first."""
+    from cudnn_setup.checks import locate
+    from cudnn_setup.facts import ldresolve as L
+    from fixtures import layouts
+
+    inst = locate.locate(layouts.built_set(tmp_path / "cudnn", tmp_path / "w"))
+    reads, scans = [], []
+    read, names = L.read_object, L.runtime_names
+    monkeypatch.setattr(L, "read_object", lambda p: reads.append(os.path.realpath(p)) or read(p))
+    monkeypatch.setattr(L, "runtime_names",
+                        lambda p, *a: scans.append(os.path.realpath(p)) or names(p, *a))
+    env = {"PATH": os.environ["PATH"]}
+    checks = {c.name: c for c in run_checks(inst, python=sys.executable, env=env, theano=False,
+                                            with_frameworks=False)}
+    assert checks["coherence"].status == "pass" and checks["deps"].status == "pass"
+    for seen in (reads, scans):
+        cudnn = [p for p in seen if os.path.basename(p).startswith("libcudnn")]
+        assert len(cudnn) >= 8 and len(cudnn) == len(set(cudnn)), sorted(cudnn)
+
+
+def test_the_frameworks_children_start_before_the_loaders_facts_are_asked(tmp_path,
+                                                                          monkeypatch):
+    """The frameworks' children take the longest, and the loader's facts (ldconfig -p, ld.so,
+    three children) are needed only to read their answers: asking for those facts slowly must
+    not delay the frameworks' start."""
+    from cudnn_setup.checks import locate, suite
+    from fixtures import layouts
+
+    inst = locate.locate(layouts.built_set(tmp_path / "cudnn", tmp_path / "w"))
+    real = suite.loader_environment
+
+    def slow_loader(*args, **kwargs):
+        time.sleep(WAIT)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(suite, "loader_environment", slow_loader)
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(slow_site(tmp_path, ("cupy",)))}
+    start = time.monotonic()
+    checks = {c.name: c for c in run_checks(inst, python=sys.executable, env=env, theano=False)}
+    took = time.monotonic() - start
+    assert "cupy" in checks["frameworks"].detail
+    assert took < 1.7 * WAIT, took  # one after the other: at least 2 * WAIT

@@ -15,7 +15,7 @@ from cudnn_setup.sources.pipconf import PYPI, index_config
 from fixtures.mirror import MirrorArchive
 from fixtures.wheels import (IndexFile, build_wheel, project_html, project_json, sha256,
                              wheel_files, wheel_name)
-from indexserver import IndexServer
+from httpserver import IndexServer
 
 PROJECT = "nvidia-cudnn-cu12"
 JSON = "application/vnd.pypi.simple.v1+json"

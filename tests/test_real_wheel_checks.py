@@ -16,7 +16,7 @@ import pytest
 from cudnn_setup.checks import locate
 from cudnn_setup.checks.coherence import check_coherence
 from cudnn_setup.checks.deps import check_deps
-from cudnn_setup.checks.driver import check_driver, driver_facts
+from cudnn_setup.checks.driver_check import check_driver, driver_facts
 from cudnn_setup.checks.native import check_load
 from cudnn_setup.facts import ldresolve as L
 

@@ -4,10 +4,7 @@ cuDNN-shaped archives."""
 import hashlib
 import json
 import tarfile
-import threading
 import urllib.request
-from functools import partial
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -23,6 +20,7 @@ from cudnn_setup.fetch.candidates import (
 from cudnn_setup.fetch.redist import ManifestDamaged, NoVariant
 from cudnn_setup.fetch.redistrib_json import parse_redistrib
 from fixtures.mirror import STANDARD, MirrorArchive, build_mirror
+from httpserver import DirectoryServer
 
 NVIDIA = REPO / "fixtures" / "nvidia"
 TABLE = REPO / "cudnn_setup" / "fetch" / "known_releases.json"
@@ -419,18 +417,9 @@ def test_mirror_without_manifests(tmp_path, compiler):
     assert (tmp_path / "cudnn" / "linux-x86_64" / STANDARD[0].name).is_file()
 
 
-class _Quiet(SimpleHTTPRequestHandler):
-    def log_message(self, *args):
-        pass
-
-
 def test_mirror_served_over_http_lists_and_serves_its_manifests(mirror):
-    server = ThreadingHTTPServer(("127.0.0.1", 0), partial(_Quiet, directory=str(mirror.root)))
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02},
-                              daemon=True)
-    thread.start()
-    try:
-        base = redist.normalize_mirror(f"http://127.0.0.1:{server.server_port}")
+    with DirectoryServer(mirror.root) as server:
+        base = redist.normalize_mirror(server.base)
         with urllib.request.urlopen(base, timeout=10) as page:
             labels = redist.listed_labels(page.read().decode())
         assert labels == ["9.4.2", "9.1.7"]
@@ -440,9 +429,6 @@ def test_mirror_served_over_http_lists_and_serves_its_manifests(mirror):
         got = select(parse_request("9.1"), listed, "linux-x86_64", "12.4")
         with urllib.request.urlopen(got.url(base), timeout=10) as f:
             assert hashlib.sha256(f.read()).hexdigest() == got.sha256
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def test_release_to_dict_has_every_field():

@@ -141,3 +141,12 @@ def test_fields_read_each_type_or_nothing():
         f.need_text("n")
     with pytest.raises(AttributeError):
         f.nonexistent_getter  # noqa: B018  a misspelt reader is an error, not a None
+
+
+def test_framework_names_that_are_no_module_names_are_dropped(tmp_path):
+    from cudnn_setup.checks.framework_probe import importable_frameworks
+
+    python = interpreter(tmp_path, {"probe": "frameworks", "frameworks": [
+        {"name": "torch", "importable": True}, {"name": "--help"}, {"name": "x" * 500},
+        {"name": "a b"}, {"name": 7}, "jax"]})
+    assert [e["name"] for e in importable_frameworks(python, {})] == ["torch"]

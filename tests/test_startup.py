@@ -49,7 +49,7 @@ INSTALL_MODULES = {
     "cudnn_setup.archive.package", "cudnn_setup.archive.problems",
     "cudnn_setup.archive.reader", "cudnn_setup.archive.rules", "cudnn_setup.archive.staging",
     "cudnn_setup.archive.wheel", "cudnn_setup.arguments", "cudnn_setup.checks",
-    "cudnn_setup.checks.answer_values", "cudnn_setup.checks.driver",
+    "cudnn_setup.checks.answer_values", "cudnn_setup.checks.driver_check",
     "cudnn_setup.checks.installation", "cudnn_setup.checks.probe", "cudnn_setup.child",
     "cudnn_setup.cli", "cudnn_setup.commands", "cudnn_setup.commands.install",
     "cudnn_setup.console", "cudnn_setup.digest", "cudnn_setup.durable", "cudnn_setup.errors",
@@ -74,11 +74,11 @@ INSTALL_MODULES = {
 }
 # None of verify's checks, the frameworks' what-if or Theano's config step: this install has
 # neither verify, nor frameworks, nor a .theanorc to write.
-NOT_FOR_THIS_INSTALL = {"cudnn_setup.checks.suite", "cudnn_setup.checks.frameworks",
+NOT_FOR_THIS_INSTALL = {"cudnn_setup.checks.suite", "cudnn_setup.checks.frameworks_check",
                         "cudnn_setup.checks.framework_whatif", "cudnn_setup.checks.coherence",
                         "cudnn_setup.checks.deps", "cudnn_setup.checks.gpu",
                         "cudnn_setup.checks.native", "cudnn_setup.checks.theano_check",
-                        "cudnn_setup.steps.theano_step", "cudnn_setup.theanorc"}
+                        "cudnn_setup.steps.theano_step", "cudnn_setup.theanorc_merge"}
 
 
 def loaded(tmp_path, home, *argv: str) -> tuple[int, set[str]]:

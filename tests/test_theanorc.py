@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import clean_env, run_json
-from cudnn_setup.theanorc import (BACKUP_SUFFIX, TheanorcRefused, configure, default_path,
+from cudnn_setup.theanorc_merge import (BACKUP_SUFFIX, TheanorcRefused, configure, default_path,
                                   effective_config, merge)
 from sandboxfs import full_tmpfs, needs_namespaces, read_only_tmpfs, run_cli_in
 

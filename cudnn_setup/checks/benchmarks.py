@@ -11,7 +11,7 @@ from cudnn_setup.checks.probe import ProbeResult, child_env, probe_module, run_p
 from cudnn_setup.checks.native import find_cudart
 from cudnn_setup.checks.theano_check import INSTALL_HINT, has_theano, theano_env
 from cudnn_setup.report import FAIL, PASS, SKIP, WARN, Check
-from cudnn_setup.theanorc import unreadable_for_theano
+from cudnn_setup.theanorc_merge import unreadable_for_theano
 
 BENCH_TIMEOUT = 900.0
 MAX_STEP_S = 1e6  # a step time past this (or not above 0) is no measurement
@@ -99,7 +99,7 @@ def algorithm_check(inst: Installation | None, env: Mapping[str, str],
     if inst is None or target is None:
         return Check("cudnn-algorithms", SKIP, f"the root's cuDNN cannot be used: {unusable}"
                      if unusable else "no cuDNN installed in the CUDA root")
-    args = probe_module("gpu") + ["--bench", str(target)]
+    args = probe_module("gpu_steps") + ["--bench", str(target)]
     cudart = find_cudart(inst)
     if cudart:
         args.append(cudart)
@@ -107,7 +107,7 @@ def algorithm_check(inst: Installation | None, env: Mapping[str, str],
 
 
 def algorithm_verdict(result: ProbeResult) -> Check:
-    """The `cudnn-algorithms` check from probes/gpu.py --bench's answer: each layer's fastest
+    """The `cudnn-algorithms` check from probes/gpu_steps.py --bench's answer: each layer's fastest
     forward algorithm. An answer without what it is judged on is a failure saying so."""
     data = result.data
     if data is None:

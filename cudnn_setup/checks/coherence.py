@@ -38,7 +38,7 @@ from typing import Mapping
 
 from cudnn_setup.checks.answer_values import shown
 from cudnn_setup.checks.deps import loader_environment, versions_for
-from cudnn_setup.checks.driver import driver_present as machine_has_driver
+from cudnn_setup.checks.driver_check import driver_present as machine_has_driver
 from cudnn_setup.checks.installation import Installation
 from cudnn_setup.checks.sublib_answer import SublibsAnswer, SubLibraryAnswer
 from cudnn_setup.checks.probe import loads_key, probe_module, run_probe

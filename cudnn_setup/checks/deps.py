@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
 from cudnn_setup.checks.answer_values import integer
-from cudnn_setup.checks.driver import driver_present as machine_has_driver
+from cudnn_setup.checks.driver_check import driver_present as machine_has_driver
 from cudnn_setup.checks.installation import Installation
 from cudnn_setup.facts import cuda as cuda_facts
 from cudnn_setup.facts import cudnn as gen

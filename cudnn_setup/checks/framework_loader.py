@@ -1,7 +1,7 @@
 """Why a framework's process got the cuDNN copy it mapped, and which copy a library of it would
 get with another loader set-up.
 
-The child (probes/frameworks.py) reports its loader environment (LD_LIBRARY_PATH, LD_PRELOAD),
+The child (probes/framework_loads.py) reports its loader environment (LD_LIBRARY_PATH, LD_PRELOAD),
 its executable and every mapped object; the search itself is facts/ldresolve.py's emulation of
 ld.so, run here for the objects the child named. LD_PRELOAD is a list, not a search, and is
 checked first, as the loader maps its objects before anything else (ld.so(8)).

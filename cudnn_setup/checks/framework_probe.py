@@ -1,18 +1,20 @@
-"""Running probes/frameworks.py in an interpreter: one framework per child, with a time limit,
+"""Running probes/framework_loads.py in an interpreter: one framework per child, with a time limit,
 its own output kept in a log, and everything it answers checked before anything uses it.
 """
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
-from cudnn_setup.checks.answer_values import integer, mapping, text
+from cudnn_setup.checks.answer_values import Fields
 from cudnn_setup.checks.probe import probe_module, run_probe
 from cudnn_setup.child import Runner
 from cudnn_setup.errors import SetupError, UsageError
 
+_MODULE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]{0,99}\Z")
 DEFAULT_TIMEOUT = 180.0  # one framework: import, GPU start-up, one convolution
 LIST_TIMEOUT = 60.0
 LOG_TAIL = 256 * 1024  # bytes of a framework's own output kept for messages
@@ -43,11 +45,11 @@ def import_key(python: str, name: str) -> str:
 
 def run(python: str, args: list[str], env: Mapping[str, str], timeout: float | None,
         log: Path | None = None, runner: Runner | None = None) -> Run:
-    """probes/frameworks.py ARGS under `python` with `env`; its answer or how it failed.
+    """probes/framework_loads.py ARGS under `python` with `env`; its answer or how it failed.
     The framework's own output goes to the probe's stderr, of which the runner keeps the tail
     (a `log` file, which the child would write without bound, only when a caller asks)."""
     timeout = DEFAULT_TIMEOUT if timeout is None else timeout
-    argv = probe_module("frameworks") + args + (["--log", str(log)] if log else [])
+    argv = probe_module("framework_loads") + args + (["--log", str(log)] if log else [])
     imports = args[0] if args and not args[0].startswith("--") else None
     try:
         result = run_probe(argv, timeout, child_env(env), python=python, runner=runner,
@@ -104,10 +106,13 @@ def importable_frameworks(python: str, env: Mapping[str, str],
         if got.failure and got.failure.startswith("could not be started"):
             raise UsageError(f"{python} {got.failure}", "give --python an interpreter that runs")
         raise SetupError(f"{python} could not list its frameworks: {got.failure}")
-    listed = got.data.get("frameworks")
+    answer = Fields(got.data, f"the frameworks {python} lists")
+    listed = answer.raw("frameworks")
     if not isinstance(listed, list):
-        raise SetupError(f"{python} gave no list of frameworks: {text(got.data.get('error'))}")
-    return [e for e in listed if isinstance(e, dict) and isinstance(e.get("name"), str)]
+        raise SetupError(f"{python} gave no list of frameworks: {answer.text('error')}")
+    # a name goes on a child's command line and into messages: a module name, nothing else
+    return [e for e in listed[:64] if isinstance(e, dict) and isinstance(e.get("name"), str)
+            and _MODULE_NAME.match(e["name"])]
 
 
 def library_version(python: str, path: str, env: Mapping[str, str],
@@ -115,5 +120,4 @@ def library_version(python: str, path: str, env: Mapping[str, str],
     """cudnnGetVersion() of one library file, asked in a child of `python`."""
     got = run(python, ["--library", path], env, min(timeout or LIST_TIMEOUT, LIST_TIMEOUT),
               runner=runner)
-    value = mapping(got.data.get("library")).get("get_version") if got.data else None
-    return integer(value)
+    return Fields(got.data, "the library probe's answer").fields("library").integer("get_version")

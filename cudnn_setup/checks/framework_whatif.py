@@ -15,16 +15,17 @@ libraries that need libcudnn would find it.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from cudnn_setup.checks.framework_loader import BEFORE_CACHE, WHY_FULL_PATH, ChildLoader
 from cudnn_setup.checks.framework_probe import library_version
-from cudnn_setup.checks.frameworks import (FrameworkEntry, LoadedCopy, file_version,
+from cudnn_setup.checks.frameworks_check import (FrameworkEntry, LoadedCopy, file_version,
                                            framework_report)
 from cudnn_setup.child import Runner
-from cudnn_setup.facts import frameworks as rules
+from cudnn_setup.facts import framework_rules as rules
 from cudnn_setup.facts import ldresolve as L
 
 LD_LIBRARY_PATH, LDCONFIG = "ld_library_path", "ldconfig"
@@ -43,6 +44,30 @@ class Change:
         return f"register {self.directory} with ldconfig"
 
 
+@dataclass
+class WhatIf:
+    """What one framework would load after a change (the JSON's `frameworks_what_if` item):
+    `loads_now` {path, version} and `would_load` {path, dir, version, why} or None;
+    `affected`, `breaks`: None when not known; `status` by the framework's rule;
+    `safe_alternative` only when it breaks."""
+
+    framework: str
+    version: str | None
+    change: str
+    built_for: str | None
+    loads_now: dict | None
+    would_load: dict | None = None
+    affected: bool | None = None
+    breaks: bool | None = None
+    status: str = rules.UNKNOWN
+    rule: str = ""
+    reason: str = ""
+    safe_alternative: str | None = None
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
 def prepend_to_ld_library_path(directory: str | os.PathLike) -> Change:
     return Change(LD_LIBRARY_PATH, os.path.abspath(directory))
 
@@ -54,7 +79,7 @@ def register_with_ldconfig(directory: str | os.PathLike) -> Change:
 def what_if(python: str, env: Mapping[str, str], change: Change,
             timeout: float | None = None, *, search: L.Environment | None = None,
             current: list[FrameworkEntry] | None = None,
-            runner: Runner | None = None) -> list[dict]:
+            runner: Runner | None = None) -> list[WhatIf]:
     """For each framework in `python`: the cuDNN it would load after `change`, and whether that
     breaks it by its own rule. `current` is a framework_report() of `python` under `env`, if one
     was made already; with no framework in it nothing more is run."""
@@ -92,54 +117,59 @@ def already_first(ld_library_path: str | None, directory: str) -> bool:
 
 
 def _tried(change: Change, now: FrameworkEntry, after: FrameworkEntry | None, python: str,
-           env: Mapping[str, str], timeout: float | None) -> dict:
+           env: Mapping[str, str], timeout: float | None) -> WhatIf:
     out = _base(change, now)
     if after is None:
-        out["reason"] = "it is not importable with that change"
+        out.reason = "it is not importable with that change"
         return out
     if after.loader is None:  # the probe died or hung with the change
         if now.loader is None:
-            out["reason"] = f"its cuDNN use is not known: {after.reason}"
+            out.reason = f"its cuDNN use is not known: {after.reason}"
             return out
-        out.update(affected=True, breaks=True, reason=f"with that change: {after.reason}")
+        out.affected = True
+        out.breaks = True
+        out.reason = f"with that change: {after.reason}"
         return _advise(out, now, change)
     loaded = after.cudnn_loaded
     if loaded is None:
         return _predicted(change, out, now, after, after.loader.loader, None, python, env,
                           timeout)
-    out["would_load"] = _public(loaded)
+    out.would_load = _public(loaded)
     before = now.cudnn_loaded.version if now.cudnn_loaded else None
     moved = _path(now) != loaded.path
     # Same libcudnn.so.N, other version: the loader still finds the shim through the framework's
     # RPATH, but the sub-libraries the shim opens come from the new directory first.
     mixed = not moved and before is not None and before != loaded.version
-    out["affected"] = moved or mixed
+    out.affected = moved or mixed
     status, because = rules.judge(now.name, now.cudnn_built_for, loaded.version)
     if after.compatible is False:
         status = rules.INCOMPATIBLE
-    out.update(status=status, breaks=status == rules.INCOMPATIBLE)
+    out.status = status
+    out.breaks = status == rules.INCOMPATIBLE
     what = f"cuDNN {loaded.version} from {loaded.dir} ({loaded.detail})"
     if mixed:
-        out["reason"] = (f"libcudnn comes from {loaded.dir} as before ({loaded.detail}), "
+        out.reason = (f"libcudnn comes from {loaded.dir} as before ({loaded.detail}), "
                          f"but cuDNN would report {loaded.version} instead of {before}: its "
                          f"sub-libraries would be found in {change.directory} first: {because}")
     else:
-        out["reason"] = (f"would load {what}: {because}" if moved else
+        out.reason = (f"would load {what}: {because}" if moved else
                          f"unchanged: it still loads {what}")
     return _advise(out, now, change)
 
 
 def _deduced(change: Change, now: FrameworkEntry, entries: Sequence[L.CacheEntry], python: str,
-             env: Mapping[str, str], timeout: float | None) -> dict:
+             env: Mapping[str, str], timeout: float | None) -> WhatIf:
     out = _base(change, now)
     current = now.cudnn_loaded
     if now.loader is None:
-        out["reason"] = "its cuDNN use is not known (the probe gave no answer)"
+        out.reason = "its cuDNN use is not known (the probe gave no answer)"
         return out
     if current and current.why in BEFORE_CACHE:
-        out.update(would_load=_public(current), affected=False, breaks=False,
-                   status=rules.COMPATIBLE if now.compatible else rules.UNKNOWN)
-        out["reason"] = ("unchanged: its cuDNN is opened by full path, which no search path "
+        out.would_load = _public(current)
+        out.affected = False
+        out.breaks = False
+        out.status = rules.COMPATIBLE if now.compatible else rules.UNKNOWN
+        out.reason = ("unchanged: its cuDNN is opened by full path, which no search path "
                          "changes" if current.why == WHY_FULL_PATH else
                          f"unchanged: its cuDNN is found through {current.detail}, which the "
                          "loader reads before the ldconfig cache")
@@ -148,23 +178,26 @@ def _deduced(change: Change, now: FrameworkEntry, entries: Sequence[L.CacheEntry
     soname = facts.soname
     entry = next((e for e in entries if e.name == soname), None) if soname else None
     if entry is None:
-        out.update(affected=False, breaks=False,
-                   reason=f"unchanged: {change.directory} holds no {soname or 'libcudnn'}")
+        out.affected = False
+        out.breaks = False
+        out.reason = f"unchanged: {change.directory} holds no {soname or 'libcudnn'}"
         return out
     registered = facts.loader.with_cache_first([entry])
     return _predicted(change, out, now, now, registered, os.path.realpath(entry.path), python,
                       env, timeout)
 
 
-def _predicted(change: Change, out: dict, now: FrameworkEntry, entry: FrameworkEntry,
+def _predicted(change: Change, out: WhatIf, now: FrameworkEntry, entry: FrameworkEntry,
                loader: ChildLoader, target: str | None, python: str, env: Mapping[str, str],
-               timeout: float | None) -> dict:
+               timeout: float | None) -> WhatIf:
     """The copy `loader` would give the libraries of `entry`'s child that need libcudnn;
     `target`, when given, is the copy the change brings in."""
     facts = entry.loader
     soname = facts.soname if facts else None
     if facts is None or not soname:
-        out.update(affected=False, breaks=False, reason=f"unchanged: {entry.reason}")
+        out.affected = False
+        out.breaks = False
+        out.reason = f"unchanged: {entry.reason}"
         return out
     requesters: list[str | None] = [o for o in (*facts.mapped, *facts.consumers)
                                     if loader.needs(o, soname)] or [None]
@@ -173,34 +206,35 @@ def _predicted(change: Change, out: dict, now: FrameworkEntry, entry: FrameworkE
         hits[0] if hits else None)
     if hit is None or (target is None and hit.path == _path(now)):
         found = hits[0] if hits else None
-        out.update(affected=False, breaks=False, reason="unchanged: it finds " + (
-            f"{found.path} ({found.detail()}) first" if found else f"no {soname} either way"))
+        out.affected = False
+        out.breaks = False
+        out.reason = "unchanged: it finds " + (
+            f"{found.path} ({found.detail()}) first" if found else f"no {soname} either way")
         return out
     version = file_version(hit.path) or rules.parse_version(
         library_version(python, hit.path, env, timeout))
-    out["would_load"] = {"path": hit.path, "dir": os.path.dirname(hit.path),
-                         "version": rules.version_text(version), "why": hit.why}
+    out.would_load = {"path": hit.path, "dir": os.path.dirname(hit.path),
+                      "version": rules.version_text(version), "why": hit.why}
     status, because = rules.judge(now.name, now.cudnn_built_for, version)
     when = "" if now.cudnn_loaded else " once it loads cuDNN (it has not here)"
-    out.update(affected=True, status=status, breaks=status == rules.INCOMPATIBLE,
-               reason=(f"would load cuDNN {rules.version_text(version) or '(version unknown)'} "
-                       f"from {os.path.dirname(hit.path)} through {hit.detail()}{when}: "
-                       f"{because}"))
+    out.affected = True
+    out.status = status
+    out.breaks = status == rules.INCOMPATIBLE
+    out.reason = (f"would load cuDNN {rules.version_text(version) or '(version unknown)'} "
+                  f"from {os.path.dirname(hit.path)} through {hit.detail()}{when}: {because}")
     return _advise(out, now, change)
 
 
-def _base(change: Change, now: FrameworkEntry) -> dict:
+def _base(change: Change, now: FrameworkEntry) -> WhatIf:
     current = now.cudnn_loaded
-    return {"framework": now.name, "version": now.version, "change": change.describe(),
-            "built_for": now.cudnn_built_for,
-            "loads_now": current and {"path": current.path, "version": current.version},
-            "would_load": None, "affected": None, "breaks": None, "status": rules.UNKNOWN,
-            "rule": now.rule, "reason": "", "safe_alternative": None}
+    return WhatIf(now.name, now.version, change.describe(), now.cudnn_built_for,
+                  {"path": current.path, "version": current.version} if current else None,
+                  rule=now.rule)
 
 
-def _advise(out: dict, now: FrameworkEntry, change: Change) -> dict:
-    if out["breaks"]:
-        out["safe_alternative"] = rules.safe_alternative(now.cudnn_built_for, change.directory)
+def _advise(out: WhatIf, now: FrameworkEntry, change: Change) -> WhatIf:
+    if out.breaks:
+        out.safe_alternative = rules.safe_alternative(now.cudnn_built_for, change.directory)
     return out
 
 
@@ -212,8 +246,8 @@ def _public(loaded: LoadedCopy) -> dict:
     return {"path": loaded.path, "dir": loaded.dir, "version": loaded.version, "why": loaded.why}
 
 
-def what_if_warnings(entries: Sequence[dict]) -> list[str]:
+def what_if_warnings(entries: Sequence[WhatIf]) -> list[str]:
     """One line per framework that a change would break, to print next to the advice."""
-    return [f"{e['framework']} {e.get('version') or ''}".rstrip() +
-            f" would break: {e['reason']}. Instead: {e['safe_alternative']}"
-            for e in entries if e.get("breaks")]
+    return [f"{e.framework} {e.version or ''}".rstrip() +
+            f" would break: {e.reason}. Instead: {e.safe_alternative}"
+            for e in entries if e.breaks]

@@ -1,6 +1,6 @@
 """The `gpu` check: cuDNN run on the GPU the way frameworks call it, each result against numpy.
 
-One child process (probes/gpu.py, with a time limit) loads cuDNN and runs each step: a
+One child process (probes/gpu_steps.py, with a time limit) loads cuDNN and runs each step: a
 convolution through the graph API with heuristics mode A and its backward data and filter
 (what PyTorch, TensorFlow and JAX do: libcudnn_graph, libcudnn_heuristic, an engine library),
 a batch normalization (libcudnn_ops), an RNN (libcudnn_adv), the legacy convolution
@@ -16,7 +16,7 @@ from dataclasses import replace
 from typing import Mapping
 
 from cudnn_setup.checks.answer_values import shown
-from cudnn_setup.checks.driver import no_driver
+from cudnn_setup.checks.driver_check import no_driver
 from cudnn_setup.checks.installation import Installation
 from cudnn_setup.checks.native import find_cudart
 from cudnn_setup.checks.probe import child_env, loads_key, probe_module, run_probe
@@ -93,7 +93,7 @@ def check_gpu(inst: Installation, env: Mapping[str, str], runner: Runner | None 
               timeout: float = TIMEOUT, probe: list[str] | None = None,
               loader: L.Environment | None = None) -> Check:
     """`runner`: the command's (it skips the probe when loading this libcudnn hung earlier);
-    `probe`: the probe's command line before its arguments (default: probes/gpu.py under
+    `probe`: the probe's command line before its arguments (default: probes/gpu_steps.py under
     this interpreter's run_probe); `loader`: the loader's environment for `env`, given when
     the probe is not to be started on a machine it would find no driver on."""
     target = inst.soname_path()
@@ -102,7 +102,7 @@ def check_gpu(inst: Installation, env: Mapping[str, str], runner: Runner | None 
     absent = without_driver(inst, env, loader) if loader is not None else None
     if absent is not None:
         return Check(NAME, SKIP, absent, {"status": SKIP, "reason": absent})
-    args = probe or probe_module("gpu")
+    args = probe or probe_module("gpu_steps")
     comp = inst.composition() if inst.generation else None
     jit = comp is not None and comp.flavour == gen.JIT
     if jit:  # no legacy API, no heuristics or precompiled engines: those steps cannot run

@@ -13,9 +13,9 @@ from typing import Callable, Mapping
 
 from cudnn_setup.checks.coherence import check_coherence
 from cudnn_setup.checks.deps import check_deps, loader_environment
-from cudnn_setup.checks.driver import DriverFacts, check_driver, driver_facts, driver_present
-from cudnn_setup.checks.files import check_elf, check_files, check_versions
-from cudnn_setup.checks.frameworks import FrameworkEntry, check_frameworks
+from cudnn_setup.checks.driver_check import DriverFacts, check_driver, driver_facts, driver_present
+from cudnn_setup.checks.file_checks import check_elf, check_files, check_versions
+from cudnn_setup.checks.frameworks_check import FrameworkEntry, check_frameworks
 from cudnn_setup.checks.installation import Installation
 from cudnn_setup.checks.locate import skipped_without_cudnn
 from cudnn_setup.checks.gpu import check_gpu
@@ -34,18 +34,22 @@ ORDER = ("files", "elf", "versions", "load", "coherence", "deps", "loader", "cud
 
 @dataclass
 class Frameworks:
-    """The frameworks check and the report it came from (checks/frameworks.py)."""
+    """The frameworks check and the report it came from (checks/frameworks_check.py)."""
 
     check: Check
     entries: list[FrameworkEntry]
 
 
 def frameworks_of(python: str, env: Mapping[str, str], enabled: bool = True,
-                  loader: L.Environment | None = None, runner: Runner | None = None) -> Frameworks:
-    """The frameworks of `python` (the interpreter under test), or a skip for --no-frameworks."""
+                  loader: L.Environment | Callable[[], L.Environment] | None = None,
+                  runner: Runner | None = None) -> Frameworks:
+    """The frameworks of `python` (the interpreter under test), or a skip for --no-frameworks.
+    `loader`: the loader's facts, or a function that gives them once the frameworks' children
+    have answered (they take seconds; the loader's facts are not needed to start them)."""
     if not enabled:
         return Frameworks(Check("frameworks", SKIP, "--no-frameworks"), [])
-    check, entries = check_frameworks(python, env, search=loader or loader_environment(env),
+    check, entries = check_frameworks(python, env,
+                                      search=loader or (lambda: loader_environment(env)),
                                       runner=runner)
     return Frameworks(check, entries)
 
@@ -109,12 +113,21 @@ def run_checks(inst: Installation, *, python: str, env: Mapping[str, str],
     runner = runner or Runner()
     step = Steps(status, ORDER if theano else ORDER[:-1])
     step("files")
-    # one memo of the libraries' ELF facts for every check (files, coherence, deps, load)
-    loader = loader or loader_environment(env, objects=inst.objects)
-    if loader.objects is None:
-        loader = replace(loader, objects=inst.objects)
+    # The frameworks' children take the longest (each imports its framework): they start
+    # first, before the loader's facts (three children of their own) are asked; those are
+    # needed only to read the frameworks' answers.
+    # One memo of the libraries' ELF facts serves every check (files, coherence, deps, load).
+    if loader is None:
+        loader_later = Later(loader_environment, env, objects=inst.objects)
     else:
-        inst.objects = loader.objects
+        if loader.objects is None:
+            loader = replace(loader, objects=inst.objects)
+        else:
+            inst.objects = loader.objects
+        loader_later = Done(loader)
+    frameworks_later = Done(frameworks) if frameworks is not None else Later(
+        frameworks_of, python, env, with_frameworks, loader_later.result, runner)
+    loader = loader_later.result()
     skipped = skipped_without_cudnn(inst)
     driver_later = Done(driver) if driver is not None else Later(driver_facts, env,
                                                                  loader=loader, runner=runner)
@@ -147,8 +160,6 @@ def run_checks(inst: Installation, *, python: str, env: Mapping[str, str],
 
         coherence_later, deps_later = Later(coherence), Later(deps)
         gpu_later, compile_later = Later(gpu), Later(compiled)
-    frameworks_later = Done(frameworks) if frameworks is not None else Later(
-        frameworks_of, python, env, with_frameworks, loader, runner)
     gpu_check = gpu_later.result if gpu_later is not None else (lambda: skipped["gpu"])
     # Theano runs its graphs at once: the gpu check only words why cuDNN was not used, so
     # check_theano waits for it after the graphs ran.

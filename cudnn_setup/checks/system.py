@@ -18,21 +18,29 @@ def check_loader(inst: Installation, env: Mapping[str, str],
     ours = inst.soname_path()
     if ours is None:
         return Check("loader", SKIP, "no libcudnn installed")
-    copies = loader.copies_of(ours.name, env, conf)
-    ours_real = os.path.realpath(ours)
+    return judge_loader(ours, os.path.realpath(ours), inst.lib_dir,
+                        loader.copies_of(ours.name, env, conf),
+                        fix or loader.ld_library_path_line(inst.lib_dir),
+                        "" if fix else other_fix(inst))
+
+
+def judge_loader(ours: Path, ours_real: str, lib_dir: Path, copies: list[dict], fix: str,
+                 also: str = "") -> Check:
+    """The `loader` check from what was seen, with no I/O: `copies` (facts/loader.copies_of)
+    in the loader's order, each {path, real, version, via}; `ours` the installed libcudnn by
+    its SONAME, `ours_real` the file it resolves to; `fix` the advice when programs would not
+    load ours, and `also` (other_fix) the other way, said when none would find it."""
     data = {"name": ours.name, "ours": str(ours), "copies": copies}
-    also = "" if fix else other_fix(inst)
-    fix = fix or loader.ld_library_path_line(inst.lib_dir)
     if not copies:
         return Check("loader", WARN, f"a program started without help would not find "
-                     f"{ours.name}: {inst.lib_dir} is not on the loader path; fix: {fix}{also}",
+                     f"{ours.name}: {lib_dir} is not on the loader path; fix: {fix}{also}",
                      data)
     first = copies[0]
     others = [c for c in copies if c["real"] != ours_real]
     listing = "; ".join(f"{c['path']} ({c['version'] or '?'}, via {c['via']})" for c in others)
     if first["real"] != ours_real:
         return Check("loader", WARN, f"programs would load {first['path']} (cuDNN "
-                     f"{first['version'] or '?'}, via {first['via']}), not ours in {inst.lib_dir}; "
+                     f"{first['version'] or '?'}, via {first['via']}), not ours in {lib_dir}; "
                      f"fix: {fix}" + (f"; other copies: {listing}" if listing else ""), data)
     detail = f"programs load ours ({first['path']}, via {first['via']})"
     if others:

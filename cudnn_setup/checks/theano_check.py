@@ -12,7 +12,7 @@ from cudnn_setup.checks.probe import child_env, probe_module, run_probe
 from cudnn_setup.facts import gpus
 from cudnn_setup.facts.cudnn import split_version
 from cudnn_setup.report import FAIL, PASS, SKIP, WARN, Check
-from cudnn_setup.theanorc import unreadable_for_theano
+from cudnn_setup.theanorc_merge import unreadable_for_theano
 
 THEANO_TIMEOUT = 600.0
 INSTALL_HINT = "pip install 'cudnn-setup[theano]' (Theano 1.0.5 with numpy<1.24, scipy<1.11)"

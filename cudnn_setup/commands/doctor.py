@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cudnn_setup.checks.deps import loader_environment
-from cudnn_setup.checks.driver import DriverFacts, describe_gpus, driver_facts, has_driver
-from cudnn_setup.checks.frameworks import frameworks_json, one_line
+from cudnn_setup.checks.driver_check import DriverFacts, describe_gpus, driver_facts, has_driver
+from cudnn_setup.checks.frameworks_check import frameworks_json, one_line
 from cudnn_setup.checks.installation import Installation
 from cudnn_setup.checks.locate import describe, locate
-from cudnn_setup.checks.problems import INFO, problems_from
+from cudnn_setup.checks.diagnosis import INFO, problems_from
 from cudnn_setup.checks.suite import Frameworks, frameworks_of, run_checks
 from cudnn_setup.checks.theano_check import stale_dnn_paths
 from cudnn_setup.steps.command_wrapper import command
@@ -31,7 +31,7 @@ from cudnn_setup.errors import SetupError
 from cudnn_setup.report import FAIL, PASS, WARN, Check, Result
 from cudnn_setup.state.layout import StateDir
 from cudnn_setup.startup_line import explain
-from cudnn_setup.theanorc import effective_config
+from cudnn_setup.theanorc_merge import effective_config
 
 
 @command("doctor")

@@ -8,7 +8,7 @@ import threading
 from pathlib import Path
 
 from cudnn_setup.archive.wheel import WHEEL
-from cudnn_setup.checks.driver import driver_facts
+from cudnn_setup.checks.driver_check import driver_facts
 from cudnn_setup.placement import engine
 from cudnn_setup.steps.command_wrapper import command
 from cudnn_setup.steps.context import Context, reading, which
@@ -94,7 +94,7 @@ def install(result: Result, ctx: Context, source: str, *, cuda_root: Path | None
                            what_if=frameworks.what_if if frameworks else None, force=force)
         result.checks.append(step.check)
         if step.what_if:
-            result.add("frameworks_what_if", step.what_if)
+            result.add("frameworks_what_if", [w.to_dict() for w in step.what_if])
     # Theano's config and verify: their modules (ConfigUpdater's merge, every check) are
     # imported only by an install that goes on to them
     rc = None

@@ -11,7 +11,7 @@ from cudnn_setup.steps.theano_step import theanorc_path, theanorc_step
 from cudnn_setup.facts.cuda import find_cuda_root
 from cudnn_setup.errors import UsageError
 from cudnn_setup.report import FAIL, WARN, Check, Result
-from cudnn_setup.theanorc import TheanorcRefused
+from cudnn_setup.theanorc_merge import TheanorcRefused
 
 
 @command("theanorc")

@@ -11,7 +11,7 @@ from cudnn_setup.facts import loader
 from cudnn_setup.facts.cuda import find_cuda_root
 from cudnn_setup.report import Result
 from cudnn_setup.state.plan import describe_action
-from cudnn_setup.theanorc import BACKUP_SUFFIX, mentions
+from cudnn_setup.theanorc_merge import BACKUP_SUFFIX, mentions
 from cudnn_setup.text import plural
 
 

@@ -33,7 +33,7 @@ from cudnn_setup.state.transaction import Filesystem, recover
 from cudnn_setup.text import plural
 
 if TYPE_CHECKING:
-    from cudnn_setup.checks.driver import DriverFacts
+    from cudnn_setup.checks.driver_check import DriverFacts
 
 
 @dataclass

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Mapping
 
 from cudnn_setup.archive.package import Package
-from cudnn_setup.checks.driver import DriverFacts, fit_before_install, install_refusal
+from cudnn_setup.checks.driver_check import DriverFacts, fit_before_install, install_refusal
 from cudnn_setup.checks.probe import child_env, probe_module, run_probe
 from cudnn_setup.errors import ArchiveRejected
 from cudnn_setup.facts import cuda as cuda_facts
@@ -108,7 +108,7 @@ def cuda_mismatch(pkg: Package, built: BuiltFor, root: CudaRoot, name: str,
 
 def machine_fit(pkg: Package, built: BuiltFor, driver: DriverFacts | None,
                 force: bool) -> tuple[ArchiveRejected | None, list[str]]:
-    """Whether the build runs on this machine's GPUs and driver (checks/driver.py): the refusal
+    """Whether the build runs on this machine's GPUs and driver (checks/driver_check.py): the refusal
     (None with --force, or when nothing misfits) and notes for what only warns or was forced."""
     if not driver or not built.version or not pkg.cudnn_version:
         return None, []

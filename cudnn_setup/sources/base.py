@@ -16,7 +16,7 @@ from cudnn_setup.fetch.candidates import VersionRequest, newest_first
 from cudnn_setup.fetch.checksums import Expected
 
 if TYPE_CHECKING:  # the download stack (requests) only for a source that downloads
-    from cudnn_setup.fetch.download import Fetched
+    from cudnn_setup.fetch.downloader import Fetched
 
 NVIDIA, MIRROR, PYPI, PATH, URL = "nvidia", "mirror", "pypi", "path", "url"
 KINDS = (NVIDIA, MIRROR, PYPI, PATH, URL)

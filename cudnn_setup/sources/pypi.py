@@ -21,7 +21,7 @@ from cudnn_setup.errors import ArchiveRejected, DownloadFailed
 from cudnn_setup.fetch import redist
 from cudnn_setup.fetch.candidates import UnknownVersion, VersionRequest, nearest_versions
 from cudnn_setup.fetch.checksums import Expected, mismatch
-from cudnn_setup.fetch.download import Downloader
+from cudnn_setup.fetch.downloader import Downloader
 from cudnn_setup.fetch.http import Stalled, TimedOut
 from cudnn_setup.fetch.redist import NoVariant, local_path
 from cudnn_setup.fetch.remote import READ_DEADLINE

@@ -13,7 +13,7 @@ from cudnn_setup.errors import ArchiveRejected
 from cudnn_setup.fetch import known_releases, redist
 from cudnn_setup.fetch.candidates import Release, VersionRequest
 from cudnn_setup.fetch.checksums import Expected, mismatch
-from cudnn_setup.fetch.download import size_mismatch
+from cudnn_setup.fetch.downloader import size_mismatch
 from cudnn_setup.fetch.resolve import TABLE, Choice, Tree, catalog, resolve, resolve_name
 from cudnn_setup.sources.base import (ARCHIVE, Catalog, Fetch, Obtained, Offer, Provenance,
                                       Source)

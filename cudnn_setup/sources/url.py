@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from cudnn_setup.archive.wheel import parse_name
 from cudnn_setup.fetch.checksums import expected_for
-from cudnn_setup.fetch.download import file_name
+from cudnn_setup.fetch.downloader import file_name
 from cudnn_setup.urls import redact
 from cudnn_setup.sources.base import ARCHIVE, URL, WHEEL, Fetch, Obtained, Provenance, Source
 

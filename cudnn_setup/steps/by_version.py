@@ -43,7 +43,7 @@ from cudnn_setup.sources.local import LocalArchive
 # What reads a tree or an index or downloads (requests and what it imports, about 70 ms) is
 # imported by the functions that do: an install of a local archive needs none of it.
 if TYPE_CHECKING:
-    from cudnn_setup.fetch.download import Fetched
+    from cudnn_setup.fetch.downloader import Fetched
     from cudnn_setup.fetch.resolve import Tree
     from cudnn_setup.sources.tree import RedistTree
 

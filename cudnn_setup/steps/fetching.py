@@ -15,7 +15,7 @@ from cudnn_setup.report import Result
 from cudnn_setup.text import escape, show_path
 
 if TYPE_CHECKING:  # requests and what it imports (about 70 ms): only for what downloads
-    from cudnn_setup.fetch.download import Downloader, Fetched
+    from cudnn_setup.fetch.downloader import Downloader, Fetched
     from cudnn_setup.fetch.http import Client
 
 # Names of --header headers that may follow a redirect to another host (comma-separated);
@@ -60,7 +60,7 @@ def downloader_for(ctx: Context, headers: list[str] | None, cache_dir: Path | No
     """The Downloader for this command: the cache (or `cache_dir`), `output_dir` for
     `download -o`, the command's client (made from the --header lines and the caller's
     environment and home when not given), retries reported through ctx.status."""
-    from cudnn_setup.fetch.download import Downloader, default_cache_dir
+    from cudnn_setup.fetch.downloader import Downloader, default_cache_dir
 
     cache = cache_dir or default_cache_dir(ctx.env, ctx.home)
     return Downloader(cache, client=client or client_for(ctx, headers, env),
@@ -75,7 +75,7 @@ def fetch(result: Result, ctx: Context, url: str, sha256: str | None,
           record: bool = True) -> Fetched:
     """Download `url` into the cache, or `output_dir` (or reuse it), checked against what is
     known of it (`expected`, when the caller knows where the checksum comes from)."""
-    from cudnn_setup.fetch.download import file_name
+    from cudnn_setup.fetch.downloader import file_name
 
     downloader = downloader or downloader_for(ctx, headers, cache_dir, client=client,
                                               output_dir=output_dir)

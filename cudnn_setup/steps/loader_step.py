@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Callable
 
 from cudnn_setup.errors import InstallFailed, SetupError, os_error
+from cudnn_setup.facts import ldresolve as L
 from cudnn_setup.facts import loader
 from cudnn_setup.report import FAIL, PASS, SKIP, WARN, Check
 from cudnn_setup.steps.context import Context
@@ -15,8 +16,8 @@ from cudnn_setup.text import plural, show_path
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from cudnn_setup.checks.framework_whatif import Change
-    from cudnn_setup.checks.frameworks import FrameworkEntry
+    from cudnn_setup.checks.framework_whatif import Change, WhatIf
+    from cudnn_setup.checks.frameworks_check import FrameworkEntry
     from cudnn_setup.checks.suite import Frameworks
 
 # What the frameworks would load is imported where it is asked (checks/framework_whatif.py and
@@ -30,12 +31,12 @@ class FrameworkLookahead:
     def __init__(self, ctx: Context, python: str):
         self.ctx, self.python = ctx, python
         self.now: list[FrameworkEntry] | None = None  # None: not made, or the interpreter could not say
-        self.search = None
+        self.search: L.Environment | None = None
 
-    def what_if(self, change: Change) -> list[dict]:
+    def what_if(self, change: Change) -> list[WhatIf]:
         from cudnn_setup.checks.deps import loader_environment
         from cudnn_setup.checks.framework_whatif import what_if
-        from cudnn_setup.checks.frameworks import framework_report
+        from cudnn_setup.checks.frameworks_check import framework_report
 
         if self.now is None:
             self.ctx.status(f"importing the deep-learning frameworks of {self.python}, to see "
@@ -51,7 +52,7 @@ class FrameworkLookahead:
 
     def report(self) -> Frameworks | None:
         """The frameworks check from the report made before the change, if one was made."""
-        from cudnn_setup.checks.frameworks import frameworks_check
+        from cudnn_setup.checks.frameworks_check import frameworks_check
         from cudnn_setup.checks.suite import Frameworks
 
         if self.now is None:
@@ -65,7 +66,7 @@ class LoaderStep:
     and whether it changed what programs load."""
 
     check: Check
-    what_if: list[dict] = field(default_factory=list)
+    what_if: list[WhatIf] = field(default_factory=list)
     refused: SetupError | None = None  # --ldconfig not done: it would break a framework
     changed_loader: bool = False
     loader_fix: str | None = None  # the loader check's advice instead of LD_LIBRARY_PATH
@@ -75,7 +76,7 @@ class LoaderStep:
         return _warnings(self.what_if)
 
 
-def _warnings(results: list[dict]) -> list[str]:
+def _warnings(results: list[WhatIf]) -> list[str]:
     """what_if_warnings() of `results`; none asked, none to read (nor its module to import)."""
     if not results:
         return []
@@ -200,7 +201,7 @@ def apply_plan(plan: LoaderPlan, ctx: Context) -> tuple[Check, bool]:
 
 
 def loader_step(ctx: Context, lib_dir: Path, register: bool, verify_follows: bool = False, *,
-                what_if: Callable[[Change], list[dict]] | None = None,
+                what_if: Callable[[Change], list[WhatIf]] | None = None,
                 force: bool = False) -> LoaderStep:
     """Make programs find the new libraries: ldconfig where allowed, else say how. The facts
     are gathered (the loader path; what `what_if` says each framework would load after the

@@ -7,7 +7,7 @@ from pathlib import Path
 from cudnn_setup.checks.theano_check import theano_range_note, theano_supports
 from cudnn_setup.report import FAIL, PASS, WARN, Check, Result
 from cudnn_setup.steps.context import Context
-from cudnn_setup.theanorc import TheanorcRefused, configure, default_path
+from cudnn_setup.theanorc_merge import TheanorcRefused, configure, default_path
 
 
 def theanorc_path(ctx: Context, explicit: Path | None) -> Path:

@@ -1,7 +1,7 @@
 """Which cuDNN the deep-learning frameworks of an interpreter load, why that copy, and whether it
 is right for them: the `frameworks` check and its JSON.
 
-Each framework is imported in a child process of its own (probes/frameworks.py, run by
+Each framework is imported in a child process of its own (probes/framework_loads.py, run by
 checks/framework_probe.py), never here. The child reports what it could see from inside: the
 framework's versions, the libcudnn files mapped into it and their cudnnGetVersion(), its loader
 environment and every mapped shared object. Why the loader picked that copy is worked out here
@@ -14,7 +14,7 @@ import os
 import re
 from dataclasses import dataclass
 from functools import partial
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from cudnn_setup.checks.answer_values import Fields, text
 from cudnn_setup.checks.framework_loader import NO_SEARCH, ChildLoader, ElfFacts
@@ -22,7 +22,7 @@ from cudnn_setup.checks.framework_probe import Run, importable_frameworks, run
 from cudnn_setup.child import Runner
 from cudnn_setup.errors import SetupError
 from cudnn_setup.facts import cudnn as gen
-from cudnn_setup.facts import frameworks as rules
+from cudnn_setup.facts import framework_rules as rules
 from cudnn_setup.facts import ldresolve as L
 from cudnn_setup.parallel import at_once
 from cudnn_setup.report import FAIL, PASS, SKIP, WARN, Check
@@ -91,16 +91,17 @@ class FrameworkEntry:
 
 
 def framework_report(python: str, env: Mapping[str, str], timeout: float | None = None, *,
-                     search: L.Environment | None = None,
+                     search: L.Environment | Callable[[], L.Environment] | None = None,
                      runner: Runner | None = None) -> list[FrameworkEntry]:
     """One entry per framework importable in `python` (run with `env`): what it was built for,
     the cuDNN it loads, from where and why, and whether the pair is right by its own rule.
     Each framework runs in a child of its own, `timeout` seconds at most (None:
     framework_probe.DEFAULT_TIMEOUT). `search` gives the
     loader's cache and facts (its default directories; checks/deps.loader_environment reads this
-    machine's); without it, a copy found only through them is reported as opened by full path.
-    Each entry's `loader` is for what_if(); frameworks_json() gives the public form."""
-    search = search or NO_SEARCH
+    machine's), or a function that gives them: it is called once the children have answered, so
+    they start before the loader's own children are asked; without it, a copy found only
+    through them is reported as opened by full path. Each entry's `loader` is for what_if();
+    frameworks_json() gives the public form."""
     elf = ElfFacts()
     entries = []
     listed = [f for f in importable_frameworks(python, env, timeout, runner)
@@ -108,6 +109,9 @@ def framework_report(python: str, env: Mapping[str, str], timeout: float | None 
     # one child per framework, all at once: each spends seconds importing its framework
     runs = at_once([partial(run, python, [f["name"]], env, timeout, runner=runner)
                     for f in listed])
+    if callable(search):
+        search = search()
+    search = search or NO_SEARCH
     for f, got in zip(listed, runs):
         entries.append(entry_of(f["name"], f, got, search, elf))
     return entries
@@ -281,7 +285,7 @@ def one_line(entry: FrameworkEntry) -> str:
 
 
 def check_frameworks(python: str, env: Mapping[str, str], timeout: float | None = None, *,
-                     search: L.Environment | None = None,
+                     search: L.Environment | Callable[[], L.Environment] | None = None,
                      runner: Runner | None = None) -> tuple[Check, list[FrameworkEntry]]:
     """framework_report() as a check; an interpreter that cannot say what it has is a warn."""
     try:
