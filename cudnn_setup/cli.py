@@ -277,8 +277,11 @@ def console_main() -> None:
     When main() returns, the answer is printed and every file the command wrote is closed (and
     synced where it matters), so the process leaves at once: tearing the interpreter down
     module by module costs about 25 ms, an eighth of an install of a small archive. What a
-    daemon thread still does is dropped either way."""
+    daemon thread still does is dropped either way. Under a profiler or a tracer (cProfile,
+    coverage), which write their results as the interpreter exits, it exits as usual."""
     code = main()
+    if sys.getprofile() is not None or sys.gettrace() is not None:
+        sys.exit(code)
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()

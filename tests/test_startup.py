@@ -199,3 +199,15 @@ def test_one_archive_name_is_looked_up_checking_only_its_entry(monkeypatch):
     doc["releases"].append(dict(doc["releases"][7]))
     with pytest.raises(ValueError, match="listed twice"):
         K.known(doc["releases"][7]["name"])
+
+
+def test_under_a_profiler_the_program_exits_so_that_the_profile_is_written(tmp_path):
+    """The program leaves with os._exit to skip the interpreter's teardown, except where a
+    profiler or tracer would lose what it gathered (they write it at exit)."""
+    prof = tmp_path / "run.prof"
+    done = subprocess.run([sys.executable, "-m", "cProfile", "-o", str(prof), "-m", "cudnn_setup",
+                           "--version"], cwd=REPO, env=clean_env(tmp_path), capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "cudnn-setup" in done.stdout
+    assert prof.is_file() and prof.stat().st_size > 0
