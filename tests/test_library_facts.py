@@ -96,33 +96,30 @@ def test_a_pass_that_fails_stops_reading_the_staged_files(tmp_path):
 
 # --- code_problem's scan of the dynamic symbol table ----------------------------------------
 
-def pyelftools_exports(path: Path) -> bool | str:
-    """The scan as pyelftools iterates it, symbol by symbol (what code_problem did before)."""
+def _exports(path: Path, decide) -> bool | str:
+    """`decide(elf, dynsym)` on the library's dynamic symbol table, or why there is none."""
     try:
         with open(path, "rb") as f:
             elf = ELFFile(f)
             dynsym = elf.get_section_by_name(".dynsym")
             if dynsym is None or not hasattr(dynsym, "iter_symbols"):
                 return "no table"
-            return any(s["st_shndx"] != "SHN_UNDEF" and s.name and
-                       s.name not in E._TRIVIAL_SYMBOLS and
-                       s["st_info"]["bind"] in ("STB_GLOBAL", "STB_WEAK") and
-                       s["st_info"]["type"] in ("STT_FUNC", "STT_OBJECT", "STT_GNU_IFUNC")
-                       for s in dynsym.iter_symbols())
+            return decide(elf, dynsym)
     except Exception:
         return "damaged"
+
+
+def pyelftools_exports(path: Path) -> bool | str:
+    """The scan as pyelftools iterates it, symbol by symbol (what code_problem did before)."""
+    return _exports(path, lambda elf, dynsym: any(
+        s["st_shndx"] != "SHN_UNDEF" and s.name and s.name not in E._TRIVIAL_SYMBOLS and
+        s["st_info"]["bind"] in ("STB_GLOBAL", "STB_WEAK") and
+        s["st_info"]["type"] in ("STT_FUNC", "STT_OBJECT", "STT_GNU_IFUNC")
+        for s in dynsym.iter_symbols()))
 
 
 def one_read_exports(path: Path) -> bool | str:
-    try:
-        with open(path, "rb") as f:
-            elf = ELFFile(f)
-            dynsym = elf.get_section_by_name(".dynsym")
-            if dynsym is None or not hasattr(dynsym, "iter_symbols"):
-                return "no table"
-            return E._exports_code(elf, dynsym)
-    except Exception:
-        return "damaged"
+    return _exports(path, E._exports_code)
 
 
 @pytest.fixture(scope="module")
