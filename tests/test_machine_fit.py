@@ -2,6 +2,8 @@
 the commands find through LD_LIBRARY_PATH as they would the driver's: install refuses a build
 that cannot run here before writing anything (unless --force), list says which releases fit,
 doctor ranks what no install can fix first and exits 1 on a fail."""
+import pytest
+
 from conftest import run_json, tree_state
 from fixtures import libcuda
 from fixtures.generate import GENERATION_SAMPLES
@@ -142,3 +144,14 @@ def test_doctor_exits_0_when_nothing_fails(archives, cuda_root, home):
     problems = {c["name"]: c for c in out["checks"]}["problems"]
     assert problems["status"] in ("pass", "warn") and problems["detail"].split(";")[0] != "none"
     assert out["frameworks"] == [] and out["cudnn"]["version"] == "7.4.2"
+
+
+@pytest.mark.parametrize("built_for, root, same", [
+    ("12.4", "12.8", True), ("12.4", 12, True), ("11.8", "12.0", False), ("13.0", 12, False),
+    (None, "12.8", None), ("12.4", None, None), ("", "12", None), ("x.4", "12", None),
+    ("12", "12.1", True),
+])
+def test_one_rule_says_whether_a_build_fits_a_roots_cuda_major(built_for, root, same):
+    from cudnn_setup.facts.cuda import same_major
+
+    assert same_major(built_for, root) is same

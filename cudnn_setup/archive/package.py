@@ -202,7 +202,7 @@ def _collect(pkg: Package, listing: Listing) -> None:
 
 def _version(pkg: Package) -> None:
     by_name = {h.name: h for h in pkg.headers}
-    for name in gen.VERSION_HEADERS:
+    for name in gen.HEADERS_WITH_VERSION:
         header = by_name.get(name)
         version = gen.header_version(header.text or "") if header else None
         if version:

@@ -139,7 +139,7 @@ class Sink:
         self.writer = writer
         self.direct = writer.direct and member.size >= DIRECT_MIN_BYTES
         self.digest = hasher(writer.content_hash)
-        self.keep_text = member.name in gen.VERSION_HEADERS and member.size <= writer.text_left
+        self.keep_text = member.name in gen.HEADERS_WITH_VERSION and member.size <= writer.text_left
         if self.keep_text:
             writer.text_left -= member.size
         self.chunks: list[bytes] = []

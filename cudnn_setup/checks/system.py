@@ -77,7 +77,7 @@ def check_cuda(inst: Installation, load_data: dict | None) -> Check:
     data = {"root": root_version, "cudnn_built_for": built_for, "source": source,
             "root_path": str(inst.root.path), "root_found_via": inst.root.found_via}
     root = root_phrase(inst)
-    if built_for.split(".")[0] != root_version.split(".")[0]:
+    if not cuda.same_major(built_for, root_version):
         if inst.origin is None:  # the root's own cuDNN: another archive is the fix
             hint = (f"install the build for CUDA {root_version.split('.')[0]}: `cudnn-setup "
                     f"install {inst.major or 'VERSION'} --cuda-root {inst.root.path}` picks it")

@@ -223,5 +223,16 @@ def version_text(number: int) -> str:
     return f"{number // 1000}.{(number % 1000) // 10}"
 
 
+def same_major(built_for: str | None, root: str | int | None) -> bool | None:
+    """Whether a cuDNN built for CUDA `built_for` ("12.4") fits a root of CUDA `root` ("12.8",
+    or its major): cuDNN is built against one CUDA major and serves every minor of it. None
+    where either is unknown."""
+    major = (built_for or "").split(".")[0]
+    other = str(root).split(".")[0] if root is not None else ""
+    if not major.isdigit() or not other.isdigit():
+        return None
+    return int(major) == int(other)
+
+
 def _short(version: str) -> str:
     return ".".join(version.split(".")[:2])

@@ -63,7 +63,8 @@ _STEM_NAME = re.compile(r"^(?P<stem>libcudnn[A-Za-z0-9_]*)\.so(?P<ver>\.\d+(?:\.
 # million empty lines would try every line start against all the lines after it.
 _MACRO = re.compile(r"^[ \t]*#[ \t]*define[ \t]+(CUDNN_MAJOR|CUDNN_MINOR|CUDNN_PATCHLEVEL|CUDNN_VERSION)"
                     r"[ \t]+\(?[ \t]*(\d{1,9})[ \t]*\)?[ \t\r]*$", re.M)
-HEADERS_WITH_VERSION = ("cudnn_version.h", "cudnn.h")  # where the macros live, newest first
+# The headers a version is read from, in order: cudnn_version.h from 8.0 on, cudnn.h before.
+HEADERS_WITH_VERSION = ("cudnn_version.h", "cudnn.h")
 
 
 def shared_libs_of(generation: str, flavour: str | None = None) -> tuple[str, ...]:
@@ -142,10 +143,6 @@ def library_file_version(name: str) -> str | None:
     libcudnn.so.9."""
     m = LIBRARY_NAME.match(name)
     return m["ver"] if m else None
-
-
-# The headers a version is read from, in order: cudnn_version.h from 8.0 on, cudnn.h before.
-VERSION_HEADERS = ("cudnn_version.h", "cudnn.h")
 
 
 def header_version(text: str) -> tuple[int, int, int] | None:

@@ -85,13 +85,10 @@ def cuda_mismatch(pkg: Package, built: BuiltFor, root: CudaRoot, name: str,
     fails to load or to run. NVIDIA's support matrix lists the pairs:
     https://docs.nvidia.com/deeplearning/cudnn/backend/latest/reference/support-matrix.html
     """
-    if not built.version or root.version is None or root.major is None:
-        return None
-    major = int(built.version.split(".")[0])
-    if major == root.major:
+    if root.version is None or cuda_facts.same_major(built.version, root.major) is not False:
         return None
     replaces = ""
-    if old is not None and old.cuda_version and old.cuda_version.split(".")[0] == str(root.major):
+    if old is not None and cuda_facts.same_major(old.cuda_version, root.major):
         replaces = f"; it would replace cuDNN {old.cudnn_version}, which is built for this CUDA"
     variant = variant_name(name, pkg.cudnn_version, root.major)
     if variant:

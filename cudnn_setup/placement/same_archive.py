@@ -9,7 +9,7 @@ from pathlib import Path
 from cudnn_setup import __version__
 from cudnn_setup.checks.driver_check import fit_before_install
 from cudnn_setup.digest import file_digest
-from cudnn_setup.facts.cuda import CudaRoot
+from cudnn_setup.facts.cuda import CudaRoot, same_major
 from cudnn_setup.fetch.checksums import Expected
 from cudnn_setup.state.manifest import Manifest, Source
 from cudnn_setup.state.plan import Desired, Plan, make_plan
@@ -64,8 +64,7 @@ def plan_again(archive: Path, root: CudaRoot, old: Manifest | None, include_rel:
     if old is None or old.tool_version != __version__ or (old.include_dir, old.lib_dir) != (
             include_rel, lib_rel):
         return None
-    major = old.cuda_version.split(".")[0] if old.cuda_version else None
-    if major is None or root.major is None or int(major) != root.major:
+    if not same_major(old.cuda_version, root.major):
         return None
     facts = driver() if callable(driver) else driver
     if facts and fit_before_install(old.cudnn_version, old.cuda_version, facts):
