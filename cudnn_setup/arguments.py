@@ -303,8 +303,18 @@ def _values(command: Command, words: list[str], env) -> dict:
         raise refused(f"Got unexpected extra argument(s) ({' '.join(extra)})",
                       _extra_hint(command, words, extra))
     values = vars(got)
+    # An empty word is never a value the tool can use, and as a path it would be the current
+    # directory (Path("") is "."): `--cuda-root=` must not mean "here".
+    for opt in command.options:
+        given = values[opt.dest]
+        if opt.metavar is not None and given is not None and "" in (
+                given if opt.repeat else [given]):
+            raise refused(f"Invalid value for '{opt.name}': it is empty",
+                          f"give {opt.metavar} after {opt.name}, or leave the option out")
     for arg in command.arguments:
         value = values[arg.dest]
+        if value is not None and "" in (value if arg.many else [value]):
+            raise refused(f"Invalid value for '{arg.metavar}': it is empty")
         if arg.required and (value is None or value == []):
             raise refused(f"Missing argument '{arg.metavar}'.")
         if arg.path and value is not None:

@@ -77,6 +77,7 @@ class Runner:
         self._lock = threading.Lock()
         self._known: dict[str, str] = {}
         self._live: dict[int, subprocess.Popen] = {}
+        self._scratch: set[Path] = set()  # the scratch dirs of the children not yet done
         self._cancelled = False
 
     def __enter__(self) -> "Runner":
@@ -98,12 +99,17 @@ class Runner:
             self._known.setdefault(key, why)
 
     def cancel(self) -> None:
-        """Kill every running child's group; children asked for later are not started."""
+        """Kill every running child's group and remove their scratch dirs (the threads that
+        ran them may never get to: the process may leave first); children asked for later
+        are not started."""
         with self._lock:
             self._cancelled = True
             live = list(self._live.values())
+            scratch = list(self._scratch)
         for proc in live:
             _kill_group(proc)
+        for path in scratch:
+            shutil.rmtree(path, ignore_errors=True)
 
     def run(self, cmd: list[str], timeout: float, env: Mapping[str, str] | None = None,
             cwd: Path | None = None, *, key: str | None = None, what: str | None = None,
@@ -123,11 +129,15 @@ class Runner:
         scratch = None
         if cwd is None:
             scratch = Path(tempfile.mkdtemp(prefix="cudnn-setup-child-", dir=self.scratch_parent))
+            with self._lock:
+                self._scratch.add(scratch)
         try:
             done = self._run(cmd, timeout, env, cwd or scratch, stdin, reply)
         finally:
             if scratch is not None:
                 shutil.rmtree(scratch, ignore_errors=True)
+                with self._lock:
+                    self._scratch.discard(scratch)
         if done.timed_out and key is not None and remember:
             self.remember(key, f"{what or ' '.join(cmd[:2])} did not finish in {timeout:.0f} s "
                           "earlier in this run; not tried again")

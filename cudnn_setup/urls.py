@@ -18,7 +18,7 @@ _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]{0,31}):")
 # A URL inside free text (an exception's words): scheme, then anything up to a space or quote.
 _IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]{0,31}://[^\s'\"<>]*")
 _URL_WORD = re.compile(r"(url: ?)(\S+)")  # urllib3's "with url: /path?query"
-_HOST_LABEL = re.compile(r"^[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?$")
+_HOST_LABEL = re.compile(r"^[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?\Z")
 _CONTROL = re.compile(r"[\x00-\x20\x7f-\x9f]")
 
 

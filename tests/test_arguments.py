@@ -65,6 +65,13 @@ def test_options_and_arguments_mix_in_any_order():
     (["bogus"], "No such command 'bogus'."),
     (["--json"], "No such option: --json"),
     (["install", "a", "--cuda-r", "/r"], "No such option: --cuda-r"),  # no prefix matching
+    # an empty word is no value: as a path it would be the current directory
+    (["install", "a", "--cuda-root="], "Invalid value for '--cuda-root': it is empty"),
+    (["verify", "--lib-dir", ""], "Invalid value for '--lib-dir': it is empty"),
+    (["install", "a", "--theanorc="], "Invalid value for '--theanorc': it is empty"),
+    (["install", "a", "--header", "A: b", "--header="], "Invalid value for '--header': it is empty"),
+    (["install", ""], "Invalid value for 'SOURCE': it is empty"),
+    (["mirror", "d", "9", ""], "Invalid value for 'VERSION...': it is empty"),
 ])
 def test_what_does_not_parse_says_so(argv, message):
     with pytest.raises(ArgsError) as err:

@@ -453,3 +453,38 @@ def test_a_framework_import_writes_nothing_into_the_callers_directory(tmp_path, 
                    env=clean_env(home, **frameworks_env(site)), capture_output=True,
                    timeout=300, cwd=cwd)
     assert list(cwd.iterdir()) == []
+
+
+def test_a_refused_install_leaves_no_child_and_no_scratch_dir_behind(tmp_path, home, cuda_root):
+    """The driver probe starts with the install, on a thread of its own, in a session of its
+    own. An install refused while it still runs (here NVML never answers, as on a machine
+    whose GPU fell off the bus) must not leave it running, orphaned, nor its scratch dir."""
+    from fixtures import libcuda, libnvml
+
+    drv = tmp_path / "drv"
+    libcuda.build(drv)
+    libnvml.build(drv, hang=True)
+    archive = tmp_path / "cudnn-10.0-linux-x64-v7.4.2.24.tgz"
+    payload = tmp_path / "payload"
+    payload.write_bytes(os.urandom(40 << 20))  # read long enough for the probe to have started
+    with tarfile.open(archive, "w:gz", compresslevel=1) as tar:
+        for _ in range(2):  # the library twice: refused once the archive is read
+            tar.add(payload, "cuda/lib64/libcudnn.so.7.4.2")
+    scratch, pidfile = tmp_path / "tmp", tmp_path / "nvml.pid"
+    scratch.mkdir()
+    done, out = run_json(["install", archive, "--cuda-root", cuda_root(), "--no-theanorc"], home,
+                         {"LD_LIBRARY_PATH": str(drv), "TMPDIR": str(scratch),
+                          "FIX_NVML_PIDFILE": str(pidfile)}, process=True, timeout=120)
+    assert done.returncode == 3 and out["error"]["code"] == "archive-rejected", done.stderr
+    deadline = time.monotonic() + 30
+    while not pidfile.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    pid = int(pidfile.read_text())  # the probe was started, and hung in nvmlInit
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and os.path.exists(f"/proc/{pid}"):
+        time.sleep(0.1)
+    alive = os.path.exists(f"/proc/{pid}")
+    if alive:
+        os.kill(pid, signal.SIGKILL)
+    assert not alive, "the driver probe was left running"
+    assert not list(scratch.glob("cudnn-setup-child-*"))

@@ -155,3 +155,15 @@ def test_one_rule_says_whether_a_build_fits_a_roots_cuda_major(built_for, root, 
     from cudnn_setup.facts.cuda import same_major
 
     assert same_major(built_for, root) is same
+
+
+def test_a_driver_that_cannot_be_asked_is_said_not_taken_for_no_gpu(archives, cuda_root, home,
+                                                                    tmp_path):
+    """A probe that dies (the driver's cuInit aborts) leaves the fit unjudged: the install goes
+    on, and says so, instead of passing in silence as if the machine had no GPU."""
+    root = cuda_root(version="12.4")
+    done, out = install(archives[V9], root, home, driver_env(tmp_path, abort=True), "--dry-run")
+    assert done.returncode == 0, done.stderr
+    [note] = [n for n in out["install"]["notes"] if "could not be asked" in n]
+    assert note.startswith("the GPUs and the driver could not be asked (the driver probe ")
+    assert note.endswith("whether this build runs on them was not judged")

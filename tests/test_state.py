@@ -92,6 +92,13 @@ MANIFEST_CASES = {
     "stat-short": (lambda m, o: m["files"][0].update(stat=[1, 2]), "stat"),
     "listed-twice": (lambda m, o: m["files"].append(dict(m["files"][0])), "twice"),
     "format-4": (lambda m, o: m.update(format=4), "format 4"),
+    # `$` also matches before a final newline: each field is matched whole
+    "version-and-a-newline": (lambda m, o: m.update(cudnn_version=m["cudnn_version"] + "\n"),
+                              "cudnn_version"),
+    "txid-and-a-newline": (lambda m, o: m.update(txid=m["txid"] + "\n"), "txid"),
+    "hash-and-a-newline": (lambda m, o: m["files"][0].update(
+        {k: v + "\n" for k, v in m["files"][0].items() if k in ("sha256", "blake3")}),
+        "files[0]"),
     "format-a-string": (lambda m, o: m.update(format="1"), "format"),
     "no-format": (lambda m, o: m.pop("format"), "format is missing"),
     "version-a-number": (lambda m, o: m.update(cudnn_version=7), "cudnn_version"),

@@ -40,8 +40,8 @@ from cudnn_setup.text import escape
 
 WHEEL = "wheel"  # Listing.compression of a wheel
 PREFIX = "nvidia/cudnn/"
-_DIST = re.compile(r"^nvidia-cudnn-cu(\d{1,2})$")
-_SONAME_FILE = re.compile(r"^(?P<stem>libcudnn[a-z0-9_]*)\.so\.(?P<major>\d{1,3})$")
+_DIST = re.compile(r"^nvidia-cudnn-cu(\d{1,2})\Z")
+_SONAME_FILE = re.compile(r"^(?P<stem>libcudnn[a-z0-9_]*)\.so\.(?P<major>\d{1,3})\Z")
 MAX_VERSION_HEADER = 1 << 20  # cudnn_version.h is about 3 KB
 _ARCH = {"x86_64": "x86_64", "aarch64": "aarch64"}  # the platform tag's machine → archive arch
 
@@ -270,7 +270,7 @@ def _admit(rules: MemberRules, listing: Listing, info: tarfile.TarInfo) -> Membe
 # --- the wheels cuDNN's wheel depends on (nvidia-cublas-cuNN, nvidia-cuda-nvrtc-cuNN) --------
 
 MAX_METADATA = 1 << 20
-_DEP_LIB = re.compile(r"^nvidia/[a-z0-9_]{1,40}/lib/(lib[A-Za-z0-9_.+-]{1,100}\.so(?:\.\d{1,6}){0,4})$")
+_DEP_LIB = re.compile(r"^nvidia/[a-z0-9_]{1,40}/lib/(lib[A-Za-z0-9_.+-]{1,100}\.so(?:\.\d{1,6}){0,4})\Z")
 
 
 def requirements(path: Path) -> list:

@@ -42,7 +42,7 @@ STEPS = {
                                "fused operations (cudnn-frontend, TensorRT, torch.compile)"),
 }
 _STEP_LINE = re.compile(r"^gpu-step: (\w{1,64})$", re.M)
-_LIB = re.compile(r"^lib[\w]{1,64}$")
+_LIB = re.compile(r"^lib[\w]{1,64}\Z")
 
 
 def _libs(value) -> list[str]:

@@ -36,8 +36,8 @@ LIB_DIR, MULTIARCH, WHEEL = "lib-dir", "multiarch", "wheel"
 MULTIARCH_TRIPLES = ("x86_64-linux-gnu", "aarch64-linux-gnu", "powerpc64le-linux-gnu")
 MAX_HEADER_BYTES = 1 << 20  # cuDNN's version headers are a few kB
 MAX_LINK_HOPS = 40  # as the kernel's limit on symlinks in a path
-_WHEEL_DIST = re.compile(r"^nvidia_cudnn(?:_cu(?P<cuda>\d+))?-(?P<version>\d+(?:\.\d+)+)\.dist-info$")
-_TRIPLE = re.compile(r"^[a-z0-9_]+-linux-gnu[a-z]*$")
+_WHEEL_DIST = re.compile(r"^nvidia_cudnn(?:_cu(?P<cuda>\d+))?-(?P<version>\d+(?:\.\d+)+)\.dist-info\Z")
+_TRIPLE = re.compile(r"^[a-z0-9_]+-linux-gnu[a-z]*\Z")
 
 
 def locate(lib_dir: Path, include_dir: Path | None = None,

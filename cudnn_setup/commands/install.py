@@ -4,7 +4,6 @@ make the loader find it, write Theano's config, verify.
 from __future__ import annotations
 
 import os
-import threading
 from pathlib import Path
 
 from cudnn_setup.archive.wheel import WHEEL
@@ -17,6 +16,7 @@ from cudnn_setup.steps.fetching import check_sha256
 from cudnn_setup.steps.loader_step import FrameworkLookahead, loader_step
 from cudnn_setup.facts.cuda import CudaRoot, find_cuda_root
 from cudnn_setup.facts.ldresolve import NotLoadable, read_object
+from cudnn_setup.parallel import Later
 from cudnn_setup.report import Result
 from cudnn_setup.state.plan import describe_action
 from cudnn_setup.text import escape, plural
@@ -38,8 +38,9 @@ def install(result: Result, ctx: Context, source: str, *, cuda_root: Path | None
     # The GPUs and driver the build must fit, asked once, by a child that starts the driver
     # (half a second on a GPU machine): it runs while the archive is read, and is waited for
     # when the staged build is judged, before anything is placed. When the install fails or is
-    # interrupted first, it is not waited for (its child times out in a session of its own).
-    asked = _Background(driver_facts, ctx.env)
+    # interrupted first, it is not waited for: the command's runner kills it as the command
+    # ends (steps/command_wrapper.py).
+    asked = Later(driver_facts, ctx.env, runner=ctx.runner)
     same: list[engine.Outcome] = []
 
     def unneeded(name: str, vouched) -> bool:
@@ -155,29 +156,6 @@ def wheel_runpath_notes(pkg, lib_dir: Path, root: Path) -> list[str]:
             f"site-packages: in {escape(str(lib_dir))} $ORIGIN finds cuBLAS and NVRTC placed "
             f"in the root, and the other entries name directories outside the root ({said}); "
             "the deps check judges the root as it is"]
-
-
-class _Background:
-    """A call on a daemon thread: unlike a ThreadPoolExecutor's, it holds up neither an error
-    nor the interpreter's exit while it runs."""
-
-    def __init__(self, fn, *args):
-        self.value = None
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, args=(fn, *args), daemon=True)
-        self.thread.start()
-
-    def _run(self, fn, *args) -> None:
-        try:
-            self.value = fn(*args)
-        except BaseException as exc:  # raised where the answer is asked for
-            self.error = exc
-
-    def result(self):
-        self.thread.join()
-        if self.error is not None:
-            raise self.error
-        return self.value
 
 
 def _describe(result: Result, outcome: engine.Outcome, root: CudaRoot, dry_run: bool) -> None:

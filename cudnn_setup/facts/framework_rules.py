@@ -27,7 +27,7 @@ JAX_RULE_URL = "https://github.com/jax-ml/jax/blob/main/jax_plugins/cuda/__init_
 ORT_RULE_URL = ("https://onnxruntime.ai/docs/execution-providers/"
                 "CUDA-ExecutionProvider.html#requirements")
 
-_DOTTED = re.compile(r"^\s*v?(\d{1,3})(?:\.(\d{1,3}))?(?:\.(\d{1,4}))?(?:\.\d+)*\s*$")
+_DOTTED = re.compile(r"^\s*v?(\d{1,3})(?:\.(\d{1,3}))?(?:\.(\d{1,4}))?(?:\.\d+)*\s*\Z")
 
 
 def decode_version_number(number: int) -> Version | None:

@@ -53,7 +53,7 @@ _EHDR_SIZE = {1: 52, 2: 64}
 _DF_1_NODEFLIB = 0x800
 _DST = re.compile(r"\$(?:\{(ORIGIN|LIB|PLATFORM)\}|(ORIGIN|LIB|PLATFORM)(?=/|$))")
 # `ldconfig -p`: "\tlibz.so.1 (libc6,x86-64, hwcap: "x86-64-v3") => /lib/x86_64-linux-gnu/libz.so.1"
-_CACHE_LINE = re.compile(r"^\s*(?P<name>\S+)\s+\((?P<flags>[^)]*)\)\s+=>\s+(?P<path>\S(?:.*\S)?)\s*$")
+_CACHE_LINE = re.compile(r"^\s*(?P<name>\S+)\s+\((?P<flags>[^)]*)\)\s+=>\s+(?P<path>\S(?:.*\S)?)\s*\Z")
 # The ABI word ldconfig prints after "libc6," for each (e_machine, class); no word = the
 # architecture's default 32-bit ABI (ldconfig.c print_entry).
 _CACHE_ABI = {("EM_X86_64", 64): "x86-64", ("EM_X86_64", 32): "x32", ("EM_386", 32): "",

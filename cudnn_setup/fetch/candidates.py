@@ -20,7 +20,7 @@ from cudnn_setup.fetch.redist import (
     safe_relative, variant_fits, variant_key, variant_rank,
 )
 
-_REQUEST = re.compile(r"^v?\d{1,4}(\.\d{1,6}){0,3}$")
+_REQUEST = re.compile(r"^v?\d{1,4}(\.\d{1,6}){0,3}\Z")
 
 
 class UnknownVersion(UsageError):
@@ -55,7 +55,7 @@ class VersionRequest:
 
 # A full four-part version with a PEP 440 pre-, post- or dev-release suffix (the index's names)
 _EXACT = re.compile(r"^\d{1,4}(\.\d{1,6}){3}(?:(?:a|b|rc)\d{1,8})?(?:\.post\d{1,8})?"
-                    r"(?:\.dev\d{1,14})?$")
+                    r"(?:\.dev\d{1,14})?\Z")
 
 
 def is_version_request(text: str, prerelease: bool = False) -> bool:

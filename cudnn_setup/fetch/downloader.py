@@ -48,8 +48,8 @@ MAX_ARCHIVE = 16 << 30  # no cuDNN archive is near this (9.x: under 1 GiB)
 PROGRESS_REFUNDS = 1 << 20  # bytes of progress after which an attempt's stall is not held
 LOCK_WAIT = 3600.0  # seconds to wait for another run's download of the same archive
 META_SUFFIX = ".cudnn-setup.json"  # what the server said about a cached file
-_CONTENT_RANGE = re.compile(r"bytes (\d{1,15})-(\d{1,15})/(\d{1,15}|\*)$")
-_TOTAL_ONLY = re.compile(r"bytes \*/(\d{1,15})$")
+_CONTENT_RANGE = re.compile(r"bytes (\d{1,15})-(\d{1,15})/(\d{1,15}|\*)\Z")
+_TOTAL_ONLY = re.compile(r"bytes \*/(\d{1,15})\Z")
 _HEX64 = re.compile(r"\b([0-9a-fA-F]{64})\b")
 _HEX32 = re.compile(r"\b([0-9a-fA-F]{32})\b")
 

@@ -32,8 +32,8 @@ PROVENANCE_KEYS = ("generator", "inputs", "url_base", "sources", "skipped", "cor
 CORRECTION_KEYS = ("name", "source", "sha256", "is_the_sha256_of", "kept", "from")
 SOURCE_KEYS = ("kind", "repository", "path", "commit", "commit_date", "url", "file_sha256")
 SOURCE_KINDS = ("spack-package", "nvidia-redistrib")
-_SOURCE_ID = re.compile(r"^(spack|redistrib_\d{1,4}\.\d{1,4}\.\d{1,6}(\.\d{1,8})?\.json)$")
-_COMMIT = re.compile(r"^[0-9a-f]{40}$")
+_SOURCE_ID = re.compile(r"^(spack|redistrib_\d{1,4}\.\d{1,4}\.\d{1,6}(\.\d{1,8})?\.json)\Z")
+_COMMIT = re.compile(r"^[0-9a-f]{40}\Z")
 MAX_SIZE = 1 << 40
 
 

@@ -47,10 +47,10 @@ _MACHINES = {"x86_64": "linux-x86_64", "amd64": "linux-x86_64", "x64": "linux-x8
 # Before 8.3.1 names spell the platform `x64` / `aarch64sbsa` / `ppc64le` (Spack's sys_key).
 _OLD_ARCH = {"linux-x86_64": "x64", "linux-sbsa": "aarch64sbsa", "linux-ppc64le": "ppc64le"}
 
-_VARIANT = re.compile(r"^(?:cuda)?(\d{1,2})(?:\.(\d{1,2}))?$")
-_CUDA = re.compile(r"^\d{1,2}(\.\d{1,2}){0,2}$")
-HEX64 = re.compile(r"^[0-9a-f]{64}$")
-HEX32 = re.compile(r"^[0-9a-f]{32}$")
+_VARIANT = re.compile(r"^(?:cuda)?(\d{1,2})(?:\.(\d{1,2}))?\Z")
+_CUDA = re.compile(r"^\d{1,2}(\.\d{1,2}){0,2}\Z")
+HEX64 = re.compile(r"^[0-9a-f]{64}\Z")
+HEX32 = re.compile(r"^[0-9a-f]{32}\Z")
 
 
 class NoVariant(ArchiveRejected):

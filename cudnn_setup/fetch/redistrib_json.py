@@ -36,10 +36,10 @@ MAX_ARCHIVE = 16 << 30  # 9.x archives are under 1 GiB
 MAX_ENTRIES = 64
 _METADATA = ("name", "license", "license_path", "version")
 _ARTIFACT_KEYS = ("relative_path", "sha256", "md5", "size", "repacked_from")
-_LABEL = re.compile(r"^\d{1,4}\.\d{1,4}\.\d{1,6}$")
-_FULL_VERSION = re.compile(r"^\d{1,4}\.\d{1,4}\.\d{1,6}\.\d{1,8}$")
-_PLATFORM = re.compile(r"^[a-z][a-z0-9]{0,15}-[a-z0-9_]{1,16}$")
-_VARIANT_KEY = re.compile(r"^cuda\d{1,2}(\.\d{1,2})?$")
+_LABEL = re.compile(r"^\d{1,4}\.\d{1,4}\.\d{1,6}\Z")
+_FULL_VERSION = re.compile(r"^\d{1,4}\.\d{1,4}\.\d{1,6}\.\d{1,8}\Z")
+_PLATFORM = re.compile(r"^[a-z][a-z0-9]{0,15}-[a-z0-9_]{1,16}\Z")
+_VARIANT_KEY = re.compile(r"^cuda\d{1,2}(\.\d{1,2})?\Z")
 
 
 def _no_duplicate_keys(pairs: list) -> dict:
@@ -211,7 +211,7 @@ def _artifact(version: str, flavour: str, platform: str, variant: str | None, ar
                    size=size, source=source, repacked_from=repacked, flavour=flavour)
 
 
-_WHEEL = re.compile(r"^nvidia_cudnn_cu\d{1,2}-[0-9A-Za-z.+!_]{1,60}-[A-Za-z0-9._-]{1,200}\.whl$")
+_WHEEL = re.compile(r"^nvidia_cudnn_cu\d{1,2}-[0-9A-Za-z.+!_]{1,60}-[A-Za-z0-9._-]{1,200}\.whl\Z")
 
 
 def _repacked_from(value, where: str, damaged) -> tuple[str, str] | None:

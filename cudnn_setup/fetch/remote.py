@@ -23,7 +23,7 @@ from cudnn_setup.urls import redact
 
 INDEX_LIMIT = 4 << 20  # an index page listing a few hundred files
 READ_DEADLINE = 60.0  # seconds for one small file, however its server trickles it
-_MANIFEST_NAME = re.compile(r"^redistrib_(\d{1,4}\.\d{1,4}\.\d{1,6})\.json$")
+_MANIFEST_NAME = re.compile(r"^redistrib_(\d{1,4}\.\d{1,4}\.\d{1,6})\.json\Z")
 
 
 def _label_order(label: str) -> tuple[int, ...]:

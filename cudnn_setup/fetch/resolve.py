@@ -44,7 +44,7 @@ TABLE = "known table"  # Release.source of the table's entries
 MAX_MANIFESTS = 64  # read at most this many manifests for one answer
 MAX_PROBES = 32  # archives asked for before giving up: every 9.x build of one platform and CUDA
 _NEW_NAME = re.compile(r"^cudnn-(linux-[a-z0-9_]+)-(\d{1,4}\.\d{1,4}\.\d{1,6}\.\d{1,8})_"
-                       r"cuda\d{1,2}(?:\.\d{1,2})?-archive\.tar\.xz$")
+                       r"cuda\d{1,2}(?:\.\d{1,2})?-archive\.tar\.xz\Z")
 
 
 class NotOnMirror(DownloadFailed):

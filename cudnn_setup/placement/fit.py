@@ -107,6 +107,9 @@ def machine_fit(pkg: Package, built: BuiltFor, driver: DriverFacts | None,
                 force: bool) -> tuple[ArchiveRejected | None, list[str]]:
     """Whether the build runs on this machine's GPUs and driver (checks/driver_check.py): the refusal
     (None with --force, or when nothing misfits) and notes for what only warns or was forced."""
+    if driver is not None and driver.status == "error":  # a probe that died, hung or lied
+        return None, [f"the GPUs and the driver could not be asked ({driver.reason or 'no answer'})"
+                      ": whether this build runs on them was not judged"]
     if not driver or not built.version or not pkg.cudnn_version:
         return None, []
     misfits = fit_before_install(pkg.cudnn_version, built.version, driver)

@@ -48,8 +48,8 @@ CONSUMER_DIRS = {
 MAX_CONSUMERS = 400
 MAX_MAPPED = 4000
 TEXT_LIMIT = 2000
-CUDNN_FILE = re.compile(r"^libcudnn[a-z_]*\.so(\.\d+)*$")
-MAIN_CUDNN = re.compile(r"^libcudnn\.so(\.\d+)*$")
+CUDNN_FILE = re.compile(r"^libcudnn[a-z_]*\.so(\.\d+)*\Z")
+MAIN_CUDNN = re.compile(r"^libcudnn\.so(\.\d+)*\Z")
 
 
 def text(value, limit=TEXT_LIMIT):

@@ -23,8 +23,8 @@ HTML_TYPES = ("application/vnd.pypi.simple.v1+html", "text/html")
 ACCEPT = f"{JSON_TYPE}, application/vnd.pypi.simple.v1+html;q=0.2, text/html;q=0.01"
 MAX_PAGE_BYTES = 64 << 20  # PyPI's page for a project with 10,000 files is a few MB
 MAX_FILES = 100_000
-_HEX64 = re.compile(r"^[0-9a-fA-F]{64}$")
-_NAME = re.compile(r"^[A-Za-z0-9._+!-]{1,255}$")
+_HEX64 = re.compile(r"^[0-9a-fA-F]{64}\Z")
+_NAME = re.compile(r"^[A-Za-z0-9._+!-]{1,255}\Z")
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,8 @@ from typing import Any
 
 from cudnn_setup.state.paths import Damaged
 
-HEX_ID = re.compile(r"^[0-9a-f]{1,64}$")
-SHA256 = re.compile(r"^[0-9a-f]{64}$")
+HEX_ID = re.compile(r"^[0-9a-f]{1,64}\Z")
+SHA256 = re.compile(r"^[0-9a-f]{64}\Z")
 MAX_TEXT = 4096
 
 _MISSING = object()
@@ -27,7 +27,7 @@ def text(value: Any, where: str, pattern: re.Pattern | None = None) -> str:
         raise Damaged(f"{where} is {_kind(value)}, not a string")
     if len(value) > MAX_TEXT or "\x00" in value:
         raise Damaged(f"{where} is too long or contains a NUL byte")
-    if pattern is not None and not pattern.match(value):
+    if pattern is not None and not pattern.fullmatch(value):  # `$` would allow a final "\n"
         raise Damaged(f"{where} is not what the tool writes ({value[:80]!r})")
     return value
 

@@ -24,9 +24,9 @@ OLDER_FORMATS = (1, 2)
 CONTENT_HASHES_SINCE = 3  # the first format whose files may carry "blake3"
 PROVENANCE_SOURCES = ("nvidia", "mirror", "pypi", "path", "url")
 FILE, SYMLINK, DIR, OTHER = "file", "symlink", "dir", "other"
-_VERSION = re.compile(r"^\d{1,6}\.\d{1,6}\.\d{1,6}$")
-_CUDA = re.compile(r"^\d{1,4}(\.\d{1,4}){0,2}$")
-_NAME = re.compile(r"^[^/\x00]{1,255}$")
+_VERSION = re.compile(r"^\d{1,6}\.\d{1,6}\.\d{1,6}\Z")
+_CUDA = re.compile(r"^\d{1,4}(\.\d{1,4}){0,2}\Z")
+_NAME = re.compile(r"^[^/\x00]{1,255}\Z")
 
 
 @dataclass(frozen=True)

@@ -38,14 +38,17 @@ def command(name: str, fails_as: type[SetupError] = InstallFailed):
             except SetupError as exc:
                 result.error = exc
             except (KeyboardInterrupt, Interrupted):
-                if ctx is not None:
-                    ctx.runner.cancel()  # children still running on other threads
                 result.error = interrupted(result)
             except Exception as exc:  # requests' errors are OSErrors too: asked first
                 result.error = library_error(exc, name) or (
                     os_error(exc, f"{name} failed", kind=fails_as,
                              outcome=committed_outcome(result))
                     if isinstance(exc, OSError) else internal_error(exc))
+            finally:
+                # A child still running now is one no step waits for (a probe started ahead,
+                # then a refusal): it runs in a session of its own, so leaving would orphan it.
+                if ctx is not None:
+                    ctx.runner.cancel()
             return result
 
         return run
