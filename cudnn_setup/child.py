@@ -99,11 +99,16 @@ class Runner:
             self._known.setdefault(key, why)
 
     def cancel(self) -> None:
-        """Kill every running child's group and remove their scratch dirs (the threads that
-        ran them may never get to: the process may leave first); children asked for later
-        are not started."""
+        """Kill every running child's group; children asked for later are not started."""
         with self._lock:
             self._cancelled = True
+        self.end()
+
+    def end(self) -> None:
+        """Kill every running child's group and remove their scratch dirs (the threads that
+        ran them may never get to: the process may leave first). For a command's end: a
+        child still running then is one no step waits for."""
+        with self._lock:
             live = list(self._live.values())
             scratch = list(self._scratch)
         for proc in live:

@@ -8,7 +8,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from cudnn_setup.archive import library_facts, package, reader
 from cudnn_setup.archive.listing import Listing
@@ -156,6 +156,7 @@ def test_the_one_read_scan_finds_the_one_export_after_thousands_of_imports(impor
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(st.tuples(st.integers(0, 10**9), st.integers(0, 255)), min_size=1, max_size=12),
        st.booleans())
+@example(edits=[(9, 8)], in_header=True)  # the table's section flagged SHF_COMPRESSED
 def test_the_one_read_scan_agrees_with_pyelftools_on_corrupted_tables(importer, tmp_path, edits,
                                                                        in_header):
     """Bytes of the symbol table (or of the section headers that place it) changed at random:

@@ -186,7 +186,10 @@ def _exports_code(elf: ELFFile, dynsym) -> bool:
                    for sym in dynsym.iter_symbols())
     order = "<" if elf.little_endian else ">"
     name_of, shndx_of = struct.Struct(order + "I"), struct.Struct(order + "H")
-    table = dynsym.data()
+    # The bytes as they are in the file, as pyelftools' iteration reads them (data() would
+    # decompress a table flagged SHF_COMPRESSED, which no loader does); at most the file's size.
+    dynsym.stream.seek(dynsym["sh_offset"])
+    table = dynsym.stream.read(dynsym["sh_size"])
     for at in range(0, dynsym.num_symbols() * entry, entry):
         if len(table) < at + entry:
             break  # cut short: pyelftools' iteration would have failed here (see below)

@@ -38,6 +38,8 @@ def command(name: str, fails_as: type[SetupError] = InstallFailed):
             except SetupError as exc:
                 result.error = exc
             except (KeyboardInterrupt, Interrupted):
+                if ctx is not None:
+                    ctx.runner.cancel()  # children still running on other threads
                 result.error = interrupted(result)
             except Exception as exc:  # requests' errors are OSErrors too: asked first
                 result.error = library_error(exc, name) or (
@@ -48,7 +50,7 @@ def command(name: str, fails_as: type[SetupError] = InstallFailed):
                 # A child still running now is one no step waits for (a probe started ahead,
                 # then a refusal): it runs in a session of its own, so leaving would orphan it.
                 if ctx is not None:
-                    ctx.runner.cancel()
+                    ctx.runner.end()
             return result
 
         return run
