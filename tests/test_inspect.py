@@ -192,3 +192,30 @@ def test_two_links_straight_to_one_file_are_two_chains(archives, home, tmp_path)
     done = run_cli(["inspect", dst], home)
     assert ("library      libcudnn_ops.so -> libcudnn_ops.so.9.3.0; libcudnn_ops.so.9 -> "
             "libcudnn_ops.so.9.3.0  (SONAME libcudnn_ops.so.9)") in done.stdout.splitlines()
+
+
+def test_a_file_member_where_an_earlier_member_needs_a_directory_is_refused(tmp_path, home,
+                                                                            cuda_root):
+    """`lib64/libcudnn.so.7.4.2/cudnn.h` first, then the library `lib64/libcudnn.so.7.4.2`: the
+    second is a file where the first needs a directory. Refused before anything is written
+    (staging it failed with "File exists", exit 4, found by the property test of tar streams)."""
+    import tarfile
+
+    from conftest import tree_state
+    from fixtures.generate import SAMPLE_NAME, SAMPLES
+
+    hostile = tmp_path / "cudnn-10.0-linux-x64-v7.4.2.24.tgz"
+    with tarfile.open(SAMPLES / SAMPLE_NAME) as src, tarfile.open(hostile, "w:gz") as out:
+        first = tarfile.TarInfo("cuda/lib64/libcudnn.so.7.4.2/cudnn.h")
+        first.size = 3
+        out.addfile(first, io.BytesIO(b"/**"))
+        for member in src.getmembers():
+            out.addfile(member, src.extractfile(member) if member.isfile() else None)
+    root = cuda_root()
+    before = tree_state(root)
+    done, out = run_json(["install", hostile, "--cuda-root", root, "--no-theanorc"], home)
+    assert done.returncode == 3 and out["error"]["code"] == "archive-rejected", done.stderr
+    assert any("where an earlier member needs a directory" in p["message"]
+               for p in out["error"].get("problems", [])) or \
+        "where an earlier member needs a directory" in out["error"]["message"], out["error"]
+    assert tree_state(root) == before

@@ -91,6 +91,7 @@ class MemberRules:
     limits: Limits = field(default_factory=Limits)
     seen: set[str] = field(default_factory=set)
     not_dirs: set[str] = field(default_factory=set)  # paths nothing may lie under
+    implied_dirs: set[str] = field(default_factory=set)  # paths earlier members lie under
     count: int = 0
     total: int = 0
 
@@ -114,6 +115,11 @@ class MemberRules:
         if any(parent in self.not_dirs for parent in parents(rel)):
             return Problem("unsafe-path", f"member {escape(rel)} lies under a file or symlink",
                            "the archive is damaged or hostile; do not use it")
+        if not info.isdir() and rel in self.implied_dirs:  # `a/b/x.h`, then a file `a/b`
+            return Problem("unsafe-path", f"member {escape(rel)} is a file or symlink where "
+                           "an earlier member needs a directory",
+                           "the archive is damaged or hostile; do not use it")
+        self.implied_dirs.update(parents(rel))
         if not info.isdir():
             self.not_dirs.add(rel)
         if info.sparse is not None:  # marked by the header reader
