@@ -216,6 +216,15 @@ def verify(runs: int, root: Path, home: Path, old: Path | None = None) -> dict:
     return out
 
 
+def sha256_seconds(path: Path) -> float:
+    """The time to hash `path` with sha256: the least a re-read of it costs."""
+    start = time.perf_counter()
+    with open(path, "rb") as f:
+        hashlib.file_digest(f, "sha256") if hasattr(hashlib, "file_digest") else \
+            hashlib.sha256(f.read())
+    return time.perf_counter() - start
+
+
 def again(runs: int, archive: Path, root: Path, home: Path) -> dict:
     env = dict(ENV, HOME=str(home))
     cmd = [*TOOL, "install", str(archive), "--cuda-root", str(root), "--no-verify",
@@ -225,11 +234,7 @@ def again(runs: int, archive: Path, root: Path, home: Path) -> dict:
                                         text=True).stdout)["changed"]
 
     def sha(i: int) -> float:
-        start = time.perf_counter()
-        with open(archive, "rb") as f:
-            hashlib.file_digest(f, "sha256") if hasattr(hashlib, "file_digest") else \
-                hashlib.sha256(f.read())
-        return time.perf_counter() - start
+        return sha256_seconds(archive)
 
     lib_dir = next((root / d for d in ("lib64", "lib") if (root / d).is_dir()), root / "lib64")
     decode = ["sh", "-c", f"gzip -dc {archive} >/dev/null" if archive.name.endswith("gz")
@@ -284,11 +289,7 @@ def by_version(runs: int, wheel: Path, base: Path, home: Path) -> dict:
     shutil.rmtree(root)
 
     def sha(i: int) -> float:
-        start = time.perf_counter()
-        with open(wheel, "rb") as f:
-            hashlib.file_digest(f, "sha256") if hasattr(hashlib, "file_digest") else \
-                hashlib.sha256(f.read())
-        return time.perf_counter() - start
+        return sha256_seconds(wheel)
 
     return {"wheel": str(wheel), "size_mib": round(wheel.stat().st_size / 2**20, 1),
             "version": version, "changed": again["changed"], "notes": again["install"]["notes"],
