@@ -187,6 +187,31 @@ def test_theano_for_real(archives, cuda_root, home):
     assert done.returncode == 0
 
 
+def test_a_second_theano_check_compiles_nothing(archives, cuda_root, tmp_path):
+    """Theano keys some C modules (DimShuffle's) by hash() of their code, which Python salts
+    per process: the check's child runs with a fixed seed, so a second verify finds in Theano's
+    cache what the first compiled (each one compiled it again, 1.2 s of g++, before)."""
+    if importlib.util.find_spec("theano") is None:
+        pytest.skip("the theano extra is not installed")
+    home = tmp_path / "own-home"  # a compile cache of its own: nothing else writes to it
+    home.mkdir()
+    root = cuda_root()
+    done, _ = run_json(["install", archives[V7], "--cuda-root", root, "--no-verify"], home)
+    assert done.returncode == 0, done.stderr
+    compiledir = home / ".theano"
+
+    def modules() -> set:
+        return {p.parent.name for p in compiledir.glob("compiledir_*/*/mod.cpp")}
+
+    run_json(["verify", "--cuda-root", root, "--no-frameworks"], home, timeout=900)
+    first = modules()
+    assert first, "Theano compiled nothing: the check did not run its graphs"
+    done, out = run_json(["verify", "--cuda-root", root, "--no-frameworks"], home, timeout=900)
+    theano = {c["name"]: c for c in out["checks"]}["theano"]
+    assert theano["status"] == "warn", theano
+    assert modules() == first, f"compiled again: {sorted(modules() - first)}"
+
+
 def test_gpu_table():
     assert gpus.lookup("Tesla C2075") == "2.0"
     assert gpus.lookup("NVIDIA H200") == "9.0"

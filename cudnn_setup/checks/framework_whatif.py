@@ -18,12 +18,12 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from cudnn_setup.checks.framework_loader import BEFORE_CACHE, WHY_FULL_PATH, ChildLoader
 from cudnn_setup.checks.framework_probe import library_version
 from cudnn_setup.checks.frameworks_check import (FrameworkEntry, LoadedCopy, file_version,
-                                           framework_report)
+                                                 framework_report, framework_reports)
 from cudnn_setup.child import Runner
 from cudnn_setup.facts import framework_rules as rules
 from cudnn_setup.facts import ldresolve as L
@@ -83,25 +83,56 @@ def what_if(python: str, env: Mapping[str, str], change: Change,
     """For each framework in `python`: the cuDNN it would load after `change`, and whether that
     breaks it by its own rule. `current` is a framework_report() of `python` under `env`, if one
     was made already; with no framework in it nothing more is run."""
+    return looked_ahead(python, env, change, timeout, search=search, current=current,
+                        runner=runner)[1]
+
+
+def looked_ahead(python: str, env: Mapping[str, str], change: Change,
+                 timeout: float | None = None, *,
+                 search: L.Environment | Callable[[], L.Environment] | None = None,
+                 current: list[FrameworkEntry] | None = None,
+                 runner: Runner | None = None) -> tuple[list[FrameworkEntry], list[WhatIf]]:
+    """What the frameworks of `python` load now (`current`, or a framework_report() made here)
+    and what_if() of `change`. A new LD_LIBRARY_PATH is tried in children started together with
+    those of the report of now: neither waits for the other, so the two cost the time of one
+    import of each framework (a framework whose import hangs costs one time limit)."""
+    changed = _changed_env(env, change)
+    if current is None and changed is not None:
+        now, after_all = framework_reports(python, [env, changed], timeout, search=search,
+                                           runner=runner)
+        return now, _after_path_change(change, now, after_all, python, env, timeout)
     now = current if current is not None else framework_report(python, env, timeout,
                                                                search=search, runner=runner)
     if not now:
-        return []
+        return now, []
     if change.kind == LD_LIBRARY_PATH:
-        changed = dict(env)
-        old = changed.get("LD_LIBRARY_PATH")
-        if already_first(old, change.directory):
-            # the loader searches the same directories in the same order with the change:
-            # every framework loads what it loads now (a re-install, once the advice was taken)
-            return [_tried(change, e, e, python, env, timeout) for e in now]
-        changed["LD_LIBRARY_PATH"] = change.directory + (f":{old}" if old else "")
-        after = {e.name: e for e in framework_report(python, changed, timeout, search=search,
-                                                     runner=runner)}
-        return [_tried(change, e, after.get(e.name), python, env, timeout) for e in now]
+        after = now if changed is None else framework_report(python, changed, timeout,
+                                                              search=search, runner=runner)
+        return now, _after_path_change(change, now, after, python, env, timeout)
     if change.kind == LDCONFIG:
         entries = L.registered(change.directory)
-        return [_deduced(change, e, entries, python, env, timeout) for e in now]
+        return now, [_deduced(change, e, entries, python, env, timeout) for e in now]
     raise ValueError(f"unknown change {change.kind!r}")
+
+
+def _changed_env(env: Mapping[str, str], change: Change) -> dict[str, str] | None:
+    """The environment with `change` made, for a change that is tried by running the
+    frameworks; None for one that is worked out (ldconfig) or changes nothing: a directory
+    already first on LD_LIBRARY_PATH gives the loader the same directories in the same order,
+    so every framework loads what it loads now (a re-install, once the advice was taken)."""
+    if change.kind != LD_LIBRARY_PATH:
+        return None
+    old = env.get("LD_LIBRARY_PATH")
+    if already_first(old, change.directory):
+        return None
+    return {**env, "LD_LIBRARY_PATH": change.directory + (f":{old}" if old else "")}
+
+
+def _after_path_change(change: Change, now: list[FrameworkEntry], after: list[FrameworkEntry],
+                       python: str, env: Mapping[str, str],
+                       timeout: float | None) -> list[WhatIf]:
+    by_name = {e.name: e for e in after}
+    return [_tried(change, e, by_name.get(e.name), python, env, timeout) for e in now]
 
 
 def already_first(ld_library_path: str | None, directory: str) -> bool:

@@ -102,19 +102,28 @@ def framework_report(python: str, env: Mapping[str, str], timeout: float | None 
     they start before the loader's own children are asked; without it, a copy found only
     through them is reported as opened by full path. Each entry's `loader` is for what_if();
     frameworks_json() gives the public form."""
+    return framework_reports(python, [env], timeout, search=search, runner=runner)[0]
+
+
+def framework_reports(python: str, envs: Sequence[Mapping[str, str]],
+                      timeout: float | None = None, *,
+                      search: L.Environment | Callable[[], L.Environment] | None = None,
+                      runner: Runner | None = None) -> list[list[FrameworkEntry]]:
+    """framework_report() of `python` under each of `envs`, every child of every environment
+    started at once: each spends seconds importing its framework, and the environments differ
+    only in where libraries are found, not in which frameworks are there (the list is made
+    once, under the first, without importing any)."""
     elf = ElfFacts()
-    entries = []
-    listed = [f for f in importable_frameworks(python, env, timeout, runner)
+    listed = [f for f in importable_frameworks(python, envs[0], timeout, runner)
               if f.get("importable")]
-    # one child per framework, all at once: each spends seconds importing its framework
     runs = at_once([partial(run, python, [f["name"]], env, timeout, runner=runner)
-                    for f in listed])
+                    for env in envs for f in listed])
     if callable(search):
         search = search()
     search = search or NO_SEARCH
-    for f, got in zip(listed, runs):
-        entries.append(entry_of(f["name"], f, got, search, elf))
-    return entries
+    per_env = [runs[i * len(listed):(i + 1) * len(listed)] for i in range(len(envs))]
+    return [[entry_of(f["name"], f, got, search, elf) for f, got in zip(listed, got_env)]
+            for got_env in per_env]
 
 
 def entry_of(name: str, listed: dict, got: Run, search: L.Environment,

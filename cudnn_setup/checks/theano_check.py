@@ -26,6 +26,11 @@ def theano_env(base: Mapping[str, str], theanorc: Path | None, lib_dir: Path) ->
     # Theano 1.0.5 crashes at import reading numpy.distutils' BLAS info unless ldflags is set.
     if "blas.ldflags" not in flags:
         env["THEANO_FLAGS"] = ",".join(f for f in (flags, "blas.ldflags=") if f)
+    # Theano 1.0.5 versions the C code of its COp ops (DimShuffle among them) by hash() of
+    # their source, which Python 3 salts per process: under a random seed no run finds the
+    # module an earlier run compiled, and each one compiles it again (1.2 s of g++ here, every
+    # verify). A fixed seed changes nothing else Theano does; a seed the user set is kept.
+    env.setdefault("PYTHONHASHSEED", "0")
     return env
 
 

@@ -10,6 +10,7 @@ from typing import Callable
 from cudnn_setup.errors import InstallFailed, SetupError, os_error
 from cudnn_setup.facts import ldresolve as L
 from cudnn_setup.facts import loader
+from cudnn_setup.parallel import Done, Later
 from cudnn_setup.report import FAIL, PASS, SKIP, WARN, Check
 from cudnn_setup.steps.context import Context
 from cudnn_setup.text import plural, show_path
@@ -35,20 +36,23 @@ class FrameworkLookahead:
 
     def what_if(self, change: Change) -> list[WhatIf]:
         from cudnn_setup.checks.deps import loader_environment
-        from cudnn_setup.checks.framework_whatif import what_if
-        from cudnn_setup.checks.frameworks_check import framework_report
+        from cudnn_setup.checks.framework_whatif import looked_ahead
 
         if self.now is None:
             self.ctx.status(f"importing the deep-learning frameworks of {self.python}, to see "
                             "what they load now and would load after the change")
-            self.search = loader_environment(self.ctx.env)
-            try:
-                self.now = framework_report(self.python, self.ctx.env, search=self.search,
-                                            runner=self.ctx.runner)
-            except SetupError:  # verify's frameworks check says why
-                return []
-        return what_if(self.python, self.ctx.env, change, search=self.search, current=self.now,
-                       runner=self.ctx.runner)
+        # the loader's facts (children of their own) are asked while the frameworks import
+        search = Done(self.search) if self.search is not None else Later(loader_environment,
+                                                                         self.ctx.env)
+        try:
+            self.now, results = looked_ahead(self.python, self.ctx.env, change,
+                                             search=search.result, current=self.now,
+                                             runner=self.ctx.runner)
+        except SetupError:  # verify's frameworks check says why
+            return []
+        finally:
+            self.search = search.result()
+        return results
 
     def report(self) -> Frameworks | None:
         """The frameworks check from the report made before the change, if one was made."""
