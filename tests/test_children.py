@@ -8,6 +8,7 @@ JSON; an answer counts only with the run's key; a library or framework that hang
 time limit per command."""
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import resource
@@ -451,6 +452,39 @@ def test_install_imports_the_frameworks_as_they_are_and_with_the_change_side_by_
     assert t2 - t1 < 3, f"the second import started {t2 - t1:.1f} s after the first"
     what_if = out["frameworks_what_if"]
     assert [w["framework"] for w in what_if] == ["cupy"], what_if
+
+
+def test_install_verifies_while_the_frameworks_are_imported_for_its_advice(
+        tmp_path, archives, cuda_root, home):
+    """Off the loader path the loader step only advises, so verify's checks start beside the
+    what-if's imports: a framework whose import takes seconds sees Theano's check running."""
+    if importlib.util.find_spec("theano") is None:
+        pytest.skip("the theano extra is not installed")
+    site = tmp_path / "site"
+    seen = tmp_path / "seen"
+    fake_framework(site, f"""
+        import os, time
+        def theano_running():
+            for pid in os.listdir("/proc"):
+                try:
+                    if b"theano_graph" in open(f"/proc/{{pid}}/cmdline", "rb").read():
+                        return True
+                except OSError:
+                    pass
+            return False
+        deadline = time.monotonic() + 30
+        while not theano_running() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        open({str(seen)!r}, "a").write(f"{{theano_running() or time.monotonic() < deadline}}\\n")
+    """)
+    root = cuda_root()
+    done, out = run_json(["install", archives[V7], "--cuda-root", root], home,
+                         frameworks_env(site))
+    assert done.returncode == 0, done.stderr
+    assert seen.read_text().split() == ["True", "True"], "verify waited for the what-if"
+    checks = [c["name"] for c in out["checks"]]
+    assert checks[:2] == ["ldconfig", "theanorc"] and checks[2:] == list(ORDER), checks
+    assert {c["name"]: c for c in out["checks"]}["frameworks"]["data"]["frameworks"], out
 
 
 def test_a_framework_printing_300_mb_fills_no_file(tmp_path, home, compiler, cuda_root):

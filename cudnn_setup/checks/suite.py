@@ -91,15 +91,19 @@ class Steps:
 def run_checks(inst: Installation, *, python: str, env: Mapping[str, str],
                theanorc: Path | None = None, theano: bool = True,
                conf: Path = Path("/etc/ld.so.conf"), deep: bool = False,
-               driver: DriverFacts | None = None, frameworks: Frameworks | None = None,
-               with_frameworks: bool = True, loader_fix: str | None = None,
+               driver: DriverFacts | None = None,
+               frameworks: Frameworks | Callable[[], Frameworks | None] | None = None,
+               with_frameworks: bool = True,
+               loader_fix: str | Callable[[], str | None] | None = None,
                loader: L.Environment | None = None,
                status: Callable[[str], None] | None = None,
                runner: Runner | None = None) -> list[Check]:
     """verify's checks of `inst`, in ORDER. `python`: the interpreter whose Theano and frameworks
     are checked; `driver`: driver_facts(env) when the caller has them; `frameworks`: the
-    frameworks check when the caller made it (else it is made here unless `with_frameworks` is
-    False); `loader_fix`: what the loader check advises instead of a bare LD_LIBRARY_PATH line;
+    frameworks check when the caller made it, or a function that waits for the one the caller
+    is making (None from it, or no `frameworks`: it is made here unless `with_frameworks` is
+    False); `loader_fix`: what the loader check advises instead of a bare LD_LIBRARY_PATH line,
+    or a function that waits for it;
     `loader`: deps.loader_environment(env) when the caller has it; `status` hears one line as
     each check's result is waited for, in ORDER; `runner`: the command's (child.Runner), which
     every child goes through.
@@ -125,8 +129,12 @@ def run_checks(inst: Installation, *, python: str, env: Mapping[str, str],
         else:
             inst.objects = loader.objects
         loader_later = Done(loader)
-    frameworks_later = Done(frameworks) if frameworks is not None else Later(
-        frameworks_of, python, env, with_frameworks, loader_later.result, runner)
+    if frameworks is None or callable(frameworks):
+        pending = frameworks or (lambda: None)
+        frameworks_later = Later(lambda: pending() or frameworks_of(
+            python, env, with_frameworks, loader_later.result, runner))
+    else:
+        frameworks_later = Done(frameworks)
     loader = loader_later.result()
     skipped = skipped_without_cudnn(inst)
     driver_later = Done(driver) if driver is not None else Later(driver_facts, env,
@@ -183,7 +191,8 @@ def run_checks(inst: Installation, *, python: str, env: Mapping[str, str],
         step("deps")
         checks.append(deps_later.result())
         step("loader")
-        checks.append(check_loader(inst, env, conf, fix=loader_fix))
+        checks.append(check_loader(inst, env, conf,
+                                   fix=loader_fix() if callable(loader_fix) else loader_fix))
         step("cuda")
         checks.append(check_cuda(inst, load_data))
     step("driver")

@@ -13,10 +13,11 @@ from cudnn_setup.steps.command_wrapper import command
 from cudnn_setup.steps.context import Context, reading, which
 from cudnn_setup.steps.by_version import dependency_wheels, resolve_source
 from cudnn_setup.steps.fetching import check_sha256
-from cudnn_setup.steps.loader_step import FrameworkLookahead, loader_step
+from cudnn_setup.steps.loader_step import (FrameworkLookahead, LoaderStep, changes_nothing_loaded,
+                                           loader_step, on_path_for)
 from cudnn_setup.facts.cuda import CudaRoot, find_cuda_root
 from cudnn_setup.facts.ldresolve import NotLoadable, read_object
-from cudnn_setup.parallel import Later
+from cudnn_setup.parallel import Done, Later
 from cudnn_setup.report import Result
 from cudnn_setup.state.plan import describe_action
 from cudnn_setup.text import escape, plural
@@ -90,36 +91,63 @@ def install(result: Result, ctx: Context, source: str, *, cuda_root: Path | None
     lib_dir = outcome.lib_dir or root.lib_dir()
     step = None
     frameworks = None if no_frameworks else FrameworkLookahead(ctx, python)
+    verifying = not no_verify and not dry_run
+    step_later = checks_later = None
     if not dry_run:
-        step = loader_step(ctx, lib_dir, ldconfig, verify_follows=not no_verify,
-                           what_if=frameworks.what_if if frameworks else None, force=force)
-        result.checks.append(step.check)
-        if step.what_if:
-            result.add("frameworks_what_if", [w.to_dict() for w in step.what_if])
+        on_path = on_path_for(ctx, lib_dir, ldconfig)
+        step_later = Later(loader_step, ctx, lib_dir, ldconfig, verify_follows=not no_verify,
+                           what_if=frameworks.what_if if frameworks else None, force=force,
+                           on_path=on_path)
     # Theano's config and verify: their modules (ConfigUpdater's merge, every check) are
-    # imported only by an install that goes on to them
-    rc = None
+    # imported only by an install that goes on to them. The config is written before verify
+    # starts, which reads it.
+    rc = theano_config = None
     if not no_theanorc:
         from cudnn_setup.steps.theano_step import theanorc_path, theanorc_step
 
         rc = theanorc_path(ctx, theanorc)
     if rc is not None:
-        result.checks.append(theanorc_step(result, rc, root.path, lib_dir, dry_run,
-                                           result.cudnn_version))
-    if not no_verify and not dry_run:
-        from cudnn_setup.checks.installation import find_installation
-        from cudnn_setup.checks.suite import run_checks
-
-        # What was learnt before the loader step still holds unless the step changed it.
-        same = frameworks is not None and not step.changed_loader
-        result.checks += run_checks(find_installation(root), python=python, env=ctx.env,
-                                    theanorc=rc, conf=ctx.ld_so_conf, driver=driver,
-                                    frameworks=frameworks.report() if same else None,
-                                    with_frameworks=not no_frameworks, loader_fix=step.loader_fix,
-                                    loader=frameworks.search if same else None,
-                                    status=ctx.status, runner=ctx.runner)
+        theano_config = theanorc_step(result, rc, root.path, lib_dir, dry_run,
+                                      result.cudnn_version)
+    if step_later is not None and verifying and changes_nothing_loaded(ldconfig, on_path):
+        # The step only advises, so verify need not wait for it: its checks run while the
+        # frameworks are imported for the advice, and take their report when it is made.
+        checks_later = Later(_verify, ctx, root, python, rc, driver, step_later, frameworks,
+                             no_frameworks)
+    if step_later is not None:
+        step = step_later.result()
+        result.checks.append(step.check)
+        if step.what_if:
+            result.add("frameworks_what_if", [w.to_dict() for w in step.what_if])
+    if theano_config is not None:
+        result.checks.append(theano_config)
+    if checks_later is not None:
+        result.checks += checks_later.result()
+    elif verifying:
+        result.checks += _verify(ctx, root, python, rc, driver, Done(step), frameworks,
+                                 no_frameworks)
     if step is not None and step.refused:
         raise step.refused
+
+
+def _verify(ctx: Context, root: CudaRoot, python: str, rc: Path | None, driver,
+            step: Later[LoaderStep] | Done[LoaderStep], frameworks: FrameworkLookahead | None,
+            no_frameworks: bool) -> list:
+    """verify's checks of the root after the install; what the loader step learnt of the
+    frameworks (their report) is taken once it is there, unless the step changed what
+    programs load (it ran ldconfig)."""
+    from cudnn_setup.checks.installation import find_installation
+    from cudnn_setup.checks.suite import run_checks
+
+    def report():
+        return frameworks.report() if frameworks is not None and \
+            not step.result().changed_loader else None
+
+    return run_checks(find_installation(root), python=python, env=ctx.env, theanorc=rc,
+                      conf=ctx.ld_so_conf, driver=driver, frameworks=report,
+                      with_frameworks=not no_frameworks,
+                      loader_fix=lambda: step.result().loader_fix,
+                      status=ctx.status, runner=ctx.runner)
 
 
 def wheel_runpath_notes(pkg, lib_dir: Path, root: Path) -> list[str]:

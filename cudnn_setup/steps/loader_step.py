@@ -204,13 +204,26 @@ def apply_plan(plan: LoaderPlan, ctx: Context) -> tuple[Check, bool]:
     return plan.check, False
 
 
+def on_path_for(ctx: Context, lib_dir: Path, register: bool) -> bool | None:
+    """Whether `lib_dir` is on the system loader path; None with --ldconfig (not looked at)."""
+    return None if register else loader.on_loader_path(lib_dir, ctx.ld_so_conf)
+
+
+def changes_nothing_loaded(register: bool, on_path: bool | None) -> bool:
+    """Whether the loader step can only advise: nothing it does changes what programs load
+    (no ldconfig is run), so what is checked meanwhile holds after it."""
+    return not register and on_path is False
+
+
 def loader_step(ctx: Context, lib_dir: Path, register: bool, verify_follows: bool = False, *,
                 what_if: Callable[[Change], list[WhatIf]] | None = None,
-                force: bool = False) -> LoaderStep:
+                force: bool = False, on_path: bool | None = None) -> LoaderStep:
     """Make programs find the new libraries: ldconfig where allowed, else say how. The facts
-    are gathered (the loader path; what `what_if` says each framework would load after the
-    change), the plan decided from them (decide_loader), then applied."""
-    on_path = None if register else loader.on_loader_path(lib_dir, ctx.ld_so_conf)
+    are gathered (the loader path, unless `on_path` gives it; what `what_if` says each
+    framework would load after the change), the plan decided from them (decide_loader), then
+    applied."""
+    if on_path is None:
+        on_path = on_path_for(ctx, lib_dir, register)
     change = change_to_try(lib_dir, register, on_path) if what_if else None
     results = what_if(change) if what_if and change is not None else []
     plan = decide_loader(LoaderFacts(lib_dir, register, on_path, ctx.euid == 0,
