@@ -11,8 +11,11 @@
    headers from --cuda-include): `--no-theano --no-frameworks` and the defaults, against the
    same checks made one after another in one process (what verify did before they ran side by
    side) and against the slowest single check alone (the floor of running them side by side);
-   verify's CPU time too (user + system, of the tool and every child it waited for);
-3. the same archive again (`install ARCHIVE` on the root it is installed in, --no-verify):
+   verify's CPU time too (user + system, of the tool and every child it waited for); where
+   apt's cache is turned off (Docker images), --no-theano --no-frameworks once more with an
+   APT_CONFIG that gives it back, as apt is elsewhere;
+3. the same archive again (`install ARCHIVE` on the root it is installed in, --no-verify;
+   then with --no-frameworks, the install's own work, and with verify, as a user runs it):
    against the fixed cost, and against hashing the archive (sha256), the least that reading
    it again would cost, and decoding it (the old path read and decoded it whole);
 4. the same version again (--wheel: an nvidia-cudnn-cuNN wheel, served by a file:// package
@@ -208,12 +211,36 @@ def verify(runs: int, root: Path, home: Path, old: Path | None = None) -> dict:
             alone.append(json.loads(got.stdout.strip().splitlines()[-1]))
         each = {k: round(statistics.median(a[k] for a in alone), 3) for k in alone[0]}
         slowest = max(each, key=each.get)
+        apt = apt_with_its_cache(home) if frameworks == "0" else None
+        if apt is not None:  # this machine's apt rebuilds its cache on every query
+            side_by_side["with apt's own cache (APT_CONFIG)"] = repeat(
+                runs, lambda i: timed(cmd, dict(env, APT_CONFIG=str(apt))))
         out[label] = {"verify (checks side by side)": side_by_side,
                       "one after another, in process (the old order)": round(sum(each.values()), 3),
                       "slowest single check alone (floor)": {"check": slowest,
                                                              "s": each[slowest]},
                       "each check alone": each}
     return out
+
+
+def apt_with_its_cache(home: Path) -> Path | None:
+    """An APT_CONFIG under `home` giving apt back the cache files that Docker images turn off
+    (/etc/apt/apt.conf.d/docker-clean: Dir::Cache::pkgcache ""), built once: without them
+    every `apt-cache policy` (deps' question for the fixes of a missing library) rebuilds the
+    cache from the package lists, most of a second; with them it answers in milliseconds, as
+    on a machine whose apt keeps its cache. None where apt-cache is absent or keeps its cache."""
+    clean = Path("/etc/apt/apt.conf.d/docker-clean")
+    if shutil.which("apt-cache") is None or not clean.is_file() or \
+            'pkgcache ""' not in clean.read_text(errors="replace"):
+        return None
+    base = home / "apt"
+    (base / "parts").mkdir(parents=True, exist_ok=True)
+    conf = base / "apt.conf"
+    conf.write_text(f'Dir::Etc::Parts "{base}/parts";\nDir::Cache::pkgcache "{base}/pkgcache.bin";\n'
+                    f'Dir::Cache::srcpkgcache "{base}/srcpkgcache.bin";\n')
+    done = subprocess.run(["apt-cache", "gencaches"], env=dict(ENV, APT_CONFIG=str(conf)),
+                          capture_output=True)
+    return conf if done.returncode == 0 else None
 
 
 def sha256_seconds(path: Path) -> float:
@@ -246,6 +273,12 @@ def again(runs: int, archive: Path, root: Path, home: Path) -> dict:
             # has no change to try (the frameworks imported once, not twice)
             "the same, its lib dir already first on LD_LIBRARY_PATH": repeat(
                 runs, lambda i: timed(cmd, dict(env, LD_LIBRARY_PATH=str(lib_dir)))),
+            # the install's own work: no framework imported for the loader advice
+            "the same with --no-frameworks": repeat(
+                runs, lambda i: timed([*cmd, "--no-frameworks"], env)),
+            # as a user runs it: verify too, beside the what-if's imports
+            "the same with verify (defaults but --no-theanorc)": repeat(
+                runs, lambda i: timed([c for c in cmd if c != "--no-verify"], env)),
             "sha256 of the archive (the least a re-read costs)": repeat(runs, sha),
             "decoding the archive to nowhere (what the old path did, and more)": repeat(
                 1, lambda i: timed(decode))}

@@ -4,8 +4,9 @@
 #   (a) manual steps, (b) the fastest decoder (xz -T0; ISA-L or rapidgzip on every core),
 #   (c) cudnn-setup install, medians of RUNS (3) rounds, peak memory, and ISA-L against
 #   rapidgzip at 1, 2, 4... cores. One profiled install per archive shows where (c) spends its time.
-# PYTHON: the interpreter with the wheel (default python3); results in $OUT (default
-# /tmp/cudnn-speed/out): speed.json, speed.txt, profile-*.txt, importtime.txt.
+# PYTHON: the interpreter with the wheel (default python3); FORMATS: which repacks (default
+# "xz:2 xz1:2 gz:6", format:level; the single-block one takes minutes to make); results in $OUT
+# (default /tmp/cudnn-speed/out): speed.json, speed.txt, profile-*.txt, importtime.txt.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 py=${PYTHON:-python3}
@@ -19,7 +20,7 @@ echo "cuDNN from $src, CUDA $major; $(nproc) cores; $(xz --version | head -1); f
 # As pip would have: the tool's modules byte-compiled, so (c) does not compile them each run.
 $py -m compileall -q cudnn_setup ${PYTHONPATH:+$(tr ':' ' ' <<<"$PYTHONPATH")} >/dev/null 2>&1 || true
 archives=()
-for f in xz:2 xz1:2 gz:6; do
+for f in ${FORMATS:-xz:2 xz1:2 gz:6}; do
   fmt=${f%%:*}
   dir=$work/archives-$fmt
   a=$(ls "$dir"/*.tar.* 2>/dev/null | head -1 || true)
