@@ -398,6 +398,16 @@ def fake_framework(site: Path, body: str) -> None:
     (pkg / "__init__.py").write_text(textwrap.dedent(body) + "\n__version__ = '13.0.0'\n")
 
 
+def import_recorded(site: Path, tries: Path, then: str) -> None:
+    """A fake framework whose import writes a line to `tries` (the time and its
+    LD_LIBRARY_PATH), then runs `then`."""
+    fake_framework(site, f"""
+        import os, time
+        open({str(tries)!r}, "a").write(f"{{time.monotonic()}} {{os.environ.get('LD_LIBRARY_PATH', '')}}\\n")
+        {then}
+    """)
+
+
 def frameworks_env(site: Path, **extra) -> dict:
     return {"PYTHONPATH": os.pathsep.join([str(REPO), str(site)]), **extra}
 
@@ -413,11 +423,7 @@ def test_a_framework_whose_import_hangs_costs_one_time_limit_per_install(tmp_pat
     monkeypatch.setattr(framework_probe, "DEFAULT_TIMEOUT", limit)
     site = tmp_path / "site"
     tries = tmp_path / "tries"
-    fake_framework(site, f"""
-        import os, time
-        open({str(tries)!r}, "a").write(f"{{time.monotonic()}} {{os.environ.get('LD_LIBRARY_PATH', '')}}\\n")
-        time.sleep(300)
-    """)
+    import_recorded(site, tries, "time.sleep(300)")
     root = cuda_root()
     done, out = run_json(["install", archives[V7], "--cuda-root", root, "--no-theanorc"], home,
                          frameworks_env(site))
@@ -435,11 +441,7 @@ def test_install_imports_the_frameworks_as_they_are_and_with_the_change_side_by_
     directory first on LD_LIBRARY_PATH) start together: neither waits for the other."""
     site = tmp_path / "site"
     tries = tmp_path / "tries"
-    fake_framework(site, f"""
-        import os, time
-        open({str(tries)!r}, "a").write(f"{{time.monotonic()}} {{os.environ.get('LD_LIBRARY_PATH', '')}}\\n")
-        time.sleep(4)
-    """)
+    import_recorded(site, tries, "time.sleep(4)")
     root = cuda_root()
     done, out = run_json(["install", archives[V7], "--cuda-root", root, "--no-theanorc",
                           "--no-verify"], home, frameworks_env(site))
