@@ -231,9 +231,10 @@ class Runner:
 
 
 def run_command(cmd: list[str], timeout: float, env: Mapping[str, str] | None = None,
-                cwd: Path | None = None) -> Finished:
-    """One child run on its own (a Runner of its own, nothing remembered)."""
-    return Runner().run(cmd, timeout, env, cwd)
+                cwd: Path | None = None, runner: Runner | None = None) -> Finished:
+    """One child run to its end or its limit: through `runner`, the command's (so that the
+    command's end kills it), else a Runner of its own (nothing remembered)."""
+    return (runner or Runner()).run(cmd, timeout, env, cwd)
 
 
 class _Tail:

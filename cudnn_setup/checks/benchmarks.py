@@ -8,6 +8,7 @@ from typing import Callable, Mapping
 from cudnn_setup.checks.answer_values import BadAnswer, Fields
 from cudnn_setup.checks.installation import Installation
 from cudnn_setup.checks.probe import ProbeResult, child_env, probe_module, run_probe
+from cudnn_setup.child import Runner
 from cudnn_setup.checks.native import find_cudart
 from cudnn_setup.checks.theano_check import INSTALL_HINT, has_theano, theano_env
 from cudnn_setup.report import FAIL, PASS, SKIP, WARN, Check
@@ -43,12 +44,13 @@ def _step(answer: Fields, key: str) -> float:
     return value
 
 
-def _theano_run(python: str, env: dict, flag: str) -> tuple[dict | None, TheanoTimings | None,
-                                                            str]:
+def _theano_run(python: str, env: dict, flag: str,
+                runner: Runner | None = None) -> tuple[dict | None, TheanoTimings | None, str]:
     """The answer as it came, the timings read from it, and what went wrong otherwise."""
     run_env = dict(env)
     run_env["THEANO_FLAGS"] = ",".join(f for f in (env.get("THEANO_FLAGS", ""), flag) if f)
-    result = run_probe(probe_module("theano_bench"), BENCH_TIMEOUT, run_env, python=python)
+    result = run_probe(probe_module("theano_bench"), BENCH_TIMEOUT, run_env, python=python,
+                       runner=runner)
     if result.data is None:
         return None, None, result.last_error_line()
     try:
@@ -59,8 +61,9 @@ def _theano_run(python: str, env: dict, flag: str) -> tuple[dict | None, TheanoT
 
 def theano_checks(inst: Installation | None, python: str, theanorc: Path | None,
                   env: Mapping[str, str],
-                  status: Callable[[str], None] = lambda line: None) -> list[Check]:
-    if not has_theano(python, env):
+                  status: Callable[[str], None] = lambda line: None,
+                  runner: Runner | None = None) -> list[Check]:
+    if not has_theano(python, env, runner):
         return [Check("theano-conv", SKIP, f"Theano is not installed for {python}; {INSTALL_HINT}")]
     if (why := unreadable_for_theano(theanorc)) is not None:
         return [Check("theano-conv", FAIL, f"Theano cannot start with its config: {why}")]
@@ -68,9 +71,9 @@ def theano_checks(inst: Installation | None, python: str, theanorc: Path | None,
     base = theano_env(env, theanorc, lib_dir)
     status("bench step 1 of 2: Theano's conv net and MLP with cuDNN allowed (the first run "
            "compiles them)")
-    raw_with, with_dnn, err1 = _theano_run(python, base, "optimizer_including=cudnn")
+    raw_with, with_dnn, err1 = _theano_run(python, base, "optimizer_including=cudnn", runner)
     status("bench step 2 of 2: the same with cuDNN excluded")
-    raw_without, without, err2 = _theano_run(python, base, "optimizer_excluding=cudnn")
+    raw_without, without, err2 = _theano_run(python, base, "optimizer_excluding=cudnn", runner)
     if with_dnn is None or without is None:
         return [Check("theano-conv", FAIL, f"the Theano benchmark failed: {err1 or err2}")]
     data: dict = {"with_cudnn": raw_with, "without_cudnn": raw_without}
@@ -92,7 +95,7 @@ def theano_checks(inst: Installation | None, python: str, theanorc: Path | None,
 
 
 def algorithm_check(inst: Installation | None, env: Mapping[str, str],
-                    unusable: str | None = None) -> Check:
+                    unusable: str | None = None, runner: Runner | None = None) -> Check:
     """cuDNN's forward algorithms timed on the GPU; `unusable` says why the root's cuDNN cannot
     be looked at (its state is damaged)."""
     target = inst.soname_path() if inst else None
@@ -103,7 +106,8 @@ def algorithm_check(inst: Installation | None, env: Mapping[str, str],
     cudart = find_cudart(inst)
     if cudart:
         args.append(cudart)
-    return algorithm_verdict(run_probe(args, BENCH_TIMEOUT, child_env(inst.lib_dir, env)))
+    return algorithm_verdict(run_probe(args, BENCH_TIMEOUT, child_env(inst.lib_dir, env),
+                                       runner=runner))
 
 
 def algorithm_verdict(result: ProbeResult) -> Check:

@@ -38,6 +38,7 @@ from typing import Iterable, Mapping, Sequence
 
 from cudnn_setup.checks.answer_values import integer
 from cudnn_setup.checks.driver_check import driver_present as machine_has_driver
+from cudnn_setup.child import Runner
 from cudnn_setup.checks.installation import Installation
 from cudnn_setup.facts import cuda as cuda_facts
 from cudnn_setup.facts import cudnn as gen
@@ -203,7 +204,7 @@ def check_deps(inst: Installation, env: Mapping[str, str], *, load_data: dict | 
                driver_present: bool | None = None, loader: L.Environment | None = None,
                distro_id: tuple[str, str] | None = None,
                search_dirs: Sequence[Path] | None = None,
-               packages: D.Availability | None = None) -> Check:
+               packages: D.Availability | None = None, runner: Runner | None = None) -> Check:
     """The `deps` check of `inst` for a program started from `env`.
 
     `load_data`: the load probe's answer (cudnnGetVersion, cudnnGetCudartVersion) when it ran;
@@ -212,7 +213,7 @@ def check_deps(inst: Installation, env: Mapping[str, str], *, load_data: dict | 
     cache and ld.so); `distro_id`: (ID, ID_LIKE) of os-release (default: read by `distro`);
     `search_dirs`: where to look for a missing library (default: likely_dirs); `packages`:
     which package names this machine's repositories have (default: its package manager asked
-    from its cache, a child found on `env`'s PATH, with a time limit)."""
+    from its cache, a child found on `env`'s PATH, with a time limit, through `runner`)."""
     if not inst.libraries:
         return Check(NAME, SKIP, f"no cuDNN library in {inst.lib_dir}: nothing to resolve")
     if driver_present is None:
@@ -227,7 +228,8 @@ def check_deps(inst: Installation, env: Mapping[str, str], *, load_data: dict | 
     internal = [e for e in missing if _driver_internal(e)]
     comp = inst.composition() if inst.generation else None
     not_in_flavour = comp.optional if comp else {}
-    available = _asked_once(packages or (lambda m, names: D.query_packages(m, names, env)))
+    available = _asked_once(packages or (lambda m, names: D.query_packages(m, names, env,
+                                                                          runner=runner)))
     if manager is not None:
         available = _ask_together(available, missing, versions.cuda, manager, search, inst)
     for e in missing:

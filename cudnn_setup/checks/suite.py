@@ -164,14 +164,15 @@ def run_checks(inst: Installation, *, python: str, env: Mapping[str, str],
             # the package manager it may ask for fixes is a child: it runs beside coherence's
             _, data = load_later.result()
             return check_deps(inst, env, load_data=data, loader=loader,
-                              driver_present=driver_present(driver_later.result()))
+                              driver_present=driver_present(driver_later.result()),
+                              runner=runner)
 
         coherence_later, deps_later = Later(coherence), Later(deps)
         gpu_later, compile_later = Later(gpu), Later(compiled)
     gpu_check = gpu_later.result if gpu_later is not None else (lambda: skipped["gpu"])
     # Theano runs its graphs at once: the gpu check only words why cuDNN was not used, so
     # check_theano waits for it after the graphs ran.
-    theano_later = Later(check_theano, inst, python, theanorc, env, gpu_check) if theano \
+    theano_later = Later(check_theano, inst, python, theanorc, env, gpu_check, runner) if theano \
         else Done(Check("theano", SKIP, "--no-theano"))
     checks = [check_files(inst, deep)]
     load_data = None

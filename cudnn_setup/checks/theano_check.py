@@ -7,7 +7,7 @@ from typing import Callable, Mapping
 
 from cudnn_setup.checks.answer_values import BadAnswer, Fields
 from cudnn_setup.checks.installation import Installation
-from cudnn_setup.child import run_command
+from cudnn_setup.child import Runner, run_command
 from cudnn_setup.checks.probe import child_env, probe_module, run_probe
 from cudnn_setup.facts import gpus
 from cudnn_setup.facts.cudnn import split_version
@@ -30,15 +30,16 @@ def theano_env(base: Mapping[str, str], theanorc: Path | None, lib_dir: Path) ->
     # their source, which Python 3 salts per process: under a random seed no run finds the
     # module an earlier run compiled, and each one compiles it again (1.2 s of g++ here, every
     # verify). A fixed seed changes nothing else Theano does; a seed the user set is kept.
-    env.setdefault("PYTHONHASHSEED", "0")
+    if not env.get("PYTHONHASHSEED"):  # an empty one is no seed to Python
+        env["PYTHONHASHSEED"] = "0"
     return env
 
 
-def has_theano(python: str, env: Mapping[str, str]) -> bool:
+def has_theano(python: str, env: Mapping[str, str], runner: Runner | None = None) -> bool:
     """Whether `python`, started from `env` (the command's: its PYTHONPATH counts), finds
     Theano; nothing is imported."""
     done = run_command([python, "-c", "import importlib.util as u, sys; "
-                        "sys.exit(0 if u.find_spec('theano') else 1)"], 60, env)
+                        "sys.exit(0 if u.find_spec('theano') else 1)"], 60, env, runner=runner)
     return done.returncode == 0
 
 
@@ -116,17 +117,19 @@ def why_not_cudnn(data: dict, inst: Installation, gpu: Check | None) -> str:
 
 
 def check_theano(inst: Installation, python: str, theanorc: Path | None,
-                 env: Mapping[str, str], gpu: Check | Callable[[], Check | None] | None) -> Check:
+                 env: Mapping[str, str], gpu: Check | Callable[[], Check | None] | None,
+                 runner: Runner | None = None) -> Check:
     """The theano check; `gpu` (the gpu check, or a function that waits for it) only words
-    why cuDNN was not used, so it is asked for after Theano's graphs ran."""
-    if not has_theano(python, env):
+    why cuDNN was not used, so it is asked for after Theano's graphs ran. `runner`: the
+    command's, whose end kills Theano's child (it may compile for minutes)."""
+    if not has_theano(python, env, runner):
         note = theano_range_note(inst.version) if not theano_supports(inst.version) else None
         return Check("theano", SKIP, (f"{note}; besides, " if note else "")
                      + f"Theano is not installed for {python}; {INSTALL_HINT}")
     if (why := unreadable_for_theano(theanorc)) is not None:
         return Check("theano", FAIL, f"Theano cannot start with its config: {why}")
     result = run_probe(probe_module("theano_graph"), THEANO_TIMEOUT,
-                       theano_env(env, theanorc, inst.lib_dir), python=python)
+                       theano_env(env, theanorc, inst.lib_dir), python=python, runner=runner)
     if result.data is None:
         what = "timed out" if result.timed_out else f"failed ({result.crashed or result.returncode})"
         return Check("theano", FAIL, f"Theano's test graphs {what}: {result.last_error_line()[:300]}")

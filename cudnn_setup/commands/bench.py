@@ -24,6 +24,7 @@ def bench(result: Result, ctx: Context, *, cuda_root: Path | None = None,
     env = dict(ctx.env)
     if not no_theano:
         result.checks += theano_checks(inst, python or ctx.python, theanorc_path(ctx, theanorc),
-                                       env, ctx.status)
+                                       env, ctx.status, ctx.runner)
     ctx.status("timing cuDNN's convolution algorithms on the GPU (skipped without one)")
-    result.checks.append(algorithm_check(inst, env, damaged.message if damaged else None))
+    result.checks.append(algorithm_check(inst, env, damaged.message if damaged else None,
+                                         ctx.runner))

@@ -115,7 +115,12 @@ def install(result: Result, ctx: Context, source: str, *, cuda_root: Path | None
         checks_later = Later(_verify, ctx, root, python, rc, driver, step_later, frameworks,
                              no_frameworks)
     if step_later is not None:
-        step = step_later.result()
+        try:
+            step = step_later.result()
+        except BaseException:  # interrupted, say: the config written is still said
+            if theano_config is not None:
+                result.checks.append(theano_config)
+            raise
         result.checks.append(step.check)
         if step.what_if:
             result.add("frameworks_what_if", [w.to_dict() for w in step.what_if])

@@ -49,7 +49,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence
 
-from cudnn_setup.child import run_command
+from cudnn_setup.child import Runner, run_command
 
 from cudnn_setup.facts.cudnn import so_base
 
@@ -263,7 +263,7 @@ ASK_TIMEOUT = 15.0  # seconds for the package manager to answer from its local c
 
 
 def query_packages(manager: str, names: Sequence[str], env: Mapping[str, str],
-                   timeout: float = ASK_TIMEOUT) -> dict[str, bool] | None:
+                   timeout: float = ASK_TIMEOUT, runner: Runner | None = None) -> dict[str, bool] | None:
     """Which of `names` the configured repositories have, asked of this machine's package
     manager from its local cache (never refreshed: nothing is downloaded), as a child with a
     time limit, found on `env`'s PATH; None when it cannot be asked."""
@@ -279,7 +279,7 @@ def query_packages(manager: str, names: Sequence[str], env: Mapping[str, str],
         return None
     run_env = {**env, "LC_ALL": "C", "LANG": "C"}
     done = run_command([program, *cmd[1:], "--", *names] if manager != ZYPPER
-                       else [program, *cmd[1:], *names], timeout, env=run_env)
+                       else [program, *cmd[1:], *names], timeout, env=run_env, runner=runner)
     if done.timed_out or done.returncode is None:
         return None
     text = done.stdout.decode("utf-8", "replace")
