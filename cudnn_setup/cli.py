@@ -271,6 +271,17 @@ def _usage_error(session: _Session, exc: ArgsError, as_json: bool) -> int:
     return USAGE
 
 
+def _observed() -> bool:
+    """Whether a profiler, tracer or coverage tool is attached: through sys.setprofile or
+    sys.settrace, or, from Python 3.12, through sys.monitoring (cProfile's way there)."""
+    if sys.getprofile() is not None or sys.gettrace() is not None:
+        return True
+    monitoring = getattr(sys, "monitoring", None)
+    return monitoring is not None and any(
+        monitoring.get_tool(tool) is not None
+        for tool in (monitoring.PROFILER_ID, monitoring.DEBUGGER_ID, monitoring.COVERAGE_ID))
+
+
 def console_main() -> None:
     """The program: main() on the process's own argv, environment and streams, then exit.
 
@@ -280,7 +291,7 @@ def console_main() -> None:
     daemon thread still does is dropped either way. Under a profiler or a tracer (cProfile,
     coverage), which write their results as the interpreter exits, it exits as usual."""
     code = main()
-    if sys.getprofile() is not None or sys.gettrace() is not None:
+    if _observed():
         sys.exit(code)
     for stream in (sys.stdout, sys.stderr):
         try:
