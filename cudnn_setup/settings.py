@@ -43,6 +43,14 @@ def user_config_path(env: Mapping[str, str], home: Path) -> Path:
     return root / "cudnn-setup" / "config.ini"
 
 
+def user_cache_dir(env: Mapping[str, str], home: Path) -> Path:
+    """The user's cache of the tool (downloads, the GPU check's compiled plans), following the
+    XDG base directory spec like user_config_path (a relative $XDG_CACHE_HOME is ignored)."""
+    base = env.get("XDG_CACHE_HOME", "")
+    root = Path(base) if base and Path(base).is_absolute() else home / ".cache"
+    return root / "cudnn-setup"
+
+
 def read_config(path: Path) -> dict[str, str]:
     """The `[cudnn-setup]` keys of one file; {} when it does not exist. A file that cannot be
     read or parsed, or names a key this version does not know, is a usage error: a fleet's

@@ -130,7 +130,7 @@ def test_the_fused_step_warns_naming_nvrtc_where_cuDNN_cannot_open_it(tmp_path, 
     class FakeGpu:  # the GPU is what this machine lacks; the library is real
         cudnn = ctypes.CDLL(str(lib))
 
-    def no_engine(gpu, out):
+    def no_engine(gpu, out, kept=None, keep=None):
         raise G.ProbeError("no runtime-compiled engine supports a conv+bias+ReLU graph", "plan")
 
     monkeypatch.setattr(G, "fused_graph", no_engine)
@@ -338,3 +338,118 @@ def test_without_a_driver_the_probe_is_not_started_and_says_what_it_would(tmp_pa
     shutil.copy(installed.lib_dir / "libcudnn.so.9", installed.lib_dir / "libcuda.so.1")
     tried = check_gpu(installed, env, probe=never, loader=loader_environment(env))
     assert tried.status == "fail" and "the GPU probe died" in tried.detail, tried.detail
+
+
+class _Cudnn:
+    """What PlanCache reads of a loaded cuDNN: its version and where its file is."""
+
+    def __init__(self, lib_dir: Path, version: int = 91900):
+        self.version, self.path = version, str(lib_dir / "libcudnn.so.9")
+
+
+def _release(lib_dir: Path) -> Path:
+    lib_dir.mkdir(parents=True, exist_ok=True)
+    for name in ("libcudnn.so.9.19.0", "libcudnn_graph.so.9.19.0",
+                 "libcudnn_engines_runtime_compiled.so.9.19.0"):
+        (lib_dir / name).write_bytes(b"\x7fELF" + name.encode())
+    (lib_dir / "libcudnn.so.9").symlink_to("libcudnn.so.9.19.0")
+    return lib_dir
+
+
+FACTS = {"gpu": "NVIDIA H200", "compute_capability": "9.0", "driver_version": 13000}
+
+
+def test_a_kept_plan_is_read_back_only_by_the_same_cudnn_gpu_and_driver(tmp_path):
+    lib = _release(tmp_path / "lib")
+    cache = G.PlanCache(str(tmp_path / "plans"), _Cudnn(lib), FACTS)
+    assert cache.load() is None
+    assert cache.save("{plan}", {"global_index": 7, "runtime_compiled": True})
+    assert G.PlanCache(str(tmp_path / "plans"), _Cudnn(lib), FACTS).load() == \
+        ("{plan}", {"global_index": 7, "runtime_compiled": True})
+    # the user's own: the directory 0700, the file 0600, whatever the umask
+    assert (tmp_path / "plans").stat().st_mode & 0o777 == 0o700
+    assert Path(cache.path).stat().st_mode & 0o777 == 0o600
+    # another driver, another GPU, another cuDNN build of the same version: not that plan
+    for facts in (dict(FACTS, driver_version=12080), dict(FACTS, gpu="NVIDIA H100")):
+        assert G.PlanCache(str(tmp_path / "plans"), _Cudnn(lib), facts).load() is None
+    engines = lib / "libcudnn_engines_runtime_compiled.so.9.19.0"
+    engines.write_bytes(engines.read_bytes() + b"rebuilt")
+    assert G.PlanCache(str(tmp_path / "plans"), _Cudnn(lib), FACTS).load() is None
+
+
+def test_a_kept_plan_that_is_not_the_users_regular_bounded_file_is_not_read(tmp_path):
+    lib = _release(tmp_path / "lib")
+    cache = G.PlanCache(str(tmp_path / "plans"), _Cudnn(lib), FACTS)
+    cache.save("{plan}", {"runtime_compiled": True})
+    path = Path(cache.path)
+    for text in ("not json", '{"format": 1, "plan": 5, "engine": {}}', "[1]",
+                 '{"format": 2, "plan": "x", "engine": {}}'):
+        path.write_text(text)
+        assert cache.load() is None, text
+    path.unlink()
+    os.mkfifo(path)  # a FIFO is not opened for reading (it would block)
+    assert cache.load() is None
+    path.unlink()
+    (tmp_path / "elsewhere.json").write_text('{"format": 1, "plan": "x", "engine": {}}')
+    path.symlink_to(tmp_path / "elsewhere.json")
+    assert cache.load() is None
+    path.unlink()
+    with open(path, "wb") as f:
+        f.truncate(G.PlanCache.LIMIT + 1)
+    assert cache.load() is None
+    path.write_text('{"format": 1, "plan": "x", "engine": {}}')
+    os.chown(path, 65534, 65534)
+    assert cache.load() is None
+
+
+def test_a_kept_plan_that_fails_is_set_aside_and_the_engine_compiled_and_kept_again(
+        tmp_path, monkeypatch):
+    lib = _release(tmp_path / "lib")
+    cache = G.PlanCache(str(tmp_path / "plans"), _Cudnn(lib), FACTS)
+    cache.save("{stale}", {"runtime_compiled": True})
+    calls = []
+
+    def graph(gpu, out, kept=None, keep=None):
+        calls.append(kept)
+        if kept is not None:
+            raise G.ProbeError("the fused conv+bias+ReLU differs from numpy's by 0.5", "compare")
+        out.update(engine={"runtime_compiled": True}, max_rel_error=0.001)
+        keep("{fresh}", out["engine"])
+        out["plan"] = "compiled; kept for the next run"
+
+    monkeypatch.setattr(G, "fused_graph", graph)
+    out = {}
+    G.fused(None, out, cache)
+    assert calls == [("{stale}", {"runtime_compiled": True}), None]
+    assert "differs from numpy" in out["kept_plan_set_aside"]
+    assert out["plan"] == "compiled; kept for the next run"
+    assert cache.load() == ("{fresh}", {"runtime_compiled": True})
+    # the next run takes the fresh plan and compiles nothing
+    calls.clear()
+    monkeypatch.setattr(G, "fused_graph", lambda gpu, out, kept=None, keep=None:
+                        calls.append(kept))
+    G.fused(None, {}, cache)
+    assert calls == [("{fresh}", {"runtime_compiled": True})]
+
+
+def test_the_check_hands_the_probe_the_users_plan_cache_and_keeps_its_timings(tmp_path):
+    answer = {"status": "pass", "gpu": "NVIDIA H200", "compute_capability": "9.0",
+              "timings": {"device": 0.11, "load": 0.1, "bogus": 3},
+              "steps": [{"name": "legacy_conv_fwd", "status": "pass", "sublibraries": ["libcudnn_cnn"],
+                         "seconds": 0.008, "timings": {"plan": "x"}},
+                        {"name": "fused_runtime_compiled", "status": "pass", "seconds": 0.05,
+                         "sublibraries": ["libcudnn_graph", "libcudnn_engines_runtime_compiled"],
+                         "plan": "kept from an earlier run",
+                         "timings": {"graph": 0.002, "plan": 0.01, "execute": 0.03}}]}
+    seen = tmp_path / "argv.json"
+    probe = answering(tmp_path, f"import json\njson.dump(sys.argv[1:], open({str(seen)!r}, 'w'))\n"
+                      + answer_of(answer))
+    check = check_gpu(inst(tmp_path), {}, probe=probe, cache_dir=tmp_path / "cache")
+    argv = json.loads(seen.read_text())
+    assert argv[argv.index("--plan-cache") + 1] == str(tmp_path / "cache" / "gpu-plans")
+    assert check.status == "pass"
+    assert check.data["timings"] == {"device": 0.11, "load": 0.1}
+    fused = check.data["steps"][1]
+    assert (fused["seconds"], fused["plan"]) == (0.05, "kept from an earlier run")
+    assert fused["timings"] == {"graph": 0.002, "plan": 0.01, "execute": 0.03}
+    assert check.data["steps"][0]["timings"] == {}

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import replace
+from pathlib import Path
 from typing import Mapping
 
 from cudnn_setup.checks.answer_values import shown
@@ -70,8 +71,31 @@ def steps_of(data: dict) -> list[dict]:
                     "max_rel_error": err if isinstance(err, float) else None,
                     "engine": entry.get("engine") if isinstance(entry.get("engine"), dict) else None,
                     "mapped": [m for m in entry.get("mapped", []) if isinstance(m, str)][:16]
-                    if isinstance(entry.get("mapped"), list) else []})
+                    if isinstance(entry.get("mapped"), list) else [],
+                    "seconds": _seconds(entry.get("seconds")),
+                    "plan": shown(entry["plan"], 120) if isinstance(entry.get("plan"), str) else None,
+                    "timings": _timings(entry.get("timings"))})
     return out
+
+
+def _seconds(value) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) \
+        and 0 <= value < 1e6 else None
+
+
+def _timings(value) -> dict[str, float]:
+    """Where a step's (or the probe's) time went, by phase: known names, bounded numbers."""
+    if not isinstance(value, dict):
+        return {}
+    return {k: v for k, v in ((k, _seconds(value.get(k))) for k in _PHASES) if v is not None}
+
+
+_PHASES = ("device", "load", "graph", "plan", "execute")
+
+
+def plan_cache(cache_dir: Path | None) -> Path | None:
+    """Where the probe keeps the runtime-compiled engine's plan: in the user's cache."""
+    return cache_dir / "gpu-plans" if cache_dir is not None else None
 
 
 def _crashed_in(stderr: str) -> str | None:
@@ -91,11 +115,12 @@ def without_driver(inst: Installation, env: Mapping[str, str],
 
 def check_gpu(inst: Installation, env: Mapping[str, str], runner: Runner | None = None,
               timeout: float = TIMEOUT, probe: list[str] | None = None,
-              loader: L.Environment | None = None) -> Check:
+              loader: L.Environment | None = None, cache_dir: Path | None = None) -> Check:
     """`runner`: the command's (it skips the probe when loading this libcudnn hung earlier);
     `probe`: the probe's command line before its arguments (default: probes/gpu_steps.py under
     this interpreter's run_probe); `loader`: the loader's environment for `env`, given when
-    the probe is not to be started on a machine it would find no driver on."""
+    the probe is not to be started on a machine it would find no driver on; `cache_dir`: the
+    user's cache, where the runtime-compiled engine's plan is kept between runs."""
     target = inst.soname_path()
     if target is None:
         return Check(NAME, SKIP, "no libcudnn to run")
@@ -107,6 +132,9 @@ def check_gpu(inst: Installation, env: Mapping[str, str], runner: Runner | None 
     jit = comp is not None and comp.flavour == gen.JIT
     if jit:  # no legacy API, no heuristics or precompiled engines: those steps cannot run
         args = args + ["--have", ",".join(comp.required)]
+    plans = plan_cache(cache_dir)
+    if plans is not None:
+        args = args + ["--plan-cache", str(plans)]
     args = args + [str(target)]
     cudart = find_cudart(inst)
     if cudart:
@@ -143,6 +171,7 @@ def check_gpu(inst: Installation, env: Mapping[str, str], runner: Runner | None 
             if s["status"] == SKIP:
                 s.update(status=FAIL, reason=f"the probe left it out ({s['reason'] or 'no reason'})")
     data["steps"] = steps
+    data["timings"] = _timings(data.get("timings"))
     if not steps:
         return Check(NAME, FAIL, f"{gpu}: {shown(data.get('reason') or 'the probe ran no step')}", data)
     data["supported"] = True

@@ -97,7 +97,7 @@ def run_checks(inst: Installation, *, python: str, env: Mapping[str, str],
                loader_fix: str | Callable[[], str | None] | None = None,
                loader: L.Environment | None = None,
                status: Callable[[str], None] | None = None,
-               runner: Runner | None = None) -> list[Check]:
+               runner: Runner | None = None, cache_dir: Path | None = None) -> list[Check]:
     """verify's checks of `inst`, in ORDER. `python`: the interpreter whose Theano and frameworks
     are checked; `driver`: driver_facts(env) when the caller has them; `frameworks`: the
     frameworks check when the caller made it, or a function that waits for the one the caller
@@ -106,7 +106,8 @@ def run_checks(inst: Installation, *, python: str, env: Mapping[str, str],
     or a function that waits for it;
     `loader`: deps.loader_environment(env) when the caller has it; `status` hears one line as
     each check's result is waited for, in ORDER; `runner`: the command's (child.Runner), which
-    every child goes through.
+    every child goes through; `cache_dir`: the user's cache (the gpu check keeps the plan of
+    the runtime-compiled engine there).
 
     The checks that run children start at once, each as soon as what it needs is known (the
     driver probe, load, frameworks and Theano at the start; coherence, deps, compile and gpu
@@ -151,7 +152,8 @@ def run_checks(inst: Installation, *, python: str, env: Mapping[str, str],
 
         def gpu():
             _, data = load_later.result()
-            return check_gpu(inst, env, runner, loader=loader) if data is not None else Check(
+            return check_gpu(inst, env, runner, loader=loader, cache_dir=cache_dir) \
+                if data is not None else Check(
                 "gpu", SKIP, "libcudnn does not load (see load)")
 
         def compiled():

@@ -32,6 +32,7 @@ from cudnn_setup.report import FAIL, PASS, WARN, Check, Result
 from cudnn_setup.state.layout import StateDir
 from cudnn_setup.startup_line import explain
 from cudnn_setup.theanorc_merge import effective_config
+from cudnn_setup.settings import user_cache_dir
 
 
 @command("doctor")
@@ -67,7 +68,8 @@ def doctor(result: Result, ctx: Context, message: str | None = None,
     if inst is not None:
         checks = run_checks(inst, python=python, env=ctx.env, theano=False, conf=ctx.ld_so_conf,
                             driver=driver, frameworks=frameworks, loader=search,
-                            status=ctx.status, runner=ctx.runner)
+                            status=ctx.status, runner=ctx.runner,
+                            cache_dir=user_cache_dir(ctx.env, ctx.home))
         result.cudnn_version = inst.version
     extra = d.findings
     if damaged is not None:

@@ -21,6 +21,7 @@ from cudnn_setup.parallel import Done, Later
 from cudnn_setup.report import Result
 from cudnn_setup.state.plan import describe_action
 from cudnn_setup.text import escape, plural
+from cudnn_setup.settings import user_cache_dir
 
 
 @command("install")
@@ -152,7 +153,8 @@ def _verify(ctx: Context, root: CudaRoot, python: str, rc: Path | None, driver,
                       conf=ctx.ld_so_conf, driver=driver, frameworks=report,
                       with_frameworks=not no_frameworks,
                       loader_fix=lambda: step.result().loader_fix,
-                      status=ctx.status, runner=ctx.runner)
+                      status=ctx.status, runner=ctx.runner,
+                      cache_dir=user_cache_dir(ctx.env, ctx.home))
 
 
 def wheel_runpath_notes(pkg, lib_dir: Path, root: Path) -> list[str]:

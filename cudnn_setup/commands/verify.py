@@ -15,6 +15,7 @@ from cudnn_setup.steps.recovery import recover_first
 from cudnn_setup.steps.theano_step import theanorc_path
 from cudnn_setup.facts.cuda import find_cuda_root
 from cudnn_setup.report import FAIL, Result
+from cudnn_setup.settings import user_cache_dir
 
 
 @command("verify")
@@ -44,7 +45,8 @@ def verify(result: Result, ctx: Context, *, cuda_root: Path | None = None,
     result.checks += run_checks(inst, python=python or ctx.python, env=ctx.env,
                                 theanorc=theanorc_path(ctx, theanorc), theano=not no_theano,
                                 conf=ctx.ld_so_conf, deep=deep, with_frameworks=not no_frameworks,
-                                status=ctx.status, runner=ctx.runner)
+                                status=ctx.status, runner=ctx.runner,
+                                cache_dir=user_cache_dir(ctx.env, ctx.home))
     result.cudnn_version = inst.version
     result.add("cudnn", describe(inst))
     failed = [c.name for c in result.checks if c.status == FAIL]

@@ -73,8 +73,9 @@ class Fetched:
 
 
 def default_cache_dir(env: Mapping[str, str], home: Path) -> Path:
-    base = env.get("XDG_CACHE_HOME") or str(home / ".cache")
-    return Path(base) / "cudnn-setup"
+    from cudnn_setup.settings import user_cache_dir
+
+    return user_cache_dir(env, home)
 
 
 def file_name(url: str) -> str:

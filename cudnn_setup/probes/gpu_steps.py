@@ -1,9 +1,11 @@
 """Run cuDNN on the GPU the way frameworks call it, with ctypes; compare each result with numpy.
 
-    python gpu.py [--have LIB,…] LIBCUDNN [LIBCUDART]   every step below, checked against numpy
+    python gpu.py [--have LIB,…] [--plan-cache DIR] LIBCUDNN [LIBCUDART]
+                                                 every step below, checked against numpy
                                                  (--have: the release's libraries, for a
                                                  flavour without some: a step needing one it
-                                                 lacks is a skip)
+                                                 lacks is a skip; --plan-cache: where the
+                                                 runtime-compiled engine's plan is kept)
     python gpu.py --bench LIBCUDNN [LIBCUDART]   cudnnFindConvolutionForwardAlgorithm per layer
 
 The steps, and the sub-libraries each one needs (cuDNN 9; 8.x has no graph steps):
@@ -22,10 +24,19 @@ stage it reached (descriptors, heuristics, plan, execute, compare) and, on failu
 status and its last error message. Before each step the probe writes "gpu-step: NAME" to
 stderr, so a caller whose child died still knows in which step.
 
+The runtime-compiled engine spends most of its step compiling its kernel (NVRTC, about 0.4 s
+on an H200, every run). With --plan-cache, the plan it compiled is kept there (cuDNN's own
+serialization, CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION), keyed by the cuDNN files, the GPU
+and the driver; the next run loads that plan and still executes the engine it compiled and
+compares its output with numpy. A kept plan that does not load, run or match is set aside and
+the engine compiled again, so a damaged cache never decides the verdict.
+
 Prints one JSON line: status pass | warn | fail | skip; without a driver or a GPU it says skip.
 Standard library and numpy only.
 """
 import ctypes
+import hashlib
+import json
 import os
 import sys
 import time
@@ -60,7 +71,8 @@ A_CONV_COMP_TYPE, A_CONV_MODE, A_CONV_DILATIONS, A_CONV_STRIDES = 100, 101, 102,
 A_CONV_POST_PAD, A_CONV_PRE_PAD, A_CONV_SPATIAL_DIMS = 104, 105, 106
 A_HEUR_MODE, A_HEUR_GRAPH, A_HEUR_RESULTS = 200, 201, 202
 A_CFG_ENGINE = 300
-A_PLAN_HANDLE, A_PLAN_CFG, A_PLAN_WORKSPACE = 400, 401, 402
+A_PLAN_HANDLE, A_PLAN_CFG, A_PLAN_WORKSPACE, A_PLAN_JSON = 400, 401, 402, 405
+T_CHAR = 24  # CUDNN_TYPE_CHAR: a plan's serialized form
 # (alpha, beta, conv desc, W, X, Y) of the forward op; bwd data: (…, W, DX, DY); bwd filter:
 # (…, DW, X, DY)
 A_OP_FWD = (700, 701, 702, 703, 704, 705)
@@ -123,6 +135,7 @@ class Gpu:
     def __init__(self, cudnn_path, cudart_path):
         self.cudart = ctypes.CDLL(cudart_path or "libcudart.so", mode=ctypes.RTLD_GLOBAL)
         self.cudnn = ctypes.CDLL(cudnn_path, mode=ctypes.RTLD_GLOBAL)
+        self.path = cudnn_path
         self.cudnn.cudnnGetVersion.restype = ctypes.c_size_t
         self.cudnn.cudnnGetErrorString.restype = ctypes.c_char_p
         self.cudart.cudaMalloc.argtypes = [ctypes.POINTER(c_void_p), c_size_t]
@@ -323,6 +336,34 @@ class Backend:
     def plan(self, cfg):
         plan = self.make(D_PLAN, [(A_PLAN_HANDLE, T_HANDLE, self.gpu.handle),
                                   (A_PLAN_CFG, T_DESCRIPTOR, cfg)], stage="plan")
+        size = self.get(plan, A_PLAN_WORKSPACE, T_INT64, 1, stage="plan")
+        return plan, int(size[0]) if size else 0
+
+    def plan_text(self, plan):
+        """The plan in cuDNN's serialized form (what the plan cache keeps), or None where this
+        cuDNN cannot serialize it."""
+        count = c_int64()
+        try:
+            self.gpu.call("cudnnBackendGetAttribute", plan, A_PLAN_JSON, T_CHAR, 0, byref(count),
+                          None, stage="plan")
+            if not 0 < count.value <= PlanCache.LIMIT:
+                return None
+            buf = ctypes.create_string_buffer(int(count.value))
+            self.gpu.call("cudnnBackendGetAttribute", plan, A_PLAN_JSON, T_CHAR, count.value,
+                          byref(count), ctypes.cast(buf, c_void_p), stage="plan")
+        except ProbeError:
+            return None
+        return buf.raw[:max(int(count.value), 0)].rstrip(b"\0").decode("latin-1")
+
+    def plan_from_text(self, text):
+        """A plan rebuilt from its serialized form, and its workspace size."""
+        raw = text.encode("latin-1")
+        plan = self.create(D_PLAN, "plan")
+        self.set(plan, A_PLAN_HANDLE, T_HANDLE, self.gpu.handle, "plan")
+        buf = ctypes.create_string_buffer(raw, len(raw))
+        self.gpu.call("cudnnBackendSetAttribute", plan, A_PLAN_JSON, T_CHAR, len(raw),
+                      ctypes.cast(buf, c_void_p), stage="plan")
+        self.finalize(plan, "plan")
         size = self.get(plan, A_PLAN_WORKSPACE, T_INT64, 1, stage="plan")
         return plan, int(size[0]) if size else 0
 
@@ -661,11 +702,82 @@ def nvrtc_missing(gpu):
     return None
 
 
-def fused(gpu, out):
+class PlanCache:
+    """The runtime-compiled engine's plan between runs: one file per cuDNN (the files' identity),
+    GPU, driver and layer, in a directory of the user's own (0700, files 0600). What is read
+    back is bounded and only ever handed to cuDNN in this child; a file that is not a regular
+    file of this user is not read."""
+
+    LIMIT = 16 << 20
+    FORMAT = 1
+
+    def __init__(self, directory, gpu, facts):
+        self.directory = directory
+        ident = [self.FORMAT, gpu.version, facts.get("gpu"), facts.get("compute_capability"),
+                 facts.get("driver_version"), list(FUSED_LAYER)]
+        lib_dir = os.path.dirname(os.path.realpath(gpu.path))
+        for name in sorted(os.listdir(lib_dir)):
+            if name.startswith(("libcudnn.so", "libcudnn_graph.so",
+                                "libcudnn_engines_runtime_compiled.so")):
+                try:
+                    st = os.stat(os.path.join(lib_dir, name))
+                except OSError:
+                    continue
+                ident.append([name, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns])
+        digest = hashlib.sha256(json.dumps(ident).encode()).hexdigest()[:32]
+        self.path = os.path.join(directory, f"fused-{digest}.json")
+
+    def load(self):
+        """(plan text, engine notes) kept by an earlier run, or None."""
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
+            return None
+        try:
+            st = os.fstat(fd)
+            if not (st.st_mode & 0o170000 == 0o100000 and st.st_uid == os.geteuid()
+                    and st.st_size <= self.LIMIT):
+                return None
+            with os.fdopen(os.dup(fd), "rb") as f:
+                data = json.loads(f.read(self.LIMIT + 1))
+        except (OSError, ValueError):
+            return None
+        finally:
+            os.close(fd)
+        if not (isinstance(data, dict) and data.get("format") == self.FORMAT
+                and isinstance(data.get("plan"), str) and isinstance(data.get("engine"), dict)):
+            return None
+        return data["plan"], data["engine"]
+
+    def save(self, plan_text, notes):
+        try:
+            os.makedirs(self.directory, mode=0o700, exist_ok=True)
+            tmp = f"{self.path}.{os.getpid()}.tmp"
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+            with os.fdopen(fd, "w") as f:
+                json.dump({"format": self.FORMAT, "plan": plan_text, "engine": notes}, f)
+            os.replace(tmp, self.path)
+            return True
+        except OSError:
+            return False
+
+
+def fused(gpu, out, cache=None):
     """conv (fp16, NHWC) + bias + ReLU through an engine that compiles its kernel at run time;
-    a warn, naming it, where the NVRTC cuDNN opens for that cannot be loaded."""
+    a warn, naming it, where the NVRTC cuDNN opens for that cannot be loaded. With `cache`
+    (PlanCache), the plan compiled by an earlier run is executed and compared instead of
+    compiling it again; one that fails anywhere is set aside and the engine compiled."""
+    kept = cache.load() if cache is not None else None
+    if kept is not None:
+        try:
+            fused_graph(gpu, out, kept)
+            return
+        except ProbeError as exc:
+            out["kept_plan_set_aside"] = str(exc)[:200]
+            for key in ("engine", "max_rel_error", "timings"):
+                out.pop(key, None)
     try:
-        fused_graph(gpu, out)
+        fused_graph(gpu, out, keep=cache.save if cache is not None else None)
     except ProbeError:
         missing = None if any("libnvrtc" in os.path.basename(p) for p in mapped_cudnn_files()) \
             else nvrtc_missing(gpu)
@@ -675,8 +787,15 @@ def fused(gpu, out):
         raise
 
 
-def fused_graph(gpu, out):
+def fused_graph(gpu, out, kept=None, keep=None):
+    """The fused graph's plan: `kept` (plan text, engine notes) from the plan cache, else
+    compiled through heuristics (every engine when they propose no runtime-compiled one);
+    executed and compared with numpy either way. `keep(plan text, notes)`: called with a plan
+    this run compiled once its output matched, to keep it for the next run."""
     import numpy as np
+
+    timings = out.setdefault("timings", {})
+    mark = time.monotonic()
 
     n, c, h, w, k, r, s, pad = FUSED_LAYER
     rng = np.random.RandomState(4)
@@ -709,35 +828,18 @@ def fused_graph(gpu, out):
                                            (A_OP_PW_X, T_DESCRIPTOR, tadd),
                                            (A_OP_PW_Y, T_DESCRIPTOR, ty)])
         graph = be.graph([op_conv, op_add, op_relu])
-        out["stage"] = "heuristics"
-        try:  # what heuristics propose, as a framework would take it; else every engine
-            cfgs = be.heuristics(graph, HEUR_MODE_A)
-            found = [(cfg, be.engine_notes(be.config_engine(cfg))) for cfg in cfgs]
-        except ProbeError:
-            found = []
-        out["stage"] = "plan"
-        if not any(notes["runtime_compiled"] for _, notes in found):
-            # an engine made into a config only when it is tried
-            found = [(e, be.engine_notes(e)) for e in be.engines(graph)]
-        out["engines_supported"] = [notes["global_index"] for _, notes in found]
-        compiled = [(desc, notes) for desc, notes in found if notes["runtime_compiled"]]
-        if not compiled:
-            raise ProbeError(f"no runtime-compiled engine supports a conv+bias+ReLU graph here "
-                             f"({len(found)} engines do)", "plan")
-        errors, chosen = [], None
-        for desc, notes in compiled:
-            try:
-                cfg = desc if desc in be.configs else be.config_of(desc)
-                plan, ws_size = be.plan(cfg)
-            except ProbeError as exc:
-                errors.append(str(exc))
-                continue
-            chosen = (plan, ws_size, notes)
-            break
-        if chosen is None:
-            raise ProbeError(f"no runtime-compiled engine makes an execution plan (first: "
-                             f"{errors[0] if errors else '?'})", "plan")
-        plan, ws_size, notes = chosen
+        timings["graph"] = round(time.monotonic() - mark, 4)
+        mark = time.monotonic()
+        if kept is not None:
+            out["stage"] = "plan"
+            plan, ws_size = be.plan_from_text(kept[0])
+            notes = dict(kept[1], runtime_compiled=True)
+            out["plan"] = "kept from an earlier run"
+        else:
+            plan, ws_size, notes = _compiled_plan(be, graph, out)
+            out["plan"] = "compiled"
+        timings["plan"] = round(time.monotonic() - mark, 4)
+        mark = time.monotonic()
         out["engine"] = notes
         out["stage"] = "execute"
         nhwc = lambda a: np.ascontiguousarray(a.transpose(0, 2, 3, 1))  # noqa: E731
@@ -749,9 +851,49 @@ def fused_graph(gpu, out):
         want = np.maximum(reference(x.astype(np.float64), wt.astype(np.float64), pad)
                           + bias.astype(np.float64).reshape(1, -1, 1, 1), 0)
         out["max_rel_error"] = compare(got, want, 2e-2, "the fused conv+bias+ReLU")
+        timings["execute"] = round(time.monotonic() - mark, 4)
+        if keep is not None and kept is None:
+            text = be.plan_text(plan)
+            out["plan"] = ("compiled; kept for the next run" if text and keep(text, notes) else
+                           "compiled; not kept (cuDNN gave no serialized plan, or the cache "
+                           "could not be written)")
     finally:
         be.close()
         gpu.free_all()
+
+
+def _compiled_plan(be, graph, out):
+    """(plan, workspace size, engine notes) of the first runtime-compiled engine that makes a
+    plan for `graph`: what heuristics propose, as a framework would take it, else every engine."""
+    out["stage"] = "heuristics"
+    try:  # what heuristics propose, as a framework would take it; else every engine
+        cfgs = be.heuristics(graph, HEUR_MODE_A)
+        found = [(cfg, be.engine_notes(be.config_engine(cfg))) for cfg in cfgs]
+    except ProbeError:
+        found = []
+    out["stage"] = "plan"
+    if not any(notes["runtime_compiled"] for _, notes in found):
+        # an engine made into a config only when it is tried
+        found = [(e, be.engine_notes(e)) for e in be.engines(graph)]
+    out["engines_supported"] = [notes["global_index"] for _, notes in found]
+    compiled = [(desc, notes) for desc, notes in found if notes["runtime_compiled"]]
+    if not compiled:
+        raise ProbeError(f"no runtime-compiled engine supports a conv+bias+ReLU graph here "
+                         f"({len(found)} engines do)", "plan")
+    errors, chosen = [], None
+    for desc, notes in compiled:
+        try:
+            cfg = desc if desc in be.configs else be.config_of(desc)
+            plan, ws_size = be.plan(cfg)
+        except ProbeError as exc:
+            errors.append(str(exc))
+            continue
+        chosen = (plan, ws_size, notes)
+        break
+    if chosen is None:
+        raise ProbeError(f"no runtime-compiled engine makes an execution plan (first: "
+                         f"{errors[0] if errors else '?'})", "plan")
+    return chosen
 
 
 class ConvLayer:
@@ -843,8 +985,11 @@ def device_facts():
     major, minor = ctypes.c_int(), ctypes.c_int()
     cuda.cuDeviceGetAttribute(byref(major), 75, dev)
     cuda.cuDeviceGetAttribute(byref(minor), 76, dev)
+    driver = ctypes.c_int()
+    cuda.cuDriverGetVersion(byref(driver))
     return {"gpu": name.value.decode("utf-8", "replace"),
-            "compute_capability": f"{major.value}.{minor.value}", "gpu_count": count.value}, None
+            "compute_capability": f"{major.value}.{minor.value}", "gpu_count": count.value,
+            "driver_version": driver.value}, None
 
 
 STEPS = (
@@ -906,12 +1051,14 @@ def steps_for(version):
     return tuple(s for s in STEPS if s[0] not in GRAPH_STEPS)
 
 
-def check(gpu, out, only=None, have=None):
+def check(gpu, out, only=None, have=None, cache=None):
     """Every step (those in `only`); with `have` (the libraries a release of another flavour
     is made of: the JIT one), a step that needs a library the release does not have is a
-    skip, not a failure."""
+    skip, not a failure; `cache`: the runtime-compiled engine's PlanCache."""
     entries = []
     for name, work in steps_for(gpu.version):
+        if name == RUNTIME_ENGINE and cache is not None:
+            work = lambda g, entry: fused(g, entry, cache)  # noqa: E731
         if only and name not in only:
             continue
         lacking = [lib for lib in STEP_LIBS[name] if have is not None and lib not in have]
@@ -943,21 +1090,31 @@ def bench(gpu, out):
 def main(argv):
     bench_mode = argv[:1] == ["--bench"]
     args = argv[1:] if bench_mode else argv
-    only = have = None
-    while args[:1] in (["--only"], ["--have"]) and len(args) > 1:
-        names = set(args[1].split(","))
-        only, have = (names, have) if args[0] == "--only" else (only, names)
+    only = have = plans = None
+    while args[:1] in (["--only"], ["--have"], ["--plan-cache"]) and len(args) > 1:
+        if args[0] == "--plan-cache":
+            plans = args[1]
+        else:
+            names = set(args[1].split(","))
+            only, have = (names, have) if args[0] == "--only" else (only, names)
         args = args[2:]
     if not args:
         return {"status": "fail", "reason": "usage: gpu.py [--bench] [--only STEP,…] "
-                                            "[--have LIBRARY,…] LIBCUDNN [LIBCUDART]"}
+                                            "[--have LIBRARY,…] [--plan-cache DIR] LIBCUDNN "
+                                            "[LIBCUDART]"}
+    mark = time.monotonic()
     out, why = device_facts()
     if out is None:
         return {"status": "skip", "reason": why}
+    timings = {"device": round(time.monotonic() - mark, 4)}
     try:
+        mark = time.monotonic()
         gpu = Gpu(args[0], args[1] if len(args) > 1 else None)
+        timings["load"] = round(time.monotonic() - mark, 4)
+        out["timings"] = timings
         out["cudnn_version_number"] = gpu.version
-        out["status"] = bench(gpu, out) if bench_mode else check(gpu, out, only, have)
+        cache = PlanCache(plans, gpu, out) if plans and not bench_mode else None
+        out["status"] = bench(gpu, out) if bench_mode else check(gpu, out, only, have, cache)
         gpu.close()
     except (ProbeError, OSError, AttributeError) as exc:
         out.update(status="fail", reason=str(exc))
