@@ -260,10 +260,35 @@ def test_inspect_says_it_reads_and_verify_numbers_its_checks(home, cuda_root):
     assert len(steps) == 12 and steps[-1].startswith("cudnn-setup: check 12 of 12: frameworks")
 
 
-def test_bench_says_each_step(home, cuda_root):
-    done = run_cli(["bench", "--cuda-root", cuda_root("10.0"), "--no-theano", "--json"], home)
+def test_bench_says_each_step(home, cuda_root, tmp_path):
+    from fixtures import libcuda
+
+    # a driver listing a GPU (the stand-in libcuda.so.1: the GPU is what this machine lacks)
+    drv = libcuda.build(tmp_path / "drv")
+    done = run_cli(["bench", "--cuda-root", cuda_root("10.0"), "--no-theano", "--json"], home,
+                   {"LD_LIBRARY_PATH": str(drv), "PATH": f"{tmp_path / 'no-smi'}:/usr/bin:/bin"})
     assert json.loads(done.stdout)["command"] == "bench"
+    assert "cudnn-setup: asking the NVIDIA driver about the GPUs" in done.stderr
     assert "cudnn-setup: timing cuDNN's convolution algorithms on the GPU" in done.stderr
+
+
+def test_bench_without_a_gpu_says_at_once_that_it_has_nothing_to_measure(home, cuda_root):
+    """Both Theano runs would use the CPU and cuDNN's timings need a GPU: said up front, with
+    no Theano child started (they took two minutes to conclude the same)."""
+    start = time.monotonic()
+    done = run_cli(["bench", "--cuda-root", cuda_root("10.0"), "--json"], home,
+                   {"PATH": "/usr/bin:/bin"}, process=True)
+    took = time.monotonic() - start
+    out = json.loads(done.stdout)
+    assert done.returncode == 0, done.stderr
+    checks = {c["name"]: c for c in out["checks"]}
+    assert checks["theano-conv"]["status"] == "skip"
+    assert "says nothing about cuDNN" in checks["theano-conv"]["detail"]
+    assert checks["cudnn-algorithms"]["status"] == "skip"
+    assert "no NVIDIA driver" in checks["cudnn-algorithms"]["detail"]
+    assert "nothing to measure here: no NVIDIA driver" in done.stderr
+    assert "bench step 1 of 2" not in done.stderr
+    assert took < 15, took  # a process start and the driver look-up, not a Theano compile
 
 
 def test_a_slow_download_says_how_far_it_got_every_beat(home, tmp_path):

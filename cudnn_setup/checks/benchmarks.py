@@ -94,6 +94,15 @@ def theano_checks(inst: Installation | None, python: str, theanorc: Path | None,
             Check("theano-mlp", PASS, f"{mlp} (no convolutions: cuDNN has nothing to speed up)")]
 
 
+def theano_without_gpu(theanorc: Path | None, why: str) -> Check:
+    """The Theano comparison where there is no GPU: not run (both runs would use the CPU),
+    unless Theano's config could not even be read, which is worth saying anyway."""
+    if (unreadable := unreadable_for_theano(theanorc)) is not None:
+        return Check("theano-conv", FAIL, f"Theano cannot start with its config: {unreadable}")
+    return Check("theano-conv", SKIP, f"{why}: Theano would run both nets on the CPU, which "
+                 "says nothing about cuDNN")
+
+
 def algorithm_check(inst: Installation | None, env: Mapping[str, str],
                     unusable: str | None = None, runner: Runner | None = None) -> Check:
     """cuDNN's forward algorithms timed on the GPU; `unusable` says why the root's cuDNN cannot

@@ -3,12 +3,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cudnn_setup.checks.benchmarks import algorithm_check, theano_checks
+from cudnn_setup.checks.benchmarks import algorithm_check, theano_checks, theano_without_gpu
+from cudnn_setup.checks.driver_check import driver_facts
 from cudnn_setup.steps.command_wrapper import command
 from cudnn_setup.steps.context import Context, root_if_any
 from cudnn_setup.steps.recovery import root_installation
 from cudnn_setup.steps.theano_step import theanorc_path
-from cudnn_setup.report import Result
+from cudnn_setup.report import SKIP, Check, Result
 
 
 @command("bench")
@@ -22,6 +23,19 @@ def bench(result: Result, ctx: Context, *, cuda_root: Path | None = None,
     result.cuda_root = str(root.path) if root else None
     result.cudnn_version = inst.version if inst else None
     env = dict(ctx.env)
+    ctx.status("asking the NVIDIA driver about the GPUs")
+    driver = driver_facts(env, runner=ctx.runner)
+    if driver.status == SKIP:
+        # Both Theano runs would use the CPU and cuDNN's timings need a GPU: minutes spent
+        # to conclude nothing, so it is said at once.
+        why = driver.reason or "the driver lists no GPU"
+        result.lines.append(f"nothing to measure here: {why}. bench compares Theano's conv net "
+                            "with and without cuDNN and times cuDNN's algorithms, on a GPU")
+        if not no_theano:
+            result.checks.append(theano_without_gpu(theanorc_path(ctx, theanorc), why))
+        result.checks.append(Check("cudnn-algorithms", SKIP, f"the root's cuDNN cannot be used: "
+                                   f"{damaged.message}" if damaged else f"{why}: nothing to time"))
+        return
     if not no_theano:
         result.checks += theano_checks(inst, python or ctx.python, theanorc_path(ctx, theanorc),
                                        env, ctx.status, ctx.runner)
