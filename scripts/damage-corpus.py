@@ -17,6 +17,21 @@ CUDA root (headers and libcudart copied from --cuda), verified (`verify --no-the
 libcudnn* it maps is checked in /proc/self/maps). A variant that install refused is run
 through PyTorch from the repacked files.
 
+Beside the damaged libraries, the ways people really run cuDNN (SITUATIONS):
+  umask077:nobody        installed by root under `umask 077`; verify and PyTorch run as an
+                         ordinary user (uid 65534, through setpriv)
+  link-deleted:STEM      the installed STEM.so.N link deleted
+  link-repointed:STEM    the installed STEM.so.N link pointed at --foreign-lib's STEM.so.N
+  jit:beside-system      the JIT flavour (libcudnn, graph, engines_runtime_compiled) alone in
+                         the root, the distribution's cuDNN on the ldconfig path
+  jit:alone              the same with the distribution's cuDNN moved aside (and ldconfig
+                         run): no other cuDNN on the machine; run after the others, alone
+  header-foreign         cudnn_version.h saying another release (the minor of --foreign-lib's)
+  bitflip:STEM           16 bytes flipped in the .nv_fatbin section of the installed STEM;
+                         then `repair`, and verify again
+The JIT rows run verify with its frameworks check (the frameworks on the machine decide which
+clients must work); the others with --no-frameworks, as before.
+
 Writes DIR/damage-corpus.json (everything) and DIR/damage-corpus.md (the table) and prints the
 table. `missed` counts the variants that install accepted, verify passed (exit 0), and PyTorch
 failed or mapped another copy: the number this corpus exists to keep at 0.
@@ -40,6 +55,11 @@ TORCH = REPO / "scripts" / "damage-corpus-torch.py"
 WORKLOADS = ("conv_fwd_fp32", "conv_bwd_fp32", "conv_fp16_benchmark", "batchnorm", "lstm",
              "sdpa_cudnn")
 DAMAGES = ("stub", "truncated", "missing", "foreign")
+SITUATIONS = ("umask077:nobody", "link-deleted:libcudnn_graph",
+              "link-repointed:libcudnn_heuristic", "jit:beside-system", "header-foreign",
+              "bitflip:libcudnn_engines_precompiled", "jit:alone")
+NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+JIT_STEMS = ("libcudnn", "libcudnn_graph", "libcudnn_engines_runtime_compiled")
 _LIB = re.compile(r"^(libcudnn[a-z_]*)\.so\.(\d+)$")
 _MACRO = re.compile(r"#define CUDNN_(MAJOR|MINOR|PATCHLEVEL)\s+(\d+)")
 
@@ -73,17 +93,22 @@ def stub_library(soname: str, out: Path, work: Path) -> None:
 def make_archive(variant: str, src_lib: Path, src_include: Path, version: str, major: str,
                  cuda: int, foreign: Path, work: Path) -> tuple[Path, Path]:
     """(archive, directory of its libraries laid out as NVIDIA's) for one variant."""
-    name = f"cudnn-linux-x86_64-{version}.0_cuda{cuda}-archive"
+    damage, _, target = variant.partition(":")
+    flavour = "cudnn_jit" if damage == "jit" else "cudnn"
+    name = f"{flavour}-linux-x86_64-{version}.0_cuda{cuda}-archive"
     base = work / variant.replace(":", "-")  # ':' would split LD_LIBRARY_PATH and LD_PRELOAD
     shutil.rmtree(base, ignore_errors=True)
     lib = base / "files" / "lib"
     lib.mkdir(parents=True)
-    damage, _, target = variant.partition(":")
+    if damage == "header-foreign":
+        src_include = foreign_headers(src_include, foreign, major, base / "include")
     for path in sorted(src_lib.iterdir()):
         m = _LIB.match(path.name)
         if not m:
             continue
         stem = m.group(1)
+        if damage == "jit" and stem not in JIT_STEMS:
+            continue
         full = lib / f"{stem}.so.{version}"
         if stem == target and damage == "missing":
             continue
@@ -109,6 +134,78 @@ def make_archive(variant: str, src_lib: Path, src_include: Path, version: str, m
     return archive, lib
 
 
+def foreign_headers(include: Path, foreign: Path, major: str, out: Path) -> Path:
+    """The headers with cudnn_version.h saying the release of --foreign-lib's libcudnn (its
+    file name's version), as when a header of another release is copied over."""
+    shutil.copytree(include, out)
+    lib = Path(os.path.realpath(foreign / f"libcudnn.so.{major}"))
+    m = re.search(r"\.so\.(\d+)\.(\d+)\.(\d+)$", lib.name)
+    minor, patch = (m.group(2), m.group(3)) if m else ("0", "0")
+    text = (out / "cudnn_version.h").read_text()
+    text = re.sub(r"(#define CUDNN_MINOR\s+)\d+", rf"\g<1>{minor}", text)
+    text = re.sub(r"(#define CUDNN_PATCHLEVEL\s+)\d+", rf"\g<1>{patch}", text)
+    (out / "cudnn_version.h").write_text(text)
+    return out
+
+
+def flip_kernel_bytes(library: Path, count: int = 16) -> str:
+    """Flip `count` bytes in the middle of the library's .nv_fatbin (its GPU kernels)."""
+    from elftools.elf.elffile import ELFFile
+
+    with open(library, "rb") as f:
+        section = ELFFile(f).get_section_by_name(".nv_fatbin")
+        if section is None:
+            return "no .nv_fatbin section"
+        offset, size = section["sh_offset"], section["sh_size"]
+    at = offset + size // 2
+    with open(library, "r+b") as f:
+        f.seek(at)
+        data = bytearray(f.read(count))
+        f.seek(at)
+        f.write(bytes(b ^ 0xFF for b in data))
+    return f"{count} bytes at offset {at} of .nv_fatbin ({size} bytes)"
+
+
+def damage_installed(variant: str, root: Path, ctx: dict) -> str | None:
+    """What a situation does to the installed root after install; None for none."""
+    damage, _, target = variant.partition(":")
+    lib64 = root / "lib64"
+    link = lib64 / f"{target}.so.{ctx['major']}"
+    if damage == "link-deleted":
+        link.unlink()
+        return f"deleted {link.name}"
+    if damage == "link-repointed":
+        other = Path(os.path.realpath(Path(ctx["foreign"]) / link.name))
+        link.unlink()
+        link.symlink_to(other)
+        return f"{link.name} -> {other}"
+    if damage == "bitflip":
+        full = next(lib64.glob(f"{target}.so.{ctx['major']}.*"))
+        return flip_kernel_bytes(full)
+    return None
+
+
+class SystemCudnnAside:
+    """The distribution's cuDNN moved out of the loader's way (and ldconfig run), put back
+    after: a machine with no other cuDNN."""
+
+    def __init__(self, foreign: Path, work: Path):
+        self.files = sorted(foreign.glob("libcudnn*"))
+        self.aside = work / "system-cudnn-aside"
+
+    def __enter__(self):
+        self.aside.mkdir(parents=True, exist_ok=True)
+        for f in self.files:
+            shutil.move(str(f), self.aside / f.name)
+        subprocess.run(["ldconfig"], check=False)
+        return self
+
+    def __exit__(self, *exc):
+        for f in self.files:
+            shutil.move(str(self.aside / f.name), f)
+        subprocess.run(["ldconfig"], check=False)
+
+
 def _headers_only(info: tarfile.TarInfo):
     base = os.path.basename(info.name)
     return info if info.isdir() or (base.startswith("cudnn") and base.endswith(".h")) else None
@@ -123,10 +220,13 @@ def scratch_root(base: Path, cuda: Path) -> Path:
     return root
 
 
-def tool(args: list[str], env: dict) -> tuple[int, dict | None, float]:
+def tool(args: list[str], env: dict, user: list[str] = (),
+         umask: int | None = None) -> tuple[int, dict | None, float]:
+    """The tool as `user` (a setpriv prefix) runs it, under `umask` when given."""
     start = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "cudnn_setup", *args, "--json"], env=env,
-                          capture_output=True, text=True, timeout=600, cwd=REPO)
+    done = subprocess.run([*user, sys.executable, "-m", "cudnn_setup", *args, "--json"], env=env,
+                          capture_output=True, text=True, timeout=600, cwd="/",
+                          preexec_fn=(lambda: os.umask(umask)) if umask is not None else None)
     took = time.monotonic() - start
     try:
         data = json.loads(done.stdout.strip().splitlines()[-1])
@@ -135,7 +235,7 @@ def tool(args: list[str], env: dict) -> tuple[int, dict | None, float]:
     return done.returncode, data, took
 
 
-def torch_run(lib: Path, env: dict, shadow: Path) -> dict:
+def torch_run(lib: Path, env: dict, shadow: Path, user: list[str] = ()) -> dict:
     """Each workload's outcome; a workload that kills the process is `crashed`, the rest are
     run again in a fresh process. PyTorch also dlopens nvidia/cudnn/lib/libcudnn.so.9 by its
     path under sys.path (its wheel's own copy, another file than the one preloaded), so a
@@ -150,8 +250,8 @@ def torch_run(lib: Path, env: dict, shadow: Path) -> dict:
                  PYTHONPATH=os.pathsep.join(filter(None, [str(shadow), env.get("PYTHONPATH")])))
     left, out = list(WORKLOADS), {}
     while left:
-        done = subprocess.run([sys.executable, str(TORCH), str(lib), *left], env=child,
-                              capture_output=True, text=True, timeout=300)
+        done = subprocess.run([*user, sys.executable, str(TORCH), str(lib), *left], env=child,
+                              capture_output=True, text=True, timeout=300, cwd="/")
         started = None
         for line in done.stdout.splitlines():
             try:
@@ -185,27 +285,38 @@ def run_variant(variant: str, ctx: dict) -> dict:
                                   ctx["major"], ctx["cuda_major"], ctx["foreign"], work)
     base = archive.parent
     root = scratch_root(base, ctx["cuda"])
-    env = ctx["env"]
-    row: dict = {"variant": variant}
+    env = dict(ctx["env"])
+    situation = variant.partition(":")[0]
+    user = NOBODY if variant == "umask077:nobody" else []
+    if user:  # a home of that user's own (its cache), and the tool as any user can read it
+        home = base / "home"
+        home.mkdir()
+        os.chown(home, 65534, 65534)
+        env.update(HOME=str(home), PYTHONPATH=ctx["public_pythonpath"])
+    row: dict = {"variant": variant, "as": "uid 65534" if user else "root"}
     rc, data, took = tool(["install", str(archive), "--cuda-root", str(root), "--no-theanorc",
-                           "--no-verify", "--no-frameworks"], env)
+                           "--no-verify", "--no-frameworks"], ctx["env"],
+                          umask=0o077 if user else None)
     row["install"] = {"exit": rc, "seconds": round(took, 2),
                       "error": (data or {}).get("error")}
     lib = files
     if rc == 0:
         lib = root / "lib64"
         how = ["--cuda-root", str(root)]
+        row["damage"] = damage_installed(variant, root, ctx)
     else:  # the same files placed by hand: what verify says of them
-        how = ["--cuda-root", str(root), "--lib-dir", str(files),
-               "--include-dir", str(ctx["src_include"])]
-    rc, data, took = tool(["verify", *how, "--no-theano", "--no-frameworks"], env)
-    row["verify"] = {"exit": rc, "seconds": round(took, 2), "failing": failing(data),
-                     "of": "the install" if lib != files else "the files (--lib-dir)",
-                     "checks": {c["name"]: c["status"] for c in (data or {}).get("checks", [])},
-                     "gpu": next((c for c in (data or {}).get("checks", []) if c["name"] == "gpu"),
-                                 None)}
+        include = base / "include" if situation == "header-foreign" else ctx["src_include"]
+        how = ["--cuda-root", str(root), "--lib-dir", str(files), "--include-dir", str(include)]
+    frameworks = [] if situation == "jit" else ["--no-frameworks"]
+    row["verify"] = verify_row(how, frameworks, env, user, lib != files)
     row["torch_dir"] = str(lib)
-    row["torch"] = torch_run(lib, env, base / "shadow")
+    row["torch"] = torch_run(lib, env, base / "shadow", user)
+    if situation == "bitflip" and row["install"]["exit"] == 0:
+        rc, data, took = tool(["repair", "--cuda-root", str(root)], env)
+        row["repair"] = {"exit": rc, "seconds": round(took, 2), "changed": (data or {}).get("changed"),
+                         "error": (data or {}).get("error")}
+        row["verify_after_repair"] = verify_row(how, frameworks, env, user, True)
+        row["torch_after_repair"] = torch_run(lib, env, base / "shadow-2", user)
     accepted = row["install"]["exit"] == 0 and row.get("verify", {}).get("exit") == 0
     broken = [w for w, e in row["torch"].items() if e["status"] != "pass"]
     row["torch_failed"] = broken
@@ -214,6 +325,18 @@ def run_variant(variant: str, ctx: dict) -> dict:
                       "caught" if broken else "stricter than torch")
     shutil.rmtree(base, ignore_errors=True)
     return row
+
+
+def verify_row(how: list[str], frameworks: list[str], env: dict, user: list[str],
+               installed: bool) -> dict:
+    rc, data, took = tool(["verify", *how, "--no-theano", *frameworks], env, user)
+    checks = (data or {}).get("checks", [])
+    return {"exit": rc, "seconds": round(took, 2), "failing": failing(data),
+            "of": "the install" if installed else "the files (--lib-dir)",
+            "checks": {c["name"]: c["status"] for c in checks},
+            "gpu": next((c for c in checks if c["name"] == "gpu"), None),
+            "clients": next((c for c in checks if c["name"] == "clients"), None),
+            "error": (data or {}).get("error")}
 
 
 def table(rows: list[dict]) -> str:
@@ -234,6 +357,11 @@ def table(rows: list[dict]) -> str:
             e = r["torch"].get(w, {})
             s = e.get("status", "?")
             cells.append(s if s == "pass" else f"{s}: {(e.get('error') or ', '.join(e.get('foreign', [])))[:80]}")
+        if r.get("repair"):
+            verify += (f"; repair exit {r['repair']['exit']}, then verify exit "
+                       f"{r['verify_after_repair']['exit']}")
+        if r.get("as") != "root":
+            verify += f" (as {r['as']})"
         lines.append(f"| {r['variant']} | {install} | {verify} | {why.replace('|', '/')} | "
                      + " | ".join(c.replace("|", "/") for c in cells) + f" | {r['verdict']} |")
     lines += ["", "What each check said (verify's failing checks, first 300 characters each):", ""]
@@ -263,17 +391,33 @@ def main(argv: list[str] | None = None) -> int:
     major = version.split(".")[0]
     variants = ["intact"] + [f"{d}:{s}" for s in stems for d in DAMAGES
                              if d != "foreign" or (args.foreign_lib / f"{s}.so.{major}").exists()]
+    variants += list(SITUATIONS)
     if args.only:
         variants = [v for v in variants if v in args.only.split(",")]
+    os.umask(0o022)
     args.work.mkdir(parents=True, exist_ok=True)
+    args.work.chmod(0o755)
     env = {k: v for k, v in os.environ.items() if not k.startswith("LD_")}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    # the package where any user can read it, for the runs as an ordinary user
+    public = args.work / "tool"
+    shutil.rmtree(public, ignore_errors=True)
+    shutil.copytree(REPO / "cudnn_setup", public / "cudnn_setup",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    global TORCH
+    TORCH = Path(shutil.copy(TORCH, public / TORCH.name))
     ctx = {"work": str(args.work), "src_lib": src_lib, "src_include": src_include,
            "version": version, "major": major, "cuda_major": cuda_major(args.cuda),
-           "foreign": args.foreign_lib, "cuda": args.cuda, "env": env}
+           "foreign": args.foreign_lib, "cuda": args.cuda, "env": env,
+           "public_pythonpath": os.pathsep.join(filter(None, [str(public),
+                                                              os.environ.get("PYTHONPATH")]))}
     start = time.monotonic()
+    together = [v for v in variants if v != "jit:alone"]
     with cf.ThreadPoolExecutor(args.jobs) as pool:
-        rows = list(pool.map(lambda v: run_variant(v, ctx), variants))
+        rows = list(pool.map(lambda v: run_variant(v, ctx), together))
+    if "jit:alone" in variants:
+        with SystemCudnnAside(args.foreign_lib, args.work):
+            rows.append(run_variant("jit:alone", ctx))
     summary = {"cudnn": version, "wheel": str(wheel), "foreign": str(args.foreign_lib),
                "variants": len(rows), "seconds": round(time.monotonic() - start, 1),
                "missed": [r["variant"] for r in rows if r["verdict"] == "missed"],
