@@ -1,5 +1,7 @@
-"""`inspect`: read an archive once and judge it, installing nothing; given a CUDA root, also
-whether the archive fits it."""
+"""`inspect`: read an archive once and judge it exactly as `install` would before writing
+anything (its checksum against the known releases table, its contents, this machine's GPUs and
+driver, and with --cuda-root the CUDA major of that root), installing nothing. Its verdict is
+install's into that root: the same refusal, word for word, with the same exit code."""
 from __future__ import annotations
 
 import tempfile
@@ -7,42 +9,55 @@ from pathlib import Path
 
 from cudnn_setup.archive import read_package
 from cudnn_setup.archive.package import Package
+from cudnn_setup.checks.driver_check import driver_facts
 from cudnn_setup.steps.command_wrapper import command
 from cudnn_setup.steps.context import Context, reading, which
-from cudnn_setup.placement.fit import BuiltFor, built_for, cuda_mismatch
+from cudnn_setup.placement.fit import BuiltFor, built_for, machine_fit
+from cudnn_setup.placement.judge import fit_refusal, package_refusal
 from cudnn_setup.errors import ArchiveRejected
 from cudnn_setup.facts.cuda import find_cuda_root
+from cudnn_setup.fetch.checksums import expected_for
+from cudnn_setup.parallel import Later
 from cudnn_setup.report import Result
 from cudnn_setup.state.layout import StateDir
-from cudnn_setup.text import escape, plural
+from cudnn_setup.text import escape
 
 
 @command("inspect")
 def inspect(result: Result, ctx: Context, archive: Path, cuda_root: Path | None = None) -> None:
     root = find_cuda_root(ctx.env, cuda_root) if cuda_root is not None else None
+    asked = Later(driver_facts, ctx.env, runner=ctx.runner)  # while the archive is read
+    expected = expected_for(archive.name, None)
+    notes: list[str] = []
     with tempfile.TemporaryDirectory(prefix="cudnn-setup-inspect-") as tmp:
         pkg = read_package(archive, Path(tmp) / "staging", xz=which(ctx, "xz"), env=ctx.env,
-                           on_read=reading(ctx, archive))
+                           on_read=reading(ctx, archive),
+                           expected_sha256=expected.digest if expected else None)
         built = BuiltFor(pkg.cuda_version, "archive name" if pkg.cuda_version else
                          "unknown (not in the file name)")
-        if root is not None and pkg.installable:
+        refusal = package_refusal(pkg, archive.name, expected)
+        if refusal is None and root is not None:
             if not pkg.cuda_version:
                 ctx.status("asking the archive's library which CUDA it was built for")
             built = built_for(pkg, Path(tmp) / "probe", ctx.env)
+            refusal, notes = fit_refusal(pkg, built, root, archive.name,
+                                         StateDir(root.path).manifest(), asked.result, False)
+        elif refusal is None:
+            refusal, notes = machine_fit(pkg, built, asked.result(), False)
     result.cudnn_version = pkg.cudnn_version
     result.add("package", pkg.to_dict())
     result.add("built_for_cuda", built.to_dict())
-    refusal = None
-    if root is not None:
-        result.cuda_root = str(root.path)
-        if pkg.installable:
-            refusal = cuda_mismatch(pkg, built, root, archive.name, StateDir(root.path).manifest())
+    result.add("checksum", expected.to_dict() if expected else None)
+    result.add("verdict", "installable" if refusal is None else "refused")
+    result.cuda_root = str(root.path) if root is not None else None
     result.lines += describe_package(pkg, built, root and str(root.path),
                                      root.version if root else None, refusal)
-    if not pkg.installable:
-        errors = [p for p in pkg.problems if p.severity == "error"]
-        raise ArchiveRejected(f"{escape(archive.name)} cannot be installed here: "
-                              f"{plural(len(errors), 'problem')}", errors[0].hint, problems=errors)
+    if expected is not None and pkg.sha256 == expected.digest:
+        result.lines.append(f"checksum     matches the {expected.source}")
+    if root is None:
+        result.lines.append("CUDA root    none given: whether the build fits one was not judged "
+                            "(--cuda-root names one)")
+    result.lines += [f"note         {n}" for n in notes]
     if refusal is not None:
         raise refusal
 
@@ -71,9 +86,9 @@ def describe_package(pkg: Package, built: BuiltFor | None = None, root: str | No
     for p in pkg.problems:
         lines.append(f"{p.severity:<12} {p.message}" + (f" — {p.hint}" if p.hint else ""))
     if root is None:
-        lines.append("verdict      " + ("installable on this machine" if pkg.installable
+        lines.append("verdict      " + ("installable on this machine" if refusal is None
                                         else "NOT installable on this machine"))
-    elif pkg.installable and refusal is None:
+    elif refusal is None:
         lines.append(f"verdict      installable into {root} (CUDA {root_cuda or 'unknown'})")
     else:
         lines.append(f"verdict      NOT installable into {root} (CUDA {root_cuda or 'unknown'})")

@@ -38,15 +38,34 @@ def stage(archive: Path, staging: Path, expected: Expected | None,
                        expected_sha256=expected.digest if expected and
                        expected.algorithm == "sha256" else None,
                        content_hash=content_hash())
+    refusal = package_refusal(pkg, archive.name, expected)
+    if refusal is not None:
+        raise refusal
+    return pkg
+
+
+def package_refusal(pkg: Package, name: str, expected: Expected | None) -> ArchiveRejected | None:
+    """Why the archive itself cannot be installed (its checksum, then its contents), as
+    install refuses it and inspect reports it."""
     if expected and pkg.sha256 and pkg.sha256 != expected.digest:
-        raise mismatch(escape(archive.name), expected, pkg.sha256)
+        return mismatch(escape(name), expected, pkg.sha256)
     if not pkg.installable:
         errors = [p for p in pkg.problems if p.severity == "error"]
         first = errors[0]
         more = f" (and {plural(len(errors) - 1, 'more problem')})" if len(errors) > 1 else ""
-        raise ArchiveRejected(f"{escape(archive.name)}: {first.message}{more}", first.hint,
-                              problems=errors)
-    return pkg
+        return ArchiveRejected(f"{escape(name)}: {first.message}{more}", first.hint,
+                               problems=errors)
+    return None
+
+
+def fit_refusal(pkg: Package, built: BuiltFor, root: CudaRoot, name: str, old: Manifest | None,
+                driver, force: bool) -> tuple[ArchiveRejected | None, list[str]]:
+    """Whether the build fits the root (its CUDA major) and this machine (`driver`: the facts,
+    or a function that waits for them): the refusal (None with `force`) and the notes of what
+    only warns, as install judges it and inspect reports it."""
+    refusal = None if force else cuda_mismatch(pkg, built, root, name, old)
+    unfit, notes = machine_fit(pkg, built, driver() if callable(driver) else driver, force)
+    return refusal or unfit, notes
 
 
 def stage_and_judge(archive: Path, work: Path, root: CudaRoot, state: StateDir, *,
@@ -61,8 +80,7 @@ def stage_and_judge(archive: Path, work: Path, root: CudaRoot, state: StateDir, 
         f"{root.path} and this machine's GPUs and driver")
     built = built_for(pkg, work / "probe", env)
     old = state.manifest()
-    refusal = None if force else cuda_mismatch(pkg, built, root, archive.name, old)
-    unfit, notes = machine_fit(pkg, built, driver() if callable(driver) else driver, force)
-    if refusal or unfit:
-        raise refusal or unfit
+    refusal, notes = fit_refusal(pkg, built, root, archive.name, old, driver, force)
+    if refusal is not None:
+        raise refusal
     return Judged(pkg, built, old, notes)
