@@ -5,11 +5,17 @@ Commands say what they are doing through `Context.status` (one line per step or 
 which under `--json` carries only the JSON object.
 
 * On a terminal: rich's live display, a spinner with the current step and a bar for bytes,
-  cleared when the command ends (rich is imported only then: it costs start-up time).
+  cleared when the command ends (rich is imported only then: it costs start-up time). A bar
+  appears with the first bytes counted, not before (a download that never starts shows
+  none), and goes when its bytes are done; the step it belongs to stays on the spinner line.
+  On a narrow terminal (under NARROW columns) a bar keeps its name and its bytes and drops
+  the rest.
 * Elsewhere (a pipe, CI, an Ansible log, `| tee`): plain lines, each prefixed `cudnn-setup:`.
   A step gets one line when it starts; anything longer gets another at most every
   `EVERY` seconds (bytes done of the total, or how long the step has lasted), so a log is
-  never silent for longer than that while the tool works, and never floods.
+  never silent for longer than that while the tool works, and never floods. Bytes that are
+  done hand the beat back to the step they belong to: the work after them (staging what was
+  read, say) is named again, not left silent.
 """
 from __future__ import annotations
 
@@ -20,6 +26,7 @@ from typing import IO, Callable, Optional
 from cudnn_setup.text import printable
 
 EVERY = 5.0  # seconds between two lines about one ongoing step in a log
+NARROW = 60  # columns under which a bar shows only its name and its bytes
 PREFIX = "cudnn-setup: "
 
 
@@ -50,8 +57,10 @@ class Plain:
                  clock: Callable[[], float] = time.monotonic):
         self.stream, self.every, self.clock = stream, every, clock
         self._lock = threading.Lock()
-        self._current: Optional[str] = None  # the step being taken, for the heartbeat
-        self._since = 0.0  # when that step started
+        self._current: Optional[str] = None  # what is being done, for the heartbeat
+        self._since = 0.0  # when that started
+        self._step: Optional[str] = None  # the last step said with status(), and its start:
+        self._step_since = 0.0  # what the heartbeat names again once a byte count is done
         self._last = 0.0  # when a line was last written
         self._stop = threading.Event()
         self._beat: Optional[threading.Thread] = None
@@ -67,6 +76,7 @@ class Plain:
     def status(self, line: str) -> None:
         with self._lock:
             self._current, self._since = line, self.clock()
+            self._step, self._step_since = self._current, self._since
             self._write(line)
         self._start_heartbeat()
 
@@ -87,7 +97,8 @@ class Plain:
                         self._write(f"{label}: {amount(done)}")
                     elif took >= self.every:  # a long step says it ended
                         self._write(f"{label}: {amount(done)} in {took:.0f} s")
-                    self._current = None
+                    # the step these bytes belong to goes on (staging what was read, say)
+                    self._current, self._since = self._step, self._step_since
                 elif first or now - self._last >= self.every:
                     self._write(line)
                     self._current, self._since = line, now
@@ -116,7 +127,7 @@ class Plain:
     def close(self) -> None:
         self._stop.set()
         with self._lock:
-            self._current = None
+            self._current = self._step = None
         if self._beat is not None:
             self._beat.join(timeout=2)
 
@@ -140,12 +151,22 @@ class Terminal:
                                    TextColumn, TimeElapsedColumn, TimeRemainingColumn,
                                    TransferSpeedColumn)
 
+        from rich.table import Column
+
         console = Console(file=self.stream)
-        self._steps = Progress(SpinnerColumn(), TextColumn("{task.description}"),
-                               TimeElapsedColumn(), console=console)
-        self._bars = Progress("[progress.description]{task.description}", BarColumn(),
-                              DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn(),
-                              console=console)
+        # A step's words and a bar's name give way (cut with an ellipsis) before the time and
+        # the bytes do, at any width: one line each, redrawn in place.
+        def words() -> TextColumn:
+            return TextColumn("{task.description}", table_column=Column(
+                overflow="ellipsis", no_wrap=True, ratio=1))
+
+        self._steps = Progress(SpinnerColumn(), words(), TimeElapsedColumn(), console=console,
+                               expand=True)
+        name = words()
+        rest = [DownloadColumn()] if console.width < NARROW else \
+            [BarColumn(bar_width=20), DownloadColumn(), TransferSpeedColumn(),
+             TimeRemainingColumn()]
+        self._bars = Progress(name, *rest, console=console, expand=True)
         self._live = Live(Group(self._steps, self._bars), console=console, transient=True,
                           refresh_per_second=8)
         self._live.start()
@@ -167,15 +188,20 @@ class Terminal:
     def progress(self, label: str) -> Callable[[int, Optional[int]], None]:
         from rich.markup import escape as markup_escape
 
-        with self._lock:
-            self._start()
-            task = self._bars.add_task(markup_escape(printable(label)), total=None)
+        description = markup_escape(printable(label))
+        task = [None]  # made with the first bytes: work that never starts shows no bar
 
         def update(done: int, total: Optional[int]) -> None:
             with self._lock:
-                self._bars.update(task, completed=done, total=total)
-                if total is not None and done >= total:
-                    self._bars.update(task, visible=False)
+                finished = total is not None and done >= total
+                if task[0] is None:
+                    if finished:
+                        return  # all at once: nothing to watch
+                    self._start()
+                    task[0] = self._bars.add_task(description, total=total)
+                self._bars.update(task[0], completed=done, total=total)
+                if finished:
+                    self._bars.update(task[0], visible=False)
 
         return update
 

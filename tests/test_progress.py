@@ -17,6 +17,8 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 
 from conftest import REPO, clean_env, run_cli
 from cudnn_setup import console
@@ -57,6 +59,63 @@ def test_plain_lines_say_a_step_at_once_then_at_most_one_per_beat():
     assert lines[0].startswith("cudnn-setup: reading big.tar.xz: ") and "of 400 MB (" in lines[0]
     assert 2 <= len(lines) <= 6, lines  # ...a handful of lines: the first, one per beat, the end
     assert lines[-1] == "cudnn-setup: reading big.tar.xz: 400 MB in 2 s"
+
+
+def test_when_the_bytes_are_done_the_step_they_belong_to_is_named_again():
+    """Reading ends and staging what was read goes on: the log names the step, not silence."""
+    out = io.StringIO()
+    plain = console.Plain(out, every=0.3)
+    plain.status("staging cuDNN 9.28.0 from nvidia_cudnn_cu12-9.28.0.42.whl")
+    update = plain.progress("reading nvidia_cudnn_cu12-9.28.0.42.whl")
+    update(10, 100)
+    update(100, 100)
+    said = len(out.getvalue().splitlines())
+    time.sleep(1.0)  # the staging, three beats long, with no byte counted
+    plain.close()
+    after = out.getvalue().splitlines()[said:]
+    assert after and all(line.startswith("cudnn-setup: staging cuDNN 9.28.0") and
+                         "still going after" in line for line in after), after
+
+
+class _Tty(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def _shown(stream: io.StringIO) -> str:
+    import re
+
+    return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", stream.getvalue())
+
+
+def test_on_a_terminal_a_bar_appears_only_for_bytes_that_are_counted(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "120")
+    out = _Tty()
+    term = console.for_stream(out)
+    term.status("installing")
+    term.progress("downloading")  # a download that never starts: no bar at all
+    reading = term.progress("reading cudnn.tar.xz")
+    reading(10**6, 4 * 10**6)
+    term._live.refresh()
+    term.close()
+    shown = _shown(out)
+    assert "reading cudnn.tar.xz" in shown and "1.0/4.0 MB" in shown
+    assert "downloading" not in shown and "0/?" not in shown
+
+
+@pytest.mark.parametrize("columns", [40, 80])
+def test_a_narrow_terminal_keeps_the_bytes_and_cuts_the_name(monkeypatch, columns):
+    monkeypatch.setenv("COLUMNS", str(columns))
+    out = _Tty()
+    term = console.for_stream(out)
+    term.status("placing cuDNN 9.28.0 into /opt/cuda-12.4: 52 changes in one transaction")
+    update = term.progress("downloading cudnn-linux-x86_64-9.28.0.42_cuda12-archive.tar.xz")
+    update(10**8, 7 * 10**8)
+    term._live.refresh()
+    term.close()
+    lines = [line for line in _shown(out).replace("\r", "\n").splitlines() if line.strip()]
+    assert lines and all(len(line) <= columns for line in lines), lines
+    assert any("100.0/700.0 MB" in line and line.startswith("downloading cudnn") for line in lines)
 
 
 def test_amounts_read_as_a_person_reads_them():
