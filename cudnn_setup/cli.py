@@ -1,9 +1,9 @@
 """The command line: parse argv, call a command, render its Result. Errors become exit codes here
 and nowhere else; whatever happens, `--json` prints one JSON object.
 
-Start-up is part of every command (`--version` and `--help` are little else), so this module
-imports only what parsing needs: the grammar (arguments.py, on the standard library's argparse);
-each command's module, and what it needs, is imported when that command runs.
+Start-up is part of every command (`--version` is little else), so this module imports only the
+grammar (arguments.py, which reads the words itself and hands typer the rest, imported only past
+`--version`); each command's module, and what it needs, is imported when that command runs.
 tests/test_startup.py pins what is imported.
 """
 from __future__ import annotations
@@ -22,6 +22,10 @@ if TYPE_CHECKING:  # without importing typing, which start-up does not otherwise
 
     from cudnn_setup.steps.context import Context
     from cudnn_setup.report import Result
+
+
+# What the completion scripts typer writes set to ask for completions (click's naming)
+COMPLETE_VAR = "_CUDNN_SETUP_COMPLETE"
 
 
 class _Session:
@@ -219,6 +223,10 @@ def main(argv: list[str] | None = None, *, env: Mapping[str, str] | None = None,
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     env = dict(os.environ if env is None else env)
+    if COMPLETE_VAR in env:  # the shell's completion script asks for words, not a command
+        from cudnn_setup.typer_app import complete
+
+        return complete(argv)
     home = home or Path(env.get("HOME") or Path.home())
     session = _Session(argv, env, home, stdout or sys.stdout, stderr or sys.stderr, system_config,
                        cwd or Path.cwd(), pip_system_dirs, wheel_tags)
@@ -230,9 +238,11 @@ def main(argv: list[str] | None = None, *, env: Mapping[str, str] | None = None,
         # what a library prints while the command runs goes where the command's output goes
         with contextlib.redirect_stdout(session.out), contextlib.redirect_stderr(session.err):
             try:
-                parsed = parse(argv, env)
+                parsed = parse(argv, env, session.cwd)
             except ArgsError as exc:
                 return _usage_error(session, exc, as_json)
+            if parsed.done:  # typer answered (completion scripts)
+                return parsed.code
             if parsed.version:
                 _emit(session.out, f"cudnn-setup {__version__}", raw=True)
                 return 0
