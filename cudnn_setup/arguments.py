@@ -105,7 +105,7 @@ def versions_source(value: str, env, cwd) -> str | None:
 def versions_source_hint(value: str) -> str:
     import difflib
 
-    close = difflib.get_close_matches(value.lower(), SOURCES, n=1, cutoff=0.6)
+    close = difflib.get_close_matches(value.lower(), SOURCES, n=1, cutoff=0.5)
     return (f"did you mean {close[0]}?" if close else
             "give nvidia, pypi, a mirror's URL or an existing mirror directory")
 

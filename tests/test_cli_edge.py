@@ -1,0 +1,99 @@
+"""The program at its edge: the seed's command as people type it, options read from the
+environment, `--from` values that are neither a source nor a mirror, and option handling linear
+in argv."""
+import io
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import REPO, clean_env
+from cudnn_setup.arguments import ArgsError, parse
+from cudnn_setup.cli import main
+from fixtures.generate import GENERATION_SAMPLES
+
+V3 = GENERATION_SAMPLES["v3"]  # cudnn-7.0-linux-x64-v3.0-prod.tgz
+
+
+def program(args, home, cwd=None, env_extra=None):
+    """The console program in a process, as a shell runs it."""
+    env = clean_env(home, **(env_extra or {}))
+    cmd = [sys.executable, "-c", "from cudnn_setup.cli import console_main; console_main()",
+           *map(str, args)]
+    return subprocess.run(cmd, env=env, cwd=cwd or REPO, capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_the_seeds_command_as_written(archives, cuda_root, home, tmp_path):
+    """`CUDA_ROOT=/usr/local/cuda cudnn-setup install cudnn-7.0-linux-x64-v3.0-prod.tgz`, with a
+    fabricated root for /usr/local/cuda, from the directory the archive was downloaded to; and
+    CUDNN_SETUP_CUDA_ROOT, the fleet's setting, before CUDA_ROOT."""
+    downloads = tmp_path / "Downloads"
+    downloads.mkdir()
+    (downloads / V3).write_bytes(archives[V3].read_bytes())
+    root, other = cuda_root("7.0"), cuda_root("7.0")
+    done = program(["install", V3, "--json"], home, downloads, {"CUDA_ROOT": str(root)})
+    out = json.loads(done.stdout)
+    assert done.returncode == 0, done.stderr
+    assert out["cuda_root"] == str(root) and out["cudnn_version"] == "3.0.7"
+    assert "found via $CUDA_ROOT" in done.stderr
+    assert (root / "lib64" / "libcudnn.so.7.0").exists() and (root / "include" / "cudnn.h").exists()
+    assert (home / ".theanorc").is_file()
+
+    done = program(["install", V3, "--no-verify", "--no-theanorc", "--json"], home, downloads,
+                   {"CUDA_ROOT": str(root), "CUDNN_SETUP_CUDA_ROOT": str(other)})
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["cuda_root"] == str(other)
+    assert (other / "include" / "cudnn.h").exists()
+
+
+def test_fleet_settings_are_read_from_the_environment_and_shown_in_help():
+    env = {"CUDNN_SETUP_CUDA_ROOT": "/fleet/cuda", "CUDNN_SETUP_CACHE_DIR": "/fleet/cache"}
+    values = parse(["download", "9.1"], env).values
+    assert str(values["cuda_root"]) == "/fleet/cuda" and str(values["cache_dir"]) == "/fleet/cache"
+    # the option given beats the variable; an empty variable is unset
+    assert str(parse(["verify", "--cuda-root", "/r"], env).values["cuda_root"]) == "/r"
+    assert parse(["verify"], {"CUDNN_SETUP_CUDA_ROOT": ""}).values["cuda_root"] is None
+    # the mirror and the index are read where their other sources are (config files, pip.conf):
+    # the CLI passes nothing for them, so --index-url's "implies --from pypi" is not triggered
+    values = parse(["install", "9"], {"CUDNN_SETUP_MIRROR": "/m", "PIP_INDEX_URL": "http://i/"}).values
+    assert values["mirror"] is None and values["index_url"] is None
+    out = io.StringIO()
+    assert main(["install", "--help"], env={}, stdout=out, stderr=io.StringIO()) == 0
+    text = " ".join(out.getvalue().split())
+    for variable in ("CUDNN_SETUP_CUDA_ROOT", "CUDNN_SETUP_CACHE_DIR", "CUDNN_SETUP_MIRROR",
+                     "PIP_INDEX_URL", "$CUDA_ROOT", "$CUDA_PATH", "$CUDA_HOME"):
+        assert variable in text, variable
+
+
+@pytest.mark.parametrize("value, suggestion", [("pipy", "pypi"), ("nvida", "nvidia"),
+                                               ("PyPI", "pypi")])
+def test_an_unknown_from_value_is_a_usage_error_with_a_suggestion(tmp_path, value, suggestion):
+    with pytest.raises(ArgsError) as err:
+        parse(["install", "9", "--from", value], {}, tmp_path)
+    assert "--from" in err.value.message and err.value.hint == f"did you mean {suggestion}?"
+    out, errs = io.StringIO(), io.StringIO()
+    assert main(["list", "--from", value, "--json"], env={}, stdout=out, stderr=errs,
+                cwd=tmp_path) == 2
+    assert json.loads(out.getvalue())["error"]["hint"] == f"did you mean {suggestion}?"
+    # a directory of that name is a mirror, and so is a URL
+    (tmp_path / value).mkdir()
+    assert parse(["install", "9", "--from", value], {}, tmp_path).values["from_"] == value
+    url = "https://mirror.example/cudnn/redist/"
+    assert parse(["mirror", "d", "9", "--from", url], {}, tmp_path).values["from_"] == url
+
+
+def test_option_handling_is_linear_in_argv():
+    """50,000 options (and as many arguments) parse in well under 5 s, not quadratic time."""
+    argv = ["install", "a.tgz"] + ["--header", "A: b"] * 50_000
+    started = time.perf_counter()
+    values = parse(argv, {}).values
+    assert time.perf_counter() - started < 5
+    assert len(values["headers"]) == 50_000
+    argv = ["mirror", "dir"] + [f"9.{i}" for i in range(50_000)] + ["--cuda-root", "/r"] * 50_000
+    started = time.perf_counter()
+    values = parse(argv, {}).values
+    assert time.perf_counter() - started < 5
+    assert len(values["versions"]) == 50_000 and str(values["cuda_root"]) == "/r"
