@@ -228,8 +228,10 @@ def main(argv: list[str] | None = None, *, env: Mapping[str, str] | None = None,
 
         return complete(argv)
     home = home or Path(env.get("HOME") or Path.home())
-    session = _Session(argv, env, home, stdout or sys.stdout, stderr or sys.stderr, system_config,
-                       cwd or Path.cwd(), pip_system_dirs, wheel_tags)
+    # a closed stream (Python makes it None) is a sink: print(file=None) would write to stdout
+    session = _Session(argv, env, home, stdout or sys.stdout or _sink(),
+                       stderr or sys.stderr or _sink(), system_config, cwd or Path.cwd(),
+                       pip_system_dirs, wheel_tags)
     as_json = "--json" in argv
     command = next((a for a in argv if not a.startswith("-")), "")
     try:
@@ -281,6 +283,25 @@ def _usage_error(session: _Session, exc: ArgsError, as_json: bool) -> int:
     return USAGE
 
 
+def _sink() -> IO[str]:
+    return open(os.devnull, "w", encoding="utf-8")
+
+
+def _standard_streams() -> None:
+    """Descriptors 0, 1 and 2 open, on /dev/null where the caller closed them (`2>&-`), as
+    OpenSSH's sanitise_stdfd does: else the first file or pipe the command opens takes the
+    number, and what is written to "stderr" (by this process or its children) lands in it."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            os.open(os.devnull, os.O_RDWR)  # the lowest free number: this one
+    for name in ("stdin", "stdout", "stderr"):
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(os.devnull, "r" if name == "stdin" else "w",
+                                    encoding="utf-8"))
+
+
 def _observed() -> bool:
     """Whether a profiler, tracer or coverage tool is attached: through sys.setprofile or
     sys.settrace, or, from Python 3.12, through sys.monitoring (cProfile's way there)."""
@@ -300,6 +321,7 @@ def console_main() -> None:
     module by module costs about 25 ms, an eighth of an install of a small archive. What a
     daemon thread still does is dropped either way. Under a profiler or a tracer (cProfile,
     coverage), which write their results as the interpreter exits, it exits as usual."""
+    _standard_streams()
     code = main()
     if _observed():
         sys.exit(code)

@@ -1,6 +1,6 @@
 """The program at its edge: the seed's command as people type it, options read from the
-environment, `--from` values that are neither a source nor a mirror, and option handling linear
-in argv."""
+environment, a closed stderr, `--from` values that are neither a source nor a mirror, and option
+handling linear in argv."""
 import io
 import json
 import subprocess
@@ -15,13 +15,16 @@ from cudnn_setup.cli import main
 from fixtures.generate import GENERATION_SAMPLES
 
 V3 = GENERATION_SAMPLES["v3"]  # cudnn-7.0-linux-x64-v3.0-prod.tgz
+SAMPLE = REPO / "fixtures" / "samples" / "cudnn-10.0-linux-x64-v7.4.2.24.tgz"
 
 
-def program(args, home, cwd=None, env_extra=None):
-    """The console program in a process, as a shell runs it."""
+def program(args, home, cwd=None, env_extra=None, closed_stderr=False):
+    """The console program in a process, as a shell runs it (`2>&-` when closed_stderr)."""
     env = clean_env(home, **(env_extra or {}))
     cmd = [sys.executable, "-c", "from cudnn_setup.cli import console_main; console_main()",
            *map(str, args)]
+    if closed_stderr:
+        cmd = ["bash", "-c", '"$@" 2>&-', "bash", *cmd]
     return subprocess.run(cmd, env=env, cwd=cwd or REPO, capture_output=True, text=True,
                           timeout=300)
 
@@ -83,6 +86,28 @@ def test_an_unknown_from_value_is_a_usage_error_with_a_suggestion(tmp_path, valu
     assert parse(["install", "9", "--from", value], {}, tmp_path).values["from_"] == value
     url = "https://mirror.example/cudnn/redist/"
     assert parse(["mirror", "d", "9", "--from", url], {}, tmp_path).values["from_"] == url
+
+
+def test_a_closed_stderr_changes_nothing(tmp_path, home, cuda_root):
+    """`2>&-`: the documented exit code and, under --json, one JSON object alone on stdout."""
+    root = cuda_root("10.0")
+    cases = [
+        (["install", SAMPLE, "--cuda-root", root, "--no-verify", "--no-theanorc",
+          "--no-frameworks", "--json"], 0),
+        (["inspect", tmp_path / "missing.tgz", "--json"], 2),
+        (["install", "x.tgz", "--cuda-root", "--json"], 2),
+        (["verify", "--cuda-root", tmp_path / "nowhere", "--json"], 4),
+    ]
+    for args, code in cases:
+        expected = program(args, home)
+        done = program(args, home, closed_stderr=True)
+        assert (expected.returncode, done.returncode) == (code, code), (args, done.stdout)
+        lines = done.stdout.splitlines()
+        assert len(lines) == 1, (args, done.stdout)
+        assert json.loads(lines[0])["error"] == json.loads(expected.stdout)["error"]
+    # and without --json, nothing meant for stderr reaches stdout
+    done = program(["install", "x.tgz", "--bogus"], home, closed_stderr=True)
+    assert done.returncode == 2 and done.stdout == ""
 
 
 def test_option_handling_is_linear_in_argv():
