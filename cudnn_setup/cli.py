@@ -84,7 +84,7 @@ def _render(session: _Session, result: Result, as_json: bool) -> int:
     human = session.err if as_json else session.out
     error = result.error
     if isinstance(error, InternalError) and not error.saved:
-        error.message += f" (traceback saved in {_save_traceback(session, error)})"
+        error.message += f" ({_save_traceback(session, error)})"
         error.saved = True
     lines = list(result.lines)
     if result.checks:
@@ -153,27 +153,24 @@ def _last_resort(session: _Session, command: str, exc: BaseException, as_json: b
 
 
 def _save_traceback(session: _Session, error: InternalError) -> str:
+    """Where the traceback was kept, for the error's message: "saved in PATH", or "not saved"
+    and why (crash_report.py says where and how)."""
     import datetime
-    import tempfile
 
+    from cudnn_setup import crash_report
     from cudnn_setup.text import escape
-    from cudnn_setup.urls import scrub
 
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    base = session.env.get("XDG_CACHE_HOME") or str(session.home / ".cache")
-    # the command line as given, but a URL's password or token is no more kept than shown
-    argv = " ".join(scrub(a) for a in session.argv)
-    text = f"cudnn-setup {__version__}\n{argv}\n\n{scrub(error.traceback)}"
-    for directory in (Path(base) / "cudnn-setup", Path(tempfile.gettempdir())):
-        try:
-            directory.mkdir(parents=True, exist_ok=True)
-            path = directory / f"cudnn-setup-crash-{stamp}-{os.getpid()}.txt"
-            # bytes as they were: arguments and paths may hold any byte
-            path.write_bytes(text.encode("utf-8", "surrogateescape"))
-            return escape(str(path))
-        except (OSError, UnicodeError):
-            continue
-    return "nowhere: no writable directory"
+    directory = crash_report.cache_dir(session.env, session.home) / "cudnn-setup" / "crashes"
+    text = crash_report.report_text(__version__, session.argv, error.traceback)
+    try:
+        path = crash_report.save(directory, f"crash-{stamp}-{os.getpid()}.txt", text,
+                                 os.geteuid())
+    except (OSError, UnicodeError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        return f"traceback not saved: {escape(why)}" + (
+            f" ({escape(str(directory))})" if isinstance(exc, OSError) and exc.strerror else "")
+    return f"traceback saved in {escape(str(path))}"
 
 
 def _call(session: _Session, parsed: Parsed) -> int:

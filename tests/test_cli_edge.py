@@ -1,15 +1,17 @@
 """The program at its edge: the seed's command as people type it, options read from the
-environment, a closed stderr, `--from` values that are neither a source nor a mirror, and option
-handling linear in argv."""
+environment, a closed stderr, crash reports (where, which mode, what they leave out), `--from`
+values that are neither a source nor a mirror, and option handling linear in argv."""
 import io
 import json
+import os
+import stat
 import subprocess
 import sys
 import time
 
 import pytest
 
-from conftest import REPO, clean_env
+from conftest import REPO, clean_env, run_cli
 from cudnn_setup.arguments import ArgsError, parse
 from cudnn_setup.cli import main
 from fixtures.generate import GENERATION_SAMPLES
@@ -108,6 +110,81 @@ def test_a_closed_stderr_changes_nothing(tmp_path, home, cuda_root):
     # and without --json, nothing meant for stderr reaches stdout
     done = program(["install", "x.tgz", "--bogus"], home, closed_stderr=True)
     assert done.returncode == 2 and done.stdout == ""
+
+
+def _crash(monkeypatch, home, env_extra, argv):
+    """A bug (exit 70) in `download`, in this process, under a umask of 000."""
+    import cudnn_setup.commands.download as download_module
+
+    def broken(ctx, **values):
+        raise RuntimeError("boom while sending Authorization: Bearer tok-SECRET-1 to "
+                           "https://user:pw-SECRET-2@index.example/simple/?token=SECRET-3")
+
+    monkeypatch.setattr(download_module, "download", broken)
+    previous = os.umask(0)
+    try:
+        return run_cli(argv, home, env_extra)
+    finally:
+        os.umask(previous)
+
+
+def test_a_crash_report_is_the_users_alone_and_holds_no_secret(monkeypatch, home, tmp_path):
+    cache = tmp_path / "cache"
+    argv = ["download", "9.1", "--header", "Authorization: Bearer tok-SECRET-1",
+            "--header=Cookie: sid=SECRET-4", "--header", "X-Custom: SECRET-5",
+            "--index-url", "https://user:pw-SECRET-2@index.example/simple", "--json"]
+    done = _crash(monkeypatch, home, {"XDG_CACHE_HOME": str(cache)}, argv)
+    assert done.returncode == 70
+    message = json.loads(done.stdout)["error"]["message"]
+    assert "traceback saved in" in message
+    reports = list((cache / "cudnn-setup" / "crashes").iterdir())
+    assert len(reports) == 1
+    assert stat.S_IMODE(reports[0].stat().st_mode) == 0o600
+    assert stat.S_IMODE(reports[0].parent.stat().st_mode) == 0o700
+    text = reports[0].read_text()
+    assert "RuntimeError" in text and "X-Custom" in text and "SECRET" not in text, text
+
+
+def test_header_values_never_reach_the_crash_report():
+    from cudnn_setup.crash_report import report_text
+
+    argv = ["download", "https://user:pw-SECRET-2@host.example/x.tgz",
+            "--header", "Authorization: Bearer tok-SECRET-1", "--header=Cookie: sid=SECRET-4",
+            "--header", "X-Api-Key: SECRET-5", "--header", "X-Custom: SECRET-6"]
+    traceback = ("Traceback...\nHTTPError: 401 for headers {'X-Custom': 'SECRET-6', "
+                 "'Authorization': 'Bearer tok-SECRET-1'} access_token=SECRET-7\n")
+    text = report_text("0", argv, traceback)
+    assert "SECRET" not in text, text
+    assert "--header Authorization: …" in text and "X-Custom" in text and "401" in text
+
+
+def test_a_crash_report_is_not_saved_where_others_could_reach_it(monkeypatch, home, tmp_path):
+    """A cache dir that others may write (or a link planted there) is not used, and nothing
+    falls back to $TMPDIR: the message says the traceback was not saved, and why."""
+    import tempfile
+
+    shared_tmp = tmp_path / "tmp"
+    shared_tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(shared_tmp))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    cache = tmp_path / "cache"
+    (cache / "cudnn-setup").mkdir(parents=True)
+    planted = tmp_path / "elsewhere"
+    planted.mkdir(mode=0o777)
+    planted.chmod(0o777)
+    (cache / "cudnn-setup" / "crashes").symlink_to(planted)
+    done = _crash(monkeypatch, home, {"XDG_CACHE_HOME": str(cache)}, ["download", "9", "--json"])
+    assert done.returncode == 70
+    assert "traceback not saved" in json.loads(done.stdout)["error"]["message"]
+    assert list(planted.iterdir()) == [] and list(shared_tmp.iterdir()) == []
+
+    (cache / "cudnn-setup" / "crashes").unlink()
+    (cache / "cudnn-setup" / "crashes").mkdir()
+    (cache / "cudnn-setup" / "crashes").chmod(0o777)
+    done = _crash(monkeypatch, home, {"XDG_CACHE_HOME": str(cache)}, ["download", "9", "--json"])
+    message = json.loads(done.stdout)["error"]["message"]
+    assert "traceback not saved" in message and "writable by others" in message
+    assert list(shared_tmp.iterdir()) == []
 
 
 def test_option_handling_is_linear_in_argv():
