@@ -142,6 +142,8 @@ def run_top(argv: list[str]) -> int:
         return 0
     except typer.Exit as exc:
         return exc.exit_code
+    except SystemExit as exc:  # how typer's completion options end
+        return exc.code if isinstance(exc.code, int) else 0
     except click_errors.UsageError as exc:
         error = _refusal(exc, None)
         error.command = next((a for a in argv if not a.startswith("-")), "")
