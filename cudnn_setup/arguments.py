@@ -41,6 +41,11 @@ class Opt:
     def name(self) -> str:
         return self.flags[-1]
 
+    def default(self, env) -> str | None:
+        """The value when the option is not given: its variable's, where the CLI reads it (an
+        empty variable is unset)."""
+        return (env.get(self.env) or None) if self.env and self.env_here else None
+
     def said(self, help: str, **changes) -> Opt:
         """The same option with another help sentence (a command's own meaning of it)."""
         keep = dict(metavar=self.metavar, dest=self.dest, path=self.path, repeat=self.repeat,
@@ -344,6 +349,31 @@ class Words:
             spelling, value = values[0] if self._repeat[dest] else values[-1]
             options.append(spelling if value is None else f"{_long(command, dest)}={value}")
         self.judge = [*unknown, *options, "--", *shown]
+        self.command, self.unknown = command, unknown
+
+    def values(self, env) -> dict | None:
+        """The keyword values, read without typer where typer would have nothing to say: no
+        word it would refuse (an unknown option, a value given to a flag), the arguments there
+        and not too many. None: typer judges (tests/test_arguments.py holds both to the same
+        answers)."""
+        command, count = self.command, len(self.arguments)
+        needed = sum(a.required for a in command.arguments)
+        many = any(a.many for a in command.arguments)
+        if self.unknown or count < needed or (not many and count > len(command.arguments)):
+            return None
+        values: dict = {}
+        for opt in command.options:
+            got = [value for _, value in self.given.get(opt.dest, [])]
+            if opt.metavar is None:
+                values[opt.dest] = bool(got)
+            elif opt.repeat:
+                values[opt.dest] = got
+            else:
+                values[opt.dest] = got[-1] if got else opt.default(env)
+        for i, arg in enumerate(command.arguments):
+            values[arg.dest] = self.arguments[i:] if arg.many else (
+                self.arguments[i] if i < count else None)
+        return values
 
     def _add(self, opt: Opt, spelling: str, value: str | None) -> None:
         self._repeat[opt.dest] = opt.repeat
@@ -366,24 +396,9 @@ def _long(command: Command, dest: str) -> str:
 
 
 def _values(command: Command, words: Words, env, cwd) -> dict:
-    from cudnn_setup import typer_app
-
-    try:
-        values = typer_app.judge(command, words.judge, env)
-    except ArgsError as exc:
-        if exc.message.endswith("does not take a value."):  # --json=yes
-            exc.hint = _flag_hint(exc.message.split("'")[1])
-        elif exc.message.startswith("Got unexpected extra argument"):  # --json true
-            exc.hint = _extra_hint(command, words.words) or exc.hint
-        raise
-    # what typer saw once, as given: every value of a repeatable option, every argument
-    for opt in command.options:
-        if opt.repeat:
-            values[opt.dest] = [v for _, v in words.given.get(opt.dest, [])] or (
-                list(values[opt.dest] or []))
-    last = command.arguments[-1] if command.arguments else None
-    if last is not None and last.many:
-        values[last.dest] = words.arguments[len(command.arguments) - 1:]
+    values = words.values(env)
+    if values is None:
+        values = _judged(command, words, env)
 
     def refused(message: str, hint: str = "") -> ArgsError:
         return ArgsError(message, command.name, command, hint)
@@ -413,6 +428,29 @@ def _values(command: Command, words: Words, env, cwd) -> dict:
                 raise refused(f"Invalid value for '{opt.name}': {why}", hint)
         if opt.only_if_given and not value:
             del values[opt.dest]
+    return values
+
+
+def _judged(command: Command, words: Words, env) -> dict:
+    """The values as typer reads them (or its refusal, with the tool's hints)."""
+    from cudnn_setup import typer_app
+
+    try:
+        values = typer_app.judge(command, words.judge, env)
+    except ArgsError as exc:
+        if exc.message.endswith("does not take a value."):  # --json=yes
+            exc.hint = _flag_hint(exc.message.split("'")[1])
+        elif exc.message.startswith("Got unexpected extra argument"):  # --json true
+            exc.hint = _extra_hint(command, words.words) or exc.hint
+        raise
+    # what typer saw once, as given: every value of a repeatable option, every argument
+    for opt in command.options:
+        if opt.repeat:
+            values[opt.dest] = [v for _, v in words.given.get(opt.dest, [])] or (
+                list(values[opt.dest] or []))
+    last = command.arguments[-1] if command.arguments else None
+    if last is not None and last.many:
+        values[last.dest] = words.arguments[len(command.arguments) - 1:]
     return values
 
 

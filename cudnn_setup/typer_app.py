@@ -98,8 +98,7 @@ def _read_env(cmd, command: Command, env) -> None:
         opt = options.get(param.name)
         if opt is None or opt.env is None:
             continue
-        value = (env.get(opt.env) or None) if opt.env_here else None
-        param.resolve_envvar_value = lambda ctx, value=value: value
+        param.resolve_envvar_value = lambda ctx, value=opt.default(env): value
 
 
 def judge(command: Command, words: list[str], env) -> dict:

@@ -3,9 +3,9 @@
 Each case runs the CLI in a fresh interpreter and reads back the modules it had loaded when it
 exited. `install --no-verify` of a local archive must not load the download stack (requests,
 urllib3), rich, a validation library, Theano's config merger or markdown rendering; `--version`
-loads nothing outside the standard library (typer is imported past it), `--help` and parsing
-load typer and what it needs alone (not pydantic, which typer from 0.29 imports while parsing:
-pyproject.toml pins 0.28), and no command. The exact set of the tool's own modules an install
+and a command line typer would have nothing to say about load nothing outside the standard
+library; `--help`, completion and refusals load typer and what it needs alone (not pydantic,
+which typer from 0.29 imports while parsing: pyproject.toml pins 0.28), and no command. The exact set of the tool's own modules an install
 loads is pinned, so a new top-level import that drags a layer in fails here and is either made
 lazy or added to the list on purpose; so is how many modules parsing adds to Python's own.
 """
@@ -44,12 +44,12 @@ VERSION_MODULES = {"cudnn_setup", "cudnn_setup.arguments", "cudnn_setup.cli", "c
                    "cudnn_setup.text"}
 # and `--help`: the typer application built from the grammar
 PARSER_MODULES = VERSION_MODULES | {"cudnn_setup.typer_app"}
-# How many modules parsing a command adds to what Python's own start loads: 82 with typer 0.28.0
+# How many modules help or a refusal adds to what Python's own start loads: 82 with typer 0.28.0
 # on Python 3.11 (typer 0.29.1 adds pydantic: about 250).
 PARSER_GROWTH = 100
 # And an install of a local .tgz: ELF parsing, version numbers, ISA-L, BLAKE3 (the installed
-# files' content hash).
-INSTALL = PARSER | {"elftools", "packaging", "isal", "blake3"}
+# files' content hash); not typer, which has nothing to say about a command line that parses.
+INSTALL = {"elftools", "packaging", "isal", "blake3"}
 
 INSTALL_MODULES = {
     "cudnn_setup", "cudnn_setup.archive", "cudnn_setup.archive.decoder_choice",
@@ -81,7 +81,7 @@ INSTALL_MODULES = {
     "cudnn_setup.state.transaction", "cudnn_setup.steps", "cudnn_setup.steps.by_version",
     "cudnn_setup.steps.command_wrapper", "cudnn_setup.steps.context",
     "cudnn_setup.steps.fetching", "cudnn_setup.steps.loader_step", "cudnn_setup.text",
-    "cudnn_setup.typer_app", "cudnn_setup.untrusted", "cudnn_setup.urls",
+    "cudnn_setup.untrusted", "cudnn_setup.urls",
 }
 # None of verify's checks, the frameworks' what-if or Theano's config step: this install has
 # neither verify, nor frameworks, nor a .theanorc to write.
@@ -141,7 +141,7 @@ def test_version_loads_nothing_but_the_grammar(tmp_path, home):
 
 @pytest.mark.parametrize("argv", [["--help"], ["-h"], ["install", "--help"], ["verify", "-h"],
                                   ["install", "--json"]])
-def test_help_and_parsing_load_typer_alone_and_no_command(tmp_path, home, argv):
+def test_help_and_refusals_load_typer_alone_and_no_command(tmp_path, home, argv):
     code, modules = loaded(tmp_path, home, *argv)
     assert code == (2 if "--json" in argv else 0)
     assert not modules & NEVER, sorted(modules & NEVER)
