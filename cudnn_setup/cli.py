@@ -167,9 +167,9 @@ def _save_traceback(session: _Session, error: InternalError) -> str:
         path = crash_report.save(directory, f"crash-{stamp}-{os.getpid()}.txt", text,
                                  os.geteuid())
     except (OSError, UnicodeError) as exc:
-        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        return f"traceback not saved: {escape(why)}" + (
-            f" ({escape(str(directory))})" if isinstance(exc, OSError) and exc.strerror else "")
+        strerror = getattr(exc, "strerror", None)
+        why = f"{strerror}: {directory}" if strerror else str(exc)
+        return f"traceback not saved: {escape(why)}"
     return f"traceback saved in {escape(str(path))}"
 
 

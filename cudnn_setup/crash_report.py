@@ -5,6 +5,7 @@ URLs' passwords).
 """
 from __future__ import annotations
 
+import errno
 import os
 import re
 import stat
@@ -84,7 +85,12 @@ def save(directory: Path, name: str, text: str, euid: int) -> Path:
     used (OSError, saying why): a file there could be read, replaced or planted by them."""
     _make_private_dir(directory)
     flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-    dir_fd = os.open(directory, flags)
+    try:
+        dir_fd = os.open(directory, flags)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise OSError(f"{directory} is a link or not a directory") from None
+        raise
     try:
         info = os.fstat(dir_fd)
         if info.st_uid != euid:
