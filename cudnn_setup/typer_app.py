@@ -70,12 +70,10 @@ def _group(env=None):
     """The whole program: every command, `--version`, the completion options."""
     app = _app(COMMANDS.values())
 
-    @app.callback()
+    @app.callback(help=SUMMARY)
     def top(version: Annotated[bool, typer.Option("--version", help=VERSION_HELP)] = False):
-        """Install NVIDIA cuDNN from an archive into a CUDA toolkit, configure Theano for it,
-        and prove that it works."""
+        pass  # --version is answered before typer is imported: here it is shown in help
 
-    top.__doc__ = SUMMARY
     group = typer.main.get_command(app)
     for sub in getattr(group, "commands", {}).values():
         _read_env(sub, COMMANDS[sub.name], env or {})
