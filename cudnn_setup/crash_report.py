@@ -11,11 +11,13 @@ import re
 import stat
 from pathlib import Path
 
-# `--header` values are secrets whatever their names; these look like secrets wherever they are
-_SECRET_HEADER = re.compile(
-    r"(?i)\b((?:proxy-)?authorization|(?:set-)?cookie|[\w-]*(?:token|secret|password|passwd|"
-    r"api[-_]?key|session)[\w-]*)(\s*[:=]\s*)([^\s'\",;&]+(?:[ \t]+[^\s'\",;&]+)?)")
-_SCHEME_VALUE = re.compile(r"(?i)\b(bearer|basic|digest|token)(\s+)[A-Za-z0-9._~+/=-]{4,}")
+# `--header` values are secrets whatever their names; these look like secrets wherever they are.
+# Every repetition is bounded or followed by nothing that can fail, so matching stays linear.
+_WHOLE_VALUE = re.compile(r"(?i)\b((?:proxy-)?authorization|(?:set-)?cookie)"
+                          r"(['\"]?[ \t]{0,8}[:=][ \t]*['\"]?)[^\r\n'\"]+")
+_NAMED_VALUE = re.compile(r"(?i)(token|secret|passw(?:or)?d|api[-_]?key)([\w-]{0,40}"
+                          r"[ \t]{0,8}[:=][ \t]{0,8})[^\s'\",;&]+")
+_SCHEME_VALUE = re.compile(r"(?i)\b(bearer|basic|digest)([ \t]{1,8})[A-Za-z0-9._~+/=-]{4,}")
 HIDDEN = "…"
 HEADER_OPTION = "--header"
 
@@ -61,14 +63,14 @@ def scrub(text: str, secrets: list[str]) -> str:
     for secret in sorted(set(secrets), key=len, reverse=True):
         if len(secret) >= 3:
             text = text.replace(secret, HIDDEN)
-    text = _SECRET_HEADER.sub(lambda m: m.group(1) + m.group(2) + HIDDEN, text)
-    text = _SCHEME_VALUE.sub(lambda m: m.group(1) + m.group(2) + HIDDEN, text)
+    for pattern in (_WHOLE_VALUE, _NAMED_VALUE, _SCHEME_VALUE):
+        text = pattern.sub(lambda m: m.group(1) + m.group(2) + HIDDEN, text)
     return scrub_urls(text)
 
 
 def report_text(version: str, argv: list[str], traceback: str) -> str:
     secrets = header_values(argv)
-    line = scrub(" ".join(scrub_argv(argv)), secrets)
+    line = " ".join(scrub(word, secrets) for word in scrub_argv(argv))
     return f"cudnn-setup {version}\n{line}\n\n{scrub(traceback, secrets)}"
 
 
