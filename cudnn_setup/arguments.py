@@ -197,6 +197,9 @@ COMMANDS = {c.name: c for c in (
             "Remove the cuDNN the tool installed and put back what it replaced.", (),
             (CUDA_ROOT, DRY_RUN, Opt("--force", help="also remove files changed since install"),
              JSON)),
+    Command("repair", "repair:repair",
+            "Put a managed install back as its manifest records it: missing or changed files, "
+            "links and modes.", (), (CUDA_ROOT, DRY_RUN, JSON)),
     Command("theanorc", "theanorc:theanorc", "Write the cuDNN settings into Theano's config.", (),
             (CUDA_ROOT, THEANORC, FORCE_THEANO_CUDNN,
              DRY_RUN.said("show the diff, change nothing"), JSON)),
@@ -236,9 +239,6 @@ COMMANDS = {c.name: c for c in (
              FROM.said("nvidia (default), pypi (wheels repacked in NVIDIA's layout), or another "
                        "mirror's URL or directory"),
              INDEX_URL, HEADER, CUDA_ROOT, JSON)),
-    Command("repair", "repair:repair",
-            "Put a managed install back as its manifest says.", (),
-            (CUDA_ROOT, DRY_RUN, JSON)),
 )}
 TOP_OPTIONS = (Opt("--version", help="print the version"),)
 
