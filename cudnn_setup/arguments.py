@@ -124,6 +124,9 @@ CUDA_ROOT = Opt("--cuda-root", metavar="DIR", path=True, env="CUDNN_SETUP_CUDA_R
                      "$CUDA_PATH, $CUDA_HOME, nvcc on PATH, /usr/local/cuda, /opt/cuda)")
 THEANORC = Opt("--theanorc", metavar="FILE", path=True,
                help=f"Theano config to write {_RC_DEFAULT}")
+FORCE_THEANO_CUDNN = Opt("--force-theano-cudnn",
+                         help="write optimizer_including=cudnn even for a cuDNN Theano 1.0.5 "
+                              "cannot use (v8 and later), which makes it stop on a GPU")
 PYTHON = Opt("--python", metavar="EXE", check=interpreter,
              help="interpreter whose Theano and frameworks are checked (default: the one "
                   "running cudnn-setup)")
@@ -157,9 +160,7 @@ INDEX_URL = Opt("--index-url", metavar="URL", env="PIP_INDEX_URL",
                      "PIP_INDEX_URL, pip.conf, pypi.org)")
 
 # Passed only when given, so that a command built before the flag existed still runs.
-FORCE_THEANO_CUDNN = Opt("--force-theano-cudnn", only_if_given=True,
-                         help="write optimizer_including=cudnn even where this Theano cannot use "
-                              "the installed cuDNN")
+FORCE_THEANO_CUDNN.only_if_given = True
 
 COMMANDS = {c.name: c for c in (
     Command("inspect", "inspect:inspect", "Validate and describe an archive; install nothing.",
@@ -179,8 +180,8 @@ COMMANDS = {c.name: c for c in (
             (Arg("SOURCE", "source", "archive path, http(s)/file URL, or a version (9, 9.17, "
                                      "9.17.0.29) to fetch"),),
             (CUDA_ROOT, SHA256, THEANORC,
-             Opt("--no-theanorc", help="leave Theano's config alone"), FORCE_THEANO_CUDNN,
-             PYTHON,
+             Opt("--no-theanorc", help="leave Theano's config alone"), PYTHON,
+             FORCE_THEANO_CUDNN,
              Opt("--no-verify", help="skip verification"), DRY_RUN,
              Opt("--force", help="reinstall; replace changed files"),
              Opt("--ldconfig", help="register the library dir in /etc/ld.so.conf.d and run "
@@ -201,8 +202,8 @@ COMMANDS = {c.name: c for c in (
             "Put a managed install back as its manifest records it: missing or changed files, "
             "links and modes.", (), (CUDA_ROOT, DRY_RUN, JSON)),
     Command("theanorc", "theanorc:theanorc", "Write the cuDNN settings into Theano's config.", (),
-            (CUDA_ROOT, THEANORC, FORCE_THEANO_CUDNN,
-             DRY_RUN.said("show the diff, change nothing"), JSON)),
+            (CUDA_ROOT, THEANORC, DRY_RUN.said("show the diff, change nothing"),
+             FORCE_THEANO_CUDNN, JSON)),
     Command("verify", "verify:verify",
             "Check, layer by layer, that cuDNN is installed right and works.", (),
             (CUDA_ROOT, THEANORC.said(f"Theano config the Theano check reads {_RC_DEFAULT}"),
