@@ -102,7 +102,8 @@ def versions_source(value: str, env, cwd) -> str | None:
     taken for a mirror directory (that would fail later as a download, exit 6)."""
     from pathlib import Path
 
-    if value in SOURCES or "://" in value or (Path(cwd or ".") / value).is_dir():
+    if value in SOURCES or "://" in value or value.lower().startswith("file:") or (
+            Path(cwd or ".") / value).is_dir():
         return None
     return "it is neither nvidia, pypi, a URL nor an existing directory"
 

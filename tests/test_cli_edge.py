@@ -86,8 +86,8 @@ def test_an_unknown_from_value_is_a_usage_error_with_a_suggestion(tmp_path, valu
     # a directory of that name is a mirror, and so is a URL
     (tmp_path / value).mkdir()
     assert parse(["install", "9", "--from", value], {}, tmp_path).values["from_"] == value
-    url = "https://mirror.example/cudnn/redist/"
-    assert parse(["mirror", "d", "9", "--from", url], {}, tmp_path).values["from_"] == url
+    for url in ("https://mirror.example/cudnn/redist/", "file:/srv/cudnn/"):
+        assert parse(["mirror", "d", "9", "--from", url], {}, tmp_path).values["from_"] == url
 
 
 def test_a_closed_stderr_changes_nothing(tmp_path, home, cuda_root):
