@@ -242,7 +242,6 @@ COMMANDS = {c.name: c for c in (
                        "mirror's URL or directory"),
              INDEX_URL, HEADER, CUDA_ROOT, JSON)),
 )}
-TOP_OPTIONS = (Opt("--version", help="print the version"),)
 
 
 class ArgsError(Exception):

@@ -22,11 +22,6 @@ SETTINGS = {"help_option_names": list(HELP_FLAGS), "max_content_width": 80, "ter
 VERSION_HELP = "Show the version and exit."
 
 
-def _values(**given):
-    """Every command's callback: what typer read, by keyword, for the CLI to pass on."""
-    return given
-
-
 def _callback(command: Command):
     """A function whose signature is the command's table entry, as typer reads functions."""
     keyword = inspect.Parameter.KEYWORD_ONLY
@@ -48,8 +43,8 @@ def _callback(command: Command):
         params.append(inspect.Parameter(opt.dest, keyword, annotation=Annotated[kind, info],
                                         default=default))
 
-    def callback(**given):
-        return _values(**given)
+    def callback(**given):  # what typer read, by keyword, for the CLI to pass on
+        return given
 
     callback.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
     callback.__annotations__ = {p.name: p.annotation for p in params}
