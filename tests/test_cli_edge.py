@@ -1,4 +1,4 @@
-"""The program at its edge: the seed's command as people type it, options read from the
+"""The program at its edge: the classic install command as people type it, options read from the
 environment, a closed stderr, crash reports (where, which mode, what they leave out), `--from`
 values that are neither a source nor a mirror, and option handling linear in argv."""
 import io
@@ -31,7 +31,7 @@ def program(args, home, cwd=None, env_extra=None, closed_stderr=False):
                           timeout=300)
 
 
-def test_the_seeds_command_as_written(archives, cuda_root, home, tmp_path):
+def test_the_classic_command_as_written(archives, cuda_root, home, tmp_path):
     """`CUDA_ROOT=/usr/local/cuda cudnn-setup install cudnn-7.0-linux-x64-v3.0-prod.tgz`, with a
     fabricated root for /usr/local/cuda, from the directory the archive was downloaded to; and
     CUDNN_SETUP_CUDA_ROOT, the fleet's setting, before CUDA_ROOT."""
