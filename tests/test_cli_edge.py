@@ -63,7 +63,8 @@ def test_fleet_settings_are_read_from_the_environment_and_shown_in_help():
     assert parse(["verify"], {"CUDNN_SETUP_CUDA_ROOT": ""}).values["cuda_root"] is None
     # the mirror and the index are read where their other sources are (config files, pip.conf):
     # the CLI passes nothing for them, so --index-url's "implies --from pypi" is not triggered
-    values = parse(["install", "9"], {"CUDNN_SETUP_MIRROR": "/m", "PIP_INDEX_URL": "http://i/"}).values
+    below = {"CUDNN_SETUP_MIRROR": "/m", "PIP_INDEX_URL": "http://i/"}
+    values = parse(["install", "9"], below).values
     assert values["mirror"] is None and values["index_url"] is None
     out = io.StringIO()
     assert main(["install", "--help"], env={}, stdout=out, stderr=io.StringIO()) == 0
