@@ -1,47 +1,56 @@
 """The command line's grammar, in one table: every command, its arguments and options with their
-value names and help sentences. `parse()` reads argv with the standard library's argparse and
-returns what to run, or raises `ArgsError` (exit 2); `help_text()` writes a command's help.
+value names, help sentences and environment variables. `parse()` reads argv and returns what to
+run, or raises `ArgsError` (exit 2); `help_text()` writes a command's help.
 
-Start-up is most of `--version` and `--help`, so this module imports only argparse and
-textwrap, and argparse builds the parser of the one command being run: a third-party parser
-(typer over click) took longer to import than Python takes to start. argparse is used for
-parsing only: its errors are turned into the messages below and its help (whose layout changes
-between Python versions) is not used.
+The words are read here once, left to right (linear however many options are given): which are
+options, their values, the arguments. typer (cudnn_setup/typer_app.py, built from this table)
+then judges a command line cut to one occurrence of each option (click's parser is quadratic in
+the number of words), writes help, suggests and completes. `--version` needs none of it, so
+typer is imported only past that point.
 """
 from __future__ import annotations
 
-import argparse
 import os
 
 PROG = "cudnn-setup"
 SUMMARY = ("Install NVIDIA cuDNN from an archive into a CUDA toolkit, configure Theano for it, "
            "and prove that it works.")
-WIDTH = 78  # help lines, as wide as they were
-HELP_LINE = "Show this message and exit."
+HELP_FLAGS = ("-h", "--help")
 
 
 class Opt:
     """An option: `flags` ("-o", "--output"), `metavar` (None: a flag, which takes no value),
     `dest` (the command function's keyword), `path` (the value is a Path), `repeat` (may be
-    given more than once: a list), `check` (value, environment) -> why it is refused, or None."""
+    given more than once: a list), `check` (value, environment, working directory) -> why it is
+    refused, or None; `env` the environment variable shown in help as its default, read here when
+    `env_here` (else by the layer below, which knows where it stands among other sources);
+    `only_if_given`: the keyword is passed only when the flag is given."""
 
     def __init__(self, *flags: str, metavar: str | None = None, help: str = "",
                  dest: str | None = None, path: bool = False, repeat: bool = False,
-                 check=None):
+                 check=None, env: str | None = None, env_here: bool = False,
+                 only_if_given: bool = False):
         self.flags, self.metavar, self.help = flags, metavar, help
         self.dest = dest or flags[-1].lstrip("-").replace("-", "_")
         if self.dest in ("from", "json"):  # keywords and the CLI's own flag
             self.dest += "_"
         self.path, self.repeat, self.check = path, repeat, check
+        self.env, self.env_here, self.only_if_given = env, env_here, only_if_given
 
     @property
     def name(self) -> str:
         return self.flags[-1]
 
+    def default(self, env) -> str | None:
+        """The value when the option is not given: its variable's, where the CLI reads it (an
+        empty variable is unset)."""
+        return (env.get(self.env) or None) if self.env and self.env_here else None
+
     def said(self, help: str, **changes) -> Opt:
         """The same option with another help sentence (a command's own meaning of it)."""
         keep = dict(metavar=self.metavar, dest=self.dest, path=self.path, repeat=self.repeat,
-                    check=self.check)
+                    check=self.check, env=self.env, env_here=self.env_here,
+                    only_if_given=self.only_if_given)
         keep.update(changes)
         return Opt(*self.flags, help=help, **keep)
 
@@ -69,7 +78,7 @@ class Command:
         return " ".join([f"Usage: {PROG} {self.name} [OPTIONS]", *shown])
 
 
-def interpreter(value: str, env) -> str | None:
+def interpreter(value: str, env, cwd) -> str | None:
     """--python must name a program that exists, or a test of Theano there would be
     meaningless."""
     import shutil
@@ -85,13 +94,40 @@ def interpreter(value: str, env) -> str | None:
     return f"the interpreter {escape(value)} {why}"
 
 
+SOURCES = ("nvidia", "pypi")
+
+
+def versions_source(value: str, env, cwd) -> str | None:
+    """--from: nvidia, pypi, a URL or a directory that exists. A misspelt source name is not
+    taken for a mirror directory (that would fail later as a download, exit 6)."""
+    from pathlib import Path
+
+    if value in SOURCES or "://" in value or value.lower().startswith("file:") or (
+            Path(cwd or ".") / value).is_dir():
+        return None
+    return "it is neither nvidia, pypi, a URL nor an existing directory"
+
+
+def versions_source_hint(value: str) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(value.lower(), SOURCES, n=1, cutoff=0.5)
+    return (f"did you mean {close[0]}?" if close else
+            "give nvidia, pypi, a mirror's URL or an existing mirror directory")
+
+
 # Every option that takes a value names it (metavar); a flag shows none, so help never
 # suggests `--json true`. tests/test_startup.py reads the help of every command.
 _RC_DEFAULT = "(default: last entry of $THEANORC, else ~/.theanorc)"
 JSON = Opt("--json", help="one JSON object on stdout; human output on stderr")
-CUDA_ROOT = Opt("--cuda-root", metavar="DIR", path=True, help="CUDA root (default: discovered)")
+CUDA_ROOT = Opt("--cuda-root", metavar="DIR", path=True, env="CUDNN_SETUP_CUDA_ROOT", env_here=True,
+                help="CUDA root (default: $CUDNN_SETUP_CUDA_ROOT, else discovered: $CUDA_ROOT, "
+                     "$CUDA_PATH, $CUDA_HOME, nvcc on PATH, /usr/local/cuda, /opt/cuda)")
 THEANORC = Opt("--theanorc", metavar="FILE", path=True,
                help=f"Theano config to write {_RC_DEFAULT}")
+FORCE_THEANO_CUDNN = Opt("--force-theano-cudnn",
+                         help="write optimizer_including=cudnn even for a cuDNN Theano 1.0.5 "
+                              "cannot use (v8 and later), which makes it stop on a GPU")
 PYTHON = Opt("--python", metavar="EXE", check=interpreter,
              help="interpreter whose Theano and frameworks are checked (default: the one "
                   "running cudnn-setup)")
@@ -106,22 +142,26 @@ NO_THEANO = Opt("--no-theano", help="skip the Theano check")
 HEADER = Opt("--header", metavar="'NAME: VALUE'", dest="headers", repeat=True,
              help="extra HTTP header, e.g. 'Authorization: Bearer …' (repeatable; never "
                   "printed)")
-CACHE = Opt("--cache-dir", metavar="DIR", path=True,
-            help="download cache (default: $XDG_CACHE_HOME/cudnn-setup)")
+CACHE = Opt("--cache-dir", metavar="DIR", path=True, env="CUDNN_SETUP_CACHE_DIR", env_here=True,
+            help="download cache (default: $CUDNN_SETUP_CACHE_DIR, else "
+                 "$XDG_CACHE_HOME/cudnn-setup)")
 DRY_RUN = Opt("--dry-run", help="print the plan, change nothing")
 SHA256 = Opt("--sha256", metavar="HEX", help="expected checksum")
-MIRROR = Opt("--mirror", metavar="URL|DIR",
+MIRROR = Opt("--mirror", metavar="URL|DIR", env="CUDNN_SETUP_MIRROR",
              help="copy of NVIDIA's cudnn/redist/ tree: http(s) URL, file:// URL or directory "
                   "(default: $CUDNN_SETUP_MIRROR, then the config files, then NVIDIA's)")
 CUDA = Opt("--cuda", metavar="N", help="CUDA version the build must fit, e.g. 12 (default: the "
                                        "root's)")
-FROM = Opt("--from", metavar="nvidia|pypi|MIRROR",
+FROM = Opt("--from", metavar="nvidia|pypi|MIRROR", check=versions_source,
            help="where versions come from: nvidia, pypi (the nvidia-cudnn-cuNN wheels on the "
                 "index pip would use), or a mirror's URL or directory (default: --mirror's "
                 "order)")
-INDEX_URL = Opt("--index-url", metavar="URL",
+INDEX_URL = Opt("--index-url", metavar="URL", env="PIP_INDEX_URL",
                 help="the PyPI index to read (implies --from pypi; default: pip's: "
                      "PIP_INDEX_URL, pip.conf, pypi.org)")
+
+# Passed only when given, so that a command built before the flag existed still runs.
+FORCE_THEANO_CUDNN.only_if_given = True
 
 COMMANDS = {c.name: c for c in (
     Command("inspect", "inspect:inspect", "Validate and describe an archive; install nothing.",
@@ -142,6 +182,7 @@ COMMANDS = {c.name: c for c in (
                                      "9.17.0.29) to fetch"),),
             (CUDA_ROOT, SHA256, THEANORC,
              Opt("--no-theanorc", help="leave Theano's config alone"), PYTHON,
+             FORCE_THEANO_CUDNN,
              Opt("--no-verify", help="skip verification"), DRY_RUN,
              Opt("--force", help="reinstall; replace changed files"),
              Opt("--ldconfig", help="register the library dir in /etc/ld.so.conf.d and run "
@@ -158,8 +199,12 @@ COMMANDS = {c.name: c for c in (
             "Remove the cuDNN the tool installed and put back what it replaced.", (),
             (CUDA_ROOT, DRY_RUN, Opt("--force", help="also remove files changed since install"),
              JSON)),
+    Command("repair", "repair:repair",
+            "Put a managed install back as its manifest records it: missing or changed files, "
+            "links and modes.", (), (CUDA_ROOT, DRY_RUN, JSON)),
     Command("theanorc", "theanorc:theanorc", "Write the cuDNN settings into Theano's config.", (),
-            (CUDA_ROOT, THEANORC, DRY_RUN.said("show the diff, change nothing"), JSON)),
+            (CUDA_ROOT, THEANORC, DRY_RUN.said("show the diff, change nothing"),
+             FORCE_THEANO_CUDNN, JSON)),
     Command("verify", "verify:verify",
             "Check, layer by layer, that cuDNN is installed right and works.", (),
             (CUDA_ROOT, THEANORC.said(f"Theano config the Theano check reads {_RC_DEFAULT}"),
@@ -197,7 +242,6 @@ COMMANDS = {c.name: c for c in (
                        "mirror's URL or directory"),
              INDEX_URL, HEADER, CUDA_ROOT, JSON)),
 )}
-TOP_OPTIONS = (Opt("--version", help="print the version"),)
 
 
 class ArgsError(Exception):
@@ -216,34 +260,27 @@ class ArgsError(Exception):
 
     def shown(self) -> str:
         """What stderr shows: the usage line, where help is, the error."""
-        usage = self.about.usage() if self.about else _top_usage()
+        usage = self.about.usage() if self.about else top_usage()
         return f"{usage}\nTry '{self.help_command()}' for help.\n\nError: {self.message}"
 
 
 class Parsed:
     """What the command line asks for: `help` (the text; `code` 0, or 2 when nothing at all
-    was given and it goes to stderr), `version`, else `command` and the keyword `values` its
-    function takes; `as_json` for --json."""
+    was given and it goes to stderr), `version`, `done` (typer answered it already: shell
+    completion; `code` its exit code), else `command` and the keyword `values` its function
+    takes; `as_json` for --json."""
 
     def __init__(self, command: Command | None = None, values: dict | None = None,
                  as_json: bool = False, help: str | None = None, version: bool = False,
-                 code: int = 0):
+                 code: int = 0, done: bool = False):
         self.command, self.values, self.as_json = command, values or {}, as_json
-        self.help, self.version, self.code = help, version, code
+        self.help, self.version, self.code, self.done = help, version, code, done
 
 
-class _Refused(Exception):
-    """argparse's own error() (a case not turned into ArgumentError): its message as given."""
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        raise _Refused(message)
-
-
-def parse(argv: list[str], env) -> Parsed:
+def parse(argv: list[str], env, cwd=None) -> Parsed:
     """Read argv (the words after the program's name); `env` is the command's environment (the
-    PATH --python is looked up in)."""
+    PATH --python is looked up in, the variables options default to), `cwd` the directory
+    relative paths are read from."""
     if not argv:
         return Parsed(help=help_text(None), code=2)
     first = argv[0]
@@ -251,58 +288,122 @@ def parse(argv: list[str], env) -> Parsed:
         before = argv[:argv.index("--")] if "--" in argv else argv
         if "--version" in before:
             return Parsed(version=True)
-        if "--help" in before:
+        if any(flag in before for flag in HELP_FLAGS):
             return Parsed(help=help_text(None))
-        raise ArgsError(f"No such option: {first}")
     command = COMMANDS.get(first)
-    if command is None:
-        raise ArgsError(f"No such command '{first}'.", first)
-    words = argv[1:]
-    if "--help" in (words[:words.index("--")] if "--" in words else words):
+    if command is None:  # the program's own options (completion), or what it does not know
+        from cudnn_setup import typer_app
+
+        return Parsed(done=True, code=typer_app.run_top(argv))
+    words = Words(command, argv[1:])
+    if words.help:
         return Parsed(command, help=help_text(command))
-    values = _values(command, words, env)
+    values = _values(command, words, env, cwd)
     as_json = values.pop("json_")
     return Parsed(command, values, as_json=as_json)
 
 
-def _values(command: Command, words: list[str], env) -> dict:
-    parser = _Parser(prog=f"{PROG} {command.name}", add_help=False, allow_abbrev=False,
-                     exit_on_error=False)
-    for opt in command.options:
-        if opt.metavar is None:
-            parser.add_argument(*opt.flags, dest=opt.dest, action="store_true")
-        else:
-            parser.add_argument(*opt.flags, dest=opt.dest, metavar=opt.metavar,
-                                action="append" if opt.repeat else "store")
-    for arg in command.arguments:  # how many is checked below, to say it as the tool does
-        parser.add_argument(arg.dest, metavar=arg.metavar, nargs="*" if arg.many else "?")
+class Words:
+    """A command's words read once, left to right: each option's values (`given`, by dest, in
+    order, with the spelling used), the arguments, and `judge`: the same command line with each
+    option once and one word of a repeatable argument, which is what typer is handed (what it
+    would refuse in the whole line it refuses in this one)."""
+
+    def __init__(self, command: Command, words: list[str]):
+        takes_value = {f: o for o in command.options if o.metavar is not None for f in o.flags}
+        flags = {f: o for o in command.options if o.metavar is None for f in o.flags}
+        self.given: dict[str, list[tuple[str, str | None]]] = {}
+        self._repeat: dict[str, bool] = {}
+        self.arguments: list[str] = []
+        self.help = False
+        self.words = words
+        unknown: list[str] = []
+        i, n = 0, len(words)
+        while i < n:
+            word = words[i]
+            i += 1
+            if word == "--":
+                self.arguments += words[i:]
+                break
+            name, eq, value = word.partition("=") if word.startswith("--") else (word, "", "")
+            if word in takes_value:
+                if i == n or _an_option(words[i]):  # `--cuda-root --json`: never the value
+                    raise ArgsError(f"Option '{word}' requires an argument.", command.name,
+                                    command)
+                self._add(takes_value[word], word, words[i])
+                i += 1
+            elif eq and name in takes_value:
+                self._add(takes_value[name], name, value)
+            elif word in flags:
+                self._add(flags[word], word, None)
+            elif word in HELP_FLAGS:
+                self.help = True
+            elif _an_option(word):  # unknown, `--json=yes`, `-oDIR`: typer judges it
+                unknown.append(word)
+            else:
+                self.arguments.append(word)
+        fixed = [a for a in command.arguments if not a.many]
+        many = len(command.arguments) > len(fixed)
+        shown = self.arguments[:len(fixed) + 1] if many else self.arguments
+        options = []
+        for dest, values in self.given.items():
+            spelling, value = values[0] if self._repeat[dest] else values[-1]
+            options.append(spelling if value is None else f"{_long(command, dest)}={value}")
+        self.judge = [*unknown, *options, "--", *shown]
+        self.command, self.unknown = command, unknown
+
+    def values(self, env) -> dict | None:
+        """The keyword values, read without typer where typer would have nothing to say: no
+        word it would refuse (an unknown option, a value given to a flag), the arguments there
+        and not too many. None: typer judges (tests/test_arguments.py holds both to the same
+        answers)."""
+        command, count = self.command, len(self.arguments)
+        needed = sum(a.required for a in command.arguments)
+        many = any(a.many for a in command.arguments)
+        if self.unknown or count < needed or (not many and count > len(command.arguments)):
+            return None
+        values: dict = {}
+        for opt in command.options:
+            got = [value for _, value in self.given.get(opt.dest, [])]
+            if opt.metavar is None:
+                values[opt.dest] = bool(got)
+            elif opt.repeat:
+                values[opt.dest] = got
+            else:
+                values[opt.dest] = got[-1] if got else opt.default(env)
+        for i, arg in enumerate(command.arguments):
+            values[arg.dest] = self.arguments[i:] if arg.many else (
+                self.arguments[i] if i < count else None)
+        return values
+
+    def _add(self, opt: Opt, spelling: str, value: str | None) -> None:
+        self._repeat[opt.dest] = opt.repeat
+        self.given.setdefault(opt.dest, []).append((spelling, value))
+
+
+def _an_option(word: str) -> bool:
+    """What argparse took for an option: a dash and more, but not a negative number."""
+    if not word.startswith("-") or word == "-":
+        return False
+    try:
+        float(word)
+        return False
+    except ValueError:
+        return True
+
+
+def _long(command: Command, dest: str) -> str:
+    return next(o.name for o in command.options if o.dest == dest)
+
+
+def _values(command: Command, words: Words, env, cwd) -> dict:
+    values = words.values(env)
+    if values is None:
+        values = _judged(command, words, env)
 
     def refused(message: str, hint: str = "") -> ArgsError:
         return ArgsError(message, command.name, command, hint)
 
-    try:
-        got, extra = parser.parse_known_args(words)
-    except argparse.ArgumentError as exc:
-        opt = _option(command, exc.argument_name)
-        if opt is None:
-            raise refused(str(exc)) from None
-        if opt.metavar is None:  # --json=true
-            raise refused(f"Option '{opt.name}' does not take a value.",
-                          _flag_hint(opt.name)) from None
-        raise refused(f"Option '{_given(words, opt)}' requires an argument.") from None
-    except _Refused as exc:
-        raise refused(str(exc)) from None
-    unknown = [w for w in extra if w.startswith("-") and w != "-"]
-    if unknown:
-        raise refused(f"No such option: {unknown[0]}")
-    last = command.arguments[-1] if command.arguments else None
-    if extra and last is not None and last.many:  # `mirror DIR 9 --cuda 12 9.1`: words after
-        setattr(got, last.dest, [*(getattr(got, last.dest) or []), *extra])  # an option
-        extra = []
-    if extra:
-        raise refused(f"Got unexpected extra argument(s) ({' '.join(extra)})",
-                      _extra_hint(command, words, extra))
-    values = vars(got)
     # An empty word is never a value the tool can use, and as a path it would be the current
     # directory (Path("") is "."): `--cuda-root=` must not mean "here".
     for opt in command.options:
@@ -315,20 +416,42 @@ def _values(command: Command, words: list[str], env) -> dict:
         value = values[arg.dest]
         if value is not None and "" in (value if arg.many else [value]):
             raise refused(f"Invalid value for '{arg.metavar}': it is empty")
-        if arg.required and (value is None or value == []):
-            raise refused(f"Missing argument '{arg.metavar}'.")
         if arg.path and value is not None:
             values[arg.dest] = [_path(v) for v in value] if arg.many else _path(value)
     for opt in command.options:
         value = values[opt.dest]
-        if opt.repeat and value is None:
-            values[opt.dest] = []
-        elif opt.path and value is not None:
+        if opt.path and value is not None:
             values[opt.dest] = _path(value)
         if opt.check is not None and value is not None:
-            why = opt.check(value, env)
+            why = opt.check(value, env, cwd)
             if why:
-                raise refused(f"Invalid value for '{opt.name}': {why}")
+                hint = versions_source_hint(value) if opt.check is versions_source else ""
+                raise refused(f"Invalid value for '{opt.name}': {why}", hint)
+        if opt.only_if_given and not value:
+            del values[opt.dest]
+    return values
+
+
+def _judged(command: Command, words: Words, env) -> dict:
+    """The values as typer reads them (or its refusal, with the tool's hints)."""
+    from cudnn_setup import typer_app
+
+    try:
+        values = typer_app.judge(command, words.judge, env)
+    except ArgsError as exc:
+        if exc.message.endswith("does not take a value."):  # --json=yes
+            exc.hint = _flag_hint(exc.message.split("'")[1])
+        elif exc.message.startswith("Got unexpected extra argument"):  # --json true
+            exc.hint = _extra_hint(command, words.words) or exc.hint
+        raise
+    # what typer saw once, as given: every value of a repeatable option, every argument
+    for opt in command.options:
+        if opt.repeat:
+            values[opt.dest] = [v for _, v in words.given.get(opt.dest, [])] or (
+                list(values[opt.dest] or []))
+    last = command.arguments[-1] if command.arguments else None
+    if last is not None and last.many:
+        values[last.dest] = words.arguments[len(command.arguments) - 1:]
     return values
 
 
@@ -338,17 +461,6 @@ def _path(value: str):
     return Path(value)
 
 
-def _option(command: Command, name: str | None) -> Opt | None:
-    """The option an argparse error names ("-o/--output")."""
-    names = set((name or "").split("/"))
-    return next((o for o in command.options if names & set(o.flags)), None)
-
-
-def _given(words: list[str], opt: Opt) -> str:
-    """The spelling of the option the user gave (-o or --output)."""
-    return next((w for w in reversed(words) if w in opt.flags), opt.name)
-
-
 _BOOL_WORDS = {"true", "false", "yes", "no", "on", "off", "1", "0"}
 
 
@@ -356,53 +468,21 @@ def _flag_hint(flag: str) -> str:
     return f"{flag} is a flag and takes no value: give {flag} alone, or leave it out"
 
 
-def _extra_hint(command: Command, words: list[str], extra: list[str]) -> str:
+def _extra_hint(command: Command, words: list[str]) -> str:
     """`--json true` reads as a value given to a flag; say that flags take none."""
     flags = {f for o in command.options if o.metavar is None for f in o.flags}
     for before, word in zip(words, words[1:]):
-        if word in extra and word.lower() in _BOOL_WORDS and before in flags:
+        if word.lower() in _BOOL_WORDS and before in flags:
             return _flag_hint(before)
     return ""
 
 
-def _top_usage() -> str:
+def top_usage() -> str:
     return f"Usage: {PROG} [OPTIONS] COMMAND [ARGS]..."
 
 
 def help_text(command: Command | None) -> str:
-    """A command's help (the program's with None), plain text as wide as WIDTH."""
-    if command is None:
-        rows = [(o.flags[-1], o.help) for o in TOP_OPTIONS] + [("--help", HELP_LINE)]
-        return "\n".join([_top_usage(), "", *_wrap(SUMMARY, "  ", "  "), "",
-                          "Options:", *_table(rows), "",
-                          "Commands:", *_table([(c.name, c.summary) for c in COMMANDS.values()])])
-    lines = [command.usage(), "", *_wrap(command.summary, "  ", "  "), ""]
-    if command.arguments:
-        lines += ["Arguments:", *_table([(a.metavar, a.help + ("  [required]" if a.required
-                                                                else ""))
-                                         for a in command.arguments]), ""]
-    rows = [(", ".join(o.flags) + (f" {o.metavar}" if o.metavar else ""), o.help)
-            for o in command.options]
-    lines += ["Options:", *_table(rows + [("--help", HELP_LINE)])]
-    return "\n".join(lines)
+    """A command's help (the program's with None), as typer writes it."""
+    from cudnn_setup import typer_app
 
-
-def _table(rows: list[tuple[str, str]]) -> list[str]:
-    """Two columns, the second wrapped beside the first (at most 30 wide, as click did)."""
-    width = min(max(len(left) for left, _ in rows), 30)
-    out = []
-    for left, text in rows:
-        indent = " " * (2 + width + 2)
-        if len(left) > width:
-            out.append(f"  {left}")
-            out += _wrap(text, indent, indent)
-        else:
-            out += _wrap(text, f"  {left.ljust(width)}  ", indent)
-    return out
-
-
-def _wrap(text: str, first: str, rest: str) -> list[str]:
-    import textwrap
-
-    return textwrap.wrap(text, WIDTH, initial_indent=first, subsequent_indent=rest,
-                         break_on_hyphens=False, break_long_words=False) or [first.rstrip()]
+    return typer_app.help_text(command)

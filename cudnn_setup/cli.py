@@ -1,9 +1,9 @@
 """The command line: parse argv, call a command, render its Result. Errors become exit codes here
 and nowhere else; whatever happens, `--json` prints one JSON object.
 
-Start-up is part of every command (`--version` and `--help` are little else), so this module
-imports only what parsing needs: the grammar (arguments.py, on the standard library's argparse);
-each command's module, and what it needs, is imported when that command runs.
+Start-up is part of every command (`--version` is little else), so this module imports only the
+grammar (arguments.py, which reads the words itself and hands typer the rest, imported only past
+`--version`); each command's module, and what it needs, is imported when that command runs.
 tests/test_startup.py pins what is imported.
 """
 from __future__ import annotations
@@ -22,6 +22,10 @@ if TYPE_CHECKING:  # without importing typing, which start-up does not otherwise
 
     from cudnn_setup.steps.context import Context
     from cudnn_setup.report import Result
+
+
+# What the completion scripts typer writes set to ask for completions (click's naming)
+COMPLETE_VAR = "_CUDNN_SETUP_COMPLETE"
 
 
 class _Session:
@@ -80,7 +84,7 @@ def _render(session: _Session, result: Result, as_json: bool) -> int:
     human = session.err if as_json else session.out
     error = result.error
     if isinstance(error, InternalError) and not error.saved:
-        error.message += f" (traceback saved in {_save_traceback(session, error)})"
+        error.message += f" ({_save_traceback(session, error)})"
         error.saved = True
     lines = list(result.lines)
     if result.checks:
@@ -149,27 +153,24 @@ def _last_resort(session: _Session, command: str, exc: BaseException, as_json: b
 
 
 def _save_traceback(session: _Session, error: InternalError) -> str:
+    """Where the traceback was kept, for the error's message: "saved in PATH", or "not saved"
+    and why (crash_report.py says where and how)."""
     import datetime
-    import tempfile
 
+    from cudnn_setup import crash_report
     from cudnn_setup.text import escape
-    from cudnn_setup.urls import scrub
 
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    base = session.env.get("XDG_CACHE_HOME") or str(session.home / ".cache")
-    # the command line as given, but a URL's password or token is no more kept than shown
-    argv = " ".join(scrub(a) for a in session.argv)
-    text = f"cudnn-setup {__version__}\n{argv}\n\n{scrub(error.traceback)}"
-    for directory in (Path(base) / "cudnn-setup", Path(tempfile.gettempdir())):
-        try:
-            directory.mkdir(parents=True, exist_ok=True)
-            path = directory / f"cudnn-setup-crash-{stamp}-{os.getpid()}.txt"
-            # bytes as they were: arguments and paths may hold any byte
-            path.write_bytes(text.encode("utf-8", "surrogateescape"))
-            return escape(str(path))
-        except (OSError, UnicodeError):
-            continue
-    return "nowhere: no writable directory"
+    directory = crash_report.cache_dir(session.env, session.home) / "cudnn-setup" / "crashes"
+    text = crash_report.report_text(__version__, session.argv, error.traceback)
+    try:
+        path = crash_report.save(directory, f"crash-{stamp}-{os.getpid()}.txt", text,
+                                 os.geteuid())
+    except (OSError, UnicodeError) as exc:
+        strerror = getattr(exc, "strerror", None)
+        why = f"{strerror}: {directory}" if strerror else str(exc)
+        return f"traceback not saved: {escape(why)}"
+    return f"traceback saved in {escape(str(path))}"
 
 
 def _call(session: _Session, parsed: Parsed) -> int:
@@ -219,9 +220,15 @@ def main(argv: list[str] | None = None, *, env: Mapping[str, str] | None = None,
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     env = dict(os.environ if env is None else env)
+    if COMPLETE_VAR in env:  # the shell's completion script asks for words, not a command
+        from cudnn_setup.typer_app import complete
+
+        return complete(argv)
     home = home or Path(env.get("HOME") or Path.home())
-    session = _Session(argv, env, home, stdout or sys.stdout, stderr or sys.stderr, system_config,
-                       cwd or Path.cwd(), pip_system_dirs, wheel_tags)
+    # a closed stream (Python makes it None) is a sink: print(file=None) would write to stdout
+    session = _Session(argv, env, home, stdout or sys.stdout or _sink(),
+                       stderr or sys.stderr or _sink(), system_config, cwd or Path.cwd(),
+                       pip_system_dirs, wheel_tags)
     as_json = "--json" in argv
     command = next((a for a in argv if not a.startswith("-")), "")
     try:
@@ -230,9 +237,11 @@ def main(argv: list[str] | None = None, *, env: Mapping[str, str] | None = None,
         # what a library prints while the command runs goes where the command's output goes
         with contextlib.redirect_stdout(session.out), contextlib.redirect_stderr(session.err):
             try:
-                parsed = parse(argv, env)
+                parsed = parse(argv, env, session.cwd)
             except ArgsError as exc:
                 return _usage_error(session, exc, as_json)
+            if parsed.done:  # typer answered (completion scripts)
+                return parsed.code
             if parsed.version:
                 _emit(session.out, f"cudnn-setup {__version__}", raw=True)
                 return 0
@@ -271,6 +280,25 @@ def _usage_error(session: _Session, exc: ArgsError, as_json: bool) -> int:
     return USAGE
 
 
+def _sink() -> IO[str]:
+    return open(os.devnull, "w", encoding="utf-8")
+
+
+def _standard_streams() -> None:
+    """Descriptors 0, 1 and 2 open, on /dev/null where the caller closed them (`2>&-`), as
+    OpenSSH's sanitise_stdfd does: else the first file or pipe the command opens takes the
+    number, and what is written to "stderr" (by this process or its children) lands in it."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            os.open(os.devnull, os.O_RDWR)  # the lowest free number: this one
+    for name in ("stdin", "stdout", "stderr"):
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(os.devnull, "r" if name == "stdin" else "w",
+                                    encoding="utf-8"))
+
+
 def _observed() -> bool:
     """Whether a profiler, tracer or coverage tool is attached: through sys.setprofile or
     sys.settrace, or, from Python 3.12, through sys.monitoring (cProfile's way there)."""
@@ -290,6 +318,7 @@ def console_main() -> None:
     module by module costs about 25 ms, an eighth of an install of a small archive. What a
     daemon thread still does is dropped either way. Under a profiler or a tracer (cProfile,
     coverage), which write their results as the interpreter exits, it exits as usual."""
+    _standard_streams()
     code = main()
     if _observed():
         sys.exit(code)
