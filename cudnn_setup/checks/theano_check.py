@@ -10,6 +10,7 @@ from cudnn_setup.checks.installation import Installation
 from cudnn_setup.child import Runner, run_command
 from cudnn_setup.checks.probe import child_env, probe_module, run_probe
 from cudnn_setup.facts import gpus
+from cudnn_setup.facts import theano as theano_facts
 from cudnn_setup.facts.cudnn import split_version
 from cudnn_setup.report import FAIL, PASS, SKIP, WARN, Check
 from cudnn_setup.theanorc_merge import unreadable_for_theano
@@ -43,37 +44,19 @@ def has_theano(python: str, env: Mapping[str, str], runner: Runner | None = None
     return done.returncode == 0
 
 
-THEANO_CUDNN = (5, 7)  # the cuDNN majors Theano 1.0.5 works with
-THEANO_WARNS_FROM = (7, 2)  # theano/gpuarray/dnn.py _dnn_check_version: "more recent than Theano"
-
-
 def theano_range_note(version: str | None) -> str | None:
-    """Why Theano 1.0.5 cannot use this cuDNN (outside v5-v7), or what it says about it (7.2 and
-    later v7: a warning); None when it is fine or the version is unknown. install and theanorc
-    say this when they write optimizer_including=cudnn, which turns the problem into an error."""
+    """Why Theano 1.0.5 cannot use this cuDNN, or what it says about it (7.2 and later v7: a
+    warning), from facts/theano.py's table; None when it is fine or the version is unknown."""
     parts = split_version(version)
     if parts is None:
         return None
-    major = parts[0]
-    low, high = THEANO_CUDNN
-    if major < low:
-        return (f"Theano 1.0.5 needs cuDNN v{low} or newer and refuses cuDNN {version} ('cuDNN "
-                "version is too old', theano/gpuarray/dnn.py); with optimizer_including=cudnn it "
-                "stops instead of running without cuDNN")
-    if major > high:
-        return (f"Theano 1.0.5 supports cuDNN v{low} to v{high}; this is cuDNN {version}: v8 "
-                "removed cudnnGetConvolutionForwardAlgorithm, which Theano's convolution code "
-                "calls, so its cuDNN ops do not compile, and with optimizer_including=cudnn "
-                "Theano stops instead of running without cuDNN")
-    if parts[:2] >= THEANO_WARNS_FROM:
-        return (f"Theano 1.0.5 warns that cuDNN {version} is more recent than it (from 7.2), "
-                "and uses it")
-    return None
+    reason = theano_facts.rule_for(parts).reason
+    return reason.format(version=version) if reason else None
 
 
 def theano_supports(version: str | None) -> bool:
     parts = split_version(version)
-    return parts is not None and THEANO_CUDNN[0] <= parts[0] <= THEANO_CUDNN[1]
+    return parts is not None and theano_facts.rule_for(parts).usable
 
 
 @dataclass(frozen=True)
