@@ -92,6 +92,9 @@ JSON = Opt("--json", help="one JSON object on stdout; human output on stderr")
 CUDA_ROOT = Opt("--cuda-root", metavar="DIR", path=True, help="CUDA root (default: discovered)")
 THEANORC = Opt("--theanorc", metavar="FILE", path=True,
                help=f"Theano config to write {_RC_DEFAULT}")
+FORCE_THEANO_CUDNN = Opt("--force-theano-cudnn",
+                         help="write optimizer_including=cudnn even for a cuDNN Theano 1.0.5 "
+                              "cannot use (v8 and later), which makes it stop on a GPU")
 PYTHON = Opt("--python", metavar="EXE", check=interpreter,
              help="interpreter whose Theano and frameworks are checked (default: the one "
                   "running cudnn-setup)")
@@ -142,6 +145,7 @@ COMMANDS = {c.name: c for c in (
                                      "9.17.0.29) to fetch"),),
             (CUDA_ROOT, SHA256, THEANORC,
              Opt("--no-theanorc", help="leave Theano's config alone"), PYTHON,
+             FORCE_THEANO_CUDNN,
              Opt("--no-verify", help="skip verification"), DRY_RUN,
              Opt("--force", help="reinstall; replace changed files"),
              Opt("--ldconfig", help="register the library dir in /etc/ld.so.conf.d and run "
@@ -159,7 +163,8 @@ COMMANDS = {c.name: c for c in (
             (CUDA_ROOT, DRY_RUN, Opt("--force", help="also remove files changed since install"),
              JSON)),
     Command("theanorc", "theanorc:theanorc", "Write the cuDNN settings into Theano's config.", (),
-            (CUDA_ROOT, THEANORC, DRY_RUN.said("show the diff, change nothing"), JSON)),
+            (CUDA_ROOT, THEANORC, DRY_RUN.said("show the diff, change nothing"),
+             FORCE_THEANO_CUDNN, JSON)),
     Command("verify", "verify:verify",
             "Check, layer by layer, that cuDNN is installed right and works.", (),
             (CUDA_ROOT, THEANORC.said(f"Theano config the Theano check reads {_RC_DEFAULT}"),

@@ -1,0 +1,86 @@
+"""Theano's `[blas] ldflags`: whether an interpreter's numpy lets Theano 1.0.5 do without it, and
+which BLAS this machine really links.
+
+Theano 1.0.5 computes the default of `blas.ldflags` at import from
+`numpy.distutils.__config__.blas_opt_info`; numpy builds that lack it (the ILP64 wheels from
+1.22 on) make `import theano` stop with an AttributeError unless a config sets `ldflags`.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+from cudnn_setup.child import Runner, run_command
+
+NUMPY_TIMEOUT = 60.0  # importing numpy.distutils: a second or two, more on a cold disk
+LINK_TIMEOUT = 30.0
+CANDIDATES = ("openblas", "blas")  # in order of preference: OpenBLAS is the fast one
+_NUMPY_PROBE = ("import json, numpy; from numpy.distutils import __config__ as c; "
+                "print(json.dumps({'numpy': numpy.__version__, "
+                "'blas_opt_info': hasattr(c, 'blas_opt_info')}))")
+# dgemm_ is the Fortran symbol Theano's C gemm calls; linking it proves the library is a BLAS.
+_LINK_PROGRAM = b"extern void dgemm_(void);\nint main(void) { dgemm_(); return 0; }\n"
+
+
+@dataclass(frozen=True)
+class NumpyBlas:
+    numpy: str
+    has_blas_opt_info: bool
+
+
+@dataclass(frozen=True)
+class BlasFlags:
+    """The value to write for `[blas] ldflags` and why, for a comment beside it."""
+
+    ldflags: str
+    why: str
+
+
+def numpy_blas(python: str, env: Mapping[str, str], runner: Runner | None = None
+               ) -> NumpyBlas | None:
+    """What `python`'s numpy says of its BLAS build info; None when numpy.distutils cannot be
+    imported there (no numpy, or one without distutils: Theano 1.0.5 does not run there)."""
+    done = run_command([python, "-c", _NUMPY_PROBE], NUMPY_TIMEOUT, env, runner=runner)
+    if not done.ok:
+        return None
+    try:
+        found = json.loads(done.out.strip().splitlines()[-1])
+        return NumpyBlas(str(found["numpy"])[:50], found["blas_opt_info"] is True)
+    except (ValueError, IndexError, KeyError, TypeError):
+        return None
+
+
+def find_blas(env: Mapping[str, str], runner: Runner | None = None) -> BlasFlags:
+    """The BLAS `-l` flag this machine links, found as the linker finds it: `cc
+    -print-file-name=libNAME.so` searches the compiler's own directories and $LIBRARY_PATH (the
+    ldconfig cache lists run-time names such as libopenblas.so.0, which `-l` cannot use), then
+    proven by linking a program that calls dgemm_. Empty, with the reason, when there is none."""
+    cc = shutil.which("cc", path=env.get("PATH")) or shutil.which("gcc", path=env.get("PATH"))
+    names = ", ".join(f"lib{n}.so" for n in CANDIDATES)
+    if cc is None:
+        return BlasFlags("", f"empty: no C compiler (cc) on PATH to find {names} with, and "
+                             "Theano without one runs its Python code, which needs no BLAS")
+    tried = []
+    with tempfile.TemporaryDirectory(prefix="cudnn-setup-blas-") as scratch:
+        for name in CANDIDATES:
+            done = run_command([cc, f"-print-file-name=lib{name}.so"], LINK_TIMEOUT, env,
+                               runner=runner)
+            path = done.out.strip() if done.ok else ""
+            if not os.path.isabs(path) or not os.path.exists(path):
+                tried.append(f"lib{name}.so not found")
+                continue
+            source = Path(scratch) / "dgemm.c"
+            source.write_bytes(_LINK_PROGRAM)
+            linked = run_command([cc, str(source), "-o", str(Path(scratch) / "dgemm"),
+                                  f"-l{name}"], LINK_TIMEOUT, env, runner=runner)
+            if linked.ok:
+                return BlasFlags(f"-l{name}", f"{os.path.realpath(path)} links (dgemm_)")
+            tried.append(f"{path} does not link dgemm_")
+    return BlasFlags("", f"empty: the linker finds no BLAS ({'; '.join(tried)}), so Theano uses "
+                         "its own slower gemm; install OpenBLAS (libopenblas-dev) and set "
+                         "-lopenblas here for speed")
