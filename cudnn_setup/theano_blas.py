@@ -20,9 +20,18 @@ from cudnn_setup.child import Runner, run_command
 NUMPY_TIMEOUT = 60.0  # importing numpy.distutils: a second or two, more on a cold disk
 LINK_TIMEOUT = 30.0
 CANDIDATES = ("openblas", "blas")  # in order of preference: OpenBLAS is the fast one
-_NUMPY_PROBE = ("import json, numpy; from numpy.distutils import __config__ as c; "
-                "print(json.dumps({'numpy': numpy.__version__, "
-                "'blas_opt_info': hasattr(c, 'blas_opt_info')}))")
+# numpy.distutils' own __config__.py, run alone: importing numpy.distutils imports setuptools
+# (a second here), while the file is a table of assignments that imports only os and sys. It
+# is the module whose blas_opt_info Theano 1.0.5 reads.
+_NUMPY_PROBE = """\
+import importlib.metadata as m, importlib.util as u, json, os
+found = u.find_spec("numpy")
+path = os.path.join(os.path.dirname(found.origin), "distutils", "__config__.py")
+spec = u.spec_from_file_location("numpy_distutils_config", path)
+config = u.module_from_spec(spec)
+spec.loader.exec_module(config)
+print(json.dumps({"numpy": m.version("numpy"), "blas_opt_info": hasattr(config, "blas_opt_info")}))
+"""
 # dgemm_ is the Fortran symbol Theano's C gemm calls; linking it proves the library is a BLAS.
 _LINK_PROGRAM = b"extern void dgemm_(void);\nint main(void) { dgemm_(); return 0; }\n"
 

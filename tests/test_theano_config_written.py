@@ -189,3 +189,28 @@ def theano_reads_text(text: str) -> configparser.ConfigParser:
     parser = configparser.ConfigParser(interpolation=None)
     parser.read_string(text)
     return parser
+
+
+def test_numpy_is_asked_for_the_build_info_theano_reads(tmp_path):
+    """The child reads numpy.distutils' own __config__.py, the module Theano 1.0.5 reads: the
+    theano extra's numpy 1.23.5 has no blas_opt_info; a numpy whose build recorded one has."""
+    import os
+
+    from cudnn_setup.theano_blas import NumpyBlas, numpy_blas
+
+    env = {"PATH": os.environ["PATH"]}
+    if importlib.util.find_spec("theano") is not None:
+        assert numpy_blas(sys.executable, env) == NumpyBlas("1.23.5", False)
+    site = tmp_path / "site"  # a numpy as older wheels were built: blas_opt_info recorded
+    (site / "numpy" / "distutils").mkdir(parents=True)
+    (site / "numpy" / "__init__.py").write_text("")
+    (site / "numpy" / "distutils" / "__init__.py").write_text("")
+    (site / "numpy" / "distutils" / "__config__.py").write_text(
+        "import os\nblas_opt_info = {'libraries': ['openblas']}\n")
+    (site / "numpy-1.19.5.dist-info").mkdir()
+    (site / "numpy-1.19.5.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: numpy\nVersion: 1.19.5\n")
+    older = numpy_blas(sys.executable, {**env, "PYTHONPATH": str(site)})
+    assert older == NumpyBlas("1.19.5", True)
+    (site / "numpy" / "distutils" / "__config__.py").write_text("raise SystemExit(3)\n")
+    assert numpy_blas(sys.executable, {**env, "PYTHONPATH": str(site)}) is None

@@ -6,11 +6,12 @@ import configparser
 import platform
 from dataclasses import replace
 from pathlib import Path
+from typing import Callable
 
 from cudnn_setup.checks.theano_check import theano_range_note, theano_supports
 from cudnn_setup.report import FAIL, PASS, WARN, Check, Result
 from cudnn_setup.steps.context import Context
-from cudnn_setup.theano_blas import BlasFlags, find_blas, numpy_blas
+from cudnn_setup.theano_blas import BlasFlags, NumpyBlas, find_blas, numpy_blas
 from cudnn_setup.theanorc_merge import (TheanorcRefused, config_files, configure, default_path,
                                         read_config)
 
@@ -22,13 +23,15 @@ def theanorc_path(ctx: Context, explicit: Path | None) -> Path:
 def theanorc_step(result: Result, path: Path, root: Path, lib_dir: Path, dry_run: bool,
                   cudnn_version: str | None = None, *, ctx: Context | None = None,
                   python: str | None = None, cuda_version: str | None = None,
-                  force_theano_cudnn: bool = False) -> Check:
+                  force_theano_cudnn: bool = False,
+                  numpy_info: Callable[[], NumpyBlas | None] | None = None) -> Check:
     """Merge the cuDNN settings into Theano's config; a refusal is a failed check, not an error.
 
     optimizer_including=cudnn makes Theano stop where it cannot use cuDNN, so for a cuDNN this
     Theano cannot use it is written commented out, with the release that would serve, unless
     `force_theano_cudnn`. With `ctx`, the `[blas] ldflags` that `python`'s numpy leaves Theano
-    without is written too (a file's own ldflags is kept)."""
+    without is written too (a file's own ldflags is kept); `numpy_info`: what numpy_blas said,
+    when the caller asked it earlier."""
     usable = not cudnn_version or theano_supports(cudnn_version)
     cudnn = usable or force_theano_cudnn
     about: dict = {"usable": usable, "optimizer_including_cudnn": cudnn}
@@ -41,7 +44,7 @@ def theanorc_step(result: Result, path: Path, root: Path, lib_dir: Path, dry_run
                       "--force-theano-cudnn writes it anyway")
     blas = None
     if ctx is not None:
-        blas, about["blas"] = blas_needed(ctx, python or ctx.python, path)
+        blas, about["blas"] = blas_needed(ctx, python or ctx.python, path, numpy_info)
     try:
         change = configure(path, root, lib_dir, dry_run=dry_run, cudnn=cudnn,
                            cudnn_off_reason=off_reason, blas=blas)
@@ -74,11 +77,13 @@ def _serving(cudnn_version: str | None, cuda_version: str | None, ctx: Context |
     return serving_release(releases(), cuda_version, platform_key(machine))
 
 
-def blas_needed(ctx: Context, python: str, path: Path) -> tuple[BlasFlags | None, dict]:
+def blas_needed(ctx: Context, python: str, path: Path,
+                numpy_info: Callable[[], NumpyBlas | None] | None = None
+                ) -> tuple[BlasFlags | None, dict]:
     """The `[blas] ldflags` to write, and what was found: only where `python`'s numpy has no
     blas_opt_info (Theano 1.0.5 reads it at import unless ldflags is set) and none of the
     config files Theano reads, nor `path`, sets ldflags already."""
-    info = numpy_blas(python, ctx.env, ctx.runner)
+    info = numpy_info() if numpy_info else numpy_blas(python, ctx.env, ctx.runner)
     if info is None:
         return None, {"needed": False, "why": f"numpy.distutils cannot be imported by {python}"}
     if info.has_blas_opt_info:
