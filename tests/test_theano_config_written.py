@@ -83,7 +83,7 @@ def test_cudnn_9_leaves_no_active_cudnn_flag_unless_forced(archives, cuda_root, 
     about = out["theanorc"]["theano_cudnn"]
     assert (about["usable"], about["optimizer_including_cudnn"]) == (False, False)
     assert about["serving_release"] is None  # no cuDNN v7 is built for CUDA 12
-    assert "cuDNN 7.6.5 for CUDA 10.2" in about["serving"]
+    assert "the newest one is cuDNN 7.6.5 for CUDA 10.2" in about["serving"]
     step = {c["name"]: c for c in out["checks"]}["theanorc"]
     assert step["status"] == "warn" and "optimizer_including=cudnn not written" in step["detail"]
     ran = run_as_user(home)
@@ -100,17 +100,22 @@ def test_cudnn_9_leaves_no_active_cudnn_flag_unless_forced(archives, cuda_root, 
     assert "written anyway (--force-theano-cudnn)" in out["theanorc"]["warnings"][-1]
 
 
-def test_cudnn_7_on_cuda_10_gets_the_whole_config(archives, cuda_root, home):
+@pytest.mark.parametrize("sample,cuda,usable", [("v3", "7.0", False), ("v4-v7", "10.0", True)])
+def test_cudnn_3_to_7_get_the_whole_config(archives, cuda_root, home, sample, cuda, usable):
+    """v3 and v4 are too old for Theano 1.0.5, but the Theano releases of their day use them:
+    their config is written as it always was, with the warning."""
     rc = home / ".theanorc"
-    root = cuda_root(version="10.0")
-    done, out = run_json(["install", archives[V7], "--cuda-root", root, "--no-verify",
-                          "--no-frameworks"], home)
+    root = cuda_root(version=cuda)
+    done, out = run_json(["install", archives[GENERATION_SAMPLES[sample]], "--cuda-root", root,
+                          "--no-verify", "--no-frameworks"], home)
     assert done.returncode == 0, done.stderr
     assert theano_reads(rc).get("global", "optimizer_including") == "cudnn"
     assert "not set by cudnn-setup" not in rc.read_text()
-    assert out["theanorc"]["theano_cudnn"] == {
-        "usable": True, "optimizer_including_cudnn": True,
-        "blas": out["theanorc"]["theano_cudnn"]["blas"]}
+    about = out["theanorc"]["theano_cudnn"]
+    assert (about["usable"], about["optimizer_including_cudnn"]) == (usable, True)
+    if not usable:
+        assert "written, as for the Theano releases of its day" in out["theanorc"]["warnings"][-1]
+        assert about["reason"].startswith("Theano 1.0.5 needs cuDNN v5 or newer")
 
 
 @pytest.mark.parametrize("cuda,version,file_name", [
@@ -124,9 +129,9 @@ def test_the_release_that_serves_theano_comes_from_the_known_releases(cuda, vers
     got = serving_release(releases(), cuda)
     assert (got.version, got.file_name) == (version, file_name)
     if version is None:
-        assert got.text == (f"no cuDNN Theano 1.0.5 can use is built for CUDA {cuda}: it uses "
-                            "cuDNN only with a CUDA 10.2 or older toolkit (cuDNN 7.6.5 for CUDA "
-                            "10.2, cudnn-10.2-linux-x64-v7.6.5.32.tgz)")
+        assert got.text == (f"no cuDNN Theano 1.0.5 can use is built for CUDA {cuda}; the "
+                            "newest one is cuDNN 7.6.5 for CUDA 10.2 "
+                            "(cudnn-10.2-linux-x64-v7.6.5.32.tgz)")
     else:
         assert got.text.startswith(f"cuDNN 7.6.5 ({file_name}) is the newest")
 

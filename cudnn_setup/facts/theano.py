@@ -13,19 +13,23 @@ DNN_SOURCE = "theano/gpuarray/dnn.py"
 class CudnnRule:
     """cuDNN releases from `first` to `last` (major, minor; inclusive, None: no end) and what
     Theano 1.0.5 does with them: `usable`, and `reason` (a format string taking `version`;
-    None when there is nothing to say)."""
+    None when there is nothing to say); `ask_by_default`: whether the config the tool writes
+    asks Theano for cuDNN (optimizer_including=cudnn) unless told otherwise."""
 
     first: tuple[int, int]
     last: Optional[tuple[int, int]]
     usable: bool
     reason: Optional[str]
+    ask_by_default: bool = True
 
     def covers(self, major_minor: tuple[int, int]) -> bool:
         return self.first <= major_minor and (self.last is None or major_minor <= self.last)
 
 
 # One table: theano/gpuarray/dnn.py of Theano 1.0.5 (_dnn_check_version, and the cuDNN calls
-# its C code makes). Optimizer_including=cudnn turns "cannot use" into an error on a GPU.
+# its C code makes). Optimizer_including=cudnn turns "cannot use" into an error on a GPU. The
+# releases before v5 are still asked for by default: the Theano releases of their day (0.7 to
+# 0.9, whose old backend takes cuDNN from v2) use them, and their configs are written as ever.
 CUDNN_RULES: tuple[CudnnRule, ...] = (
     CudnnRule((0, 0), (4, 99), False,
               f"Theano {THEANO} needs cuDNN v5 or newer and refuses cuDNN {{version}} ('cuDNN "
@@ -39,7 +43,7 @@ CUDNN_RULES: tuple[CudnnRule, ...] = (
               f"Theano {THEANO} supports cuDNN v5 to v7; this is cuDNN {{version}}: v8 removed "
               "cudnnGetConvolutionForwardAlgorithm, which Theano's convolution code calls, so "
               "its cuDNN ops do not compile, and with optimizer_including=cudnn Theano stops "
-              "instead of running without cuDNN"),
+              "instead of running without cuDNN", ask_by_default=False),
 )
 USABLE_MAJORS = (5, 7)  # the majors of the usable rows, for words and release look-ups
 
@@ -95,6 +99,5 @@ def serving_release(releases: Iterable, cuda_version: Optional[str],
     cuda_text = ".".join(map(str, last_cuda))
     where = f"CUDA {cuda_version}" if cuda_version else "this CUDA"
     return Serving(None, None,
-                   f"no cuDNN Theano {THEANO} can use is built for {where}: it uses cuDNN only "
-                   f"with a CUDA {cuda_text} or older toolkit (cuDNN {short} for CUDA "
-                   f"{cuda_text}, {best.file_name})")
+                   f"no cuDNN Theano {THEANO} can use is built for {where}; the newest one is "
+                   f"cuDNN {short} for CUDA {cuda_text} ({best.file_name})")

@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Callable
 
 from cudnn_setup.checks.theano_check import theano_range_note, theano_supports
+from cudnn_setup.facts.cudnn import split_version
+from cudnn_setup.facts.theano import rule_for
 from cudnn_setup.report import FAIL, PASS, WARN, Check, Result
 from cudnn_setup.steps.context import Context
 from cudnn_setup.theano_blas import BlasFlags, NumpyBlas, find_blas, numpy_blas
@@ -33,7 +35,8 @@ def theanorc_step(result: Result, path: Path, root: Path, lib_dir: Path, dry_run
     without is written too (a file's own ldflags is kept); `numpy_info`: what numpy_blas said,
     when the caller asked it earlier."""
     usable = not cudnn_version or theano_supports(cudnn_version)
-    cudnn = usable or force_theano_cudnn
+    parts = split_version(cudnn_version)
+    cudnn = force_theano_cudnn or parts is None or rule_for(parts).ask_by_default
     about: dict = {"usable": usable, "optimizer_including_cudnn": cudnn}
     off_reason = ""
     if not usable:
@@ -52,7 +55,8 @@ def theanorc_step(result: Result, path: Path, root: Path, lib_dir: Path, dry_run
         return Check("theanorc", FAIL, f"{exc.message} — {exc.hint}",
                      {"code": exc.code, "message": exc.message, "hint": exc.hint})
     if not usable:
-        done = ("written anyway (--force-theano-cudnn)" if cudnn else
+        done = ("written anyway (--force-theano-cudnn)" if force_theano_cudnn else
+                "written, as for the Theano releases of its day" if cudnn else
                 "not written (the line is there, commented out); --force-theano-cudnn writes it")
         change = replace(change, warnings=(
             *change.warnings, f"{about['reason']}: optimizer_including=cudnn {done}; "
