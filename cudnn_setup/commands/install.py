@@ -46,9 +46,9 @@ def install(result: Result, ctx: Context, source: str, *, cuda_root: Path | None
     # a child of a quarter second, asked while the archive is read, like the driver.
     numpy_info = None
     if not no_theanorc:
-        from cudnn_setup.theano_blas import numpy_blas
+        from cudnn_setup.steps.theano_step import numpy_asked_early
 
-        numpy_info = Later(numpy_blas, python, ctx.env, ctx.runner)
+        numpy_info = numpy_asked_early(ctx, python, theanorc)
     same: list[engine.Outcome] = []
 
     def unneeded(name: str, vouched) -> bool:

@@ -11,6 +11,7 @@ from typing import Callable
 from cudnn_setup.checks.theano_check import theano_range_note, theano_supports
 from cudnn_setup.facts.cudnn import split_version
 from cudnn_setup.facts.theano import rule_for
+from cudnn_setup.parallel import Later
 from cudnn_setup.report import FAIL, PASS, WARN, Check, Result
 from cudnn_setup.steps.context import Context
 from cudnn_setup.theano_blas import BlasFlags, NumpyBlas, find_blas, numpy_blas
@@ -87,18 +88,32 @@ def blas_needed(ctx: Context, python: str, path: Path,
     """The `[blas] ldflags` to write, and what was found: only where `python`'s numpy has no
     blas_opt_info (Theano 1.0.5 reads it at import unless ldflags is set) and none of the
     config files Theano reads, nor `path`, sets ldflags already."""
+    if (rc := ldflags_set_in(ctx, path)) is not None:
+        return None, {"needed": False, "why": f"{rc} sets [blas] ldflags already"}
     info = numpy_info() if numpy_info else numpy_blas(python, ctx.env, ctx.runner)
     if info is None:
         return None, {"needed": False, "why": f"numpy.distutils cannot be imported by {python}"}
     if info.has_blas_opt_info:
         return None, {"needed": False, "why": f"numpy {info.numpy} has blas_opt_info"}
-    for rc in (*config_files(ctx.env, ctx.home), path):
-        if _sets_ldflags(rc):
-            return None, {"needed": False, "why": f"{rc} sets [blas] ldflags already"}
     found = find_blas(ctx.env, ctx.runner)
     flags = BlasFlags(found.ldflags, f"numpy {info.numpy} has no blas_opt_info, which Theano "
                                      f"1.0.5 reads at import unless ldflags is set; {found.why}")
     return flags, {"needed": True, "ldflags": flags.ldflags, "why": flags.why}
+
+
+def numpy_asked_early(ctx: Context, python: str, explicit: Path | None
+                      ) -> Later[NumpyBlas | None] | None:
+    """numpy_blas started on a thread now, for a command that writes Theano's config later;
+    None where a config Theano reads sets [blas] ldflags already (nothing to ask)."""
+    if ldflags_set_in(ctx, theanorc_path(ctx, explicit)) is not None:
+        return None
+    return Later(numpy_blas, python, ctx.env, ctx.runner)
+
+
+def ldflags_set_in(ctx: Context, path: Path) -> Path | None:
+    """The first of Theano's config files (and `path`, the one to write) that sets ldflags."""
+    return next((rc for rc in (*config_files(ctx.env, ctx.home), path) if _sets_ldflags(rc)),
+                None)
 
 
 def _sets_ldflags(path: Path) -> bool:
