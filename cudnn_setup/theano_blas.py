@@ -10,9 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Mapping
 
 from cudnn_setup.child import Runner, run_command
@@ -75,21 +73,19 @@ def find_blas(env: Mapping[str, str], runner: Runner | None = None) -> BlasFlags
         return BlasFlags("", f"empty: no C compiler (cc) on PATH to find {names} with, and "
                              "Theano without one runs its Python code, which needs no BLAS")
     tried = []
-    with tempfile.TemporaryDirectory(prefix="cudnn-setup-blas-") as scratch:
-        for name in CANDIDATES:
-            done = run_command([cc, f"-print-file-name=lib{name}.so"], LINK_TIMEOUT, env,
-                               runner=runner)
-            path = done.out.strip() if done.ok else ""
-            if not os.path.isabs(path) or not os.path.exists(path):
-                tried.append(f"lib{name}.so not found")
-                continue
-            source = Path(scratch) / "dgemm.c"
-            source.write_bytes(_LINK_PROGRAM)
-            linked = run_command([cc, str(source), "-o", str(Path(scratch) / "dgemm"),
-                                  f"-l{name}"], LINK_TIMEOUT, env, runner=runner)
-            if linked.ok:
-                return BlasFlags(f"-l{name}", f"{os.path.realpath(path)} links (dgemm_)")
-            tried.append(f"{path} does not link dgemm_")
+    for name in CANDIDATES:
+        done = run_command([cc, f"-print-file-name=lib{name}.so"], LINK_TIMEOUT, env,
+                           runner=runner)
+        path = done.out.strip() if done.ok else ""
+        if not os.path.isabs(path) or not os.path.exists(path):
+            tried.append(f"lib{name}.so not found")
+            continue
+        # the program on stdin, the executable to /dev/null: the link alone is the proof
+        linked = (runner or Runner()).run([cc, "-x", "c", "-", "-o", os.devnull, f"-l{name}"],
+                                          LINK_TIMEOUT, env, stdin=_LINK_PROGRAM)
+        if linked.ok:
+            return BlasFlags(f"-l{name}", f"{os.path.realpath(path)} links (dgemm_)")
+        tried.append(f"{path} does not link dgemm_")
     return BlasFlags("", f"empty: the linker finds no BLAS ({'; '.join(tried)}), so Theano uses "
                          "its own slower gemm; install OpenBLAS (libopenblas-dev) and set "
                          "-lopenblas here for speed")
