@@ -66,7 +66,9 @@ def find_blas(env: Mapping[str, str], runner: Runner | None = None) -> BlasFlags
     """The BLAS `-l` flag this machine links, found as the linker finds it: `cc
     -print-file-name=libNAME.so` searches the compiler's own directories and $LIBRARY_PATH (the
     ldconfig cache lists run-time names such as libopenblas.so.0, which `-l` cannot use), then
-    proven by linking a program that calls dgemm_. Empty, with the reason, when there is none."""
+    proven by linking a program that calls dgemm_. A library found only through $LIBRARY_PATH
+    gets `-L` with its directory: Theano also makes that the rpath of the modules it builds, so
+    they load without the variable. Empty, with the reason, when there is none."""
     cc = shutil.which("cc", path=env.get("PATH")) or shutil.which("gcc", path=env.get("PATH"))
     names = ", ".join(f"lib{n}.so" for n in CANDIDATES)
     if cc is None:
@@ -74,18 +76,33 @@ def find_blas(env: Mapping[str, str], runner: Runner | None = None) -> BlasFlags
                              "Theano without one runs its Python code, which needs no BLAS")
     tried = []
     for name in CANDIDATES:
-        done = run_command([cc, f"-print-file-name=lib{name}.so"], LINK_TIMEOUT, env,
-                           runner=runner)
-        path = done.out.strip() if done.ok else ""
-        if not os.path.isabs(path) or not os.path.exists(path):
+        path = _linker_finds(cc, name, env, runner)
+        if path is None:
             tried.append(f"lib{name}.so not found")
             continue
         # the program on stdin, the executable to /dev/null: the link alone is the proof
         linked = (runner or Runner()).run([cc, "-x", "c", "-", "-o", os.devnull, f"-l{name}"],
                                           LINK_TIMEOUT, env, stdin=_LINK_PROGRAM)
-        if linked.ok:
+        if not linked.ok:
+            tried.append(f"{path} does not link dgemm_")
+            continue
+        own = {k: v for k, v in env.items() if k != "LIBRARY_PATH"}
+        if not env.get("LIBRARY_PATH") or _linker_finds(cc, name, own, runner) == path:
             return BlasFlags(f"-l{name}", f"{os.path.realpath(path)} links (dgemm_)")
-        tried.append(f"{path} does not link dgemm_")
+        where = os.path.dirname(path)
+        if where.split() != [where]:  # Theano splits ldflags on white space
+            tried.append(f"{path} is in a directory whose name ldflags cannot carry")
+            continue
+        return BlasFlags(f"-L{where} -l{name}", f"{os.path.realpath(path)} links (dgemm_); "
+                                                 "found through LIBRARY_PATH, so its directory "
+                                                 "is named")
     return BlasFlags("", f"empty: the linker finds no BLAS ({'; '.join(tried)}), so Theano uses "
                          "its own slower gemm; install OpenBLAS (libopenblas-dev) and set "
                          "-lopenblas here for speed")
+
+
+def _linker_finds(cc: str, name: str, env: Mapping[str, str],
+                  runner: Runner | None) -> str | None:
+    done = run_command([cc, f"-print-file-name=lib{name}.so"], LINK_TIMEOUT, env, runner=runner)
+    path = done.out.strip() if done.ok else ""
+    return path if os.path.isabs(path) and os.path.exists(path) else None

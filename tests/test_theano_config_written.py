@@ -159,7 +159,9 @@ def test_the_blas_is_found_as_the_linker_finds_it_and_proven_by_a_link(tmp_path)
     not_a_blas = _library(tmp_path, "blas", "int something_else(void) { return 0; }\n")
     openblas = _library(tmp_path, "openblas", "void dgemm_(void) {}\n")
     got = find_blas({**env, "LIBRARY_PATH": str(openblas)})
-    assert got == BlasFlags("-lopenblas", f"{openblas / 'libopenblas.so'} links (dgemm_)")
+    assert got == BlasFlags(f"-L{openblas} -lopenblas",
+                            f"{openblas / 'libopenblas.so'} links (dgemm_); found through "
+                            "LIBRARY_PATH, so its directory is named")
     if plain.ldflags == "":
         got = find_blas({**env, "LIBRARY_PATH": str(not_a_blas)})
         assert got.ldflags == "" and f"{not_a_blas / 'libblas.so'} does not link dgemm_" \
@@ -219,3 +221,36 @@ def test_numpy_is_asked_for_the_build_info_theano_reads(tmp_path):
     assert older == NumpyBlas("1.19.5", True)
     (site / "numpy" / "distutils" / "__config__.py").write_text("raise SystemExit(3)\n")
     assert numpy_blas(sys.executable, {**env, "PYTHONPATH": str(site)}) is None
+
+
+@needs_theano
+def test_a_real_blas_found_through_library_path_is_what_theano_links(archives, cuda_root, home,
+                                                                     tmp_path):
+    """scipy's own OpenBLAS (a real one, exporting dgemm_) offered as libopenblas.so through
+    LIBRARY_PATH at install time: the config names it with -L, and the user's Theano, started
+    without LIBRARY_PATH, builds and loads its BLAS ops against it (Theano makes -L an rpath).
+    libopenblas.so is a linker script, as distributions ship libc.so: the library and the
+    gfortran and quadmath it needs, which ld would not find beside it on its own."""
+    import scipy
+
+    libs = Path(scipy.__file__).parent.parent / "scipy.libs"
+    openblas = sorted(libs.glob("libopenblas*.so"))
+    if not openblas:
+        pytest.skip("this scipy carries no OpenBLAS of its own")
+    blas = tmp_path / "blas"
+    blas.mkdir()
+    for lib in libs.iterdir():  # its soname and its own needs, beside it
+        (blas / lib.name).symlink_to(lib)
+    (blas / "libopenblas.so").write_text(
+        "INPUT(" + " ".join(str(blas / lib.name) for lib in sorted(libs.iterdir())) + ")\n")
+    rc = home / ".theanorc"
+    root = cuda_root(version="10.0")
+    done, out = run_json(["install", archives[V7], "--cuda-root", root, "--no-verify",
+                          "--no-frameworks"], home, {"LIBRARY_PATH": str(blas)})
+    assert done.returncode == 0, done.stderr
+    assert theano_reads(rc).get("blas", "ldflags") == f"-L{blas} -lopenblas"
+    ran = subprocess.run([sys.executable, "-c", USER_GRAPH], capture_output=True, text=True,
+                         timeout=600, env=clean_env(home))
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    assert json.loads(ran.stdout.strip().splitlines()[-1])["ldflags"] == f"-L{blas} -lopenblas"
+    assert "NumPy C-API based implementation for BLAS" not in ran.stderr  # Theano's own gemm
