@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from cudnn_setup.child import Runner, run_command
+from cudnn_setup.text import printable
 
 NUMPY_TIMEOUT = 60.0  # importing numpy.distutils: a second or two, more on a cold disk
 LINK_TIMEOUT = 30.0
@@ -90,7 +91,8 @@ def find_blas(env: Mapping[str, str], runner: Runner | None = None) -> BlasFlags
         if not env.get("LIBRARY_PATH") or _linker_finds(cc, name, own, runner) == path:
             return BlasFlags(f"-l{name}", f"{os.path.realpath(path)} links (dgemm_)")
         where = os.path.dirname(path)
-        if where.split() != [where]:  # Theano splits ldflags on white space
+        if where.split() != [where] or printable(where) != where:  # Theano splits ldflags on
+            # white space, and its config file carries text, not any byte a name may hold
             tried.append(f"{path} is in a directory whose name ldflags cannot carry")
             continue
         return BlasFlags(f"-L{where} -l{name}", f"{os.path.realpath(path)} links (dgemm_); "

@@ -215,8 +215,9 @@ def settings(root: Path, lib_dir: Path) -> dict[str, dict[str, str]]:
 
 
 # The line written in place of optimizer_including=cudnn where Theano cannot use the cuDNN:
-# the setting is there to be seen, with its reason, but Theano does not read it.
-CUDNN_OFF = "optimizer_including = cudnn"
+# the setting is there to be seen, with its reason, but Theano does not read it. A merge
+# replaces the one an earlier merge wrote (a user's own commented-out line is not this one).
+CUDNN_OFF = "optimizer_including = cudnn  (not set by cudnn-setup:"
 
 
 def merge(text: str, root: Path, lib_dir: Path, origin: str = ".theanorc", *,
@@ -266,8 +267,7 @@ def merge(text: str, root: Path, lib_dir: Path, origin: str = ".theanorc", *,
     if cudnn:
         including = _add_to_list(updater, "global", "optimizer_including", "cudnn")
     else:
-        _comment(updater, "global", f"{CUDNN_OFF}  (not set by cudnn-setup: "
-                                    f"{printable(cudnn_off_reason)})")
+        _comment(updater, "global", f"{CUDNN_OFF} {printable(cudnn_off_reason)})")
         sec = updater["global"]
         including = (sec["optimizer_including"].value or "") \
             if sec.has_option("optimizer_including") else ""

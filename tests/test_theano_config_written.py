@@ -254,3 +254,18 @@ def test_a_real_blas_found_through_library_path_is_what_theano_links(archives, c
     assert ran.returncode == 0, ran.stderr[-3000:]
     assert json.loads(ran.stdout.strip().splitlines()[-1])["ldflags"] == f"-L{blas} -lopenblas"
     assert "NumPy C-API based implementation for BLAS" not in ran.stderr  # Theano's own gemm
+
+
+def test_the_commented_out_flag_is_replaced_but_a_users_own_is_kept():
+    mine = "[global]\n# optimizer_including = cudnn\nfloatX = float32\n"
+    off, _ = merge(mine, Path("/r"), Path("/r/lib64"), cudnn=False, cudnn_off_reason="old")
+    again, _ = merge(off, Path("/r"), Path("/r/lib64"), cudnn=False, cudnn_off_reason="new")
+    assert "(not set by cudnn-setup: new)" in again and "cudnn-setup: old" not in again
+    on, warnings = merge(again, Path("/r"), Path("/r/lib64"))
+    assert "not set by cudnn-setup" not in on and not warnings
+    assert on.startswith("[global]\n# optimizer_including = cudnn\nfloatX = float32\n"
+                         "optimizer_including = cudnn\n")
+    # the flag already active (written for an earlier cuDNN) is the user's to drop: said
+    _, warnings = merge(on, Path("/r"), Path("/r/lib64"), cudnn=False, cudnn_off_reason="v9")
+    assert warnings == ["[global] optimizer_including already lists cudnn (kept as it is), "
+                        "which makes Theano stop on a GPU here: v9"]
