@@ -24,6 +24,8 @@ from cudnn_setup.text import escape, printable, show_path
 if TYPE_CHECKING:  # imported by merge(), the one user: verify and doctor only read configs
     from configupdater import ConfigUpdater
 
+    from cudnn_setup.theano_blas import BlasFlags
+
 BACKUP_SUFFIX = ".cudnn-setup.bak"
 MAX_BYTES = 1 << 20  # a Theano config is a few hundred bytes; /dev/zero is endless
 
@@ -212,8 +214,22 @@ def settings(root: Path, lib_dir: Path) -> dict[str, dict[str, str]]:
     }
 
 
-def merge(text: str, root: Path, lib_dir: Path, origin: str = ".theanorc") -> tuple[str, list[str]]:
-    """Return the merged text and warnings; raise TheanorcRefused when the file is ambiguous."""
+# The line written in place of optimizer_including=cudnn where Theano cannot use the cuDNN:
+# the setting is there to be seen, with its reason, but Theano does not read it. A merge
+# replaces the one an earlier merge wrote (a user's own commented-out line is not this one).
+CUDNN_OFF = "optimizer_including = cudnn  (not set by cudnn-setup:"
+
+
+def merge(text: str, root: Path, lib_dir: Path, origin: str = ".theanorc", *,
+          cudnn: bool = True, cudnn_off_reason: str = "",
+          blas: BlasFlags | None = None) -> tuple[str, list[str]]:
+    """Return the merged text and warnings; raise TheanorcRefused when the file is ambiguous.
+
+    `cudnn`: whether to ask Theano for cuDNN (optimizer_including=cudnn, which makes Theano stop
+    where it cannot use it); when not, the line is written commented out with
+    `cudnn_off_reason`. `blas`: the `[blas] ldflags` to write where the file has none (None:
+    this Theano needs none), with its reason as a comment; a user's own ldflags is kept.
+    """
     shown = escape(origin)
     wanted = settings(root, lib_dir)
     for values in wanted.values():
@@ -247,10 +263,26 @@ def merge(text: str, root: Path, lib_dir: Path, origin: str = ".theanorc") -> tu
                               f"({escape(_first_line(exc))}); left untouched",
                               "fix the line it names, then run `cudnn-setup theanorc`") from None
     warnings: list[str] = []
-    including = _add_to_list(updater, "global", "optimizer_including", "cudnn")
+    _drop_comment(updater, "global", CUDNN_OFF)
+    if cudnn:
+        including = _add_to_list(updater, "global", "optimizer_including", "cudnn")
+    else:
+        _comment(updater, "global", f"{CUDNN_OFF} {printable(cudnn_off_reason)})")
+        sec = updater["global"]
+        including = (sec["optimizer_including"].value or "") \
+            if sec.has_option("optimizer_including") else ""
+        if "cudnn" in including.split(":"):
+            warnings.append("[global] optimizer_including already lists cudnn (kept as it is), "
+                            f"which makes Theano stop on a GPU here: {cudnn_off_reason}")
     if "\n" in including:
         warnings.append(f"[global] optimizer_including spans several lines; Theano splits it on "
                         f"':' only, so it reads the tags {escape(repr(including.split(':')))}")
+    if blas is not None and not (updater.has_section("blas")
+                                 and updater["blas"].has_option("ldflags")):
+        wanted["blas"] = {"ldflags": blas.ldflags}
+        _set(updater, "blas", "ldflags", blas.ldflags)
+        updater["blas"]["ldflags"].add_before.comment(
+            f"ldflags set by cudnn-setup: {printable(blas.why)}")
     if updater.has_section("global") and updater["global"].has_option("optimizer_excluding"):
         excluded = (updater["global"]["optimizer_excluding"].value or "").split(":")
         if "cudnn" in excluded:
@@ -259,16 +291,18 @@ def merge(text: str, root: Path, lib_dir: Path, origin: str = ".theanorc") -> tu
         for key, value in values.items():
             _set(updater, section, key, value)
     merged = str(updater)
-    _check_as_theano_reads_it(merged, wanted, shown)
+    _check_as_theano_reads_it(merged, wanted, shown, cudnn)
     return merged, warnings
 
 
-def _check_as_theano_reads_it(text: str, wanted: dict[str, dict[str, str]], shown: str) -> None:
+def _check_as_theano_reads_it(text: str, wanted: dict[str, dict[str, str]], shown: str,
+                              cudnn: bool = True) -> None:
     """The merged file, read back the way Theano reads it, says what was meant to be written."""
     parser = configparser.ConfigParser(interpolation=None)
     try:
         parser.read_string(text)
-        ok = "cudnn" in parser.get("global", "optimizer_including").split(":") and all(
+        asked = parser.get("global", "optimizer_including", fallback="").split(":")
+        ok = (not cudnn or "cudnn" in asked) and all(
             parser.get(section, key) == value
             for section, values in wanted.items() for key, value in values.items())
     except configparser.Error:
@@ -292,6 +326,33 @@ def _section(updater: ConfigUpdater, name: str):
     return updater[name]
 
 
+def _comment(updater: ConfigUpdater, section: str, text: str) -> None:
+    """A comment line `# text` at the end of the section's options."""
+    sec = _section(updater, section)
+    options = list(sec.option_blocks())
+    blocks = list(sec.iter_blocks())
+    if options:
+        options[-1].add_after.comment(text)
+    elif blocks and type(blocks[-1]).__name__ == "Space":  # before the blank line ending it
+        blocks[-1].add_before.comment(text)
+    else:
+        sec.add_comment(f"# {text}\n")
+
+
+def _drop_comment(updater: ConfigUpdater, section: str, start: str) -> None:
+    """Remove the section's comment lines that begin with `# start` (written by an earlier
+    merge: the one written now says what holds now)."""
+    if not updater.has_section(section):
+        return
+    for block in list(updater[section].iter_blocks()):
+        if type(block).__name__ != "Comment":
+            continue
+        lines = block.lines  # the block's own list: a user's comment lines beside ours stay
+        lines[:] = [line for line in lines if not line.lstrip("#; \t").startswith(start)]
+        if not lines:
+            block.detach()
+
+
 def _set(updater: ConfigUpdater, section: str, key: str, value: str) -> None:
     sec = _section(updater, section)
     if sec.has_option(key):
@@ -299,8 +360,11 @@ def _set(updater: ConfigUpdater, section: str, key: str, value: str) -> None:
             sec[key].value = value
         return
     options = list(sec.option_blocks())
+    blocks = list(sec.iter_blocks())
     if options:
         options[-1].add_after.option(key, value)
+    elif blocks and type(blocks[-1]).__name__ == "Space":  # before the blank line ending it
+        blocks[-1].add_before.option(key, value)
     else:
         sec[key] = value
 
@@ -332,7 +396,9 @@ def _add_to_list(updater: ConfigUpdater, section: str, key: str, item: str) -> s
     return "\n".join(lines)
 
 
-def configure(path: Path, root: Path, lib_dir: Path, dry_run: bool = False) -> TheanorcChange:
+def configure(path: Path, root: Path, lib_dir: Path, dry_run: bool = False, *,
+              cudnn: bool = True, cudnn_off_reason: str = "",
+              blas: BlasFlags | None = None) -> TheanorcChange:
     """Merge the cuDNN settings into the config at `path` (through a symlink to its target).
 
     The previous version is kept beside it as a backup, written to a temporary file and renamed
@@ -343,7 +409,8 @@ def configure(path: Path, root: Path, lib_dir: Path, dry_run: bool = False) -> T
     found: tuple[bytes, int] | None = None
     try:
         found = read_config(target)
-        return _configure(path, target, found, root, lib_dir, dry_run)
+        return _configure(path, target, found, root, lib_dir, dry_run,
+                          dict(cudnn=cudnn, cudnn_off_reason=cudnn_off_reason, blas=blas))
     except OSError as exc:
         try:
             untouched = read_config(target) == found
@@ -354,7 +421,7 @@ def configure(path: Path, root: Path, lib_dir: Path, dry_run: bool = False) -> T
 
 
 def _configure(path: Path, target: Path, found: tuple[bytes, int] | None, root: Path,
-               lib_dir: Path, dry_run: bool) -> TheanorcChange:
+               lib_dir: Path, dry_run: bool, choices: dict) -> TheanorcChange:
     before = ""
     if found is not None:
         try:
@@ -367,7 +434,7 @@ def _configure(path: Path, target: Path, found: tuple[bytes, int] | None, root: 
     elif not target.parent.is_dir():
         raise TheanorcRefused(f"the directory of {show_path(path)} does not exist",
                               "create it or pass --theanorc FILE", code="theanorc-no-directory")
-    after, warnings = merge(before, root, lib_dir, str(path))
+    after, warnings = merge(before, root, lib_dir, str(path), **choices)
     diff = "".join(difflib.unified_diff(before.splitlines(True), after.splitlines(True),
                                         f"{path} (before)", f"{path} (after)"))
     change = TheanorcChange(target, before != after, diff, warnings=tuple(warnings))

@@ -169,8 +169,8 @@ def test_theano_missing_is_a_skip_with_hint(archives, cuda_root, home):
 
 def test_theano_for_real(archives, cuda_root, home):
     """Theano builds T.exp and a conv net with the theanorc the install wrote; no GPU → warn."""
-    # find_spec, not importorskip: importing Theano here, without the blas.ldflags the tool's
-    # child sets, crashes on numpy's ILP64 build config (an AttributeError, not a skip).
+    # find_spec, not importorskip: importing Theano here, under no config that sets
+    # blas.ldflags, crashes on numpy's ILP64 build config (an AttributeError, not a skip).
     if importlib.util.find_spec("theano") is None:
         pytest.skip("the theano extra is not installed")
     root = cuda_root()

@@ -10,7 +10,7 @@ from cudnn_setup.checks.installation import Installation
 from cudnn_setup.checks.probe import ProbeResult, child_env, probe_module, run_probe
 from cudnn_setup.child import Runner
 from cudnn_setup.checks.native import find_cudart
-from cudnn_setup.checks.theano_check import INSTALL_HINT, has_theano, theano_env
+from cudnn_setup.checks.theano_check import INSTALL_HINT, has_theano, with_fixed_hash_seed
 from cudnn_setup.report import FAIL, PASS, SKIP, WARN, Check
 from cudnn_setup.theanorc_merge import unreadable_for_theano
 
@@ -42,6 +42,20 @@ def _step(answer: Fields, key: str) -> float:
     if value <= 0:
         raise BadAnswer(f"{answer.what}'s {key!r} is {value:g}, no time a step can take")
     return value
+
+
+def theano_env(base: Mapping[str, str], theanorc: Path | None, lib_dir: Path) -> dict[str, str]:
+    """The bench's environment: it measures cuDNN against none, so the root's cuDNN is put on
+    the loader path and an unset blas.ldflags is set empty (Theano 1.0.5 stops at import on a
+    numpy without blas_opt_info otherwise); whether the user's own config runs is the theano
+    check's question."""
+    env = child_env(lib_dir, with_fixed_hash_seed(base))
+    if theanorc is not None:
+        env["THEANORC"] = str(theanorc)
+    flags = env.get("THEANO_FLAGS", "")
+    if "blas.ldflags" not in flags:
+        env["THEANO_FLAGS"] = ",".join(f for f in (flags, "blas.ldflags=") if f)
+    return env
 
 
 def _theano_run(python: str, env: dict, flag: str,

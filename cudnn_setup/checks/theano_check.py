@@ -1,6 +1,7 @@
 """The theano layer: build the classic graphs in the user's interpreter and see what Theano chose."""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping
@@ -8,31 +9,83 @@ from typing import Callable, Mapping
 from cudnn_setup.checks.answer_values import BadAnswer, Fields
 from cudnn_setup.checks.installation import Installation
 from cudnn_setup.child import Runner, run_command
-from cudnn_setup.checks.probe import child_env, probe_module, run_probe
+from cudnn_setup.checks.probe import probe_module, run_probe
 from cudnn_setup.facts import gpus
+from cudnn_setup.facts import theano as theano_facts
 from cudnn_setup.facts.cudnn import split_version
 from cudnn_setup.report import FAIL, PASS, SKIP, WARN, Check
-from cudnn_setup.theanorc_merge import unreadable_for_theano
+from cudnn_setup.theanorc_merge import config_files, unreadable_for_theano
 
 THEANO_TIMEOUT = 600.0
 INSTALL_HINT = "pip install 'cudnn-setup[theano]' (Theano 1.0.5 with numpy<1.24, scipy<1.11)"
 
 
-def theano_env(base: Mapping[str, str], theanorc: Path | None, lib_dir: Path) -> dict[str, str]:
-    env = child_env(lib_dir, base)
-    if theanorc is not None:
-        env["THEANORC"] = str(theanorc)
-    flags = env.get("THEANO_FLAGS", "")
-    # Theano 1.0.5 crashes at import reading numpy.distutils' BLAS info unless ldflags is set.
-    if "blas.ldflags" not in flags:
-        env["THEANO_FLAGS"] = ",".join(f for f in (flags, "blas.ldflags=") if f)
-    # Theano 1.0.5 versions the C code of its COp ops (DimShuffle among them) by hash() of
-    # their source, which Python 3 salts per process: under a random seed no run finds the
-    # module an earlier run compiled, and each one compiles it again (1.2 s of g++ here, every
-    # verify). A fixed seed changes nothing else Theano does; a seed the user set is kept.
+def with_fixed_hash_seed(base: Mapping[str, str]) -> dict[str, str]:
+    """`base` with PYTHONHASHSEED=0 unless the user set a seed.
+
+    Theano 1.0.5 versions the C code of its COp ops (DimShuffle among them) by hash() of
+    their source, which Python 3 salts per process: under a random seed no run finds the
+    module an earlier run compiled, and each one compiles it again (1.2 s of g++ here, every
+    verify). The seed only salts str hashes: it cannot change whether Theano imports, which
+    config files it reads or what they say, so the check still runs what the user runs."""
+    env = dict(base)
     if not env.get("PYTHONHASHSEED"):  # an empty one is no seed to Python
         env["PYTHONHASHSEED"] = "0"
     return env
+
+
+@dataclass(frozen=True)
+class TheanoRun:
+    """How the check starts Theano: the user's environment, the config files Theano reads in
+    it (in order, later ones win) and, in words, which they are and which flags it ran with."""
+
+    env: dict
+    files: tuple[Path, ...]
+    named_by_option: bool  # THEANORC set to the file --theanorc names, outside the user's list
+
+    @property
+    def existing(self) -> list[Path]:
+        return [f for f in self.files if f.exists()]
+
+    def config_words(self) -> str:
+        """"config F, THEANO_FLAGS ..." or "no Theano config (F does not exist), ...": what
+        follows "with" in a detail."""
+        how = (" (THEANORC set to the file --theanorc names: Theano reads it only so)"
+               if self.named_by_option else "")
+        flags = self.env.get("THEANO_FLAGS")
+        flags_words = ", THEANO_FLAGS " + (repr(flags) if flags else "unset")
+        if not self.existing:
+            named = " or ".join(map(str, self.files)) or "~/.theanorc (HOME unset)"
+            return f"no Theano config ({named} does not exist){how}{flags_words}"
+        shown = ", ".join(str(f) + ("" if f.exists() else " (absent)") for f in self.files)
+        return f"config {shown}{how}{flags_words}"
+
+
+def user_run(base: Mapping[str, str], theanorc: Path | None) -> TheanoRun:
+    """The user's environment as it is: Theano finds its config through THEANORC or HOME
+    (~/.theanorc) there, and THEANO_FLAGS is left alone. Only a `theanorc` that is not among
+    the files Theano would read is put in THEANORC, so that the file asked about is the one
+    checked; the detail says so."""
+    env = with_fixed_hash_seed(base)
+    home = env.get("HOME")
+    files = config_files(env, Path(home)) if home else []
+    if theanorc is not None and os.path.realpath(theanorc) not in {
+            os.path.realpath(f) for f in files}:
+        env["THEANORC"] = str(theanorc)
+        return TheanoRun(env, (theanorc,), True)
+    return TheanoRun(env, tuple(files), False)
+
+
+def import_failure(error: str, numpy: str | None, run: TheanoRun) -> str:
+    """Why `import theano` failed under the user's config, and the fix where it is known."""
+    said = f"`import theano` fails with {run.config_words()}: {error}"
+    if "blas_opt_info" not in error:
+        return said
+    where = run.files[-1] if run.files else Path("~/.theanorc")
+    return (f"{said}; numpy {numpy or '?'} has no blas_opt_info, which Theano 1.0.5 reads "
+            "unless [blas] ldflags is set, and no config it reads sets it. Fix: `cudnn-setup "
+            f"theanorc` writes it (the BLAS this machine links, or empty), or add '[blas]' "
+            f"with 'ldflags =' to {where}")
 
 
 def has_theano(python: str, env: Mapping[str, str], runner: Runner | None = None) -> bool:
@@ -43,37 +96,19 @@ def has_theano(python: str, env: Mapping[str, str], runner: Runner | None = None
     return done.returncode == 0
 
 
-THEANO_CUDNN = (5, 7)  # the cuDNN majors Theano 1.0.5 works with
-THEANO_WARNS_FROM = (7, 2)  # theano/gpuarray/dnn.py _dnn_check_version: "more recent than Theano"
-
-
 def theano_range_note(version: str | None) -> str | None:
-    """Why Theano 1.0.5 cannot use this cuDNN (outside v5-v7), or what it says about it (7.2 and
-    later v7: a warning); None when it is fine or the version is unknown. install and theanorc
-    say this when they write optimizer_including=cudnn, which turns the problem into an error."""
+    """Why Theano 1.0.5 cannot use this cuDNN, or what it says about it (7.2 and later v7: a
+    warning), from facts/theano.py's table; None when it is fine or the version is unknown."""
     parts = split_version(version)
     if parts is None:
         return None
-    major = parts[0]
-    low, high = THEANO_CUDNN
-    if major < low:
-        return (f"Theano 1.0.5 needs cuDNN v{low} or newer and refuses cuDNN {version} ('cuDNN "
-                "version is too old', theano/gpuarray/dnn.py); with optimizer_including=cudnn it "
-                "stops instead of running without cuDNN")
-    if major > high:
-        return (f"Theano 1.0.5 supports cuDNN v{low} to v{high}; this is cuDNN {version}: v8 "
-                "removed cudnnGetConvolutionForwardAlgorithm, which Theano's convolution code "
-                "calls, so its cuDNN ops do not compile, and with optimizer_including=cudnn "
-                "Theano stops instead of running without cuDNN")
-    if parts[:2] >= THEANO_WARNS_FROM:
-        return (f"Theano 1.0.5 warns that cuDNN {version} is more recent than it (from 7.2), "
-                "and uses it")
-    return None
+    reason = theano_facts.rule_for(parts).reason
+    return reason.format(version=version) if reason else None
 
 
 def theano_supports(version: str | None) -> bool:
     parts = split_version(version)
-    return parts is not None and THEANO_CUDNN[0] <= parts[0] <= THEANO_CUDNN[1]
+    return parts is not None and theano_facts.rule_for(parts).usable
 
 
 @dataclass(frozen=True)
@@ -128,28 +163,45 @@ def check_theano(inst: Installation, python: str, theanorc: Path | None,
                      + f"Theano is not installed for {python}; {INSTALL_HINT}")
     if (why := unreadable_for_theano(theanorc)) is not None:
         return Check("theano", FAIL, f"Theano cannot start with its config: {why}")
-    result = run_probe(probe_module("theano_graph"), THEANO_TIMEOUT,
-                       theano_env(env, theanorc, inst.lib_dir), python=python, runner=runner)
+    # Nothing is added to the user's environment but the hash seed (with_fixed_hash_seed): not
+    # the library dir (the loader check says whether programs find it), not a blas.ldflags.
+    run = user_run(env, theanorc)
+    result = run_probe(probe_module("theano_graph"), THEANO_TIMEOUT, run.env, python=python,
+                       runner=runner)
     if result.data is None:
         what = "timed out" if result.timed_out else f"failed ({result.crashed or result.returncode})"
-        return Check("theano", FAIL, f"Theano's test graphs {what}: {result.last_error_line()[:300]}")
+        return Check("theano", FAIL, f"Theano's test graphs {what} with "
+                     f"{run.config_words()}: {result.last_error_line()[:300]}")
     data = result.data
+    data.update(config_files=[str(f) for f in run.files],
+                theano_flags=run.env.get("THEANO_FLAGS"))
+    answer = Fields(data)
+    if (error := answer.nonempty("import_error", 1000)) is not None:
+        return Check("theano", FAIL, import_failure(error, answer.text("numpy", 50), run), data)
     try:
         got = TheanoGraphs.read(result.answer("the answer of Theano's test graphs"))
     except BadAnswer as exc:
         return Check("theano", FAIL, f"Theano's test graphs ran but their answer cannot be "
                      f"judged: {exc}")
-    summary = (f"Theano {got.theano_version} on {got.device}: T.exp "
-               f"{'ok' if got.exp_ok else 'WRONG'}, conv net used {got.conv_op}")
+    summary = (f"Theano {got.theano_version} on {got.device} with {run.config_words()}: "
+               f"T.exp {'ok' if got.exp_ok else 'WRONG'}, conv net used {got.conv_op}")
     if not got.exp_ok or got.conv_shape != [2, 8, 10, 10]:
         return Check("theano", FAIL, summary + ": wrong results", data)
     if got.uses_cudnn:
         return Check("theano", PASS, summary + " (cuDNN)", data)
     reason = why_not_cudnn(data, inst, gpu() if callable(gpu) else gpu)
     data["reason"] = reason
-    if theanorc is not None and "cudnn" not in got.optimizer_including:
-        return Check("theano", FAIL, summary + f"; the theanorc {theanorc} was not picked up "
-                     "(optimizer_including lacks cudnn)", data)
+    usable = theano_supports(inst.version)
+    if theanorc is None:  # the config was left alone (install --no-theanorc): nothing to ask of it
+        return Check("theano", WARN, f"{summary}, not cuDNN: {reason}", data)
+    if not run.existing:  # the summary says there is none; a cuDNN Theano can use wants one
+        return Check("theano", FAIL if usable else WARN, f"{summary}; Theano runs with its "
+                     "defaults, without the cuDNN settings (`cudnn-setup theanorc` writes "
+                     f"them); not cuDNN: {reason}", data)
+    if usable and "cudnn" not in got.optimizer_including.split(":"):
+        return Check("theano", FAIL, f"{summary}; the config does not ask for cuDNN "
+                     f"(optimizer_including={got.optimizer_including!r}): run `cudnn-setup "
+                     "theanorc`", data)
     return Check("theano", WARN, f"{summary}, not cuDNN: {reason}", data)
 
 

@@ -32,7 +32,7 @@ def install(result: Result, ctx: Context, source: str, *, cuda_root: Path | None
             cache_dir: Path | None = None, cuda: str | None = None,
             mirror: str | None = None, no_frameworks: bool = False, from_: str | None = None,
             index_url: str | None = None, with_deps: bool = False,
-            verify_content: bool = False) -> None:
+            verify_content: bool = False, force_theano_cudnn: bool = False) -> None:
     check_sha256(sha256)
     root = find_cuda_root(ctx.env, cuda_root)
     result.cuda_root = str(root.path)
@@ -43,6 +43,13 @@ def install(result: Result, ctx: Context, source: str, *, cuda_root: Path | None
     # interrupted first, it is not waited for: the command's runner kills it as the command
     # ends (steps/command_wrapper.py).
     asked = Later(driver_facts, ctx.env, runner=ctx.runner)
+    # What --python's numpy says of its BLAS build, for the [blas] ldflags of Theano's config:
+    # a child of a quarter second, asked while the archive is read, like the driver.
+    numpy_info = None
+    if not no_theanorc:
+        from cudnn_setup.steps.theano_step import numpy_asked_early
+
+        numpy_info = numpy_asked_early(ctx, python, theanorc)
     same: list[engine.Outcome] = []
 
     def unneeded(name: str, vouched) -> bool:
@@ -109,7 +116,10 @@ def install(result: Result, ctx: Context, source: str, *, cuda_root: Path | None
         rc = theanorc_path(ctx, theanorc)
     if rc is not None:
         theano_config = theanorc_step(result, rc, root.path, lib_dir, dry_run,
-                                      result.cudnn_version)
+                                      result.cudnn_version, ctx=ctx, python=python,
+                                      cuda_version=root.version,
+                                      force_theano_cudnn=force_theano_cudnn,
+                                      numpy_info=numpy_info.result if numpy_info else None)
     if step_later is not None and verifying and changes_nothing_loaded(ldconfig, on_path):
         # The step only advises, so verify need not wait for it: its checks run while the
         # frameworks are imported for the advice, and take their report when it is made.

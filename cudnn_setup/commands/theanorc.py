@@ -16,7 +16,8 @@ from cudnn_setup.theanorc_merge import TheanorcRefused
 
 @command("theanorc")
 def theanorc(result: Result, ctx: Context, *, cuda_root: Path | None = None,
-             theanorc: Path | None = None, dry_run: bool = False) -> None:
+             theanorc: Path | None = None, dry_run: bool = False,
+             force_theano_cudnn: bool = False) -> None:
     root = find_cuda_root(ctx.env, cuda_root)
     result.cuda_root = str(root.path)
     recover_first(result, root, ctx)
@@ -30,7 +31,8 @@ def theanorc(result: Result, ctx: Context, *, cuda_root: Path | None = None,
                          f"--cuda-root {root.path}`), or pass --cuda-root naming the CUDA root "
                          "that has it", code="no-cudnn")
     check = theanorc_step(result, theanorc_path(ctx, theanorc), root.path, inst.lib_dir, dry_run,
-                          inst.version)
+                          inst.version, ctx=ctx, cuda_version=root.version,
+                          force_theano_cudnn=force_theano_cudnn)
     if check.status == FAIL:  # the step's own refusal, its code and hint kept
         raise TheanorcRefused(check.data["message"], check.data["hint"], code=check.data["code"])
     if absent is not None:  # a plan made before cuDNN is there (a check-mode run of a fleet)

@@ -29,7 +29,12 @@ def main() -> dict:
     started = time.time()
     out = {"python": sys.version.split()[0]}
     import numpy as np
-    import theano
+    out["numpy"] = np.__version__
+    try:
+        import theano
+    except Exception as exc:  # what the user's own `import theano` meets: the check's verdict
+        out["import_error"] = f"{type(exc).__name__}: {exc}"[:1000]
+        return out
     import theano.tensor as T
     from theano.tensor.nnet import conv2d, relu
     from theano.tensor.signal.pool import pool_2d

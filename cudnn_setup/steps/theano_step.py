@@ -1,13 +1,22 @@
-"""Theano's config file as a step of install and theanorc: merge cuDNN's settings into it."""
+"""Theano's config file as a step of install and theanorc: merge cuDNN's settings into it, and
+what this Theano needs to import and run."""
 from __future__ import annotations
 
+import configparser
+import platform
 from dataclasses import replace
 from pathlib import Path
+from typing import Callable
 
 from cudnn_setup.checks.theano_check import theano_range_note, theano_supports
+from cudnn_setup.facts.cudnn import split_version
+from cudnn_setup.facts.theano import rule_for
+from cudnn_setup.parallel import Later
 from cudnn_setup.report import FAIL, PASS, WARN, Check, Result
 from cudnn_setup.steps.context import Context
-from cudnn_setup.theanorc_merge import TheanorcRefused, configure, default_path
+from cudnn_setup.theano_blas import BlasFlags, NumpyBlas, find_blas, numpy_blas
+from cudnn_setup.theanorc_merge import (TheanorcRefused, config_files, configure, default_path,
+                                        read_config)
 
 
 def theanorc_path(ctx: Context, explicit: Path | None) -> Path:
@@ -15,18 +24,45 @@ def theanorc_path(ctx: Context, explicit: Path | None) -> Path:
 
 
 def theanorc_step(result: Result, path: Path, root: Path, lib_dir: Path, dry_run: bool,
-                  cudnn_version: str | None = None) -> Check:
+                  cudnn_version: str | None = None, *, ctx: Context | None = None,
+                  python: str | None = None, cuda_version: str | None = None,
+                  force_theano_cudnn: bool = False,
+                  numpy_info: Callable[[], NumpyBlas | None] | None = None) -> Check:
     """Merge the cuDNN settings into Theano's config; a refusal is a failed check, not an error.
-    The config asks for cuDNN (optimizer_including=cudnn), so a cuDNN Theano 1.0.5 cannot use
-    is said here: Theano would stop on it instead of running without."""
+
+    optimizer_including=cudnn makes Theano stop where it cannot use cuDNN, so for a cuDNN this
+    Theano cannot use it is written commented out, with the release that would serve, unless
+    `force_theano_cudnn`. With `ctx`, the `[blas] ldflags` that `python`'s numpy leaves Theano
+    without is written too (a file's own ldflags is kept); `numpy_info`: what numpy_blas said,
+    when the caller asked it earlier."""
+    usable = not cudnn_version or theano_supports(cudnn_version)
+    parts = split_version(cudnn_version)
+    cudnn = force_theano_cudnn or parts is None or rule_for(parts).ask_by_default
+    about: dict = {"usable": usable, "optimizer_including_cudnn": cudnn}
+    off_reason = ""
+    if not usable:
+        serving = _serving(cudnn_version, cuda_version, ctx)
+        about.update(reason=theano_range_note(cudnn_version), serving_release=serving.version,
+                     serving=serving.text)
+        off_reason = (f"Theano 1.0.5 cannot use cuDNN {cudnn_version}; {serving.text}; "
+                      "--force-theano-cudnn writes it anyway")
+    blas = None
+    if ctx is not None:
+        blas, about["blas"] = blas_needed(ctx, python or ctx.python, path, numpy_info)
     try:
-        change = configure(path, root, lib_dir, dry_run=dry_run)
+        change = configure(path, root, lib_dir, dry_run=dry_run, cudnn=cudnn,
+                           cudnn_off_reason=off_reason, blas=blas)
     except TheanorcRefused as exc:  # also what an OSError became: the install still stands
         return Check("theanorc", FAIL, f"{exc.message} — {exc.hint}",
                      {"code": exc.code, "message": exc.message, "hint": exc.hint})
-    if cudnn_version and not theano_supports(cudnn_version):
-        change = replace(change, warnings=(*change.warnings, theano_range_note(cudnn_version)))
-    result.add("theanorc", change.to_dict())
+    if not usable:
+        done = ("written anyway (--force-theano-cudnn)" if force_theano_cudnn else
+                "written, as for the Theano releases of its day" if cudnn else
+                "not written (the line is there, commented out); --force-theano-cudnn writes it")
+        change = replace(change, warnings=(
+            *change.warnings, f"{about['reason']}: optimizer_including=cudnn {done}; "
+                              f"{about['serving']}"))
+    result.add("theanorc", {**change.to_dict(), "theano_cudnn": about})
     if dry_run and change.changed:
         result.lines += change.diff.rstrip("\n").splitlines()
     if change.changed and not dry_run:
@@ -35,3 +71,58 @@ def theanorc_step(result: Result, path: Path, root: Path, lib_dir: Path, dry_run
     detail = f"{verb} {change.path}" + (f" (backup {change.backup})" if change.backup else "")
     detail += "".join(f"; {w}" for w in change.warnings)
     return Check("theanorc", WARN if change.warnings else PASS, detail)
+
+
+def _serving(cudnn_version: str | None, cuda_version: str | None, ctx: Context | None):
+    from cudnn_setup.facts.theano import serving_release
+    from cudnn_setup.fetch.known_releases import releases
+    from cudnn_setup.fetch.redist import platform_key
+
+    machine = (ctx.machine if ctx is not None else None) or platform.machine()
+    return serving_release(releases(), cuda_version, platform_key(machine))
+
+
+def blas_needed(ctx: Context, python: str, path: Path,
+                numpy_info: Callable[[], NumpyBlas | None] | None = None
+                ) -> tuple[BlasFlags | None, dict]:
+    """The `[blas] ldflags` to write, and what was found: only where `python`'s numpy has no
+    blas_opt_info (Theano 1.0.5 reads it at import unless ldflags is set) and none of the
+    config files Theano reads, nor `path`, sets ldflags already."""
+    if (rc := ldflags_set_in(ctx, path)) is not None:
+        return None, {"needed": False, "why": f"{rc} sets [blas] ldflags already"}
+    info = numpy_info() if numpy_info else numpy_blas(python, ctx.env, ctx.runner)
+    if info is None:
+        return None, {"needed": False, "why": f"numpy.distutils cannot be imported by {python}"}
+    if info.has_blas_opt_info:
+        return None, {"needed": False, "why": f"numpy {info.numpy} has blas_opt_info"}
+    found = find_blas(ctx.env, ctx.runner)
+    flags = BlasFlags(found.ldflags, f"numpy {info.numpy} has no blas_opt_info, which Theano "
+                                     f"1.0.5 reads at import unless ldflags is set; {found.why}")
+    return flags, {"needed": True, "ldflags": flags.ldflags, "why": flags.why}
+
+
+def numpy_asked_early(ctx: Context, python: str, explicit: Path | None
+                      ) -> Later[NumpyBlas | None] | None:
+    """numpy_blas started on a thread now, for a command that writes Theano's config later;
+    None where a config Theano reads sets [blas] ldflags already (nothing to ask)."""
+    if ldflags_set_in(ctx, theanorc_path(ctx, explicit)) is not None:
+        return None
+    return Later(numpy_blas, python, ctx.env, ctx.runner)
+
+
+def ldflags_set_in(ctx: Context, path: Path) -> Path | None:
+    """The first of Theano's config files (and `path`, the one to write) that sets ldflags."""
+    return next((rc for rc in (*config_files(ctx.env, ctx.home), path) if _sets_ldflags(rc)),
+                None)
+
+
+def _sets_ldflags(path: Path) -> bool:
+    try:
+        found = read_config(path)
+        if found is None:
+            return False
+        parser = configparser.ConfigParser(interpolation=None)
+        parser.read_string(found[0].decode("utf-8"))
+        return parser.has_option("blas", "ldflags")
+    except (TheanorcRefused, OSError, UnicodeDecodeError, configparser.Error):
+        return False  # merging it says what is wrong with it

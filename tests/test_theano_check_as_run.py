@@ -1,0 +1,92 @@
+"""The theano check runs Theano as the user runs it: the user's interpreter, environment and
+config, nothing added; its detail names the config files and the flags it ran with."""
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import clean_env, run_json
+from cudnn_setup.checks.theano_check import check_theano
+from cudnn_setup.report import Check
+from fixtures.generate import GENERATION_SAMPLES
+from test_theano_truth import inst_of
+
+NO_GPU = Check("gpu", "skip", "no NVIDIA driver: libcuda.so.1 cannot be loaded")
+needs_theano = pytest.mark.skipif(importlib.util.find_spec("theano") is None,
+                                  reason="the theano extra is not installed")
+
+
+def run_as_user(home: Path, **env) -> subprocess.CompletedProcess:
+    """`import theano` in the user's own Python, HOME and THEANORC as given; nothing added."""
+    return subprocess.run([sys.executable, "-c", "import theano"], capture_output=True,
+                          text=True, timeout=600, env=clean_env(home, **env))
+
+
+@needs_theano
+def test_a_user_config_without_ldflags_fails_the_check_with_the_reason(tmp_path, home):
+    rc = home / ".theanorc"
+    rc.write_text("[global]\noptimizer_including = cudnn\n\n[dnn]\nlibrary_path = /x\n")
+    assert "blas_opt_info" in run_as_user(home).stderr  # the user's own import fails
+    check = check_theano(inst_of(tmp_path, "7.6.5"), sys.executable, rc, clean_env(home),
+                         NO_GPU)
+    assert check.status == "fail", check
+    assert check.detail.startswith(f"`import theano` fails with config {rc}, THEANO_FLAGS "
+                                   "unset: AttributeError")
+    assert "numpy 1.23.5 has no blas_opt_info" in check.detail
+    assert "`cudnn-setup theanorc` writes it" in check.detail and str(rc) in check.detail
+    rc.write_text(rc.read_text() + "\n[blas]\nldflags =\n")  # the fix the detail names
+    assert run_as_user(home).returncode == 0
+    check = check_theano(inst_of(tmp_path, "7.6.5"), sys.executable, rc, clean_env(home),
+                         NO_GPU)
+    assert check.status == "warn" and "T.exp ok" in check.detail, check
+    # THEANO_FLAGS of the user's environment are what the child runs with, and shown
+    flags = "blas.ldflags=,optimizer_including=fusion"
+    check = check_theano(inst_of(tmp_path, "7.6.5"), sys.executable, rc,
+                         clean_env(home, THEANO_FLAGS=flags), NO_GPU)
+    assert f"THEANO_FLAGS {flags!r}" in check.detail
+    assert check.data["optimizer_including"] == "fusion" and check.status == "fail"
+
+
+@needs_theano
+def test_no_theano_config_at_all_is_said_plainly(tmp_path, home):
+    rc = home / ".theanorc"
+    check = check_theano(inst_of(tmp_path, "7.6.5"), sys.executable, rc, clean_env(home),
+                         NO_GPU)
+    assert check.status == "fail"
+    assert f"no Theano config ({rc} does not exist)" in check.detail
+    assert "not picked up" not in check.detail
+    # a user whose flags let Theano import: it runs, without any config to say cuDNN's paths
+    env = clean_env(home, THEANO_FLAGS="blas.ldflags=")
+    check = check_theano(inst_of(tmp_path, "7.6.5"), sys.executable, rc, env, NO_GPU)
+    assert check.status == "fail" and "T.exp ok" in check.detail
+    assert f"with no Theano config ({rc} does not exist), THEANO_FLAGS 'blas.ldflags='" \
+        in check.detail and "`cudnn-setup theanorc` writes them" in check.detail
+    check = check_theano(inst_of(tmp_path, "9.3.0"), sys.executable, rc, env, NO_GPU)
+    assert check.status == "warn" and "Theano 1.0.5 supports cuDNN v5 to v7" in check.detail
+
+
+@needs_theano
+def test_verify_runs_theano_under_the_config_install_wrote_and_says_which(archives, cuda_root,
+                                                                         home):
+    rc = home / "conf" / "theanorc"
+    rc.parent.mkdir()
+    root = cuda_root(version="10.0")
+    done, _ = run_json(["install", archives[GENERATION_SAMPLES["v4-v7"]], "--cuda-root", root,
+                        "--theanorc", rc, "--no-verify", "--no-frameworks"], home)
+    assert done.returncode == 0, done.stderr
+    done, out = run_json(["verify", "--cuda-root", root, "--no-frameworks"], home,
+                         {"THEANORC": str(rc)}, timeout=900)
+    theano = {c["name"]: c for c in out["checks"]}["theano"]
+    assert theano["status"] == "warn", theano
+    assert f"with config {rc}, THEANO_FLAGS unset: T.exp ok" in theano["detail"]
+    assert theano["data"]["config_files"] == [str(rc)]
+    # --theanorc naming a file Theano does not read here: THEANORC is set to it, and said
+    other = home / "elsewhere.rc"
+    other.write_text(rc.read_text())
+    done, out = run_json(["verify", "--cuda-root", root, "--no-frameworks", "--theanorc",
+                          other], home, timeout=900)
+    theano = {c["name"]: c for c in out["checks"]}["theano"]
+    assert f"with config {other} (THEANORC set to the file --theanorc names" \
+        in theano["detail"], theano
