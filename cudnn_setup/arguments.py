@@ -158,6 +158,9 @@ COMMANDS = {c.name: c for c in (
             "Remove the cuDNN the tool installed and put back what it replaced.", (),
             (CUDA_ROOT, DRY_RUN, Opt("--force", help="also remove files changed since install"),
              JSON)),
+    Command("repair", "repair:repair",
+            "Put a managed install back as its manifest records it: missing or changed files, "
+            "links and modes.", (), (CUDA_ROOT, DRY_RUN, JSON)),
     Command("theanorc", "theanorc:theanorc", "Write the cuDNN settings into Theano's config.", (),
             (CUDA_ROOT, THEANORC, DRY_RUN.said("show the diff, change nothing"), JSON)),
     Command("verify", "verify:verify",
