@@ -16,6 +16,7 @@ import pytest
 from conftest import run_json, tree_state
 from cudnn_setup.facts.cuda import find_cuda_root
 from cudnn_setup.placement import repair as engine
+from cudnn_setup.placement.engine import recover_pending
 from cudnn_setup.state.transaction import Filesystem
 from fixtures.generate import GENERATION_SAMPLES, SPECS
 from httpserver import ArchiveServer
@@ -253,19 +254,20 @@ def _in_child(fn) -> str:
     return "ok" if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0 else f"failed {status}"
 
 
-def _kill_sweep(archives, tmp_path, home, points) -> list[tuple[int, str]]:
+def _kill_sweep(archives, compiler, tmp_path, home, points) -> list[tuple[int, str]]:
     """Repair killed at each step n of `points(total)`, then `repair` again: the root is as
     installed, and the user's changed header kept once, whatever step the kill hit."""
     import shutil
-    from fixtures.generate import Compiler, make_cuda_root
+    from fixtures.generate import make_cuda_root
 
-    template = make_cuda_root(tmp_path / "template", _fitting(V9), cc=Compiler(tmp_path / "cc"))
+    template = make_cuda_root(tmp_path / "template", _fitting(V9), cc=compiler)
     _install(archives[V9], template, home)
     installed = _without_state(tree_state(template))
     library = _library(template)
     os.unlink(template / library)
     os.unlink(template / _link(template))
     (template / "include" / "cudnn.h").write_bytes(b"/* mine */\n")
+    damaged = _without_state(tree_state(template))
     counter = _Killer(0)
     probe = tmp_path / "probe"
     shutil.copytree(template, probe, symlinks=True)
@@ -276,6 +278,9 @@ def _kill_sweep(archives, tmp_path, home, points) -> list[tuple[int, str]]:
         shutil.copytree(template, root, symlinks=True)
         killed = _in_child(lambda: engine.repair(find_cuda_root({}, root), lambda m: archives[V9],
                                                  fs=_Killer(n)))
+        # what the kill left is finished: exactly the damaged root, or exactly the repaired one
+        recover_pending(find_cuda_root({}, root))
+        assert _without_state(tree_state(root)) in (damaged, installed), n
         done, out = run_json(["repair", "--cuda-root", root], home)
         assert done.returncode == 0, (n, out["error"])
         assert _without_state(tree_state(root)) == installed, n
@@ -288,13 +293,13 @@ def _kill_sweep(archives, tmp_path, home, points) -> list[tuple[int, str]]:
     return runs
 
 
-def test_a_kill_at_sampled_steps_of_repair(archives, tmp_path, home):
-    runs = _kill_sweep(archives, tmp_path, home,
+def test_a_kill_at_sampled_steps_of_repair(archives, compiler, tmp_path, home):
+    runs = _kill_sweep(archives, compiler, tmp_path, home,
                        lambda total: sorted({1, total // 3, 2 * total // 3, total}))
     assert len(runs) >= 3
 
 
 @pytest.mark.slow
-def test_a_kill_at_every_step_of_repair(archives, tmp_path, home, record_property):
-    runs = _kill_sweep(archives, tmp_path, home, lambda total: range(1, total + 1))
+def test_a_kill_at_every_step_of_repair(archives, compiler, tmp_path, home, record_property):
+    runs = _kill_sweep(archives, compiler, tmp_path, home, lambda total: range(1, total + 1))
     record_property("repair_kill_points", len(runs))
