@@ -20,6 +20,7 @@ from cudnn_setup.placement.engine import recover_pending
 from cudnn_setup.state.transaction import Filesystem
 from fixtures.generate import GENERATION_SAMPLES, SPECS
 from httpserver import ArchiveServer
+from test_json_contract import check_contract
 
 V9 = GENERATION_SAMPLES["9.x"]
 V8L = GENERATION_SAMPLES["8.3.1+"]
@@ -103,6 +104,7 @@ def test_each_kind_of_damage_is_put_back(kind, archives, cuda_root, home):
 
     done, out = run_json(["repair", "--cuda-root", root], home)
     assert done.returncode == 0 and out["changed"] is True, out["error"]
+    check_contract(out, done.returncode)
     assert [d["damage"] for d in out["repair"]["damage"]] == [named]
     assert out["cudnn_version"] == _manifest(root)["cudnn_version"]
     assert _without_state(tree_state(root)) == installed
