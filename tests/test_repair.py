@@ -122,6 +122,9 @@ def test_each_kind_of_damage_is_put_back(kind, archives, cuda_root, home):
 
     done, out = run_json(["repair", "--cuda-root", root], home)
     assert done.returncode == 0 and out["changed"] is False and out["repair"]["damage"] == []
+    done, out = run_json(["uninstall", "--cuda-root", root, "--dry-run"], home)
+    said = [n for n in out["uninstall"]["notes"] if f"{STATE}/changed/" in n]
+    assert len(said) == (1 if kept else 0), out["uninstall"]["notes"]
     done, out = run_json(["uninstall", "--cuda-root", root], home)
     assert done.returncode == 0, out["error"]
     assert tree_state(root) == pristine
