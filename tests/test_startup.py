@@ -68,7 +68,8 @@ INSTALL_MODULES = {
     "cudnn_setup.placement.same_archive", "cudnn_setup.placement.targets",
     "cudnn_setup.report", "cudnn_setup.settings", "cudnn_setup.sources",
     "cudnn_setup.sources.base", "cudnn_setup.sources.local", "cudnn_setup.sources.pipconf",
-    "cudnn_setup.state", "cudnn_setup.state.fields", "cudnn_setup.state.files",
+    "cudnn_setup.state", "cudnn_setup.state.changed", "cudnn_setup.state.fields",
+    "cudnn_setup.state.files",
     "cudnn_setup.state.journal", "cudnn_setup.state.layout", "cudnn_setup.state.manifest",
     "cudnn_setup.state.observe", "cudnn_setup.state.paths", "cudnn_setup.state.plan",
     "cudnn_setup.state.transaction", "cudnn_setup.steps", "cudnn_setup.steps.by_version",
@@ -142,7 +143,7 @@ def test_a_usage_error_loads_no_validation_library(tmp_path, home):
 
 
 COMMANDS = ["inspect", "download", "install", "uninstall", "theanorc", "verify", "doctor",
-            "bench", "list", "mirror"]
+            "bench", "list", "mirror", "repair"]
 
 
 @pytest.mark.parametrize("command", COMMANDS)
