@@ -72,8 +72,8 @@ def _describe(result: Result, outcome: engine.RepairOutcome, root: str, dry_run:
                             "nothing to repair")
     else:
         head = "would put back" if dry_run else "put back"
-        result.lines.append(f"{head} {plural(len(outcome.damage), 'file and link', 'files and links')} "
-                            f"of cuDNN {version} in {root}:")
+        what = plural(len(outcome.damage), 'file and link', 'files and links')
+        result.lines.append(f"{head} {what} of cuDNN {version} in {root}:")
         result.lines += [f"  {d.path}: {d.describe()}" for d in outcome.damage]
     kept = [d.path for d in outcome.damage if d.kept]
     if kept:

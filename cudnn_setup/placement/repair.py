@@ -6,8 +6,8 @@ install read (staged again and checked against the recorded sha256), a file whos
 changed from a copy of its own bytes, a link from its recorded target. The archive is asked
 for (`obtain`) only when some file's bytes are needed. A file whose bytes someone changed is
 kept, not dropped: the transaction moves it to `.cudnn-setup/changed/<txid>/` after its commit
-point, and uninstall takes that directory out with the rest (state/changed.py), so the root still goes
-back to what it was before the first install. The commit point is the manifest written again
+point, and uninstall takes that directory out with the rest (state/changed.py), so the root
+still goes back to what it was before the first install. The commit point is the manifest written again
 under the repair's txid, with the stats of the files as they now stand; a run killed before it
 is rolled back, after it rolled forward, as install's (state/transaction.py).
 """
