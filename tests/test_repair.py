@@ -312,3 +312,31 @@ def test_a_kill_at_sampled_steps_of_repair(archives, compiler, tmp_path, home):
 def test_a_kill_at_every_step_of_repair(archives, compiler, tmp_path, home, record_property):
     runs = _kill_sweep(archives, compiler, tmp_path, home, lambda total: range(1, total + 1))
     record_property("repair_kill_points", len(runs))
+
+
+def test_a_wheel_from_a_package_index_is_fetched_again_from_the_index(cuda_root, home, tmp_path,
+                                                                      compiler):
+    from fixtures.wheels import IndexFile, build_wheel, project_json, sha256
+    from httpserver import IndexServer
+
+    project = "nvidia-cudnn-cu12"
+    wheel = build_wheel(tmp_path / "wheels", "9.1.7.99", "12", compiler)
+    root = cuda_root("12.4", "lib")
+    with IndexServer() as server:
+        server.routes[f"/simple/{project}/"] = (
+            "application/vnd.pypi.simple.v1+json",
+            project_json(project, [IndexFile(wheel.name, f"{server.base}/files/{wheel.name}",
+                                             sha256(wheel))]))
+        server.routes[f"/files/{wheel.name}"] = ("application/octet-stream", wheel.read_bytes())
+        done, out = run_json(["install", "9", "--from", "pypi", "--index-url",
+                              server.base + "/simple/", "--cuda-root", root, "--no-verify",
+                              "--no-theanorc", "--no-frameworks"], home)
+        assert done.returncode == 0, out["error"]
+        installed = _without_state(tree_state(root))
+        for cached in (home / ".cache" / "cudnn-setup").rglob(wheel.name):
+            cached.unlink()
+        os.unlink(root / _library(root))
+        done, out = run_json(["repair", "--cuda-root", root], home)
+    assert done.returncode == 0 and out["changed"] is True, out["error"]
+    assert out["download"]["from_cache"] is False and out["repair"]["archive"].endswith(wheel.name)
+    assert _without_state(tree_state(root)) == installed
