@@ -255,6 +255,10 @@ def _repair(state: StateDir, manifest: Manifest, damage: list[Damage], txid: str
     make_durable(sources, tx)
     repaired = replace(manifest, txid=txid,
                        files=[FileRecord(f.path, f.content, f.replaced) for f in manifest.files])
+    for d in damage:  # a person's change is named before anything replaces it
+        if d.kept:
+            say(f"{escape(d.path)} changed since cudnn-setup installed it: keeping it in "
+                f"{kept_in}/, then putting the installed one back")
     say(f"putting back {plural(len(damage), 'file and link', 'files and links')} in {root}: "
         "one transaction")
     transaction = Transaction(state, txid, fs)
