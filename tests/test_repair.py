@@ -343,3 +343,25 @@ def test_a_wheel_from_a_package_index_is_fetched_again_from_the_index(cuda_root,
     assert done.returncode == 0 and out["changed"] is True, out["error"]
     assert out["download"]["from_cache"] is False and out["repair"]["archive"].endswith(wheel.name)
     assert _without_state(tree_state(root)) == installed
+
+
+def test_the_archive_is_fetched_before_the_lock_is_waited_for(archives, cuda_root, home):
+    """A download takes minutes at times: it does not hold the root's lock meanwhile."""
+    from cudnn_setup.errors import InstallFailed
+    from cudnn_setup.state.layout import StateDir
+
+    root = cuda_root(_fitting(V9))
+    _install(archives[V9], root, home)
+    os.unlink(root / _library(root))
+    asked = []
+
+    def obtain(manifest):
+        asked.append(manifest.source.name)
+        return archives[V9]
+
+    with StateDir(root).locked():  # another run holds the lock throughout
+        with pytest.raises(InstallFailed) as refused:
+            engine.repair(find_cuda_root({}, root), obtain, lock_timeout=0.2)
+    assert refused.value.code == "lock-held" and asked == [V9]
+    outcome = engine.repair(find_cuda_root({}, root), obtain)  # asked once, before the lock
+    assert outcome.changed and asked == [V9, V9]

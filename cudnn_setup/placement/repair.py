@@ -34,7 +34,7 @@ from cudnn_setup.state.changed import kept_rel
 from cudnn_setup.state.journal import MKDIR, PUT, Op
 from cudnn_setup.state.layout import StateDir, remove_tree
 from cudnn_setup.state.manifest import DIR, FILE, SYMLINK, Content, FileRecord, Manifest
-from cudnn_setup.state.files import describe
+from cudnn_setup.state.files import describe, describe_known
 from cudnn_setup.state.transaction import Filesystem, Transaction, recover
 from cudnn_setup.text import escape, plural
 
@@ -182,6 +182,9 @@ def repair(root: CudaRoot, obtain: Obtain, *, dry_run: bool = False,
         state.check()
         if not state.pending():
             raise not_managed(root.path)
+    # A download can take minutes: done before the lock, where install does its own, when a
+    # look by stat shows bytes will be needed; what the lock then finds decides.
+    ahead = _fetched_ahead(state, obtain)
     with _rolled_back_errors("repair"), state.locked(lock_timeout, on_status):
         recovered = recover(state)
         if recovered:
@@ -198,7 +201,11 @@ def repair(root: CudaRoot, obtain: Obtain, *, dry_run: bool = False,
         txid = uuid.uuid4().hex[:12]
         tx = state.tx_dir(txid)
         try:
-            outcome = _repair(state, manifest, damage, txid, obtain, fs, say, on_read, xz,
+            def archive_of(m: Manifest) -> Path:
+                got = ahead.get(m.source.sha256 or "")
+                return got if got is not None else obtain(m)
+
+            outcome = _repair(state, manifest, damage, txid, archive_of, fs, say, on_read, xz,
                               env or {})
             outcome.recovered = recovered
         finally:
@@ -209,6 +216,24 @@ def repair(root: CudaRoot, obtain: Obtain, *, dry_run: bool = False,
             if state.exists():
                 state.tidy()
     return outcome
+
+
+def _fetched_ahead(state: StateDir, obtain: Obtain) -> dict[str, Path]:
+    """The archive, by its recorded sha256, obtained before the lock when the manifest (read
+    without it) records files that are missing or whose stat changed; nothing when a
+    transaction is pending (its recovery may change what is recorded)."""
+    if state.pending():
+        return {}
+    manifest = state.manifest()
+    if manifest is None or not manifest.source.sha256:
+        return {}
+    for record in manifest.files:
+        if record.type != FILE:
+            continue
+        found = describe_known(state.root / record.path, record)
+        if found is None or found.type != FILE or not record.content.same(found):
+            return {manifest.source.sha256: obtain(manifest)}
+    return {}
 
 
 def _repair(state: StateDir, manifest: Manifest, damage: list[Damage], txid: str,
