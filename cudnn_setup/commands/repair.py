@@ -46,11 +46,15 @@ def obtain(result: Result, ctx: Context, manifest: Manifest) -> Path:
         if local.is_file():
             return local
         tried.append(show_path(local))
-    cached = default_cache_dir(ctx.env, ctx.home) / source.name
+    # the recorded name is read from disk: only a plain file name may lead into the cache
+    plain = source.name not in ("", ".", "..") and "/" not in source.name
+    cached = default_cache_dir(ctx.env, ctx.home) / source.name if plain else None
     if not remote:
-        if cached.is_file():
+        if cached is not None and cached.is_file():
             return cached
-        tried.append(show_path(cached))
+        tried += [show_path(cached)] if cached is not None else []
+        if not tried:
+            tried.append(escape(source.name))
         raise ArchiveRejected(
             f"the archive cudnn-setup installed from, {escape(source.name)}, is gone "
             f"(looked for {', '.join(tried)}); nothing was changed",
