@@ -201,12 +201,8 @@ def repair(root: CudaRoot, obtain: Obtain, *, dry_run: bool = False,
         txid = uuid.uuid4().hex[:12]
         tx = state.tx_dir(txid)
         try:
-            def archive_of(m: Manifest) -> Path:
-                got = ahead.get(m.source.sha256 or "")
-                return got if got is not None else obtain(m)
-
-            outcome = _repair(state, manifest, damage, txid, archive_of, fs, say, on_read, xz,
-                              env or {})
+            outcome = _repair(state, manifest, damage, txid, obtain, ahead, fs, say, on_read,
+                              xz, env or {})
             outcome.recovered = recovered
         finally:
             # A journal still there (a rollback or the tidying after the commit failed) needs
@@ -237,8 +233,10 @@ def _fetched_ahead(state: StateDir, obtain: Obtain) -> dict[str, Path]:
 
 
 def _repair(state: StateDir, manifest: Manifest, damage: list[Damage], txid: str,
-            obtain: Obtain, fs: Filesystem | None, say: Callable[[str], None],
-            on_read, xz, env) -> RepairOutcome:
+            obtain: Obtain, ahead: dict[str, Path], fs: Filesystem | None,
+            say: Callable[[str], None], on_read, xz, env) -> RepairOutcome:
+    """The repair of `damage` as the transaction `txid`; the archive is the one obtained
+    before the lock (`ahead`, by sha256) when the manifest still records it, else obtained."""
     root = state.root
     tx = state.tx_dir(txid)
     tx_rel = state.tx_rel(txid)
@@ -251,7 +249,7 @@ def _repair(state: StateDir, manifest: Manifest, damage: list[Damage], txid: str
                 f"the manifest records no sha256 of the archive {escape(manifest.source.name)}, "
                 "so no copy of it can be shown to be the one installed; nothing was changed",
                 "install it again with --force from the archive", code="no-checksum")
-        path = obtain(manifest)
+        path = ahead.get(manifest.source.sha256) or obtain(manifest)
         archive = str(path)
         say(f"reading {escape(path.name)} again for the files to put back")
         expected = Expected("sha256", manifest.source.sha256,
