@@ -29,6 +29,7 @@ sys.path.insert(0, str(REPO / "tests"))
 from conftest import tree_state  # noqa: E402
 from cudnn_setup.cli import main  # noqa: E402
 from cudnn_setup.placement import engine as placement  # noqa: E402
+from cudnn_setup.placement import repair  # noqa: E402
 from cudnn_setup.facts.cuda import find_cuda_root  # noqa: E402
 from cudnn_setup.state.transaction import Filesystem  # noqa: E402
 from fixtures.generate import GENERATION_SAMPLES, Compiler, make_cuda_root  # noqa: E402
@@ -121,8 +122,11 @@ class Scenario:
         self.archives = archives
         self.cc = cc
         self.uninstall = name.startswith("uninstall")
+        self.repair = name.startswith("repair")
         self.after_commit = name.endswith("forward")
-        self.kill_at = 1 if self.after_commit else (13 if self.uninstall else 30)
+        # a repair of three paths: killed at its last put, after the other two
+        self.kill_at = 1 if self.after_commit else (13 if self.uninstall else
+                                                    11 if self.repair else 30)
 
     def setup(self, path: Path):
         make_cuda_root(path, "10.2", cc=self.cc)
@@ -130,11 +134,20 @@ class Scenario:
         root = find_cuda_root({}, path)
         if self.name != "install-forward":
             placement.install(self.archives / V7, root)
+        if self.repair:  # a library deleted, a link re-pointed, the header changed by hand
+            lib = path / "lib64"
+            (lib / "libcudnn.so.7.4.2").unlink()
+            (lib / "libcudnn.so.7").unlink()
+            (lib / "libcudnn.so.7").symlink_to("elsewhere.so")
+            header = path / "include" / "cudnn.h"
+            header.write_bytes(header.read_bytes() + b"/* patched */\n")
         return root
 
     def command(self, root, fs):
         if self.uninstall:
             placement.uninstall(root, fs=fs)
+        elif self.repair:
+            repair.repair(root, lambda manifest: self.archives / V7, fs=fs)
         elif self.name == "install-forward":  # a first install: the hand copy goes to the store
             placement.install(self.archives / V7, root, fs=fs)
         else:  # an upgrade; 9.x is built for another CUDA major than the root's: forced

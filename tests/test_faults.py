@@ -64,7 +64,14 @@ def templates(tmp_path_factory, compiler, archives):
                  "--no-theanorc"], env={"HOME": str(home)}, home=home, stdout=io.StringIO(),
                 stderr=io.StringIO())
     assert code == 0
-    return {"bare": bare, "installed": installed}
+    damaged = base / "damaged"  # for repair: a library gone, a link re-pointed, a header changed
+    shutil.copytree(installed, damaged, symlinks=True)
+    (damaged / "lib64" / "libcudnn.so.7.4.2").unlink()
+    (damaged / "lib64" / "libcudnn.so.7").unlink()
+    (damaged / "lib64" / "libcudnn.so.7").symlink_to("elsewhere.so")
+    with open(damaged / "include" / "cudnn.h", "a") as header:
+        header.write("/* patched */\n")
+    return {"bare": bare, "installed": installed, "damaged": damaged}
 
 
 @pytest.fixture(scope="module")
@@ -104,6 +111,7 @@ COMMANDS = {
     "install+verify": ("bare", lambda s, a, url: ["install", a, "--cuda-root", s.root,
                                                   "--no-theanorc"], 30),
     "uninstall": ("installed", lambda s, a, url: ["uninstall", "--cuda-root", s.root], None),
+    "repair": ("damaged", lambda s, a, url: ["repair", "--cuda-root", s.root], None),
     "verify": ("installed", lambda s, a, url: ["verify", "--cuda-root", s.root, "--no-theano"],
                None),
     "verify+theano": ("installed", lambda s, a, url: ["verify", "--cuda-root", s.root], 12),
@@ -149,7 +157,7 @@ def _judge(code: int, stdout: str, stderr: str, faults: Faults) -> list[str]:
 
 # command name -> how many calls the default run faults, spread evenly up to the last call
 SAMPLED = {"inspect": 8, "install": 12, "install-dry-run": 8, "install+verify": 2,
-           "uninstall": 8, "verify": 6, "verify+theano": 2, "doctor": 8, "theanorc": 6,
+           "uninstall": 8, "repair": 8, "verify": 6, "verify+theano": 2, "doctor": 8, "theanorc": 6,
            "download": 5, "bench": 5}
 
 

@@ -128,7 +128,7 @@ def test_sources_sit_between_the_work_and_the_commands():
 
 # The CLI's commands, each in the module of its name (cli.py dispatches to them).
 COMMANDS = {"install", "download", "list", "mirror", "verify", "inspect", "uninstall", "theanorc",
-            "doctor", "bench"}
+            "doctor", "bench", "repair"}
 
 
 def test_commands_hold_one_module_per_command_and_none_imports_another():

@@ -17,6 +17,8 @@ DRIVER = REPO / "tests" / "recovery_driver.py"
                                  # the hand-copied cudnn.h it displaced
     ("uninstall-rollback", "old"),
     ("uninstall-forward", "new"),
+    ("repair-rollback", "old"),  # the damaged root, as it was
+    ("repair-forward", "new"),  # repaired, the changed header kept beside the state
 ])
 def test_kill_at_every_step_of_recovery(scenario, expected, archives, tmp_path, record_property):
     archive_dir = next(iter(archives.values())).parent
@@ -42,5 +44,8 @@ def test_kill_at_every_step_of_recovery(scenario, expected, archives, tmp_path, 
         assert sum(name == "replace" for name, _ in trace) >= 4
     if scenario == "install-forward":  # the displaced original moves to the store
         assert ("replace", ".cudnn-setup/originals/include/cudnn.h") in map(tuple, trace)
+    if scenario == "repair-forward":  # the changed header moves to the repair's copies
+        assert any(name == "replace" and path.startswith(".cudnn-setup/changed/")
+                   and path.endswith("/include/cudnn.h") for name, path in trace), trace
     record_property(f"recovery_steps_{scenario}", len(trace))
     record_property(f"recovery_kills_{scenario}", sum(r["kills"] for r in runs))

@@ -11,7 +11,7 @@ from cudnn_setup.facts.elf import NotElf, code_problem, read_elf
 from cudnn_setup.state.files import describe, describe_known
 from cudnn_setup.state.manifest import FILE, SYMLINK
 from cudnn_setup.report import FAIL, PASS, SKIP, WARN, Check
-from cudnn_setup.text import plural
+from cudnn_setup.text import escape, plural
 
 
 def check_files(inst: Installation, deep: bool = False) -> Check:
@@ -55,6 +55,11 @@ def check_files(inst: Installation, deep: bool = False) -> Check:
     if changed:
         problems.append("changed since cudnn-setup installed them: " + ", ".join(changed))
     if problems:
+        ours = {entry.path for entry in entries}
+        if changed or any(p.split(" ", 1)[0] in ours for p in problems):
+            # the damage is in what the tool installed: the manifest can put it back
+            data["hint"] = (f"run `cudnn-setup repair --cuda-root {escape(str(root))}` to put "
+                            "back what cudnn-setup installed")
         return Check("files", FAIL, "; ".join(problems), data)
     origin = (f"{plural(len(entries), 'file and link', 'files and links')} as installed by cudnn-setup" if inst.manifest
               else f"headers and {plural(len(inst.libraries), 'library')} present ({UNMANAGED}; no "

@@ -26,6 +26,7 @@ from cudnn_setup.placement.fit import BuiltFor
 from cudnn_setup.placement.judge import Judged, stage_and_judge
 from cudnn_setup.placement.same_archive import archive_stat, plan_again
 from cudnn_setup.placement.targets import dependency_entries, desired_entries, root_dirs
+from cudnn_setup.state import changed
 from cudnn_setup.state.layout import StateDir, remove_tree
 from cudnn_setup.state.manifest import Manifest
 from cudnn_setup.state.plan import Desired, Plan, conflict_error, make_plan, uninstall_plan
@@ -265,7 +266,8 @@ def uninstall(root: CudaRoot, *, force: bool = False, dry_run: bool = False,
         manifest = state.manifest()
         plan = uninstall_plan(root.path, manifest, state.originals_rel, force)
         return Outcome(manifest is not None, plan,
-                       manifest=manifest.to_dict() if manifest else None)
+                       manifest=manifest.to_dict() if manifest else None,
+                       notes=changed.uninstall_note(root.path, False) if manifest else [])
     if not state.exists():
         return Outcome(False, Plan(), notes=["cudnn-setup has installed nothing here"])
     with _rolled_back_errors("uninstall"), state.locked(lock_timeout, on_status):
@@ -277,7 +279,8 @@ def uninstall(root: CudaRoot, *, force: bool = False, dry_run: bool = False,
         notes: list[str] = []
         try:
             if manifest is not None:
-                notes += remove(state, uuid.uuid4().hex[:12], plan, fs)
+                kept = changed.uninstall_note(root.path, True)
+                notes += remove(state, uuid.uuid4().hex[:12], plan, fs) + kept
         finally:
             if state.exists():
                 state.tidy()

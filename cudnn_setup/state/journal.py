@@ -28,11 +28,13 @@ class Op:
     original: bool = False  # the backup is a file the tool did not install: keep it for uninstall
     kind: str = "file"  # what a put places: file | symlink
     ino: int | None = None  # for put: the inode of the source, which the rename keeps
+    # the backup holds bytes someone changed after the install: repair keeps it (state/changed)
+    keep: bool = False
 
     def to_dict(self) -> dict:
         return {"action": self.action, "path": self.path, "source": self.source,
                 "backup": self.backup, "original": self.original, "kind": self.kind,
-                "ino": self.ino}
+                "ino": self.ino, **({"keep": True} if self.keep else {})}
 
 
 @dataclass
@@ -71,7 +73,7 @@ class Journal:
                 raise Damaged(f"{where}.source is set for a {action}")
             ino = o.integer("ino", optional=action != PUT)
             ops.append(Op(action, path, source, o.flag("backup"), o.flag("original"),
-                          o.choice("kind", ("file", "symlink")), ino))
+                          o.choice("kind", ("file", "symlink")), ino, o.flag("keep")))
         commit = f.sub("commit")
         manifest_txid = commit.text("manifest_txid", optional=True, pattern=HEX_ID)
         if manifest_txid is None and commit.flag("manifest_absent") is not True:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Callable
 
 from cudnn_setup.durable import fsync_dir, sync_dirs
+from cudnn_setup.state import changed
 from cudnn_setup.state.journal import MKDIR, PUT, REMOVE, RMDIR, Journal, Op
 from cudnn_setup.state.layout import StateDir, remove_tree, write_manifest
 from cudnn_setup.state.manifest import Manifest
@@ -196,19 +197,24 @@ def rollback(state: StateDir, journal: Journal, fs: Filesystem | None = None) ->
 
 
 def finish(state: StateDir, journal: Journal, fs: Filesystem | None = None) -> None:
-    """After the commit point: keep originals the tool displaced, drop everything else."""
+    """After the commit point: keep originals the tool displaced, and the changed files a
+    repair replaced; drop everything else. Once no manifest is left (an uninstall) neither
+    store has anything left to serve."""
     fs = fs or Filesystem()
     paths = _Paths(state, journal.txid)
     for op in journal.ops:
-        if not op.original:
+        if not (op.original or op.keep):
             continue
         backup = paths.backup(op)
         if os.path.lexists(backup):
-            kept = paths.kept(op)
+            kept = paths.kept(op) if op.original else \
+                state.inside(f"{changed.kept_rel(journal.txid)}/{op.path}")
             fs.makedirs(kept.parent)
             fs.replace(backup, kept)
-    if state.manifest() is None and _is_dir(state.originals):
-        fs.remove_tree(state.originals)
+    if state.manifest() is None:
+        for store in (state.originals, state.inside(changed.CHANGED_REL)):
+            if _is_dir(store):
+                fs.remove_tree(store)
     _drop(state, journal, fs)
 
 
