@@ -1,4 +1,4 @@
-"""The typer application, built from the grammar's table (arguments.py): one command per entry,
+"""The typer application, built from the grammar's table (grammar.py): one command per entry,
 each option with its value name, help and environment variable. It judges a command line that
 arguments.Words has read, writes help, suggests what was mistyped and completes in bash, zsh and
 fish. arguments.py imports it only past `--version`.
@@ -15,7 +15,7 @@ import typer
 import typer.main
 from typer._click import exceptions as click_errors
 
-from cudnn_setup.arguments import COMMANDS, HELP_FLAGS, PROG, SUMMARY, ArgsError, Command
+from cudnn_setup.grammar import COMMANDS, HELP_FLAGS, PROG, SUMMARY, ArgsError, Command
 
 # Help as wide as a terminal of 80 columns, whatever the terminal; plain text (no rich boxes)
 SETTINGS = {"help_option_names": list(HELP_FLAGS), "max_content_width": 80, "terminal_width": 80}

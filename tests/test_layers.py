@@ -13,10 +13,10 @@ from pathlib import Path
 from conftest import REPO
 
 PACKAGE = REPO / "cudnn_setup"
-LAYER = {"cli": 4, "arguments": 4, "console": 4, "__main__": 5, "commands": 3, "steps": 2.75, "sources": 2.5,
+LAYER = {"cli": 4, "arguments": 4, "grammar": 4, "typer_app": 4, "crash_report": 4, "console": 4, "__main__": 5, "commands": 3, "steps": 2.75, "sources": 2.5,
          "placement": 2.25, "archive": 2,
          "checks": 2, "fetch": 2,
-         "state": 2, "theanorc_merge": 2, "settings": 2, "startup_line": 2, "facts": 1,
+         "state": 2, "theanorc_merge": 2, "theano_blas": 2, "settings": 2, "startup_line": 2, "facts": 1,
          "errors": 0, "report": 0, "text": 0, "child": 0, "digest": 0, "durable": 0, "parallel": 0,
          "untrusted": 0, "urls": 0,
          "probes": None}

@@ -41,7 +41,7 @@ NEVER = {"requests", "urllib3", "charset_normalizer", "idna", "certifi", "rich",
 PARSER = {"typer", "shellingham", "annotated_doc"}
 # The tool's own modules `--version` loads: the grammar, the error codes, text.
 VERSION_MODULES = {"cudnn_setup", "cudnn_setup.arguments", "cudnn_setup.cli", "cudnn_setup.errors",
-                   "cudnn_setup.text"}
+                   "cudnn_setup.grammar", "cudnn_setup.text"}
 # and `--help`: the typer application built from the grammar
 PARSER_MODULES = VERSION_MODULES | {"cudnn_setup.typer_app"}
 # How many modules help or a refusal adds to what Python's own start loads: 82 with typer 0.28.0
@@ -58,7 +58,7 @@ INSTALL_MODULES = {
     "cudnn_setup.archive.listing",
     "cudnn_setup.archive.package", "cudnn_setup.archive.problems",
     "cudnn_setup.archive.reader", "cudnn_setup.archive.rules", "cudnn_setup.archive.staging",
-    "cudnn_setup.archive.wheel", "cudnn_setup.arguments", "cudnn_setup.checks",
+    "cudnn_setup.archive.wheel", "cudnn_setup.arguments", "cudnn_setup.grammar", "cudnn_setup.checks",
     "cudnn_setup.checks.answer_values", "cudnn_setup.checks.driver_check",
     "cudnn_setup.checks.installation", "cudnn_setup.checks.probe", "cudnn_setup.child",
     "cudnn_setup.cli", "cudnn_setup.commands", "cudnn_setup.commands.install",
