@@ -6,7 +6,8 @@ ends it) and runs in a fresh scratch directory (whatever it writes into its work
 removed with it). The tool reads its stdout and stderr itself, from a poll loop on the calling
 thread, never blocking on either: when the child exits, what is left in the pipes is read for
 a moment and then the pipes are closed, so a daemon the child started (a library constructor or
-a framework import may fork one that leaves the process group) cannot keep the tool waiting.
+a framework import may fork one that leaves the process group) cannot keep the tool waiting;
+such a daemon is re-parented to the tool while a command runs and ended with it (orphans.py).
 At the time limit, at the child's exit, at a signal and at `Runner.cancel` the child's whole
 process group is killed. A SIGTERM or Ctrl-C, raised by the CLI's handler in the main thread,
 interrupts the loop at once.
@@ -37,6 +38,16 @@ OUTPUT_LIMIT = 1 << 20  # bytes of stderr kept per child; the rest is dropped
 STDOUT_LIMIT = 4 << 20  # bytes of stdout kept (a probe's JSON line)
 DRAIN_S = 0.5  # after the child exits, how long what is still in its pipes is read
 _POLL_S = 0.05  # how often the child's exit is checked where no pidfd tells it
+
+_waited: set[int] = set()  # the pids some Runner of this process has started and not yet reaped
+_waited_lock = threading.Lock()
+
+
+def waited_for() -> set[int]:
+    """The children every Runner of this process still waits for (orphans.Subreaper leaves
+    them to their Runner, which reaps them)."""
+    with _waited_lock:
+        return set(_waited)
 
 
 @dataclass
@@ -162,6 +173,8 @@ class Runner:
             return Finished(None, b"", b"", False, f"{cmd[0]}: {getattr(exc, 'strerror', None) or exc}")
         with self._lock:
             self._live[proc.pid] = proc
+        with _waited_lock:
+            _waited.add(proc.pid)
         out, err = _Tail(STDOUT_LIMIT), _Tail(OUTPUT_LIMIT)
         timed_out = interrupted = False
         try:
@@ -175,6 +188,8 @@ class Runner:
             proc.wait()
             with self._lock:
                 self._live.pop(proc.pid, None)
+            with _waited_lock:
+                _waited.discard(proc.pid)
         return Finished(proc.returncode, out.data(), err.data(), timed_out,
                         "interrupted" if interrupted else None, interrupted=interrupted)
 

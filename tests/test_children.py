@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, clean_env, run_json
+from cudnn_setup import orphans
 from cudnn_setup.checks import framework_probe, native
 from cudnn_setup.checks.suite import ORDER
 from cudnn_setup.child import DRAIN_S, Runner
@@ -155,18 +156,27 @@ CTOR_C = r"""
 #include <sys/types.h>
 #include <sys/wait.h>
 size_t cudnnGetVersion(void) { return VERSION; }
-static void note(void) {
+static void note_pid(pid_t pid) {
     const char *file = getenv("FIXTURE_PIDS");
     if (!file) return;
     FILE *f = fopen(file, "a");
-    if (f) { fprintf(f, "%d\n", (int)getpid()); fclose(f); }
+    if (f) { fprintf(f, "%d\n", (int)pid); fclose(f); }
 }
+static void note(void) { note_pid(getpid()); }
 __attribute__((constructor)) static void misbehave(void) {
 #if defined(DAEMON)
     pid_t p = fork();
     if (p == 0) {
         setsid();
-        if (fork() == 0) { note(); sleep(300); _exit(0); }
+        pid_t d = fork();
+        if (d == 0) {  /* the daemon, with a child of its own: ends with the command */
+            pid_t c = fork();
+            if (c == 0) { sleep(300); _exit(0); }
+            note_pid(c);
+            sleep(300);
+            _exit(0);
+        }
+        note_pid(d);  /* written before the constructor returns */
         _exit(0);
     }
     waitpid(p, NULL, 0);
@@ -208,16 +218,30 @@ def verify_lib_dir(lib, root, home, pids=None, **kw):
     return done, out, time.monotonic() - start
 
 
-def test_a_constructor_that_daemonizes_does_not_hang_verify(tmp_path, compiler, cuda_root, home):
+@pytest.mark.parametrize("process", [False, True], ids=["main", "program"])
+def test_a_constructor_that_daemonizes_neither_hangs_verify_nor_outlives_it(
+        process, tmp_path, compiler, cuda_root, home):
+    """The constructor double-forks out of the probe's session, and the daemon forks a child
+    of its own: both are ended as verify ends, in main() as in the program."""
     lib = wheel_with(tmp_path, compiler, "DAEMON")
     pids = tmp_path / "pids"
+    # a child of the caller's own, older than the command: neither killed nor reaped by it
+    own = subprocess.Popen(["sleep", "60"])
     try:
-        done, out, took = verify_lib_dir(lib, cuda_root(version="12.4"), home, pids)
+        done, out, took = verify_lib_dir(lib, cuda_root(version="12.4"), home, pids,
+                                         process=process)
+        assert own.poll() is None
+        own.terminate()
+        assert own.wait(10) == -signal.SIGTERM
+        assert not orphans._get(), "the caller was left a subreaper"
         checks = by_name(out)
         assert checks["load"]["status"] == "pass", checks["load"]
         assert checks["compile"]["status"] in ("pass", "warn"), checks["compile"]
         assert took < 45, f"verify took {took:.0f} s"
-        assert pids_in(pids)  # the daemons were started, and left: they are not the tool's
+        started = pids_in(pids)
+        assert started  # the daemon of the load probe at least
+        left = [p for p in started if alive(p)]
+        assert not left, f"left running after verify: {left}"
     finally:
         kill_all(pids)
 
@@ -509,6 +533,38 @@ def test_a_framework_printing_300_mb_fills_no_file(tmp_path, home, compiler, cud
     fw = by_name(json.loads(done.stdout))["frameworks"]
     entry = fw["data"]["frameworks"][0]
     assert "SIGXFSZ" not in fw["detail"] and "died" not in entry["reason"], fw
+
+
+@pytest.mark.parametrize("process", [False, True], ids=["main", "program"])
+def test_a_framework_that_daemonizes_on_import_does_not_outlive_verify(process, tmp_path, home,
+                                                                       compiler, cuda_root):
+    site = tmp_path / "site"
+    pids = tmp_path / "pids"
+    fake_framework(site, f"""
+        import os, time
+        if os.fork() == 0:
+            os.setsid()
+            daemon = os.fork()
+            if daemon == 0:
+                os.closerange(0, 3)
+                time.sleep(300)
+                os._exit(0)
+            open({str(pids)!r}, "a").write(f"{{daemon}}\\n")  # before the import goes on
+            os._exit(0)
+        os.wait()
+    """)
+    lib = layouts.wheel(tmp_path / "wheel", compiler)
+    try:
+        done, out = run_json(["verify", "--lib-dir", lib, "--cuda-root", cuda_root(version="12.4"),
+                              "--no-theano"], home, frameworks_env(site), process=process,
+                             timeout=300)
+        assert "frameworks" in by_name(out), out
+        started = pids_in(pids)
+        assert started, "the framework was never imported"
+        left = [p for p in started if alive(p)]
+        assert not left, f"left running after verify: {left}"
+    finally:
+        kill_all(pids)
 
 
 def test_a_framework_import_writes_nothing_into_the_callers_directory(tmp_path, home, compiler,
