@@ -16,7 +16,9 @@ A `Runner` is made by each command and passed down to whatever runs children for
 remembers, under a key the caller names ("loads <library>", "imports <framework>"), what did not
 finish in its time: the next child with that key is not started and its Finished says why
 (`known`), so one library whose constructor hangs or one framework whose import hangs costs one
-time limit per command, not one per step that meets it.
+time limit per command, not one per step that meets it. Nor is a child started whose
+LD_LIBRARY_PATH holds a FIFO or a device named like a library (loader_traps.py): the loader
+would wait on it before the child ran a line, so it could only use up its time limit.
 """
 from __future__ import annotations
 
@@ -32,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
+from cudnn_setup import loader_traps
 from cudnn_setup.text import decode_output
 
 OUTPUT_LIMIT = 1 << 20  # bytes of stderr kept per child; the rest is dropped
@@ -90,6 +93,7 @@ class Runner:
         self._live: dict[int, subprocess.Popen] = {}
         self._scratch: set[Path] = set()  # the scratch dirs of the children not yet done
         self._cancelled = False
+        self._traps: dict[str, str | None] = {}  # LD_LIBRARY_PATH: what on it would hang a child
 
     def __enter__(self) -> "Runner":
         return self
@@ -108,6 +112,21 @@ class Runner:
         """Children with `key` are not started from now on; they are `known` by `why`."""
         with self._lock:
             self._known.setdefault(key, why)
+
+    def _trapped(self, env: Mapping[str, str] | None) -> str | None:
+        """Why a child started with `env` would hang in the loader before running a line, once
+        per LD_LIBRARY_PATH in a command (loader_traps.py); None when nothing there blocks."""
+        value = (os.environ if env is None else env).get("LD_LIBRARY_PATH")
+        if not value:
+            return None
+        with self._lock:
+            if value in self._traps:
+                return self._traps[value]
+        found = loader_traps.traps(value)
+        why = loader_traps.say(found) if found else None
+        with self._lock:
+            self._traps[value] = why
+        return why
 
     def cancel(self) -> None:
         """Kill every running child's group; children asked for later are not started."""
@@ -142,6 +161,9 @@ class Runner:
         earlier = self.known(key)
         if earlier is not None:
             return Finished(None, b"", b"", error=earlier, known=earlier)
+        trapped = self._trapped(env)
+        if trapped is not None:
+            return Finished(None, b"", b"", error=f"was not run: {trapped}", known=trapped)
         scratch = None
         if cwd is None:
             scratch = Path(tempfile.mkdtemp(prefix="cudnn-setup-child-", dir=self.scratch_parent))

@@ -361,6 +361,42 @@ def test_a_fifo_libz_on_ld_library_path_is_not_opened(tmp_path):
     assert not z.resolution.found and "FIFO" in z.resolution.error
 
 
+def test_a_child_whose_ld_library_path_holds_a_fifo_is_not_started(tmp_path):
+    (tmp_path / "trap").mkdir()
+    os.mkfifo(tmp_path / "trap" / "libz.so.1")
+    env = {**os.environ, "LD_LIBRARY_PATH": f"/nonexistent:{tmp_path / 'trap'}"}
+    start = time.monotonic()
+    done = Runner().run([sys.executable, "-c", "import zlib"], 5, env)  # ld.so opens libz.so.1
+    assert time.monotonic() - start < 2
+    assert done.returncode is None and not done.timed_out
+    assert f"{tmp_path / 'trap' / 'libz.so.1'} on LD_LIBRARY_PATH is a FIFO" in done.known
+
+
+@pytest.mark.parametrize("command", ["verify", "doctor", "install"])
+def test_a_fifo_libz_on_ld_library_path_costs_no_time_limit(command, tmp_path, archives,
+                                                            compiler, cuda_root, home):
+    """The program's own Python loads libz.so.1 (zlib) and so do gcc and every Python child:
+    with a FIFO of that name on LD_LIBRARY_PATH each of them would wait on it forever."""
+    trap = tmp_path / "trap"
+    trap.mkdir()
+    os.mkfifo(trap / "libz.so.1")
+    root = cuda_root()
+    lib = layouts.wheel(tmp_path / "site", compiler)
+    args = {"verify": ["verify", "--lib-dir", lib, "--cuda-root", cuda_root(version="12.4"),
+                       "--no-theano"],
+            "doctor": ["doctor", "--cuda-root", root],
+            "install": ["install", archives[V7], "--cuda-root", root, "--no-theanorc"]}[command]
+    start = time.monotonic()
+    done, out = run_json(args, home, {"LD_LIBRARY_PATH": f"{trap}:/nonexistent"},
+                         process=True, timeout=90)
+    assert time.monotonic() - start < 30
+    assert done.returncode in (0, 1), done.stderr[-2000:]
+    if command != "doctor":
+        compile_ = by_name(out)["compile"]
+        assert compile_["status"] == "fail" and f"{trap}/libz.so.1" in compile_["detail"]
+        assert "FIFO" in compile_["detail"], compile_  # the user's LD_LIBRARY_PATH, judged
+
+
 # --- the loader emulation's budget ----------------------------------------------------------
 
 @pytest.fixture(scope="module")

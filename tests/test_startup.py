@@ -61,7 +61,7 @@ INSTALL_MODULES = {
     "cudnn_setup.facts.gpu_support", "cudnn_setup.facts.host", "cudnn_setup.facts.ldresolve",
     "cudnn_setup.facts.loader", "cudnn_setup.facts.mounts", "cudnn_setup.fetch",
     "cudnn_setup.fetch.candidates", "cudnn_setup.fetch.checksums",
-    "cudnn_setup.fetch.known_releases", "cudnn_setup.fetch.redist",
+    "cudnn_setup.fetch.known_releases", "cudnn_setup.fetch.redist", "cudnn_setup.loader_traps",
     "cudnn_setup.orphans", "cudnn_setup.parallel",
     "cudnn_setup.placement",
     "cudnn_setup.placement.commit", "cudnn_setup.placement.engine",
