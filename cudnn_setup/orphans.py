@@ -16,6 +16,7 @@ subreaper: what they inherited is ended when the last of them ends.
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import signal
 import threading
@@ -203,6 +204,7 @@ def _reap(pid: int, deadline: float) -> bool:
         time.sleep(_REAP_POLL_S)
 
 
+@functools.lru_cache(maxsize=1)
 def _libc_prctl():
     try:
         return ctypes.CDLL(None, use_errno=True).prctl
