@@ -27,7 +27,7 @@ from typing import Mapping
 from cudnn_setup.archive.problems import Problem
 from cudnn_setup.checks.answer_values import Fields, integer
 from cudnn_setup.checks.installation import Installation
-from cudnn_setup.checks.probe import probe_module, run_probe
+from cudnn_setup.checks.probe import ProbeResult, probe_module, run_probe
 from cudnn_setup.child import Runner
 from cudnn_setup.errors import ArchiveRejected
 from cudnn_setup.facts import cuda as cuda_facts
@@ -40,6 +40,9 @@ PROC_DRIVER = Path("/proc/driver/nvidia/version")  # there when the NVIDIA kerne
 TIMEOUT = 60.0
 NVML_TIMEOUT = 10.0  # NVML answers in tens of milliseconds; this long means it hangs
 NVML_KEY = "asks NVML"  # the runner's memo: a hung NVML is not asked again in the command
+# Set, these make CUDA see other GPUs (or in another order) than NVML lists: CUDA is asked
+# (probes/driver.py keeps the same list: a probe cannot import the package).
+CUDA_DEVICE_ENV = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")
 GPU_UNSUPPORTED, DRIVER_TOO_OLD = "gpu-unsupported", "driver-too-old"
 MAX_GPUS = 64
 _DRIVER_RELEASE = re.compile(r"^\d{2,4}(?:\.\d{1,4}){1,3}\Z")
@@ -148,13 +151,17 @@ def driver_facts(env: Mapping[str, str], *, python: str | None = None,
     # standard library only: no site, no user's PYTHON* settings (a third of the child's start)
     args = ["-I", "-S", *probe_module("driver")]
     started, limit = time.monotonic(), min(NVML_TIMEOUT, timeout)
-    asked = run_probe([*args, "--nvml"], limit, dict(env), python, runner=runner, key=NVML_KEY,
-                      what="asking NVML (nvmlInit_v2)")
+    hidden = [name for name in CUDA_DEVICE_ENV if name in env]
+    asked = ProbeResult(None, None, "") if hidden else run_probe(
+        [*args, "--nvml"], limit, dict(env), python, runner=runner, key=NVML_KEY,
+        what="asking NVML (nvmlInit_v2)")
     answer = asked.answer("NVML's answer")
     if answer.raw("status") in (PASS, SKIP):
         return DriverFacts.from_answer(answer)
     hung = asked.timed_out or asked.known is not None
-    if asked.timed_out:
+    if hidden:
+        nvml_why = f"{hidden[0]} is set"
+    elif asked.timed_out:
         nvml_why = f"NVML did not answer in {limit:.0f} s"
     elif asked.known is not None:
         nvml_why = f"NVML was not asked: {asked.known}"
