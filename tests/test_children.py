@@ -145,6 +145,28 @@ def test_the_reply_is_written_only_after_the_child_says_it_is_ready():
     assert done.out.splitlines() == ["nothing yet", "READY", "got secret"]
 
 
+def test_the_end_of_a_command_leaves_a_runners_child_to_its_runner(tmp_path):
+    """What a Runner waits for (a probe on another thread) is neither killed nor reaped by the
+    subreaper's end: its exit status stays its Runner's; an orphan is ended."""
+    from cudnn_setup.child import waited_for
+    from cudnn_setup.parallel import Later
+
+    pids = tmp_path / "pids"
+    runner = Runner()
+    with orphans.Subreaper(waited_for):
+        later = Later(runner.run, [sys.executable, "-c", DAEMON_PY + "import time\n"
+                                   "time.sleep(2)\nprint('slept', flush=True)", str(pids)], 30)
+        deadline = time.monotonic() + 10
+        while not pids_in(pids) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    try:
+        done = later.result()
+        assert done.ok and b"slept" in done.stdout, done
+        assert pids_in(pids) and not alive(pids_in(pids)[0])
+    finally:
+        kill_all(pids)
+
+
 # --- libraries whose constructors misbehave, through verify --------------------------------
 
 CTOR_C = r"""
