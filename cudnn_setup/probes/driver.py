@@ -37,18 +37,9 @@ def _text(raw):
 
 def driver_release(nvml=True):
     """The driver's release number, from NVML (unless `nvml` is False) or the kernel module."""
-    try:
-        if not nvml:
-            raise OSError("NVML not asked")
-        nvml = ctypes.CDLL("libnvidia-ml.so.1")
-        if nvml.nvmlInit_v2() == 0:
-            buf = ctypes.create_string_buffer(96)
-            rc = nvml.nvmlSystemGetDriverVersion(buf, ctypes.c_uint(len(buf)))
-            nvml.nvmlShutdown()
-            if rc == 0 and buf.value:
-                return _text(buf.value), "NVML"
-    except (OSError, AttributeError):
-        pass
+    release = _nvml_release() if nvml else None
+    if release:
+        return release, "NVML"
     try:
         with open("/proc/driver/nvidia/version", "rb") as f:
             m = re.search(rb"Kernel Module\s+(?:for \S+\s+)?(\d+\.\d+(?:\.\d+)?)", f.read(4096))
@@ -57,6 +48,20 @@ def driver_release(nvml=True):
     except OSError:
         pass
     return None, None
+
+
+def _nvml_release():
+    try:
+        nvml = ctypes.CDLL("libnvidia-ml.so.1")
+        if nvml.nvmlInit_v2() == 0:
+            buf = ctypes.create_string_buffer(96)
+            rc = nvml.nvmlSystemGetDriverVersion(buf, ctypes.c_uint(len(buf)))
+            nvml.nvmlShutdown()
+            if rc == 0 and buf.value:
+                return _text(buf.value)
+    except (OSError, AttributeError):
+        pass
+    return None
 
 
 def from_nvml(out, environ=os.environ):
