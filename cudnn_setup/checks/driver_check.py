@@ -167,7 +167,7 @@ def driver_facts(env: Mapping[str, str], *, python: str | None = None,
         nvml_why = f"NVML was not asked: {asked.known}"
     else:
         nvml_why = answer.nonempty("reason", 300) or f"NVML's probe {asked.failure()}"
-    rest = max(timeout - (time.monotonic() - started), NVML_TIMEOUT)
+    rest = max(timeout - (time.monotonic() - started), limit)
     result = run_probe([*args, "--no-nvml"] + ([] if smi else ["--no-smi"]), rest, dict(env),
                        python, runner=runner)
     if result.data is None:
