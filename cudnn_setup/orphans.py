@@ -11,7 +11,8 @@ descendant further down is signalled through a pidfd opened and then checked aga
 time seen in the walk of /proc (a pid freed and reused in between is another process's).
 
 Commands run side by side in one process (an embedding program's threads) share the one
-subreaper: what they inherited is ended when the last of them ends.
+subreaper: what they inherited is ended when the last of them ends. A process that is a
+subreaper already (a supervisor calling `main()`) keeps its own policy: nothing is ended for it.
 """
 from __future__ import annotations
 
@@ -31,8 +32,8 @@ _REAP_POLL_S = 0.005
 _lock = threading.Lock()
 _depth = 0  # commands running in this process now
 _before: frozenset[int] = frozenset()  # the process's children when the first of them began
-_previous = 0  # whether the process was a subreaper already (then it stays one)
-_set = False  # whether the prctl took
+_previous = 0  # whether the process was a subreaper already
+_set = False  # whether this module made it one
 
 
 class Subreaper:
@@ -56,7 +57,8 @@ class Subreaper:
             if _depth == 1:
                 _before = frozenset(children())
                 _previous = _get()
-                _set = _previous == 1 or _prctl(PR_SET_CHILD_SUBREAPER, 1)
+                # a host that is a subreaper already reaps its own orphans: left to it
+                _set = _previous != 1 and _prctl(PR_SET_CHILD_SUBREAPER, 1)
         return self
 
     def end(self) -> None:
@@ -69,7 +71,7 @@ class Subreaper:
                 if _set:
                     end_inherited(keep=_before | set(self.live()))
             finally:
-                if _set and _previous != 1:
+                if _set:
                     _prctl(PR_SET_CHILD_SUBREAPER, 0)
                 _set = False
 
