@@ -6,7 +6,8 @@ ends it) and runs in a fresh scratch directory (whatever it writes into its work
 removed with it). The tool reads its stdout and stderr itself, from a poll loop on the calling
 thread, never blocking on either: when the child exits, what is left in the pipes is read for
 a moment and then the pipes are closed, so a daemon the child started (a library constructor or
-a framework import may fork one that leaves the process group) cannot keep the tool waiting.
+a framework import may fork one that leaves the process group) cannot keep the tool waiting;
+such a daemon is re-parented to the tool while a command runs and ended with it (orphans.py).
 At the time limit, at the child's exit, at a signal and at `Runner.cancel` the child's whole
 process group is killed. A SIGTERM or Ctrl-C, raised by the CLI's handler in the main thread,
 interrupts the loop at once.
@@ -15,7 +16,9 @@ A `Runner` is made by each command and passed down to whatever runs children for
 remembers, under a key the caller names ("loads <library>", "imports <framework>"), what did not
 finish in its time: the next child with that key is not started and its Finished says why
 (`known`), so one library whose constructor hangs or one framework whose import hangs costs one
-time limit per command, not one per step that meets it.
+time limit per command, not one per step that meets it. Nor is a child started whose
+LD_LIBRARY_PATH holds a FIFO or a device named like a library (loader_traps.py): the loader
+would wait on it before the child ran a line, so it could only use up its time limit.
 """
 from __future__ import annotations
 
@@ -31,12 +34,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
+from cudnn_setup import loader_traps
 from cudnn_setup.text import decode_output
 
 OUTPUT_LIMIT = 1 << 20  # bytes of stderr kept per child; the rest is dropped
 STDOUT_LIMIT = 4 << 20  # bytes of stdout kept (a probe's JSON line)
 DRAIN_S = 0.5  # after the child exits, how long what is still in its pipes is read
 _POLL_S = 0.05  # how often the child's exit is checked where no pidfd tells it
+
+_waited: set[int] = set()  # the pids some Runner of this process has started and not yet reaped
+_waited_lock = threading.Lock()
+
+
+def waited_for() -> set[int]:
+    """The children every Runner of this process still waits for (orphans.Subreaper leaves
+    them to their Runner, which reaps them)."""
+    with _waited_lock:
+        return set(_waited)
 
 
 @dataclass
@@ -79,6 +93,7 @@ class Runner:
         self._live: dict[int, subprocess.Popen] = {}
         self._scratch: set[Path] = set()  # the scratch dirs of the children not yet done
         self._cancelled = False
+        self._traps: dict[str, str | None] = {}  # LD_LIBRARY_PATH: what on it would hang a child
 
     def __enter__(self) -> "Runner":
         return self
@@ -97,6 +112,21 @@ class Runner:
         """Children with `key` are not started from now on; they are `known` by `why`."""
         with self._lock:
             self._known.setdefault(key, why)
+
+    def _trapped(self, env: Mapping[str, str] | None) -> str | None:
+        """Why a child started with `env` would hang in the loader before running a line, once
+        per LD_LIBRARY_PATH in a command (loader_traps.py); None when nothing there blocks."""
+        value = (os.environ if env is None else env).get("LD_LIBRARY_PATH")
+        if not value:
+            return None
+        with self._lock:
+            if value in self._traps:
+                return self._traps[value]
+        found = loader_traps.traps(value)
+        why = loader_traps.say(found) if found else None
+        with self._lock:
+            self._traps[value] = why
+        return why
 
     def cancel(self) -> None:
         """Kill every running child's group; children asked for later are not started."""
@@ -131,6 +161,9 @@ class Runner:
         earlier = self.known(key)
         if earlier is not None:
             return Finished(None, b"", b"", error=earlier, known=earlier)
+        trapped = self._trapped(env)
+        if trapped is not None:
+            return Finished(None, b"", b"", error=f"was not run: {trapped}", known=trapped)
         scratch = None
         if cwd is None:
             scratch = Path(tempfile.mkdtemp(prefix="cudnn-setup-child-", dir=self.scratch_parent))
@@ -162,6 +195,8 @@ class Runner:
             return Finished(None, b"", b"", False, f"{cmd[0]}: {getattr(exc, 'strerror', None) or exc}")
         with self._lock:
             self._live[proc.pid] = proc
+        with _waited_lock:
+            _waited.add(proc.pid)
         out, err = _Tail(STDOUT_LIMIT), _Tail(OUTPUT_LIMIT)
         timed_out = interrupted = False
         try:
@@ -175,6 +210,8 @@ class Runner:
             proc.wait()
             with self._lock:
                 self._live.pop(proc.pid, None)
+            with _waited_lock:
+                _waited.discard(proc.pid)
         return Finished(proc.returncode, out.data(), err.data(), timed_out,
                         "interrupted" if interrupted else None, interrupted=interrupted)
 

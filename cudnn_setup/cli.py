@@ -219,7 +219,7 @@ def main(argv: list[str] | None = None, *, env: Mapping[str, str] | None = None,
     machine's wheel platform tags.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
-    env = dict(os.environ if env is None else env)
+    env = _as_given(os.environ) if env is None else dict(env)
     if COMPLETE_VAR in env:  # the shell's completion script asks for words, not a command
         from cudnn_setup.typer_app import complete
 
@@ -259,6 +259,43 @@ def main(argv: list[str] | None = None, *, env: Mapping[str, str] | None = None,
         return _render(session, Result(command, error=interrupted(Result(command))), as_json)
     except Exception as exc:
         return _last_resort(session, command, exc, as_json)
+
+
+_GIVEN = "CUDNN_SETUP_GIVEN_LD_LIBRARY_PATH"  # the user's LD_LIBRARY_PATH, across a new start
+
+
+def _as_given(environ: Mapping[str, str]) -> dict[str, str]:
+    """The environment the user gave the program: console_main may have started it again
+    without the directories on LD_LIBRARY_PATH that would hang its own loader."""
+    env = dict(environ)
+    if _GIVEN in env:
+        env["LD_LIBRARY_PATH"] = env.pop(_GIVEN)
+    return env
+
+
+def _leave_loader_traps() -> None:
+    """Start the program again without the directories on LD_LIBRARY_PATH that hold a FIFO or
+    a device named like a library (loader_traps.py): the loader would wait on it forever as
+    soon as Python imports an extension that needs that library (zlib: libz.so.1). The
+    user's value goes along, for the command to judge."""
+    from cudnn_setup import loader_traps
+
+    value = os.environ.get("LD_LIBRARY_PATH")
+    if not value or _GIVEN in os.environ or not sys.executable:
+        return
+    kept, found = loader_traps.without_traps(value)
+    if not found:
+        return
+    env = dict(os.environ)
+    env[_GIVEN] = value
+    if kept is None:
+        env.pop("LD_LIBRARY_PATH")
+    else:
+        env["LD_LIBRARY_PATH"] = kept
+    try:
+        os.execve(sys.executable, list(sys.orig_argv), env)
+    except OSError:
+        return  # as it is, then: a command may still hang in the loader
 
 
 def _usage_error(session: _Session, exc: ArgsError, as_json: bool) -> int:
@@ -319,6 +356,7 @@ def console_main() -> None:
     daemon thread still does is dropped either way. Under a profiler or a tracer (cProfile,
     coverage), which write their results as the interpreter exits, it exits as usual."""
     _standard_streams()
+    _leave_loader_traps()
     code = main()
     if _observed():
         sys.exit(code)

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, clean_env, run_json
+from cudnn_setup import orphans
 from cudnn_setup.checks import framework_probe, native
 from cudnn_setup.checks.suite import ORDER
 from cudnn_setup.child import DRAIN_S, Runner
@@ -144,6 +145,28 @@ def test_the_reply_is_written_only_after_the_child_says_it_is_ready():
     assert done.out.splitlines() == ["nothing yet", "READY", "got secret"]
 
 
+def test_the_end_of_a_command_leaves_a_runners_child_to_its_runner(tmp_path):
+    """What a Runner waits for (a probe on another thread) is neither killed nor reaped by the
+    subreaper's end: its exit status stays its Runner's; an orphan is ended."""
+    from cudnn_setup.child import waited_for
+    from cudnn_setup.parallel import Later
+
+    pids = tmp_path / "pids"
+    runner = Runner()
+    with orphans.Subreaper(waited_for):
+        later = Later(runner.run, [sys.executable, "-c", DAEMON_PY + "import time\n"
+                                   "time.sleep(2)\nprint('slept', flush=True)", str(pids)], 30)
+        deadline = time.monotonic() + 10
+        while not pids_in(pids) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    try:
+        done = later.result()
+        assert done.ok and b"slept" in done.stdout, done
+        assert pids_in(pids) and not alive(pids_in(pids)[0])
+    finally:
+        kill_all(pids)
+
+
 # --- libraries whose constructors misbehave, through verify --------------------------------
 
 CTOR_C = r"""
@@ -155,18 +178,27 @@ CTOR_C = r"""
 #include <sys/types.h>
 #include <sys/wait.h>
 size_t cudnnGetVersion(void) { return VERSION; }
-static void note(void) {
+static void note_pid(pid_t pid) {
     const char *file = getenv("FIXTURE_PIDS");
     if (!file) return;
     FILE *f = fopen(file, "a");
-    if (f) { fprintf(f, "%d\n", (int)getpid()); fclose(f); }
+    if (f) { fprintf(f, "%d\n", (int)pid); fclose(f); }
 }
+static void note(void) { note_pid(getpid()); }
 __attribute__((constructor)) static void misbehave(void) {
 #if defined(DAEMON)
     pid_t p = fork();
     if (p == 0) {
         setsid();
-        if (fork() == 0) { note(); sleep(300); _exit(0); }
+        pid_t d = fork();
+        if (d == 0) {  /* the daemon, with a child of its own: ends with the command */
+            pid_t c = fork();
+            if (c == 0) { sleep(300); _exit(0); }
+            note_pid(c);
+            sleep(300);
+            _exit(0);
+        }
+        note_pid(d);  /* written before the constructor returns */
         _exit(0);
     }
     waitpid(p, NULL, 0);
@@ -208,16 +240,30 @@ def verify_lib_dir(lib, root, home, pids=None, **kw):
     return done, out, time.monotonic() - start
 
 
-def test_a_constructor_that_daemonizes_does_not_hang_verify(tmp_path, compiler, cuda_root, home):
+@pytest.mark.parametrize("process", [False, True], ids=["main", "program"])
+def test_a_constructor_that_daemonizes_neither_hangs_verify_nor_outlives_it(
+        process, tmp_path, compiler, cuda_root, home):
+    """The constructor double-forks out of the probe's session, and the daemon forks a child
+    of its own: both are ended as verify ends, in main() as in the program."""
     lib = wheel_with(tmp_path, compiler, "DAEMON")
     pids = tmp_path / "pids"
+    # a child of the caller's own, older than the command: neither killed nor reaped by it
+    own = subprocess.Popen(["sleep", "60"])
     try:
-        done, out, took = verify_lib_dir(lib, cuda_root(version="12.4"), home, pids)
+        done, out, took = verify_lib_dir(lib, cuda_root(version="12.4"), home, pids,
+                                         process=process)
+        assert own.poll() is None
+        own.terminate()
+        assert own.wait(10) == -signal.SIGTERM
+        assert not orphans._get(), "the caller was left a subreaper"
         checks = by_name(out)
         assert checks["load"]["status"] == "pass", checks["load"]
         assert checks["compile"]["status"] in ("pass", "warn"), checks["compile"]
         assert took < 45, f"verify took {took:.0f} s"
-        assert pids_in(pids)  # the daemons were started, and left: they are not the tool's
+        started = pids_in(pids)
+        assert started  # the daemon of the load probe at least
+        left = [p for p in started if alive(p)]
+        assert not left, f"left running after verify: {left}"
     finally:
         kill_all(pids)
 
@@ -335,6 +381,42 @@ def test_a_fifo_libz_on_ld_library_path_is_not_opened(tmp_path):
     assert time.monotonic() - start < 5
     z = next(d for d in deps if d.name.startswith("libz.so"))
     assert not z.resolution.found and "FIFO" in z.resolution.error
+
+
+def test_a_child_whose_ld_library_path_holds_a_fifo_is_not_started(tmp_path):
+    (tmp_path / "trap").mkdir()
+    os.mkfifo(tmp_path / "trap" / "libz.so.1")
+    env = {**os.environ, "LD_LIBRARY_PATH": f"/nonexistent:{tmp_path / 'trap'}"}
+    start = time.monotonic()
+    done = Runner().run([sys.executable, "-c", "import zlib"], 5, env)  # ld.so opens libz.so.1
+    assert time.monotonic() - start < 2
+    assert done.returncode is None and not done.timed_out
+    assert f"{tmp_path / 'trap' / 'libz.so.1'} on LD_LIBRARY_PATH is a FIFO" in done.known
+
+
+@pytest.mark.parametrize("command", ["verify", "doctor", "install"])
+def test_a_fifo_libz_on_ld_library_path_costs_no_time_limit(command, tmp_path, archives,
+                                                            compiler, cuda_root, home):
+    """The program's own Python loads libz.so.1 (zlib) and so do gcc and every Python child:
+    with a FIFO of that name on LD_LIBRARY_PATH each of them would wait on it forever."""
+    trap = tmp_path / "trap"
+    trap.mkdir()
+    os.mkfifo(trap / "libz.so.1")
+    root = cuda_root()
+    lib = layouts.wheel(tmp_path / "site", compiler)
+    args = {"verify": ["verify", "--lib-dir", lib, "--cuda-root", cuda_root(version="12.4"),
+                       "--no-theano"],
+            "doctor": ["doctor", "--cuda-root", root],
+            "install": ["install", archives[V7], "--cuda-root", root, "--no-theanorc"]}[command]
+    start = time.monotonic()
+    done, out = run_json(args, home, {"LD_LIBRARY_PATH": f"{trap}:/nonexistent"},
+                         process=True, timeout=90)
+    assert time.monotonic() - start < 30
+    assert done.returncode in (0, 1), done.stderr[-2000:]
+    if command != "doctor":
+        compile_ = by_name(out)["compile"]
+        assert compile_["status"] == "fail" and f"{trap}/libz.so.1" in compile_["detail"]
+        assert "FIFO" in compile_["detail"], compile_  # the user's LD_LIBRARY_PATH, judged
 
 
 # --- the loader emulation's budget ----------------------------------------------------------
@@ -509,6 +591,38 @@ def test_a_framework_printing_300_mb_fills_no_file(tmp_path, home, compiler, cud
     fw = by_name(json.loads(done.stdout))["frameworks"]
     entry = fw["data"]["frameworks"][0]
     assert "SIGXFSZ" not in fw["detail"] and "died" not in entry["reason"], fw
+
+
+@pytest.mark.parametrize("process", [False, True], ids=["main", "program"])
+def test_a_framework_that_daemonizes_on_import_does_not_outlive_verify(process, tmp_path, home,
+                                                                       compiler, cuda_root):
+    site = tmp_path / "site"
+    pids = tmp_path / "pids"
+    fake_framework(site, f"""
+        import os, time
+        if os.fork() == 0:
+            os.setsid()
+            daemon = os.fork()
+            if daemon == 0:
+                os.closerange(0, 3)
+                time.sleep(300)
+                os._exit(0)
+            open({str(pids)!r}, "a").write(f"{{daemon}}\\n")  # before the import goes on
+            os._exit(0)
+        os.wait()
+    """)
+    lib = layouts.wheel(tmp_path / "wheel", compiler)
+    try:
+        done, out = run_json(["verify", "--lib-dir", lib, "--cuda-root", cuda_root(version="12.4"),
+                              "--no-theano"], home, frameworks_env(site), process=process,
+                             timeout=300)
+        assert "frameworks" in by_name(out), out
+        started = pids_in(pids)
+        assert started, "the framework was never imported"
+        left = [p for p in started if alive(p)]
+        assert not left, f"left running after verify: {left}"
+    finally:
+        kill_all(pids)
 
 
 def test_a_framework_import_writes_nothing_into_the_callers_directory(tmp_path, home, compiler,

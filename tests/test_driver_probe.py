@@ -3,9 +3,13 @@ the real probe in a child process, with gcc-built stand-ins for libnvidia-ml.so.
 libcuda.so.1 on the library path (the driver is the one thing a machine without a GPU cannot
 have). The stand-in libcuda's cuInit aborts where NVML should have answered, so an answer at
 all proves that cuInit (a quarter of a second on a GPU machine) was not called."""
+import time
+
 import pytest
 
+from cudnn_setup.checks import driver_check
 from cudnn_setup.checks.driver_check import driver_facts
+from cudnn_setup.child import Runner
 from fixtures import libcuda, libnvml
 
 H200, K80, A100 = ("NVIDIA H200", "9.0"), ("Tesla K80", "3.7"), ("NVIDIA A100-SXM4-80GB", "8.0")
@@ -70,3 +74,36 @@ def test_nvml_answers_are_bounded_like_any_other(tmp_path):
                 nvml={"gpus": [("Y" * 90, "8.6")], "release": "not-a-release"})
     assert got["status"] == "pass" and len(got["gpus"][0]["name"]) <= 200
     assert got["driver_version"] is None  # not a release number: not passed on
+
+
+def hung_nvml_env(tmp_path, **cuda):
+    d = tmp_path / "drv"
+    libcuda.build(d, **cuda)
+    libnvml.build(d, hang=True)  # nvmlInit_v2 never returns, as on a GPU fallen off the bus
+    return {"PATH": str(tmp_path / "no-smi"), "LD_LIBRARY_PATH": str(d)}
+
+
+def test_a_hung_nvml_costs_one_short_limit_per_command_then_cuda_answers(tmp_path, monkeypatch):
+    monkeypatch.setattr(driver_check, "NVML_TIMEOUT", 2.0, raising=False)
+    env = hung_nvml_env(tmp_path, gpus=[H200])
+    runner = Runner()  # one command's
+    start = time.monotonic()
+    first = driver_facts(env, runner=runner)
+    assert time.monotonic() - start < 2.0 + 5
+    assert first.status == "pass" and first.found_via == "libcuda.so.1", first
+    assert [g.name for g in first.gpus] == ["NVIDIA H200"]
+    assert first.reason == "NVML did not answer in 2 s; the CUDA driver API answered"
+    start = time.monotonic()
+    again = driver_facts(env, runner=runner)  # NVML is not asked again in this command
+    assert time.monotonic() - start < 1.5
+    assert again.status == "pass" and "earlier in this run; not tried again" in again.reason
+
+
+def test_a_hung_nvml_and_a_failing_cuda_say_the_driver_is_not_judged(tmp_path, monkeypatch):
+    monkeypatch.setattr(driver_check, "NVML_TIMEOUT", 2.0, raising=False)
+    env = hung_nvml_env(tmp_path, gpus=[H200], abort=True)  # cuInit aborts
+    start = time.monotonic()
+    got = driver_facts(env)
+    assert time.monotonic() - start < 2.0 + 5
+    assert got.status == "error" and got.reason.startswith("NVML did not answer in 2 s; ")
+    assert "SIGABRT" in got.reason and got.reason.endswith("the driver is not judged"), got

@@ -1,9 +1,10 @@
 """GPUs and the NVIDIA driver, and whether a cuDNN build fits them.
 
 * driver_facts(): each GPU (name, compute capability), the driver's release and the newest CUDA
-  it runs, from probes/driver.py in a child (NVML through ctypes on libnvidia-ml.so.1, else
-  cuDriverGetVersion and the device attributes on libcuda.so.1; nvidia-smi only when libcuda
-  cannot be used). Whatever the child answers is checked and bounded before anything uses it.
+  it runs, from probes/driver.py in a child (NVML through ctypes on libnvidia-ml.so.1, under a
+  short limit of its own; else, in a second child, cuDriverGetVersion and the device attributes
+  on libcuda.so.1; nvidia-smi only when libcuda cannot be used). Whatever the children answer
+  is checked and bounded before anything uses it.
 * check_driver(): the `driver` check. skip without a driver; fail when the driver is too old
   for the CUDA major this cuDNN was built for, or a GPU's compute capability is below what this
   cuDNN release supports (facts/gpu_support.py, with its sources); warn where the support
@@ -18,14 +19,16 @@ from __future__ import annotations
 import os
 import re
 import shutil
-from dataclasses import dataclass, field
+import time
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Mapping
 
 from cudnn_setup.archive.problems import Problem
 from cudnn_setup.checks.answer_values import Fields, integer
 from cudnn_setup.checks.installation import Installation
-from cudnn_setup.checks.probe import probe_module, run_probe
+from cudnn_setup.checks.probe import ProbeResult, probe_module, run_probe
+from cudnn_setup.child import Runner
 from cudnn_setup.errors import ArchiveRejected
 from cudnn_setup.facts import cuda as cuda_facts
 from cudnn_setup.facts import gpu_support as S
@@ -35,6 +38,11 @@ from cudnn_setup.report import FAIL, PASS, SKIP, WARN, Check
 NAME = "driver"
 PROC_DRIVER = Path("/proc/driver/nvidia/version")  # there when the NVIDIA kernel module is loaded
 TIMEOUT = 60.0
+NVML_TIMEOUT = 10.0  # NVML answers in tens of milliseconds; this long means it hangs
+NVML_KEY = "asks NVML"  # the runner's memo: a hung NVML is not asked again in the command
+# Set, these make CUDA see other GPUs (or in another order) than NVML lists: CUDA is asked
+# (probes/driver.py keeps the same list: a probe cannot import the package).
+CUDA_DEVICE_ENV = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")
 GPU_UNSUPPORTED, DRIVER_TOO_OLD = "gpu-unsupported", "driver-too-old"
 MAX_GPUS = 64
 _DRIVER_RELEASE = re.compile(r"^\d{2,4}(?:\.\d{1,4}){1,3}\Z")
@@ -129,16 +137,49 @@ def driver_facts(env: Mapping[str, str], *, python: str | None = None,
                  loader: L.Environment | None = None, runner=None) -> DriverFacts:
     """What the driver says (DriverFacts). `env` is the user's: it decides which libcuda.so.1
     and which nvidia-smi the child finds. On a machine with no trace of a driver (no_driver)
-    no child is started."""
+    no child is started.
+
+    NVML is asked alone first, under NVML_TIMEOUT: its answer is the whole answer in tens of
+    milliseconds, and where it hangs (a GPU fallen off the bus) that costs the short limit once
+    per command (the runner remembers it), not the probe's whole limit each time. Where it
+    does not answer, a child that never touches NVML asks the CUDA driver API (then
+    nvidia-smi) in what is left of `timeout`."""
     absent = no_driver(env, loader, smi)
     if absent is not None:
         return DriverFacts(status=SKIP, reason=absent)
+    runner = runner or Runner()
     # standard library only: no site, no user's PYTHON* settings (a third of the child's start)
-    args = ["-I", "-S", *probe_module("driver")] + ([] if smi else ["--no-smi"])
-    result = run_probe(args, timeout, dict(env), python, runner=runner)
+    args = ["-I", "-S", *probe_module("driver")]
+    started, limit = time.monotonic(), min(NVML_TIMEOUT, timeout)
+    hidden = [name for name in CUDA_DEVICE_ENV if name in env]
+    asked = ProbeResult(None, None, "") if hidden else run_probe(
+        [*args, "--nvml"], limit, dict(env), python, runner=runner, key=NVML_KEY,
+        what="asking NVML (nvmlInit_v2)")
+    answer = asked.answer("NVML's answer")
+    if answer.raw("status") in (PASS, SKIP):
+        return DriverFacts.from_answer(answer)
+    hung = asked.timed_out or asked.known is not None
+    if hidden:
+        nvml_why = f"{hidden[0]} is set"
+    elif asked.timed_out:
+        nvml_why = f"NVML did not answer in {limit:.0f} s"
+    elif asked.known is not None:
+        nvml_why = f"NVML was not asked: {asked.known}"
+    else:
+        nvml_why = answer.nonempty("reason", 300) or f"NVML's probe {asked.failure()}"
+    rest = max(timeout - (time.monotonic() - started), limit)
+    result = run_probe([*args, "--no-nvml"] + ([] if smi else ["--no-smi"]), rest, dict(env),
+                       python, runner=runner)
     if result.data is None:
-        return DriverFacts(reason=f"the driver probe {result.failure()}"[:500])
-    return DriverFacts.from_answer(result.answer("the driver probe's answer"))
+        return DriverFacts(reason=(f"{nvml_why}; the CUDA driver API's probe {result.failure()}; "
+                                   "the driver is not judged")[:500])
+    data = dict(result.data)
+    if not data.get("driver_version") and answer.raw("driver_version"):
+        data.update(driver_version=answer.raw("driver_version"), driver_version_from="NVML")
+    facts = DriverFacts.from_answer(Fields(data, "the driver probe's answer"))
+    if hung and facts.reason is None:  # said where the facts are shown (doctor's `driver`)
+        facts = replace(facts, reason=f"{nvml_why}; the CUDA driver API answered"[:500])
+    return facts
 
 
 def has_driver(facts: DriverFacts) -> bool:

@@ -1,4 +1,7 @@
-"""Report the NVIDIA driver and every GPU it sees: `python driver.py [--no-smi]`.
+"""Report the NVIDIA driver and every GPU it sees: `python driver.py [--nvml | --no-nvml]
+[--no-smi]`. With --nvml only NVML is asked (its answer, or status "error" and why); with
+--no-nvml NVML is not touched at all: a hung NVML (a GPU fallen off the bus) then cannot hold
+this child, and the parent asks NVML alone under a short limit first.
 
 NVML (libnvidia-ml.so.1) is asked first: the driver's release, the newest CUDA it runs
 (nvmlSystemGetCudaDriverVersion_v2) and each GPU's name and compute capability, in tens of
@@ -32,18 +35,11 @@ def _text(raw):
     return raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
 
 
-def driver_release():
-    """The driver's release number, from NVML or the kernel module."""
-    try:
-        nvml = ctypes.CDLL("libnvidia-ml.so.1")
-        if nvml.nvmlInit_v2() == 0:
-            buf = ctypes.create_string_buffer(96)
-            rc = nvml.nvmlSystemGetDriverVersion(buf, ctypes.c_uint(len(buf)))
-            nvml.nvmlShutdown()
-            if rc == 0 and buf.value:
-                return _text(buf.value), "NVML"
-    except (OSError, AttributeError):
-        pass
+def driver_release(nvml=True):
+    """The driver's release number, from NVML (unless `nvml` is False) or the kernel module."""
+    release = _nvml_release() if nvml else None
+    if release:
+        return release, "NVML"
     try:
         with open("/proc/driver/nvidia/version", "rb") as f:
             m = re.search(rb"Kernel Module\s+(?:for \S+\s+)?(\d+\.\d+(?:\.\d+)?)", f.read(4096))
@@ -52,6 +48,20 @@ def driver_release():
     except OSError:
         pass
     return None, None
+
+
+def _nvml_release():
+    try:
+        nvml = ctypes.CDLL("libnvidia-ml.so.1")
+        if nvml.nvmlInit_v2() == 0:
+            buf = ctypes.create_string_buffer(96)
+            rc = nvml.nvmlSystemGetDriverVersion(buf, ctypes.c_uint(len(buf)))
+            nvml.nvmlShutdown()
+            if rc == 0 and buf.value:
+                return _text(buf.value)
+    except (OSError, AttributeError):
+        pass
+    return None
 
 
 def from_nvml(out, environ=os.environ):
@@ -170,9 +180,17 @@ def from_smi(out, smi="nvidia-smi"):
 def main(argv):
     out = {"status": None, "gpus": [], "cuda_driver_version": None, "cuda": None,
            "driver_version": None, "found_via": None}
-    if from_nvml(out) is None:
-        return out
-    release, release_from = driver_release()
+    asked = "--no-nvml" not in argv
+    if asked:
+        why = from_nvml(out)
+        if why is None:
+            return out
+        if "--nvml" in argv:
+            out["status"], out["reason"] = "error", why
+            release, _ = driver_release()
+            out["driver_version"] = release  # for the parent, which asks CUDA next
+            return out
+    release, release_from = driver_release(nvml=asked)
     if release:
         out["driver_version"], out["driver_version_from"] = release, release_from
     try:

@@ -9,8 +9,10 @@ import traceback
 from pathlib import Path
 from typing import Callable
 
+from cudnn_setup.child import waited_for
 from cudnn_setup.errors import (DownloadFailed, InstallFailed, InternalError, Interrupted,
                                  SetupError, os_error)
+from cudnn_setup.orphans import Subreaper
 from cudnn_setup.report import Result
 from cudnn_setup.steps.context import Context
 from cudnn_setup.text import escape
@@ -23,6 +25,8 @@ def command(name: str, fails_as: type[SetupError] = InstallFailed):
     An OSError that no step turned into a SetupError becomes one here, by errno, with the exit
     code of `fails_as`; whatever else escapes is a bug (exit 70, traceback kept). What the
     body recorded before the error (a committed install, its checks) stays in the Result.
+    The body runs with the process as a child subreaper (orphans.py): whatever the code its
+    children ran left running, daemons out of their sessions included, is ended with it.
     """
 
     def wrap(body: Callable[..., None]) -> Callable[..., Result]:
@@ -33,6 +37,7 @@ def command(name: str, fails_as: type[SetupError] = InstallFailed):
             if ctx is not None and ctx.cwd is not None:  # every path taken as the user meant it
                 args = tuple(_absolute(a, ctx.cwd) for a in args)
                 kwargs = {k: _absolute(v, ctx.cwd) for k, v in kwargs.items()}
+            reaper = Subreaper(waited_for).start()
             try:
                 body(result, *args, **kwargs)
             except SetupError as exc:
@@ -51,6 +56,7 @@ def command(name: str, fails_as: type[SetupError] = InstallFailed):
                 # then a refusal): it runs in a session of its own, so leaving would orphan it.
                 if ctx is not None:
                     ctx.runner.end()
+                reaper.end()  # then what they left running out of their sessions
             return result
 
         return run
