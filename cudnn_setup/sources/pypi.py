@@ -41,10 +41,13 @@ def project_name(cuda_major: int) -> str:
 def with_index_credentials(index: str, url: str) -> str:
     """A file URL on the index's own host and port gets the index URL's credentials, as pip
     sends them (its MultiDomainBasicAuth); a file on another host (PyPI's CDN) never does."""
-    i, f = urllib.parse.urlsplit(index), urllib.parse.urlsplit(url)
-    if i.username is None or f.username is not None or f.scheme not in ("http", "https"):
-        return url
-    if (i.hostname, i.port, i.scheme) != (f.hostname, f.port, f.scheme):
+    try:  # a port that is not a number, an unclosed [: nothing is sent with such a URL
+        i, f = urllib.parse.urlsplit(index), urllib.parse.urlsplit(url)
+        if i.username is None or f.username is not None or f.scheme not in ("http", "https"):
+            return url
+        if (i.hostname, i.port, i.scheme) != (f.hostname, f.port, f.scheme):
+            return url
+    except ValueError:
         return url
     return urllib.parse.urlunsplit(f._replace(netloc=i.netloc))
 
