@@ -7,7 +7,7 @@ import time
 import pytest
 
 from conftest import run_cli, run_json, tree_state
-from cudnn_setup.errors import DOWNLOAD_FAILED
+from cudnn_setup.errors import ARCHIVE_REJECTED, DOWNLOAD_FAILED
 from cudnn_setup.sources import simple_api
 from cudnn_setup.urls import redact, scrub
 from fixtures.wheels import IndexFile, build_wheel, project_html, project_json, sha256
@@ -160,3 +160,18 @@ def test_credentials_on_the_index_and_a_file_url_with_a_bad_port_is_not_exit_70(
                               "--cuda-root", root, *NO_FLAGS], home)
     assert done.returncode == DOWNLOAD_FAILED, done.stderr
     assert SECRET not in done.stdout + done.stderr
+
+
+# --- a CUDA major with no wheel -----------------------------------------------------------------
+
+def test_a_cuda_major_without_that_release_names_the_majors_that_have_it(wheels, home):
+    """`install 9.28 --cuda 11 --from pypi` exited 2 suggesting a development build."""
+    with IndexServer() as server:
+        real = wheels["9.1.7.99"]
+        server.routes[f"/simple/{PROJECT}/"] = ("text/html", project_html(PROJECT, [IndexFile(
+            real.name, f"{server.base}/files/{real.name}", sha256(real))]))
+        done, out = run_json(["install", "9.1", "--cuda", "11", "--from", "pypi", "--index-url",
+                              server.base + "/simple/", "--dry-run", *NO_FLAGS], home)
+    assert done.returncode == ARCHIVE_REJECTED and out["error"]["code"] == "no-cuda-variant", \
+        done.stderr
+    assert "CUDA 11" in out["error"]["message"] and "CUDA 12" in out["error"]["hint"]

@@ -34,6 +34,10 @@ from cudnn_setup.untrusted import read_regular
 from cudnn_setup.urls import redact
 
 
+# the CUDA majors NVIDIA publishes nvidia-cudnn-cuNN wheels for
+WHEEL_CUDA_MAJORS = (11, 12, 13)
+
+
 def project_name(cuda_major: int) -> str:
     return f"nvidia-cudnn-cu{cuda_major}"
 
@@ -202,12 +206,33 @@ class PypiIndex(Source):
             raise NoVariant(f"{project} {request} has no wheel for this machine "
                             f"({self.tags[0] if self.tags else 'no platform tags'})",
                             f"its wheels are for: {', '.join(tags)[:300]}")
+        others = self._other_majors(request, platform, redist.parse_cuda(cuda_version)[0])
+        if others:
+            raise NoVariant(f"cuDNN {request} has no wheel for CUDA "
+                            f"{redist.parse_cuda(cuda_version)[0]} ({project}) on {self.where}",
+                            f"its wheels are for CUDA {', '.join(map(str, others))}: pass "
+                            f"--cuda {others[-1]} or use a CUDA root of that major")
         versions = {o.version for o in every if not o.prerelease}
         near = nearest_versions(request, versions) if versions else []
         where = "; ".join(notes) if not versions and notes else self.where
         raise UnknownVersion(f"no {project} wheel matches {request} on {where}",
                              f"nearest versions: {', '.join(near)}" if near else
                              "check the index (--index-url, PIP_INDEX_URL, pip.conf)")
+
+    def _other_majors(self, request: VersionRequest, platform: str, major: int) -> list[int]:
+        """The other CUDA majors whose nvidia-cudnn-cuNN project has a wheel of `request` for
+        this machine: what to say when the asked major has none."""
+        found = []
+        for other in WHEEL_CUDA_MAJORS:
+            if other == major:
+                continue
+            try:
+                offers, _, _ = self._offers(platform, f"{other}.0")
+            except DownloadFailed:  # what the asked project's page said stands
+                continue
+            if any(request.matches(o.version) for o in offers):
+                found.append(other)
+        return found
 
     def pick_dependency(self, requirement, platform: str) -> Offer:
         """The newest final wheel of a requirement the cuDNN wheel declares (nvidia-cublas-cu12
