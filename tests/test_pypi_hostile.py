@@ -175,3 +175,16 @@ def test_a_cuda_major_without_that_release_names_the_majors_that_have_it(wheels,
     assert done.returncode == ARCHIVE_REJECTED and out["error"]["code"] == "no-cuda-variant", \
         done.stderr
     assert "CUDA 11" in out["error"]["message"] and "CUDA 12" in out["error"]["hint"]
+
+
+# --- network failures say what failed ---------------------------------------------------------
+
+@pytest.mark.parametrize("index,code,words", [
+    ("http://cudnn-setup-test.invalid/simple/", "unknown-host", "does not resolve"),
+    ("http://127.0.0.1:9/simple/", "connection-refused", "connection refused"),
+])
+def test_an_index_that_cannot_be_reached_says_why(index, code, words, home):
+    done, out = run_json(["install", "9.28", "--cuda", "12", "--from", "pypi", "--index-url",
+                          index, "--dry-run", *NO_FLAGS], home)
+    assert done.returncode == DOWNLOAD_FAILED and out["error"]["code"] == code, done.stderr
+    assert words in out["error"]["message"] and "not listed" not in out["error"]["message"]

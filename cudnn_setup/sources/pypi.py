@@ -22,7 +22,7 @@ from cudnn_setup.fetch import redist
 from cudnn_setup.fetch.candidates import UnknownVersion, VersionRequest, nearest_versions
 from cudnn_setup.fetch.checksums import Expected, mismatch
 from cudnn_setup.fetch.downloader import Downloader
-from cudnn_setup.fetch.http import Stalled, TimedOut
+from cudnn_setup.fetch.http import Stalled, TimedOut, connection_failure, reason
 from cudnn_setup.fetch.redist import NoVariant, local_path
 from cudnn_setup.fetch.remote import READ_DEADLINE
 from cudnn_setup.sources import simple_api
@@ -99,11 +99,14 @@ class PypiIndex(Source):
         except Stalled as exc:
             raise TimedOut(f"the package index {redact(url)}: {exc}",
                            "check the index and the network") from None
-        except requests.RequestException as exc:
+        except requests.RequestException as exc:  # which failure: unresolved, refused, timeout
             raise DownloadFailed(f"cannot reach the package index {redact(url)}: "
-                                 f"{type(exc).__name__}",
+                                 f"{reason(exc, url)}",
                                  "check --index-url / PIP_INDEX_URL / pip.conf and the network "
-                                 "(proxy settings come from the environment)") from None
+                                 "(proxy settings come from the environment)",
+                                 code=connection_failure(exc, url)
+                                 if isinstance(exc, requests.ConnectionError)
+                                 else "download-failed") from None
         with response:
             if response.status_code in (404, 410):
                 return None
