@@ -237,14 +237,17 @@ class PypiIndex(Source):
                 found.append(other)
         return found
 
-    def pick_dependency(self, requirement, platform: str) -> Offer:
+    def pick_dependency(self, requirement, platform: str, cuda_version: str | None = None
+                        ) -> Offer:
         """The newest final wheel of a requirement the cuDNN wheel declares (nvidia-cublas-cu12
-        >=…) for this machine's platform tags, with the sha256 the index publishes."""
+        >=…) for this machine's platform tags, with the sha256 the index publishes; among
+        them a build for the root's CUDA minor (`cuda_version` "12.4": cuBLAS 12.4.x) where
+        the index has one, else the newest, said in `details["fit"]`."""
         from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
         project = canonicalize_name(requirement.name)
         files, notes = self._files(project)
-        best: tuple | None = None
+        found: list[tuple] = []
         for index, f in files:
             try:
                 dist, version, _, tags = parse_wheel_filename(f.filename)
@@ -254,21 +257,28 @@ class PypiIndex(Source):
                     or not requirement.specifier.contains(version):
                 continue
             ranks = [self.tags.index(t.platform) for t in tags if t.platform in self.tags]
-            if not ranks:
-                continue
-            key = (version, -min(ranks))
-            if best is None or key > best[0]:
-                best = (key, index, f, version)
-        if best is None:
+            if ranks:
+                found.append(((version, -min(ranks)), index, f, version))
+        if not found:
             raise UnknownVersion(f"no wheel of {requirement} for this machine on {self.where}",
                                  "; ".join(notes) or "check the index")
-        _, index, f, version = best
+        fit = None
+        if cuda_version is not None:
+            major, minor = redist.parse_cuda(cuda_version)
+            if minor is not None:
+                same = [c for c in found if c[3].release[:2] == (major, minor)]
+                if same:
+                    found, fit = same, f"a build for the root's CUDA {major}.{minor}"
+                else:
+                    fit = (f"the index has no {project} build for the root's CUDA "
+                           f"{major}.{minor}; the newest that fits {requirement} was taken")
+        _, index, f, version = max(found, key=lambda c: c[0])
         return Offer(version=str(version), cuda_variant="", platform=platform,
                      file_name=f.filename, url=with_index_credentials(index, f.url),
                      sha256=f.sha256, checksum_from=(
                          f"the package index {redact(index)}, which publishes it for the file"
                          if f.sha256 else None), format=WHEEL, size=f.size,
-                     details={"index": redact(index), "project": project})
+                     details={"index": redact(index), "project": project, "fit": fit})
 
     def obtain(self, offer: Offer, fetch: Fetch, sha256: str | None = None) -> Obtained:
         if offer.sha256 is None and sha256 is None:
