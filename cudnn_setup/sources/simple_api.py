@@ -51,7 +51,9 @@ def _file(page_url: str, filename, href, sha256, yanked, size) -> IndexFile | No
             c in href for c in "\r\n\0"):
         raise _bad(page_url, f"{filename}: its URL is missing or not one line")
     try:  # `http://[x/` and `http://[::1` raise ValueError in urllib
-        url = urllib.parse.urljoin(page_url, href)
+        # an absolute href (PyPI's, most mirrors') needs no joining, the slow part of a page
+        url = href if href.startswith(("https://", "http://")) else \
+            urllib.parse.urljoin(page_url, href)
         url, _, _ = url.partition("#")
         parts = urllib.parse.urlsplit(url)
         parts.port  # a port that is not a number in range raises too
