@@ -63,10 +63,11 @@ def _modes(out):
 
 @pytest.mark.parametrize("umask", [0o000, 0o077])
 def test_mirror_dirs_are_0755_and_files_0644_under_any_umask(umask, source, tmp_path, home):
-    out = tmp_path / "fleet"
+    out = tmp_path / "www" / "fleet"  # its parent made too
     done = run_cli(["mirror", out, "9.1", "--cuda", "12", "--from", source.url], home,
                    preexec_fn=lambda: os.umask(umask))
     assert done.returncode == 0, done.stderr
+    assert stat.S_IMODE(out.parent.stat().st_mode) == 0o755
     modes = _modes(out)
     assert {"cudnn", "cudnn/linux-x86_64", f"cudnn/linux-x86_64/{X86_12.name}", "index.html",
             "redistrib_9.1.7.json"} == set(modes)

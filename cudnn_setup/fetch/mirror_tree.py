@@ -38,11 +38,15 @@ class MirrorTree:
 
     def __init__(self, root: Path):
         self.root = root
-        created = not root.exists()
+        missing = []  # DIR and the parents this run makes: 0755 too, so a web server reaches it
+        at = root
+        while not os.path.lexists(at) and at != at.parent:
+            missing.append(at)
+            at = at.parent
         root.mkdir(parents=True, exist_ok=True)  # DIR itself is where the user points
+        for made in reversed(missing):
+            os.chmod(made, DIR_MODE)
         self.fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        if created:
-            os.fchmod(self.fd, DIR_MODE)
         self._dirs: dict[str, int] = {"": self.fd}
         self._work: list[str] = []  # names this run created in INCOMING
         self._made_incoming = False
