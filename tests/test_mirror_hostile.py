@@ -189,3 +189,16 @@ def test_a_release_the_manifest_cannot_list_is_refused_before_a_byte_is_placed(
         done.stderr
     assert not (out / "cudnn").exists() or not list((out / "cudnn").rglob("*.tar.gz"))
     assert not list(out.glob("redistrib_*.json"))
+
+
+def test_what_a_killed_run_left_in_incoming_is_removed_and_a_users_file_kept(source, tmp_path,
+                                                                             home):
+    out = tmp_path / "fleet"
+    (out / ".incoming").mkdir(parents=True)
+    left = out / ".incoming" / f"0123456789ab-{X86_12.name}"
+    left.write_bytes(b"half of an archive")
+    mine = out / ".incoming" / (X86_12.name + ".copy")
+    mine.write_bytes(b"the user's own file")
+    done, _ = build(home, out, "9.1", "--cuda", "12", "--from", source.url)
+    assert done.returncode == 0, done.stderr
+    assert not left.exists() and mine.read_bytes() == b"the user's own file"

@@ -286,6 +286,7 @@ def mirror(result: Result, ctx: Context, directory: Path, versions: list[str], *
     tree = MirrorTree(directory)
     try:
         _lock(tree)
+        tree.sweep()
         _build(result, ctx, MirrorDir(tree), requests, cudas, platforms, from_, index_url,
                headers)
     finally:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import secrets
 import stat
 from pathlib import Path
@@ -25,6 +26,9 @@ DIR_MODE, FILE_MODE = 0o755, 0o644
 INCOMING = ".incoming"
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+
+
+_WORK_NAME = re.compile(r"^[0-9a-f]{12}-[^/]+\Z")  # work_file's names
 
 
 class TooLarge(Exception):
@@ -152,6 +156,25 @@ class MirrorTree:
             os.close(fd)
         self._work.append(unique)
         return Path(f"/proc/self/fd/{incoming}") / unique
+
+    def sweep(self) -> None:
+        """Remove what a killed run left in DIR/.incoming (its work files, by their names);
+        called under the mirror's lock, so no other builder's files are taken."""
+        try:
+            st = os.stat(INCOMING, dir_fd=self.fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return
+        if not stat.S_ISDIR(st.st_mode):
+            return  # refused when it is needed, naming it
+        incoming = self.dir(INCOMING)
+        for name in os.listdir(incoming):
+            if _WORK_NAME.match(name):
+                try:
+                    if stat.S_ISREG(os.stat(name, dir_fd=incoming,
+                                            follow_symlinks=False).st_mode):
+                        os.unlink(name, dir_fd=incoming)
+                except FileNotFoundError:
+                    pass
 
     def place(self, work: Path, rel: str) -> None:
         """A finished work file under its final name DIR/rel: 0644, fsynced, renamed, the
