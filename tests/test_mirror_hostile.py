@@ -202,3 +202,35 @@ def test_what_a_killed_run_left_in_incoming_is_removed_and_a_users_file_kept(sou
     done, _ = build(home, out, "9.1", "--cuda", "12", "--from", source.url)
     assert done.returncode == 0, done.stderr
     assert not left.exists() and mine.read_bytes() == b"the user's own file"
+
+
+def test_nvidias_own_9_27_0_manifest_with_its_mixed_windows_arm64_entry_is_extended(tmp_path):
+    """The real redistrib_9.27.0.json: windows-arm64 holds a cuda13 variant and, beside it, a
+    direct archive built for CUDA 13.4."""
+    import shutil
+
+    from conftest import REPO
+    from cudnn_setup.commands.mirror import MirrorDir
+    from cudnn_setup.fetch.mirror_tree import MirrorTree
+    from cudnn_setup.fetch.redistrib_json import parse_redistrib
+    from cudnn_setup.sources.base import Offer
+
+    out = tmp_path / "fleet"
+    out.mkdir()
+    shutil.copy(REPO / "data" / "known-releases" / "manifests" / "redistrib_9.27.0.json", out)
+    name = "cudnn-linux-x86_64-9.27.0.42_cuda12-archive.tar.xz"
+    offer = Offer(version="9.27.0.42", cuda_variant="cuda12", platform="linux-x86_64",
+                  file_name=name, url="https://mirror.example/" + name, sha256="a" * 64,
+                  checksum_from=None, format="archive")
+    tree = MirrorTree(out)
+    try:
+        mirror = MirrorDir(tree)
+        mirror.check_listable(offer, name, None)
+        mirror.record(offer, name, ("a" * 64, "b" * 32, 123), None)
+        assert mirror.write() == ["9.27.0"]
+    finally:
+        tree.close()
+    data = (out / "redistrib_9.27.0.json").read_bytes()
+    releases = parse_redistrib(data, (out / "redistrib_9.27.0.json").as_uri(), "9.27.0")
+    assert any(r.file_name.endswith("cuda13.4-archive.zip") for r in releases)
+    assert any(r.sha256 == "a" * 64 for r in releases)
