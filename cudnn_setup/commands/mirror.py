@@ -125,7 +125,7 @@ class MirrorDir:
                              f"{escape(str(component.get('version'))[:40])} under release "
                              f"{label}, not {escape(offer.version)}",
                              "one release label holds one version: build another mirror")
-        artifact = {"relative_path": redist.mirror_path(offer.platform, file_name),
+        artifact: dict = {"relative_path": redist.mirror_path(offer.platform, file_name),
                     "sha256": hashes[0], "md5": hashes[1], "size": str(hashes[2])}
         if repacked_from:
             artifact["repacked_from"] = repacked_from
