@@ -8,6 +8,7 @@ import os
 import resource
 import stat
 import time
+from pathlib import Path
 
 import pytest
 
@@ -234,3 +235,26 @@ def test_nvidias_own_9_27_0_manifest_with_its_mixed_windows_arm64_entry_is_exten
     releases = parse_redistrib(data, (out / "redistrib_9.27.0.json").as_uri(), "9.27.0")
     assert any(r.file_name.endswith("cuda13.4-archive.zip") for r in releases)
     assert any(r.sha256 == "a" * 64 for r in releases)
+
+
+def test_another_user_can_serve_a_mirror_built_under_umask_077(source, home):
+    """The web server's user (here nobody, uid 65534) reads every file the mirror wrote."""
+    import shutil
+    import subprocess
+    import tempfile
+
+    base = Path(tempfile.mkdtemp(prefix="cudnn-mirror-serve-"))
+    try:
+        base.chmod(0o755)
+        out = base / "www" / "fleet"
+        done = run_cli(["mirror", out, "9.1", "--cuda", "12", "--from", source.url], home,
+                       preexec_fn=lambda: os.umask(0o077))
+        assert done.returncode == 0, done.stderr
+        files = [p for p in out.rglob("*") if p.is_file()]
+        assert len(files) == 3
+        read = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                               "cat", *map(str, files)], capture_output=True)
+        assert read.returncode == 0, read.stderr
+        assert len(read.stdout) == sum(p.stat().st_size for p in files)
+    finally:
+        shutil.rmtree(base)
