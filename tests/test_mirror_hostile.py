@@ -112,10 +112,9 @@ def test_a_second_mirror_of_the_same_release_downloads_nothing(source, tmp_path,
 def test_a_second_pypi_mirror_reuses_the_cached_wheel(tmp_path, home, compiler):
     wheel = build_wheel(tmp_path / "wheels", "9.1.7.99", "12", compiler)
     with IndexServer() as index:
-        index.routes["/simple/nvidia-cudnn-cu12/"] = ("application/vnd.pypi.simple.v1+json",
-                                                      project_json("nvidia-cudnn-cu12", [IndexFile(
-                                                          wheel.name, f"{index.base}/f/{wheel.name}",
-                                                          sha256(wheel))]))
+        page = project_json("nvidia-cudnn-cu12", [
+            IndexFile(wheel.name, f"{index.base}/f/{wheel.name}", sha256(wheel))])
+        index.routes["/simple/nvidia-cudnn-cu12/"] = ("application/vnd.pypi.simple.v1+json", page)
         index.routes[f"/f/{wheel.name}"] = ("application/octet-stream", wheel.read_bytes())
         for out in ("one", "two"):
             done, res = build(home, tmp_path / out, "9.1", "--cuda", "12", "--from", "pypi",

@@ -199,7 +199,7 @@ def test_mirror_of_a_wheel_whose_names_are_not_utf8_is_refused(tmp_path, home, c
     assert not list(out.rglob("*.tar.gz"))
 
 
-# --- the deps check names --with-deps where it helps -----------------------------------------------
+# --- the deps check names --with-deps where it helps ---------------------------------------------
 
 def test_deps_fixes_name_with_deps_for_a_managed_root(cudnn, cuda_root, home, tmp_path):
     import dataclasses

@@ -335,8 +335,8 @@ def _build(result: Result, ctx: Context, mirror: MirrorDir, requests, cudas: lis
                             f" from {offer.file_name}" if done["action"] == "repacked" else ""))
     finally:
         # what was placed is listed in the manifests even when a later release failed
-        written = mirror.write() if mirror.changed or mirror.tree.regular_size("index.html") is None \
-            else []
+        fresh = mirror.tree.regular_size("index.html") is None
+        written = mirror.write() if mirror.changed or fresh else []
         result.add("mirror", {"dir": str(mirror.root), "url": mirror.root.as_uri() + "/",
                               "releases": placed, "skipped": skipped,
                               "manifests_written": written})

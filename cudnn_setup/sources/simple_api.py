@@ -101,8 +101,9 @@ def parse_json(data: bytes, page_url: str) -> list[IndexFile]:
 # The HTML scanner. The standard library's html.parser rescans what it has seen: 60 KB of `<a `
 # took it 42 s, 4 MB of `<!x` never ended. Here the regular expressions search for the few marks
 # that matter (a comment, `<a`, `</a`), one pass in C; an anchor's tag is read within a bounded
-# window by stepping from quote to quote; every search for a closing mark moves the scan past it or ends the page (HTML's own
-# rule: an unclosed comment or tag runs to the end). Only anchors matter on a PEP 503 page.
+# window by stepping from quote to quote; every search for a closing mark moves the scan past
+# it or ends the page (HTML's own rule: an unclosed comment or tag runs to the end). Only
+# anchors matter on a PEP 503 page.
 _MARK = re.compile(r"<!--|</?[Aa](?=[\s/>])")
 _TAG_MAX = 64 << 10  # an anchor's tag: an 8 KiB href and its attributes fit many times over
 _TAG_SPECIAL = re.compile(r"[>\"']")

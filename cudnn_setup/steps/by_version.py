@@ -246,8 +246,8 @@ def resolve_source(result: Result, ctx: Context, source: str, root: CudaRoot, *,
     else:
         offer = chosen.by_name(source) if isinstance(chosen, RedistTree) else None
         if offer is None:
-            raise UsageError(f"{redact(source)} is not a file here, and neither the known table nor "
-                             f"{chosen.where} lists an archive of that name",
+            raise UsageError(f"{redact(source)} is not a file here, and neither the known table "
+                             f"nor {chosen.where} lists an archive of that name",
                              "give the archive's path, its URL, or a version such as 9.1",
                              code="unknown-archive")
         _installable_or_refuse(offer)
