@@ -26,6 +26,7 @@ MAX_PAGE_BYTES = 16 << 20  # PyPI's page for a project with 10,000 files is a fe
 MAX_FILES = 100_000
 _HEX64 = re.compile(r"^[0-9a-fA-F]{64}\Z")
 _NAME = re.compile(r"^[A-Za-z0-9._+!-]{1,255}\Z")
+_NOT_ONE_LINE = re.compile("[\r\n\0]")
 
 
 @dataclass(frozen=True)
@@ -47,8 +48,7 @@ def _file(page_url: str, filename, href, sha256, yanked, size) -> IndexFile | No
     """One checked entry; None for an entry that is not a file this tool could use."""
     if not isinstance(filename, str) or not _NAME.match(filename):
         return None
-    if not isinstance(href, str) or not href or len(href) > 8192 or any(
-            c in href for c in "\r\n\0"):
+    if not isinstance(href, str) or not href or len(href) > 8192 or _NOT_ONE_LINE.search(href):
         raise _bad(page_url, f"{filename}: its URL is missing or not one line")
     try:  # `http://[x/` and `http://[::1` raise ValueError in urllib
         # an absolute href (PyPI's, most mirrors') needs no joining, the slow part of a page
@@ -145,7 +145,9 @@ def _anchors(text: str, page_url: str) -> list[tuple[dict[str, str], str]]:
         stop = end if m is None else m.start()
         if current is not None:  # an anchor's text runs to the next mark
             attrs, start = current
-            shown = _TAGS_IN_TEXT.sub("", text[start:min(stop, start + _TEXT_CAP)])
+            shown = text[start:min(stop, start + _TEXT_CAP)]
+            if "<" in shown:
+                shown = _TAGS_IN_TEXT.sub("", shown)
             anchors.append((attrs, html.unescape(shown)))
             current = None
         if m is None:
