@@ -284,7 +284,7 @@ def dependency_wheels(result: Result, ctx: Context, obtained: Obtained, root: Cu
     out: list[Obtained] = []
     requirements = wheel_requirements(obtained.path)
     nvrtc = next(n for n in D.NEEDS if n.stem == "libnvrtc.so")
-    nvrtc_project = canonicalize_name(nvrtc.wheel.format(suffix=D.wheel_suffix(major)))
+    nvrtc_project = canonicalize_name(str(nvrtc.wheel).format(suffix=D.wheel_suffix(major)))
     added = None
     if major >= 11 and not any(canonicalize_name(r.name) == nvrtc_project for r in requirements):
         # cuDNN's runtime-compiled engines dlopen NVRTC, though NVIDIA's wheel declares only
