@@ -34,7 +34,8 @@ def escape(text: str) -> str:
 
 
 def show_path(path: "os.PathLike[str] | str") -> str:
-    return escape(os.fspath(path))
+    from cudnn_setup.urls import hide_userinfo  # urls builds on this module
+    return escape(hide_userinfo(os.fspath(path)))
 
 
 # Control characters (C0, DEL, C1) and lone surrogates: never printed raw.

@@ -26,23 +26,70 @@ class BadUrl(ValueError):
     """Why a URL cannot be used, in words fit for a message (the URL itself is not in it)."""
 
 
+# An `@` that user-info ends at: followed by a host (a name, an address, [IPv6]), an optional
+# port-like tail, then the end, a path, a query or a fragment. Neither class holds `@`, so
+# scanning every `@` of a long text stays linear.
+_AT_HOST = re.compile(r"@(?=(?:\[[^\]/?#@]*\]?|[A-Za-z0-9._~%!$&'()*+,;=-]+)(?::[^/?#@]*)?"
+                      r"(?:[/?#]|\Z))")
+_PATHLIKE = ("/", "./", "../", "~")
+
+
+def _userinfo(text: str) -> tuple[str, str, str] | None:
+    """(scheme part, user-info, host and the rest) when `text` holds user-info: the text
+    before the last `@` that a host follows, back to `//` (with or without the scheme's colon:
+    `https//u:p@h/`), or to the start when there is no `//` (`u:p@host/x`). The password may
+    hold any character, `#`, `/` and `?` included. None for a text without user-info, and for
+    a schemeless local path."""
+    at = None
+    for m in _AT_HOST.finditer(text):
+        at = m.start()
+    if at is None:
+        return None
+    head = text[:at]
+    slashes = head.find("//")
+    if slashes >= 0 and "@" not in head[:slashes]:
+        start = slashes + 2
+    elif text.startswith(_PATHLIKE) or ("/" in head and ":" not in head):
+        return None  # a file path with an `@` in it, not a URL
+    else:
+        start = 0
+    return text[:start], head[start:], text[at + 1:]
+
+
+# In a file path: a segment `user:password@host` (a URL given where a path was expected, its
+# `//` folded by the path's normalisation) loses what is before its last `@`.
+_PATH_USERINFO = re.compile(r"(^|/)[^/]*:[^/]*@(?=[^/@]+(?:/|\Z))")
+
+
+def hide_userinfo(path: str) -> str:
+    """A local path as given, with any `user:password@` segment prefix taken out; nothing else
+    changes (paths are shown whole; escaping is the caller's)."""
+    return _PATH_USERINFO.sub(r"\1", path) if "@" in path and len(path) <= 65536 else path
+
+
 def redact(url: str) -> str:
-    """The URL fit to print: no user:password@, the query and fragment shown as `?…` / `#…`,
-    escaped, at most SHOWN characters. Text without `://` (a path) is only escaped."""
+    """The URL fit to print: no user:password@ (whatever form the URL has, parsed or not), the
+    query and fragment shown as `?…` / `#…`, escaped, at most SHOWN characters. A local path
+    is only escaped."""
     text = str(url)
+    split = _userinfo(text)
+    if split is not None:
+        prefix, _, rest = split
+        return _cap(escape(prefix + _elide(rest)))
     if "://" not in text:
-        return _cap(escape(text))
+        return _cap(escape(hide_userinfo(text)))
     scheme, _, rest = text.partition("://")
-    end = min((i for i in (rest.find("/"), rest.find("?"), rest.find("#")) if i >= 0),
-              default=len(rest))
-    authority, tail = rest[:end], rest[end:]
-    host = authority.rpartition("@")[2]  # user-info dropped, parsed or not
-    path, query, fragment = tail, "", ""
+    return _cap(escape(f"{scheme}://{_elide(rest)}"))
+
+
+def _elide(rest: str) -> str:
+    """host[:port]/path with the query and fragment replaced by `?…` / `#…`."""
+    path, query, fragment = rest, "", ""
     if "#" in path:
         path, fragment = path.split("#", 1)[0], "#…"
     if "?" in path:
         path, query = path.split("?", 1)[0], "?…"
-    return _cap(escape(f"{scheme}://{host}{path}{query}{fragment}"))
+    return f"{path}{query}{fragment}"
 
 
 def _cap(text: str) -> str:
@@ -66,15 +113,15 @@ def _without_query(path: str) -> str:
 
 
 def _secret_parts(url: str) -> list[str]:
-    if "://" not in url:
-        return []
-    rest = url.partition("://")[2]
+    parts = []
+    split = _userinfo(url)
+    rest = url.partition("://")[2] if "://" in url else ""
+    if split is not None:
+        userinfo = split[1]
+        parts += [userinfo] + [p for p in re.split(r"[:#/?]", userinfo) if len(p) >= 3]
+        rest = split[2]
     end = min((i for i in (rest.find("/"), rest.find("?"), rest.find("#")) if i >= 0),
               default=len(rest))
-    parts = []
-    if "@" in rest[:end]:
-        userinfo = rest[:end].rpartition("@")[0]
-        parts += [userinfo] + [p for p in userinfo.split(":") if len(p) >= 3]
     tail = rest[end:]
     for mark in ("?", "#"):
         if mark in tail:

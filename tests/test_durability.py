@@ -17,7 +17,16 @@ STRACE = shutil.which("strace")
 FD_PATH = r"\d+<(?P<path>[^>]*)>"
 CREATE = re.compile(r"openat\(.*O_CREAT.*\) = " + FD_PATH)
 FSYNC = re.compile(r"\bfsync\(" + FD_PATH)
-RENAME = re.compile(r'\brename(?:at2?)?\((?:[^,]*, )?"(?P<src>[^"]*)", (?:[^,]*, )?"(?P<dst>[^"]*)"')
+# renameat(2) relative to directory descriptors: strace -y shows their paths
+RENAME = re.compile(r'\brename(?:at2?)?\((?:(?:AT_FDCWD|\d+<(?P<srcdir>[^>]*)>), )?"(?P<src>[^"]*)", '
+                    r'(?:(?:AT_FDCWD|\d+<(?P<dstdir>[^>]*)>), )?"(?P<dst>[^"]*)"')
+
+
+def _renamed(m) -> tuple[str, str]:
+    """(source, destination) of a rename line, as full paths."""
+    def full(directory, name):
+        return name if directory is None or name.startswith("/") else f"{directory}/{name}"
+    return full(m["srcdir"], m["src"]), full(m["dstdir"], m["dst"])
 
 
 def _strace_works() -> bool:
@@ -102,10 +111,11 @@ def test_a_mirrors_archives_are_fsynced_before_their_rename_and_the_manifest(tmp
         if m:
             synced.add(m["path"])
         m = RENAME.search(line)
-        if m and m["dst"].startswith(str(out / "cudnn")):
-            assert m["src"] in synced, f"{m['src']} renamed to {m['dst']} before an fsync"
-            placed[m["dst"]] = number
-        if m and m["dst"] == str(out / "redistrib_9.1.7.json"):
+        src, dst = _renamed(m) if m else (None, "")
+        if m and dst.startswith(str(out / "cudnn")):
+            assert src in synced, f"{src} renamed to {dst} before an fsync"
+            placed[dst] = number
+        if m and dst == str(out / "redistrib_9.1.7.json"):
             manifest_at = number
             assert {str(out / "cudnn" / "linux-x86_64")} <= synced
     assert len(placed) == 2, placed  # the CUDA 12 and 13 builds for this machine's platform

@@ -83,8 +83,9 @@ def test_a_download_cut_short_is_resumed_and_nothing_half_written_has_a_final_na
         source, tmp_path, home):
     out = tmp_path / "fleet"
     archive = source.archives[X86_12.name].read_bytes()
-    (out / ".incoming").mkdir(parents=True)
-    (out / ".incoming" / (X86_12.name + ".part")).write_bytes(archive[:1000])
+    cache = home / ".cache" / "cudnn-setup"  # the tool's download cache, which mirror shares
+    cache.mkdir(parents=True)
+    (cache / (X86_12.name + ".part")).write_bytes(archive[:1000])
     with Served(source.root) as served:
         done, res = build(home, out, "9.1", "--cuda", "12", "--from", served.url)
     assert done.returncode == 0, done.stderr

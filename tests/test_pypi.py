@@ -210,8 +210,10 @@ def test_an_index_of_ten_thousand_files_is_read_in_one_linear_pass(wheels, cuda_
     root = cuda_root("12.4", "lib")
     with IndexServer() as server:
         files = entries(wheels, server.base)
-        files += [IndexFile(f"nvidia_cudnn_cu12-8.{i // 100}.{i % 100}.1-py3-none-win_amd64.whl",
-                            f"{server.base}/files/x{i}.whl", f"{i:064x}") for i in range(10_000)]
+        names = [f"nvidia_cudnn_cu12-8.{i // 100}.{i % 100}.1-py3-none-win_amd64.whl"
+                 for i in range(10_000)]
+        files += [IndexFile(name, f"{server.base}/files/{name}", f"{i:064x}")
+                  for i, name in enumerate(names)]
         for page in ("json", "html"):
             index = serve(server, wheels, page=page, files=files)
             started = time.monotonic()

@@ -13,13 +13,14 @@ from cudnn_setup.archive.package import Package, judge, wanted
 from cudnn_setup.digest import SHA256
 from cudnn_setup.errors import UsageError
 from cudnn_setup.facts.host import host_machine
+from cudnn_setup.text import show_path
 
 
 def check_readable(path: Path) -> None:
     if not path.exists():
-        raise UsageError(f"{path} does not exist", "give the path of a cuDNN archive (.tgz, .tar.xz)")
+        raise UsageError(f"{show_path(path)} does not exist", "give the path of a cuDNN archive (.tgz, .tar.xz)")
     if not path.is_file():
-        raise UsageError(f"{path} is not a file", "give the path of a cuDNN archive (.tgz, .tar.xz)")
+        raise UsageError(f"{show_path(path)} is not a file", "give the path of a cuDNN archive (.tgz, .tar.xz)")
 
 
 def read_package(path: Path, staging: Path, machine: str | None = None,

@@ -63,7 +63,7 @@ def repack(wheel_path: Path, out: Path, limits: Limits | None = None) -> tuple[s
         raise ArchiveRejected(f"{escape(wheel_path.name)}: {stop.problem.message}",
                               stop.problem.hint) from None
     except (zipfile.BadZipFile, zlib.error, EOFError, tarfile.TarError, NotImplementedError,
-            RuntimeError) as exc:
+            RuntimeError, UnicodeDecodeError) as exc:  # names not UTF-8 under the UTF-8 flag
         raise ArchiveRejected(f"{escape(wheel_path.name)} is damaged ({escape(str(exc)[:160])})",
                               "download it again") from None
 

@@ -15,6 +15,8 @@ during the install cannot pass the checksum with one content and install another
 """
 from __future__ import annotations
 
+import contextlib
+
 import hashlib
 import os
 import re
@@ -278,13 +280,14 @@ def requirements(path: Path) -> list:
     machine, as packaging Requirements; the names of the wheels it needs at run time."""
     from packaging.requirements import InvalidRequirement, Requirement
 
-    with zipfile.ZipFile(path) as z:
-        meta = [i for i in z.infolist() if i.filename.count("/") == 1
-                and i.filename.endswith(".dist-info/METADATA")]
-        if len(meta) != 1 or meta[0].file_size > MAX_METADATA:
-            return []
-        with z.open(meta[0]) as f:
-            text = f.read(MAX_METADATA + 1).decode("utf-8", "replace")
+    with _judged(path):  # a wheel is judged before anything reads it: bad zips are refusals
+        with open(path, "rb") as raw, open_zip(raw, Limits()) as z:
+            meta = [i for i in z.infolist() if i.filename.count("/") == 1
+                    and i.filename.endswith(".dist-info/METADATA")]
+            if len(meta) != 1 or meta[0].file_size > MAX_METADATA:
+                return []
+            with z.open(meta[0]) as f:
+                text = f.read(MAX_METADATA + 1).decode("utf-8", "replace")
     out = []
     for line in text.splitlines():
         if not line.lower().startswith("requires-dist:"):
@@ -295,9 +298,37 @@ def requirements(path: Path) -> list:
             req = Requirement(line.split(":", 1)[1].strip())
         except InvalidRequirement:
             continue
-        if req.marker is None or req.marker.evaluate({"extra": ""}):
+        try:  # packaging raises ValueErrors for markers it cannot compare ("~= '3'")
+            holds = req.marker is None or req.marker.evaluate({"extra": ""})
+        except ValueError as exc:
+            raise ArchiveRejected(f"{escape(path.name)} declares {escape(str(req)[:120])}, "
+                                  f"whose marker cannot be evaluated ({escape(str(exc)[:120])})",
+                                  "use NVIDIA's wheel as published") from None
+        if holds:
             out.append(req)
     return out
+
+
+@contextlib.contextmanager
+def _judged(path: Path, reading_only: bool = True):
+    """Reading a wheel's zip with every way it can be broken (not a zip, a bad CRC, member
+    names that are not UTF-8 under the UTF-8 flag, too many members) refused as such; an
+    OSError is the wheel's unreadability only where nothing else is written (`reading_only`)."""
+    try:
+        yield
+    except Stop as stop:
+        raise ArchiveRejected(f"{escape(path.name)}: {stop.problem.message}",
+                              stop.problem.hint) from None
+    except OSError as exc:
+        if not reading_only:
+            raise
+        raise unreadable(path, exc) from None
+    except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError, RuntimeError,
+            ValueError) as exc:
+        raise ArchiveRejected(f"{escape(path.name)} is not a readable wheel "
+                              f"({escape(str(exc)[:160] or type(exc).__name__)})",
+                              "download it again, or use the wheel as its index publishes it"
+                              ) from None
 
 
 def dependency_libraries(path: Path, dest: Path, limits: Limits | None = None
@@ -308,7 +339,8 @@ def dependency_libraries(path: Path, dest: Path, limits: Limits | None = None
     out: list[tuple[str, Path, str]] = []
     dest.mkdir(parents=True, exist_ok=True)
     total = 0
-    with zipfile.ZipFile(path) as z:
+    with _judged(path, reading_only=False), open(path, "rb") as raw, \
+            open_zip(raw, limits) as z:
         for info in z.infolist():
             m = _DEP_LIB.match(info.filename)
             kind = (info.external_attr >> 16) & 0o170000

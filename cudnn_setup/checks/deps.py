@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import glob
 import os
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
@@ -191,9 +192,17 @@ def what_breaks(entry: Entry, lib_dir: Path) -> str:
 
 def fixes_for(entry: Entry, cuda_version: str | None, manager: str | None,
               search: Sequence[Path], lib_dir: Path, available: D.Availability | None = None,
-              wheel_cudnn: bool = False) -> list[D.Fix]:
+              wheel_cudnn: bool = False, with_deps: str | None = None) -> list[D.Fix]:
+    """Ways to provide the missing library; `with_deps`: the install command that would place
+    it with cuDNN from the package index (a root this tool manages), offered first after a
+    directory that has it, for the libraries a wheel provides."""
     found_in = D.find_elsewhere(entry.candidates, search)
     out = D.fixes(entry.name, cuda_version, manager, found_in, available, wheel_cudnn)
+    need = D.classify(entry.name)
+    if with_deps and need is not None and need.wheel:
+        at = sum(1 for f in out if f.how == "directory")
+        out.insert(at, D.Fix("with-deps", with_deps, f"places {need.component} from the "
+                             "package index into the root, in one transaction with cuDNN"))
     if entry.name.startswith("libcudnn") and not found_in:
         out.append(D.Fix("reinstall", f"reinstall this cuDNN: {entry.name} is not in {lib_dir}",
                          "`cudnn-setup install ARCHIVE` puts every sub-library in place"))
@@ -232,12 +241,16 @@ def check_deps(inst: Installation, env: Mapping[str, str], *, load_data: dict | 
                                                                           runner=runner)))
     if manager is not None:
         available = _ask_together(available, missing, versions.cuda, manager, search, inst)
+    # a root this tool manages: the same release again, its libraries from the package index
+    with_deps = (f"cudnn-setup install {inst.version} --from pypi --with-deps --cuda-root "
+                 f"{shlex.quote(str(inst.root.path))}"
+                 if inst.manifest is not None and inst.version else None)
     for e in missing:
         e.severity = SKIP if e in internal or _outside_flavour(e, not_in_flavour) \
             else rate(e.kind, e.name, driver_present)
         e.what_breaks = what_breaks(e, inst.lib_dir)
         e.fixes = [vars(f) for f in fixes_for(e, versions.cuda, manager, search, inst.lib_dir,
-                                              available, inst.origin == "wheel")]
+                                              available, inst.origin == "wheel", with_deps)]
     data = {"lib_dir": str(inst.lib_dir), "libraries": [str(r) for r in roots],
             "cudnn_version": versions.cudnn, "cuda_version": versions.cuda,
             "driver_present": driver_present, "ld_library_path": loader.ld_library_path,

@@ -7,10 +7,14 @@
 
 Each VERSION × `--cuda` × `--platform` is picked from the source (`--from nvidia|pypi|MIRROR`,
 NVIDIA's tree by default) as `install` would pick it. Incremental: an archive already there
-whose sha256 is the one vouched for is kept (hashed again, not trusted). Resumable: downloads go
-to DIR/.incoming/ (resumed there by the Downloader), every file is checked and renamed into its
-final name only then, and the manifests and the index are written atomically last: an
-interrupted run leaves no half-written file under a final name.
+whose sha256 is the one vouched for is kept (hashed again, not trusted). Downloads go to the
+tool's download cache (reused there when their checksum is known, resumed there when cut
+short); each is copied or repacked into a work file in DIR/.incoming/, checked, and renamed into
+its final name only then, and the manifests and the index are written atomically last: an
+interrupted run leaves no half-written file under a final name. A release the manifest could
+not list (a pre-release or local version) is refused before anything is fetched. DIR is written
+only through descriptors of its own directories (fetch/mirror_tree.py): a link planted there is
+refused, and modes are 0755/0644 whatever the umask.
 
 A wheel from a PyPI index is repacked into NVIDIA's layout (archive/repack.py) under a name that
 says so (`…-repack.tar.gz`); the manifest marks it (`repacked_from`: the wheel's name and
@@ -23,14 +27,12 @@ import datetime
 import fcntl
 import html
 import json
-import os
 import shutil
 from pathlib import Path
 
 from cudnn_setup import __version__
 from cudnn_setup.archive import inspect_archive
 from cudnn_setup.archive.repack import repack, repack_name
-from cudnn_setup.durable import replace_durably, write_atomic
 from cudnn_setup.steps.command_wrapper import command
 from cudnn_setup.steps.context import Context, root_if_any, which
 from cudnn_setup.steps.by_version import (choose_source, fetcher, host_choice,
@@ -41,83 +43,131 @@ from cudnn_setup.errors import ArchiveRejected, DownloadFailed, InstallFailed, U
 from cudnn_setup.facts.host import wheel_tags_for
 from cudnn_setup.fetch import redist
 from cudnn_setup.fetch.candidates import parse_request
-from cudnn_setup.fetch.redist import NoVariant
-from cudnn_setup.fetch.redistrib_json import parse_redistrib
+from cudnn_setup.fetch.mirror_tree import INCOMING, MirrorTree, TooLarge
+from cudnn_setup.fetch.redist import ManifestDamaged, NoVariant
+from cudnn_setup.fetch.redistrib_json import ARTIFACT_KEYS, MAX_BYTES, parse_redistrib
 from cudnn_setup.report import Result
 from cudnn_setup.sources.base import NVIDIA, PYPI, WHEEL, Offer, Source
-from cudnn_setup.text import escape
+from cudnn_setup.text import escape, show_path
 from cudnn_setup.urls import redact
 
-INCOMING = ".incoming"
 COMPONENT = {"name": "NVIDIA CUDA Deep Neural Network library", "license": "cudnn",
              "license_path": "cudnn/LICENSE.txt"}
+_PLACEHOLDER = ("0" * 64, "0" * 32, 1)  # hashes that make a manifest entry whole, to try it
 
 
 def _hashes(path: Path) -> tuple[str, str, int]:
     return file_digest(path), file_digest(path, "md5"), path.stat().st_size
 
 
-def _lock(directory: Path) -> int:
+def _lock(tree: MirrorTree) -> None:
     """An exclusive lock on the mirror directory itself: two builders never interleave."""
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(tree.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        os.close(fd)
-        raise InstallFailed(f"another cudnn-setup mirror is building {directory}",
+        raise InstallFailed(f"another cudnn-setup mirror is building {show_path(tree.root)}",
                             "wait for it to finish, then run again", code="lock-held") from None
-    return fd
+
+
+def _variants(platform: dict) -> dict:
+    """A platform's archives per CUDA variant. NVIDIA also writes a platform as one archive
+    ("direct": 8.x's manifests) or as both at once (9.27.0's windows-arm64): those keys are the
+    direct archive's, not variants."""
+    return {k: v for k, v in platform.items() if k not in ARTIFACT_KEYS}
 
 
 class MirrorDir:
     """The directory being built: its manifests (as JSON documents) and files."""
 
-    def __init__(self, root: Path):
-        self.root = root
-        self.incoming = root / INCOMING
+    def __init__(self, tree: MirrorTree):
+        self.tree = tree
+        self.root = tree.root
         self.docs: dict[str, dict] = {}
         self.changed: set[str] = set()
 
     def manifest(self, label: str) -> dict | None:
         if label in self.docs:
             return self.docs[label]
-        path = self.root / f"redistrib_{label}.json"
-        if not path.is_file():
+        name = f"redistrib_{label}.json"
+        uri = (self.root / name).as_uri()
+        try:  # its size from its stat first: a sparse 2 GiB file is never read
+            data = self.tree.read(name, MAX_BYTES)
+        except TooLarge as exc:
+            raise ManifestDamaged(f"{name} in {show_path(self.root)}: {exc.size} bytes, more "
+                                  f"than a manifest holds ({MAX_BYTES}); it was not read",
+                                  "move it aside, or build the mirror in another directory"
+                                  ) from None
+        if data is None:
             return None
-        data = path.read_bytes()
-        parse_redistrib(data, path.as_uri(), label)  # a damaged one is refused, not extended
+        parse_redistrib(data, uri, label)  # a damaged one is refused, not extended
         self.docs[label] = json.loads(data)
         return self.docs[label]
 
     def entry(self, label: str, platform: str, variant: str) -> dict | None:
-        doc = self.manifest(label)
-        return (doc or {}).get("cudnn", {}).get(platform, {}).get(variant)
+        doc = self.manifest(label) or {}
+        component = doc.get("cudnn")
+        entry = component.get(platform) if isinstance(component, dict) else None
+        if not isinstance(entry, dict):
+            return None
+        got = _variants(entry).get(variant)
+        return got if isinstance(got, dict) else None
 
-    def record(self, offer: Offer, file_name: str, hashes: tuple[str, str, int],
-               repacked_from: dict | None) -> None:
+    def _with(self, doc: dict | None, offer: Offer, file_name: str,
+              hashes: tuple[str, str, int], repacked_from: dict | None) -> tuple[dict, bool]:
+        """A copy of `doc` (a new one when None) listing the archive; whether that changed it."""
         label = redist.manifest_label(offer.version)
-        doc = self.manifest(label)
-        if doc is None:
-            doc = {"release_date": datetime.date.today().isoformat(), "release_label": label,
-                   "release_product": "cudnn", "cudnn": {**COMPONENT, "version": offer.version}}
-            self.docs[label] = doc
+        doc = json.loads(json.dumps(doc)) if doc is not None else {
+            "release_date": datetime.date.today().isoformat(), "release_label": label,
+            "release_product": "cudnn", "cudnn": {**COMPONENT, "version": offer.version}}
         component = doc["cudnn"]
         if component.get("version") != offer.version:
-            raise UsageError(f"{self.root} holds cuDNN {component.get('version')} under release "
-                             f"{label}, not {offer.version}",
+            raise UsageError(f"{show_path(self.root)} holds cuDNN "
+                             f"{escape(str(component.get('version'))[:40])} under release "
+                             f"{label}, not {escape(offer.version)}",
                              "one release label holds one version: build another mirror")
-        artifact = {"relative_path": redist.mirror_path(offer.platform, file_name),
+        artifact: dict = {"relative_path": redist.mirror_path(offer.platform, file_name),
                     "sha256": hashes[0], "md5": hashes[1], "size": str(hashes[2])}
         if repacked_from:
             artifact["repacked_from"] = repacked_from
         if component.get(offer.platform, {}).get(offer.cuda_variant) == artifact:
-            return  # already listed as it is
+            return doc, False  # already listed as it is
         component.setdefault(offer.platform, {})[offer.cuda_variant] = artifact
         variants = {redist.parse_variant(v)[0] for k, p in component.items()
-                    if isinstance(p, dict) and k not in COMPONENT for v in p}
+                    if isinstance(p, dict) and k not in COMPONENT for v in _variants(p)}
         component["cuda_variant"] = [str(v) for v in sorted(variants)]
         doc["cudnn_setup"] = {"built_by": f"cudnn-setup {__version__} mirror"}
-        self.changed.add(label)
+        return doc, True
+
+    def check_listable(self, offer: Offer, file_name: str, repacked_from: dict | None) -> None:
+        """Refuse, before a byte is fetched or placed, a release the manifest could not list
+        (a pre-release or local version has no X.Y.Z.B; a direct-form platform): a mirror never
+        leaves an archive under a final name that its manifest does not list."""
+        def refused(why: str) -> ArchiveRejected:
+            return ArchiveRejected(
+                f"cuDNN {escape(offer.version)} ({escape(offer.file_name)}) cannot be listed in "
+                f"a redistrib manifest ({why}); nothing was fetched or placed",
+                "mirror a final release: NVIDIA's manifest schema has no place for pre-release "
+                "or local versions", code="not-mirrorable")
+
+        try:
+            label = redist.manifest_label(offer.version)
+        except ValueError as exc:
+            raise refused(escape(str(exc)[:200])) from None
+        existing = self.manifest(label)  # one already there and damaged: said as such
+        try:
+            doc, _ = self._with(existing, offer, file_name, _PLACEHOLDER, repacked_from)
+            parse_redistrib((json.dumps(doc) + "\n").encode(),
+                            (self.root / f"redistrib_{label}.json").as_uri(), label)
+        except ManifestDamaged as exc:
+            raise refused(exc.message.partition(": ")[2][:200]) from None
+
+    def record(self, offer: Offer, file_name: str, hashes: tuple[str, str, int],
+               repacked_from: dict | None) -> None:
+        label = redist.manifest_label(offer.version)
+        doc, changed = self._with(self.manifest(label), offer, file_name, hashes, repacked_from)
+        self.docs[label] = doc
+        if changed:
+            self.changed.add(label)
 
     def write(self) -> list[str]:
         """The changed manifests (each checked by the tool's own parser first), then the
@@ -125,80 +175,87 @@ class MirrorDir:
         for label in sorted(self.changed):
             data = (json.dumps(self.docs[label], indent=4) + "\n").encode()
             parse_redistrib(data, (self.root / f"redistrib_{label}.json").as_uri(), label)
-            write_atomic(self.root / f"redistrib_{label}.json", data)
+            self.tree.write(f"redistrib_{label}.json", data)
         self._index()
         return sorted(self.changed)
 
     def _index(self) -> None:
-        names = sorted(p.name for p in self.root.glob("redistrib_*.json"))
-        archives = sorted(str(p.relative_to(self.root)) for p in self.root.glob("cudnn/*/*")
-                          if p.is_file() and not p.name.startswith("."))
+        names = [n for n in self.tree.names("") if n.startswith("redistrib_")
+                 and n.endswith(".json")]
+        archives = []
+        if "cudnn" in self.tree.subdirs(""):
+            for platform in self.tree.subdirs("cudnn"):
+                archives += [f"cudnn/{platform}/{n}" for n in self.tree.names(f"cudnn/{platform}")
+                             if not n.startswith(".")]
         links = "\n".join(f'<a href="{html.escape(n)}">{html.escape(n)}</a><br>'
-                          for n in names + archives)
+                          for n in names + sorted(archives))
         page = ("<!DOCTYPE html>\n<html><head><title>cuDNN redist mirror</title></head><body>\n"
                 "<h1>cuDNN redist mirror</h1>\n<p>NVIDIA's layout, built by cudnn-setup mirror; "
                 "archives named …-repack.tar.gz were repacked from NVIDIA's wheels.</p>\n"
                 f"{links}\n</body></html>\n")
-        write_atomic(self.root / "index.html", page.encode())
+        self.tree.write("index.html", page.encode())
 
-
-def _place(tmp: Path, final: Path) -> None:
-    """A checked archive under its final name, whole on disk before a manifest names it."""
-    final.parent.mkdir(parents=True, exist_ok=True)
-    replace_durably(tmp, final)
+    def kept(self, rel: str, sha256: str | None) -> tuple[str, str, int] | None:
+        """The hashes of DIR/rel when it is a regular file whose sha256 is `sha256`."""
+        if sha256 is None or self.tree.regular_size(rel) is None:
+            return None
+        path = self.tree.fd_path(rel)
+        return _hashes(path) if file_digest(path) == sha256 else None
 
 
 def _archive(result: Result, ctx: Context, mirror: MirrorDir, source: Source, offer: Offer,
              headers: list[str] | None) -> dict:
-    final = mirror.root / redist.mirror_path(offer.platform, offer.file_name)
-    if final.is_file() and file_digest(final) == offer.sha256:
-        return {"action": "kept", "hashes": _hashes(final)}
-    obtained = source.obtain(offer, fetcher(result, ctx, headers, mirror.incoming, source))
-    path = obtained.path
-    if not path.is_relative_to(mirror.incoming):  # a file:// source: copied, then checked
-        copy = mirror.incoming / (offer.file_name + ".copy")
-        copy.unlink(missing_ok=True)
-        shutil.copyfile(path, copy)
-        path = copy
-    hashes = _hashes(path)
+    rel = redist.mirror_path(offer.platform, offer.file_name)
+    mirror.check_listable(offer, offer.file_name, offer.repacked_from)
+    kept = mirror.kept(rel, offer.sha256)
+    if kept is not None:
+        return {"action": "kept", "hashes": kept}
+    # fetched into the tool's download cache (reused there when its checksum is known), then
+    # copied into the mirror's own work file and checked there
+    obtained = source.obtain(offer, fetcher(result, ctx, headers, None, source))
+    copy = mirror.tree.work_file(offer.file_name)
+    shutil.copyfile(obtained.path, copy)
+    hashes = _hashes(copy)
     if hashes[0] != offer.sha256:
-        path.unlink()
         raise ArchiveRejected(f"checksum mismatch for {escape(offer.file_name)}: expected "
                               f"{offer.sha256} ({offer.checksum_from}), got {hashes[0]}",
                               "the source's file is damaged; nothing was placed",
                               code="checksum-mismatch")
-    _place(path, final)
+    mirror.tree.place(copy, rel)
     return {"action": "fetched", "hashes": hashes}
 
 
 def _repack(result: Result, ctx: Context, mirror: MirrorDir, source: Source, offer: Offer,
             headers: list[str] | None, xz: str | None) -> dict:
     major = redist.parse_variant(offer.cuda_variant)[0]
+    repacked_from = {"wheel": offer.file_name, "sha256": offer.sha256}
     name = repack_name(offer.platform, offer.version, major)
-    final = mirror.root / redist.mirror_path(offer.platform, name)
+    mirror.check_listable(offer, name, repacked_from)
+    rel = redist.mirror_path(offer.platform, name)
     label = redist.manifest_label(offer.version)
     had = mirror.entry(label, offer.platform, offer.cuda_variant)
-    if had and had.get("repacked_from", {}).get("sha256") == offer.sha256 and final.is_file() \
-            and file_digest(final) == had.get("sha256"):
-        return {"action": "kept", "file_name": name, "hashes": _hashes(final),
-                "repacked_from": had["repacked_from"]}
-    obtained = source.obtain(offer, fetcher(result, ctx, headers, mirror.incoming, source))
+    if had and isinstance(had.get("repacked_from"), dict) \
+            and had["repacked_from"].get("sha256") == offer.sha256:
+        kept = mirror.kept(rel, had.get("sha256"))
+        if kept is not None:
+            return {"action": "kept", "file_name": name, "hashes": kept,
+                    "repacked_from": had["repacked_from"]}
+    obtained = source.obtain(offer, fetcher(result, ctx, headers, None, source))
     if file_digest(obtained.path) != offer.sha256:  # every byte checked, whatever the cache says
         raise ArchiveRejected(f"checksum mismatch for {escape(offer.file_name)}",
                               "the wheel is damaged; nothing was placed",
                               code="checksum-mismatch")
-    part = mirror.incoming / (name + ".part")
-    part.unlink(missing_ok=True)
+    part = mirror.tree.work_file(name + ".part", create=False)  # repack creates it exclusively
     hashes = repack(obtained.path, part)
     # read back as install would read it: the mirror serves only what installs
-    pkg = inspect_archive(part, mirror.incoming, xz=xz, env=ctx.env)
+    staging = mirror.tree.fd_path(INCOMING + "/x").parent
+    pkg = inspect_archive(part, staging, xz=xz, env=ctx.env)
     if not pkg.installable or pkg.sha256 != hashes[0]:
-        part.unlink()
         raise ArchiveRejected(f"the repack of {escape(offer.file_name)} does not read back as "
                               "an installable archive", "report this as a bug")
-    _place(part, final)
+    mirror.tree.place(part, rel)
     return {"action": "repacked", "file_name": name, "hashes": hashes,
-            "repacked_from": {"wheel": offer.file_name, "sha256": offer.sha256}}
+            "repacked_from": repacked_from}
 
 
 @command("mirror", fails_as=DownloadFailed)
@@ -226,19 +283,19 @@ def mirror(result: Result, ctx: Context, directory: Path, versions: list[str], *
         if platform not in redist.PLATFORMS:
             raise UsageError(f"--platform {platform!r} is not one of NVIDIA's",
                              f"give one of {', '.join(redist.PLATFORMS)}")
-    directory.mkdir(parents=True, exist_ok=True)
-    lock = _lock(directory)
+    tree = MirrorTree(directory)
     try:
-        _build(result, ctx, MirrorDir(directory), requests, cudas, platforms, from_, index_url,
+        _lock(tree)
+        tree.sweep()
+        _build(result, ctx, MirrorDir(tree), requests, cudas, platforms, from_, index_url,
                headers)
     finally:
-        os.close(lock)
+        tree.close()
 
 
 def _build(result: Result, ctx: Context, mirror: MirrorDir, requests, cudas: list[str],
            platforms: list[str], from_: str | None, index_url: str | None,
            headers: list[str] | None) -> None:
-    mirror.incoming.mkdir(exist_ok=True)
     placed: list[dict] = []
     skipped: list[dict] = []
     machine_tags = machine_wheel_tags(ctx)
@@ -246,7 +303,7 @@ def _build(result: Result, ctx: Context, mirror: MirrorDir, requests, cudas: lis
         for platform in platforms:
             source = choose_source(ctx, from_=from_ or (None if index_url else NVIDIA),
                                    index_url=index_url, headers=headers,
-                                   cache_dir=mirror.incoming,
+                                   cache_dir=None,
                                    wheel_tags=wheel_tags_for(platform, machine_tags))
             for request in requests:
                 for cuda in cudas:
@@ -278,8 +335,8 @@ def _build(result: Result, ctx: Context, mirror: MirrorDir, requests, cudas: lis
                             f" from {offer.file_name}" if done["action"] == "repacked" else ""))
     finally:
         # what was placed is listed in the manifests even when a later release failed
-        written = mirror.write() if mirror.changed or not (mirror.root / "index.html").exists() \
-            else []
+        fresh = mirror.tree.regular_size("index.html") is None
+        written = mirror.write() if mirror.changed or fresh else []
         result.add("mirror", {"dir": str(mirror.root), "url": mirror.root.as_uri() + "/",
                               "releases": placed, "skipped": skipped,
                               "manifests_written": written})

@@ -185,7 +185,7 @@ def wheel_suffix(cuda_major: int) -> str:
 
 @dataclass(frozen=True)
 class Fix:
-    how: str  # directory | wheel | package | repository | reinstall
+    how: str  # directory | with-deps | wheel | package | repository | reinstall
     text: str  # what to run or do
     detail: str = ""
 

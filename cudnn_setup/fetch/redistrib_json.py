@@ -35,7 +35,7 @@ MAX_BYTES = 1 << 20  # NVIDIA's are about 6 KB
 MAX_ARCHIVE = 16 << 30  # 9.x archives are under 1 GiB
 MAX_ENTRIES = 64
 _METADATA = ("name", "license", "license_path", "version")
-_ARTIFACT_KEYS = ("relative_path", "sha256", "md5", "size", "repacked_from")
+ARTIFACT_KEYS = ("relative_path", "sha256", "md5", "size", "repacked_from")
 _LABEL = re.compile(r"^\d{1,4}\.\d{1,4}\.\d{1,6}\Z")
 _FULL_VERSION = re.compile(r"^\d{1,4}\.\d{1,4}\.\d{1,6}\.\d{1,8}\Z")
 _PLATFORM = re.compile(r"^[a-z][a-z0-9]{0,15}-[a-z0-9_]{1,16}\Z")
@@ -150,10 +150,10 @@ def _platform_entries(value: dict, where: str, damaged) -> list[tuple[str | None
     and newer manifests mix the two in one object (9.27.0's windows-arm64: a `cuda13` variant
     and, beside it, a direct archive built for CUDA 13.4). Every archive is kept: the direct
     one's variant comes from its file name."""
-    direct = {k: v for k, v in value.items() if k in _ARTIFACT_KEYS}
+    direct = {k: v for k, v in value.items() if k in ARTIFACT_KEYS}
     entries: list[tuple[str | None, dict]] = [(None, direct)] if direct else []
     for key, artifact in value.items():
-        if key in _ARTIFACT_KEYS:
+        if key in ARTIFACT_KEYS:
             continue
         if not isinstance(key, str) or not _VARIANT_KEY.match(key):
             raise damaged(f"{where}: {key!r:.40} is not a CUDA variant")
@@ -172,7 +172,7 @@ def _artifact(version: str, flavour: str, platform: str, variant: str | None, ar
     where = f"{flavour}.{platform}" + (f".{variant}" if variant else "")
     if not isinstance(artifact, dict):
         raise damaged(f"{where} is not an object")
-    unknown = set(artifact) - set(_ARTIFACT_KEYS)
+    unknown = set(artifact) - set(ARTIFACT_KEYS)
     if unknown:
         raise damaged(f"{where}: unexpected key {sorted(unknown)[0]!r:.40}")
     rel = artifact.get("relative_path")

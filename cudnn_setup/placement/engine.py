@@ -159,8 +159,12 @@ def plan_install(asked: Asked, judged: Judged, work: Path) -> tuple[list[Desired
     staged under `work`, and the plan that gets it there from what is there now."""
     links = work / "links"
     desired = desired_entries(judged.package, asked.include_rel, asked.lib_rel, links)
+    left_alone: list[str] = []
     desired += dependency_entries(asked.extra_wheels, work / "deps", asked.root.path,
-                                  asked.lib_rel, links, desired)
+                                  asked.lib_rel, links, desired,
+                                  owned=[f.path for f in judged.old.files] if judged.old else (),
+                                  left_alone=left_alone)
+    judged.notes.extend(n for n in left_alone if n not in judged.notes)
     plan = make_plan(asked.root.path, judged.old, desired, asked.force,
                      deep=asked.verify_content)
     return desired, plan
@@ -203,8 +207,8 @@ def _install(asked: Asked, state: StateDir, fs: Filesystem | None, lock_timeout:
         try:
             state.check()
             judged = judged_in(asked, tx, state)
-            notes = list(judged.notes)
             desired, plan = plan_install(asked, judged, tx)
+            notes = list(judged.notes)  # with the dependency libraries left alone
             if plan.conflicts:
                 raise conflict_error(plan.conflicts, asked.root.path, "replaced")
             if plan.changed or judged.old is None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Sequence
+from typing import Iterable, Sequence
 
 from cudnn_setup.archive.package import Package
 from cudnn_setup.archive.wheel import dependency_libraries
@@ -74,11 +74,17 @@ def desired_entries(pkg: Package, include_rel: str, lib_rel: str, links_dir: Pat
 
 
 def dependency_entries(wheels: Sequence[Path], work: Path, root: Path, lib_rel: str,
-                       links_dir: Path, desired: list[Desired]) -> list[Desired]:
+                       links_dir: Path, desired: list[Desired], owned: Iterable[str] = (),
+                       left_alone: list[str] | None = None) -> list[Desired]:
     """The shared libraries of the dependency wheels, staged under `work`, as files in the lib
     dir under their SONAME with the development link, recorded like cuDNN's own files. Each
-    must be an ELF shared object whose SONAME is its file name."""
+    must be an ELF shared object whose SONAME is its file name. A library the root already
+    has under any version of its SONAME (a cuBLAS wheel's libcudart.so.12 beside the toolkit's
+    runtime) is left alone and said in `left_alone`, unless the tool placed it (`owned`: the
+    paths its manifest records)."""
     taken = {d.path for d in desired}
+    owned = set(owned)
+    present = _libraries_by_stem(root / lib_rel)
     out: list[Desired] = []
     for i, wheel in enumerate(wheels):
         for name, staged, sha in dependency_libraries(wheel, work / str(i)):
@@ -90,15 +96,37 @@ def dependency_entries(wheels: Sequence[Path], work: Path, root: Path, lib_rel: 
             if elf.soname != name:
                 continue  # not under its SONAME (a builtins variant, a stub): not what loads
             path = f"{lib_rel}/{name}"
+            stem = gen.SHARED_NAME.match(name)
+            have = [n for n in present.get(name.partition(".so")[0], [])
+                    if f"{lib_rel}/{n}" not in owned]
+            if have:
+                if left_alone is not None:
+                    left_alone.append(f"{escape(wheel.name)}: {escape(name)} not placed, the "
+                                      f"root has {escape(', '.join(have[:3]))}")
+                continue
             if path in taken:
                 raise ArchiveRejected(f"{escape(wheel.name)} holds {escape(name)}, which another "
                                       "wheel placed already", "do not use these wheels together")
             taken.add(path)
             out.append(Desired(path, FILE, sha, mode=0o755, source=staged))
-            stem = gen.SHARED_NAME.match(name)
             dev = f"{lib_rel}/{stem['stem']}.so" if stem else None
             if dev and dev not in taken and not os.path.lexists(root / dev):
                 taken.add(dev)
                 out.append(Desired(dev, "symlink", target=name,
                                    source=links_dir / f"{stem['stem']}.so"))
+    return out
+
+
+def _libraries_by_stem(lib_dir: Path) -> dict[str, list[str]]:
+    """The shared libraries in `lib_dir` by their stem ("libcudart": libcudart.so,
+    libcudart.so.12, libcudart.so.12.4.127), files and links alike."""
+    out: dict[str, list[str]] = {}
+    try:
+        names = sorted(os.listdir(lib_dir))
+    except OSError:
+        return out
+    for name in names:
+        stem, dot_so, rest = name.partition(".so")
+        if dot_so and (not rest or rest.startswith(".")):
+            out.setdefault(stem, []).append(name)
     return out

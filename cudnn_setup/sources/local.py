@@ -8,7 +8,8 @@ from cudnn_setup.archive.wheel import is_wheel
 from cudnn_setup.fetch.checksums import expected_for
 from cudnn_setup.fetch.redist import local_path
 from cudnn_setup.sources.base import ARCHIVE, PATH, WHEEL, Fetch, Obtained, Provenance, Source
-from cudnn_setup.text import escape
+from cudnn_setup.text import show_path
+from cudnn_setup.urls import hide_userinfo
 
 
 class LocalArchive(Source):
@@ -20,13 +21,13 @@ class LocalArchive(Source):
 
     @property
     def where(self) -> str:
-        return escape(str(self.path))
+        return show_path(self.path)
 
     def take(self, sha256: str | None) -> Obtained:
         """The file as it is, with the checksum it must have as it is read."""
         expected = expected_for(self.path.name, sha256)
         return Obtained(self.path, expected, Provenance(
-            PATH, str(self.path), expected.source if expected else None,
+            PATH, hide_userinfo(str(self.path)), expected.source if expected else None,
             expected.digest if expected else None, WHEEL if is_wheel(self.path) else ARCHIVE))
 
     def obtain(self, offer, fetch: Fetch, sha256: str | None = None) -> Obtained:

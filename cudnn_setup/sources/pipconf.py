@@ -131,7 +131,7 @@ def index_config(env: Mapping[str, str], home: Path, index_url: str | None = Non
     for url, origin in [(index, index_from), *extra]:
         url = url.rstrip("/") + "/"
         if not url.lower().startswith(("http://", "https://", "file://")):
-            raise UsageError(f"the package index {escape(redact(url) if '://' in url else url)} "
+            raise UsageError(f"the package index {redact(url)} "
                              f"({origin}) is not an http(s) or file:// URL",
                              "give the index's simple/ URL, e.g. https://pypi.org/simple")
         try:  # a host, a port in range, nothing that would make the request itself fail

@@ -22,7 +22,7 @@ from cudnn_setup.fetch import redist
 from cudnn_setup.fetch.candidates import UnknownVersion, VersionRequest, nearest_versions
 from cudnn_setup.fetch.checksums import Expected, mismatch
 from cudnn_setup.fetch.downloader import Downloader
-from cudnn_setup.fetch.http import Stalled, TimedOut
+from cudnn_setup.fetch.http import Stalled, TimedOut, connection_failure, reason
 from cudnn_setup.fetch.redist import NoVariant, local_path
 from cudnn_setup.fetch.remote import READ_DEADLINE
 from cudnn_setup.sources import simple_api
@@ -34,6 +34,10 @@ from cudnn_setup.untrusted import read_regular
 from cudnn_setup.urls import redact
 
 
+# the CUDA majors NVIDIA publishes nvidia-cudnn-cuNN wheels for
+WHEEL_CUDA_MAJORS = (11, 12, 13)
+
+
 def project_name(cuda_major: int) -> str:
     return f"nvidia-cudnn-cu{cuda_major}"
 
@@ -41,10 +45,13 @@ def project_name(cuda_major: int) -> str:
 def with_index_credentials(index: str, url: str) -> str:
     """A file URL on the index's own host and port gets the index URL's credentials, as pip
     sends them (its MultiDomainBasicAuth); a file on another host (PyPI's CDN) never does."""
-    i, f = urllib.parse.urlsplit(index), urllib.parse.urlsplit(url)
-    if i.username is None or f.username is not None or f.scheme not in ("http", "https"):
-        return url
-    if (i.hostname, i.port, i.scheme) != (f.hostname, f.port, f.scheme):
+    try:  # a port that is not a number, an unclosed [: nothing is sent with such a URL
+        i, f = urllib.parse.urlsplit(index), urllib.parse.urlsplit(url)
+        if i.username is None or f.username is not None or f.scheme not in ("http", "https"):
+            return url
+        if (i.hostname, i.port, i.scheme) != (f.hostname, f.port, f.scheme):
+            return url
+    except ValueError:
         return url
     return urllib.parse.urlunsplit(f._replace(netloc=i.netloc))
 
@@ -92,11 +99,14 @@ class PypiIndex(Source):
         except Stalled as exc:
             raise TimedOut(f"the package index {redact(url)}: {exc}",
                            "check the index and the network") from None
-        except requests.RequestException as exc:
+        except requests.RequestException as exc:  # which failure: unresolved, refused, timeout
             raise DownloadFailed(f"cannot reach the package index {redact(url)}: "
-                                 f"{type(exc).__name__}",
+                                 f"{reason(exc, url)}",
                                  "check --index-url / PIP_INDEX_URL / pip.conf and the network "
-                                 "(proxy settings come from the environment)") from None
+                                 "(proxy settings come from the environment)",
+                                 code=connection_failure(exc, url)
+                                 if isinstance(exc, requests.ConnectionError)
+                                 else "download-failed") from None
         with response:
             if response.status_code in (404, 410):
                 return None
@@ -199,6 +209,12 @@ class PypiIndex(Source):
             raise NoVariant(f"{project} {request} has no wheel for this machine "
                             f"({self.tags[0] if self.tags else 'no platform tags'})",
                             f"its wheels are for: {', '.join(tags)[:300]}")
+        others = self._other_majors(request, platform, redist.parse_cuda(cuda_version)[0])
+        if others:
+            raise NoVariant(f"cuDNN {request} has no wheel for CUDA "
+                            f"{redist.parse_cuda(cuda_version)[0]} ({project}) on {self.where}",
+                            f"its wheels are for CUDA {', '.join(map(str, others))}: pass "
+                            f"--cuda {others[-1]} or use a CUDA root of that major")
         versions = {o.version for o in every if not o.prerelease}
         near = nearest_versions(request, versions) if versions else []
         where = "; ".join(notes) if not versions and notes else self.where
@@ -206,14 +222,32 @@ class PypiIndex(Source):
                              f"nearest versions: {', '.join(near)}" if near else
                              "check the index (--index-url, PIP_INDEX_URL, pip.conf)")
 
-    def pick_dependency(self, requirement, platform: str) -> Offer:
+    def _other_majors(self, request: VersionRequest, platform: str, major: int) -> list[int]:
+        """The other CUDA majors whose nvidia-cudnn-cuNN project has a wheel of `request` for
+        this machine: what to say when the asked major has none."""
+        found = []
+        for other in WHEEL_CUDA_MAJORS:
+            if other == major:
+                continue
+            try:
+                offers, _, _ = self._offers(platform, f"{other}.0")
+            except DownloadFailed:  # what the asked project's page said stands
+                continue
+            if any(request.matches(o.version) for o in offers):
+                found.append(other)
+        return found
+
+    def pick_dependency(self, requirement, platform: str, cuda_version: str | None = None
+                        ) -> Offer:
         """The newest final wheel of a requirement the cuDNN wheel declares (nvidia-cublas-cu12
-        >=…) for this machine's platform tags, with the sha256 the index publishes."""
+        >=…) for this machine's platform tags, with the sha256 the index publishes; among
+        them a build for the root's CUDA minor (`cuda_version` "12.4": cuBLAS 12.4.x) where
+        the index has one, else the newest, said in `details["fit"]`."""
         from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
         project = canonicalize_name(requirement.name)
         files, notes = self._files(project)
-        best: tuple | None = None
+        found: list[tuple] = []
         for index, f in files:
             try:
                 dist, version, _, tags = parse_wheel_filename(f.filename)
@@ -223,21 +257,28 @@ class PypiIndex(Source):
                     or not requirement.specifier.contains(version):
                 continue
             ranks = [self.tags.index(t.platform) for t in tags if t.platform in self.tags]
-            if not ranks:
-                continue
-            key = (version, -min(ranks))
-            if best is None or key > best[0]:
-                best = (key, index, f, version)
-        if best is None:
+            if ranks:
+                found.append(((version, -min(ranks)), index, f, version))
+        if not found:
             raise UnknownVersion(f"no wheel of {requirement} for this machine on {self.where}",
                                  "; ".join(notes) or "check the index")
-        _, index, f, version = best
+        fit = None
+        if cuda_version is not None:
+            major, minor = redist.parse_cuda(cuda_version)
+            if minor is not None:
+                same = [c for c in found if c[3].release[:2] == (major, minor)]
+                if same:
+                    found, fit = same, f"a build for the root's CUDA {major}.{minor}"
+                else:
+                    fit = (f"the index has no {project} build for the root's CUDA "
+                           f"{major}.{minor}; the newest that fits {requirement} was taken")
+        _, index, f, version = max(found, key=lambda c: c[0])
         return Offer(version=str(version), cuda_variant="", platform=platform,
                      file_name=f.filename, url=with_index_credentials(index, f.url),
                      sha256=f.sha256, checksum_from=(
                          f"the package index {redact(index)}, which publishes it for the file"
                          if f.sha256 else None), format=WHEEL, size=f.size,
-                     details={"index": redact(index), "project": project})
+                     details={"index": redact(index), "project": project, "fit": fit})
 
     def obtain(self, offer: Offer, fetch: Fetch, sha256: str | None = None) -> Obtained:
         if offer.sha256 is None and sha256 is None:

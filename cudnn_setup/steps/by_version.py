@@ -32,7 +32,7 @@ from cudnn_setup.facts.cuda import CudaRoot
 from cudnn_setup.facts.cudnn import parse_archive_name
 from cudnn_setup.facts.host import host_machine, tegra_evidence, wheel_platform_tags
 from cudnn_setup.fetch import redist
-from cudnn_setup.fetch.candidates import is_version_request, parse_request
+from cudnn_setup.fetch.candidates import UnknownVersion, is_version_request, parse_request
 from cudnn_setup.fetch.checksums import Expected
 from cudnn_setup.report import Result
 from cudnn_setup.settings import mirror_setting, user_config_path
@@ -246,8 +246,8 @@ def resolve_source(result: Result, ctx: Context, source: str, root: CudaRoot, *,
     else:
         offer = chosen.by_name(source) if isinstance(chosen, RedistTree) else None
         if offer is None:
-            raise UsageError(f"{source} is not a file here, and neither the known table nor "
-                             f"{chosen.where} lists an archive of that name",
+            raise UsageError(f"{redact(source)} is not a file here, and neither the known table "
+                             f"nor {chosen.where} lists an archive of that name",
                              "give the archive's path, its URL, or a version such as 9.1",
                              code="unknown-archive")
         _installable_or_refuse(offer)
@@ -282,7 +282,19 @@ def dependency_wheels(result: Result, ctx: Context, obtained: Obtained, root: Cu
     from packaging.utils import canonicalize_name  # with packaging.tags and logging: wheels only
 
     out: list[Obtained] = []
-    for requirement in wheel_requirements(obtained.path):
+    requirements = wheel_requirements(obtained.path)
+    nvrtc = next(n for n in D.NEEDS if n.stem == "libnvrtc.so")
+    nvrtc_project = canonicalize_name(str(nvrtc.wheel).format(suffix=D.wheel_suffix(major)))
+    added = None
+    if major >= 11 and not any(canonicalize_name(r.name) == nvrtc_project for r in requirements):
+        # cuDNN's runtime-compiled engines dlopen NVRTC, though NVIDIA's wheel declares only
+        # cuBLAS (9.28.0.42's METADATA): placed all the same where the index has it, and said
+        from packaging.requirements import Requirement
+        added = Requirement(nvrtc_project)
+        requirements.append(added)
+        result.lines.append(f"note: the wheel does not declare {nvrtc_project}, but cuDNN's "
+                            "runtime-compiled engines load NVRTC: it is added")
+    for requirement in requirements:
         name = canonicalize_name(requirement.name)
         need = next((n for n in D.NEEDS if n.wheel and canonicalize_name(
             n.wheel.format(suffix=D.wheel_suffix(major))) == name), None)
@@ -295,9 +307,17 @@ def dependency_wheels(result: Result, ctx: Context, obtained: Obtained, root: Cu
             result.lines.append(f"note: {requirement}: the root has {need.component} already "
                                 f"({', '.join(have[:3])}): not placed")
             continue
-        offer = source.pick_dependency(requirement, platform)
+        try:
+            offer = source.pick_dependency(requirement, platform, root.version)
+        except UnknownVersion as exc:
+            if requirement is not added:
+                raise
+            result.lines.append(f"note: {exc.message}: NVRTC not placed; runtime-compiled "
+                                "engines stay unavailable")
+            continue
         got = source.obtain(offer, fetcher(result, ctx, headers, cache_dir, source, record=False))
         result.lines.append(f"with {offer.file_name} ({need.component}) from {source.where}; "
-                            f"sha256 from {got.provenance.checksum_from}")
+                            f"sha256 from {got.provenance.checksum_from}"
+                            + (f"; {offer.details['fit']}" if offer.details.get("fit") else ""))
         out.append(got)
     return out

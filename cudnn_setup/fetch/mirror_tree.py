@@ -1,0 +1,237 @@
+"""The directory a mirror is built in, written only through descriptors of its own directories.
+
+Every directory below DIR is opened relative to its parent's descriptor without following a
+symbolic link (`O_NOFOLLOW`): a link planted where the mirror writes (`DIR/cudnn/linux-x86_64 ->
+elsewhere`, `DIR/.incoming -> elsewhere`) is refused as install refuses one in a CUDA root
+(`link-outside-root`), so nothing outside DIR is written or removed. Work files are created
+under names no one else holds (`O_EXCL`), so a file already in `.incoming/` is never replaced,
+and they are removed when the run ends, whatever its outcome. Modes do not follow the umask:
+directories 0755, files 0644, so the web server's user can serve them and no one else can
+change them. Files are stat-checked (a regular file, within its size bound) before a byte of
+them is read.
+"""
+from __future__ import annotations
+
+import errno
+import os
+import re
+import secrets
+import stat
+from pathlib import Path
+
+from cudnn_setup.errors import InstallFailed
+from cudnn_setup.text import escape, show_path
+
+DIR_MODE, FILE_MODE = 0o755, 0o644
+INCOMING = ".incoming"
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+
+
+_WORK_NAME = re.compile(r"^[0-9a-f]{12}-[^/]+\Z")  # work_file's names
+
+
+class TooLarge(Exception):
+    def __init__(self, size: int):
+        super().__init__(size)
+        self.size = size
+
+
+class MirrorTree:
+    """DIR, opened once; `rel` paths below it use `/` and never `..`."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        missing = []  # DIR and the parents this run makes: 0755 too, so a web server reaches it
+        at = root
+        while not os.path.lexists(at) and at != at.parent:
+            missing.append(at)
+            at = at.parent
+        root.mkdir(parents=True, exist_ok=True)  # DIR itself is where the user points
+        for made in reversed(missing):
+            os.chmod(made, DIR_MODE)
+        self.fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        self._dirs: dict[str, int] = {"": self.fd}
+        self._work: list[str] = []  # names this run created in INCOMING
+        self._made_incoming = False
+
+    # --- directories ----------------------------------------------------------------------------
+
+    def dir(self, rel: str) -> int:
+        """The descriptor of DIR/rel, made (0755) where missing, never reached through a link."""
+        if rel in self._dirs:
+            return self._dirs[rel]
+        parent_rel, _, name = rel.rpartition("/")
+        parent = self.dir(parent_rel)
+        try:
+            os.mkdir(name, DIR_MODE, dir_fd=parent)
+            created = True
+        except FileExistsError:
+            created = False
+        try:
+            fd = os.open(name, _DIR_FLAGS, dir_fd=parent)
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                raise self._not_ours(rel) from None
+            raise
+        if created:
+            os.fchmod(fd, DIR_MODE)
+            if rel == INCOMING:
+                self._made_incoming = True
+        self._dirs[rel] = fd
+        return fd
+
+    def _not_ours(self, rel: str) -> InstallFailed:
+        return InstallFailed(
+            f"{escape(rel)} in the mirror {show_path(self.root)} is a symbolic link or not a "
+            "directory; cudnn-setup writes only into the mirror's own directories",
+            f"remove or rename {escape(rel)}, or build the mirror in another directory",
+            code="link-outside-root")
+
+    def fd_path(self, rel: str) -> Path:
+        """A path to DIR/rel through its directory's descriptor, for code that takes paths:
+        whatever happens to the names above it, it leads where the descriptor does."""
+        parent, _, name = rel.rpartition("/")
+        return Path(f"/proc/self/fd/{self.dir(parent)}") / name
+
+    # --- reading --------------------------------------------------------------------------------
+
+    def regular_size(self, rel: str) -> int | None:
+        """The size of DIR/rel when it is a regular file (not a link); None when it is not."""
+        parent, _, name = rel.rpartition("/")
+        try:
+            st = os.stat(name, dir_fd=self.dir(parent), follow_symlinks=False)
+        except FileNotFoundError:
+            return None
+        return st.st_size if stat.S_ISREG(st.st_mode) else None
+
+    def read(self, rel: str, limit: int) -> bytes | None:
+        """DIR/rel's bytes (None when there is no such file), after its stat says it is a
+        regular file of at most `limit` bytes (TooLarge otherwise: nothing read)."""
+        parent, _, name = rel.rpartition("/")
+        try:
+            fd = os.open(name, _READ_FLAGS, dir_fd=self.dir(parent))
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise self._not_ours(rel) from None
+            raise
+        with os.fdopen(fd, "rb") as f:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise self._not_ours(rel)
+            if st.st_size > limit:
+                raise TooLarge(st.st_size)
+            return f.read(limit + 1)
+
+    def names(self, rel: str) -> list[str]:
+        """The regular files (not links) directly in DIR/rel."""
+        fd = self.dir(rel)
+        out = []
+        for name in os.listdir(fd):
+            try:
+                if stat.S_ISREG(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode):
+                    out.append(name)
+            except FileNotFoundError:
+                continue
+        return sorted(out)
+
+    def subdirs(self, rel: str) -> list[str]:
+        fd = self.dir(rel)
+        return sorted(n for n in os.listdir(fd) if stat.S_ISDIR(
+            os.stat(n, dir_fd=fd, follow_symlinks=False).st_mode))
+
+    # --- writing --------------------------------------------------------------------------------
+
+    def work_file(self, name: str, create: bool = True) -> Path:
+        """A new empty file in DIR/.incoming under a name no one else holds (or only the name,
+        for a writer that creates it exclusively itself), removed when the run ends; returned
+        as a descriptor path."""
+        incoming = self.dir(INCOMING)
+        unique = f"{secrets.token_hex(6)}-{name}"
+        if create:
+            fd = os.open(unique, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                         | os.O_CLOEXEC, FILE_MODE, dir_fd=incoming)
+            os.close(fd)
+        self._work.append(unique)
+        return Path(f"/proc/self/fd/{incoming}") / unique
+
+    def sweep(self) -> None:
+        """Remove what a killed run left in DIR/.incoming (its work files, by their names);
+        called under the mirror's lock, so no other builder's files are taken."""
+        try:
+            st = os.stat(INCOMING, dir_fd=self.fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return
+        if not stat.S_ISDIR(st.st_mode):
+            return  # refused when it is needed, naming it
+        incoming = self.dir(INCOMING)
+        for name in os.listdir(incoming):
+            if _WORK_NAME.match(name):
+                try:
+                    if stat.S_ISREG(os.stat(name, dir_fd=incoming,
+                                            follow_symlinks=False).st_mode):
+                        os.unlink(name, dir_fd=incoming)
+                except FileNotFoundError:
+                    pass
+
+    def place(self, work: Path, rel: str) -> None:
+        """A finished work file under its final name DIR/rel: 0644, fsynced, renamed, the
+        directory fsynced, so a manifest never names bytes a power cut could lose."""
+        incoming, name = self.dir(INCOMING), work.name
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=incoming)
+        try:
+            os.fchmod(fd, FILE_MODE)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        parent, _, final = rel.rpartition("/")
+        target = self.dir(parent)
+        os.replace(name, final, src_dir_fd=incoming, dst_dir_fd=target)
+        self._work.remove(name)
+        os.fsync(target)
+
+    def write(self, rel: str, data: bytes) -> None:
+        """DIR/rel replaced atomically with `data`, 0644."""
+        parent, _, name = rel.rpartition("/")
+        target = self.dir(parent)
+        tmp = f".{name}.{secrets.token_hex(6)}"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     FILE_MODE, dir_fd=target)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fchmod(f.fileno(), FILE_MODE)
+                os.fsync(f.fileno())
+            os.replace(tmp, name, src_dir_fd=target, dst_dir_fd=target)
+        except BaseException:
+            try:
+                os.unlink(tmp, dir_fd=target)
+            except FileNotFoundError:
+                pass
+            raise
+        os.fsync(target)
+
+    def close(self) -> None:
+        """Remove this run's work files (and `.incoming/` when this run made it and it is
+        empty), then close every descriptor."""
+        incoming = self._dirs.get(INCOMING)
+        if incoming is not None:
+            for name in self._work:
+                try:
+                    os.unlink(name, dir_fd=incoming)
+                except FileNotFoundError:
+                    pass
+            self._work.clear()
+            if self._made_incoming:
+                try:
+                    os.rmdir(INCOMING, dir_fd=self.fd)
+                except OSError:
+                    pass  # something else is in it: not this run's to remove
+        for rel, fd in self._dirs.items():
+            if rel:
+                os.close(fd)
+        os.close(self.fd)
+        self._dirs.clear()
