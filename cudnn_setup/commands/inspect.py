@@ -13,11 +13,11 @@ from cudnn_setup.placement.fit import BuiltFor, built_for, cuda_mismatch
 from cudnn_setup.errors import ArchiveRejected
 from cudnn_setup.facts.cuda import find_cuda_root
 from cudnn_setup.report import Result
-from cudnn_setup.state.layout import StateDir
+from cudnn_setup.state.view import look
 from cudnn_setup.text import escape, plural
 
 
-@command("inspect")
+@command("inspect", read_only=True)
 def inspect(result: Result, ctx: Context, archive: Path, cuda_root: Path | None = None) -> None:
     root = find_cuda_root(ctx.env, cuda_root) if cuda_root is not None else None
     with tempfile.TemporaryDirectory(prefix="cudnn-setup-inspect-") as tmp:
@@ -36,7 +36,7 @@ def inspect(result: Result, ctx: Context, archive: Path, cuda_root: Path | None 
     if root is not None:
         result.cuda_root = str(root.path)
         if pkg.installable:
-            refusal = cuda_mismatch(pkg, built, root, archive.name, StateDir(root.path).manifest())
+            refusal = cuda_mismatch(pkg, built, root, archive.name, look(root.path).manifest)
     result.lines += describe_package(pkg, built, root and str(root.path),
                                      root.version if root else None, refusal)
     if not pkg.installable:

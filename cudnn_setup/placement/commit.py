@@ -14,7 +14,7 @@ from pathlib import Path
 
 from cudnn_setup import __version__
 from cudnn_setup.archive.package import Package
-from cudnn_setup.durable import make_durable
+from cudnn_setup.durable import make_dirs, make_durable
 from cudnn_setup.placement.fit import BuiltFor
 from cudnn_setup.state.files import record_stats
 from cudnn_setup.state.journal import PUT
@@ -62,7 +62,7 @@ def make_links(desired: list[Desired]) -> None:
     """The link chains staged beside the files, so that they are renamed in like them."""
     for d in desired:
         if d.kind == "symlink":
-            d.source.parent.mkdir(parents=True, exist_ok=True)
+            make_dirs(d.source.parent)
             os.symlink(d.target, d.source)
 
 
