@@ -66,7 +66,7 @@ class NothingRolledBack(SetupError):
     (verify, doctor, list, inspect) and could not finish. Its `code` stays the cause's."""
 
     exit_code = VERIFY_FAILED
-    default_code = "not-finished"
+    default_code = "install-failed"  # never used alone: `of` keeps the cause's code
 
     @classmethod
     def of(cls, exc: SetupError) -> "NothingRolledBack":

@@ -281,6 +281,14 @@ def test_verify_and_doctor_run_every_check_as_a_second_user_on_a_root_installed_
     assert [(p["severity"], p["check"]) for p in doctors[1]["problems"]] == \
         [(p["severity"], p["check"]) for p in doctors[0]["problems"]]
     assert tree_state(root12) == before
+    # a state dir an earlier release made 0700: the user's checks run on the files alone
+    (root12 / ".cudnn-setup").chmod(0o700)
+    done, out = _cli(["verify", "--cuda-root", root12, "--no-theano"], user_home, user=True)
+    assert out["error"] is None and done.returncode in (0, 1), done.stderr[-3000:]
+    checks = {c["name"]: c for c in out["checks"]}
+    assert checks["state"]["status"] == "warn", checks["state"]
+    assert "chmod -R a+rX" in checks["state"]["data"]["hint"]
+    assert all(checks[n]["status"] == "pass" for n in ("elf", "versions", "load", "compile"))
 
 
 class KillAt(Filesystem):

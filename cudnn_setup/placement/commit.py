@@ -22,6 +22,7 @@ from cudnn_setup.state.layout import StateDir
 from cudnn_setup.state.manifest import Manifest, Source
 from cudnn_setup.state.plan import Desired, Plan, files_of
 from cudnn_setup.state.transaction import Filesystem, Transaction
+from cudnn_setup.state.view import command_line
 
 
 def manifest_for(txid: str, pkg: Package, desired: list[Desired], plan: Plan, include_rel: str,
@@ -91,5 +92,7 @@ def remove(state: StateDir, txid: str, plan: Plan, fs: Filesystem | None = None)
 def unfinished(transaction: Transaction) -> list[str]:
     if transaction.unfinished is None:
         return []
+    root = transaction.root
     return [f"the change is committed, but tidying up after it failed "
-            f"({transaction.unfinished}); the next cudnn-setup command finishes it"]
+            f"({transaction.unfinished}); `{command_line('repair', root)}` finishes it, as "
+            "does the next install or uninstall there"]

@@ -6,7 +6,10 @@ from cudnn_setup.checks.installation import Installation, find_installation
 from cudnn_setup.errors import SetupError
 from cudnn_setup.facts.cuda import CudaRoot
 from cudnn_setup.report import FAIL, WARN, Check, Result
+from cudnn_setup.state.paths import STATE_DIR
 from cudnn_setup.state.view import StateView, look
+
+PERMISSION_DENIED = "permission-denied"
 
 
 def look_at_state(result: Result, root: CudaRoot) -> StateView:
@@ -21,11 +24,18 @@ def look_at_state(result: Result, root: CudaRoot) -> StateView:
 
 def state_check(view: StateView, root: CudaRoot) -> Check | None:
     """verify's `state` check: fail for state it could not use or a transaction left half
-    done, warn for one only tidying is left of (or one running now); None when all is
-    well."""
-    if view.problem is not None:
-        return Check("state", FAIL, f"{view.problem.message} (the checks ran without it)",
-                     {"code": view.problem.code, "hint": view.problem.hint})
+    done, warn for state this user may not read, or a transaction only tidying is left of (or
+    one running now); None when all is well."""
+    problem = view.problem
+    if problem is not None and problem.code == PERMISSION_DENIED:
+        # a state dir an earlier release made 0700 under umask 077: only its owner reads it
+        state = root.path / STATE_DIR
+        return Check("state", WARN, f"{problem.message}: the checks ran without the manifest",
+                     {"code": problem.code, "hint": f"run as the owner of {state}, or have "
+                      f"them make it readable (`chmod -R a+rX {state}`)"})
+    if problem is not None:
+        return Check("state", FAIL, f"{problem.message} (the checks ran without it)",
+                     {"code": problem.code, "hint": problem.hint})
     pending = view.pending
     if pending is None:
         return None
