@@ -18,7 +18,6 @@ from pathlib import Path
 from cudnn_setup.errors import InstallFailed
 from cudnn_setup.text import escape
 
-UNSAFE = "unsafe-state"
 OTHERS_WRITE = stat.S_IWGRP | stat.S_IWOTH
 
 
@@ -47,7 +46,7 @@ def unsafe_error(root: Path, path: Path, why: str) -> InstallFailed:
         f"nothing was changed; check that {escape(str(state))} holds only what cudnn-setup "
         f"wrote, then make it its owner's alone (`chmod -R go-w {escape(str(state))}`, and "
         "`chown` it to the root's owner), or move it aside (the cuDNN files stay in place, "
-        "unmanaged)", code=UNSAFE)
+        "unmanaged)", code="unsafe-state")
 
 
 def unsafe_dirs(top: Path, trusted: frozenset[int]) -> tuple[Path, str] | None:
