@@ -4,6 +4,7 @@ look (verify, doctor) work for an ordinary user and never change the root.
 
 The second user is uid 65534 (nobody) through setpriv; the roots live in a directory it can
 traverse."""
+import functools
 import hashlib
 import json
 import os
@@ -44,13 +45,17 @@ def root12(shared, compiler):
     return make_cuda_root(shared / "cuda", "12.4", "lib64", cc=compiler)
 
 
+@functools.lru_cache(maxsize=None)
 def _python() -> tuple[str, str]:
     """An interpreter of this Python that the second user may run (the test's own may lie
     under a home it cannot enter) and the path that gives it this checkout's packages."""
     path = os.pathsep.join([str(REPO), *site.getsitepackages()])
-    for candidate in ("/usr/bin/python3", "/usr/local/bin/python3"):
-        done = subprocess.run([*NOBODY, candidate, "-c", "import sys; print(sys.version_info[:2])"],
-                              capture_output=True, text=True, env={"PYTHONPATH": path})
+    # it must start itself again as that user too: the checks' probes are its children
+    probe = ("import subprocess, sys; subprocess.run([sys.executable, '-c', ''], check=True); "
+             "print(sys.version_info[:2])")
+    for candidate in (sys.executable, "/usr/bin/python3", "/usr/local/bin/python3"):
+        done = subprocess.run([*NOBODY, candidate, "-c", probe], capture_output=True, text=True,
+                              env={"PYTHONPATH": path})
         if done.returncode == 0 and done.stdout.strip() == str(sys.version_info[:2]):
             return candidate, path
     pytest.skip("no interpreter of this Python that uid 65534 may run")

@@ -5,8 +5,9 @@ It looks at every CUDA root and cuDNN copy, the GPUs and the driver, the framewo
 `--python`, Theano's effective configuration, and runs verify's checks (but Theano's) on one
 cuDNN: the one `--lib-dir` names, else the first usable root's. Nothing is changed: a
 transaction a killed run left behind is a problem in the list, with the command that completes
-it, and so is state it cannot use (damaged, unsafe, unreadable), not the end of the diagnosis. Exit status 1 when a problem of severity
-fail is listed, else 0 (the `problems` check carries it).
+it, and so is state it cannot use (damaged, unsafe, unreadable), not the end of the diagnosis.
+Exit status 1 when a problem of severity fail is listed, else 0 (the `problems` check carries
+it).
 """
 from __future__ import annotations
 
