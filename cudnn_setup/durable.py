@@ -9,6 +9,7 @@ the manifest name them; dpkg does the same before its renames), a transaction's 
 """
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import tempfile
@@ -85,3 +86,25 @@ def make_durable(sources: Iterable[Path], top: Path) -> None:
             dirs.add(parent)
             parent = parent.parent
     sync_dirs(dirs)
+
+
+DIR_MODE = 0o755  # what the tool creates is readable by everyone, writable by its owner only
+
+
+def make_dirs(path: Path, mode: int = DIR_MODE) -> None:
+    """`path` and its missing parents as directories of `mode` whatever the umask (under
+    `umask 000` a plain mkdir gives 0777: anyone could swap what is staged there; under 077,
+    0700: nobody else could read it)."""
+    missing = []
+    current = path
+    while not os.path.lexists(current):
+        missing.append(current)
+        current = current.parent
+    for directory in reversed(missing):
+        try:
+            os.mkdir(directory, mode)
+        except FileExistsError:  # made meanwhile by another thread of this run
+            continue
+        os.chmod(directory, mode)  # in a parent only this user may write: still the one made
+    if not stat.S_ISDIR(os.stat(path).st_mode):
+        raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), str(path))

@@ -60,6 +60,19 @@ class InstallFailed(SetupError):
     default_code = "install-failed"
 
 
+class NothingRolledBack(SetupError):
+    """A failure that rolled nothing back, so not exit 5: a change that was committed and
+    stands (what came after it failed, or was interrupted), or a command that only looks
+    (verify, doctor, list, inspect) and could not finish. Its `code` stays the cause's."""
+
+    exit_code = VERIFY_FAILED
+    default_code = "install-failed"  # never used alone: `of` keeps the cause's code
+
+    @classmethod
+    def of(cls, exc: SetupError) -> "NothingRolledBack":
+        return cls(exc.message, exc.hint, problems=exc.problems, code=exc.code)
+
+
 class DownloadFailed(SetupError):
     exit_code = DOWNLOAD_FAILED
     default_code = "download-failed"

@@ -5,7 +5,7 @@
 For n = 1, 2, …: build a fresh root, run the scenario's command in a forked child that SIGKILLs
 itself at a fixed step (leaving a journal), then run recovery in forked children that SIGKILL
 themselves at their n-th filesystem step (twice: the first recovery and the one after it); then run
-a command (`theanorc --dry-run`, which finishes any interrupted transaction first) and compare
+the recovery that install, uninstall and repair run first (one more, unkilled) and compare
 the root with the trees before and after the scenario's command. The sweep ends at the first n
 that recovery completes without meeting. Prints one JSON object.
 
@@ -14,7 +14,6 @@ SIGKILLs, and every recovery runs in a process of its own.
 """
 from __future__ import annotations
 
-import io
 import json
 import os
 import signal
@@ -27,7 +26,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 
 from conftest import tree_state  # noqa: E402
-from cudnn_setup.cli import main  # noqa: E402
+from cudnn_setup.errors import SetupError  # noqa: E402
 from cudnn_setup.placement import engine as placement  # noqa: E402
 from cudnn_setup.placement import repair  # noqa: E402
 from cudnn_setup.facts.cuda import find_cuda_root  # noqa: E402
@@ -182,10 +181,11 @@ def sweep(scenario: Scenario, work: Path) -> dict:
         while kills < 2 and in_child(
                 lambda: placement.recover_pending(root, fs=Killer(n))) == "killed":
             kills += 1
-        out, err = io.StringIO(), io.StringIO()
-        code = main(["theanorc", "--cuda-root", str(root.path), "--dry-run", "--theanorc",
-                     str(work / "theanorc"), "--json"], env={"PATH": os.defpath},
-                    home=work, stdout=out, stderr=err)
+        try:  # what install, uninstall and repair do first, under the lock
+            placement.recover_pending(root)
+            code = 0
+        except SetupError as exc:
+            code = exc.exit_code
         state = without_state(tree_state(root.path))
         outcome = "old" if state == old else "new" if state == new else "mixed"
         runs.append({"n": n, "kills": kills, "outcome": outcome, "exit": code,

@@ -130,7 +130,8 @@ def test_ldconfig_registration_that_would_break_a_framework_is_refused_unless_fo
                   ldconfig=str(tmp_path / "bin" / "ldconfig"))
     result = install(ctx, str(old_archive), cuda_root=root, no_theanorc=True, no_verify=True,
                      ldconfig=True)
-    assert result.exit_code == 5 and result.error.code == "would-break-frameworks"
+    # exit 1, not 5: nothing was rolled back, the install stands
+    assert result.exit_code == 1 and result.error.code == "would-break-frameworks"
     assert result.changed and (root / ".cudnn-setup" / "manifest.json").exists()  # it stands
     assert list(conf_dir.iterdir()) == [] and not private_ldconfig.exists()
     assert "tensorflow 2.20.0+standin would break" in result.error.message

@@ -387,7 +387,8 @@ def _killed_run(root, at, sig, call):
 
 
 @pytest.mark.parametrize("at", [1, 3, 8, 15, 25])
-def test_sigkill_mid_install_then_any_command_restores(at, archives, cuda_root, home):
+def test_sigkill_mid_install_is_reported_by_verify_and_rolled_back_by_recovery(
+        at, archives, cuda_root, home):
     root = cuda_root("12.4")
     _install(archives, V8L, root, home)
     before = tree_state(root)
@@ -395,7 +396,9 @@ def test_sigkill_mid_install_then_any_command_restores(at, archives, cuda_root, 
     assert done.returncode == -signal.SIGKILL, done.stderr
     assert (root / ".cudnn-setup" / "journal.json").exists()
     done, out = run_json(["verify", "--cuda-root", root, "--no-theano"], home)
-    assert "rolled back" in done.stderr
+    assert f"`cudnn-setup repair --cuda-root {root}` to complete it" in done.stderr
+    assert (root / ".cudnn-setup" / "journal.json").exists()  # verify only looks
+    assert "rolled back" in inst.recover_pending(_root(root))  # install, uninstall, repair
     assert tree_state(root) == before
 
 
@@ -419,7 +422,9 @@ def test_sigkill_after_commit_is_rolled_forward(archives, cuda_root, home):
     (state / "journal.json").write_text(json.dumps({"format": 1, "txid": manifest["txid"], "ops": [],
                                                     "commit": {"manifest_txid": manifest["txid"]}}))
     done, out = run_json(["verify", "--cuda-root", root, "--no-theano"], home)
-    assert "finished transaction" in done.stderr
+    assert "was committed but not tidied up" in done.stderr
+    assert {c["name"]: c for c in out["checks"]}["state"]["status"] == "warn"
+    assert "finished transaction" in inst.recover_pending(_root(root))
     assert (root / "lib64" / "libcudnn.so.7.4.2").exists()
     assert not (state / "journal.json").exists()
 

@@ -105,7 +105,7 @@ def test_errors_that_escape_a_command_body():
     assert out.error.code == "internal" and out.to_dict()["changed"] is True
     assert "KeyError" in out.error.traceback
     error = disk_error_after_commit().error
-    assert (error.exit_code, error.code) == (5, "io-error")
+    assert (error.exit_code, error.code) == (1, "io-error")  # not 5: nothing was rolled back
     assert "committed, which stands" in error.message and "rolled back" not in error.message
 
 

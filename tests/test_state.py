@@ -56,6 +56,23 @@ def refused(root: Path, outside: Path, home: Path, args: list, what: str = "") -
     return out
 
 
+def reported(root: Path, outside: Path, home: Path, what: str, code: str = "state-damaged",
+             fifo: bool = False, **kw) -> dict:
+    """verify only looks: state it cannot use is its failed `state` check (exit 1, never 5),
+    the other checks run, and nothing inside or outside the root changes (a root holding a
+    FIFO is not read to compare)."""
+    before = {} if fifo else tree_state(root)
+    before_outside = tree_state(outside)
+    done, out = run_json(["verify", "--no-theano", "--cuda-root", root], home, **kw)
+    assert done.returncode == 1 and out["error"] is None, done.stderr
+    checks = {c["name"]: c for c in out["checks"]}
+    assert checks["state"]["status"] == "fail" and what in checks["state"]["detail"], checks
+    assert checks["state"]["data"]["code"] == code
+    assert checks["load"]["status"] == "pass"
+    assert (fifo or tree_state(root) == before) and tree_state(outside) == before_outside
+    return out
+
+
 def _sentinel_record(path: str) -> dict:
     return {"path": path, "type": "file", "sha256": hashlib.sha256(SENTINEL).hexdigest(),
             "mode": 0o644, "replaced": None}
@@ -118,7 +135,7 @@ def test_hostile_manifest_is_refused_by_uninstall(case, setup, home):
 
 
 @pytest.mark.parametrize("command", [["install", "ARCHIVE", "--no-theanorc", "--no-verify"],
-                                     ["uninstall"], ["verify", "--no-theano"],
+                                     ["uninstall"],
                                      ["theanorc", "--theanorc", "RC"],
                                      ["install", "ARCHIVE", "--dry-run", "--no-theanorc"]])
 def test_every_command_reads_state_through_the_validator(command, setup, home, archives):
@@ -126,6 +143,15 @@ def test_every_command_reads_state_through_the_validator(command, setup, home, a
     _edit(root, "manifest.json", lambda m: m["files"].append(_sentinel_record("../outside/x")))
     args = [archives[V7] if a == "ARCHIVE" else home / "rc" if a == "RC" else a for a in command]
     refused(root, outside, home, args, "normalised")
+
+
+def test_verify_fails_the_state_check_on_damaged_state_and_runs_every_other_check(setup, home):
+    """verify only looks: damaged state is its failed `state` check (exit 1), never exit 5,
+    and every other check runs, on the files alone."""
+    root, outside = setup
+    _edit(root, "manifest.json", lambda m: m["files"].append(_sentinel_record("../outside/x")))
+    out = reported(root, outside, home, "normalised")
+    assert {c["name"]: c for c in out["checks"]}["compile"]["status"] == "pass"
 
 
 def test_doctor_lists_damaged_state_and_bench_goes_on_without_it(setup, home):
@@ -172,10 +198,7 @@ def test_manifest_that_is_a_symlink_or_a_fifo_is_refused(setup, home):
     refused(root, outside, home, ["uninstall"], "symbolic link")
     path.unlink()
     os.mkfifo(path)  # opening it must not block
-    done, out = run_json(["verify", "--no-theano", "--cuda-root", root], home, timeout=60,
-                         process=True)
-    assert done.returncode == 5 and out["error"]["code"] == "state-damaged"
-    assert "not a regular file" in out["error"]["message"]
+    reported(root, outside, home, "not a regular file", fifo=True, timeout=60, process=True)
 
 
 def _journal(root: Path, **changes) -> dict:
@@ -213,7 +236,7 @@ def test_hostile_journal_is_refused_by_recovery(case, setup, home):
     journal = _journal(root)
     change(journal, outside)
     (_state(root) / "journal.json").write_text(json.dumps(journal))
-    refused(root, outside, home, ["verify", "--no-theano"], what)
+    reported(root, outside, home, what)
     refused(root, outside, home, ["install", "ARCHIVE-unused", "--no-theanorc"], what)
 
 
@@ -222,7 +245,7 @@ def test_state_dir_that_is_a_symlink_is_refused(setup, home):
     os.rename(_state(root), outside / "state")
     _state(root).symlink_to(outside / "state")
     refused(root, outside, home, ["uninstall"], "symbolic link")
-    refused(root, outside, home, ["verify", "--no-theano"], "symbolic link")
+    reported(root, outside, home, "symbolic link")
 
 
 def test_dangling_state_link_fails_at_once_instead_of_spinning(archives, cuda_root, home, tmp_path):
@@ -248,7 +271,7 @@ def test_state_dir_that_is_a_file_is_refused(cuda_root, home, archives, tmp_path
 def test_tx_that_is_a_symlink_is_not_emptied(setup, home):
     root, outside = setup
     (_state(root) / "tx").symlink_to(outside)
-    refused(root, outside, home, ["verify", "--no-theano"], "tx is a symbolic link")
+    reported(root, outside, home, "tx is a symbolic link")
     refused(root, outside, home, ["uninstall"], "tx is a symbolic link")
 
 
@@ -276,7 +299,7 @@ def test_symlinked_dir_inside_a_transaction_is_not_followed(setup, home):
     journal["ops"] = [{"action": "remove", "path": header["path"], "source": None,
                        "backup": True, "original": False, "kind": "file", "ino": None}]
     (_state(root) / "journal.json").write_text(json.dumps(journal))
-    refused(root, outside, home, ["verify", "--no-theano"], "symbolic link")
+    refused(root, outside, home, ["uninstall"], "symbolic link")
     assert (outside / "cudnn.h").read_text() == "outside\n"
 
 

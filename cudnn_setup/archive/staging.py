@@ -17,6 +17,7 @@ from typing import IO, Callable
 from cudnn_setup.archive.decoders import CHUNK
 from cudnn_setup.archive.listing import Member
 from cudnn_setup.digest import BLAKE3, SHA256, hasher
+from cudnn_setup.durable import make_dirs
 from cudnn_setup.facts import cudnn as gen
 from cudnn_setup.facts import mounts
 
@@ -153,7 +154,7 @@ class Sink:
     # On the reading thread:
     def open(self) -> None:
         if self.member.staged is not None:
-            self.member.staged.parent.mkdir(parents=True, exist_ok=True)
+            make_dirs(self.member.staged.parent)
             self.out = StagedFile(self.member.staged, self.direct)
             self.writer.open_sinks.add(self)
 

@@ -36,6 +36,7 @@ from cudnn_setup.archive.listing import Listing, Member, Wanted
 from cudnn_setup.archive.problems import Problem
 from cudnn_setup.archive.reader import staging_failed, unreadable
 from cudnn_setup.archive.rules import Limits, MemberRules, Stop, corrupt
+from cudnn_setup.durable import make_dirs
 from cudnn_setup.errors import ArchiveRejected
 from cudnn_setup.facts import cudnn as gen
 from cudnn_setup.text import escape
@@ -337,7 +338,7 @@ def dependency_libraries(path: Path, dest: Path, limits: Limits | None = None
     written under `dest`, each hashed: [(file name, staged path, sha256)]."""
     limits = limits or Limits()
     out: list[tuple[str, Path, str]] = []
-    dest.mkdir(parents=True, exist_ok=True)
+    make_dirs(dest)
     total = 0
     with _judged(path, reading_only=False), open(path, "rb") as raw, \
             open_zip(raw, limits) as z:

@@ -10,6 +10,7 @@ from cudnn_setup.facts import cudnn as gen
 from cudnn_setup.facts.elf import NotElf, code_problem, read_elf
 from cudnn_setup.state.files import describe, describe_known
 from cudnn_setup.state.manifest import FILE, SYMLINK
+from cudnn_setup.state.view import command_line
 from cudnn_setup.report import FAIL, PASS, SKIP, WARN, Check
 from cudnn_setup.text import escape, plural
 
@@ -19,7 +20,7 @@ def check_files(inst: Installation, deep: bool = False) -> Check:
     if inst.header_file is None and not inst.libraries:
         return Check("files", FAIL, f"no cuDNN in {root}: neither include/cudnn.h nor "
                      f"{inst.lib_dir.name}/libcudnn.so.* exists",
-                     {"hint": "run `cudnn-setup install ARCHIVE`"})
+                     {"hint": f"run `{command_line('install ARCHIVE', root)}`"})
     problems: list[str] = []
     changed: list[str] = []
     entries = inst.manifest.files if inst.manifest else []

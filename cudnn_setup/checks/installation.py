@@ -125,8 +125,15 @@ def select_main(lib_dir: Path, files: list[Path],
     return _newest(mains), "newest version"
 
 
-def find_installation(root: CudaRoot) -> Installation:
-    manifest = StateDir(root.path).manifest()
+UNREAD = object()
+
+
+def find_installation(root: CudaRoot, manifest: Manifest | None | object = UNREAD
+                      ) -> Installation:
+    """The root's cuDNN; `manifest`: the one already read (state/view.py), else read here."""
+    if manifest is UNREAD:
+        manifest = StateDir(root.path).manifest()
+    assert manifest is None or isinstance(manifest, Manifest)
     lib_dir = root.path / manifest.lib_dir if manifest else root.lib_dir()
     inst = Installation(root=root, lib_dir=lib_dir, manifest=manifest)
     for name in gen.HEADERS_WITH_VERSION:

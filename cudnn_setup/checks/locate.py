@@ -24,7 +24,7 @@ import re
 from pathlib import Path
 from typing import Iterable
 
-from cudnn_setup.checks.installation import Installation, find_installation
+from cudnn_setup.checks.installation import UNREAD, Installation, find_installation
 from cudnn_setup.errors import UsageError
 from cudnn_setup.facts import cudnn as gen
 from cudnn_setup.facts.cuda import CudaRoot
@@ -41,16 +41,17 @@ _TRIPLE = re.compile(r"^[a-z0-9_]+-linux-gnu[a-z]*\Z")
 
 
 def locate(lib_dir: Path, include_dir: Path | None = None,
-           cuda_root: CudaRoot | None = None) -> Installation:
+           cuda_root: CudaRoot | None = None, manifest: object = UNREAD) -> Installation:
     """The cuDNN in `lib_dir` (headers in `include_dir`, else where its layout keeps them).
 
     `cuda_root`: the CUDA toolkit programs build against (for the `cuda` check); without one
-    the Installation's root is a stand-in with no CUDA version. Raises UsageError (code
+    the Installation's root is a stand-in with no CUDA version; `manifest`: the root's, when
+    already read (find_installation). Raises UsageError (code
     `no-cudnn`, exit 2) when `lib_dir` holds no libcudnn.so.N."""
     lib_dir = Path(lib_dir)
     if cuda_root is not None and include_dir is None and lib_dir.is_dir() and \
             os.path.realpath(lib_dir) == os.path.realpath(cuda_root.lib_dir()):
-        return find_installation(cuda_root)  # the root's own cuDNN, with its manifest if any
+        return find_installation(cuda_root, manifest)  # the root's own cuDNN, with its manifest
     if not lib_dir.is_dir():
         raise UsageError(f"--lib-dir {lib_dir} is not a directory", "name the directory that "
                          "holds libcudnn.so.N", code="no-cudnn")

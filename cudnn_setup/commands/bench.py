@@ -17,7 +17,7 @@ def bench(result: Result, ctx: Context, *, cuda_root: Path | None = None,
           theanorc: Path | None = None, python: str | None = None,
           no_theano: bool = False) -> None:
     root = root_if_any(ctx, cuda_root)
-    inst, damaged = root_installation(result, root, ctx) if root else (None, None)
+    inst, damaged, _ = root_installation(result, root) if root else (None, None, None)
     if damaged is not None:
         result.lines.append(f"benchmarking without the root's cuDNN: {damaged.message}")
     result.cuda_root = str(root.path) if root else None

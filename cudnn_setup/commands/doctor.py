@@ -3,10 +3,11 @@ explained.
 
 It looks at every CUDA root and cuDNN copy, the GPUs and the driver, the frameworks of
 `--python`, Theano's effective configuration, and runs verify's checks (but Theano's) on one
-cuDNN: the one `--lib-dir` names, else the first usable root's. Nothing is changed but a
-transaction a killed run left behind, which is finished first; damaged state in a root is a
-problem in the list, not the end of the diagnosis. Exit status 1 when a problem of severity
-fail is listed, else 0 (the `problems` check carries it).
+cuDNN: the one `--lib-dir` names, else the first usable root's. Nothing is changed: a
+transaction a killed run left behind is a problem in the list, with the command that completes
+it, and so is state it cannot use (damaged, unsafe, unreadable), not the end of the diagnosis.
+Exit status 1 when a problem of severity fail is listed, else 0 (the `problems` check carries
+it).
 """
 from __future__ import annotations
 
@@ -30,12 +31,13 @@ from cudnn_setup.facts.survey import all_cuda_roots, machine_cudnn
 from cudnn_setup.errors import SetupError
 from cudnn_setup.report import FAIL, PASS, WARN, Check, Result
 from cudnn_setup.state.layout import StateDir
+from cudnn_setup.state.view import Pending, command_line
 from cudnn_setup.startup_line import explain
 from cudnn_setup.theanorc_merge import effective_config
 from cudnn_setup.settings import user_cache_dir
 
 
-@command("doctor")
+@command("doctor", read_only=True)
 def doctor(result: Result, ctx: Context, message: str | None = None,
            cuda_root: Path | None = None, *, python: str | None = None,
            lib_dir: Path | None = None, include_dir: Path | None = None) -> None:
@@ -52,11 +54,12 @@ def doctor(result: Result, ctx: Context, message: str | None = None,
     if lib_dir is not None:
         inst = locate(lib_dir, include_dir, root)
     elif root is not None:
-        leftover = leftover_finding(root)
-        if leftover is not None:
-            d.findings.append(leftover)
-        # a journal is finished first; staging without one is reported, not removed
-        inst, damaged = root_installation(result, root, ctx, sweep=False)
+        inst, damaged, view = root_installation(result, root)
+        # staging under tx/ is the pending transaction's own, else what a kill left
+        found = pending_finding(view.pending, root) if view.pending is not None \
+            else leftover_finding(root)
+        if found is not None:
+            d.findings.append(found)
     ctx.status("looking for every CUDA root and cuDNN copy on this machine")
     survey(d, ctx, message)
     search = loader_environment(ctx.env)
@@ -139,9 +142,20 @@ class Diagnosis:
                 "framework's own loader)")
 
 
+def pending_finding(pending: Pending, root: CudaRoot) -> dict:
+    """A journal in the root's state: a run at work now, or one a kill interrupted, which
+    `install`, `uninstall` or `repair` completes (doctor does not)."""
+    if pending.holder is not None:
+        return {"severity": INFO, "check": "state", "message": pending.describe(root.path),
+                "fix": ""}
+    return {"severity": WARN if pending.committed else FAIL, "check": "state",
+            "message": pending.describe(root.path),
+            "fix": f"run `{pending.finish_with(root.path)}`"}
+
+
 def leftover_finding(root: CudaRoot) -> dict | None:
     """Staging under <root>/.cudnn-setup/tx: a run at work now (the lock is held), or what a
-    killed run left, which the next install, uninstall or verify removes."""
+    killed run left, which the next install, uninstall or repair removes."""
     state = StateDir(root.path)
     try:
         left = state.leftovers()
@@ -157,8 +171,8 @@ def leftover_finding(root: CudaRoot) -> dict | None:
                            "is its staging", "fix": ""}
     return {"severity": WARN, "check": "state",
             "message": f"{what} left by a cudnn-setup run that was killed before it finished",
-            "fix": f"the next `cudnn-setup install`, `uninstall` or `verify` on {root.path} "
-                   "removes them (and says so)"}
+            "fix": f"`{command_line('repair', root.path)}` removes them (and says so), as "
+                   "does the next `install` or `uninstall` on that root"}
 
 
 def survey(d: Diagnosis, ctx: Context, message: str | None) -> None:

@@ -19,11 +19,11 @@ from cudnn_setup.facts.cuda import find_cuda_root
 from cudnn_setup.fetch.checksums import expected_for
 from cudnn_setup.parallel import Later
 from cudnn_setup.report import Result
-from cudnn_setup.state.layout import StateDir
+from cudnn_setup.state.view import look
 from cudnn_setup.text import escape
 
 
-@command("inspect")
+@command("inspect", read_only=True)
 def inspect(result: Result, ctx: Context, archive: Path, cuda_root: Path | None = None) -> None:
     root = find_cuda_root(ctx.env, cuda_root) if cuda_root is not None else None
     asked = Later(driver_facts, ctx.env, runner=ctx.runner)  # while the archive is read
@@ -41,7 +41,7 @@ def inspect(result: Result, ctx: Context, archive: Path, cuda_root: Path | None 
                 ctx.status("asking the archive's library which CUDA it was built for")
             built = built_for(pkg, Path(tmp) / "probe", ctx.env)
             refusal, notes = fit_refusal(pkg, built, root, archive.name,
-                                         StateDir(root.path).manifest(), asked.result, False)
+                                         look(root.path).manifest, asked.result, False)
         elif refusal is None:
             refusal, notes = machine_fit(pkg, built, asked.result(), False)
     result.cudnn_version = pkg.cudnn_version

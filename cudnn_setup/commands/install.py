@@ -42,6 +42,8 @@ def install(result: Result, ctx: Context, source: str, *, cuda_root: Path | None
     # when the staged build is judged, before anything is placed. When the install fails or is
     # interrupted first, it is not waited for: the command's runner kills it as the command
     # ends (steps/command_wrapper.py).
+    if not dry_run and (refused := engine.cannot_write(root)) is not None:
+        raise refused  # before the driver is asked or a byte is fetched
     asked = Later(driver_facts, ctx.env, runner=ctx.runner)
     # What --python's numpy says of its BLAS build, for the [blas] ldflags of Theano's config:
     # a child of a quarter second, asked while the archive is read, like the driver.

@@ -27,7 +27,7 @@ from cudnn_setup.fetch.candidates import Release, newest_first
 from cudnn_setup.sources.base import MIRROR, NVIDIA, Offer
 from cudnn_setup.sources.tree import RedistTree, offer_of
 from cudnn_setup.report import WARN, Check, Result
-from cudnn_setup.state.layout import StateDir
+from cudnn_setup.state.view import look
 
 # Whether a release runs on this machine's GPU and driver, as (fits, why), or None when that is
 # not known; `rows` adds a `fits` entry per release when it is given one.
@@ -60,7 +60,7 @@ def installed_archive(root: CudaRoot | None) -> dict | None:
     """{name, sha256, version} of the archive the tool installed in the root, if any."""
     if root is None:
         return None
-    manifest = StateDir(root.path).manifest()  # the state package validates what it reads
+    manifest = look(root.path).manifest  # read-only: state it cannot use is no manifest
     if manifest is None:
         return None
     return {"name": manifest.source.name, "sha256": manifest.source.sha256,
@@ -114,7 +114,7 @@ def rows(releases: list, installed: dict | None, judge: FitJudge | None = None) 
     return out
 
 
-@command("list")
+@command("list", read_only=True)
 def list_releases(result: Result, ctx: Context, *, cuda: str | None = None,
                   cuda_root: Path | None = None, mirror: str | None = None,
                   headers: list[str] | None = None, from_: str | None = None,

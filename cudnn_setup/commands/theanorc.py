@@ -6,7 +6,7 @@ from pathlib import Path
 from cudnn_setup.checks.installation import find_installation
 from cudnn_setup.steps.command_wrapper import command
 from cudnn_setup.steps.context import Context
-from cudnn_setup.steps.recovery import recover_first
+from cudnn_setup.steps.recovery import look_at_state
 from cudnn_setup.steps.theano_step import theanorc_path, theanorc_step
 from cudnn_setup.facts.cuda import find_cuda_root
 from cudnn_setup.errors import UsageError
@@ -20,8 +20,10 @@ def theanorc(result: Result, ctx: Context, *, cuda_root: Path | None = None,
              force_theano_cudnn: bool = False) -> None:
     root = find_cuda_root(ctx.env, cuda_root)
     result.cuda_root = str(root.path)
-    recover_first(result, root, ctx)
-    inst = find_installation(root)  # the manifest's lib dir, else the root's
+    view = look_at_state(result, root)  # a pending transaction is said, not finished here
+    if view.problem is not None:
+        raise view.problem
+    inst = find_installation(root, view.manifest)  # the manifest's lib dir, else the root's
     result.cudnn_version = inst.version
     absent = no_cudnn(inst)
     if absent is not None and not dry_run:

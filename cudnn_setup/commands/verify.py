@@ -1,39 +1,45 @@
 """`verify`: check, layer by layer, that cuDNN is installed right and works: the cuDNN in a CUDA
 root, or any other one named with --lib-dir (a hand-copied one, the distribution's packages, a
-pip wheel's directory)."""
+pip wheel's directory). Read-only: it never writes to a root or its state, nor takes its lock;
+a transaction a killed run left is reported (the `state` check) with the command that completes
+it."""
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-from cudnn_setup.checks.installation import find_installation
+from cudnn_setup.checks.installation import UNREAD, find_installation
 from cudnn_setup.checks.locate import describe, locate
 from cudnn_setup.checks.suite import run_checks
 from cudnn_setup.steps.command_wrapper import command
 from cudnn_setup.steps.context import Context, include_needs_lib_dir, root_if_any
-from cudnn_setup.steps.recovery import recover_first
+from cudnn_setup.steps.recovery import look_at_state, state_check
 from cudnn_setup.steps.theano_step import theanorc_path
 from cudnn_setup.facts.cuda import find_cuda_root
 from cudnn_setup.report import FAIL, Result
 from cudnn_setup.settings import user_cache_dir
 
 
-@command("verify")
+@command("verify", read_only=True)
 def verify(result: Result, ctx: Context, *, cuda_root: Path | None = None,
            theanorc: Path | None = None, python: str | None = None, no_theano: bool = False,
            deep: bool = False, lib_dir: Path | None = None, include_dir: Path | None = None,
            no_frameworks: bool = False) -> None:
     include_needs_lib_dir(lib_dir, include_dir)
+    state = None
     if lib_dir is None:
         root = find_cuda_root(ctx.env, cuda_root)
-        recover_first(result, root, ctx)
-        inst = find_installation(root)
+        view = look_at_state(result, root)
+        state = state_check(view, root)
+        inst = find_installation(root, view.manifest)
     else:
         root = root_if_any(ctx, cuda_root)
+        manifest = UNREAD
         if root is not None and include_dir is None and \
                 os.path.realpath(lib_dir) == os.path.realpath(root.lib_dir()):
-            recover_first(result, root, ctx)  # the root's own cuDNN, read with its manifest
-        inst = locate(lib_dir, include_dir, root)
+            view = look_at_state(result, root)  # the root's own cuDNN, with its manifest
+            state, manifest = state_check(view, root), view.manifest
+        inst = locate(lib_dir, include_dir, root, manifest)
         if root is None:
             result.lines.append("no CUDA root found: the cuda check is skipped and compile uses "
                                 "only the cuDNN's own headers (--cuda-root names one)")
@@ -42,6 +48,7 @@ def verify(result: Result, ctx: Context, *, cuda_root: Path | None = None,
                                 f"discovered via {root.found_via} (not given; --cuda-root "
                                 "names another)")
     result.cuda_root = str(root.path) if root is not None else None
+    result.checks += [state] if state is not None else []
     result.checks += run_checks(inst, python=python or ctx.python, env=ctx.env,
                                 theanorc=theanorc_path(ctx, theanorc), theano=not no_theano,
                                 conf=ctx.ld_so_conf, deep=deep, with_frameworks=not no_frameworks,

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from cudnn_setup import __version__
 from cudnn_setup.archive.package import Package
-from cudnn_setup.durable import make_durable
+from cudnn_setup.durable import make_dirs, make_durable
 from cudnn_setup.placement.fit import BuiltFor
 from cudnn_setup.state.files import record_stats
 from cudnn_setup.state.journal import PUT
@@ -22,6 +22,7 @@ from cudnn_setup.state.layout import StateDir
 from cudnn_setup.state.manifest import Manifest, Source
 from cudnn_setup.state.plan import Desired, Plan, files_of
 from cudnn_setup.state.transaction import Filesystem, Transaction
+from cudnn_setup.state.view import command_line
 
 
 def manifest_for(txid: str, pkg: Package, desired: list[Desired], plan: Plan, include_rel: str,
@@ -62,7 +63,7 @@ def make_links(desired: list[Desired]) -> None:
     """The link chains staged beside the files, so that they are renamed in like them."""
     for d in desired:
         if d.kind == "symlink":
-            d.source.parent.mkdir(parents=True, exist_ok=True)
+            make_dirs(d.source.parent)
             os.symlink(d.target, d.source)
 
 
@@ -91,5 +92,7 @@ def remove(state: StateDir, txid: str, plan: Plan, fs: Filesystem | None = None)
 def unfinished(transaction: Transaction) -> list[str]:
     if transaction.unfinished is None:
         return []
+    root = transaction.root
     return [f"the change is committed, but tidying up after it failed "
-            f"({transaction.unfinished}); the next cudnn-setup command finishes it"]
+            f"({transaction.unfinished}); `{command_line('repair', root)}` finishes it, as "
+            "does the next install or uninstall there"]

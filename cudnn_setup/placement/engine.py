@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator, Mapping, Sequence
 
 from cudnn_setup.archive.package import Package
-from cudnn_setup.errors import os_error
+from cudnn_setup.errors import SetupError, os_error
 from cudnn_setup.facts.cuda import CudaRoot
 from cudnn_setup.fetch.checksums import Expected
 from cudnn_setup.placement.commit import manifest_for, place, remove
@@ -26,7 +26,7 @@ from cudnn_setup.placement.fit import BuiltFor
 from cudnn_setup.placement.judge import Judged, stage_and_judge
 from cudnn_setup.placement.same_archive import archive_stat, plan_again
 from cudnn_setup.placement.targets import dependency_entries, desired_entries, root_dirs
-from cudnn_setup.state import changed
+from cudnn_setup.state import changed, writable
 from cudnn_setup.state.layout import StateDir, remove_tree
 from cudnn_setup.state.manifest import Manifest
 from cudnn_setup.state.plan import Desired, Plan, conflict_error, make_plan, uninstall_plan
@@ -129,6 +129,12 @@ def install(archive: Path, root: CudaRoot, *, force: bool = False, dry_run: bool
     if dry_run:
         return _dry_run(asked, state, tmp_dir)
     return _install(asked, state, fs, lock_timeout, on_status, provenance)
+
+
+def cannot_write(root: CudaRoot) -> SetupError | None:
+    """Why this user could not install into `root` (state/writable.py), said before anything
+    is fetched; None when it may."""
+    return writable.cannot_write(root.path, root_dirs(root))
 
 
 def same_again(asked: Asked, old: Manifest | None, recovered: str | None = None) -> Outcome | None:

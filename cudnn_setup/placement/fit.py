@@ -11,6 +11,7 @@ from typing import Mapping
 from cudnn_setup.archive.package import Package
 from cudnn_setup.checks.driver_check import DriverFacts, fit_before_install, install_refusal
 from cudnn_setup.checks.probe import child_env, probe_module, run_probe
+from cudnn_setup.durable import make_dirs
 from cudnn_setup.errors import ArchiveRejected
 from cudnn_setup.facts import cuda as cuda_facts
 from cudnn_setup.facts import cudnn as gen
@@ -45,7 +46,7 @@ def built_for(pkg: Package, work: Path, env: Mapping[str, str] | None) -> BuiltF
     main = pkg.library("libcudnn")
     if main is None or main.member.staged is None:
         return BuiltFor(None, "unknown: no library to ask")
-    work.mkdir(parents=True, exist_ok=True)
+    make_dirs(work)
     for lib in pkg.libraries:
         for name in {lib.name, lib.elf.soname if lib.elf and lib.elf.soname else lib.name}:
             if not os.path.lexists(work / name):

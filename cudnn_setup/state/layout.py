@@ -3,7 +3,10 @@
 Living inside the root keeps every rename on one filesystem (so atomic) and lets the state
 travel with the root. Every piece of it is read and written here, and only after checking that
 the state dir, `tx/` and `originals/` are real directories: one that is a symlink, or not a
-directory, is refused as damaged state rather than followed out of the root.
+directory, is refused as damaged state rather than followed out of the root. Each piece is
+also judged by its owner and mode before it is read (state/trust.py: nobody but the root's
+owner and root may have written it), and whatever the tool creates here is 0755 (directories)
+or 0644 (records), whatever the umask.
 """
 from __future__ import annotations
 
@@ -19,11 +22,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, TypeVar
 
-from cudnn_setup.durable import write_atomic
+from cudnn_setup.durable import DIR_MODE, write_atomic
 from cudnn_setup.errors import InstallFailed
 from cudnn_setup.state.journal import ORIGINALS, TX, Journal
 from cudnn_setup.state.manifest import Manifest
 from cudnn_setup.state.paths import STATE_DIR, Damaged, damaged_error, real_dir_chain
+from cudnn_setup.state.trust import owners, unsafe, unsafe_dirs, unsafe_error
 from cudnn_setup.text import escape, plural
 
 MANIFEST = "manifest.json"
@@ -47,6 +51,7 @@ class StateDir:
     def __init__(self, root: Path):
         self.root = root
         self.path = root / STATE_DIR
+        self._owners: frozenset[int] | None = None
 
     @property
     def manifest_path(self) -> Path:
@@ -80,6 +85,25 @@ class StateDir:
 
     # --- checking the pieces ------------------------------------------------------------------
 
+    def trust(self, st: os.stat_result, path: Path) -> None:
+        """Refuse (unsafe-state) a piece that someone other than the root's owner or root
+        could have written; `st` is its lstat, or the fstat of the descriptor about to be
+        read."""
+        if self._owners is None:
+            self._owners = owners(self.root)
+        why = unsafe(st, self._owners)
+        if why:
+            raise unsafe_error(self.root, path, why)
+
+    def trust_trees(self) -> None:
+        """Every directory under tx/ and originals/ trusted (recovery and uninstall move what
+        they hold into the root)."""
+        for top in (self.tx_path, self.originals):
+            if self._real_dir(top):
+                found = unsafe_dirs(top, self._owners or owners(self.root))
+                if found:
+                    raise unsafe_error(self.root, *found)
+
     def _real_dir(self, path: Path) -> bool:
         """Whether `path` exists as a directory; a symlink or another type is damaged state."""
         try:
@@ -93,6 +117,7 @@ class StateDir:
                                "never makes one there")
         if not stat.S_ISDIR(st.st_mode):
             raise self.damaged(f"{path} is not a directory")
+        self.trust(st, path)
         return True
 
     def exists(self) -> bool:
@@ -137,6 +162,7 @@ class StateDir:
         except OSError as exc:  # ELOOP, ENOTDIR: replaced since it was checked
             raise self.damaged(f"{self.path}: {exc.strerror}") from None
         try:
+            self.trust(os.fstat(dir_fd), self.path)  # the very directory read from
             try:
                 fd = os.open(name, flags | os.O_NONBLOCK, dir_fd=dir_fd)
             except FileNotFoundError:
@@ -151,6 +177,7 @@ class StateDir:
                 st = os.fstat(f.fileno())
                 if not stat.S_ISREG(st.st_mode):
                     raise self.damaged(f"{name} is not a regular file")
+                self.trust(st, self.path / name)  # the very file read
                 data = f.read(MAX_STATE_BYTES + 1)
         finally:
             os.close(dir_fd)
@@ -188,7 +215,8 @@ class StateDir:
     def ensure(self) -> bool:
         """Create the state dir; True when this call created it."""
         try:
-            self.path.mkdir()
+            os.mkdir(self.path, DIR_MODE)
+            os.chmod(self.path, DIR_MODE)  # not the umask's: everyone reads it (verify)
             return True
         except FileExistsError:
             self.exists()  # refuses a symlink (dangling or not) or a file there
@@ -239,6 +267,11 @@ class StateDir:
             except OSError as exc:  # ELOOP, ENOTDIR: a symlink or a file appeared there
                 raise self.damaged(f"{self.path}: {exc.strerror}") from None
             if fd is not None:
+                try:
+                    self.trust(os.fstat(fd), self.path)
+                except InstallFailed:
+                    os.close(fd)
+                    raise
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError:

@@ -19,7 +19,7 @@ import stat
 from pathlib import Path
 from typing import Callable
 
-from cudnn_setup.durable import fsync_dir, sync_dirs
+from cudnn_setup.durable import DIR_MODE, fsync_dir, make_dirs, sync_dirs
 from cudnn_setup.state import changed
 from cudnn_setup.state.journal import MKDIR, PUT, REMOVE, RMDIR, Journal, Op
 from cudnn_setup.state.layout import StateDir, remove_tree, write_manifest
@@ -38,13 +38,14 @@ class Filesystem:
         os.replace(src, dst)
 
     def mkdir(self, path: Path) -> None:
-        os.mkdir(path)
+        os.mkdir(path, DIR_MODE)
+        os.chmod(path, DIR_MODE)  # not the umask's
 
     def rmdir(self, path: Path) -> None:
         os.rmdir(path)
 
     def makedirs(self, path: Path) -> None:
-        path.mkdir(parents=True, exist_ok=True)
+        make_dirs(path)
 
     def write_manifest(self, path: Path, manifest: Manifest) -> None:
         write_manifest(path, manifest)
@@ -244,6 +245,7 @@ def recover(state: StateDir, fs: Filesystem | None = None) -> str | None:
     fs = fs or Filesystem()
     if not state.check():
         return None
+    state.trust_trees()  # what recovery and uninstall move into the root
     journal = state.journal()
     said = None
     if journal is not None and committed(state, journal):

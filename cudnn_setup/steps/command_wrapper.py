@@ -10,21 +10,24 @@ from pathlib import Path
 from typing import Callable
 
 from cudnn_setup.child import waited_for
-from cudnn_setup.errors import (DownloadFailed, InstallFailed, InternalError, Interrupted,
-                                 SetupError, os_error)
+from cudnn_setup.errors import (INSTALL_FAILED, DownloadFailed, InstallFailed, InternalError,
+                                 Interrupted, NothingRolledBack, SetupError, os_error)
 from cudnn_setup.orphans import Subreaper
 from cudnn_setup.report import Result
+from cudnn_setup.state.view import command_line
 from cudnn_setup.steps.context import Context
 from cudnn_setup.text import escape
 from cudnn_setup.urls import scrub
 
 
-def command(name: str, fails_as: type[SetupError] = InstallFailed):
+def command(name: str, fails_as: type[SetupError] = InstallFailed, read_only: bool = False):
     """Run the body with a fresh Result; errors of any kind end up in it, never raised.
 
     An OSError that no step turned into a SetupError becomes one here, by errno, with the exit
     code of `fails_as`; whatever else escapes is a bug (exit 70, traceback kept). What the
     body recorded before the error (a committed install, its checks) stays in the Result.
+    Exit 5 says "rolled back": an error after a committed change (which stands), or of a
+    `read_only` command (which changes nothing), exits 1 instead, its code kept.
     The body runs with the process as a child subreaper (orphans.py): whatever the code its
     children ran left running, daemons out of their sessions included, is ended with it.
     """
@@ -45,13 +48,16 @@ def command(name: str, fails_as: type[SetupError] = InstallFailed):
             except (KeyboardInterrupt, Interrupted):
                 if ctx is not None:
                     ctx.runner.cancel()  # children still running on other threads
-                result.error = interrupted(result)
+                result.error = interrupted(result, read_only)
             except Exception as exc:  # requests' errors are OSErrors too: asked first
                 result.error = library_error(exc, name) or (
                     os_error(exc, f"{name} failed", kind=fails_as,
                              outcome=committed_outcome(result))
                     if isinstance(exc, OSError) else internal_error(exc))
             finally:
+                if result.error is not None and result.error.exit_code == INSTALL_FAILED and \
+                        (result.changed or read_only):
+                    result.error = NothingRolledBack.of(result.error)
                 # A child still running now is one no step waits for (a probe started ahead,
                 # then a refusal): it runs in a session of its own, so leaving would orphan it.
                 if ctx is not None:
@@ -102,9 +108,14 @@ def internal_error(exc: BaseException) -> InternalError:
                          traceback=traceback.format_exc())
 
 
-def interrupted(result: Result) -> SetupError:
+def interrupted(result: Result, read_only: bool = False) -> SetupError:
+    if read_only:
+        return InstallFailed("interrupted; nothing was changed", "run the command again",
+                             code="interrupted")
     if result.changed:
+        verify = (command_line("verify", result.cuda_root) if result.cuda_root
+                  else "cudnn-setup verify")
         return InstallFailed("interrupted after the change was committed; it stands",
-                             "run `cudnn-setup verify` to check it", code="interrupted")
+                             f"run `{verify}` to check it", code="interrupted")
     return InstallFailed("interrupted; nothing was changed (a change in progress was rolled back)",
                          "run the command again", code="interrupted")
