@@ -196,10 +196,16 @@ def check_coherence(inst: Installation, env: Mapping[str, str], *,
         if (deps := needs_absent_driver(resolved[s], loader)) is not None}
     probed = [s for s in sonames if s not in unloadable]
     args = [resolved[s].path if resolved[s].found else s for s in probed]
+    # What a client's first call loads before the rest (cuDNN 9: graph, then ops), loaded
+    # the same way first, so that the others find them by SONAME as they do in the client.
+    present, first = set(inst.composition().present), []
+    for stem in gen.OPENED_FIRST.get(inst.generation or "", ()):
+        if stem in present and not any(_stem(s) == stem for s in unloadable):
+            first += ["--first", gen.version_check_function(stem)]
     # The runner skips it when loading libcudnn hung earlier; its own 60 s per sub-library
     # are the probe's, not a hang of libcudnn's.
     probing = dict(runner=runner, key=loads_key(target), remember=False)
-    result = run_probe(probe_module("sublibs") + [str(target), *args], timeout, dict(env), python,
+    result = run_probe(probe_module("sublibs") + [*first, str(target), *args], timeout, dict(env), python,
                        **probing)
     data: dict = {"library": {"path": str(target), "directory": _real_dir(str(target))},
                   "ld_library_path": loader.ld_library_path, "sublibraries": []}
@@ -214,7 +220,7 @@ def check_coherence(inst: Installation, env: Mapping[str, str], *,
     if retry:
         for i in retry:
             args[i] = by_cudnn[_stem(probed[i])]
-        again = run_probe(probe_module("sublibs") + [str(target), *args], timeout, dict(env),
+        again = run_probe(probe_module("sublibs") + [*first, str(target), *args], timeout, dict(env),
                           python, **probing)
         if again.data is not None:
             probe = SublibsAnswer.read(again.data)
@@ -225,6 +231,8 @@ def check_coherence(inst: Installation, env: Mapping[str, str], *,
         return Check(NAME, FAIL, f"{target.name} itself cannot be loaded: "
                      f"{shown(probe.dlerror or probe.error or 'no reason given')}", data)
     entries = probe.sublibraries
+    if probe.opened_first:
+        data["opened_first"] = [c.to_dict() for c in probe.opened_first]
     problems: list[str] = []
     checked = 0
     got_by = {s: entries[i] for i, s in enumerate(probed) if i < len(entries)}
@@ -248,6 +256,12 @@ def check_coherence(inst: Installation, env: Mapping[str, str], *,
     detail = (f"{target.name} (cuDNN {main_version or '?'}) and its "
               f"{plural(len(sonames), 'sub-library', 'sub-libraries')} load from {main_dir}, "
               f"all the same version")
+    names = [s["opened_as"] for s in data["sublibraries"] if s.get("opened_as")]
+    if names and not gen.opens_by_soname(inst.generation):
+        full = [n for n in names if gen.library_file_version(n) == main_version]
+        detail += (f"; cuDNN opens them by their full file names ({names[0]}, …), not the "
+                   f".so.{inst.major} links" if len(full) == len(names) else
+                   "; cuDNN opens them as " + ", ".join(names))
     if checked:
         detail += f"; cuDNN's own version checks pass ({checked})"
     if unloadable:
@@ -279,13 +293,21 @@ def judge(soname: str, res: L.Resolution, answer: SubLibraryAnswer | Mapping,
     check = got.version_check
     own = mapped_by_stem(check.mapped if check else None).get(_stem(soname)) or by_cudnn
     path = own or got.mapped or res.path
-    version = version_of(got.version)
+    version, version_from = version_of(got.version), got.version_from
+    if own and got.mapped and os.path.realpath(own) != os.path.realpath(got.mapped):
+        # The version was read from another file than the one cuDNN opened: only the name of
+        # the file cuDNN opened is known to describe it.
+        version = gen.library_file_version(os.path.basename(os.path.realpath(own)))
+        version_from = "file name"
     via = res.via  # how the loader's search reaches it; cuDNN's own loading, where it differs
     if own and not (res.path and _real_dir(res.path) == _real_dir(own)):
         via = "loaded by cuDNN itself"
+    opened = [n for n in (check.opened if check else []) if _stem(n) == _stem(soname)]
+    opened_as = os.path.basename(opened[0]) if opened else (
+        res.name if res.found and not own else None)
     sub = {"soname": soname, "path": res.path, "via": via, "mapped": path,
-           "directory": _real_dir(path), "version": version,
-           "version_from": got.version_from, "loaded": got.loaded, "dlerror": got.dlerror,
+           "opened_as": opened_as, "directory": _real_dir(path), "version": version,
+           "version_from": version_from, "loaded": got.loaded, "dlerror": got.dlerror,
            "error": got.error, "problems": []}
     problems = sub["problems"]
     rank = []  # what kind of problem comes first: the cause before what it causes

@@ -98,6 +98,17 @@ def roots_of(inst: Installation) -> list[Path]:
     return out
 
 
+def _load_order(inst: Installation, roots: list[Path]) -> tuple[list[Path], list[Path]]:
+    """(opened first, opened after the run-time names): libcudnn opens its sub-libraries
+    itself (8 and 9), so a program loads libcudnn and cuDNN loads the rest, in its order and
+    by its names (facts/cudnn.names_opened); a library nothing names is opened by path last.
+    Loading each sub-library by its .so.9 link on its own would fail where cuDNN does not."""
+    main = [r for r in roots if gen.library_stem(r.name) == "libcudnn"]
+    if not main or inst.generation not in (gen.V8_EARLY, gen.V8_LATE, gen.V9):
+        return roots, []
+    return main, [r for r in roots if r not in main]
+
+
 def likely_dirs(inst: Installation, env: Mapping[str, str]) -> list[Path]:
     """Directories where a missing CUDA library often is without the loader knowing: CUDA roots
     ($CUDA_HOME, $CUDA_PATH, $CUDA_ROOT, /usr/local/cuda*, /opt/cuda), and for a pip wheel the
@@ -221,7 +232,8 @@ def check_deps(inst: Installation, env: Mapping[str, str], *, load_data: dict | 
     loader = loader or loader_environment(env)
     versions = versions_for(inst, load_data)
     roots = roots_of(inst)
-    entries = group(L.closure(roots, loader, versions))
+    first, after = _load_order(inst, roots)
+    entries = group(L.closure(first, loader, versions, after=after))
     missing = [e for e in entries if not e.found]
     manager = _manager(distro_id) if missing else None
     search = list(search_dirs) if search_dirs is not None else (likely_dirs(inst, env) if missing else [])

@@ -866,32 +866,39 @@ def closure(roots: Sequence[str | os.PathLike], env: Environment, versions: Vers
             return True
         return False
 
-    while (scan or waiting) and not proc.spent:
-        if not scan:
-            retry, waiting = waiting, []
-            if not any([request(*w, last=False) for w in retry]):
-                for w in waiting:  # nothing more can come first: each as the loader ends it
-                    request(*w, last=True)
-                waiting = []
-            continue
-        item = scan.popleft()
-        if id(item) in scanned:
-            continue
-        scanned.add(id(item))
-        for label, candidates in runtime_requests(names_of(item.opened_as), item.obj.soname,
-                                                  versions):
-            request(item, label, candidates, last=False)
-    for w in waiting:  # the loader's budget ran out first
-        request(*w, last=True)
+    def drain() -> None:
+        nonlocal waiting
+        while (scan or waiting) and not proc.spent:
+            if not scan:
+                retry, waiting = waiting, []
+                if not any([request(*w, last=False) for w in retry]):
+                    for w in waiting:  # nothing more can come first: each as the loader ends it
+                        request(*w, last=True)
+                    waiting = []
+                continue
+            item = scan.popleft()
+            if id(item) in scanned:
+                continue
+            scanned.add(id(item))
+            for label, candidates in runtime_requests(names_of(item.opened_as), item.obj.soname,
+                                                      versions):
+                request(item, label, candidates, last=False)
+        for w in waiting:  # the loader's budget ran out first
+            request(*w, last=True)
+        waiting = []
+
+    drain()
     for late in after:
         if proc.spent:
             break
         late_path = os.fspath(late)
         res, item, needed = proc.load_with_needed(late_path, proc.main)
-        if res.via == "already loaded":
+        if item is not None and id(item) in scanned:
             continue
         deps.append(Dependency(env.executable or "", late_path, "root", res))
         deps += [Dependency(who.opened_as, r.name, "needed", r) for who, r in needed]
+        opened(item)
+        drain()
     return deps
 
 
