@@ -1,0 +1,56 @@
+"""The `clients` check: whether each client on this machine would work with this cuDNN.
+
+The frameworks found by the frameworks check, and Theano (the client this tool configures),
+are each judged by the sub-libraries their calls need (facts/clients.py): a framework present
+that would break fails the check. With none present it passes and says which kinds of client
+the install serves and which it does not (the JIT flavour alone serves PyTorch's fp16
+convolution and attention, not its fp32 convolution, batch normalisation or LSTM). Before
+cuDNN 9 every client loads the whole release, which the files check judges: skip.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+from cudnn_setup.checks.frameworks_check import FrameworkEntry
+from cudnn_setup.checks.installation import Installation
+from cudnn_setup.facts import clients
+from cudnn_setup.facts import cudnn as gen
+from cudnn_setup.report import FAIL, PASS, SKIP, Check
+
+NAME = "clients"
+
+
+def check_clients(inst: Installation, frameworks: Sequence[FrameworkEntry],
+                  theano: bool) -> Check:
+    """`frameworks`: the frameworks check's entries; `theano`: whether Theano is judged too."""
+    if inst.generation != gen.V9 or not inst.libraries:
+        return Check(NAME, SKIP, "before cuDNN 9 every client loads the whole release (the "
+                     "files check judges it)" if inst.libraries else "no cuDNN library")
+    present = set(inst.composition().present)
+    served = clients.served(present, inst.generation)
+    names = [e.name for e in frameworks if e.importable and e.name in clients.FRAMEWORK_KIND]
+    if theano:
+        names.append("theano")
+    verdicts = []
+    for name in dict.fromkeys(names):
+        works, why = clients.framework_verdict(name, present, inst.generation)
+        verdicts.append({"client": name, "works": works, "why": why})
+    kinds = [{"kind": k.name, "clients": k.clients, "served": k in served,
+              "lacks": list(clients.lacking(k, present, inst.generation)), "why": k.why}
+             for k in clients.KINDS]
+    data = {"clients": verdicts, "kinds": kinds}
+    broken = [v for v in verdicts if not v["works"]]
+    if broken:
+        return Check(NAME, FAIL, "; ".join(v["why"] for v in broken),
+                     {**data, "hint": "install the full flavour of this cuDNN release "
+                                      "(not cudnn_jit): the clients above call what it adds"})
+    not_served = [k for k in clients.KINDS if k not in served]
+    serves = "; ".join(k.clients for k in served) or "no kind of client"
+    detail = (f"{', '.join(v['client'] for v in verdicts)} would work with this cuDNN; "
+              if verdicts else "no client of cuDNN found on this machine; ")
+    detail += f"it serves: {serves}"
+    if not_served:
+        detail += "; not: " + "; ".join(
+            f"{k.clients} (lacks {', '.join(clients.lacking(k, present, inst.generation))})"
+            for k in not_served)
+    return Check(NAME, PASS, detail, data)

@@ -1,0 +1,49 @@
+"""clients: each client on the machine judged by the sub-libraries its calls need, on gcc-built
+cuDNN 9 sets of both flavours."""
+from cudnn_setup.checks import locate
+from cudnn_setup.checks.clients_check import check_clients
+from cudnn_setup.checks.frameworks_check import FrameworkEntry
+from cudnn_setup.facts import clients
+from fixtures import layouts
+
+
+def torch():
+    return FrameworkEntry(name="torch", version="2.11.0", rule="same major", status="pass",
+                          reason="loads this cuDNN")
+
+
+def test_the_jit_flavour_fails_where_pytorch_is_present(tmp_path):
+    lib = layouts.loading_set9(tmp_path / "jit", tmp_path / "w", subs=layouts.JIT9)
+    check = check_clients(locate.locate(lib), [torch()], theano=False)
+    assert check.status == "fail", check.detail
+    assert "torch needs libcudnn_heuristic, libcudnn_engines_precompiled, libcudnn_ops" \
+        in check.detail and "unable to find an engine" in check.detail
+    assert check.data["clients"] == [{"client": "torch", "works": False,
+                                      "why": check.detail}]
+
+
+def test_the_jit_flavour_without_clients_says_what_it_serves(tmp_path):
+    lib = layouts.loading_set9(tmp_path / "jit", tmp_path / "w", subs=layouts.JIT9)
+    check = check_clients(locate.locate(lib), [], theano=False)
+    assert check.status == "pass", check.detail
+    assert check.detail.startswith("no client of cuDNN found on this machine; it serves: "
+                                   "PyTorch's fp16 convolution")
+    assert "; not: Theano, ONNX Runtime" in check.detail
+    served = {k["kind"]: k["served"] for k in check.data["kinds"]}
+    assert served == {clients.LEGACY: False, clients.GRAPH: False, clients.JIT_ONLY: True}
+
+
+def test_the_full_flavour_serves_pytorch_and_theano(tmp_path):
+    lib = layouts.loading_set9(tmp_path / "full", tmp_path / "w")
+    check = check_clients(locate.locate(lib), [torch()], theano=True)
+    assert check.status == "pass", check.detail
+    assert check.detail.startswith("torch, theano would work with this cuDNN")
+    assert "; not:" not in check.detail
+
+
+def test_a_full_set_without_its_legacy_library_breaks_theano(tmp_path):
+    lib = layouts.loading_set9(tmp_path / "full", tmp_path / "w")
+    (lib / "libcudnn_cnn.so.9").unlink()
+    (lib / "libcudnn_cnn.so.9.1.0").unlink()
+    check = check_clients(locate.locate(lib), [], theano=True)
+    assert check.status == "fail" and check.detail.startswith("theano needs libcudnn_cnn")
