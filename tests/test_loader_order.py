@@ -9,6 +9,7 @@ from cudnn_setup.checks import locate
 from cudnn_setup.checks.coherence import check_coherence
 from cudnn_setup.checks.deps import check_deps
 from cudnn_setup.checks.file_checks import check_files
+from cudnn_setup.checks.native import check_load
 from cudnn_setup.facts import cudnn as gen
 from cudnn_setup.facts import ldresolve as L
 from fixtures import layouts
@@ -122,3 +123,28 @@ def test_a_sub_library_under_no_name_fails_coherence_and_deps(tmp_path, loader_f
     assert coherence.status == "fail" and "libcudnn_graph.so.9" in coherence.detail
     assert deps.status == "fail" and "libcudnn_graph" in deps.detail
     assert files.status == "fail"
+
+
+def test_jit_beside_another_cudnn_names_the_other_files_with_their_own_versions(tmp_path,
+                                                                                 loader_facts):
+    jit = layouts.loading_set9(tmp_path / "jit", tmp_path / "w", subs=layouts.JIT9)
+    other = layouts.loading_set9(tmp_path / "sys", tmp_path / "w-sys", version=(9, 0, 0))
+    files, coherence, deps = verdicts(jit, loader_facts, LD_LIBRARY_PATH=str(other))
+    assert coherence.status == "fail", coherence.detail
+    assert coherence.detail.startswith(
+        "libcudnn_ops.so.9, libcudnn_cnn.so.9, libcudnn_adv.so.9, libcudnn_heuristic.so.9, "
+        "libcudnn_engines_precompiled.so.9 are not part of this JIT release")
+    assert f"another copy: {other} (cuDNN 9.0.0 by the file names, via LD_LIBRARY_PATH)" \
+        in coherence.detail and "SUBLIBRARY_VERSION_MISMATCH" in coherence.detail
+    assert "libcudnn_graph.so.9 is cuDNN" not in coherence.detail  # this copy's graph is fine
+    assert "LD_LIBRARY_PATH" in coherence.data["hint"]
+    # alone, the JIT flavour is coherent: what it lacks is for the clients check to say
+    _, alone, _ = verdicts(jit, loader_facts)
+    assert alone.status == "pass", alone.detail
+
+
+def test_the_load_check_names_the_file_it_mapped(tmp_path):
+    lib = layouts.loading_set9(tmp_path / "cudnn", tmp_path / "w")
+    check, data = check_load(locate.locate(lib), env_with())
+    assert check.status == "pass", check.detail
+    assert f"libcudnn.so.9 loads (the file {lib / 'libcudnn.so.9.1.0'})" in check.detail

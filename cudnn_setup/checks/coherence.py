@@ -125,6 +125,35 @@ def judge_unloaded(soname: str, res: L.Resolution, missing: list[tuple[str, str,
     return sub
 
 
+def outside_flavour(inst: Installation) -> list[str]:
+    """The SONAMEs of sub-libraries this release's libcudnn opens at run time that its flavour
+    does without (the JIT flavour's legacy API: ops, cnn, adv): absent by design, but a copy
+    the loader finds elsewhere is loaded beside this one when a client calls that API."""
+    if not inst.generation or inst.major is None:
+        return []
+    return [s for s in (gen.expected_soname(stem, str(inst.major), inst.generation)
+                        for stem in inst.composition().optional) if s]
+
+
+def judge_outside(soname: str, res: L.Resolution, main_dir: str | None,
+                  main_version: str | None) -> dict | None:
+    """A sub-library outside the flavour that the loader would find: from another copy (or of
+    another version), that copy is mixed with this one. Judged from its file, not loaded; the
+    version named is the one its own file name carries."""
+    if not res.found:
+        return None
+    real = os.path.realpath(res.path)
+    version = gen.library_file_version(os.path.basename(real))
+    where = _real_dir(res.path)
+    if where == main_dir and (not version or not main_version
+                              or gen.same_release(version, main_version)):
+        return None
+    return {"soname": soname, "path": res.path, "via": res.via, "mapped": None,
+            "opened_as": res.name, "directory": where, "version": version,
+            "version_from": "file name", "loaded": None, "not_in_flavour": True,
+            "problems": [], "rank": RANK["other-copy"]}
+
+
 def would_load(target: Path, sonames: list[str], loader: L.Environment,
                versions: L.Versions) -> dict[str, L.Resolution]:
     """Where each sub-library comes from in a process that dlopens `target`: the first request
@@ -188,7 +217,8 @@ def check_coherence(inst: Installation, env: Mapping[str, str], *,
                      "came with cuDNN 8.0")
     loader = loader or loader_environment(env)
     versions = versions_for(inst, load_data)
-    resolved = would_load(target, sonames, loader, versions)
+    outside = outside_flavour(inst)
+    resolved = would_load(target, sonames + outside, loader, versions)
     if driver_present is None:
         driver_present = machine_has_driver()
     unloadable = {} if driver_present else {
@@ -246,6 +276,24 @@ def check_coherence(inst: Installation, env: Mapping[str, str], *,
         data["sublibraries"].append(sub)
         problems += sub["problems"]
         checked += sub.get("version_check", {}).get("status") == 0
+    strays = [sub for soname in outside if (sub := judge_outside(
+        soname, resolved[soname], main_dir, main_version)) is not None]
+    groups: dict[tuple, list[dict]] = {}
+    for sub in strays:
+        groups.setdefault((sub["directory"], sub["version"], sub["via"]), []).append(sub)
+    for (where, version, via), subs in groups.items():
+        names = ", ".join(sub["soname"] for sub in subs)
+        one = len(subs) == 1
+        subs[0]["problems"].append(
+            f"{names} {'is' if one else 'are'} not part of this JIT release, but cuDNN opens "
+            f"{'it' if one else 'them'} for the calls that flavour does without (the legacy "
+            f"API, the precompiled engines) and the loader finds {'it' if one else 'them'} in "
+            f"another copy: {where} (cuDNN {version or '?'} by the file "
+            f"name{'' if one else 's'}, via {via}); a client making those calls gets "
+            f"CUDNN_STATUS_SUBLIBRARY_VERSION_MISMATCH (cuDNN {main_version or '?'} is in "
+            f"{main_dir})")
+        problems += subs[0]["problems"]
+    data["sublibraries"] += strays
     if problems:
         ordered = sorted((s for s in data["sublibraries"] if s["problems"]), key=lambda s: s["rank"])
         problems = list(dict.fromkeys(p for s in ordered for p in s["problems"]))
