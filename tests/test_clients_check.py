@@ -47,3 +47,29 @@ def test_a_full_set_without_its_legacy_library_breaks_theano(tmp_path):
     (lib / "libcudnn_cnn.so.9.1.0").unlink()
     check = check_clients(locate.locate(lib), [], theano=True)
     assert check.status == "fail" and check.detail.startswith("theano needs libcudnn_cnn")
+
+
+def test_installing_the_jit_flavour_where_torch_is_says_so_before_writing(tmp_path, home, site):
+    from conftest import run_json, tree_state
+    from fixtures.generate import make_cuda_root
+    from test_composition import JIT_NAME, archive_of, headers, jit_set
+    from test_frameworks_cli import env_with
+
+    lib = jit_set(tmp_path)
+    archive = archive_of(lib, headers(lib.parent / "include"), tmp_path / "a", JIT_NAME)
+    root = make_cuda_root(tmp_path / "cuda", "12.4")
+    before = tree_state(root)
+    args = ["install", archive, "--cuda-root", root, "--no-theanorc", "--no-verify",
+            "--python", site["python"]]
+    done, out = run_json([*args, "--dry-run"], home, env_with(site))
+    assert done.returncode == 0, out["error"]
+    assert tree_state(root) == before
+    said = [n for n in out["install"]["notes"] if "does not serve all of torch" in n]
+    assert said and "torch needs libcudnn_heuristic" in said[0], out["install"]["notes"]
+    assert "the JIT flavour does not serve all of torch here" in done.stderr
+    # --no-frameworks: nothing asked, nothing said
+    done, out = run_json([*args, "--dry-run", "--no-frameworks"], home, env_with(site))
+    assert not [n for n in out["install"]["notes"] if "JIT flavour" in n]
+
+
+from test_frameworks_cli import site  # noqa: E402,F401  (the torch stand-in's fixture)
