@@ -389,8 +389,11 @@ def judge(soname: str, res: L.Resolution, answer: SubLibraryAnswer | Mapping,
                                f"{check.function}() accepts it with {main_name}")
             else:
                 rank.append(RANK["other-version"])
-                problems.append(f"{soname} is cuDNN {version} ({path}) but {main_name} is cuDNN "
-                                f"{main_version} ({main_dir})")
+                # a version constant can be stale (9.19's say 9.13.0): the detail says it is one
+                source = "" if version_from in ("cudnnGetVersion", "file name", None) else \
+                    f", by its {version_from} constant"
+                problems.append(f"{soname} is cuDNN {version} ({path}{source}) but {main_name} is "
+                                f"cuDNN {main_version} ({main_dir})")
     if check is not None:
         sub["version_check"] = check.to_dict()
         status = check.status
