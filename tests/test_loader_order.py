@@ -148,3 +148,24 @@ def test_the_load_check_names_the_file_it_mapped(tmp_path):
     check, data = check_load(locate.locate(lib), env_with())
     assert check.status == "pass", check.detail
     assert f"libcudnn.so.9 loads (the file {lib / 'libcudnn.so.9.1.0'})" in check.detail
+
+
+def test_cudnn_8_opens_its_parts_by_the_links_so_a_lost_one_says_so(archives, cuda_root, home):
+    """libcudnn.so.8 keeps its sub-libraries' SONAMEs as literals and dlopens those: the link
+    is what cuDNN itself loads. A managed install: the finding replaces "is missing"."""
+    from conftest import run_json
+    from fixtures.generate import GENERATION_SAMPLES
+
+    root = cuda_root(version="12.4")
+    done, _ = run_json(["install", archives[GENERATION_SAMPLES["8.3.1+"]], "--cuda-root", root,
+                        "--no-theanorc", "--no-verify", "--no-frameworks"], home)
+    assert done.returncode == 0
+    inst = locate.locate(root / "lib64", root / "include")
+    link = inst.lib_dir / "libcudnn_ops_infer.so.8"
+    link.unlink()
+    files = check_files(inst)
+    assert files.status == "fail"
+    assert ("libcudnn_ops_infer.so.8 (the link to libcudnn_ops_infer.so.8.9.6) is missing: "
+            "programs linked against libcudnn_ops_infer") in files.detail
+    assert "libcudnn itself opens it by that name too, so cuDNN does not load" in files.detail
+    assert files.detail.count("is missing") == 1, files.detail  # said once, not by the record too
