@@ -41,12 +41,16 @@ def test_the_full_flavour_serves_pytorch_and_theano(tmp_path):
     assert "; not:" not in check.detail
 
 
-def test_a_full_set_without_its_legacy_library_breaks_theano(tmp_path):
+def test_a_full_set_without_libcudnn_cnn_breaks_theano_not_pytorch(tmp_path):
     lib = layouts.loading_set9(tmp_path / "full", tmp_path / "w")
     (lib / "libcudnn_cnn.so.9").unlink()
     (lib / "libcudnn_cnn.so.9.1.0").unlink()
-    check = check_clients(locate.locate(lib), [], theano=True)
+    check = check_clients(locate.locate(lib), [torch()], theano=True)
     assert check.status == "fail" and check.detail.startswith("theano needs libcudnn_cnn")
+    # PyTorch never opens libcudnn_cnn (LD_DEBUG on the H200): it is not named
+    assert check.data["clients"][0] == {"client": "torch", "works": True, "why": (
+        "has what torch calls (graph API: libcudnn, libcudnn_graph, libcudnn_heuristic, "
+        "libcudnn_engines_precompiled, libcudnn_ops, libcudnn_adv)")}
 
 
 def test_installing_the_jit_flavour_where_torch_is_says_so_before_writing(tmp_path, home, site):

@@ -26,6 +26,11 @@ JIT_ONLY = "jit-only"
 
 LEGACY_LIBS = ("libcudnn_ops", "libcudnn_cnn", "libcudnn_adv")
 PRECOMPILED_LIBS = ("libcudnn_graph", "libcudnn_heuristic", "libcudnn_engines_precompiled")
+# What PyTorch 2.11 (cuDNN 9.19, H200) opened for fp32 convolution, batch normalisation and
+# LSTM, in this order (LD_DEBUG=libs): graph, engines_precompiled, heuristic,
+# engines_runtime_compiled, ops, adv. Not libcudnn_cnn: the legacy convolution is not called,
+# which is why a stubbed libcudnn_cnn leaves PyTorch working and Theano not.
+GRAPH_LEGACY_LIBS = ("libcudnn_ops", "libcudnn_adv")
 
 
 @dataclass(frozen=True)
@@ -43,11 +48,12 @@ KINDS = (
                "libcudnn_adv and libcudnn_ops, which list libcudnn_graph as DT_NEEDED"),
     ClientKind(GRAPH, "PyTorch's fp32 convolution, batch normalisation and LSTM; TensorFlow; "
                       "JAX (the graph API with heuristics and precompiled engines, and the "
-                      "legacy calls they still make)",
-               ("libcudnn", *PRECOMPILED_LIBS, *LEGACY_LIBS),
+                      "ops and adv calls they still make)",
+               ("libcudnn", *PRECOMPILED_LIBS, *GRAPH_LEGACY_LIBS),
                "fp32 convolution needs a precompiled engine that the heuristics pick "
-               "(\"unable to find an engine\" without them); batch normalisation and LSTM go "
-               "through the legacy API (NOT_SUPPORTED_SUBLIBRARY_UNAVAILABLE without it)"),
+               "(\"unable to find an engine\" without them); batch normalisation and LSTM call "
+               "libcudnn_ops and libcudnn_adv (NOT_SUPPORTED_SUBLIBRARY_UNAVAILABLE without "
+               "them)"),
     ClientKind(JIT_ONLY, "PyTorch's fp16 convolution and scaled-dot-product attention (the "
                          "graph API with runtime-compiled engines)",
                ("libcudnn", "libcudnn_graph", "libcudnn_engines_runtime_compiled"),
