@@ -40,7 +40,7 @@ from elftools.elf.elffile import ELFFile
 from cudnn_setup.child import run_command
 from cudnn_setup.facts.elf import PARSE_ERRORS
 from cudnn_setup.untrusted import NotRegular, open_regular
-from cudnn_setup.facts.cudnn import so_base
+from cudnn_setup.facts.cudnn import V9, names_opened, so_base
 
 # glibc's trusted directories when the loader cannot be asked (x86-64 Debian/Ubuntu, then
 # Fedora/RHEL/SUSE); probe_loader() replaces them with what the running ld.so says.
@@ -752,7 +752,7 @@ def runtime_requests(names: Sequence[str], requester_soname: str | None,
     """Group embedded names by library into (label, candidates tried in order).
 
     cuDNN 9 builds a sub-library's name from its base ("libcudnn_ops.so") and its own
-    version, trying .M.m.p, .M.m, .M and the bare name ("Unable to load any of {…}");
+    version, trying .M.m.p, .M.m, .M and the bare name (facts/cudnn.names_opened);
     other templates ("libnvrtc.so.%d") take the CUDA version it was built for, then the
     bare name is the fallback."""
     own = requester_soname or ""
@@ -778,8 +778,7 @@ def runtime_requests(names: Sequence[str], requester_soname: str | None,
                 candidates.append(name)
         if stem in members:
             if stem.startswith("libcudnn") and own_version:
-                parts = own_version.split(".")
-                candidates += [f"{stem}.{'.'.join(parts[:n])}" for n in range(len(parts), 0, -1)]
+                candidates += names_opened(stem[:-len(".so")], own_version, V9)
             candidates.append(stem)
         candidates = list(dict.fromkeys(candidates))
         if candidates:
