@@ -306,10 +306,14 @@ def check_coherence(inst: Installation, env: Mapping[str, str], *,
               f"all the same version")
     names = [s["opened_as"] for s in data["sublibraries"] if s.get("opened_as")]
     if names and not gen.opens_by_soname(inst.generation):
-        full = [n for n in names if gen.library_file_version(n) == main_version]
-        detail += (f"; cuDNN opens them by their full file names ({names[0]}, …), not the "
-                   f".so.{inst.major} links" if len(full) == len(names) else
-                   "; cuDNN opens them as " + ", ".join(names))
+        other = [n for n in names if gen.library_file_version(n) != main_version]
+        if not other:
+            detail += (f"; cuDNN opens them by their full file names ({names[0]}, …), not the "
+                       f".so.{inst.major} links")
+        else:  # a wheel's files carry no full version: cuDNN falls back to the .so.N names
+            shown_names = ", ".join(other[:3]) + (", …" if len(other) > 3 else "")
+            detail += (f"; cuDNN opens {len(other)} of them by a name without their full "
+                       f"version ({shown_names})")
     if checked:
         detail += f"; cuDNN's own version checks pass ({checked})"
     if unloadable:
