@@ -170,3 +170,22 @@ def test_cudnn_8_opens_its_parts_by_the_links_so_a_lost_one_says_so(archives, cu
             "programs linked against libcudnn_ops_infer") in files.detail
     assert "libcudnn itself opens it by that name too, so cuDNN does not load" in files.detail
     assert files.detail.count("is missing") == 1, files.detail  # said once, not by the record too
+
+
+def test_a_version_is_only_ever_paired_with_the_file_it_was_read_from():
+    """The JIT flavour beside a system cuDNN 9.14 on the H200: a dlopen of the name took the
+    system's graph while cuDNN's own check opened this copy's; the detail said
+    "libcudnn_graph.so.9 is cuDNN 9.14.0 (…graph.so.9.19.0)"."""
+    from cudnn_setup.checks.coherence import judge
+
+    here, system = "/opt/jit/lib", "/usr/lib/x86_64-linux-gnu"
+    res = L.Resolution("libcudnn_graph.so.9")  # the emulation did not find it
+    got = {"loaded": True, "path": f"{system}/libcudnn_graph.so.9",
+           "mapped": f"{system}/libcudnn_graph.so.9.14.0", "version": 91400,
+           "version_from": "cudnnGetVersion",
+           "version_check": {"status": 0, "function": "cudnnGraphVersionCheck",
+                             "mapped": [f"{here}/libcudnn_graph.so.9.19.0"]}}
+    sub = judge("libcudnn_graph.so.9", res, got, here, "9.19.0", "libcudnn.so.9")
+    assert (sub["mapped"], sub["version"], sub["version_from"]) == (
+        f"{here}/libcudnn_graph.so.9.19.0", "9.19.0", "file name")
+    assert not any("9.14.0" in p for p in sub["problems"]), sub["problems"]

@@ -18,6 +18,14 @@ LD_LIBRARY_PATH: that would hide exactly this problem):
    sub-library the way cuDNN does; 2001/2002 are SUBLIBRARY_LOADING_FAILED and
    SUBLIBRARY_VERSION_MISMATCH).
 
+cuDNN 9 opens a sub-library by its full file name first (facts/cudnn.names_opened) and graph
+and ops before the rest, whose DT_NEEDED entries ld.so then matches to them by SONAME: the
+probe calls cuDNN's own graph and ops checks first (--first), and each entry says the name it
+was opened under (`opened_as`), so a missing .so.9 link fails here only where it fails cuDNN.
+A version is only ever reported with the file it was read from. For the JIT flavour, the
+sub-libraries it does without that the loader would find in another copy are named too: cuDNN
+opens them when a client calls that API, and mixes the copies.
+
 Fails when a sub-library is taken from another directory or is another version (naming both
 paths and versions), cannot be found, cannot be loaded (its dlerror), kills the child that
 loads it (the signal), or cuDNN's own check says so. Whatever the child prints or does becomes
@@ -235,8 +243,8 @@ def check_coherence(inst: Installation, env: Mapping[str, str], *,
     # The runner skips it when loading libcudnn hung earlier; its own 60 s per sub-library
     # are the probe's, not a hang of libcudnn's.
     probing = dict(runner=runner, key=loads_key(target), remember=False)
-    result = run_probe(probe_module("sublibs") + [*first, str(target), *args], timeout, dict(env), python,
-                       **probing)
+    result = run_probe(probe_module("sublibs") + [*first, str(target), *args], timeout, dict(env),
+                       python, **probing)
     data: dict = {"library": {"path": str(target), "directory": _real_dir(str(target))},
                   "ld_library_path": loader.ld_library_path, "sublibraries": []}
     if result.data is None:
@@ -250,8 +258,8 @@ def check_coherence(inst: Installation, env: Mapping[str, str], *,
     if retry:
         for i in retry:
             args[i] = by_cudnn[_stem(probed[i])]
-        again = run_probe(probe_module("sublibs") + [*first, str(target), *args], timeout, dict(env),
-                          python, **probing)
+        again = run_probe(probe_module("sublibs") + [*first, str(target), *args], timeout,
+                          dict(env), python, **probing)
         if again.data is not None:
             probe = SublibsAnswer.read(again.data)
     main_dir = _real_dir(probe.mapped or probe.path or str(target))
