@@ -18,7 +18,7 @@ def test_the_jit_flavour_fails_where_pytorch_is_present(tmp_path):
     assert check.status == "fail", check.detail
     assert "torch needs libcudnn_heuristic, libcudnn_engines_precompiled, libcudnn_ops" \
         in check.detail and "unable to find an engine" in check.detail
-    assert check.data["clients"] == [{"client": "torch", "works": False,
+    assert check.data["clients"] == [{"client": "torch", "present": True, "works": False,
                                       "why": check.detail}]
 
 
@@ -31,6 +31,16 @@ def test_the_jit_flavour_without_clients_says_what_it_serves(tmp_path):
     assert "; not: Theano, ONNX Runtime" in check.detail
     served = {k["kind"]: k["served"] for k in check.data["kinds"]}
     assert served == {clients.LEGACY: False, clients.GRAPH: False, clients.JIT_ONLY: True}
+
+
+def test_theano_fails_the_check_only_where_it_is_installed(tmp_path):
+    lib = layouts.loading_set9(tmp_path / "jit", tmp_path / "w", subs=layouts.JIT9)
+    absent = check_clients(locate.locate(lib), [], theano=lambda: False)
+    assert absent.status == "pass", absent.detail
+    assert "; theano is not installed, and would not work: theano needs libcudnn_ops, " \
+        "libcudnn_cnn, libcudnn_adv" in absent.detail
+    there = check_clients(locate.locate(lib), [], theano=lambda: True)
+    assert there.status == "fail" and there.detail.startswith("theano needs libcudnn_ops")
 
 
 def test_the_full_flavour_serves_pytorch_and_theano(tmp_path):
@@ -48,7 +58,7 @@ def test_a_full_set_without_libcudnn_cnn_breaks_theano_not_pytorch(tmp_path):
     check = check_clients(locate.locate(lib), [torch()], theano=True)
     assert check.status == "fail" and check.detail.startswith("theano needs libcudnn_cnn")
     # PyTorch never opens libcudnn_cnn (LD_DEBUG on the H200): it is not named
-    assert check.data["clients"][0] == {"client": "torch", "works": True, "why": (
+    assert check.data["clients"][0] == {"client": "torch", "present": True, "works": True, "why": (
         "has what torch calls (graph API: libcudnn, libcudnn_graph, libcudnn_heuristic, "
         "libcudnn_engines_precompiled, libcudnn_ops, libcudnn_adv)")}
 

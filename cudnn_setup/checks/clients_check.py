@@ -9,7 +9,7 @@ cuDNN 9 every client loads the whole release, which the files check judges: skip
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 from cudnn_setup.checks.frameworks_check import FrameworkEntry
 from cudnn_setup.checks.installation import Installation
@@ -21,34 +21,40 @@ NAME = "clients"
 
 
 def check_clients(inst: Installation, frameworks: Sequence[FrameworkEntry],
-                  theano: bool) -> Check:
-    """`frameworks`: the frameworks check's entries; `theano`: whether Theano is judged too."""
+                  theano: bool | Callable[[], bool]) -> Check:
+    """`frameworks`: the frameworks check's entries; `theano`: whether Theano is judged too,
+    or a function that says whether it is installed (asked for cuDNN 9 only): Theano's
+    verdict is always given, but fails the check only where Theano is there."""
     if inst.generation != gen.V9 or not inst.libraries:
         return Check(NAME, SKIP, "before cuDNN 9 every client loads the whole release (the "
                      "files check judges it)" if inst.libraries else "no cuDNN library")
     present = set(inst.composition().present)
     served = clients.served(present, inst.generation)
-    names = [e.name for e in frameworks if e.importable and e.name in clients.FRAMEWORK_KIND]
+    found = {e.name: True for e in frameworks if e.importable and e.name in clients.FRAMEWORK_KIND}
     if theano:
-        names.append("theano")
+        found["theano"] = theano() if callable(theano) else True
     verdicts = []
-    for name in dict.fromkeys(names):
+    for name, there in found.items():
         works, why = clients.framework_verdict(name, present, inst.generation)
-        verdicts.append({"client": name, "works": works, "why": why})
+        verdicts.append({"client": name, "present": there, "works": works, "why": why})
     kinds = [{"kind": k.name, "clients": k.clients, "served": k in served,
               "lacks": list(clients.lacking(k, present, inst.generation)), "why": k.why}
              for k in clients.KINDS]
     data = {"clients": verdicts, "kinds": kinds}
-    broken = [v for v in verdicts if not v["works"]]
+    broken = [v for v in verdicts if not v["works"] and v["present"]]
     if broken:
         return Check(NAME, FAIL, "; ".join(v["why"] for v in broken),
                      {**data, "hint": "install the full flavour of this cuDNN release "
                                       "(not cudnn_jit): the clients above call what it adds"})
     not_served = [k for k in clients.KINDS if k not in served]
     serves = "; ".join(k.clients for k in served) or "no kind of client"
-    detail = (f"{', '.join(v['client'] for v in verdicts)} would work with this cuDNN; "
-              if verdicts else "no client of cuDNN found on this machine; ")
+    working = [v["client"] for v in verdicts if v["works"]]
+    detail = (f"{', '.join(working)} would work with this cuDNN; " if working
+              else "no client of cuDNN found on this machine; ")
     detail += f"it serves: {serves}"
+    for v in verdicts:
+        if not v["works"]:  # not installed here: said, not failed
+            detail += f"; {v['client']} is not installed, and would not work: {v['why']}"
     if not_served:
         detail += "; not: " + "; ".join(
             f"{k.clients} (lacks {', '.join(clients.lacking(k, present, inst.generation))})"

@@ -22,7 +22,7 @@ from cudnn_setup.checks.locate import skipped_without_cudnn
 from cudnn_setup.checks.gpu import check_gpu
 from cudnn_setup.checks.native import check_compile, check_load
 from cudnn_setup.checks.system import check_cuda, check_loader
-from cudnn_setup.checks.theano_check import check_theano
+from cudnn_setup.checks.theano_check import check_theano, has_theano
 from cudnn_setup.child import Runner
 from cudnn_setup.facts import ldresolve as L
 from cudnn_setup.facts.host import host_machine
@@ -210,7 +210,8 @@ def run_checks(inst: Installation, *, python: str, env: Mapping[str, str],
     found = frameworks_later.result()
     checks.append(found.check)
     step("clients")
-    checks.append(check_clients(inst, found.entries, theano))
+    checks.append(check_clients(inst, found.entries, theano and (
+        lambda: has_theano(python, env, runner))))
     if theano:
         step("theano")
     checks.append(theano_later.result())
