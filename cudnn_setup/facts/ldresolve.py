@@ -40,7 +40,7 @@ from elftools.elf.elffile import ELFFile
 from cudnn_setup.child import run_command
 from cudnn_setup.facts.elf import PARSE_ERRORS
 from cudnn_setup.untrusted import NotRegular, open_regular
-from cudnn_setup.facts.cudnn import V9, names_opened, so_base
+from cudnn_setup.facts.cudnn import OPENED_FIRST, V9, names_opened, so_base
 
 # glibc's trusted directories when the loader cannot be asked (x86-64 Debian/Ubuntu, then
 # Fedora/RHEL/SUSE); probe_loader() replaces them with what the running ld.so says.
@@ -783,6 +783,10 @@ def runtime_requests(names: Sequence[str], requester_soname: str | None,
         candidates = list(dict.fromkeys(candidates))
         if candidates:
             out.append((candidates[0], tuple(candidates)))
+    # cuDNN opens graph, then ops, before the parts that list them as DT_NEEDED, whatever
+    # order the names sit in its binary (9.24: ops, graph, cnn, adv)
+    first = [f"{stem}.so" for stem in OPENED_FIRST[V9]]
+    out.sort(key=lambda r: first.index(so_base(r[0])) if so_base(r[0]) in first else len(first))
     return out
 
 
@@ -865,6 +869,15 @@ def closure(roots: Sequence[str | os.PathLike], env: Environment, versions: Vers
             return True
         return False
 
+    def settle() -> None:
+        """Retry the waiting names each time one loads, before the names after it: cuDNN opens
+        ops once graph is there, before cnn and adv, which would bring ops in by its link."""
+        nonlocal waiting
+        while waiting:
+            retry, waiting = waiting, []
+            if not any([request(*w, last=False) for w in retry]):
+                break
+
     def drain() -> None:
         nonlocal waiting
         while (scan or waiting) and not proc.spent:
@@ -881,7 +894,8 @@ def closure(roots: Sequence[str | os.PathLike], env: Environment, versions: Vers
             scanned.add(id(item))
             for label, candidates in runtime_requests(names_of(item.opened_as), item.obj.soname,
                                                       versions):
-                request(item, label, candidates, last=False)
+                if request(item, label, candidates, last=False):
+                    settle()
         for w in waiting:  # the loader's budget ran out first
             request(*w, last=True)
         waiting = []
