@@ -22,6 +22,21 @@ def test_the_jit_flavour_fails_where_pytorch_is_present(tmp_path):
                                       "why": check.detail}]
 
 
+def test_a_framework_that_loads_its_own_cudnn_is_not_touched_by_this_one(tmp_path):
+    from cudnn_setup.checks.frameworks_check import LoadedCopy
+
+    lib = layouts.loading_set9(tmp_path / "jit", tmp_path / "w", subs=layouts.JIT9)
+    wheel = "/opt/venv/site-packages/nvidia/cudnn/lib"
+    own = torch()
+    own.cudnn_loaded = LoadedCopy(f"{wheel}/libcudnn.so.9", wheel, "9.19.0", "runpath", "")
+    check = check_clients(locate.locate(lib), [own], theano=False)
+    assert check.status == "pass", check.detail
+    assert check.data["clients"][0]["why"] == f"torch loads the cuDNN in {wheel}, not this one"
+    here = torch()
+    here.cudnn_loaded = LoadedCopy(str(lib / "libcudnn.so.9.1.0"), str(lib), "9.1.0", "ld_library_path", "")
+    assert check_clients(locate.locate(lib), [here], theano=False).status == "fail"
+
+
 def test_the_jit_flavour_without_clients_says_what_it_serves(tmp_path):
     lib = layouts.loading_set9(tmp_path / "jit", tmp_path / "w", subs=layouts.JIT9)
     check = check_clients(locate.locate(lib), [], theano=False)

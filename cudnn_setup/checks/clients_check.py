@@ -2,13 +2,15 @@
 
 The frameworks found by the frameworks check, and Theano (the client this tool configures),
 are each judged by the sub-libraries their calls need (facts/clients.py): a framework present
-that would break fails the check. With none present it passes and says which kinds of client
+that would break fails the check; one the frameworks check saw load another cuDNN (its
+wheel's) is not touched by this one. With none present it passes and says which kinds of client
 the install serves and which it does not (the JIT flavour alone serves PyTorch's fp16
 convolution and attention, not its fp32 convolution, batch normalisation or LSTM). Before
 cuDNN 9 every client loads the whole release, which the files check judges: skip.
 """
 from __future__ import annotations
 
+import os
 from typing import Callable, Sequence
 
 from cudnn_setup.checks.frameworks_check import FrameworkEntry
@@ -31,11 +33,16 @@ def check_clients(inst: Installation, frameworks: Sequence[FrameworkEntry],
     present = set(inst.composition().present)
     served = clients.served(present, inst.generation)
     found = {e.name: True for e in frameworks if e.importable and e.name in clients.FRAMEWORK_KIND}
+    elsewhere = {e.name: e.cudnn_loaded.dir for e in frameworks
+                 if e.cudnn_loaded and e.cudnn_loaded.dir and not _same_dir(e.cudnn_loaded.dir,
+                                                                            inst.lib_dir)}
     if theano:
         found["theano"] = theano() if callable(theano) else True
     verdicts = []
     for name, there in found.items():
         works, why = clients.framework_verdict(name, present, inst.generation)
+        if name in elsewhere:  # it loads another cuDNN: this one's flavour does not touch it
+            works, why = True, f"{name} loads the cuDNN in {elsewhere[name]}, not this one"
         verdicts.append({"client": name, "present": there, "works": works, "why": why})
     kinds = [{"kind": k.name, "clients": k.clients, "served": k in served,
               "lacks": list(clients.lacking(k, present, inst.generation)), "why": k.why}
@@ -60,3 +67,7 @@ def check_clients(inst: Installation, frameworks: Sequence[FrameworkEntry],
             f"{k.clients} (lacks {', '.join(clients.lacking(k, present, inst.generation))})"
             for k in not_served)
     return Check(NAME, PASS, detail, data)
+
+
+def _same_dir(a: str, b) -> bool:
+    return os.path.realpath(a) == os.path.realpath(b)
