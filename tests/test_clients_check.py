@@ -12,14 +12,23 @@ def torch():
                           reason="loads this cuDNN")
 
 
-def test_the_jit_flavour_fails_where_pytorch_is_present(tmp_path):
+def test_the_jit_flavour_fails_where_pytorch_loads_it(tmp_path):
+    from cudnn_setup.checks.frameworks_check import LoadedCopy
+
     lib = layouts.loading_set9(tmp_path / "jit", tmp_path / "w", subs=layouts.JIT9)
-    check = check_clients(locate.locate(lib), [torch()], theano=False)
+    here = torch()
+    here.cudnn_loaded = LoadedCopy(str(lib / "libcudnn.so.9.1.0"), str(lib), "9.1.0",
+                                   "ld_library_path", "")
+    check = check_clients(locate.locate(lib), [here], theano=False)
     assert check.status == "fail", check.detail
     assert "torch needs libcudnn_heuristic, libcudnn_engines_precompiled, libcudnn_ops" \
         in check.detail and "unable to find an engine" in check.detail
-    assert check.data["clients"] == [{"client": "torch", "present": True, "works": False,
-                                      "why": check.detail}]
+    assert check.data["clients"] == [{"client": "torch", "present": True, "loads_this": True,
+                                      "works": False, "why": check.detail}]
+    # which cuDNN it loads not seen (no GPU here): a warning that says so
+    unseen = check_clients(locate.locate(lib), [torch()], theano=False)
+    assert unseen.status == "warn" and unseen.detail.endswith(
+        "(if it loads this cuDNN: which one it loads was not seen here)")
 
 
 def test_a_framework_that_loads_its_own_cudnn_is_not_touched_by_this_one(tmp_path):
@@ -32,9 +41,6 @@ def test_a_framework_that_loads_its_own_cudnn_is_not_touched_by_this_one(tmp_pat
     check = check_clients(locate.locate(lib), [own], theano=False)
     assert check.status == "pass", check.detail
     assert check.data["clients"][0]["why"] == f"torch loads the cuDNN in {wheel}, not this one"
-    here = torch()
-    here.cudnn_loaded = LoadedCopy(str(lib / "libcudnn.so.9.1.0"), str(lib), "9.1.0", "ld_library_path", "")
-    assert check_clients(locate.locate(lib), [here], theano=False).status == "fail"
 
 
 def test_the_jit_flavour_without_clients_says_what_it_serves(tmp_path):
@@ -73,7 +79,8 @@ def test_a_full_set_without_libcudnn_cnn_breaks_theano_not_pytorch(tmp_path):
     check = check_clients(locate.locate(lib), [torch()], theano=True)
     assert check.status == "fail" and check.detail.startswith("theano needs libcudnn_cnn")
     # PyTorch never opens libcudnn_cnn (LD_DEBUG on the H200): it is not named
-    assert check.data["clients"][0] == {"client": "torch", "present": True, "works": True, "why": (
+    assert check.data["clients"][0] == {"client": "torch", "present": True, "loads_this": None,
+                                        "works": True, "why": (
         "has what torch calls (graph API: libcudnn, libcudnn_graph, libcudnn_heuristic, "
         "libcudnn_engines_precompiled, libcudnn_ops, libcudnn_adv)")}
 

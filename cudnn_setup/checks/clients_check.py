@@ -2,8 +2,9 @@
 
 The frameworks found by the frameworks check, and Theano (the client this tool configures),
 are each judged by the sub-libraries their calls need (facts/clients.py): a framework present
-that would break fails the check; one the frameworks check saw load another cuDNN (its
-wheel's) is not touched by this one. With none present it passes and says which kinds of client
+that would break fails the check where it was seen to load this cuDNN (Theano: always, its
+config names it) and warns where which cuDNN it loads was not seen (no GPU); one seen to load
+another cuDNN (its wheel's) is not touched by this one. With none present it passes and says which kinds of client
 the install serves and which it does not (the JIT flavour alone serves PyTorch's fp16
 convolution and attention, not its fp32 convolution, batch normalisation or LSTM). Before
 cuDNN 9 every client loads the whole release, which the files check judges: skip.
@@ -17,7 +18,7 @@ from cudnn_setup.checks.frameworks_check import FrameworkEntry
 from cudnn_setup.checks.installation import Installation
 from cudnn_setup.facts import clients
 from cudnn_setup.facts import cudnn as gen
-from cudnn_setup.report import FAIL, PASS, SKIP, Check
+from cudnn_setup.report import FAIL, PASS, SKIP, WARN, Check
 
 NAME = "clients"
 
@@ -33,24 +34,31 @@ def check_clients(inst: Installation, frameworks: Sequence[FrameworkEntry],
     present = set(inst.composition().present)
     served = clients.served(present, inst.generation)
     found = {e.name: True for e in frameworks if e.importable and e.name in clients.FRAMEWORK_KIND}
-    elsewhere = {e.name: e.cudnn_loaded.dir for e in frameworks
-                 if e.cudnn_loaded and e.cudnn_loaded.dir and not _same_dir(e.cudnn_loaded.dir,
-                                                                            inst.lib_dir)}
+    # which cuDNN each framework loaded, where the frameworks check saw it (None: not seen,
+    # e.g. without a GPU); Theano loads the one its config names, this one
+    loads = {e.name: (e.cudnn_loaded.dir if e.cudnn_loaded else None) for e in frameworks}
     if theano:
         found["theano"] = theano() if callable(theano) else True
     verdicts = []
     for name, there in found.items():
         works, why = clients.framework_verdict(name, present, inst.generation)
-        if name in elsewhere:  # it loads another cuDNN: this one's flavour does not touch it
-            works, why = True, f"{name} loads the cuDNN in {elsewhere[name]}, not this one"
-        verdicts.append({"client": name, "present": there, "works": works, "why": why})
+        where = loads.get(name)
+        this = True if name == "theano" else (None if not where else _same_dir(where, inst.lib_dir))
+        if this is False:  # it loads another cuDNN: this one's flavour does not touch it
+            works, why = True, f"{name} loads the cuDNN in {where}, not this one"
+        verdicts.append({"client": name, "present": there, "loads_this": this, "works": works,
+                         "why": why})
     kinds = [{"kind": k.name, "clients": k.clients, "served": k in served,
               "lacks": list(clients.lacking(k, present, inst.generation)), "why": k.why}
              for k in clients.KINDS]
     data = {"clients": verdicts, "kinds": kinds}
     broken = [v for v in verdicts if not v["works"] and v["present"]]
     if broken:
-        return Check(NAME, FAIL, "; ".join(v["why"] for v in broken),
+        # fail where the client is known to load this cuDNN; where that was not seen, warn
+        sure = any(v["loads_this"] for v in broken)
+        return Check(NAME, FAIL if sure else WARN, "; ".join(
+            v["why"] + ("" if v["loads_this"] else " (if it loads this cuDNN: which one it "
+                        "loads was not seen here)") for v in broken),
                      {**data, "hint": "install the full flavour of this cuDNN release "
                                       "(not cudnn_jit): the clients above call what it adds"})
     not_served = [k for k in clients.KINDS if k not in served]
