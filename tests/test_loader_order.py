@@ -75,6 +75,12 @@ def test_a_deleted_graph_link_is_a_files_finding_not_a_load_failure(tmp_path, lo
     assert "!" not in names and not seen.errors  # the real loader does without the link
     files, coherence, deps = verdicts(lib, loader_facts)
     assert coherence.status == "pass", coherence.detail
+    # cuDNN's own graph and ops checks, called first, opened them by their full names
+    first = coherence.data["opened_first"]
+    assert [(c["function"], c["status"]) for c in first] == [("cudnnGraphVersionCheck", 0),
+                                                            ("cudnnOpsVersionCheck", 0)]
+    assert first[0]["opened"] == [str(lib / "libcudnn_graph.so.9.1.0")]
+    assert first[1]["opened"] == [str(lib / "libcudnn_ops.so.9.1.0")]
     assert deps.status == "pass", deps.detail
     assert files.status == "fail"
     assert "libcudnn_graph.so.9 (the link to libcudnn_graph.so.9.1.0) is missing" in files.detail

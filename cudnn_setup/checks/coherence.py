@@ -271,6 +271,9 @@ def check_coherence(inst: Installation, env: Mapping[str, str], *,
     entries = probe.sublibraries
     if probe.opened_first:
         data["opened_first"] = [c.to_dict() for c in probe.opened_first]
+    # what cuDNN opened while the probe called its graph and ops checks first: those parts are
+    # already loaded when their own entries are probed
+    first_opened = {_stem(n): os.path.basename(n) for c in probe.opened_first for n in c.opened}
     problems: list[str] = []
     checked = 0
     got_by = {s: entries[i] for i, s in enumerate(probed) if i < len(entries)}
@@ -280,7 +283,8 @@ def check_coherence(inst: Installation, env: Mapping[str, str], *,
                                  main_version, target.name)
         else:
             sub = judge(soname, resolved[soname], got_by.get(soname, SubLibraryAnswer()), main_dir,
-                        main_version, target.name, by_cudnn.get(_stem(soname)))
+                        main_version, target.name, by_cudnn.get(_stem(soname)),
+                        first_opened.get(_stem(soname)))
         data["sublibraries"].append(sub)
         problems += sub["problems"]
         checked += sub.get("version_check", {}).get("status") == 0
@@ -345,10 +349,11 @@ def mapped_by_stem(paths) -> dict[str, str]:
 
 def judge(soname: str, res: L.Resolution, answer: SubLibraryAnswer | Mapping,
           main_dir: str | None, main_version: str | None, main_name: str,
-          by_cudnn: str | None = None) -> dict:
+          by_cudnn: str | None = None, first_opened: str | None = None) -> dict:
     """One sub-library: where it comes from (cuDNN's own loading where it showed it, else the
     loader's search), what the real loader did with that file, what is wrong. `answer`: the
-    probe's entry for it (its JSON object is read into a SubLibraryAnswer)."""
+    probe's entry for it (its JSON object is read into a SubLibraryAnswer); `first_opened`: the
+    name cuDNN opened it under when the probe called its checks first (graph, ops)."""
     got = SubLibraryAnswer.read(answer)
     check = got.version_check
     own = mapped_by_stem(check.mapped if check else None).get(_stem(soname)) or by_cudnn
@@ -363,7 +368,7 @@ def judge(soname: str, res: L.Resolution, answer: SubLibraryAnswer | Mapping,
     if own and not (res.path and _real_dir(res.path) == _real_dir(own)):
         via = "loaded by cuDNN itself"
     opened = [n for n in (check.opened if check else []) if _stem(n) == _stem(soname)]
-    opened_as = os.path.basename(opened[0]) if opened else (
+    opened_as = os.path.basename(opened[0]) if opened else first_opened or (
         res.name if res.found and not own else None)
     sub = {"soname": soname, "path": res.path, "via": via, "mapped": path,
            "opened_as": opened_as, "directory": _real_dir(path), "version": version,
