@@ -64,6 +64,15 @@ def test_theano_fails_the_check_only_where_it_is_installed(tmp_path):
     assert there.status == "fail" and there.detail.startswith("theano needs libcudnn_ops")
 
 
+def test_pytorch_needs_the_runtime_compiled_engines_too(tmp_path):
+    lib = layouts.loading_set9(tmp_path / "full", tmp_path / "w")
+    for name in ("libcudnn_engines_runtime_compiled.so.9", "libcudnn_engines_runtime_compiled.so.9.1.0"):
+        (lib / name).unlink()
+    check = check_clients(locate.locate(lib), [torch()], theano=False)
+    assert check.status == "warn" and check.detail.startswith(
+        "torch needs libcudnn_engines_runtime_compiled, which this cuDNN lacks: NVRTC")
+
+
 def test_the_full_flavour_serves_pytorch_and_theano(tmp_path):
     lib = layouts.loading_set9(tmp_path / "full", tmp_path / "w")
     check = check_clients(locate.locate(lib), [torch()], theano=True)
@@ -81,8 +90,9 @@ def test_a_full_set_without_libcudnn_cnn_breaks_theano_not_pytorch(tmp_path):
     # PyTorch never opens libcudnn_cnn (LD_DEBUG on the H200): it is not named
     assert check.data["clients"][0] == {"client": "torch", "present": True, "loads_this": None,
                                         "works": True, "why": (
-        "has what torch calls (graph API: libcudnn, libcudnn_graph, libcudnn_heuristic, "
-        "libcudnn_engines_precompiled, libcudnn_ops, libcudnn_adv)")}
+        "has what torch calls (libcudnn, libcudnn_graph, libcudnn_heuristic, "
+        "libcudnn_engines_precompiled, libcudnn_ops, libcudnn_adv, "
+        "libcudnn_engines_runtime_compiled)")}
 
 
 def test_installing_the_jit_flavour_where_torch_is_says_so_before_writing(tmp_path, home, site):

@@ -62,9 +62,12 @@ KINDS = (
 
 BY_NAME = {k.name: k for k in KINDS}
 
-# Frameworks the frameworks check finds, and Theano: which kind each needs to work.
-FRAMEWORK_KIND = {"torch": GRAPH, "tensorflow": GRAPH, "jax": GRAPH, "jaxlib": GRAPH,
-                  "onnxruntime": LEGACY, "theano": LEGACY, "cupy": LEGACY}
+# Frameworks the frameworks check finds, and Theano: the kinds of call each makes (PyTorch
+# both: fp32 work through precompiled engines, fp16 convolution and attention through the
+# runtime-compiled ones).
+FRAMEWORK_KIND = {"torch": (GRAPH, JIT_ONLY), "tensorflow": (GRAPH,), "jax": (GRAPH,),
+                  "jaxlib": (GRAPH,), "onnxruntime": (LEGACY,), "theano": (LEGACY,),
+                  "cupy": (LEGACY,)}
 
 
 def lacking(kind: ClientKind, present: set[str] | frozenset[str],
@@ -83,12 +86,14 @@ def served(present, generation: str | None) -> list[ClientKind]:
 
 def framework_verdict(framework: str, present, generation: str | None) -> tuple[bool, str]:
     """(works, why) for `framework` (a name FRAMEWORK_KIND knows) with a cuDNN of `present`."""
-    kind = BY_NAME[FRAMEWORK_KIND.get(framework, GRAPH)]
-    missing = lacking(kind, set(present), generation)
-    if not missing:
-        return True, f"has what {framework} calls ({kind.name} API: {', '.join(kind.needs)})"
+    kinds = [BY_NAME[k] for k in FRAMEWORK_KIND.get(framework, (GRAPH,))]
+    needs = list(dict.fromkeys(s for k in kinds for s in k.needs))
+    short = [k for k in kinds if lacking(k, set(present), generation)]
+    if not short:
+        return True, f"has what {framework} calls ({', '.join(needs)})"
+    missing = list(dict.fromkeys(s for k in short for s in lacking(k, set(present), generation)))
     return False, (f"{framework} needs {', '.join(missing)}, which this cuDNN lacks: "
-                   f"{kind.why}")
+                   + "; ".join(k.why for k in short))
 
 
 def link_clients(stem: str, generation: str | None) -> str:
