@@ -149,8 +149,9 @@ def test_sub_library_replaced_by_another_release_is_told_by_its_version_constant
     assert check.status == "fail"
     ops = subs["libcudnn_ops.so.9"]
     assert (ops["version"], ops["version_from"]) == ("9.14.0", "cudnn_ops_infer_version")
-    assert check.detail.startswith(f"libcudnn_ops.so.9 is cuDNN 9.14.0 ({lib / 'libcudnn_ops.so.9'}) "
-                                   f"but libcudnn.so.9 is cuDNN 9.19.0")
+    assert check.detail.startswith(f"libcudnn_ops.so.9 is cuDNN 9.14.0 ({lib / 'libcudnn_ops.so.9'}, "
+                                   "by its cudnn_ops_infer_version constant) but libcudnn.so.9 "
+                                   "is cuDNN 9.19.0")
 
 
 def test_whatever_the_probe_answers_is_judged_without_raising():

@@ -54,7 +54,8 @@ def test_older_sub_library_first_on_the_path_is_reported_with_its_version(mixed)
     ops, cnn, adv, graph = out["sublibraries"]
     assert ops["path"] == str(old / "libcudnn_ops.so.9") == ops["mapped"]
     assert (ops["version"], ops["version_from"]) == (90000, "cudnnGetVersion")
-    assert ops["version_check"] == {"function": "cudnnOpsVersionCheck", "status": 2002, "mapped": []}
+    assert ops["version_check"] == {"function": "cudnnOpsVersionCheck", "status": 2002, "mapped": [],
+                                    "opened": []}
     assert cnn["loaded"] is False
     assert "libcudnn_cnn.so.9: cannot open shared object file" in cnn["dlerror"]
     assert adv["signal"] == "SIGABRT" and "died of SIGABRT" in adv["error"]
@@ -84,7 +85,8 @@ def test_cudnns_own_loading_uses_its_runpath_where_a_soname_dlopen_does_not(tmp_
     [cnn] = out["sublibraries"]
     assert cnn["loaded"] is False  # no LD_LIBRARY_PATH: a plain dlopen by soname cannot find it
     assert cnn["version_check"] == {"function": "cudnnCnnVersionCheck", "status": 0,
-                                    "mapped": [str(lib / "libcudnn_cnn.so.9")]}
+                                    "mapped": [str(lib / "libcudnn_cnn.so.9")],
+                                    "opened": [str(lib / "libcudnn_cnn.so.9")]}
 
 
 def test_main_library_that_cannot_load_says_why(tmp_path):

@@ -34,7 +34,7 @@ def test_healthy_install(archives, cuda_root, home):
     assert done.returncode == 0 and out["ok"] and out["cudnn_version"] == "7.4.2"
     assert [c["name"] for c in out["checks"]] == ["files", "elf", "versions", "load", "coherence",
                                                    "deps", "loader", "cuda", "driver", "compile",
-                                                   "gpu", "frameworks", "theano"]
+                                                   "gpu", "frameworks", "clients", "theano"]
     for name in ("files", "elf", "versions", "load", "deps", "cuda", "compile"):
         assert checks[name]["status"] == "pass", checks[name]
     assert checks["coherence"]["status"] == "skip" and "one library" in checks["coherence"]["detail"]

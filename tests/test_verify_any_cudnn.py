@@ -9,7 +9,7 @@ from cudnn_setup.checks.suite import ORDER
 from fixtures import layouts
 
 EXPECTED_ORDER = ["files", "elf", "versions", "load", "coherence", "deps", "loader", "cuda",
-                  "driver", "compile", "gpu", "frameworks", "theano"]
+                  "driver", "compile", "gpu", "frameworks", "clients", "theano"]
 
 
 def by_name(out):

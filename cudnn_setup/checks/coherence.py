@@ -18,6 +18,14 @@ LD_LIBRARY_PATH: that would hide exactly this problem):
    sub-library the way cuDNN does; 2001/2002 are SUBLIBRARY_LOADING_FAILED and
    SUBLIBRARY_VERSION_MISMATCH).
 
+cuDNN 9 opens a sub-library by its full file name first (facts/cudnn.names_opened) and graph
+and ops before the rest, whose DT_NEEDED entries ld.so then matches to them by SONAME: the
+probe calls cuDNN's own graph and ops checks first (--first), and each entry says the name it
+was opened under (`opened_as`), so a missing .so.9 link fails here only where it fails cuDNN.
+A version is only ever reported with the file it was read from. For the JIT flavour, the
+sub-libraries it does without that the loader would find in another copy are named too: cuDNN
+opens them when a client calls that API, and mixes the copies.
+
 Fails when a sub-library is taken from another directory or is another version (naming both
 paths and versions), cannot be found, cannot be loaded (its dlerror), kills the child that
 loads it (the signal), or cuDNN's own check says so. Whatever the child prints or does becomes
@@ -125,6 +133,35 @@ def judge_unloaded(soname: str, res: L.Resolution, missing: list[tuple[str, str,
     return sub
 
 
+def outside_flavour(inst: Installation) -> list[str]:
+    """The SONAMEs of sub-libraries this release's libcudnn opens at run time that its flavour
+    does without (the JIT flavour's legacy API: ops, cnn, adv): absent by design, but a copy
+    the loader finds elsewhere is loaded beside this one when a client calls that API."""
+    if not inst.generation or inst.major is None:
+        return []
+    return [s for s in (gen.expected_soname(stem, str(inst.major), inst.generation)
+                        for stem in inst.composition().optional) if s]
+
+
+def judge_outside(soname: str, res: L.Resolution, main_dir: str | None,
+                  main_version: str | None) -> dict | None:
+    """A sub-library outside the flavour that the loader would find: from another copy (or of
+    another version), that copy is mixed with this one. Judged from its file, not loaded; the
+    version named is the one its own file name carries."""
+    if not res.found:
+        return None
+    real = os.path.realpath(res.path)
+    version = gen.library_file_version(os.path.basename(real))
+    where = _real_dir(res.path)
+    if where == main_dir and (not version or not main_version
+                              or gen.same_release(version, main_version)):
+        return None
+    return {"soname": soname, "path": res.path, "via": res.via, "mapped": None,
+            "opened_as": res.name, "directory": where, "version": version,
+            "version_from": "file name", "loaded": None, "not_in_flavour": True,
+            "problems": [], "rank": RANK["other-copy"]}
+
+
 def would_load(target: Path, sonames: list[str], loader: L.Environment,
                versions: L.Versions) -> dict[str, L.Resolution]:
     """Where each sub-library comes from in a process that dlopens `target`: the first request
@@ -188,7 +225,8 @@ def check_coherence(inst: Installation, env: Mapping[str, str], *,
                      "came with cuDNN 8.0")
     loader = loader or loader_environment(env)
     versions = versions_for(inst, load_data)
-    resolved = would_load(target, sonames, loader, versions)
+    outside = outside_flavour(inst)
+    resolved = would_load(target, sonames + outside, loader, versions)
     if driver_present is None:
         driver_present = machine_has_driver()
     unloadable = {} if driver_present else {
@@ -196,11 +234,17 @@ def check_coherence(inst: Installation, env: Mapping[str, str], *,
         if (deps := needs_absent_driver(resolved[s], loader)) is not None}
     probed = [s for s in sonames if s not in unloadable]
     args = [resolved[s].path if resolved[s].found else s for s in probed]
+    # What a client's first call loads before the rest (cuDNN 9: graph, then ops), loaded
+    # the same way first, so that the others find them by SONAME as they do in the client.
+    present, first = set(inst.composition().present), []
+    for stem in gen.OPENED_FIRST.get(inst.generation or "", ()):
+        if stem in present and not any(_stem(s) == stem for s in unloadable):
+            first += ["--first", gen.version_check_function(stem)]
     # The runner skips it when loading libcudnn hung earlier; its own 60 s per sub-library
     # are the probe's, not a hang of libcudnn's.
     probing = dict(runner=runner, key=loads_key(target), remember=False)
-    result = run_probe(probe_module("sublibs") + [str(target), *args], timeout, dict(env), python,
-                       **probing)
+    result = run_probe(probe_module("sublibs") + [*first, str(target), *args], timeout, dict(env),
+                       python, **probing)
     data: dict = {"library": {"path": str(target), "directory": _real_dir(str(target))},
                   "ld_library_path": loader.ld_library_path, "sublibraries": []}
     if result.data is None:
@@ -214,8 +258,8 @@ def check_coherence(inst: Installation, env: Mapping[str, str], *,
     if retry:
         for i in retry:
             args[i] = by_cudnn[_stem(probed[i])]
-        again = run_probe(probe_module("sublibs") + [str(target), *args], timeout, dict(env),
-                          python, **probing)
+        again = run_probe(probe_module("sublibs") + [*first, str(target), *args], timeout,
+                          dict(env), python, **probing)
         if again.data is not None:
             probe = SublibsAnswer.read(again.data)
     main_dir = _real_dir(probe.mapped or probe.path or str(target))
@@ -225,6 +269,11 @@ def check_coherence(inst: Installation, env: Mapping[str, str], *,
         return Check(NAME, FAIL, f"{target.name} itself cannot be loaded: "
                      f"{shown(probe.dlerror or probe.error or 'no reason given')}", data)
     entries = probe.sublibraries
+    if probe.opened_first:
+        data["opened_first"] = [c.to_dict() for c in probe.opened_first]
+    # what cuDNN opened while the probe called its graph and ops checks first: those parts are
+    # already loaded when their own entries are probed
+    first_opened = {_stem(n): os.path.basename(n) for c in probe.opened_first for n in c.opened}
     problems: list[str] = []
     checked = 0
     got_by = {s: entries[i] for i, s in enumerate(probed) if i < len(entries)}
@@ -234,10 +283,29 @@ def check_coherence(inst: Installation, env: Mapping[str, str], *,
                                  main_version, target.name)
         else:
             sub = judge(soname, resolved[soname], got_by.get(soname, SubLibraryAnswer()), main_dir,
-                        main_version, target.name, by_cudnn.get(_stem(soname)))
+                        main_version, target.name, by_cudnn.get(_stem(soname)),
+                        first_opened.get(_stem(soname)))
         data["sublibraries"].append(sub)
         problems += sub["problems"]
         checked += sub.get("version_check", {}).get("status") == 0
+    strays = [sub for soname in outside if (sub := judge_outside(
+        soname, resolved[soname], main_dir, main_version)) is not None]
+    groups: dict[tuple, list[dict]] = {}
+    for sub in strays:
+        groups.setdefault((sub["directory"], sub["version"], sub["via"]), []).append(sub)
+    for (where, version, via), subs in groups.items():
+        names = ", ".join(sub["soname"] for sub in subs)
+        one = len(subs) == 1
+        subs[0]["problems"].append(
+            f"{names} {'is' if one else 'are'} not part of this JIT release, but cuDNN opens "
+            f"{'it' if one else 'them'} for the calls that flavour does without (the legacy "
+            f"API, the precompiled engines) and the loader finds {'it' if one else 'them'} in "
+            f"another copy: {where} (cuDNN {version or '?'} by the file "
+            f"name{'' if one else 's'}, via {via}); a client making those calls gets "
+            f"CUDNN_STATUS_SUBLIBRARY_VERSION_MISMATCH (cuDNN {main_version or '?'} is in "
+            f"{main_dir})")
+        problems += subs[0]["problems"]
+    data["sublibraries"] += strays
     if problems:
         ordered = sorted((s for s in data["sublibraries"] if s["problems"]), key=lambda s: s["rank"])
         problems = list(dict.fromkeys(p for s in ordered for p in s["problems"]))
@@ -248,6 +316,16 @@ def check_coherence(inst: Installation, env: Mapping[str, str], *,
     detail = (f"{target.name} (cuDNN {main_version or '?'}) and its "
               f"{plural(len(sonames), 'sub-library', 'sub-libraries')} load from {main_dir}, "
               f"all the same version")
+    names = [s["opened_as"] for s in data["sublibraries"] if s.get("opened_as")]
+    if names and not gen.opens_by_soname(inst.generation):
+        other = [n for n in names if gen.library_file_version(n) != main_version]
+        if not other:
+            detail += (f"; cuDNN opens them by their full file names ({names[0]}, …), not the "
+                       f".so.{inst.major} links")
+        else:  # a wheel's files carry no full version: cuDNN falls back to the .so.N names
+            shown_names = ", ".join(other[:3]) + (", …" if len(other) > 3 else "")
+            detail += (f"; cuDNN opens {len(other)} of them by a name without their full "
+                       f"version ({shown_names})")
     if checked:
         detail += f"; cuDNN's own version checks pass ({checked})"
     if unloadable:
@@ -271,21 +349,30 @@ def mapped_by_stem(paths) -> dict[str, str]:
 
 def judge(soname: str, res: L.Resolution, answer: SubLibraryAnswer | Mapping,
           main_dir: str | None, main_version: str | None, main_name: str,
-          by_cudnn: str | None = None) -> dict:
+          by_cudnn: str | None = None, first_opened: str | None = None) -> dict:
     """One sub-library: where it comes from (cuDNN's own loading where it showed it, else the
     loader's search), what the real loader did with that file, what is wrong. `answer`: the
-    probe's entry for it (its JSON object is read into a SubLibraryAnswer)."""
+    probe's entry for it (its JSON object is read into a SubLibraryAnswer); `first_opened`: the
+    name cuDNN opened it under when the probe called its checks first (graph, ops)."""
     got = SubLibraryAnswer.read(answer)
     check = got.version_check
     own = mapped_by_stem(check.mapped if check else None).get(_stem(soname)) or by_cudnn
     path = own or got.mapped or res.path
-    version = version_of(got.version)
+    version, version_from = version_of(got.version), got.version_from
+    if own and got.mapped and os.path.realpath(own) != os.path.realpath(got.mapped):
+        # The version was read from another file than the one cuDNN opened: only the name of
+        # the file cuDNN opened is known to describe it.
+        version = gen.library_file_version(os.path.basename(os.path.realpath(own)))
+        version_from = "file name"
     via = res.via  # how the loader's search reaches it; cuDNN's own loading, where it differs
     if own and not (res.path and _real_dir(res.path) == _real_dir(own)):
         via = "loaded by cuDNN itself"
+    opened = [n for n in (check.opened if check else []) if _stem(n) == _stem(soname)]
+    opened_as = os.path.basename(opened[0]) if opened else first_opened or (
+        res.name if res.found and not own else None)
     sub = {"soname": soname, "path": res.path, "via": via, "mapped": path,
-           "directory": _real_dir(path), "version": version,
-           "version_from": got.version_from, "loaded": got.loaded, "dlerror": got.dlerror,
+           "opened_as": opened_as, "directory": _real_dir(path), "version": version,
+           "version_from": version_from, "loaded": got.loaded, "dlerror": got.dlerror,
            "error": got.error, "problems": []}
     problems = sub["problems"]
     rank = []  # what kind of problem comes first: the cause before what it causes
@@ -319,8 +406,11 @@ def judge(soname: str, res: L.Resolution, answer: SubLibraryAnswer | Mapping,
                                f"{check.function}() accepts it with {main_name}")
             else:
                 rank.append(RANK["other-version"])
-                problems.append(f"{soname} is cuDNN {version} ({path}) but {main_name} is cuDNN "
-                                f"{main_version} ({main_dir})")
+                # a version constant can be stale (9.19's say 9.13.0): the detail says it is one
+                source = "" if version_from in ("cudnnGetVersion", "file name", None) else \
+                    f", by its {version_from} constant"
+                problems.append(f"{soname} is cuDNN {version} ({path}{source}) but {main_name} is "
+                                f"cuDNN {main_version} ({main_dir})")
     if check is not None:
         sub["version_check"] = check.to_dict()
         status = check.status

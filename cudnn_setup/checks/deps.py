@@ -30,6 +30,7 @@ distribution's manager for the CUDA major cuDNN was built for, and the pip wheel
 """
 from __future__ import annotations
 
+import dataclasses
 import glob
 import os
 import shlex
@@ -97,6 +98,28 @@ def roots_of(inst: Installation) -> list[Path]:
         link = inst.lib_dir / soname if soname else None
         out.append(link if link is not None and link.exists() else lib)
     return out
+
+
+def _load_order(inst: Installation, roots: list[Path]) -> tuple[list[Path], list[Path]]:
+    """(opened first, opened after the run-time names): libcudnn opens its sub-libraries
+    itself (8 and 9), so a program loads libcudnn and cuDNN loads the rest, in its order and
+    by its names (facts/cudnn.names_opened); a library nothing names is opened by path last.
+    Loading each sub-library by its .so.9 link on its own would fail where cuDNN does not."""
+    main = [r for r in roots if gen.library_stem(r.name) == "libcudnn"]
+    if not main or inst.generation not in (gen.V8_EARLY, gen.V8_LATE, gen.V9):
+        return roots, []
+    return main, [r for r in roots if r not in main]
+
+
+def _own_dir_unsearched(deps: Sequence[L.Dependency], lib_dir: Path) -> bool:
+    """Whether a cuDNN sub-library libcudnn opens at run time was found nowhere while a file of
+    one of its names is in `lib_dir`."""
+    for d in deps:
+        if d.kind == "runtime" and not d.resolution.found and \
+                (cudnn_stem(d.name) or "").startswith("libcudnn_") and \
+                any((lib_dir / c).exists() for c in d.candidates or (d.name,)):
+            return True
+    return False
 
 
 def likely_dirs(inst: Installation, env: Mapping[str, str]) -> list[Path]:
@@ -230,7 +253,15 @@ def check_deps(inst: Installation, env: Mapping[str, str], *, load_data: dict | 
     loader = loader or loader_environment(env)
     versions = versions_for(inst, load_data)
     roots = roots_of(inst)
-    entries = group(L.closure(roots, loader, versions))
+    first, after = _load_order(inst, roots)
+    deps = L.closure(first, loader, versions, after=after)
+    if after and _own_dir_unsearched(deps, inst.lib_dir):
+        # libcudnn does not find its own directory here (no RUNPATH $ORIGIN, not on the path):
+        # the loader check says so and how to fix it; judged as a program given that fix.
+        loader = dataclasses.replace(loader, ld_library_path=":".join(
+            p for p in (loader.ld_library_path, str(inst.lib_dir)) if p))
+        deps = L.closure(first, loader, versions, after=after)
+    entries = group(deps)
     missing = [e for e in entries if not e.found]
     manager = _manager(distro_id) if missing else None
     search = list(search_dirs) if search_dirs is not None else (likely_dirs(inst, env) if missing else [])

@@ -6,6 +6,7 @@ import stat
 
 from cudnn_setup.checks.installation import Installation
 from cudnn_setup.checks.locate import UNMANAGED
+from cudnn_setup.facts import clients
 from cudnn_setup.facts import cudnn as gen
 from cudnn_setup.facts.elf import NotElf, code_problem, read_elf
 from cudnn_setup.state.files import describe, describe_known
@@ -24,8 +25,12 @@ def check_files(inst: Installation, deep: bool = False) -> Check:
     problems: list[str] = []
     changed: list[str] = []
     entries = inst.manifest.files if inst.manifest else []
+    links = soname_link_problems(inst)
+    problems += links.values()
     for entry in entries:
         path = root / entry.path
+        if _where(path) in links:
+            continue
         current = describe(path, entry.content.hashes) if deep else describe_known(path, entry)
         if current is None:
             problems.append(f"{entry.path} is missing")
@@ -45,6 +50,8 @@ def check_files(inst: Installation, deep: bool = False) -> Check:
         if mode & 0o444 != 0o444 and not any(lib.name in p for p in problems):
             problems.append(f"{lib.name} is not readable by everyone")
     for link in sorted(inst.lib_dir.glob("libcudnn*.so*")) if inst.lib_dir.is_dir() else []:
+        if _where(link) in links:
+            continue
         if link.is_symlink() and not link.exists():
             problems.append(f"{link.name} -> {os.readlink(link)} is a broken link")
     problems = list(dict.fromkeys(problems))
@@ -73,6 +80,36 @@ def check_files(inst: Installation, deep: bool = False) -> Check:
                      f"which libcudnn.so does not select: {listing} (judged: {main.name}, "
                      f"selected by {inst.selected_by})", data)
     return Check("files", PASS if inst.manifest else WARN, origin, data)
+
+
+def soname_link_problems(inst: Installation) -> dict:
+    """{link path: problem} for each sub-library whose SONAME link (libcudnn_ops.so.9) is
+    missing or leads to another file than the sub-library of this release: damage to the
+    clients that load by that name, which facts/clients.link_clients names."""
+    out = {}
+    if inst.generation not in (gen.V8_EARLY, gen.V8_LATE, gen.V9):
+        return out
+    for lib in inst.libraries:
+        stem = gen.library_stem(lib.name)
+        soname = gen.expected_soname(stem or "", gen.library_file_version(lib.name),
+                                     inst.generation)
+        if not stem or stem == "libcudnn" or not soname or soname == lib.name:
+            continue
+        link = lib.parent / soname
+        if not link.is_symlink() and not link.exists():
+            what = f"{soname} (the link to {lib.name}) is missing"
+        elif os.path.realpath(link) != os.path.realpath(lib):
+            target = os.readlink(link) if link.is_symlink() else "a file of its own"
+            what = f"{soname} leads to {target}, not to {lib.name}"
+        else:
+            continue
+        out[_where(link)] = f"{what}: {clients.link_clients(stem, inst.generation)}"
+    return out
+
+
+def _where(path) -> tuple[str, str]:
+    """A path by its real directory and its own name (lib64 may be a link to lib)."""
+    return os.path.realpath(os.path.dirname(path)), os.path.basename(path)
 
 
 def check_elf(inst: Installation, host: str) -> Check:

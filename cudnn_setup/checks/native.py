@@ -114,7 +114,10 @@ def check_load(inst: Installation, env: Mapping[str, str], runner: Runner | None
         if got != expected:
             return Check("load", FAIL, f"cudnnGetVersion() = {got} but the header says "
                          f"{expected}: Theano would stop with 'Mixed dnn version'", data), data
-    return Check("load", PASS, f"{target.name} loads; cudnnGetVersion() = {got}, "
+    data["mapped"] = answer.paths("mapped")
+    front = [m for m in data["mapped"] if gen.library_stem(os.path.basename(m)) == "libcudnn"]
+    opened = f" (the file {front[0]})" if len(front) == 1 else ""
+    return Check("load", PASS, f"{target.name} loads{opened}; cudnnGetVersion() = {got}, "
                  f"cudnnGetCudartVersion() = {data.get('cudnnGetCudartVersion')}", data), data
 
 

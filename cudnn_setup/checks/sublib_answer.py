@@ -40,6 +40,7 @@ class VersionCheck:
     mapped: list[str] = field(default_factory=list)  # libcudnn* files the call mapped
     error: str | None = None  # how the child died, when it did
     signal: str | None = None
+    opened: list[str] = field(default_factory=list)  # their link-map names: the names opened
 
     @classmethod
     def read(cls, value: object) -> "VersionCheck | None":
@@ -49,7 +50,8 @@ class VersionCheck:
         f = Fields(value, WHAT, "version_check.")
         return cls(function=f.nonempty("function", 200), status=f.integer("status"),
                    mapped=f.strings("mapped", PATH_LIMIT, 4000), error=_said(f.raw("error")),
-                   signal=f.nonempty("signal", 40))
+                   signal=f.nonempty("signal", 40),
+                   opened=f.strings("opened", PATH_LIMIT, 4000))
 
     @property
     def passed(self) -> bool:
@@ -61,6 +63,8 @@ class VersionCheck:
             out["error"] = self.error
         if self.signal is not None:
             out["signal"] = self.signal
+        if self.opened:
+            out["opened"] = self.opened
         return out
 
 
@@ -102,6 +106,7 @@ class SublibsAnswer:
     dlerror: str | None = None
     error: str | None = None
     cudnn_mapped: list[str] = field(default_factory=list)  # mapped to answer cudnnGetVersion
+    opened_first: list[VersionCheck] = field(default_factory=list)  # --first, in order
     sublibraries: list[SubLibraryAnswer] = field(default_factory=list)
 
     @classmethod
@@ -109,9 +114,12 @@ class SublibsAnswer:
         """`limit`: entries read at most; each keeps its place (the n-th sub-library asked)."""
         f = Fields(value, WHAT)
         entries = f.raw("sublibraries")
+        first = f.raw("opened_first")
         return cls(loaded=f.flag("loaded") is True, path=f.nonempty("path", PATH_LIMIT),
                    mapped=f.nonempty("mapped", PATH_LIMIT), version=_version(f.raw("version")),
                    dlerror=_said(f.raw("dlerror")), error=_said(f.raw("error")),
                    cudnn_mapped=f.paths("cudnn_mapped"),
+                   opened_first=[c for c in map(VersionCheck.read, first[:16]) if c]
+                   if isinstance(first, list) else [],
                    sublibraries=[SubLibraryAnswer.read(e) for e in entries[:limit]]
                    if isinstance(entries, list) else [])

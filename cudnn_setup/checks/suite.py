@@ -14,6 +14,7 @@ from typing import Callable, Mapping
 from cudnn_setup.checks.coherence import check_coherence
 from cudnn_setup.checks.deps import check_deps, loader_environment
 from cudnn_setup.checks.driver_check import DriverFacts, check_driver, driver_facts, driver_present
+from cudnn_setup.checks.clients_check import check_clients
 from cudnn_setup.checks.file_checks import check_elf, check_files, check_versions
 from cudnn_setup.checks.frameworks_check import FrameworkEntry, check_frameworks
 from cudnn_setup.checks.installation import Installation
@@ -21,7 +22,7 @@ from cudnn_setup.checks.locate import skipped_without_cudnn
 from cudnn_setup.checks.gpu import check_gpu
 from cudnn_setup.checks.native import check_compile, check_load
 from cudnn_setup.checks.system import check_cuda, check_loader
-from cudnn_setup.checks.theano_check import check_theano
+from cudnn_setup.checks.theano_check import check_theano, has_theano
 from cudnn_setup.child import Runner
 from cudnn_setup.facts import ldresolve as L
 from cudnn_setup.facts.host import host_machine
@@ -29,7 +30,7 @@ from cudnn_setup.parallel import Done, Later
 from cudnn_setup.report import SKIP, Check
 
 ORDER = ("files", "elf", "versions", "load", "coherence", "deps", "loader", "cuda", "driver",
-         "compile", "gpu", "frameworks", "theano")
+         "compile", "gpu", "frameworks", "clients", "theano")
 
 
 @dataclass
@@ -208,7 +209,11 @@ def run_checks(inst: Installation, *, python: str, env: Mapping[str, str],
         step("gpu")
         checks += [compiled, gpu_later.result()]
     step("frameworks")
-    checks.append(frameworks_later.result().check)
+    found = frameworks_later.result()
+    checks.append(found.check)
+    step("clients")
+    checks.append(check_clients(inst, found.entries, theano and (
+        lambda: has_theano(python, env, runner))))
     if theano:
         step("theano")
     checks.append(theano_later.result())

@@ -86,7 +86,9 @@ def install(result: Result, ctx: Context, source: str, *, cuda_root: Path | None
                                  lock_timeout=ctx.lock_timeout, xz=which(ctx, "xz"),
                                  env=ctx.env, driver=asked.result, on_status=ctx.status,
                                  provenance=provenance, extra_wheels=[d.path for d in deps],
-                                 verify_content=verify_content)
+                                 verify_content=verify_content,
+                                 clients=None if no_frameworks else
+                                 (lambda: framework_names(ctx, python)))
     else:
         outcome = same[0]
     driver = asked.result()
@@ -146,6 +148,18 @@ def install(result: Result, ctx: Context, source: str, *, cuda_root: Path | None
                                  no_frameworks)
     if step is not None and step.refused:
         raise step.refused
+
+
+def framework_names(ctx: Context, python: str) -> list[str] | None:
+    """The frameworks `python` could import (none is imported), or None when it cannot say."""
+    from cudnn_setup.checks.framework_probe import importable_frameworks
+    from cudnn_setup.errors import SetupError, UsageError
+
+    try:
+        listed = importable_frameworks(python, ctx.env, runner=ctx.runner)
+    except (SetupError, UsageError):
+        return None
+    return [f["name"] for f in listed if f.get("importable") and isinstance(f.get("name"), str)]
 
 
 def _verify(ctx: Context, root: CudaRoot, python: str, rc: Path | None, driver,

@@ -270,3 +270,43 @@ def flavour_of_name(name: str) -> str | None:
     if facts is None:
         facts = parse_archive_name(name + ".tar.xz")  # a top directory: the name without .tar.xz
     return facts.flavour if facts else None
+
+
+# How libcudnn opens its sub-libraries (read from NVIDIA's binaries with strings and readelf,
+# and watched with LD_DEBUG=libs: 8.9.6.50 of nvidia-cudnn-cu11, 9.24.0.43 of nvidia-cudnn-cu13).
+# 8.x: libcudnn.so.8 keeps each sub-library's SONAME as a literal (libcudnn_ops_infer.so.8) and
+#   dlopens that name through its DT_RUNPATH $ORIGIN: a missing .so.8 link is a missing
+#   sub-library, and 8.9 aborts the calling process.
+# 9.x: libcudnn.so.9 keeps the base names (libcudnn_ops.so …) and the formats "%s.%d.%d.%d",
+#   "%s.%d.%d", "%s.%d", and dlopens base.M.m.p, base.M.m, base.M, then the base, with its own
+#   version, through its DT_RPATH $ORIGIN; libcudnn_graph.so.9 opens heuristic and the engines
+#   the same way. The .so.9 links are the fallback only. The sub-libraries list
+#   libcudnn_graph.so.9 (and cnn and adv libcudnn_ops.so.9) as DT_NEEDED; ld.so matches those
+#   to the libraries already loaded by their SONAME, and a client's first call loads graph and
+#   ops first (PyTorch 2.11 with cuDNN 9.19 ran with lib/libcudnn_graph.so.9 deleted and mapped
+#   only the 9.19.0 files), so the links do not matter to cuDNN itself either.
+OPENED_FIRST = {V9: ("libcudnn_graph", "libcudnn_ops")}
+
+
+def names_opened(stem: str, version: str | None, generation: str | None) -> tuple[str, ...]:
+    """The names libcudnn (or libcudnn_graph) of `generation` and `version` tries, in order,
+    for sub-library `stem`: the SONAME alone before 9, base.M.m.p … base from 9 on."""
+    if generation == V9 and version:
+        parts = version.split(".")[:3]
+        base = f"{stem}.so"
+        return tuple(f"{base}.{'.'.join(parts[:n])}" for n in range(len(parts), 0, -1)) + (base,)
+    soname = expected_soname(stem, version, generation)
+    return (soname,) if soname else ()
+
+
+def opens_by_soname(generation: str | None) -> bool:
+    """Whether libcudnn of `generation` opens its sub-libraries by their SONAME links (8.x) or
+    by their full file names (9.x: the links are for other programs)."""
+    return generation in (V8_EARLY, V8_LATE)
+
+
+def version_check_function(stem: str) -> str:
+    """cudnnOpsVersionCheck for libcudnn_ops, cudnnOpsInferVersionCheck for
+    libcudnn_ops_infer: the function of libcudnn that loads that sub-library its own way."""
+    return "cudnn" + "".join(p.title() for p in stem[len("libcudnn_"):].split("_")) + \
+        "VersionCheck"

@@ -40,7 +40,7 @@ from elftools.elf.elffile import ELFFile
 from cudnn_setup.child import run_command
 from cudnn_setup.facts.elf import PARSE_ERRORS
 from cudnn_setup.untrusted import NotRegular, open_regular
-from cudnn_setup.facts.cudnn import so_base
+from cudnn_setup.facts.cudnn import OPENED_FIRST, V9, names_opened, so_base
 
 # glibc's trusted directories when the loader cannot be asked (x86-64 Debian/Ubuntu, then
 # Fedora/RHEL/SUSE); probe_loader() replaces them with what the running ld.so says.
@@ -752,7 +752,7 @@ def runtime_requests(names: Sequence[str], requester_soname: str | None,
     """Group embedded names by library into (label, candidates tried in order).
 
     cuDNN 9 builds a sub-library's name from its base ("libcudnn_ops.so") and its own
-    version, trying .M.m.p, .M.m, .M and the bare name ("Unable to load any of {…}");
+    version, trying .M.m.p, .M.m, .M and the bare name (facts/cudnn.names_opened);
     other templates ("libnvrtc.so.%d") take the CUDA version it was built for, then the
     bare name is the fallback."""
     own = requester_soname or ""
@@ -778,12 +778,15 @@ def runtime_requests(names: Sequence[str], requester_soname: str | None,
                 candidates.append(name)
         if stem in members:
             if stem.startswith("libcudnn") and own_version:
-                parts = own_version.split(".")
-                candidates += [f"{stem}.{'.'.join(parts[:n])}" for n in range(len(parts), 0, -1)]
+                candidates += names_opened(stem[:-len(".so")], own_version, V9)
             candidates.append(stem)
         candidates = list(dict.fromkeys(candidates))
         if candidates:
             out.append((candidates[0], tuple(candidates)))
+    # cuDNN opens graph, then ops, before the parts that list them as DT_NEEDED, whatever
+    # order the names sit in its binary (9.24: ops, graph, cnn, adv)
+    first = [f"{stem}.so" for stem in OPENED_FIRST[V9]]
+    out.sort(key=lambda r: first.index(so_base(r[0])) if so_base(r[0]) in first else len(first))
     return out
 
 
@@ -818,16 +821,30 @@ class Dependency:
 
 def closure(roots: Sequence[str | os.PathLike], env: Environment, versions: Versions = Versions(),
             runtime: bool = True,
-            scanned_if: Callable[[ElfObject], bool] | None = None) -> list[Dependency]:
+            scanned_if: Callable[[ElfObject], bool] | None = None,
+            after: Sequence[str | os.PathLike] = ()) -> list[Dependency]:
     """Load each root as dlopen(path) would, with every DT_NEEDED entry recursively; then each
     name the roots (and what those names bring in) open at run time, from the library that
-    embeds it. One Dependency per request, in load order. `scanned_if`: only the objects it
-    accepts are read for run-time names (a caller that asks only about cuDNN's own libraries
-    need not search for every name the driver opens)."""
+    embeds it; then each of `after` (libraries that nothing named, opened by path once the
+    rest is loaded). One Dependency per request, in load order. `scanned_if`: only the objects
+    it accepts are read for run-time names (a caller that asks only about cuDNN's own libraries
+    need not search for every name the driver opens).
+
+    Run-time names are opened in dependency order: one whose file is found but whose DT_NEEDED
+    entry is not is tried again once the other names are loaded, as a library that opens its
+    parts loads the one the others need first (cuDNN 9 opens libcudnn_graph before
+    libcudnn_ops, which lists libcudnn_graph.so.9: with that link gone, ld.so matches the entry
+    to the graph library already loaded by its full file name, by its SONAME)."""
     deps: list[Dependency] = []
     proc = Process(env)
     names_of = env.objects.runtime_names if env.objects is not None else runtime_names
     scan: deque[Loaded] = deque()
+
+    def opened(item: Loaded | None) -> None:
+        if runtime and item is not None and item not in scan and (
+                scanned_if is None or scanned_if(item.obj)):
+            scan.append(item)
+
     for root in roots:
         if proc.spent:
             break
@@ -835,35 +852,82 @@ def closure(roots: Sequence[str | os.PathLike], env: Environment, versions: Vers
         res, item, needed = proc.load_with_needed(root_path, proc.main)
         deps.append(Dependency(env.executable or "", root_path, "root", res))
         deps += [Dependency(who.opened_as, r.name, "needed", r) for who, r in needed]
-        if item is None:
-            continue
-        if runtime and item not in scan and (scanned_if is None or scanned_if(item.obj)):
-            scan.append(item)
+        opened(item)
     scanned: set[int] = set()
-    while scan and not proc.spent:
-        item = scan.popleft()
-        if id(item) in scanned:
+    waiting: list[tuple[Loaded, str, tuple[str, ...]]] = []  # found, with a DT_NEEDED not yet there
+
+    def request(item: Loaded, label: str, candidates: tuple[str, ...], last: bool) -> bool:
+        """Open one run-time name; False when it waits for another to be loaded first."""
+        res, got, needed = _first_of(proc, candidates, item, defer=not last)
+        if got is None and res is None:
+            waiting.append((item, label, candidates))
+            return False
+        deps.append(Dependency(item.opened_as, label, "runtime", res, candidates))
+        deps.extend(Dependency(who.opened_as, r.name, "needed", r) for who, r in needed)
+        if got is not None and res.via != "already loaded":
+            opened(got)
+            return True
+        return False
+
+    def settle() -> None:
+        """Retry the waiting names each time one loads, before the names after it: cuDNN opens
+        ops once graph is there, before cnn and adv, which would bring ops in by its link."""
+        nonlocal waiting
+        while waiting:
+            retry, waiting = waiting, []
+            if not any([request(*w, last=False) for w in retry]):
+                break
+
+    def drain() -> None:
+        nonlocal waiting
+        while (scan or waiting) and not proc.spent:
+            if not scan:
+                retry, waiting = waiting, []
+                if not any([request(*w, last=False) for w in retry]):
+                    for w in waiting:  # nothing more can come first: each as the loader ends it
+                        request(*w, last=True)
+                    waiting = []
+                continue
+            item = scan.popleft()
+            if id(item) in scanned:
+                continue
+            scanned.add(id(item))
+            for label, candidates in runtime_requests(names_of(item.opened_as), item.obj.soname,
+                                                      versions):
+                if request(item, label, candidates, last=False):
+                    settle()
+        for w in waiting:  # the loader's budget ran out first
+            request(*w, last=True)
+        waiting = []
+
+    drain()
+    for late in after:
+        if proc.spent:
+            break
+        late_path = os.fspath(late)
+        res, item, needed = proc.load_with_needed(late_path, proc.main)
+        if item is not None and id(item) in scanned:
             continue
-        scanned.add(id(item))
-        for label, candidates in runtime_requests(names_of(item.opened_as), item.obj.soname,
-                                                  versions):
-            res, got, needed = _first_of(proc, candidates, item)
-            deps.append(Dependency(item.opened_as, label, "runtime", res, candidates))
-            deps += [Dependency(who.opened_as, r.name, "needed", r) for who, r in needed]
-            if got is not None and res.via != "already loaded" and (
-                    scanned_if is None or scanned_if(got.obj)):
-                scan.append(got)
+        deps.append(Dependency(env.executable or "", late_path, "root", res))
+        deps += [Dependency(who.opened_as, r.name, "needed", r) for who, r in needed]
+        opened(item)
+        drain()
     return deps
 
 
-def _first_of(proc: Process, candidates: tuple[str, ...], requester: Loaded):
+def _first_of(proc: Process, candidates: tuple[str, ...], requester: Loaded,
+              defer: bool = False):
     """The first candidate that loads; else the most telling failure: a file found whose
-    DT_NEEDED is missing (with that entry), a wrong ELF class, else the first name's."""
+    DT_NEEDED is missing (with that entry), a wrong ELF class, else the first name's.
+    `defer`: (None, None, []) instead, as soon as a candidate is found whose DT_NEEDED entry is
+    missing (it may load once another library is there)."""
     first, first_needed = None, []
     for name in candidates:
         res, item, needed = proc.load_with_needed(name, requester)
         if item is not None:
             return res, item, needed
+        if defer and res.found and needed and not needed[-1][1].found:
+            return None, None, []
         if first is None or (not first.found and res.found) or (
                 not first.found and first.error and "wrong ELF class" not in first.error
                 and res.error and "wrong ELF class" in res.error):

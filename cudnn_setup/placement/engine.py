@@ -94,6 +94,7 @@ class Asked:
     known: Expected | None = None
     verify_content: bool = False
     unread_only: bool = False
+    clients: Callable[[], Sequence[str] | None] | None = None
 
     @property
     def lib_dir(self) -> Path:
@@ -109,7 +110,8 @@ def install(archive: Path, root: CudaRoot, *, force: bool = False, dry_run: bool
             on_status: Callable[[str], None] | None = None,
             provenance: dict | None = None, extra_wheels: Sequence[Path] = (),
             known: Expected | None = None, verify_content: bool = False,
-            unread_only: bool = False) -> Outcome | None:
+            unread_only: bool = False,
+            clients: Callable[[], Sequence[str] | None] | None = None) -> Outcome | None:
     """Install `archive` into `root`; `provenance` (sources.base.Provenance) is recorded in
     the manifest; the libraries of `extra_wheels` (the wheels cuDNN's wheel declares, such as
     nvidia-cublas-cu12) are placed beside cuDNN in the same transaction. `env` is the
@@ -120,11 +122,12 @@ def install(archive: Path, root: CudaRoot, *, force: bool = False, dry_run: bool
     `known`: the checksum published for the release the user asked for, by which an archive
     already installed is known without reading it (same_archive); `verify_content`: hash the
     installed files to judge them, not only their stat; `unread_only`: answer only when that
-    needs no archive (None otherwise)."""
+    needs no archive (None otherwise); `clients`: names the frameworks on this machine, asked
+    when a JIT flavour is judged (judge.flavour_notes)."""
     include_rel, lib_rel = root_dirs(root)
     asked = Asked(archive, root, include_rel, lib_rel, force, expected, on_read, xz, env or {},
                   driver, on_status or (lambda line: None), extra_wheels, known,
-                  verify_content, unread_only)
+                  verify_content, unread_only, clients)
     state = StateDir(root.path)
     if dry_run:
         return _dry_run(asked, state, tmp_dir)
@@ -157,7 +160,8 @@ def judged_in(asked: Asked, work: Path, state: StateDir) -> Judged:
     when it does not fit."""
     return stage_and_judge(asked.archive, work, asked.root, state, expected=asked.expected,
                            on_read=asked.on_read, xz=asked.xz, env=asked.env,
-                           driver=asked.driver, force=asked.force, say=asked.say)
+                           driver=asked.driver, force=asked.force, say=asked.say,
+                           clients=asked.clients)
 
 
 def plan_install(asked: Asked, judged: Judged, work: Path) -> tuple[list[Desired], Plan]:

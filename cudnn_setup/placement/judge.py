@@ -6,12 +6,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Callable, Mapping, Sequence
 
 from cudnn_setup.archive import read_package
 from cudnn_setup.archive.package import Package
 from cudnn_setup.digest import content_hash
 from cudnn_setup.errors import ArchiveRejected
+from cudnn_setup.facts import clients as client_facts
+from cudnn_setup.facts import cudnn as gen
 from cudnn_setup.facts.cuda import CudaRoot
 from cudnn_setup.fetch.checksums import Expected, mismatch
 from cudnn_setup.placement.fit import BuiltFor, built_for, cuda_mismatch, machine_fit
@@ -71,10 +73,12 @@ def fit_refusal(pkg: Package, built: BuiltFor, root: CudaRoot, name: str, old: M
 def stage_and_judge(archive: Path, work: Path, root: CudaRoot, state: StateDir, *,
                     expected: Expected | None, on_read: Callable[[int], None] | None,
                     xz: str | None, env: Mapping[str, str], driver, force: bool,
-                    say: Callable[[str], None]) -> Judged:
+                    say: Callable[[str], None],
+                    clients: Callable[[], Sequence[str] | None] | None = None) -> Judged:
     """Stage the archive under `work` and judge it against the root (its CUDA major) and this
     machine (`driver`: the facts, or a function that waits for them); a misfit is refused
-    unless `force`."""
+    unless `force`. `clients`: a function naming the frameworks on this machine, asked only
+    when the release is the JIT flavour (flavour_notes)."""
     pkg = stage(archive, work / "staging", expected, on_read, xz, env)
     say(f"judging cuDNN {pkg.cudnn_version or '(version unknown)'}: whether it fits "
         f"{root.path} and this machine's GPUs and driver")
@@ -83,4 +87,27 @@ def stage_and_judge(archive: Path, work: Path, root: CudaRoot, state: StateDir, 
     refusal, notes = fit_refusal(pkg, built, root, archive.name, old, driver, force)
     if refusal is not None:
         raise refusal
+    for note in flavour_notes(pkg, clients):
+        say(note)
+        notes.append(note)
     return Judged(pkg, built, old, notes)
+
+
+def flavour_notes(pkg: Package, clients: Callable[[], Sequence[str] | None] | None) -> list[str]:
+    """What the JIT flavour does not serve of the frameworks on this machine, said before
+    anything is written. A warning, not a refusal: a framework usually loads the cuDNN of its
+    own wheels, not this root's, and the JIT flavour is a deliberate choice for the clients it
+    serves; verify's clients check fails where one present would break with this cuDNN."""
+    comp = pkg.composition
+    if comp is None or comp.flavour != gen.JIT or clients is None:
+        return []
+    present = set(comp.required)
+    out = []
+    for name in dict.fromkeys(clients() or ()):
+        if name not in client_facts.FRAMEWORK_KIND:
+            continue
+        works, why = client_facts.framework_verdict(name, present, pkg.generation)
+        if not works:
+            out.append(f"the JIT flavour does not serve all of {name} here: {why}; the full "
+                       "flavour of this release does")
+    return out

@@ -15,6 +15,10 @@ def main(path: str) -> dict:
         fn.restype = ctypes.c_size_t
         fn.argtypes = []
         out[name] = int(fn())
+    # the libcudnn* files the loader (and cuDNN 8, answering cudnnGetVersion) actually mapped
+    from maps import mapped_files
+
+    out["mapped"] = sorted(mapped_files())
     return out
 
 

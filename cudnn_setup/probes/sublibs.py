@@ -1,6 +1,6 @@
 """Load libcudnn and then each sub-library by its soname, as cuDNN loads them; say what mapped.
 
-    python sublibs.py LIBCUDNN SONAME [SONAME …]     (a SONAME may also be a path)
+    python sublibs.py [--first FUNCTION …] LIBCUDNN SONAME [SONAME …]   (a SONAME may be a path)
 
 LIBCUDNN is opened with RTLD_NOW | RTLD_GLOBAL. Each SONAME is then opened with RTLD_NOW in a
 forked child, so one that aborts (cuDNN 8.9 does, with a sub-library missing) or hangs costs
@@ -15,6 +15,14 @@ soname from this script does not have. 0 is CUDNN_STATUS_SUCCESS; 2001/2002 (cuD
 SUBLIBRARY_LOADING_FAILED and SUBLIBRARY_VERSION_MISMATCH. `cudnn_mapped` lists the libcudnn*
 files the library mapped while answering cudnnGetVersion() (cuDNN 8 loads its sub-libraries
 then), found the same way.
+
+Each `--first FUNCTION` (a cudnn<Sub>VersionCheck of libcudnn) is called before any child is
+started, first in a child of its own (one that dies costs only its entry) and then in this
+process: a client's first call loads those sub-libraries before the others (cuDNN 9 opens
+libcudnn_graph first, and libcudnn_ops, cnn and adv list libcudnn_graph.so.9 as DT_NEEDED, which
+ld.so then matches to the loaded graph library by its SONAME, whatever the links). `opened`
+lists the link-map names of the libcudnn* objects a call brought in: the directory the loader
+searched and the name the library was opened under (libcudnn_ops.so.9.1.0, not .so.9).
 
 Prints one JSON line. Standard library only.
 """
@@ -83,6 +91,22 @@ def describe(lib, with_version=True):
     if with_version:
         out["version"], out["version_from"] = own_version(lib, out["path"])
     return out
+
+
+def loaded_names(handle):
+    """The link-map names of every libcudnn* object loaded in this process."""
+    lm = ctypes.POINTER(LinkMap)()
+    if LIBC.dlinfo(handle, RTLD_DI_LINKMAP, ctypes.byref(lm)) != 0 or not lm:
+        return set()
+    while lm.contents.l_prev:
+        lm = lm.contents.l_prev
+    names = set()
+    while lm:
+        name = _text(lm.contents.l_name or b"")
+        if os.path.basename(name).startswith("libcudnn"):
+            names.add(name)
+        lm = lm.contents.l_next
+    return names
 
 
 def own_version(lib, path):
@@ -223,18 +247,39 @@ def version_check(main, name):
     """Call cuDNN's own check: it loads the sub-library the way cuDNN does (from libcudnn, so
     with libcudnn's RUNPATH), and the files it mapped show which copy it took."""
     def work():
-        before = mapped_files()
+        before, names = mapped_files(), loaded_names(main._handle)
         fn = getattr(main, name)
         fn.restype = ctypes.c_int
         fn.argtypes = []
         status = int(fn())
-        return {"status": status, "mapped": sorted(mapped_files() - before)}
+        return {"status": status, "mapped": sorted(mapped_files() - before),
+                "opened": sorted(loaded_names(main._handle) - names)}
     return work
 
 
+def open_first(main, names):
+    """Call each of `names` (libcudnn's version checks) as a client's first call would load
+    them: in a child first, then here when the child survived."""
+    done = []
+    for name in names:
+        entry = {"function": name}
+        if not hasattr(main, name):
+            entry["error"] = "libcudnn does not export it"
+        else:
+            entry.update(in_child(version_check(main, name)))
+            if "error" not in entry:
+                entry.update(version_check(main, name)())
+        done.append(entry)
+    return done
+
+
 def main(argv):
+    first = []
+    while len(argv) >= 2 and argv[0] == "--first":
+        first.append(argv[1])
+        argv = argv[2:]
     if not argv:
-        return {"error": "usage: sublibs.py LIBCUDNN SONAME…"}
+        return {"error": "usage: sublibs.py [--first FUNCTION…] LIBCUDNN SONAME…"}
     target, sonames = argv[0], argv[1:]
     out = {"library": target, "sublibraries": []}
     try:
@@ -248,6 +293,8 @@ def main(argv):
     # Every child is started before any is waited for: each loads one large library, and on
     # several cores they load side by side (cuDNN 9: ten children instead of ten in a row).
     asked = start_child(lambda: asked_version(main_lib, out["path"]))
+    if first:
+        out["opened_first"] = open_first(main_lib, first)
     started = []
     for soname in sonames:
         check = check_function(soname)

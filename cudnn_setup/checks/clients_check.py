@@ -1,0 +1,81 @@
+"""The `clients` check: whether each client on this machine would work with this cuDNN.
+
+The frameworks found by the frameworks check, and Theano (the client this tool configures),
+are each judged by the sub-libraries their calls need (facts/clients.py): a framework present
+that would break fails the check where it was seen to load this cuDNN (Theano: always, its
+config names it) and warns where which cuDNN it loads was not seen (no GPU); one seen to load
+another cuDNN (its wheel's) is not touched by this one. With none present it passes and says which kinds of client
+the install serves and which it does not (the JIT flavour alone serves PyTorch's fp16
+convolution and attention, not its fp32 convolution, batch normalisation or LSTM). Before
+cuDNN 9 every client loads the whole release, which the files check judges: skip.
+"""
+from __future__ import annotations
+
+import os
+from typing import Callable, Sequence
+
+from cudnn_setup.checks.frameworks_check import FrameworkEntry
+from cudnn_setup.checks.installation import Installation
+from cudnn_setup.facts import clients
+from cudnn_setup.facts import cudnn as gen
+from cudnn_setup.report import FAIL, PASS, SKIP, WARN, Check
+
+NAME = "clients"
+
+
+def check_clients(inst: Installation, frameworks: Sequence[FrameworkEntry],
+                  theano: bool | Callable[[], bool]) -> Check:
+    """`frameworks`: the frameworks check's entries; `theano`: whether Theano is judged too,
+    or a function that says whether it is installed (asked for cuDNN 9 only): Theano's
+    verdict is always given, but fails the check only where Theano is there."""
+    if inst.generation != gen.V9 or not inst.libraries:
+        return Check(NAME, SKIP, "before cuDNN 9 every client loads the whole release (the "
+                     "files check judges it)" if inst.libraries else "no cuDNN library")
+    present = set(inst.composition().present)
+    served = clients.served(present, inst.generation)
+    found = {e.name: True for e in frameworks if e.importable and e.name in clients.FRAMEWORK_KIND}
+    # which cuDNN each framework loaded, where the frameworks check saw it (None: not seen,
+    # e.g. without a GPU); Theano loads the one its config names, this one
+    loads = {e.name: (e.cudnn_loaded.dir if e.cudnn_loaded else None) for e in frameworks}
+    if theano:
+        found["theano"] = theano() if callable(theano) else True
+    verdicts = []
+    for name, there in found.items():
+        works, why = clients.framework_verdict(name, present, inst.generation)
+        where = loads.get(name)
+        this = True if name == "theano" else (None if not where else _same_dir(where, inst.lib_dir))
+        if this is False:  # it loads another cuDNN: this one's flavour does not touch it
+            works, why = True, f"{name} loads the cuDNN in {where}, not this one"
+        verdicts.append({"client": name, "present": there, "loads_this": this, "works": works,
+                         "why": why})
+    kinds = [{"kind": k.name, "clients": k.clients, "served": k in served,
+              "lacks": list(clients.lacking(k, present, inst.generation)), "why": k.why}
+             for k in clients.KINDS]
+    data = {"clients": verdicts, "kinds": kinds}
+    broken = [v for v in verdicts if not v["works"] and v["present"]]
+    if broken:
+        # fail where the client is known to load this cuDNN; where that was not seen, warn
+        sure = any(v["loads_this"] for v in broken)
+        return Check(NAME, FAIL if sure else WARN, "; ".join(
+            v["why"] + ("" if v["loads_this"] else " (if it loads this cuDNN: which one it "
+                        "loads was not seen here)") for v in broken),
+                     {**data, "hint": "install the full flavour of this cuDNN release "
+                                      "(not cudnn_jit): the clients above call what it adds"})
+    not_served = [k for k in clients.KINDS if k not in served]
+    serves = "; ".join(k.clients for k in served) or "no kind of client"
+    working = [v["client"] for v in verdicts if v["works"]]
+    detail = (f"{', '.join(working)} would work with this cuDNN; " if working
+              else "no client of cuDNN found on this machine; ")
+    detail += f"it serves: {serves}"
+    for v in verdicts:
+        if not v["works"]:  # not installed here: said, not failed
+            detail += f"; {v['client']} is not installed, and would not work: {v['why']}"
+    if not_served:
+        detail += "; not: " + "; ".join(
+            f"{k.clients} (lacks {', '.join(clients.lacking(k, present, inst.generation))})"
+            for k in not_served)
+    return Check(NAME, PASS, detail, data)
+
+
+def _same_dir(a: str, b) -> bool:
+    return os.path.realpath(a) == os.path.realpath(b)

@@ -1,0 +1,121 @@
+"""clients: each client on the machine judged by the sub-libraries its calls need, on gcc-built
+cuDNN 9 sets of both flavours."""
+from cudnn_setup.checks import locate
+from cudnn_setup.checks.clients_check import check_clients
+from cudnn_setup.checks.frameworks_check import FrameworkEntry
+from cudnn_setup.facts import clients
+from fixtures import layouts
+
+
+def torch():
+    return FrameworkEntry(name="torch", version="2.11.0", rule="same major", status="pass",
+                          reason="loads this cuDNN")
+
+
+def test_the_jit_flavour_fails_where_pytorch_loads_it(tmp_path):
+    from cudnn_setup.checks.frameworks_check import LoadedCopy
+
+    lib = layouts.loading_set9(tmp_path / "jit", tmp_path / "w", subs=layouts.JIT9)
+    here = torch()
+    here.cudnn_loaded = LoadedCopy(str(lib / "libcudnn.so.9.1.0"), str(lib), "9.1.0",
+                                   "ld_library_path", "")
+    check = check_clients(locate.locate(lib), [here], theano=False)
+    assert check.status == "fail", check.detail
+    assert "torch needs libcudnn_heuristic, libcudnn_engines_precompiled, libcudnn_ops" \
+        in check.detail and "unable to find an engine" in check.detail
+    assert check.data["clients"] == [{"client": "torch", "present": True, "loads_this": True,
+                                      "works": False, "why": check.detail}]
+    # which cuDNN it loads not seen (no GPU here): a warning that says so
+    unseen = check_clients(locate.locate(lib), [torch()], theano=False)
+    assert unseen.status == "warn" and unseen.detail.endswith(
+        "(if it loads this cuDNN: which one it loads was not seen here)")
+
+
+def test_a_framework_that_loads_its_own_cudnn_is_not_touched_by_this_one(tmp_path):
+    from cudnn_setup.checks.frameworks_check import LoadedCopy
+
+    lib = layouts.loading_set9(tmp_path / "jit", tmp_path / "w", subs=layouts.JIT9)
+    wheel = "/opt/venv/site-packages/nvidia/cudnn/lib"
+    own = torch()
+    own.cudnn_loaded = LoadedCopy(f"{wheel}/libcudnn.so.9", wheel, "9.19.0", "runpath", "")
+    check = check_clients(locate.locate(lib), [own], theano=False)
+    assert check.status == "pass", check.detail
+    assert check.data["clients"][0]["why"] == f"torch loads the cuDNN in {wheel}, not this one"
+
+
+def test_the_jit_flavour_without_clients_says_what_it_serves(tmp_path):
+    lib = layouts.loading_set9(tmp_path / "jit", tmp_path / "w", subs=layouts.JIT9)
+    check = check_clients(locate.locate(lib), [], theano=False)
+    assert check.status == "pass", check.detail
+    assert check.detail.startswith("no client of cuDNN found on this machine; it serves: "
+                                   "PyTorch's fp16 convolution")
+    assert "; not: Theano, ONNX Runtime" in check.detail
+    served = {k["kind"]: k["served"] for k in check.data["kinds"]}
+    assert served == {clients.LEGACY: False, clients.GRAPH: False, clients.JIT_ONLY: True}
+
+
+def test_theano_fails_the_check_only_where_it_is_installed(tmp_path):
+    lib = layouts.loading_set9(tmp_path / "jit", tmp_path / "w", subs=layouts.JIT9)
+    absent = check_clients(locate.locate(lib), [], theano=lambda: False)
+    assert absent.status == "pass", absent.detail
+    assert "; theano is not installed, and would not work: theano needs libcudnn_ops, " \
+        "libcudnn_cnn, libcudnn_adv" in absent.detail
+    there = check_clients(locate.locate(lib), [], theano=lambda: True)
+    assert there.status == "fail" and there.detail.startswith("theano needs libcudnn_ops")
+
+
+def test_pytorch_needs_the_runtime_compiled_engines_too(tmp_path):
+    lib = layouts.loading_set9(tmp_path / "full", tmp_path / "w")
+    for name in ("libcudnn_engines_runtime_compiled.so.9", "libcudnn_engines_runtime_compiled.so.9.1.0"):
+        (lib / name).unlink()
+    check = check_clients(locate.locate(lib), [torch()], theano=False)
+    assert check.status == "warn" and check.detail.startswith(
+        "torch needs libcudnn_engines_runtime_compiled, which this cuDNN lacks: NVRTC")
+
+
+def test_the_full_flavour_serves_pytorch_and_theano(tmp_path):
+    lib = layouts.loading_set9(tmp_path / "full", tmp_path / "w")
+    check = check_clients(locate.locate(lib), [torch()], theano=True)
+    assert check.status == "pass", check.detail
+    assert check.detail.startswith("torch, theano would work with this cuDNN")
+    assert "; not:" not in check.detail
+
+
+def test_a_full_set_without_libcudnn_cnn_breaks_theano_not_pytorch(tmp_path):
+    lib = layouts.loading_set9(tmp_path / "full", tmp_path / "w")
+    (lib / "libcudnn_cnn.so.9").unlink()
+    (lib / "libcudnn_cnn.so.9.1.0").unlink()
+    check = check_clients(locate.locate(lib), [torch()], theano=True)
+    assert check.status == "fail" and check.detail.startswith("theano needs libcudnn_cnn")
+    # PyTorch never opens libcudnn_cnn (LD_DEBUG on the H200): it is not named
+    assert check.data["clients"][0] == {"client": "torch", "present": True, "loads_this": None,
+                                        "works": True, "why": (
+        "has what torch calls (libcudnn, libcudnn_graph, libcudnn_heuristic, "
+        "libcudnn_engines_precompiled, libcudnn_ops, libcudnn_adv, "
+        "libcudnn_engines_runtime_compiled)")}
+
+
+def test_installing_the_jit_flavour_where_torch_is_says_so_before_writing(tmp_path, home, site):
+    from conftest import run_json, tree_state
+    from fixtures.generate import make_cuda_root
+    from test_composition import JIT_NAME, archive_of, headers, jit_set
+    from test_frameworks_cli import env_with
+
+    lib = jit_set(tmp_path)
+    archive = archive_of(lib, headers(lib.parent / "include"), tmp_path / "a", JIT_NAME)
+    root = make_cuda_root(tmp_path / "cuda", "12.4")
+    before = tree_state(root)
+    args = ["install", archive, "--cuda-root", root, "--no-theanorc", "--no-verify",
+            "--python", site["python"]]
+    done, out = run_json([*args, "--dry-run"], home, env_with(site))
+    assert done.returncode == 0, out["error"]
+    assert tree_state(root) == before
+    said = [n for n in out["install"]["notes"] if "does not serve all of torch" in n]
+    assert said and "torch needs libcudnn_heuristic" in said[0], out["install"]["notes"]
+    assert "the JIT flavour does not serve all of torch here" in done.stderr
+    # --no-frameworks: nothing asked, nothing said
+    done, out = run_json([*args, "--dry-run", "--no-frameworks"], home, env_with(site))
+    assert not [n for n in out["install"]["notes"] if "JIT flavour" in n]
+
+
+from test_frameworks_cli import site  # noqa: E402,F401  (the torch stand-in's fixture)
