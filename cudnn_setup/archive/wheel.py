@@ -33,13 +33,14 @@ from typing import IO, Callable, Iterator
 
 from packaging.version import Version
 
-from cudnn_setup.archive import staging
 from cudnn_setup import parallel
+from cudnn_setup.archive import staging
 from cudnn_setup.archive.decoders import CHUNK, DECODED_PIECE, IsalError, usable_cores
 from cudnn_setup.archive.listing import Listing, Member, Wanted
 from cudnn_setup.archive.problems import Problem
 from cudnn_setup.archive.reader import staging_failed, unreadable
 from cudnn_setup.archive.rules import Limits, MemberRules, Stop, corrupt
+from cudnn_setup.digest import SHA256
 from cudnn_setup.errors import ArchiveRejected
 from cudnn_setup.facts import cudnn as gen
 from cudnn_setup.text import escape
@@ -111,10 +112,12 @@ def is_wheel(path: Path) -> bool:
 
 def read(path: Path, staging_dir: Path, want: Wanted, limits: Limits | None = None,
          on_read: Callable[[int], None] | None = None,
-         expected_sha256: str | None = None) -> tuple[Listing, WheelName]:
+         expected_sha256: str | None = None,
+         content_hash: str = SHA256) -> tuple[Listing, WheelName]:
     """Stream the wheel's cuDNN files as NVIDIA's archive members into `staging_dir`, hashing
-    the wheel as they are decoded. When `expected_sha256` is given and differs, the listing
-    comes back with the digest and no members, for the caller's mismatch."""
+    the wheel as they are decoded, and each member with `content_hash`. When
+    `expected_sha256` is given and differs, the listing comes back with the digest and no
+    members, for the caller's mismatch."""
     wheel = parse_name(path.name)
     if wheel is None:
         raise ArchiveRejected(f"{escape(path.name)} is not an nvidia-cudnn-cuNN wheel",
@@ -130,7 +133,7 @@ def read(path: Path, staging_dir: Path, want: Wanted, limits: Limits | None = No
         listing.size = before.st_size
         try:
             sha256, size = _members(f, wheel, staging_dir, want, MemberRules(limits), listing,
-                                    on_read)
+                                    on_read, content_hash)
             after = os.fstat(f.fileno())
             if (after.st_size, after.st_mtime_ns, after.st_ctime_ns) != (
                     before.st_size, before.st_mtime_ns, before.st_ctime_ns) or size != after.st_size:
@@ -289,8 +292,8 @@ HASH_COST = 3
 
 
 def _members(f: IO[bytes], wheel: WheelName, staging_dir: Path, want: Wanted,
-             rules: MemberRules, listing: Listing,
-             on_read: Callable[[int], None] | None) -> tuple[str, int]:
+             rules: MemberRules, listing: Listing, on_read: Callable[[int], None] | None,
+             content_hash: str) -> tuple[str, int]:
     """Admit every member in the wheel's order, then hash the file and decode the admitted
     members on every usable core, the costliest first; (the file's sha256, its size)."""
     z = open_zip(f, rules.limits)
@@ -308,7 +311,8 @@ def _members(f: IO[bytes], wheel: WheelName, staging_dir: Path, want: Wanted,
     cores = usable_cores()
     writer = staging.Writer(direct=staging.direct_io_allowed(staging_dir), lanes=1,
                             writers=staging.write_threads(cores),
-                            pool_chunks=staging.Writer.POOL_CHUNKS + cores)
+                            pool_chunks=staging.Writer.POOL_CHUNKS + cores,
+                            content_hash=content_hash)
 
     def stage(member: Member, info: zipfile.ZipInfo) -> Callable[[threading.Event], None]:
         return lambda stop: staging.stage_pieces(
