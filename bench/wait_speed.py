@@ -25,7 +25,11 @@
 
 Every figure is the median and the minimum of --runs runs (a shared machine's noise goes one
 way only: the minimum is the cleaner figure, the median the fairer one). The tool runs as a
-user's install does: byte-compiled (compileall first), PYTHONDONTWRITEBYTECODE unset.
+user's install does: byte-compiled (compileall first), PYTHONDONTWRITEBYTECODE unset. Only a
+run that exits 0 is timed: a verify that fails a check (exit 1) answered a shorter question,
+so it is listed under "not counted" with the checks that failed. Each verify figure's label
+says which checks ran, read from its JSON answer (a check that skipped, such as the GPU check
+on a machine without a GPU, is named there with its reason), and so do the checks timed alone.
 """
 from __future__ import annotations
 
@@ -59,20 +63,73 @@ def timed(cmd: list[str], env: dict | None = None, check: bool = True) -> float:
 
 def timed_cpu(cmd: list[str], env: dict | None = None, check: bool = True,
               cwd: Path = REPO) -> tuple[float, float]:
-    """Wall time and CPU time (user + system, of the command and every child it waited for)."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    start = time.perf_counter()
-    done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=cwd,
-                          env=env or ENV, stdin=subprocess.DEVNULL)
-    took = time.perf_counter() - start
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if check and done.returncode not in (0, 1):  # verify's exit 1 (a failed check) is an answer
+    """Wall time and CPU time (user + system, of the command and every child it waited for);
+    with `check`, anything but exit 0 stops the script."""
+    took, cpu, done = run_timed(cmd, env, cwd)
+    if check and done.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} exited {done.returncode}")
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return took, cpu
 
 
+def run_timed(cmd: list[str], env: dict | None = None,
+              cwd: Path = REPO) -> tuple[float, float, subprocess.CompletedProcess]:
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=cwd,
+                          env=env or ENV, stdin=subprocess.DEVNULL, text=True)
+    took = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return took, cpu, done
+
+
+def checks_of(done: subprocess.CompletedProcess) -> dict[str, tuple[str, str]]:
+    """The checks a --json answer reports: {name: (status, detail)}."""
+    try:
+        answer = json.loads(done.stdout.strip().splitlines()[-1])
+        return {c["name"]: (c["status"], str(c.get("detail", ""))) for c in answer["checks"]}
+    except (ValueError, IndexError, KeyError, TypeError):
+        return {}
+
+
+def what_ran(checks: dict[str, tuple[str, str]]) -> str:
+    """'ran: a, b; skipped: gpu (no GPU here)': which checks one answer holds, for a label."""
+    ran = [n for n, (status, _) in checks.items() if status in ("pass", "warn")]
+    skipped = [f"{n} ({detail[:80]})" for n, (status, detail) in checks.items() if status == "skip"]
+    failed = [f"{n} ({detail[:80]})" for n, (status, detail) in checks.items() if status == "fail"]
+    parts = [f"ran: {', '.join(ran) or 'none'}"]
+    if checks.get("gpu", ("",))[0] != "pass":
+        parts.insert(0, "the GPU check did not run to a pass")
+    if skipped:
+        parts.append(f"skipped: {', '.join(skipped)}")
+    if failed:
+        parts.append(f"FAILED: {', '.join(failed)}")
+    return "; ".join(parts)
+
+
+def answered(runs: int, cmd: list[str], env: dict, cwd: Path = REPO) -> tuple[str, dict]:
+    """`cmd` (with --json) `runs` times; only runs that exit 0 are timed. (what ran, as the
+    first counted run's answer says; the figure, with the runs not counted and why)."""
+    walls, cpus, label, not_counted = [], [], None, []
+    for _ in range(runs):
+        took, cpu, done = run_timed(cmd, env, cwd)
+        checks = checks_of(done)
+        if done.returncode == 0:
+            walls.append(took)
+            cpus.append(cpu)
+            label = label or what_ran(checks)
+        else:
+            not_counted.append(f"exit {done.returncode} after {took:.2f} s: {what_ran(checks)}")
+    figure: dict = dict(stats(walls), cpu=stats(cpus)) if walls else {
+        "no run exited 0": True}
+    if not_counted:
+        figure["not counted"] = not_counted
+    return label or "no run exited 0", figure
+
+
 def stats(values: list[float]) -> dict:
+    if not values:
+        return {"runs": []}
     return {"median_s": round(statistics.median(values), 3), "min_s": round(min(values), 3),
             "runs": [round(v, 3) for v in values]}
 
@@ -157,9 +214,13 @@ import os
 root, theanorc, theano, frameworks = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3] == "1", sys.argv[4] == "1"
 env = dict(os.environ)
 inst = find_installation(find_cuda_root(env, root))
-took = {}
+took, status = {}, {}
 def t(name, fn):
-    s = time.perf_counter(); v = fn(); took[name] = time.perf_counter() - s; return v
+    s = time.perf_counter(); v = fn(); took[name] = time.perf_counter() - s
+    first = v[0] if isinstance(v, tuple) else v
+    if hasattr(first, "status"):
+        status[name] = first.status
+    return v
 loader = t("loader environment", lambda: loader_environment(env))
 driver = t("driver probe", lambda: driver_facts(env, loader=loader))
 t("files", lambda: S.check_files(inst, False)); t("elf", lambda: S.check_elf(inst, host_machine()))
@@ -176,7 +237,7 @@ if frameworks:
     t("frameworks", lambda: S.frameworks_of(sys.executable, env, True, loader))
 if theano:
     t("theano", lambda: S.check_theano(inst, sys.executable, theanorc, env, gpu))
-print(json.dumps(took))
+print(json.dumps({"took": took, "status": status}))
 """
 
 
@@ -190,37 +251,54 @@ def verify(runs: int, root: Path, home: Path, old: Path | None = None) -> dict:
             ("--no-theano --no-frameworks", ["--no-theano", "--no-frameworks"], "0", "0"),
             ("defaults", [], "1", "1")):
         cmd = [*TOOL, "verify", "--cuda-root", str(root), "--theanorc", str(rc), "--json", *extra]
-        timed(cmd, env)  # warm: Theano's compile cache, the page cache
+        run_timed(cmd, env)  # warm: Theano's compile cache, the page cache
         trees = [REPO] + ([old] if old else [])
         for tree in trees[1:]:
-            timed_cpu(cmd, env, cwd=tree)
-        took: dict[Path, list[tuple[float, float]]] = {t: [] for t in trees}
+            run_timed(cmd, env, cwd=tree)
+        took: dict[Path, list[tuple[str, dict]]] = {t: [] for t in trees}
         for _ in range(runs):  # the trees one after the other in each round: the same noise
             for tree in trees:
-                took[tree].append(timed_cpu(cmd, env, cwd=tree))
-        walls, cpus = zip(*took[REPO])
-        side_by_side = dict(stats(list(walls)), cpu=stats(list(cpus)))
+                took[tree].append(answered(1, cmd, env, cwd=tree))
+        ran, side_by_side = merged(took[REPO])
         if old:
-            walls, cpus = zip(*took[old])
-            out.setdefault("old code", {})[label] = dict(stats(list(walls)), cpu=stats(list(cpus)),
-                                                         tree=str(old))
+            old_ran, figure = merged(took[old])
+            out.setdefault("old code", {})[label] = dict(figure, tree=str(old), checks=old_ran)
         alone = []
         for _ in range(runs if frameworks == "0" else 1):  # the frameworks alone: seconds each
             got = subprocess.run([sys.executable, "-c", CHECKS_ALONE, str(root), str(rc), theano,
                                   frameworks], env=env, cwd=REPO, capture_output=True, text=True)
             alone.append(json.loads(got.stdout.strip().splitlines()[-1]))
-        each = {k: round(statistics.median(a[k] for a in alone), 3) for k in alone[0]}
+        each = {k: round(statistics.median(a["took"][k] for a in alone), 3)
+                for k in alone[0]["took"]}
+        status = alone[0]["status"]
         slowest = max(each, key=each.get)
         apt = apt_with_its_cache(home) if frameworks == "0" else None
         if apt is not None:  # this machine's apt rebuilds its cache on every query
-            side_by_side["with apt's own cache (APT_CONFIG)"] = repeat(
-                runs, lambda i: timed(cmd, dict(env, APT_CONFIG=str(apt))))
-        out[label] = {"verify (checks side by side)": side_by_side,
+            side_by_side["with apt's own cache (APT_CONFIG)"] = answered(
+                runs, cmd, dict(env, APT_CONFIG=str(apt)))[1]
+        out[label] = {f"verify (checks side by side; {ran})": side_by_side,
                       "one after another, in process (the old order)": round(sum(each.values()), 3),
-                      "slowest single check alone (floor)": {"check": slowest,
-                                                             "s": each[slowest]},
-                      "each check alone": each}
+                      "slowest single check alone (floor)": {
+                          "check": slowest, "s": each[slowest], "status": status.get(slowest)},
+                      "each check alone (s, status)": {k: (v, status.get(k))
+                                                       for k, v in each.items()}}
+        if any(st == "fail" for st in status.values()):
+            out[label]["the checks alone are no floor: these failed"] = sorted(
+                k for k, st in status.items() if st == "fail")
     return out
+
+
+def merged(rounds: list[tuple[str, dict]]) -> tuple[str, dict]:
+    """One figure from rounds of `answered(1, ...)`: the runs that exited 0 and those that did
+    not; what ran, as the first counted run said."""
+    walls = [r for _, fig in rounds for r in fig.get("runs", [])]
+    cpus = [r for _, fig in rounds for r in fig.get("cpu", {}).get("runs", [])]
+    skipped = [n for _, fig in rounds for n in fig.get("not counted", [])]
+    ran = next((label for label, fig in rounds if fig.get("runs")), "no run exited 0")
+    figure: dict = dict(stats(walls), cpu=stats(cpus)) if walls else {"no run exited 0": True}
+    if skipped:
+        figure["not counted"] = skipped
+    return ran, figure
 
 
 def apt_with_its_cache(home: Path) -> Path | None:
@@ -277,11 +355,15 @@ def again(runs: int, archive: Path, root: Path, home: Path) -> dict:
             "the same with --no-frameworks": repeat(
                 runs, lambda i: timed([*cmd, "--no-frameworks"], env)),
             # as a user runs it: verify too, beside the what-if's imports
-            "the same with verify (defaults but --no-theanorc)": repeat(
-                runs, lambda i: timed([c for c in cmd if c != "--no-verify"], env)),
+            **with_verify(runs, [c for c in cmd if c != "--no-verify"], env),
             "sha256 of the archive (the least a re-read costs)": repeat(runs, sha),
             "decoding the archive to nowhere (what the old path did, and more)": repeat(
                 1, lambda i: timed(decode))}
+
+
+def with_verify(runs: int, cmd: list[str], env: dict) -> dict:
+    ran, figure = answered(runs, cmd, env)
+    return {f"the same with verify (defaults but --no-theanorc; {ran})": figure}
 
 
 def by_version(runs: int, wheel: Path, base: Path, home: Path) -> dict:

@@ -5,11 +5,14 @@ a compiler, Theano, an interpreter importing torch), so they run side by side on
 their results are taken in the order the caller documents. The threads are daemons: unlike a
 ThreadPoolExecutor's, they hold up neither an error nor the interpreter's exit (Ctrl-C while a
 child runs ends the command; each child still has its own time limit).
+
+`spread` runs CPU work that releases the GIL (a wheel's members inflated and hashed) on as many
+threads as there are cores, stopping them all at the first error.
 """
 from __future__ import annotations
 
 import threading
-from typing import Callable, Generic, Iterable, TypeVar
+from typing import Callable, Generic, Iterable, Sequence, TypeVar
 
 T = TypeVar("T")
 
@@ -60,4 +63,50 @@ def at_once(calls: Iterable[Callable[[], T]]) -> list[T]:
             first = first or exc
     if first is not None:
         raise first
+    return results
+
+
+class Cancelled(Exception):
+    """Raised by a call of `spread` that saw its stop event set: another call failed."""
+
+
+def spread(calls: Sequence[Callable[[threading.Event], T]], threads: int) -> list[T]:
+    """CPU work that releases the GIL (decoding, hashing) on `threads` threads: each call is
+    taken, in the order given, by the first thread free, and gets a stop event it is expected
+    to check between pieces of its work. Results come back in the order given. After the first
+    error no call is started and the running ones are asked to stop; that error is raised
+    once every thread has finished, so nothing is left writing behind the caller's back."""
+    results: list = [None] * len(calls)
+    stop = threading.Event()
+    lock = threading.Lock()
+    taken = iter(range(len(calls)))
+    first: list[BaseException] = []
+
+    def work() -> None:
+        while not stop.is_set():
+            with lock:
+                i = next(taken, None)
+            if i is None:
+                return
+            try:
+                results[i] = calls[i](stop)
+            except BaseException as exc:  # raised on the caller's thread below
+                with lock:
+                    if not first and not isinstance(exc, Cancelled):
+                        first.append(exc)
+                stop.set()
+
+    workers = [threading.Thread(target=work, daemon=True, name=f"spread-{n}")
+               for n in range(max(1, min(threads, len(calls))))]
+    for t in workers:
+        t.start()
+    try:
+        for t in workers:
+            t.join()
+    finally:  # interrupted while waiting: the calls stop at their next piece
+        stop.set()
+        for t in workers:
+            t.join()
+    if first:
+        raise first[0]
     return results

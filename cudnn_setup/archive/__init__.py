@@ -30,13 +30,12 @@ def read_package(path: Path, staging: Path, machine: str | None = None,
     """One streaming pass over `path`, staging headers and libraries under `staging`; `xz`
     runs in `env`, the command's environment. An nvidia-cudnn-cuNN wheel is read as the
     archive NVIDIA made of the same files (archive/wheel.py); `expected_sha256` lets a wheel
-    that does not match stop unparsed. `content_hash`: what each member of a tar is hashed
-    with (digest.content_hash for an install; sha256, which `inspect` shows, by default); a
-    wheel's members are hashed with sha256."""
+    that does not match stop before it is placed. `content_hash`: what each member is hashed
+    with (digest.content_hash for an install; sha256, which `inspect` shows, by default)."""
     check_readable(path)
     if wheel.is_wheel(path):
         listing, name = wheel.read(path, staging, wanted, on_read=on_read,
-                                   expected_sha256=expected_sha256)
+                                   expected_sha256=expected_sha256, content_hash=content_hash)
         return judge(listing, path.name, machine or host_machine(), name.name_facts())
     listing = reader.read(path, staging, wanted, on_read=on_read, xz=xz, env=env,
                           content_hash=content_hash)

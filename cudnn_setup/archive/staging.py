@@ -1,5 +1,8 @@
 """Staging: member bytes hashed and written on a thread of their own, into recycled buffers.
 
+A tar's members are read by one thread (`consume`); a wheel's members are decoded on several
+(`stage_pieces`), each hashing what it decodes.
+
 Libraries are written with O_DIRECT on local disk filesystems, so a gigabyte of cuDNN does not
 first become a gigabyte of freshly allocated page cache.
 """
@@ -12,7 +15,7 @@ import os
 import queue
 import threading
 from pathlib import Path
-from typing import IO, Callable
+from typing import IO, Callable, Iterable
 
 from cudnn_setup.archive.decoders import CHUNK
 from cudnn_setup.archive.listing import Member
@@ -38,19 +41,19 @@ class Writer:
     beside the next file's decoding; its chunks are written by `writers` threads at their
     offsets (pwrite), so a slow disk sees several direct writes in flight rather than one. The
     hashes (sha256, BLAKE3) and the writes release the GIL. A buffer goes back to the pool when both its hash and its write
-    are done; the pool (POOL_CHUNKS MiB) bounds memory however far any thread falls behind.
+    are done; the pool (`pool_chunks` MiB) bounds memory however far any thread falls behind.
     """
 
     POOL_CHUNKS = 16
 
     def __init__(self, direct: bool = False, lanes: int = 1, writers: int = 1,
                  on_complete: Callable[[Member], None] | None = None,
-                 content_hash: str = SHA256):
+                 content_hash: str = SHA256, pool_chunks: int = POOL_CHUNKS):
         self.direct = direct  # big files are written with O_DIRECT
         self.content_hash = content_hash  # each member's bytes: sha256 or blake3
         self.on_complete = on_complete  # told of each staged file once all of it is written
         self.buffers: queue.Queue = queue.Queue()
-        for _ in range(self.POOL_CHUNKS + 2):
+        for _ in range(pool_chunks + 2):
             self.buffers.put(mmap.mmap(-1, CHUNK))  # page-aligned, as O_DIRECT writes need
         self.error: Exception | None = None
         self.writes: queue.SimpleQueue = queue.SimpleQueue()
@@ -61,7 +64,8 @@ class Writer:
             t.start()
         self.turn = 0
         self.open_sinks: set[Sink] = set()
-        self.text_left = MAX_HEADER_BYTES  # header text still to be kept (reading thread only)
+        self.text_left = MAX_HEADER_BYTES  # header text still to be kept (under text_lock:
+        self.text_lock = threading.Lock()  # a wheel's members are read on several threads)
 
     def _run(self, jobs: queue.SimpleQueue) -> None:
         while (item := jobs.get()) is not None:
@@ -99,6 +103,15 @@ class Writer:
         sink.queued()
         self.writes.put((lambda: sink.write_at(view, offset), chunk))
 
+    def put_hashed(self, sink: "Sink", buf: mmap.mmap, n: int, offset: int) -> None:
+        """A chunk its reader has hashed already, for the writing threads only."""
+        chunk = _Chunk(buf, self.buffers, users=1)
+        if self.error is not None:
+            chunk.release()
+            self.check()
+        sink.queued()
+        self.writes.put((lambda: sink.write_at(memoryview(buf)[:n], offset), chunk))
+
     def finish(self) -> None:
         for _ in range(len(self.threads) - len(self.lanes)):
             self.writes.put(None)
@@ -114,10 +127,10 @@ class Writer:
 class _Chunk:
     """A pool buffer shared by a hash job and a write job; back to the pool when both are done."""
 
-    def __init__(self, buf: mmap.mmap, pool: queue.Queue):
+    def __init__(self, buf: mmap.mmap, pool: queue.Queue, users: int = 2):
         self.buf = buf
         self.pool = pool
-        self.users = 2
+        self.users = users
         self.lock = threading.Lock()
 
     def release(self, count: int = 1) -> None:
@@ -140,9 +153,11 @@ class Sink:
         self.writer = writer
         self.direct = writer.direct and member.size >= DIRECT_MIN_BYTES
         self.digest = hasher(writer.content_hash)
-        self.keep_text = member.name in gen.HEADERS_WITH_VERSION and member.size <= writer.text_left
-        if self.keep_text:
-            writer.text_left -= member.size
+        with writer.text_lock:
+            self.keep_text = (member.name in gen.HEADERS_WITH_VERSION
+                              and member.size <= writer.text_left)
+            if self.keep_text:
+                writer.text_left -= member.size
         self.chunks: list[bytes] = []
         self.out: StagedFile | None = None
         self.lock = threading.Lock()
@@ -302,6 +317,58 @@ def consume(stream: IO[bytes], member: Member, staging: Path | None,
     except OSError as exc:  # closing or chmod: the staging disk's fault, as a write's would be
         raise StagingWriteFailed() from exc
     writer.put(hashing, sink.seal)
+
+
+def stage_pieces(pieces: Iterable[bytes], member: Member, staging: Path | None,
+                 writer: Writer) -> None:
+    """One member's bytes as a decoder running on the calling thread hands them over (in
+    pieces of any size, `member.size` in all): gathered into pool buffers and hashed on this
+    thread, so members decoded on several threads are hashed on as many, and written by the
+    writer's threads."""
+    sink = Sink(member, staging, writer)
+    writer.check()
+    try:
+        sink.open()
+    except OSError as exc:  # the machine's fault (disk full, a name too long), as a write's
+        raise StagingWriteFailed() from exc
+    buf: mmap.mmap | None = None
+    offset = fill = 0
+    try:
+        for piece in pieces:
+            view = memoryview(piece)
+            if offset + fill + len(view) > member.size:
+                raise ValueError(f"{member.path} holds more than it declares")
+            sink.hash(view)
+            while view:
+                if buf is None:
+                    buf, fill = writer.buffers.get(), 0
+                n = min(len(view), CHUNK - fill)
+                buf[fill:fill + n] = view[:n]
+                view, fill = view[n:], fill + n
+                if fill == CHUNK:
+                    full, buf, fill = buf, None, 0
+                    offset = _hand_over(writer, sink, full, CHUNK, offset)
+        if buf is not None:
+            full, buf = buf, None
+            offset = _hand_over(writer, sink, full, fill, offset)
+    finally:
+        if buf is not None:  # an error mid-chunk: the file is closed by Writer.finish
+            writer.buffers.put(buf)
+    if offset != member.size:
+        raise EOFError(f"unexpected end of data in {member.path}")
+    try:
+        sink.done_queuing()  # closes the file here when its writes are all done
+    except OSError as exc:  # closing or chmod: the staging disk's fault, as a write's would be
+        raise StagingWriteFailed() from exc
+    sink.seal()
+
+
+def _hand_over(writer: Writer, sink: Sink, buf: mmap.mmap, fill: int, offset: int) -> int:
+    """A filled buffer to the writers (theirs from now, even if this raises); the next offset."""
+    if offset == 0:
+        sink.member.head = bytes(buf[:min(fill, 64)])
+    writer.put_hashed(sink, buf, fill, offset)
+    return offset + fill
 
 
 def write_threads(cores: int) -> int:

@@ -9,9 +9,12 @@ through the same staging `Writer`, so judging, planning, the transaction, the ma
 uninstall are the archive's. Everything outside `nvidia/cudnn/` (the dist-info, `nvidia/__init__.py`)
 is not part of NVIDIA's layout and is left out.
 
-The wheel's sha256 is taken from the open file before its zip directory is parsed, and the file
-must be unchanged (size, mtime, ctime) when the members have been read: a file rewritten
-during the install cannot pass the checksum with one content and install another.
+The members are independent deflate streams, so they are inflated, checked (CRC, size) and
+hashed on every usable core at once, the largest first, beside the wheel's own sha256 (read from
+the same open file); the first fault stops them all. The file must be unchanged (size, mtime,
+ctime) when all of it has been read: a file rewritten during the install cannot pass the
+checksum with one content and install another. Nothing leaves staging before the caller has
+compared that checksum with the one expected.
 """
 from __future__ import annotations
 
@@ -21,7 +24,9 @@ import hashlib
 import os
 import re
 import stat
+import struct
 import tarfile
+import threading
 import zipfile
 import zlib
 from dataclasses import dataclass
@@ -30,13 +35,15 @@ from typing import IO, Callable, Iterator
 
 from packaging.version import Version
 
+from cudnn_setup import parallel
 from cudnn_setup.archive import staging
-from cudnn_setup.archive.decoders import CHUNK, usable_cores
+from cudnn_setup.archive.decoders import CHUNK, DECODED_PIECE, IsalError, usable_cores
 from cudnn_setup.archive.listing import Listing, Member, Wanted
 from cudnn_setup.archive.problems import Problem
 from cudnn_setup.archive.reader import staging_failed, unreadable
 from cudnn_setup.archive.rules import Limits, MemberRules, Stop, corrupt
 from cudnn_setup.durable import make_dirs
+from cudnn_setup.digest import SHA256
 from cudnn_setup.errors import ArchiveRejected
 from cudnn_setup.facts import cudnn as gen
 from cudnn_setup.text import escape
@@ -51,6 +58,14 @@ _ARCH = {"x86_64": "x86_64", "aarch64": "aarch64"}  # the platform tag's machine
 
 class Changed(Exception):
     """The file changed while it was read."""
+
+
+class ReadFailed(Exception):
+    """Reading the wheel file failed (an I/O error): the machine's fault, not the wheel's."""
+
+    def __init__(self, exc: OSError):
+        super().__init__(str(exc))
+        self.exc = exc
 
 
 @dataclass(frozen=True)
@@ -100,10 +115,12 @@ def is_wheel(path: Path) -> bool:
 
 def read(path: Path, staging_dir: Path, want: Wanted, limits: Limits | None = None,
          on_read: Callable[[int], None] | None = None,
-         expected_sha256: str | None = None) -> tuple[Listing, WheelName]:
-    """Hash the wheel, then stream its cuDNN files as NVIDIA's archive members into
-    `staging_dir`. When `expected_sha256` is given and differs, the zip is not even parsed:
-    the listing comes back with the digest and no members, for the caller's mismatch."""
+         expected_sha256: str | None = None,
+         content_hash: str = SHA256) -> tuple[Listing, WheelName]:
+    """Stream the wheel's cuDNN files as NVIDIA's archive members into `staging_dir`, hashing
+    the wheel as they are decoded, and each member with `content_hash`. When
+    `expected_sha256` is given and differs, the listing comes back with the digest and no
+    members, for the caller's mismatch."""
     wheel = parse_name(path.name)
     if wheel is None:
         raise ArchiveRejected(f"{escape(path.name)} is not an nvidia-cudnn-cuNN wheel",
@@ -116,47 +133,77 @@ def read(path: Path, staging_dir: Path, want: Wanted, limits: Limits | None = No
         raise unreadable(path, exc) from None
     with f:
         before = os.fstat(f.fileno())
+        listing.size = before.st_size
         try:
-            sha256, size = _hash(f, on_read)
-        except OSError as exc:
-            raise unreadable(path, exc) from None
-        listing.size = size
-        if expected_sha256 is not None and sha256 != expected_sha256:
-            listing.sha256 = sha256
-            return listing, wheel
-        try:
-            _members(f, wheel, staging_dir, want, MemberRules(limits), listing)
+            sha256, size = _members(f, wheel, staging_dir, want, MemberRules(limits), listing,
+                                    on_read, content_hash)
             after = os.fstat(f.fileno())
             if (after.st_size, after.st_mtime_ns, after.st_ctime_ns) != (
                     before.st_size, before.st_mtime_ns, before.st_ctime_ns) or size != after.st_size:
                 raise Changed()
+        except ReadFailed as failed:
+            raise unreadable(path, failed.exc) from None
+        except OSError as exc:  # the zip directory could not be read
+            raise unreadable(path, exc) from None
         except staging.StagingWriteFailed as exc:
             raise staging_failed(staging_dir, exc) from None
         except Changed:
             listing.problems.append(corrupt("the file changed while it was read"))
-            return listing, wheel
-        except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError, RuntimeError,
-                ValueError) as exc:
+            return _unless_mismatch(f, expected_sha256, listing), wheel
+        except (zipfile.BadZipFile, zlib.error, IsalError, EOFError, NotImplementedError,
+                RuntimeError, ValueError) as exc:
             listing.problems.append(corrupt(str(exc)[:200] or type(exc).__name__))
-            return listing, wheel
+            return _unless_mismatch(f, expected_sha256, listing), wheel
         except Stop as stop:
             listing.problems.append(stop.problem)
-            return listing, wheel
+            return _unless_mismatch(f, expected_sha256, listing), wheel
+    listing.size = size
     listing.sha256 = sha256
+    if expected_sha256 is not None and sha256 != expected_sha256:
+        listing.members.clear()  # staged, never to be placed: the caller refuses the mismatch
     return listing, wheel
 
 
-def _hash(f: IO[bytes], on_read: Callable[[int], None] | None) -> tuple[str, int]:
+def _unless_mismatch(f: IO[bytes], expected_sha256: str | None, listing: Listing) -> Listing:
+    """A wheel refused before all of it was hashed: when it is not even the file expected (a
+    download cut short, another file), that is what the caller reports, as for any archive."""
+    if expected_sha256 is None:
+        return listing
+    try:
+        sha256, size = _hash_file(f.fileno(), None, threading.Event())
+    except ReadFailed:
+        return listing
+    if sha256 == expected_sha256:
+        return listing
+    return Listing(compression=WHEEL, sha256=sha256, size=size)
+
+
+def _pread(fd: int, n: int, at: int) -> bytes:
+    try:
+        return os.pread(fd, n, at)
+    except OSError as exc:
+        raise ReadFailed(exc) from None
+
+
+def _hash_file(fd: int, on_read: Callable[[int], None] | None,
+               stop: threading.Event) -> tuple[str, int]:
+    """The sha256 and size of the whole file, read from its start to its end."""
     h = hashlib.sha256()
     buf = bytearray(CHUNK)
     view = memoryview(buf)
     done = 0
-    while n := f.readinto(buf):
+    while not stop.is_set():
+        try:
+            n = os.preadv(fd, [buf], done)
+        except OSError as exc:
+            raise ReadFailed(exc) from None
+        if not n:
+            return h.hexdigest(), done
         h.update(view[:n])
         done += n
         if on_read is not None:
             on_read(done)
-    return h.hexdigest(), done
+    raise parallel.Cancelled()
 
 
 def _info(name: str, size: int, mode: int, kind: bytes = tarfile.REGTYPE,
@@ -239,25 +286,125 @@ def read_to_end(data: IO[bytes], name: str) -> None:
         raise zipfile.BadZipFile(f"{name} holds more than it declares")
 
 
+# Compressed bytes handed to the inflater at a time: what it leaves unconsumed (its output is
+# bounded to DECODED_PIECE) is copied at every call, so a big input would be copied over and over.
+IN_PIECE = 64 << 10
+# Reading a byte of the wheel for its sha256 costs about a third of inflating and hashing a
+# decoded byte: the whole-file hash takes its turn among the members by that estimate.
+HASH_COST = 3
+
+
 def _members(f: IO[bytes], wheel: WheelName, staging_dir: Path, want: Wanted,
-             rules: MemberRules, listing: Listing) -> None:
+             rules: MemberRules, listing: Listing, on_read: Callable[[int], None] | None,
+             content_hash: str) -> tuple[str, int]:
+    """Admit every member in the wheel's order, then hash the file and decode the admitted
+    members on every usable core, the costliest first; (the file's sha256, its size)."""
     z = open_zip(f, rules.limits)
+    staged: list[tuple[Member, zipfile.ZipInfo]] = []
+    for item in layout(z, wheel):
+        if isinstance(item, Problem):
+            listing.problems.append(item)
+            continue
+        tar_info, zip_info = item
+        verdict = _admit(rules, listing, tar_info)
+        if isinstance(verdict, Member) and zip_info is not None:
+            staged.append((verdict, zip_info))
+    fd = f.fileno()
+    end = os.fstat(fd).st_size
     cores = usable_cores()
-    writer = staging.Writer(direct=staging.direct_io_allowed(staging_dir),
-                            lanes=staging.hash_lanes(cores), writers=staging.write_threads(cores))
+    writer = staging.Writer(direct=staging.direct_io_allowed(staging_dir), lanes=1,
+                            writers=staging.write_threads(cores),
+                            pool_chunks=staging.Writer.POOL_CHUNKS + cores,
+                            content_hash=content_hash)
+
+    def stage(member: Member, info: zipfile.ZipInfo) -> Callable[[threading.Event], None]:
+        return lambda stop: staging.stage_pieces(
+            decoded(fd, info, end, stop), member, staging_dir if want(member) else None, writer)
+
+    jobs: list[tuple[int, Callable[[threading.Event], object]]] = [
+        (end // HASH_COST, lambda stop: _hash_file(fd, on_read, stop))]
+    jobs += [(info.file_size, stage(member, info)) for member, info in staged]
+    jobs.sort(key=lambda job: -job[0])
     try:
-        for item in layout(z, wheel):
-            if isinstance(item, Problem):
-                listing.problems.append(item)
-                continue
-            tar_info, zip_info = item
-            verdict = _admit(rules, listing, tar_info)
-            if isinstance(verdict, Member) and zip_info is not None:
-                with z.open(zip_info) as data:
-                    staging.consume(data, verdict, staging_dir if want(verdict) else None, writer)
-                    read_to_end(data, zip_info.filename)
+        results = parallel.spread([call for _, call in jobs], cores)
     finally:
         writer.finish()
+    return next(r for r in results if isinstance(r, tuple))
+
+
+def _inflater():
+    """A raw-deflate decompressor and its crc32: ISA-L's (about twice as fast) when installed,
+    else zlib's; both release the GIL."""
+    try:
+        from isal import isal_zlib
+    except ImportError:  # pragma: no cover - isal is an optional speed-up
+        return zlib.decompressobj(-zlib.MAX_WBITS), zlib.crc32
+    return isal_zlib.decompressobj(-zlib.MAX_WBITS), isal_zlib.crc32
+
+
+def data_range(fd: int, info: zipfile.ZipInfo, file_size: int) -> tuple[int, int]:
+    """Where a member's compressed bytes lie: after its local header, which must be a local
+    header and name the central directory's file, and within the file."""
+    head = _pread(fd, 30, info.header_offset)
+    if len(head) != 30 or head[:4] != b"PK\x03\x04":
+        raise zipfile.BadZipFile(f"{escape(info.filename)}: bad magic number for its file header")
+    flags, = struct.unpack_from("<H", head, 6)
+    name_len, extra_len = struct.unpack_from("<HH", head, 26)
+    name = _pread(fd, name_len, info.header_offset + 30)
+    if name.decode("utf-8" if flags & 0x800 else "cp437", "replace") != info.orig_filename:
+        raise zipfile.BadZipFile(f"{escape(info.filename)}: its file header names another file")
+    start = info.header_offset + 30 + name_len + extra_len
+    if start + info.compress_size > file_size:
+        raise zipfile.BadZipFile(f"{escape(info.filename)} runs past the end of the file")
+    return start, start + info.compress_size
+
+
+def decoded(fd: int, info: zipfile.ZipInfo, file_size: int,
+            stop: threading.Event) -> Iterator[bytes]:
+    """A member's bytes, decoded in pieces on the calling thread; the end checks that they
+    are the size and CRC-32 the central directory declares, and nothing more."""
+    start, end = data_range(fd, info, file_size)
+    if info.compress_type == zipfile.ZIP_DEFLATED:
+        inflater, crc32 = _inflater()
+    elif info.compress_type == zipfile.ZIP_STORED:
+        inflater, crc32 = None, zlib.crc32
+    else:
+        raise NotImplementedError(f"{escape(info.filename)}: compression method "
+                                  f"{info.compress_type}")
+    left, crc, at = info.file_size, 0, start
+    while at < end and not (inflater is not None and inflater.eof):
+        if stop.is_set():
+            raise parallel.Cancelled()
+        data = _pread(fd, min(IN_PIECE, end - at), at)
+        if not data:
+            break
+        at += len(data)
+        while data:
+            if inflater is None:
+                out, data = data, b""
+            else:
+                given = len(data)
+                out = inflater.decompress(data, min(DECODED_PIECE, left + 1))
+                data = b"" if inflater.eof else inflater.unconsumed_tail
+                if not out and len(data) == given:  # no progress: never loop on it
+                    raise zipfile.BadZipFile(f"{escape(info.filename)} does not inflate")
+            if out:
+                left -= len(out)
+                if left < 0:
+                    raise zipfile.BadZipFile(f"{escape(info.filename)} holds more than it "
+                                             "declares")
+                crc = crc32(out, crc)
+                yield out
+    if inflater is not None and not inflater.eof and (out := inflater.flush()):
+        left -= len(out)
+        if left < 0:
+            raise zipfile.BadZipFile(f"{escape(info.filename)} holds more than it declares")
+        crc = crc32(out, crc)
+        yield out
+    if left:
+        raise EOFError(f"unexpected end of data in {escape(info.filename)}")
+    if crc != info.CRC:
+        raise zipfile.BadZipFile(f"bad CRC-32 for file {escape(info.filename)}")
 
 
 def _admit(rules: MemberRules, listing: Listing, info: tarfile.TarInfo) -> Member | None:
