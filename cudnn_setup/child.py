@@ -116,7 +116,9 @@ class Runner:
     def _trapped(self, env: Mapping[str, str] | None) -> str | None:
         """Why a child started with `env` would hang in the loader before running a line, once
         per LD_LIBRARY_PATH in a command (loader_traps.py); None when nothing there blocks."""
-        value = (os.environ if env is None else env).get("LD_LIBRARY_PATH")
+        if env is None:  # the tool's own: the program left every trap behind as it started
+            return None
+        value = env.get("LD_LIBRARY_PATH")
         if not value:
             return None
         with self._lock:

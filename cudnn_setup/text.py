@@ -34,8 +34,16 @@ def escape(text: str) -> str:
 
 
 def show_path(path: "os.PathLike[str] | str") -> str:
-    from cudnn_setup.urls import hide_userinfo  # urls builds on this module
     return escape(hide_userinfo(os.fspath(path)))
+
+
+_PATH_USERINFO = re.compile(r"(^|/)[^/]*:[^/]*@(?=[^/@]+(?:/|\Z))")
+
+
+def hide_userinfo(path: str) -> str:
+    """A local path as given, with any `user:password@` segment prefix taken out; nothing else
+    changes (paths are shown whole; escaping is the caller's)."""
+    return _PATH_USERINFO.sub(r"\1", path) if "@" in path and len(path) <= 65536 else path
 
 
 # Control characters (C0, DEL, C1) and lone surrogates: never printed raw.

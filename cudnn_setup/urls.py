@@ -11,7 +11,7 @@ import ipaddress
 import re
 from urllib.parse import SplitResult, urlsplit
 
-from cudnn_setup.text import escape
+from cudnn_setup.text import escape, hide_userinfo
 
 SHOWN = 300  # characters of a URL shown; the rest is elided
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]{0,31}):")
@@ -58,15 +58,6 @@ def _userinfo(text: str) -> tuple[str, str, str] | None:
 
 # In a file path: a segment `user:password@host` (a URL given where a path was expected, its
 # `//` folded by the path's normalisation) loses what is before its last `@`.
-_PATH_USERINFO = re.compile(r"(^|/)[^/]*:[^/]*@(?=[^/@]+(?:/|\Z))")
-
-
-def hide_userinfo(path: str) -> str:
-    """A local path as given, with any `user:password@` segment prefix taken out; nothing else
-    changes (paths are shown whole; escaping is the caller's)."""
-    return _PATH_USERINFO.sub(r"\1", path) if "@" in path and len(path) <= 65536 else path
-
-
 def redact(url: str) -> str:
     """The URL fit to print: no user:password@ (whatever form the URL has, parsed or not), the
     query and fragment shown as `?…` / `#…`, escaped, at most SHOWN characters. A local path

@@ -18,7 +18,7 @@ LAYER = {"cli": 4, "arguments": 4, "grammar": 4, "typer_app": 4, "crash_report":
          "checks": 2, "fetch": 2,
          "state": 2, "theanorc_merge": 2, "theano_blas": 2, "settings": 2, "startup_line": 2, "facts": 1,
          "errors": 0, "report": 0, "text": 0, "child": 0, "digest": 0, "durable": 0, "parallel": 0,
-         "untrusted": 0, "urls": 0,
+         "untrusted": 0, "urls": 0, "orphans": 0, "loader_traps": 0,
          "probes": None}
 
 

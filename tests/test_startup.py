@@ -59,6 +59,8 @@ INSTALL_MODULES = {
     "cudnn_setup.archive.package", "cudnn_setup.archive.problems",
     "cudnn_setup.archive.reader", "cudnn_setup.archive.rules", "cudnn_setup.archive.staging",
     "cudnn_setup.archive.wheel", "cudnn_setup.arguments", "cudnn_setup.grammar", "cudnn_setup.checks",
+    "cudnn_setup.state.trust", "cudnn_setup.state.view", "cudnn_setup.state.writable",
+    "cudnn_setup.facts.clients",
     "cudnn_setup.checks.answer_values", "cudnn_setup.checks.driver_check",
     "cudnn_setup.checks.installation", "cudnn_setup.checks.probe", "cudnn_setup.child",
     "cudnn_setup.cli", "cudnn_setup.commands", "cudnn_setup.commands.install",

@@ -9,7 +9,7 @@ from cudnn_setup.fetch.checksums import expected_for
 from cudnn_setup.fetch.redist import local_path
 from cudnn_setup.sources.base import ARCHIVE, PATH, WHEEL, Fetch, Obtained, Provenance, Source
 from cudnn_setup.text import show_path
-from cudnn_setup.urls import hide_userinfo
+from cudnn_setup.text import hide_userinfo
 
 
 class LocalArchive(Source):
