@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, clean_env, run_json, tree_state
+from conftest import theano_imports, REPO, clean_env, run_json, tree_state
 from cudnn_setup.cli import main
 from cudnn_setup.steps.by_version import NAME, PATH, URL, VERSION, classify, target
 from cudnn_setup.commands.list import rows
@@ -25,6 +25,13 @@ from cudnn_setup.settings import mirror_setting, read_config, user_config_path
 from fixtures.mirror import STANDARD, MirrorArchive, build_mirror
 from httpserver import ArchiveServer
 from httpserver import DirectoryServer as Served
+
+
+@pytest.fixture(autouse=True)
+def _theano_imports(home):
+    """These tests verify an install whose subject is not Theano: the user's Theano imports."""
+    theano_imports(home)
+
 
 NVIDIA = REPO / "fixtures" / "nvidia"
 X86_12 = STANDARD[0].name  # cudnn-linux-x86_64-9.1.7.99_cuda12-archive.tar.xz

@@ -157,6 +157,7 @@ def test_the_one_read_scan_finds_the_one_export_after_thousands_of_imports(impor
 @given(st.lists(st.tuples(st.integers(0, 10**9), st.integers(0, 255)), min_size=1, max_size=12),
        st.booleans())
 @example(edits=[(9, 8)], in_header=True)  # the table's section flagged SHF_COMPRESSED
+@example(edits=[(36, 45)], in_header=True)  # a table size of 193 GB, far past the file's end
 def test_the_one_read_scan_agrees_with_pyelftools_on_corrupted_tables(importer, tmp_path, edits,
                                                                        in_header):
     """Bytes of the symbol table (or of the section headers that place it) changed at random:

@@ -7,12 +7,19 @@ import shutil
 
 import pytest
 
-from conftest import run_json, tree_state
+from conftest import theano_imports, run_json, tree_state
 from cudnn_setup.errors import ARCHIVE_REJECTED
 from cudnn_setup.fetch.redistrib_json import parse_redistrib
 from fixtures.mirror import STANDARD, build_mirror
 from fixtures.wheels import IndexFile, build_wheel, project_json, sha256
 from httpserver import DirectoryServer as Served, IndexServer
+
+
+@pytest.fixture(autouse=True)
+def _theano_imports(home):
+    """These tests verify an install whose subject is not Theano: the user's Theano imports."""
+    theano_imports(home)
+
 
 X86_12, X86_13, SBSA_12 = STANDARD[0], STANDARD[1], STANDARD[2]
 NO_FLAGS = ["--no-theanorc", "--no-frameworks"]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_json, tree_state
+from conftest import theano_imports, run_json, tree_state
 from cudnn_setup.archive import inspect_archive
 from cudnn_setup.errors import ARCHIVE_REJECTED, DOWNLOAD_FAILED, USAGE, UsageError
 from cudnn_setup.sources.pipconf import PYPI, index_config
@@ -16,6 +16,13 @@ from fixtures.mirror import MirrorArchive
 from fixtures.wheels import (IndexFile, build_wheel, project_html, project_json, sha256,
                              wheel_files, wheel_name)
 from httpserver import IndexServer
+
+
+@pytest.fixture(autouse=True)
+def _theano_imports(home):
+    """These tests verify an install whose subject is not Theano: the user's Theano imports."""
+    theano_imports(home)
+
 
 PROJECT = "nvidia-cudnn-cu12"
 JSON = "application/vnd.pypi.simple.v1+json"

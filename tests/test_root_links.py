@@ -7,10 +7,17 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_json, tree_state
+from conftest import theano_imports, run_json, tree_state
 from cudnn_setup.placement.targets import root_dirs
 from cudnn_setup.facts.cuda import find_cuda_root
 from fixtures.generate import GENERATION_SAMPLES
+
+
+@pytest.fixture(autouse=True)
+def _theano_imports(home):
+    """These tests verify an install whose subject is not Theano: the user's Theano imports."""
+    theano_imports(home)
+
 
 V7 = GENERATION_SAMPLES["v4-v7"]
 TARGET = "targets/x86_64-linux"

@@ -188,8 +188,10 @@ def _exports_code(elf: ELFFile, dynsym) -> bool:
     name_of, shndx_of = struct.Struct(order + "I"), struct.Struct(order + "H")
     # The bytes as they are in the file, as pyelftools' iteration reads them (data() would
     # decompress a table flagged SHF_COMPRESSED, which no loader does); at most the file's size.
-    dynsym.stream.seek(dynsym["sh_offset"])
-    table = dynsym.stream.read(dynsym["sh_size"])
+    stream = dynsym.stream
+    end = stream.seek(0, 2)  # a size past the file's end is read as far as the file goes
+    stream.seek(dynsym["sh_offset"])
+    table = stream.read(max(0, min(dynsym["sh_size"], end - dynsym["sh_offset"])))
     for at in range(0, dynsym.num_symbols() * entry, entry):
         if len(table) < at + entry:
             break  # cut short: pyelftools' iteration would have failed here (see below)
