@@ -1,13 +1,14 @@
 """The `clients` check: whether each client on this machine would work with this cuDNN.
 
 The frameworks found by the frameworks check, and Theano (the client this tool configures),
-are each judged by the sub-libraries their calls need (facts/clients.py): a framework present
-that would break fails the check where it was seen to load this cuDNN (Theano: always, its
-config names it) and warns where which cuDNN it loads was not seen (no GPU); one seen to load
-another cuDNN (its wheel's) is not touched by this one. With none present it passes and says which kinds of client
-the install serves and which it does not (the JIT flavour alone serves PyTorch's fp16
-convolution and attention, not its fp32 convolution, batch normalisation or LSTM). Before
-cuDNN 9 every client loads the whole release, which the files check judges: skip.
+are each judged by the sub-libraries their calls need (facts/clients.py). A client present that
+would break with this cuDNN fails the check, whichever cuDNN it loads today: one that loads its
+own wheel's now breaks the day it is pointed at this root (LD_LIBRARY_PATH, LD_PRELOAD, as the
+programs that use this cuDNN are), and the detail says which cuDNN it loads now. With none
+present it passes and says which kinds of client the install serves and which it does not (the
+JIT flavour alone serves PyTorch's fp16 convolution and attention, not its fp32 convolution,
+batch normalisation or LSTM). Before cuDNN 9 every client loads the whole release, which the
+files check judges: skip.
 """
 from __future__ import annotations
 
@@ -44,8 +45,9 @@ def check_clients(inst: Installation, frameworks: Sequence[FrameworkEntry],
         works, why = clients.framework_verdict(name, present, inst.generation)
         where = loads.get(name)
         this = True if name == "theano" else (None if not where else _same_dir(where, inst.lib_dir))
-        if this is False:  # it loads another cuDNN: this one's flavour does not touch it
-            works, why = True, f"{name} loads the cuDNN in {where}, not this one"
+        if this is False and not works:  # its own copy today; this one when pointed here
+            why = (f"{why} with this cuDNN (it loads the cuDNN in {where} now; pointed at this "
+                   "root, as the programs that use this cuDNN are, it would break)")
         verdicts.append({"client": name, "present": there, "loads_this": this, "works": works,
                          "why": why})
     kinds = [{"kind": k.name, "clients": k.clients, "served": k in served,
@@ -54,11 +56,9 @@ def check_clients(inst: Installation, frameworks: Sequence[FrameworkEntry],
     data = {"clients": verdicts, "kinds": kinds}
     broken = [v for v in verdicts if not v["works"] and v["present"]]
     if broken:
-        # fail where the client is known to load this cuDNN; where that was not seen, warn
-        sure = any(v["loads_this"] for v in broken)
-        return Check(NAME, FAIL if sure else WARN, "; ".join(
-            v["why"] + ("" if v["loads_this"] else " (if it loads this cuDNN: which one it "
-                        "loads was not seen here)") for v in broken),
+        return Check(NAME, FAIL, "; ".join(
+            v["why"] + (" (which cuDNN it loads now was not seen here)"
+                        if v["loads_this"] is None else "") for v in broken),
                      {**data, "hint": "install the full flavour of this cuDNN release "
                                       "(not cudnn_jit): the clients above call what it adds"})
     not_served = [k for k in clients.KINDS if k not in served]
