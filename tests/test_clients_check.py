@@ -9,7 +9,7 @@ from fixtures import layouts
 
 def torch():
     return FrameworkEntry(name="torch", version="2.11.0", rule="same major", status="pass",
-                          reason="loads this cuDNN")
+                          reason="loads this cuDNN", cudnn_built_for="9.1.0")
 
 
 def test_the_jit_flavour_fails_where_pytorch_loads_it(tmp_path):
@@ -127,3 +127,14 @@ def test_installing_the_jit_flavour_where_torch_is_says_so_before_writing(tmp_pa
 
 
 from test_frameworks_cli import site  # noqa: E402,F401  (the torch stand-in's fixture)
+
+
+def test_a_framework_that_never_opens_cudnn_is_no_client(tmp_path):
+    """A CPU build of ONNX Runtime, or CuPy 14 (no cuDNN module): built for no cuDNN and
+    loading none, nothing this cuDNN lacks can break it."""
+    lib = layouts.loading_set9(tmp_path / "jit", tmp_path / "w", subs=layouts.JIT9)
+    cpu = FrameworkEntry(name="onnxruntime", version="1.30.0", rule="same major", status="skip",
+                         reason="cuDNN not loaded: a CPU build of ONNX Runtime, no cuDNN")
+    check = check_clients(locate.locate(lib), [cpu], theano=False)
+    assert check.status == "pass", check.detail
+    assert check.detail.startswith("no client of cuDNN found on this machine")

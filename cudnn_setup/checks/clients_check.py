@@ -34,7 +34,10 @@ def check_clients(inst: Installation, frameworks: Sequence[FrameworkEntry],
                      "files check judges it)" if inst.libraries else "no cuDNN library")
     present = set(inst.composition().present)
     served = clients.served(present, inst.generation)
-    found = {e.name: True for e in frameworks if e.importable and e.name in clients.FRAMEWORK_KIND}
+    # a framework is a client of cuDNN when it was built for one or loads one: a CPU build of
+    # ONNX Runtime, or CuPy 14 (no cuDNN module), never opens it
+    found = {e.name: True for e in frameworks if e.importable and e.name in clients.FRAMEWORK_KIND
+             and (e.cudnn_built_for or e.cudnn_loaded)}
     # which cuDNN each framework loaded, where the frameworks check saw it (None: not seen,
     # e.g. without a GPU); Theano loads the one its config names, this one
     loads = {e.name: (e.cudnn_loaded.dir if e.cudnn_loaded else None) for e in frameworks}
