@@ -146,8 +146,8 @@ def test_in_a_pipe_every_step_is_a_line_on_stderr_and_never_silent(tmp_path, hom
     assert all(l.startswith("cudnn-setup: ") for l in said), said
     assert any("reading cudnn-10.0-linux-x64-v7.4.2.24.tgz" in l for l in said)
     assert any("placing cuDNN 7.4.2 into" in l for l in said)
-    assert any(l.startswith("cudnn-setup: check 1 of 13: files") for l in said)
-    assert any(l.startswith("cudnn-setup: check 13 of 13: theano") for l in said)
+    assert any(l.startswith("cudnn-setup: check 1 of 14: files") for l in said)
+    assert any(l.startswith("cudnn-setup: check 14 of 14: theano") for l in said)
     times = [started] + [t for t, _ in lines] + [ended]
     gaps = [b - a for a, b in zip(times, times[1:])]
     assert max(gaps) <= console.EVERY + GRACE, list(zip(gaps, ["(start)"] + said))
@@ -213,7 +213,7 @@ def test_on_a_terminal_a_live_display_shows_each_step(home, cuda_root):
     text = data.decode("utf-8", "replace")
     assert code == 0, text[-3000:]
     assert "\x1b[" in text  # rich's live display: escape sequences, redrawn in place
-    assert "check 13 of 13: theano" in text and "check 4 of 13: load" in text
+    assert "check 14 of 14: theano" in text and "check 4 of 14: load" in text
     assert "cudnn-setup: check" not in text  # not the log's plain lines
     assert "installed cuDNN 7.4.2" in text  # the answer, after the display is gone
     times = [started] + chunks
@@ -314,9 +314,9 @@ def test_inspect_says_it_reads_and_verify_numbers_its_checks(home, cuda_root):
     run_cli(["install", SAMPLE, "--cuda-root", root, "--no-theanorc", "--no-verify"], home)
     done = run_cli(["verify", "--cuda-root", root, "--no-theano", "--no-frameworks"], home)
     steps = [l for l in done.stderr.splitlines() if l.startswith("cudnn-setup: check ")]
-    assert [s.split(":")[1].strip() for s in steps][:3] == ["check 1 of 12", "check 2 of 12",
-                                                            "check 3 of 12"]
-    assert len(steps) == 12 and steps[-1].startswith("cudnn-setup: check 12 of 12: frameworks")
+    assert [s.split(":")[1].strip() for s in steps][:3] == ["check 1 of 13", "check 2 of 13",
+                                                            "check 3 of 13"]
+    assert len(steps) == 13 and steps[-1].startswith("cudnn-setup: check 13 of 13: clients")
 
 
 def test_bench_says_each_step(home, cuda_root, tmp_path):

@@ -64,7 +64,8 @@ def check_files(inst: Installation, deep: bool = False) -> Check:
         problems.append("changed since cudnn-setup installed them: " + ", ".join(changed))
     if problems:
         ours = {entry.path for entry in entries}
-        if changed or any(p.split(" ", 1)[0] in ours for p in problems):
+        links_ours = {_where(root / entry.path) for entry in entries} & set(links)
+        if changed or links_ours or any(p.split(" ", 1)[0] in ours for p in problems):
             # the damage is in what the tool installed: the manifest can put it back
             data["hint"] = (f"run `cudnn-setup repair --cuda-root {escape(str(root))}` to put "
                             "back what cudnn-setup installed")

@@ -17,6 +17,7 @@ from cudnn_setup.untrusted import kind
 from cudnn_setup.facts import cudnn as gen
 from cudnn_setup.facts import ldresolve as L
 from cudnn_setup.report import FAIL, PASS, SKIP, WARN, Check
+from cudnn_setup.text import escape
 
 LOAD_TIMEOUT = 60.0
 COMPILE_TIMEOUT = 120.0
@@ -116,7 +117,7 @@ def check_load(inst: Installation, env: Mapping[str, str], runner: Runner | None
                          f"{expected}: Theano would stop with 'Mixed dnn version'", data), data
     data["mapped"] = answer.paths("mapped")
     front = [m for m in data["mapped"] if gen.library_stem(os.path.basename(m)) == "libcudnn"]
-    opened = f" (the file {front[0]})" if len(front) == 1 else ""
+    opened = f" (the file {escape(front[0])})" if len(front) == 1 else ""
     return Check("load", PASS, f"{target.name} loads{opened}; cudnnGetVersion() = {got}, "
                  f"cudnnGetCudartVersion() = {data.get('cudnnGetCudartVersion')}", data), data
 

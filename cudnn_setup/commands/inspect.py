@@ -17,7 +17,6 @@ from cudnn_setup.placement.judge import fit_refusal, package_refusal
 from cudnn_setup.errors import ArchiveRejected
 from cudnn_setup.facts.cuda import find_cuda_root
 from cudnn_setup.fetch.checksums import expected_for
-from cudnn_setup.parallel import Later
 from cudnn_setup.report import Result
 from cudnn_setup.state.view import look
 from cudnn_setup.text import escape
@@ -26,7 +25,11 @@ from cudnn_setup.text import escape
 @command("inspect", read_only=True)
 def inspect(result: Result, ctx: Context, archive: Path, cuda_root: Path | None = None) -> None:
     root = find_cuda_root(ctx.env, cuda_root) if cuda_root is not None else None
-    asked = Later(driver_facts, ctx.env, runner=ctx.runner)  # while the archive is read
+    # the driver is asked only for an archive that passed everything else (no thread or child
+    # is left behind by an archive refused first)
+    def asked():
+        return driver_facts(ctx.env, runner=ctx.runner)
+
     expected = expected_for(archive.name, None)
     notes: list[str] = []
     with tempfile.TemporaryDirectory(prefix="cudnn-setup-inspect-") as tmp:
@@ -41,9 +44,9 @@ def inspect(result: Result, ctx: Context, archive: Path, cuda_root: Path | None 
                 ctx.status("asking the archive's library which CUDA it was built for")
             built = built_for(pkg, Path(tmp) / "probe", ctx.env)
             refusal, notes = fit_refusal(pkg, built, root, archive.name,
-                                         look(root.path).manifest, asked.result, False)
+                                         look(root.path).manifest, asked, False)
         elif refusal is None:
-            refusal, notes = machine_fit(pkg, built, asked.result(), False)
+            refusal, notes = machine_fit(pkg, built, asked(), False)
     result.cudnn_version = pkg.cudnn_version
     result.add("package", pkg.to_dict())
     result.add("built_for_cuda", built.to_dict())

@@ -8,7 +8,10 @@ import os
 
 
 def _text(raw):
-    return raw.decode("utf-8", "replace")
+    """The path as the file system has it: the kernel writes a newline in a name as \\012, and
+    bytes that are not UTF-8 travel as Python carries them (surrogates), for the parent to show
+    escaped, not as U+FFFD, which would name another file."""
+    return raw.replace(b"\\012", b"\n").decode("utf-8", "surrogateescape")
 
 
 def _regions():
