@@ -1,0 +1,308 @@
+"""Every command README.md shows, run the way a reader runs it, with the exit code it promises.
+
+The commands are read from the markdown itself (its code blocks, the "one command" table and
+the commands named in its prose), so a command added to the README is run here too, and one the
+tool does not accept fails. Each runs as a real process (`python -m cudnn_setup`) in a sandbox:
+a home of its own, fabricated CUDA roots, the README's archive names as files in the working
+directory, a mirror and a package index on 127.0.0.1. Nothing reaches the network: NVIDIA's own
+tree is stood in for by the fleet's mirror setting (CUDNN_SETUP_MIRROR), and every proxy
+variable points at a closed port, so a request that escapes the sandbox fails instead of
+leaving the machine.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from markdown_it import MarkdownIt
+
+from conftest import REPO
+from fixtures.mirror import MirrorArchive, build_mirror
+from fixtures.wheels import IndexFile, build_wheel, project_json, sha256
+from httpserver import DirectoryServer, IndexServer
+
+README = REPO / "README.md"
+TOOL = "cudnn-setup"
+PIP_JSON = "application/vnd.pypi.simple.v1+json"
+# The releases the README names, as the sandbox's mirror and index publish them: build numbers
+# that no published table holds, so only the mirror's manifest and the index vouch for them.
+MIRRORED = MirrorArchive("9.28.0.99", "12")
+WHEEL = "9.28.0.42"
+ROOT_CUDA = "12.4"  # a root the README's 9.28 builds for CUDA 12 fit
+# what the README's placeholders stand for in the sandbox (see Sandbox.substitute)
+SANDBOX_PATHS = {"/usr/local/cuda": "legacy_root", "/srv/cudnn": "mirror_dir"}
+
+
+@dataclass
+class Shown:
+    """One command as the README shows it."""
+
+    argv: list[str]  # after any VAR=value words
+    assignments: dict[str, str]
+    place: str  # "code", "table" or "prose"
+    exit_code: int  # what the README promises: 0 unless it says otherwise beside it
+    line: str
+
+    @property
+    def subcommand(self) -> str | None:
+        return self.argv[1] if self.argv[0] == TOOL and len(self.argv) > 1 else None
+
+
+def _promised_exit(note: str) -> int:
+    found = re.search(r"\bexits? (?:with )?(?:code )?`?(\d+)`?", note)
+    return int(found.group(1)) if found else 0
+
+
+def _command(text: str, place: str, note: str = "") -> Shown | None:
+    """`text` as a command line, or None when it is not one (a bare `cudnn-setup install` in a
+    sentence names the command, it does not run it)."""
+    words = shlex.split(text, comments=True)
+    assignments = {}
+    while words and re.fullmatch(r"[A-Z_][A-Z0-9_]*=.*", words[0]):
+        name, _, value = words.pop(0).partition("=")
+        assignments[name] = value
+    if not words or words[0] not in (TOOL, "bash"):
+        return None
+    if place == "prose" and (len(words) < 3 or words[0] != TOOL):
+        return None
+    comment = text.partition("#")[2]
+    return Shown(words, assignments, place, _promised_exit(comment + " " + note), text.strip())
+
+
+def readme_commands(markdown: str) -> list[Shown]:
+    """The commands of the README in the order a reader meets them."""
+    tokens = MarkdownIt("commonmark").enable("table").parse(markdown)
+    shown: list[Shown] = []
+    table_header: list[str] = []
+    in_header = False
+    row_text = ""
+    for i, token in enumerate(tokens):
+        if token.type == "fence":
+            for line in token.content.splitlines():
+                if (found := _command(line, "code")) is not None:
+                    shown.append(found)
+        elif token.type == "thead_open":
+            table_header, in_header = [], True
+        elif token.type == "thead_close":
+            in_header = False
+        elif token.type == "tr_open":
+            row_text = ""
+        elif token.type == "inline" and tokens[i - 1].type in ("th_open", "td_open"):
+            if in_header:
+                table_header.append(token.content)
+                continue
+            row_text += " " + token.content
+            if "one command" not in table_header:
+                continue
+            for child in token.children or []:
+                if child.type == "code_inline" and (found := _command(child.content, "table")):
+                    shown.append(found)
+        elif token.type == "inline" and tokens[i - 1].type == "paragraph_open":
+            for child in token.children or []:
+                if child.type == "code_inline" and (found := _command(child.content, "prose",
+                                                                       token.content)):
+                    shown.append(found)
+    return shown
+
+
+def commands_table(markdown: str) -> list[str]:
+    """The subcommands the README's "command | what it does" table names."""
+    names = []
+    for row in markdown.splitlines():
+        cells = [c.strip() for c in row.strip().strip("|").split("|")]
+        if len(cells) == 2 and cells[0].startswith("`") and not cells[0].startswith("`cudnn"):
+            names += [w.split()[0] for w in re.findall(r"`([a-z][^`]*)`", cells[0])]
+    return names
+
+
+# --- the extraction itself: it must find what the README shows, not nothing -------------------
+
+def test_the_readme_shows_the_commands_this_test_runs():
+    markdown = README.read_text()
+    shown = readme_commands(markdown)
+    places = {p: [s.line for s in shown if s.place == p] for p in ("code", "table", "prose")}
+    # the quickstart's install, the two scripts, the five "at any time" commands
+    assert len(places["code"]) == 8, places["code"]
+    # NVIDIA's tree, a mirror, a PyPI index
+    assert len(places["table"]) == 3, places["table"]
+    # building a fleet's mirror; `cudnn-setup COMMAND --help`
+    assert len(places["prose"]) == 2, places["prose"]
+    assert [s.argv[:2] for s in shown if s.argv[0] == "bash"] == [
+        ["bash", "scripts/demo.sh"], ["bash", "scripts/test.sh"]]
+    assert sorted(commands_table(markdown)) == sorted(
+        ["install", "verify", "doctor", "repair", "uninstall", "inspect", "theanorc", "list",
+         "download", "mirror", "bench"])
+
+
+def test_extraction_reads_code_blocks_tables_and_prose_and_the_promised_exit_code():
+    markdown = "\n".join([
+        "Run `cudnn-setup verify --json` or `cudnn-setup install`.", "",
+        "```", "X=1 cudnn-setup doctor    # exits 1 when a problem is found", "ls", "```", "",
+        "| from | one command |", "|---|---|", "| here | `cudnn-setup list --cuda 12` |", "",
+        "| name | other |", "|---|---|", "| x | `cudnn-setup bench` |",
+    ])
+    shown = readme_commands(markdown)
+    assert [(s.place, s.argv, s.assignments, s.exit_code) for s in shown] == [
+        ("prose", [TOOL, "verify", "--json"], {}, 0),
+        ("code", [TOOL, "doctor"], {"X": "1"}, 1),
+        ("table", [TOOL, "list", "--cuda", "12"], {}, 0),
+    ]
+
+
+# --- the sandbox -----------------------------------------------------------------------------
+
+class Sandbox:
+    """A reader's machine in a tmp dir: its home, a working directory holding the README's
+    archives, CUDA roots, and the mirror and index that stand in for NVIDIA's servers."""
+
+    def __init__(self, tmp: Path, home: Path, cuda_root, archives: dict[str, Path],
+                 mirror_url: str, index_url: str):
+        self.tmp, self.home, self.make_root, self.archives = tmp, home, cuda_root, archives
+        self.mirror_url, self.index_url = mirror_url, index_url
+        self.cwd = tmp / "cwd"
+        self.cwd.mkdir()
+        self.legacy_root = cuda_root(version="7.0")  # the quickstart's cuDNN v3 is for CUDA 7.0
+        self.mirror_dir = tmp / "srv-cudnn"
+        self.root: Path | None = None  # where the last install went
+
+    def env(self, root: Path | None) -> dict[str, str]:
+        closed = "http://127.0.0.1:9"  # discard's port: nothing listens there
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("CUDA_", "CUDNN_SETUP_", "THEANO", "LD_LIBRARY_PATH", "XDG_",
+                                    "PIP_"))
+               and k.lower() not in ("http_proxy", "https_proxy", "all_proxy", "no_proxy")}
+        env.update({"HOME": str(self.home), "PYTHONPATH": str(REPO),
+                    "CUDNN_SETUP_MIRROR": self.mirror_url, "PIP_INDEX_URL": self.index_url,
+                    "PIP_CONFIG_FILE": os.devnull,
+                    "http_proxy": closed, "https_proxy": closed, "HTTP_PROXY": closed,
+                    "HTTPS_PROXY": closed, "no_proxy": "127.0.0.1", "NO_PROXY": "127.0.0.1"})
+        if root is not None:
+            env["CUDNN_SETUP_CUDA_ROOT"] = str(root)
+        return env
+
+    def substitute(self, shown: Shown) -> tuple[list[str], dict[str, str]]:
+        """The README's command with the sandbox's paths and servers in place of the ones it
+        names; files it names that the fixtures build are put in the working directory."""
+        def swap(word: str) -> str:
+            for placeholder, attribute in SANDBOX_PATHS.items():
+                if word == placeholder:
+                    return str(getattr(self, attribute))
+            if re.fullmatch(r"https?://[^/]+\.lan/.*", word):
+                return self.mirror_url
+            if word in self.archives and not (self.cwd / word).exists():
+                shutil.copy(self.archives[word], self.cwd / word)
+            return word
+        argv = [swap(w) for w in shown.argv[1:]]
+        return argv, {k: swap(v) for k, v in shown.assignments.items()}
+
+    def run(self, shown: Shown, argv: list[str], assignments: dict[str, str]):
+        # An install goes into a fresh root (each of the README's is one command on a machine
+        # that has none yet); the commands after it look at the root the last one went into.
+        if argv[0] == "install" and "CUDA_ROOT" not in assignments:
+            self.root = self.make_root(version=ROOT_CUDA)
+        env = self.env(None if "CUDA_ROOT" in assignments else self.root or
+                       self.make_root(version=ROOT_CUDA))
+        env.update(assignments)
+        started = time.monotonic()
+        done = subprocess.run([sys.executable, "-m", "cudnn_setup", *argv], cwd=self.cwd, env=env,
+                              capture_output=True, text=True, timeout=300,
+                              stdin=subprocess.DEVNULL)
+        return done, time.monotonic() - started
+
+
+@pytest.fixture(scope="module")
+def published(tmp_path_factory, compiler):
+    """The README's 9.28 as a mirror of NVIDIA's tree and as an nvidia-cudnn-cu12 wheel."""
+    out = tmp_path_factory.mktemp("published")
+    mirror = build_mirror(out / "mirror", (MIRRORED,), cc=compiler)
+    wheel = build_wheel(out / "wheels", WHEEL, "12", compiler)
+    return mirror, wheel
+
+
+def test_every_readme_command_exits_as_the_readme_promises(published, archives, cuda_root, home,
+                                                           tmp_path):
+    mirror, wheel = published
+    shown = [s for s in readme_commands(README.read_text()) if s.argv[0] == TOOL]
+    names = commands_table(README.read_text())
+    ran = []
+    with DirectoryServer(mirror.root) as served, IndexServer() as index:
+        index.routes[f"/simple/nvidia-cudnn-cu12/"] = (PIP_JSON, project_json(
+            "nvidia-cudnn-cu12", [IndexFile(wheel.name, f"{index.base}/files/{wheel.name}",
+                                            sha256(wheel))]))
+        index.routes[f"/files/{wheel.name}"] = ("application/octet-stream", wheel.read_bytes())
+        box = Sandbox(tmp_path, home, cuda_root, archives, served.url, index.base + "/simple/")
+        for each in shown:
+            argv, assignments = box.substitute(each)
+            if argv == ["COMMAND", "--help"]:  # the placeholder: every command the README lists
+                runs = [[name, "--help"] for name in names]
+            elif argv[0] == "mirror":
+                # NVIDIA's tree, the default source, is out of a test's reach: the sandbox's
+                # mirror stands in for it
+                runs = [[*argv, "--from", served.url]]
+            else:
+                runs = [argv]
+            for one in runs:
+                done, seconds = box.run(each, one, assignments)
+                ran.append((each.line, one, done.returncode, round(seconds, 1)))
+                assert done.returncode == each.exit_code, (
+                    f"README: {each.line}\nran: {one} {assignments}\nexit {done.returncode}, "
+                    f"README promises {each.exit_code}\n{done.stdout}\n{done.stderr}")
+    # every command ran, each place of the README among them
+    assert len(ran) == len(shown) - 1 + len(names), ran
+    assert {s.place for s in shown} == {"code", "table", "prose"}
+
+
+# --- the scripts the README runs -------------------------------------------------------------
+
+def test_the_readme_scripts_exist_and_ci_runs_the_test_script():
+    shown = [s for s in readme_commands(README.read_text()) if s.argv[0] == "bash"]
+    for each in shown:
+        script = REPO / each.argv[1]
+        assert script.is_file(), each.line
+        assert subprocess.run(["bash", "-n", str(script)]).returncode == 0, each.line
+    ci = (REPO / ".ci" / "run").read_text()
+    assert re.search(r"^\s*(exec\s+)?bash scripts/test\.sh\b", ci, re.M), ci
+
+
+def _venv_up_to_date(venv: Path, extra: str) -> bool:
+    """scripts/setup-venv.sh's own test of its stamp, without running it (it would install)."""
+    stamp = venv / "cudnn-setup.stamp"
+    if not (venv / "bin" / "cudnn-setup").exists() or not stamp.is_file():
+        return False
+    version = subprocess.run(["python3", "--version"], capture_output=True, text=True)
+    key = hashlib.sha256((REPO / "pyproject.toml").read_bytes()
+                         + (version.stdout + version.stderr).encode()).hexdigest()
+    lines = stamp.read_text().splitlines()
+    return lines[:1] == [key] and extra in lines[1:]
+
+
+def test_the_demo_installs_into_its_sandbox_and_verifies(tmp_path):
+    """scripts/demo.sh from a copy of the checkout that shares its up-to-date .venv: it says
+    it installs nothing, builds the root, installs the sample and exits 0."""
+    venv = REPO / ".venv"
+    if not _venv_up_to_date(venv, "theano"):
+        pytest.skip(".venv is not set up for the demo here (scripts/setup-venv.sh would install)")
+    copy = tmp_path / "checkout"
+    copy.mkdir()
+    for part in ("scripts", "fixtures"):
+        shutil.copytree(REPO / part, copy / part, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(REPO / "pyproject.toml", copy)
+    (copy / ".venv").symlink_to(venv, target_is_directory=True)
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("CUDA_", "CUDNN_SETUP_", "THEANO", "LD_LIBRARY_PATH", "XDG_"))}
+    done = subprocess.run(["bash", "scripts/demo.sh", "--json"], cwd=copy, env=env,
+                          capture_output=True, text=True, timeout=300,
+                          stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "nothing to install" in done.stderr
+    assert (copy / "sandbox" / "cuda-10.0" / "include" / "cudnn.h").is_file()
+    assert (copy / "sandbox" / "home" / ".theanorc").is_file()
