@@ -53,10 +53,6 @@ class Shown:
     exit_code: int  # what the README promises: 0 unless it says otherwise beside it
     line: str
 
-    @property
-    def subcommand(self) -> str | None:
-        return self.argv[1] if self.argv[0] == TOOL and len(self.argv) > 1 else None
-
 
 def _promised_exit(note: str) -> int:
     found = re.search(r"\bexits? (?:with )?(?:code )?`?(\d+)`?", note)
@@ -79,57 +75,68 @@ def _command(text: str, place: str, note: str = "") -> Shown | None:
     return Shown(words, assignments, place, _promised_exit(comment + " " + note), text.strip())
 
 
-def readme_commands(markdown: str) -> list[Shown]:
-    """The commands of the README in the order a reader meets them."""
+def _sentence(paragraph: str, part: str) -> str:
+    """The sentence of `paragraph` that holds `part`."""
+    at = paragraph.find(part)
+    start = max(paragraph.rfind(". ", 0, at), paragraph.rfind("; ", 0, at)) + 1
+    ends = [i for i in (paragraph.find(". ", at), paragraph.find("; ", at)) if i >= 0]
+    return paragraph[start:min(ends) if ends else len(paragraph)]
+
+
+def _tables(tokens) -> list[tuple[list[str], list[list]]]:
+    """Each table as (its header's cells, its rows: each a list of the cells' inline tokens)."""
+    tables: list[tuple[list[str], list[list]]] = []
+    row: list = []
+    for i, token in enumerate(tokens):
+        if token.type == "table_open":
+            tables.append(([], []))
+        elif token.type == "tr_open":
+            row = []
+        elif token.type == "inline" and tokens[i - 1].type in ("th_open", "td_open"):
+            row.append(token)
+        elif token.type == "tr_close":
+            header, rows = tables[-1]
+            if header:
+                rows.append(row)
+            else:
+                header += [cell.content for cell in row]
+    return tables
+
+
+def _code(token) -> list[str]:
+    return [c.content for c in token.children or [] if c.type == "code_inline"]
+
+
+def parse(markdown: str) -> tuple[list[Shown], list[str]]:
+    """The README's commands in the order a reader meets them (code blocks, the table whose
+    column says "one command", code in sentences), and the subcommands its "command" table
+    names."""
     tokens = MarkdownIt("commonmark").enable("table").parse(markdown)
+    tables = iter(_tables(tokens))
     shown: list[Shown] = []
-    table_header: list[str] = []
-    in_header = False
-    row_text = ""
+    names: list[str] = []
     for i, token in enumerate(tokens):
         if token.type == "fence":
-            for line in token.content.splitlines():
-                if (found := _command(line, "code")) is not None:
-                    shown.append(found)
-        elif token.type == "thead_open":
-            table_header, in_header = [], True
-        elif token.type == "thead_close":
-            in_header = False
-        elif token.type == "tr_open":
-            row_text = ""
-        elif token.type == "inline" and tokens[i - 1].type in ("th_open", "td_open"):
-            if in_header:
-                table_header.append(token.content)
-                continue
-            row_text += " " + token.content
-            if "one command" not in table_header:
-                continue
-            for child in token.children or []:
-                if child.type == "code_inline" and (found := _command(child.content, "table")):
-                    shown.append(found)
+            shown += filter(None, (_command(line, "code") for line in token.content.splitlines()))
         elif token.type == "inline" and tokens[i - 1].type == "paragraph_open":
-            for child in token.children or []:
-                if child.type == "code_inline" and (found := _command(child.content, "prose",
-                                                                       token.content)):
-                    shown.append(found)
-    return shown
-
-
-def commands_table(markdown: str) -> list[str]:
-    """The subcommands the README's "command | what it does" table names."""
-    names = []
-    for row in markdown.splitlines():
-        cells = [c.strip() for c in row.strip().strip("|").split("|")]
-        if len(cells) == 2 and cells[0].startswith("`") and not cells[0].startswith("`cudnn"):
-            names += [w.split()[0] for w in re.findall(r"`([a-z][^`]*)`", cells[0])]
-    return names
+            shown += filter(None, (_command(code, "prose", _sentence(token.content, code))
+                                   for code in _code(token)))
+        elif token.type == "table_open":
+            header, rows = next(tables)
+            if "one command" in header:
+                for row in rows:
+                    note = " ".join(cell.content for cell in row)
+                    shown += filter(None, (_command(code, "table", note)
+                                           for cell in row for code in _code(cell)))
+            elif header[:1] == ["command"]:
+                names += [code.split()[0] for row in rows for code in _code(row[0])]
+    return shown, names
 
 
 # --- the extraction itself: it must find what the README shows, not nothing -------------------
 
 def test_the_readme_shows_the_commands_this_test_runs():
-    markdown = README.read_text()
-    shown = readme_commands(markdown)
+    shown, names = parse(README.read_text())
     places = {p: [s.line for s in shown if s.place == p] for p in ("code", "table", "prose")}
     # the quickstart's install, the two scripts, the five "at any time" commands
     assert len(places["code"]) == 8, places["code"]
@@ -139,24 +146,30 @@ def test_the_readme_shows_the_commands_this_test_runs():
     assert len(places["prose"]) == 2, places["prose"]
     assert [s.argv[:2] for s in shown if s.argv[0] == "bash"] == [
         ["bash", "scripts/demo.sh"], ["bash", "scripts/test.sh"]]
-    assert sorted(commands_table(markdown)) == sorted(
+    assert sorted(names) == sorted(
         ["install", "verify", "doctor", "repair", "uninstall", "inspect", "theanorc", "list",
          "download", "mirror", "bench"])
 
 
 def test_extraction_reads_code_blocks_tables_and_prose_and_the_promised_exit_code():
     markdown = "\n".join([
-        "Run `cudnn-setup verify --json` or `cudnn-setup install`.", "",
+        "Run `cudnn-setup verify --json` or `cudnn-setup install`. It exits 1: "
+        "`cudnn-setup doctor --json x`.", "",
         "```", "X=1 cudnn-setup doctor    # exits 1 when a problem is found", "ls", "```", "",
-        "| from | one command |", "|---|---|", "| here | `cudnn-setup list --cuda 12` |", "",
-        "| name | other |", "|---|---|", "| x | `cudnn-setup bench` |",
+        "| from | one command | note |", "|---|---|---|", "| here | `cudnn-setup list --cuda 12` |",
+        "| there | `cudnn-setup install 1.2 --x` | exits `2` |", "",
+        "| name | other |", "|---|---|", "| x | `cudnn-setup bench` |", "",
+        "| command | what |", "|---|---|", "| `verify` | checks |", "| `list`, `mirror` | x |",
     ])
-    shown = readme_commands(markdown)
+    shown, names = parse(markdown)
     assert [(s.place, s.argv, s.assignments, s.exit_code) for s in shown] == [
         ("prose", [TOOL, "verify", "--json"], {}, 0),
+        ("prose", [TOOL, "doctor", "--json", "x"], {}, 1),
         ("code", [TOOL, "doctor"], {"X": "1"}, 1),
         ("table", [TOOL, "list", "--cuda", "12"], {}, 0),
+        ("table", [TOOL, "install", "1.2", "--x"], {}, 2),
     ]
+    assert names == ["verify", "list", "mirror"]
 
 
 # --- the sandbox -----------------------------------------------------------------------------
@@ -264,9 +277,8 @@ def published(tmp_path_factory, compiler):
 def test_every_readme_command_exits_as_the_readme_promises(published, archives, cuda_root,
                                                            theano_compiledir, tmp_path):
     mirror, wheel = published
-    markdown = README.read_text()
-    shown = [s for s in readme_commands(markdown) if s.argv[0] == TOOL]
-    names = commands_table(markdown)
+    shown, names = parse(README.read_text())
+    shown = [s for s in shown if s.argv[0] == TOOL]
     with DirectoryServer(mirror.root) as served, IndexServer() as index:
         index.routes["/simple/nvidia-cudnn-cu12/"] = (PIP_JSON, project_json(
             "nvidia-cudnn-cu12", [IndexFile(wheel.name, f"{index.base}/files/{wheel.name}",
@@ -290,7 +302,7 @@ def test_every_readme_command_exits_as_the_readme_promises(published, archives, 
 # --- the scripts the README runs -------------------------------------------------------------
 
 def test_the_readme_scripts_exist_and_ci_runs_the_test_script():
-    shown = [s for s in readme_commands(README.read_text()) if s.argv[0] == "bash"]
+    shown = [s for s in parse(README.read_text())[0] if s.argv[0] == "bash"]
     for each in shown:
         script = REPO / each.argv[1]
         assert script.is_file(), each.line
