@@ -93,6 +93,7 @@ class Runner:
         self._live: dict[int, subprocess.Popen] = {}
         self._scratch: set[Path] = set()  # the scratch dirs of the children not yet done
         self._cancelled = False
+        self._ended = False  # the command ended: a thread it left behind starts no child
         self._traps: dict[str, str | None] = {}  # LD_LIBRARY_PATH: what on it would hang a child
 
     def __enter__(self) -> "Runner":
@@ -136,11 +137,19 @@ class Runner:
             self._cancelled = True
         self.end()
 
+    def begin(self) -> None:
+        """A command starts with this runner (a Context may serve more than one)."""
+        with self._lock:
+            self._ended = False
+
     def end(self) -> None:
         """Kill every running child's group and remove their scratch dirs (the threads that
         ran them may never get to: the process may leave first). For a command's end: a
-        child still running then is one no step waits for."""
+        child still running then is one no step waits for, and a thread that would start
+        another after it (the driver probe's second step, once the first was killed) is
+        refused until the next command begins."""
         with self._lock:
+            self._ended = True
             live = list(self._live.values())
             scratch = list(self._scratch)
         for proc in live:
@@ -163,6 +172,10 @@ class Runner:
         earlier = self.known(key)
         if earlier is not None:
             return Finished(None, b"", b"", error=earlier, known=earlier)
+        with self._lock:
+            if self._ended:
+                return Finished(None, b"", b"", error="not run: the command had ended",
+                                interrupted=True)
         trapped = self._trapped(env)
         if trapped is not None:
             return Finished(None, b"", b"", error=f"was not run: {trapped}", known=trapped)

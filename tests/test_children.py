@@ -673,3 +673,18 @@ def test_a_refused_install_leaves_no_child_and_no_scratch_dir_behind(tmp_path, h
         os.kill(pid, signal.SIGKILL)
     assert not alive, "the driver probe was left running"
     assert not list(scratch.glob("cudnn-setup-child-*"))
+
+
+def test_a_runner_starts_no_child_after_its_command_ended(tmp_path):
+    """A thread a command left behind (the driver probe's second step, once end() killed the
+    first) starts nothing after the end; the next command begins with the runner usable."""
+    from cudnn_setup.child import Runner
+
+    runner = Runner(scratch_parent=tmp_path)
+    runner.end()
+    marker = tmp_path / "ran"
+    done = runner.run(["touch", str(marker)], timeout=10)
+    assert done.interrupted and "the command had ended" in done.error
+    assert not marker.exists() and not list(tmp_path.glob("cudnn-setup-child-*"))
+    runner.begin()
+    assert runner.run(["touch", str(marker)], timeout=10).returncode == 0 and marker.exists()

@@ -40,6 +40,8 @@ def command(name: str, fails_as: type[SetupError] = InstallFailed, read_only: bo
             if ctx is not None and ctx.cwd is not None:  # every path taken as the user meant it
                 args = tuple(_absolute(a, ctx.cwd) for a in args)
                 kwargs = {k: _absolute(v, ctx.cwd) for k, v in kwargs.items()}
+            if ctx is not None:
+                ctx.runner.begin()
             reaper = Subreaper(waited_for).start()
             try:
                 body(result, *args, **kwargs)
