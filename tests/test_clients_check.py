@@ -138,3 +138,23 @@ def test_a_framework_that_never_opens_cudnn_is_no_client(tmp_path):
     check = check_clients(locate.locate(lib), [cpu], theano=False)
     assert check.status == "pass", check.detail
     assert check.detail.startswith("no client of cuDNN found on this machine")
+
+
+def test_a_changed_library_names_the_clients_that_call_it(archives, cuda_root, home):
+    """Bits flipped in a kernel library's bytes: verify fails the files check where PyTorch may
+    not happen to run those kernels; the finding says whose calls go through that library."""
+    from conftest import run_json
+    from fixtures.generate import GENERATION_SAMPLES
+
+    root = cuda_root(version="12.4", layout="lib")
+    done, _ = run_json(["install", archives[GENERATION_SAMPLES["9.x"]], "--cuda-root", root,
+                        "--no-verify", "--no-theanorc"], home)
+    assert done.returncode == 0, done.stderr
+    lib = next((root / "lib").glob("libcudnn_engines_precompiled.so.9.*"))
+    data = bytearray(lib.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    lib.write_bytes(bytes(data))
+    done, out = run_json(["verify", "--cuda-root", root, "--no-theano", "--no-frameworks"], home)
+    files = next(c for c in out["checks"] if c["name"] == "files")
+    assert files["status"] == "fail", files
+    assert f"lib/{lib.name} (called by PyTorch's fp32 convolution" in files["detail"], files

@@ -61,7 +61,8 @@ def check_files(inst: Installation, deep: bool = False) -> Check:
             "other_versions": others,
             "composition": comp.to_dict() if comp else None}
     if changed:
-        problems.append("changed since cudnn-setup installed them: " + ", ".join(changed))
+        problems.append("changed since cudnn-setup installed them: " + ", ".join(
+            _with_callers(path, inst.generation) for path in changed))
     if problems:
         ours = {entry.path for entry in entries}
         links_ours = {_where(root / entry.path) for entry in entries} & set(links)
@@ -81,6 +82,14 @@ def check_files(inst: Installation, deep: bool = False) -> Check:
                      f"which libcudnn.so does not select: {listing} (judged: {main.name}, "
                      f"selected by {inst.selected_by})", data)
     return Check("files", PASS if inst.manifest else WARN, origin, data)
+
+
+def _with_callers(path: str, generation: str | None) -> str:
+    """A changed file, with who calls the cuDNN 9 library it is (the clients whose calls may
+    now run code that is not NVIDIA's)."""
+    stem = gen.library_stem(os.path.basename(path)) if generation == gen.V9 else None
+    who = clients.callers_of(stem) if stem else None
+    return f"{path} (called by {who})" if who else path
 
 
 def soname_link_problems(inst: Installation) -> dict:

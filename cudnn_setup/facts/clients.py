@@ -79,6 +79,13 @@ def lacking(kind: ClientKind, present: set[str] | frozenset[str],
     return tuple(s for s in kind.needs if s not in present)
 
 
+def callers_of(stem: str) -> str | None:
+    """Who calls into the cuDNN 9 sub-library `stem`, in words (None: no kind needs it): what
+    damage to it breaks."""
+    who = [k.clients for k in KINDS if stem in k.needs]
+    return "; ".join(who) if who else None
+
+
 def served(present, generation: str | None) -> list[ClientKind]:
     """The kinds of client a release made of `present` serves."""
     return [k for k in KINDS if not lacking(k, set(present), generation)]
