@@ -13,8 +13,9 @@ GZIP, XZ, BZIP2, PLAIN_TAR, ZIP = "gzip", "xz", "bzip2", "tar", "zip"  # compres
 # else Python's lzma (named by the compression, "xz"). A .tar.gz: rapidgzip, ISA-L, zlib.
 XZ_PARALLEL, LIBLZMA = "xz -T0", "liblzma"
 RAPIDGZIP, ISAL, ZLIB = "rapidgzip", "isal", "zlib"  # gzip decoders, fastest first
-# Measured with bench/install_speed.py (docs/performance.md): on 2 cores ISA-L alone decodes a
-# cuDNN .tar.gz as fast as rapidgzip on both, and leaves the second core to hashing and writing.
+# Measured with bench/install_speed.py (docs/evidence/performance-history.md): on 2 cores ISA-L
+# alone decodes a cuDNN .tar.gz as fast as rapidgzip on both, and leaves the second core to
+# hashing and writing.
 RAPIDGZIP_MIN_CORES = 4
 XZ_PARALLEL_SINCE = 50040000  # XZ_VERSION of 5.4.0: the first xz that decodes on many threads
 XZ_MEMLIMIT_FLOOR = 64 << 20
@@ -72,7 +73,8 @@ def rapidgzip_memory(archive_bytes: int, cores: int) -> int:
 
     Fed through a pipe (which the one stream needs) it keeps much of what it has read: measured
     peaks were 315 MiB for a 200 MB prefix and 449 MiB for a 635 MB .tar.gz on 2 threads, 589 MiB
-    for a 349 MiB one on 16 (docs/performance.md). So: the archive, 256 MiB, 16 MiB a thread.
+    for a 349 MiB one on 16 (docs/evidence/performance-history.md). So: the archive, 256 MiB,
+    16 MiB a thread.
     """
     return archive_bytes + (256 << 20) + cores * (16 << 20)
 
