@@ -162,6 +162,8 @@ def test_under_json_stdout_is_the_object_alone_and_the_steps_go_to_stderr(home, 
     assert json.loads(done.stdout)["command"] == "install"
     assert len(done.stdout.strip().splitlines()) == 1
     assert "cudnn-setup: reading cudnn-10.0" in done.stderr
+    # the step the heartbeat names while members are decoded after the bytes are read
+    assert "cudnn-setup: staging cudnn-10.0-linux-x64-v7.4.2.24.tgz: reading, checking" in done.stderr
     assert "cudnn-setup: placing cuDNN 7.4.2" in done.stderr
 
 

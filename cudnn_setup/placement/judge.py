@@ -79,6 +79,8 @@ def stage_and_judge(archive: Path, work: Path, root: CudaRoot, state: StateDir, 
     machine (`driver`: the facts, or a function that waits for them); a misfit is refused
     unless `force`. `clients`: a function naming the frameworks on this machine, asked only
     when the release is the JIT flavour (flavour_notes)."""
+    # the step a log names again while the members are decoded after the bytes are read
+    say(f"staging {escape(archive.name)}: reading, checking and writing its members")
     pkg = stage(archive, work / "staging", expected, on_read, xz, env)
     say(f"judging cuDNN {pkg.cudnn_version or '(version unknown)'}: whether it fits "
         f"{root.path} and this machine's GPUs and driver")
