@@ -220,6 +220,7 @@ def main(argv: list[str] | None = None, *, env: Mapping[str, str] | None = None,
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     env = _as_given(os.environ) if env is None else dict(env)
+    env = _paths_anchored(env, cwd or Path.cwd())
     if COMPLETE_VAR in env:  # the shell's completion script asks for words, not a command
         from cudnn_setup.typer_app import complete
 
@@ -262,6 +263,25 @@ def main(argv: list[str] | None = None, *, env: Mapping[str, str] | None = None,
 
 
 _GIVEN = "CUDNN_SETUP_GIVEN_LD_LIBRARY_PATH"  # the user's LD_LIBRARY_PATH, across a new start
+
+
+# The variables that name files or directories and that children read: a relative value means
+# "from the directory the command was given in", which a child (run in a scratch dir of its own)
+# would read from elsewhere.
+_PATH_VARIABLES = ("HOME", "THEANORC", "XDG_CACHE_HOME", "XDG_CONFIG_HOME")
+
+
+def _paths_anchored(env: dict[str, str], cwd: Path) -> dict[str, str]:
+    """`env` with each relative path in _PATH_VARIABLES made absolute against `cwd` (THEANORC is
+    a list: each entry), so that every child reads the files the user meant."""
+    for name in _PATH_VARIABLES:
+        value = env.get(name)
+        if not value:
+            continue
+        parts = value.split(os.pathsep) if name == "THEANORC" else [value]
+        anchored = [p if not p or os.path.isabs(p) else os.path.join(str(cwd), p) for p in parts]
+        env[name] = os.pathsep.join(anchored)
+    return env
 
 
 def _as_given(environ: Mapping[str, str]) -> dict[str, str]:

@@ -72,5 +72,12 @@ class Result:
 
 
 def check_lines(checks: list[Check]) -> list[str]:
+    """A line a check; a failed one's hint (what to run) on a line of its own below it."""
     width = max((len(c.name) for c in checks), default=0)
-    return [f"  {c.name:<{width}}  {c.status:<4}  {c.detail}" for c in checks]
+    lines = []
+    for c in checks:
+        lines.append(f"  {c.name:<{width}}  {c.status:<4}  {c.detail}")
+        hint = c.data.get("hint") if c.status == FAIL and isinstance(c.data, dict) else None
+        if isinstance(hint, str) and hint:
+            lines.append(f"  {'':<{width}}  {'':<4}  hint: {hint}")
+    return lines

@@ -365,3 +365,20 @@ def test_the_archive_is_fetched_before_the_lock_is_waited_for(archives, cuda_roo
     assert refused.value.code == "lock-held" and asked == [V9]
     outcome = engine.repair(find_cuda_root({}, root), obtain)  # asked once, before the lock
     assert outcome.changed and asked == [V9, V9]
+
+
+def test_verify_says_repairs_hint_to_people_and_each_damage_once(archives, cuda_root, home):
+    """The hint that names repair was in the JSON only; a deleted library's links were each
+    said twice (by their record and again by the directory's listing)."""
+    from conftest import run_cli
+
+    root = cuda_root()
+    done, _ = run_json(["install", archives[GENERATION_SAMPLES["v4-v7"]], "--cuda-root", root,
+                        "--no-verify", "--no-theanorc"], home)
+    assert done.returncode == 0, done.stderr
+    (root / "lib64" / "libcudnn.so.7.4.2").unlink()
+    done = run_cli(["verify", "--cuda-root", root, "--no-theano", "--no-frameworks"], home)
+    assert done.returncode == 1
+    assert f"hint: run `cudnn-setup repair --cuda-root {root}`" in done.stdout, done.stdout
+    files = next(line for line in done.stdout.splitlines() if line.lstrip().startswith("files"))
+    assert files.count("libcudnn.so.7 -> libcudnn.so.7.4.2 is a broken link") == 1, files

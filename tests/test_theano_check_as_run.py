@@ -90,3 +90,30 @@ def test_verify_runs_theano_under_the_config_install_wrote_and_says_which(archiv
     theano = {c["name"]: c for c in out["checks"]}["theano"]
     assert f"with config {other} (THEANORC set to the file --theanorc names" \
         in theano["detail"], theano
+
+
+def test_a_relative_home_is_the_one_the_user_meant(tmp_path):
+    """HOME=sandbox/home, relative to where the command was given: the Theano check's child
+    (run in a scratch directory of its own) reads the config the user's own Theano reads."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from conftest import REPO, clean_env
+
+    work = tmp_path / "work"
+    (work / "sandbox" / "home").mkdir(parents=True)
+    (work / "sandbox" / "home" / ".theanorc").write_text("[blas]\nldflags =\n")
+    root = tmp_path / "cuda"
+    from fixtures.generate import Compiler, make_cuda_root
+    (tmp_path / "cc").mkdir()
+    make_cuda_root(root, "10.0", cc=Compiler(tmp_path / "cc"))
+    env = clean_env(work / "sandbox" / "home")
+    env["HOME"] = "sandbox/home"
+    done = subprocess.run([sys.executable, "-m", "cudnn_setup", "verify", "--cuda-root", str(root),
+                           "--no-frameworks", "--json"], cwd=work, env=env, capture_output=True,
+                          text=True, timeout=600)
+    theano = next(c for c in json.loads(done.stdout)["checks"] if c["name"] == "theano")
+    assert "import theano` fails" not in theano["detail"], theano
+    assert str(work / "sandbox" / "home" / ".theanorc") in theano["detail"], theano

@@ -49,8 +49,9 @@ def check_files(inst: Installation, deep: bool = False) -> Check:
         mode = stat.S_IMODE(os.stat(lib).st_mode)
         if mode & 0o444 != 0o444 and not any(lib.name in p for p in problems):
             problems.append(f"{lib.name} is not readable by everyone")
+    recorded = {_where(root / entry.path) for entry in entries}  # said above, by its record
     for link in sorted(inst.lib_dir.glob("libcudnn*.so*")) if inst.lib_dir.is_dir() else []:
-        if _where(link) in links:
+        if _where(link) in links or _where(link) in recorded:
             continue
         if link.is_symlink() and not link.exists():
             problems.append(f"{link.name} -> {os.readlink(link)} is a broken link")
@@ -65,7 +66,7 @@ def check_files(inst: Installation, deep: bool = False) -> Check:
             _with_callers(path, inst.generation) for path in changed))
     if problems:
         ours = {entry.path for entry in entries}
-        links_ours = {_where(root / entry.path) for entry in entries} & set(links)
+        links_ours = recorded & set(links)
         if changed or links_ours or any(p.split(" ", 1)[0] in ours for p in problems):
             # the damage is in what the tool installed: the manifest can put it back
             data["hint"] = (f"run `cudnn-setup repair --cuda-root {escape(str(root))}` to put "
