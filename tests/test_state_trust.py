@@ -48,17 +48,58 @@ def root12(shared, compiler):
 @functools.lru_cache(maxsize=None)
 def _python() -> tuple[str, str]:
     """An interpreter of this Python that the second user may run (the test's own may lie
-    under a home it cannot enter) and the path that gives it this checkout's packages."""
+    under a home it cannot enter) and the path that gives it this checkout's packages. Where
+    the checkout or its .venv lie in a directory that user cannot enter (a clone under a 0700
+    temporary dir), they are laid out where it can: the package copied, the site-packages
+    linked file by file (hard links where the filesystem allows)."""
     path = os.pathsep.join([str(REPO), *site.getsitepackages()])
-    # it must start itself again as that user too: the checks' probes are its children
-    probe = ("import subprocess, sys; subprocess.run([sys.executable, '-c', ''], check=True); "
-             "print(sys.version_info[:2])")
+    found = _runnable(path)
+    if found is None:
+        path = _public_copy()
+        found = _runnable(path)
+    if found is None:
+        pytest.skip("no interpreter of this Python that uid 65534 may run")
+    return found, path
+
+
+def _runnable(path: str) -> str | None:
+    # it must import the tool and start itself again as that user: the probes are its children
+    probe = ("import subprocess, sys, cudnn_setup.commands.verify, cudnn_setup.commands.install; "
+             "subprocess.run([sys.executable, '-c', ''], check=True); print(sys.version_info[:2])")
     for candidate in (sys.executable, "/usr/bin/python3", "/usr/local/bin/python3"):
+        if not os.path.exists(candidate):
+            continue
         done = subprocess.run([*NOBODY, candidate, "-c", probe], capture_output=True, text=True,
                               env={"PYTHONPATH": path})
         if done.returncode == 0 and done.stdout.strip() == str(sys.version_info[:2]):
-            return candidate, path
-    pytest.skip("no interpreter of this Python that uid 65534 may run")
+            return candidate
+    return None
+
+
+def _public_copy() -> str:
+    import atexit
+
+    public = Path(tempfile.mkdtemp(prefix="cudnn-setup-public-"))
+    atexit.register(shutil.rmtree, public, True)
+    public.chmod(0o755)
+    shutil.copytree(REPO / "cudnn_setup", public / "src" / "cudnn_setup",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    parts = [str(public / "src")]
+    for i, packages in enumerate(site.getsitepackages()):
+        if os.path.isdir(packages):
+            shutil.copytree(packages, public / f"site{i}", copy_function=_link_or_copy,
+                            symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
+            parts.append(str(public / f"site{i}"))
+    for dirpath, dirnames, _ in os.walk(public):
+        os.chmod(dirpath, 0o755)
+    return os.pathsep.join(parts)
+
+
+def _link_or_copy(src: str, dst: str) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
 
 
 def _cli(args, home: Path, *, umask: int | None = None, user: bool = False, timeout=300):
