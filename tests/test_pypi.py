@@ -203,6 +203,8 @@ def test_an_index_without_the_project_is_a_clear_error(cuda_root, home):
         done, out = install(root, home, server.base + "/simple/", "9.1")
     assert done.returncode == USAGE and out["error"]["code"] == "unknown-version"
     assert f"has no project {PROJECT}" in out["error"]["message"]
+    # one sentence: "no P wheel matches 9.1: INDEX has no project P", not "on INDEX has no …"
+    assert out["error"]["message"].startswith(f"no {PROJECT} wheel matches 9.1: ")
 
 
 def test_a_version_only_for_another_platform_names_the_platform(wheels, cuda_root, home):

@@ -217,8 +217,11 @@ class PypiIndex(Source):
                             f"--cuda {others[-1]} or use a CUDA root of that major")
         versions = {o.version for o in every if not o.prerelease}
         near = nearest_versions(request, versions) if versions else []
-        where = "; ".join(notes) if not versions and notes else self.where
-        raise UnknownVersion(f"no {project} wheel matches {request} on {where}",
+        if not versions and notes:  # the index has no such project at all: say only that
+            raise UnknownVersion(f"no {project} wheel matches {request}: " + "; ".join(notes),
+                                 "NVIDIA publishes nvidia-cudnn-cu11, -cu12 and -cu13; check "
+                                 "the index (--index-url, PIP_INDEX_URL, pip.conf) or --cuda")
+        raise UnknownVersion(f"no {project} wheel matches {request} on {self.where}",
                              f"nearest versions: {', '.join(near)}" if near else
                              "check the index (--index-url, PIP_INDEX_URL, pip.conf)")
 
