@@ -38,6 +38,22 @@ def _timeline(stream, into: list) -> None:
         into.append((time.monotonic(), line.rstrip("\n")))
 
 
+def _piped(argv: list[str], env: dict, timeout: float = 600):
+    """`argv` with stdout and stderr on pipes, as a log sees it: (exit code, stdout, the stderr
+    lines each with when it came, and the gaps from the start through each line to the end)."""
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env)
+    started = time.monotonic()
+    lines: list = []
+    reader = threading.Thread(target=_timeline, args=(proc.stderr, lines))
+    reader.start()
+    out = proc.stdout.read()
+    proc.wait(timeout=timeout)
+    reader.join()
+    times = [started] + [t for t, _ in lines] + [time.monotonic()]
+    return proc.returncode, out, lines, [b - a for a, b in zip(times, times[1:])]
+
+
 def test_plain_lines_say_a_step_at_once_then_at_most_one_per_beat():
     out = io.StringIO()
     plain = console.Plain(out, every=0.5)
@@ -131,25 +147,14 @@ def test_in_a_pipe_every_step_is_a_line_on_stderr_and_never_silent(tmp_path, hom
     """The quickstart's install (scripts/demo.sh), first run, into a log: a line within 5 s of
     the start and then at least every 5 s until it ends; stdout carries only the answer."""
     root = cuda_root("10.0")
-    proc = subprocess.Popen(_install_argv(root, home), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=clean_env(home))
-    started = time.monotonic()
-    lines: list = []
-    reader = threading.Thread(target=_timeline, args=(proc.stderr, lines))
-    reader.start()
-    out = proc.stdout.read()
-    proc.wait(timeout=600)
-    reader.join()
-    ended = time.monotonic()
-    assert proc.returncode == 0, out + "\n".join(l for _, l in lines)
+    code, out, lines, gaps = _piped(_install_argv(root, home), clean_env(home))
+    assert code == 0, out + "\n".join(l for _, l in lines)
     said = [l for _, l in lines]
     assert all(l.startswith("cudnn-setup: ") for l in said), said
     assert any("reading cudnn-10.0-linux-x64-v7.4.2.24.tgz" in l for l in said)
     assert any("placing cuDNN 7.4.2 into" in l for l in said)
     assert any(l.startswith("cudnn-setup: check 1 of 14: files") for l in said)
     assert any(l.startswith("cudnn-setup: check 14 of 14: theano") for l in said)
-    times = [started] + [t for t, _ in lines] + [ended]
-    gaps = [b - a for a, b in zip(times, times[1:])]
     assert max(gaps) <= console.EVERY + GRACE, list(zip(gaps, ["(start)"] + said))
     assert "cudnn-setup: " not in out and "installed cuDNN 7.4.2" in out
 

@@ -6,9 +6,7 @@ Opt-in (`real_cudnn`): CUDNN_SETUP_WHEEL_CACHE must hold nvidia-cudnn-cu12 9.28.
 (`pip download --no-deps nvidia-cudnn-cu12==9.28.0.42 -d $CUDNN_SETUP_WHEEL_CACHE`)."""
 import os
 import re
-import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -16,7 +14,7 @@ import pytest
 
 from conftest import clean_env
 from cudnn_setup import console
-from test_progress import GRACE, _on_a_pty, _timeline
+from test_progress import GRACE, _on_a_pty, _piped
 
 pytestmark = pytest.mark.real_cudnn
 
@@ -37,20 +35,9 @@ def _argv(wheel: Path, root: Path) -> list[str]:
 
 def test_a_log_hears_from_the_install_of_the_real_wheel_every_beat(wheel, cuda_root, home):
     root = cuda_root(version="12.4", layout="lib")
-    proc = subprocess.Popen(_argv(wheel, root), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=clean_env(home))
-    started = time.monotonic()
-    lines: list = []
-    reader = threading.Thread(target=_timeline, args=(proc.stderr, lines))
-    reader.start()
-    out = proc.stdout.read()
-    proc.wait(timeout=900)
-    reader.join()
-    ended = time.monotonic()
+    code, out, lines, gaps = _piped(_argv(wheel, root), clean_env(home), timeout=900)
     said = [line for _, line in lines]
-    assert proc.returncode == 0, out + "\n".join(said)
-    times = [started] + [t for t, _ in lines] + [ended]
-    gaps = [b - a for a, b in zip(times, times[1:])]
+    assert code == 0, out + "\n".join(said)
     assert max(gaps) <= console.EVERY + GRACE, list(zip(gaps, ["(start)"] + said))
     assert any(line.startswith("cudnn-setup: staging nvidia_cudnn_cu12-9.28.0.42") for line in said)
     assert not any("downloading" in line for line in said), said  # a local file: no download
