@@ -382,3 +382,51 @@ def test_verify_says_repairs_hint_to_people_and_each_damage_once(archives, cuda_
     assert f"hint: run `cudnn-setup repair --cuda-root {root}`" in done.stdout, done.stdout
     files = next(line for line in done.stdout.splitlines() if line.lstrip().startswith("files"))
     assert files.count("libcudnn.so.7 -> libcudnn.so.7.4.2 is a broken link") == 1, files
+
+
+@pytest.mark.parametrize("forged", ["setuid mode", "world-writable mode", "absolute link",
+                                    "link out of the root"])
+def test_repair_applies_no_mode_or_link_that_no_install_writes(forged, archives, cuda_root, home):
+    """Repair takes modes and link targets from the manifest alone: a record asking for set-id
+    bits, a file anyone may write, or a link out of the root is damaged state, and nothing of
+    it is applied."""
+    root = cuda_root()
+    done, _ = run_json(["install", archives[GENERATION_SAMPLES["v4-v7"]], "--cuda-root", root,
+                        "--no-verify", "--no-theanorc"], home)
+    assert done.returncode == 0, done.stderr
+    path = root / ".cudnn-setup" / "manifest.json"
+    manifest = json.loads(path.read_text())
+    lib = next(f for f in manifest["files"] if f["type"] == "file" and ".so." in f["path"])
+    link = next(f for f in manifest["files"] if f["type"] == "symlink")
+    if forged == "setuid mode":
+        lib["mode"] = 0o6755
+    elif forged == "world-writable mode":
+        lib["mode"] = 0o666
+    elif forged == "absolute link":
+        link["target"] = "/etc/passwd"
+    else:
+        link["target"] = "../../outside"
+    path.write_text(json.dumps(manifest))
+    (root / lib["path"]).chmod(0o644)  # damage, so that repair has something to do
+    os.unlink(root / link["path"])
+    before = tree_state(root)
+    done, out = run_json(["repair", "--cuda-root", root], home)
+    assert done.returncode == 5 and out["error"]["code"] == "state-damaged", out
+    assert tree_state(root) == before
+
+
+def test_repair_under_umask_000_leaves_no_state_anyone_may_write(archives, cuda_root, home):
+    """repair made its transaction's directories with the umask's mode: 0777 under umask 000,
+    which its own next run (and every other command) then refused as unsafe state."""
+    root = cuda_root()
+    done, _ = run_json(["install", archives[GENERATION_SAMPLES["v4-v7"]], "--cuda-root", root,
+                        "--no-verify", "--no-theanorc"], home)
+    assert done.returncode == 0, done.stderr
+    (root / "include" / "cudnn.h").unlink()
+    done, out = run_json(["repair", "--cuda-root", root], home,
+                         preexec_fn=lambda: os.umask(0))
+    assert done.returncode == 0 and out["changed"] is True, out
+    for dirpath, dirnames, _ in os.walk(root / ".cudnn-setup"):
+        assert os.stat(dirpath).st_mode & 0o022 == 0, dirpath
+    done, out = run_json(["repair", "--cuda-root", root], home)
+    assert done.returncode == 0 and out["changed"] is False, out

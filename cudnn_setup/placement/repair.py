@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Callable, Mapping
 
 from cudnn_setup.archive.package import Package
-from cudnn_setup.durable import make_durable
+from cudnn_setup.durable import make_dirs, make_durable
 from cudnn_setup.errors import ArchiveRejected, InstallFailed, UsageError
 from cudnn_setup.facts.cuda import CudaRoot
 from cudnn_setup.fetch.checksums import Expected
@@ -33,6 +33,7 @@ from cudnn_setup.placement.targets import desired_entries
 from cudnn_setup.state.changed import kept_rel
 from cudnn_setup.state.journal import MKDIR, PUT, Op
 from cudnn_setup.state.layout import StateDir, remove_tree
+from cudnn_setup.state.paths import damaged_error
 from cudnn_setup.state.manifest import DIR, FILE, SYMLINK, Content, FileRecord, Manifest
 from cudnn_setup.state.files import describe, describe_known
 from cudnn_setup.state.transaction import Filesystem, Transaction, recover
@@ -130,6 +131,8 @@ def survey(root: Path, manifest: Manifest) -> list[Damage]:
     hashed (never trusted by its stat). A directory where a record goes stops the repair."""
     out = []
     for record in manifest.files:
+        if (why := _not_installs(record)) is not None:
+            raise damaged_error(root, f"{escape(record.path)}: {why}, which no install records")
         found = describe(root / record.path, record.content.hashes)
         kind = _damage(record, found)
         if kind == DIR:
@@ -139,6 +142,23 @@ def survey(root: Path, manifest: Manifest) -> list[Damage]:
         if kind is not None:
             out.append(Damage(record, kind, found))
     return out
+
+
+def _not_installs(record: FileRecord) -> str | None:
+    """What of a record repair would put in place that no install writes: set-id or sticky
+    bits, a file anyone may write, or a link leading out of the root. Repair takes modes and
+    link targets from the manifest alone; a record that asks for these was not written by an
+    install (which writes at most 0755; a file adopted as it stood keeps its own mode), so
+    nothing of it is applied."""
+    want = record.content
+    if record.type == FILE and want.mode is not None and want.mode & 0o7002:
+        return f"mode {want.mode:04o}"
+    if record.type == SYMLINK:
+        target = want.target or ""
+        inside = os.path.normpath(os.path.join(os.path.dirname(record.path), target))
+        if not target or os.path.isabs(target) or inside == ".." or inside.startswith("../"):
+            return f"a link to {escape(target)}, outside the root"
+    return None
 
 
 def _damage(record: FileRecord, found: Content | None) -> str | None:
@@ -240,7 +260,7 @@ def _repair(state: StateDir, manifest: Manifest, damage: list[Damage], txid: str
     root = state.root
     tx = state.tx_dir(txid)
     tx_rel = state.tx_rel(txid)
-    os.makedirs(tx, exist_ok=True)
+    make_dirs(tx)  # 0755 whatever the umask: what is staged here goes into the root
     archive = None
     staged: dict[str, Path] = {}
     if any(d.needs_archive for d in damage):
@@ -260,7 +280,7 @@ def _repair(state: StateDir, manifest: Manifest, damage: list[Damage], txid: str
     sources: list[Path] = []
     for d in damage:
         source = tx / "put" / d.path
-        source.parent.mkdir(parents=True, exist_ok=True)
+        make_dirs(source.parent)
         want = d.record.content
         if d.record.type == SYMLINK:
             os.symlink(want.target, source)
