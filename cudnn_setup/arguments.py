@@ -39,6 +39,10 @@ def parse(argv: list[str], env, cwd=None) -> Parsed:
             return Parsed(version=True)
         if any(flag in before for flag in HELP_FLAGS):
             return Parsed(help=help_text(None))
+    if first == "--":  # click would take what follows for no command at all, and say nothing
+        raise ArgsError("`--` ends the options; the command comes first",
+                        hint="give the command: cudnn-setup COMMAND [OPTIONS] (see `cudnn-setup "
+                             "--help`)")
     command = COMMANDS.get(first)
     if command is None:  # the program's own options (completion), or what it does not know
         from cudnn_setup import typer_app

@@ -224,7 +224,12 @@ def main(argv: list[str] | None = None, *, env: Mapping[str, str] | None = None,
     if COMPLETE_VAR in env:  # the shell's completion script asks for words, not a command
         from cudnn_setup.typer_app import complete
 
-        return complete(argv)
+        try:
+            return complete(argv)
+        except (KeyError, ValueError) as exc:  # COMP_WORDS or COMP_CWORD missing or not a number
+            print(f"cudnn-setup: completion asked without the shell's words ({type(exc).__name__}: "
+                  f"{exc}); nothing completed", file=stderr or sys.stderr)
+            return USAGE
     home = home or Path(env.get("HOME") or Path.home())
     # a closed stream (Python makes it None) is a sink: print(file=None) would write to stdout
     session = _Session(argv, env, home, stdout or sys.stdout or _sink(),

@@ -201,3 +201,27 @@ def test_option_handling_is_linear_in_argv():
     values = parse(argv, {}).values
     assert time.perf_counter() - started < 5
     assert len(values["versions"]) == 50_000 and str(values["cuda_root"]) == "/r"
+
+
+def test_a_double_dash_before_the_command_is_a_usage_error(home):
+    """`cudnn-setup -- verify --json` exited 0 having run nothing and said nothing."""
+    from conftest import run_json
+
+    done, out = run_json(["--", "verify"], home)
+    assert done.returncode == 2 and out["error"]["code"] == "usage", out
+    assert "the command comes first" in out["error"]["message"]
+
+
+@pytest.mark.parametrize("words", [{"COMP_WORDS": "cudnn-setup", "COMP_CWORD": "abc"},
+                                   {"COMP_WORDS": "cudnn-setup"}, {"COMP_CWORD": "1"}])
+def test_completion_asked_without_the_shells_words_is_no_traceback(words, home):
+    import subprocess
+    import sys
+
+    from conftest import clean_env
+
+    env = clean_env(home, _CUDNN_SETUP_COMPLETE="complete_bash", **words)
+    done = subprocess.run([sys.executable, "-m", "cudnn_setup"], env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert "nothing completed" in done.stderr
