@@ -218,6 +218,7 @@ def settings(root: Path, lib_dir: Path) -> dict[str, dict[str, str]]:
 # the setting is there to be seen, with its reason, but Theano does not read it. A merge
 # replaces the one an earlier merge wrote (a user's own commented-out line is not this one).
 CUDNN_OFF = "optimizer_including = cudnn  (not set by cudnn-setup:"
+KEPT_ACTIVE = "[global] optimizer_including already lists cudnn"
 
 
 def merge(text: str, root: Path, lib_dir: Path, origin: str = ".theanorc", *,
@@ -267,13 +268,14 @@ def merge(text: str, root: Path, lib_dir: Path, origin: str = ".theanorc", *,
     if cudnn:
         including = _add_to_list(updater, "global", "optimizer_including", "cudnn")
     else:
-        _comment(updater, "global", f"{CUDNN_OFF} {printable(cudnn_off_reason)})")
-        sec = updater["global"]
+        sec = updater["global"] if updater.has_section("global") else None
         including = (sec["optimizer_including"].value or "") \
-            if sec.has_option("optimizer_including") else ""
-        if "cudnn" in including.split(":"):
-            warnings.append("[global] optimizer_including already lists cudnn (kept as it is), "
-                            f"which makes Theano stop on a GPU here: {cudnn_off_reason}")
+            if sec is not None and sec.has_option("optimizer_including") else ""
+        if "cudnn" in including.split(":"):  # the file's own, active: said, not contradicted
+            warnings.append(f"{KEPT_ACTIVE} (kept as it is), which makes Theano stop on a GPU "
+                            f"here: {cudnn_off_reason}")
+        else:
+            _comment(updater, "global", f"{CUDNN_OFF} {printable(cudnn_off_reason)})")
     if "\n" in including:
         warnings.append(f"[global] optimizer_including spans several lines; Theano splits it on "
                         f"':' only, so it reads the tags {escape(repr(including.split(':')))}")

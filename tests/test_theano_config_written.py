@@ -269,3 +269,40 @@ def test_the_commented_out_flag_is_replaced_but_a_users_own_is_kept():
     _, warnings = merge(on, Path("/r"), Path("/r/lib64"), cudnn=False, cudnn_off_reason="v9")
     assert warnings == ["[global] optimizer_including already lists cudnn (kept as it is), "
                         "which makes Theano stop on a GPU here: v9"]
+
+
+def test_a_flag_forced_earlier_is_said_active_not_contradicted(tmp_path):
+    """After `theanorc --force-theano-cudnn`, a plain `theanorc` keeps the user's active flag:
+    it says so (`optimizer_including_cudnn` true, the line kept) instead of writing a
+    commented-out line beneath it and reporting the flag as not written."""
+    import json
+    import subprocess
+    import sys
+
+    from conftest import clean_env
+    from fixtures.generate import Compiler, build, make_cuda_root
+
+    (tmp_path / "cc").mkdir()
+    cc = Compiler(tmp_path / "cc")
+    root = make_cuda_root(tmp_path / "cuda", "12.4", "lib", cc=cc)
+    home = tmp_path / "home"
+    home.mkdir()
+    rc = tmp_path / "t.rc"
+    env = clean_env(home)
+    from fixtures.generate import GENERATION_SAMPLES
+
+    [v9] = build(tmp_path / "a", [GENERATION_SAMPLES["9.x"]], cc=cc)
+    subprocess.run([sys.executable, "-m", "cudnn_setup", "install", str(v9), "--cuda-root",
+                    str(root), "--no-verify", "--no-theanorc"], env=env, check=True,
+                   capture_output=True, timeout=300)
+
+    def theanorc(*extra):
+        done = subprocess.run([sys.executable, "-m", "cudnn_setup", "theanorc", "--cuda-root",
+                               str(root), "--theanorc", str(rc), "--json", *extra], env=env,
+                              capture_output=True, text=True, timeout=300)
+        return json.loads(done.stdout)["theanorc"]["theano_cudnn"]
+
+    assert theanorc("--force-theano-cudnn")["optimizer_including_cudnn"] is True
+    assert theanorc()["optimizer_including_cudnn"] is True
+    text = rc.read_text()
+    assert "optimizer_including = cudnn" in text and "not set by cudnn-setup" not in text

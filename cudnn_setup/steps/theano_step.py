@@ -15,8 +15,8 @@ from cudnn_setup.parallel import Later
 from cudnn_setup.report import FAIL, PASS, WARN, Check, Result
 from cudnn_setup.steps.context import Context
 from cudnn_setup.theano_blas import BlasFlags, NumpyBlas, find_blas, numpy_blas
-from cudnn_setup.theanorc_merge import (TheanorcRefused, config_files, configure, default_path,
-                                        read_config)
+from cudnn_setup.theanorc_merge import (KEPT_ACTIVE, TheanorcRefused, config_files, configure,
+                                        default_path, read_config)
 
 
 def theanorc_path(ctx: Context, explicit: Path | None) -> Path:
@@ -55,9 +55,13 @@ def theanorc_step(result: Result, path: Path, root: Path, lib_dir: Path, dry_run
     except TheanorcRefused as exc:  # also what an OSError became: the install still stands
         return Check("theanorc", FAIL, f"{exc.message} — {exc.hint}",
                      {"code": exc.code, "message": exc.message, "hint": exc.hint})
+    active = any(w.startswith(KEPT_ACTIVE) for w in change.warnings)
+    about["optimizer_including_cudnn"] = cudnn or active  # what the file holds now
     if not usable:
         done = ("written anyway (--force-theano-cudnn)" if force_theano_cudnn else
                 "written, as for the Theano releases of its day" if cudnn else
+                "kept active, as the file already had it: remove it from [global] "
+                "optimizer_including to keep Theano running" if active else
                 "not written (the line is there, commented out); --force-theano-cudnn writes it")
         change = replace(change, warnings=(
             *change.warnings, f"{about['reason']}: optimizer_including=cudnn {done}; "
