@@ -430,3 +430,21 @@ def test_repair_under_umask_000_leaves_no_state_anyone_may_write(archives, cuda_
         assert os.stat(dirpath).st_mode & 0o022 == 0, dirpath
     done, out = run_json(["repair", "--cuda-root", root], home)
     assert done.returncode == 0 and out["changed"] is False, out
+
+
+@pytest.mark.parametrize("command", ["repair", "uninstall"])
+def test_an_include_dir_linked_out_of_the_root_is_said_as_such(command, archives, cuda_root,
+                                                               home, tmp_path):
+    """As install says it (`link-outside-root`, naming the link), not as damaged state."""
+    import shutil
+
+    root = cuda_root()
+    done, _ = run_json(["install", archives[GENERATION_SAMPLES["v4-v7"]], "--cuda-root", root,
+                        "--no-verify", "--no-theanorc"], home)
+    assert done.returncode == 0, done.stderr
+    outside = tmp_path / "outinc"
+    shutil.copytree(root / "include", outside, symlinks=True)
+    shutil.rmtree(root / "include")
+    (root / "include").symlink_to(outside)
+    done, out = run_json([command, "--cuda-root", root], home)
+    assert done.returncode == 5 and out["error"]["code"] == "link-outside-root", out

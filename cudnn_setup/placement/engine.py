@@ -275,6 +275,8 @@ def recover_pending(root: CudaRoot, lock_timeout: float = 300.0,
 def uninstall(root: CudaRoot, *, force: bool = False, dry_run: bool = False,
               fs: Filesystem | None = None, lock_timeout: float = 300.0,
               on_status: Callable[[str], None] | None = None) -> Outcome:
+    if root.include_dir.exists() or root.lib_dir().exists():
+        root_dirs(root)  # a dir a link takes out of the root: said as such, before the state
     state = StateDir(root.path)
     if dry_run:
         manifest = state.manifest()

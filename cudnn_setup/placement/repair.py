@@ -29,7 +29,7 @@ from cudnn_setup.fetch.checksums import Expected
 from cudnn_setup.placement.commit import commit_manifest, unfinished
 from cudnn_setup.placement.engine import _rolled_back_errors
 from cudnn_setup.placement.judge import stage
-from cudnn_setup.placement.targets import desired_entries
+from cudnn_setup.placement.targets import desired_entries, root_dirs
 from cudnn_setup.state.changed import kept_rel
 from cudnn_setup.state.journal import MKDIR, PUT, Op
 from cudnn_setup.state.layout import StateDir, remove_tree
@@ -188,6 +188,8 @@ def repair(root: CudaRoot, obtain: Obtain, *, dry_run: bool = False,
     """Put the install the root's manifest records back; `obtain(manifest)` gives the local
     file of the archive it was installed from (from the cache, or fetched again), asked only
     when a file's bytes are needed. With `dry_run` nothing is written, locked or recovered."""
+    if root.include_dir.exists() or root.lib_dir().exists():
+        root_dirs(root)  # a dir a link takes out of the root: said as such, before the state
     state = StateDir(root.path)
     say = on_status or (lambda line: None)
     if dry_run:
