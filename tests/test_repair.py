@@ -448,3 +448,28 @@ def test_an_include_dir_linked_out_of_the_root_is_said_as_such(command, archives
     (root / "include").symlink_to(outside)
     done, out = run_json([command, "--cuda-root", root], home)
     assert done.returncode == 5 and out["error"]["code"] == "link-outside-root", out
+
+
+def test_a_url_recorded_without_its_query_is_not_asked_for_as_recorded(archives, cuda_root,
+                                                                       home):
+    """An install from a URL with a query (a pre-signed or token URL) records it as shown,
+    `?…` in place of the query: repair takes the cache's copy, and without one says so,
+    instead of asking the server for `…?%E2%80%A6`."""
+    root = cuda_root(_fitting(V9))
+    with ArchiveServer() as server:
+        server.files[f"/mirror/{V9}"] = archives[V9].read_bytes()
+        _install(f"{server.base}/mirror/{V9}?token=SECRET", root, home)
+        assert "?…" in _manifest(root)["source"]["provenance"]["location"]
+        cached = home / ".cache" / "cudnn-setup" / V9
+        asked = len(server.requests)
+        os.unlink(root / _library(root))
+        done, out = run_json(["repair", "--cuda-root", root], home)
+        assert done.returncode == 0 and out["repair"]["archive"] == str(cached), out["error"]
+        cached.unlink()
+        os.unlink(root / _library(root))
+        damaged = tree_state(root)
+        done, out = run_json(["repair", "--cuda-root", root], home)
+        assert done.returncode == 3 and out["error"]["code"] == "archive-unreadable", out["error"]
+        assert "without its query" in out["error"]["message"]
+        assert "SECRET" not in json.dumps(out)
+        assert len(server.requests) == asked and tree_state(root) == damaged

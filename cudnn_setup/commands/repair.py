@@ -60,6 +60,17 @@ def obtain(result: Result, ctx: Context, manifest: Manifest) -> Path:
             f"(looked for {', '.join(tried)}); nothing was changed",
             f"put it back at {tried[0]}, or install again with --force from a copy of it",
             code="archive-unreadable")
+    if "?…" in location or "#…" in location:
+        # recorded as shown: without its query, which may have held a token; asking for the
+        # URL as recorded would fetch something else
+        if cached is not None and cached.is_file():
+            return cached  # staged against the recorded sha256 like any other copy
+        raise ArchiveRejected(
+            f"the archive cudnn-setup installed from, {escape(source.name)}, came from "
+            f"{location}, recorded without its query (it may hold a token), and the cache "
+            "holds no copy; nothing was changed",
+            "fetch it into the cache with `cudnn-setup download URL` (the whole URL), then run "
+            "repair again", code="archive-unreadable")
     from cudnn_setup.steps.fetching import fetch
 
     expected = Expected("sha256", source.sha256, "the manifest's record of the archive "
