@@ -420,3 +420,16 @@ def test_a_root_this_user_cannot_write_is_refused_before_anything_is_downloaded(
     assert not any(p.startswith("/files/") for p in asked), asked
     assert not cache.exists() or not any(cache.rglob("*.whl"))
     assert tree_state(root12) == before
+
+
+def test_a_root_the_second_user_cannot_enter_is_said_to_be_unreadable(shared, compiler):
+    """A root made under umask 077 is 0700: for another user that is a permission, not a
+    missing toolkit, and the hint says what to change."""
+    root = make_cuda_root(shared / "private", "12.4", "lib64", cc=compiler)
+    root.chmod(0o700)
+    home = _home(shared, "h-private")
+    done, out = _cli(["verify", "--cuda-root", root, "--no-theano", "--no-frameworks"], home,
+                     user=True)
+    assert done.returncode == 4, out
+    assert "cannot be read by this user" in out["error"]["message"], out["error"]
+    assert "chmod a+rX" in out["error"]["hint"]
