@@ -490,3 +490,30 @@ def test_with_deps_leaves_a_library_the_root_has(wheels, cuda_root, home):
     assert "the root has cuBLASLt already" in done.stderr
     assert (root / "lib" / "libcublasLt.so.12").read_bytes() == b"the toolkit's own"
     assert not [p for p in server.paths() if "cublas" in p]
+
+
+def test_a_command_makes_one_http_client_and_one_waiting_budget(wheels, cuda_root, home,
+                                                                tmp_path, compiler, monkeypatch):
+    """install --from pypi --with-deps read the index, the cuDNN wheel and a dependency's with
+    a new client each time, so it could wait 60 s per client on silent servers, not 60 s in all."""
+    from cudnn_setup.fetch import http
+
+    made = []
+    real = http.Client.__init__
+
+    def counted(self, *args, **kwargs):
+        real(self, *args, **kwargs)
+        made.append(self)
+
+    monkeypatch.setattr(http.Client, "__init__", counted)
+    root = cuda_root("12.4", "lib")
+    cublas = cublas_wheel(tmp_path / "dep", compiler)
+    with IndexServer() as server:
+        index = serve(server, wheels)
+        server.routes["/simple/nvidia-cublas-cu12/"] = (JSON, project_json("nvidia-cublas-cu12", [
+            IndexFile(cublas.name, f"{server.base}/files/{cublas.name}", sha256(cublas))]))
+        server.routes[f"/files/{cublas.name}"] = ("application/octet-stream", cublas.read_bytes())
+        done, out = install(root, home, index, "9.1", "--with-deps")
+    assert done.returncode == 0, done.stderr
+    assert len(made) == 1, f"{len(made)} clients made"
+    assert len({id(c.budget) for c in made}) == 1

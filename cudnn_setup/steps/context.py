@@ -52,6 +52,9 @@ class Context:
     # this machine's wheel platform tags (None: packaging's, for this machine).
     pip_system_dirs: tuple[Path, ...] = PIP_SYSTEM_DIRS
     wheel_tags: Optional[tuple[str, ...]] = None
+    # What one command makes once and shares (its HTTP clients and their one waiting budget:
+    # steps/fetching.client_for); a Context serves one command.
+    made: dict = field(default_factory=dict, compare=False, hash=False)
 
 
 def root_if_any(ctx: Context, cuda_root: Path | None) -> CudaRoot | None:
