@@ -455,17 +455,22 @@ def cublas_wheel(out: Path, compiler) -> Path:
     return path
 
 
-def test_with_deps_places_the_declared_cublas_in_the_same_transaction(wheels, cuda_root, home,
-                                                                     tmp_path, compiler):
-    root = cuda_root("12.4", "lib")
-    before = tree_state(root)
-    cublas = cublas_wheel(tmp_path / "dep", compiler)
+def _install_with_cublas(root, home, wheels, cublas):
+    """install 9.1 --with-deps from an index serving the cuDNN wheels and `cublas`."""
     with IndexServer() as server:
         index = serve(server, wheels)
         server.routes["/simple/nvidia-cublas-cu12/"] = (JSON, project_json("nvidia-cublas-cu12", [
             IndexFile(cublas.name, f"{server.base}/files/{cublas.name}", sha256(cublas))]))
         server.routes[f"/files/{cublas.name}"] = ("application/octet-stream", cublas.read_bytes())
-        done, out = install(root, home, index, "9.1", "--with-deps")
+        return install(root, home, index, "9.1", "--with-deps")
+
+
+def test_with_deps_places_the_declared_cublas_in_the_same_transaction(wheels, cuda_root, home,
+                                                                     tmp_path, compiler):
+    root = cuda_root("12.4", "lib")
+    before = tree_state(root)
+    cublas = cublas_wheel(tmp_path / "dep", compiler)
+    done, out = _install_with_cublas(root, home, wheels, cublas)
     assert done.returncode == 0, done.stderr
     (dep,) = out["provenance"]["with_deps"]
     assert dep["wheel"] == cublas.name and dep["sha256"] == sha256(cublas)
@@ -508,12 +513,7 @@ def test_a_command_makes_one_http_client_and_one_waiting_budget(wheels, cuda_roo
     monkeypatch.setattr(http.Client, "__init__", counted)
     root = cuda_root("12.4", "lib")
     cublas = cublas_wheel(tmp_path / "dep", compiler)
-    with IndexServer() as server:
-        index = serve(server, wheels)
-        server.routes["/simple/nvidia-cublas-cu12/"] = (JSON, project_json("nvidia-cublas-cu12", [
-            IndexFile(cublas.name, f"{server.base}/files/{cublas.name}", sha256(cublas))]))
-        server.routes[f"/files/{cublas.name}"] = ("application/octet-stream", cublas.read_bytes())
-        done, out = install(root, home, index, "9.1", "--with-deps")
+    done, out = _install_with_cublas(root, home, wheels, cublas)
     assert done.returncode == 0, done.stderr
     assert len(made) == 1, f"{len(made)} clients made"
     assert len({id(c.budget) for c in made}) == 1
