@@ -2,6 +2,7 @@
 import json
 import os
 import shutil
+import shlex
 import signal
 import stat
 import subprocess
@@ -545,7 +546,15 @@ def _random_kills(tmp_path, compiler, cuda_root, home, archives, pad: dict[str, 
         state_dir = root / ".cudnn-setup"
         if (state_dir / "journal.json").exists() or (state_dir / "tx").exists():
             interrupted += 1  # the kill left a transaction for the next command to finish
-        run_json(["verify", "--cuda-root", root, "--no-theano"], home)
+        # verify only looks: it names the command that completes what the kill left, and that
+        # command (run as the user would, from the JSON) brings the root to old or new
+        _, seen = run_json(["verify", "--cuda-root", root, "--no-theano"], home)
+        pending = seen.get("pending")
+        assert (pending is not None) == (state_dir / "journal.json").exists(), seen
+        if pending is not None:
+            finish = shlex.split(pending["finish_with"])
+            assert finish[0] == "cudnn-setup", pending
+            run_json(finish[1:], home)
         state = _without_manifest(tree_state(root))
         assert state in (old, new), f"kill {i}: a mix of old and new"
         outcomes["old" if state == old else "new"] += 1
