@@ -530,3 +530,62 @@ def test_what_if_names_a_mix_of_copies_behind_the_same_shim():
     assert out.safe_alternative
     same = W._tried(change, now, replace(now), "python3", {}, 10)
     assert same.affected is False and same.reason.startswith("unchanged")
+
+
+# A driver stand-in: each call is written to $FAKE_CUDA_LOG with the monotonic time it began
+# and ended, and cuInit takes 0.3 s, as a real driver's start does.
+FAKE_CUDA_C = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t);
+                          return t.tv_sec + t.tv_nsec / 1e9; }
+static void note(const char *what, double began) {
+    FILE *f = fopen(getenv("FAKE_CUDA_LOG"), "a");
+    if (f) { fprintf(f, "%s %.6f %.6f\n", what, began, now()); fclose(f); }
+}
+int cuInit(unsigned flags) { double b = now(); struct timespec s = {0, 300000000};
+                             nanosleep(&s, 0); note("cuInit", b); return 0; }
+int cuDeviceGet(int *d, int ordinal) { double b = now(); *d = ordinal; note("cuDeviceGet", b);
+                                       return 0; }
+int cuDevicePrimaryCtxRetain(void **ctx, int d) { double b = now(); *ctx = (void *)1;
+                                                  note("cuDevicePrimaryCtxRetain", b); return 0; }
+"""
+# A framework whose import takes 0.5 s of Python (holding the GIL, as a real import mostly does)
+SLOW_TORCH_PY = TORCH_PY + '''
+import time as _time
+_end = _time.monotonic() + 0.5
+while _time.monotonic() < _end:
+    pass
+with open(os.environ["FAKE_CUDA_LOG"], "a") as _log:
+    _log.write("imported %.6f %.6f\\n" % (_end - 0.5, _time.monotonic()))
+'''
+
+
+def test_the_driver_starts_while_the_framework_imports(world, tmp_path):
+    """The probe starts CUDA's driver and the primary context on a thread during the import
+    (the framework's first CUDA call then finds it made); `--cold-driver` leaves it alone."""
+    driver = gcc(tmp_path / "driver" / "libcuda.so.1", FAKE_CUDA_C, "-Wl,-soname,libcuda.so.1")
+    site = tmp_path / "site"
+    write(site / "torch" / "__init__.py", SLOW_TORCH_PY)
+    (site / "torch" / "lib").mkdir()
+    (site / "torch" / "lib" / "libfake_fw.so").symlink_to(
+        world["site"] / "torch" / "lib" / "libfake_fw.so")
+    (site / "nvidia").symlink_to(world["site"] / "nvidia")
+
+    def calls(*flags: str) -> dict[str, tuple[float, float]]:
+        log = tmp_path / f"calls{len(flags)}.log"
+        done = subprocess.run([sys.executable, str(PROBE), "torch", *flags], input=b"k\n",
+                              env=env_for(site, LD_LIBRARY_PATH=str(driver.parent),
+                                          FAKE_CUDA_LOG=str(log)),
+                              capture_output=True, timeout=60)
+        assert done.returncode == 0 and b'"imported":true' in done.stdout, done.stdout
+        return {name: (float(began), float(ended)) for name, began, ended in
+                (line.split() for line in log.read_text().splitlines())}
+
+    warm = calls()
+    assert list(warm) == ["cuInit", "cuDeviceGet", "cuDevicePrimaryCtxRetain", "imported"]
+    # the driver's 0.3 s start ran inside the import's 0.5 s, not before or after it
+    assert warm["imported"][0] < warm["cuInit"][1] < warm["imported"][1]
+    cold = calls("--cold-driver")
+    assert list(cold) == ["imported"]

@@ -1,7 +1,8 @@
 """Which cuDNN a deep-learning framework loads, and which one it was built against.
 
     python frameworks.py --list                     which frameworks this interpreter can import
-    python frameworks.py NAME [--log FILE]          import NAME (torch, tensorflow, jax,
+    python frameworks.py NAME [--log FILE] [--cold-driver]
+                                                    import NAME (torch, tensorflow, jax,
                                                     onnxruntime, cupy), make it load cuDNN, report
     python frameworks.py --library PATH             cudnnGetVersion() of one libcudnn file
 
@@ -17,6 +18,7 @@ import importlib.util
 import os
 import re
 import sys
+import threading
 import time
 import traceback
 
@@ -400,7 +402,29 @@ PROBES = {"torch": probe_torch, "tensorflow": probe_tensorflow, "jax": probe_jax
           "onnxruntime": probe_onnxruntime, "cupy": probe_cupy}
 
 
-def probe(name):
+def warm_driver():
+    """Start CUDA's driver and device 0's primary context on a thread while the framework is
+    imported: every framework probed here runs on the primary context, so its first CUDA call
+    finds it made instead of making it then (0.2-0.4 s on an H200), and the import, which holds
+    the GIL, overlaps the driver's work, which does not. libcuda.so.1 is opened by its SONAME,
+    as the frameworks open it, so the same driver is the one they get; a machine without one
+    (or a failing driver) leaves the framework to find that out and say so itself."""
+    def start():
+        try:
+            cuda = ctypes.CDLL("libcuda.so.1")
+            device, context = ctypes.c_int(), ctypes.c_void_p()
+            if cuda.cuInit(0) == 0 and cuda.cuDeviceGet(ctypes.byref(device), 0) == 0:
+                # retained for the life of the process: released, the context would go
+                cuda.cuDevicePrimaryCtxRetain(ctypes.byref(context), device)
+        except Exception:
+            pass
+
+    thread = threading.Thread(target=start, daemon=True)
+    thread.start()
+    return thread
+
+
+def probe(name, warm=True):
     out = {"name": name, "importable": False, "imported": False}
     entry = next(e for e in importable() if e["name"] == name)
     out["importable"], out["distribution"] = entry["importable"], entry["distribution"]
@@ -409,6 +433,8 @@ def probe(name):
         out["skip_reason"] = "%s is not importable here" % name
         return out
     started = time.monotonic()
+    if warm:
+        warm_driver()
     try:
         PROBES[name](out)
         out["imported"] = True
@@ -441,7 +467,8 @@ def main(argv):
         common["error"] = ("usage: frameworks.py --list | --library PATH | NAME [--log FILE] "
                            "with NAME in %s" % ", ".join(FRAMEWORKS))
         return common
-    common["framework"] = probe(argv[0])
+    # --cold-driver: the framework makes its CUDA context itself (to measure what warming saves)
+    common["framework"] = probe(argv[0], warm="--cold-driver" not in argv[1:])
     return common
 
 
