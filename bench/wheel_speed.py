@@ -9,12 +9,13 @@ it installs, pip and uv do not):
   tool: cudnn-setup install WHEEL --cuda-root ROOT --no-verify --no-theanorc --no-frameworks
   pip:  python -m pip install --no-deps --no-index --target DIR WHEEL
   uv:   uv pip install --no-deps --no-cache --offline --python PYTHON --target DIR WHEEL
+  floor: bench/inflate_floor.py WHEEL DIR (every member inflated and written on every core)
 A run counts only when it exited 0 and left what it names: the tool's JSON says ok and the
 wheel's version, and every cuDNN library of the wheel is in the root (under its full version)
 or the target, at the size the wheel declares. A run that does not is reported and not timed;
-the script then exits 1. It prints min and median of each, tool/uv and tool/pip by both, the
-CPU seconds of each, and the load average before, after and at each run's start (on a shared
-machine the minimum is the cleaner figure, the median the fairer one).
+the script then exits 1. It prints min and median of each, tool/uv, tool/pip and tool/floor
+by both, the CPU seconds of each, and the load average before, after and at each run's start
+(on a shared machine the minimum is the cleaner figure, the median the fairer one).
 """
 from __future__ import annotations
 
@@ -96,6 +97,10 @@ def commands(wheel: Path, uv: str, scratch: Path, home: Path) -> dict:
                 [sys.executable, "-m", "pip", "install", "--no-deps", "--no-index",
                  "--disable-pip-version-check", "--target", str(target), str(wheel)],
                 lambda done: check_target(done, target, wheel)),
+        "floor": (lambda: None,
+                  [sys.executable, str(REPO / "bench" / "inflate_floor.py"), str(wheel),
+                   str(target)],
+                  lambda done: check_target(done, target, wheel)),
         "uv": (lambda: None,
                [uv, "pip", "install", "--no-deps", "--no-cache", "--offline", "--python",
                 sys.executable, "--target", str(target), str(wheel)],
@@ -167,7 +172,7 @@ def main() -> int:
            "median_s": {n: round(statistics.median(v), 3) for n, v in wall.items() if v},
            "median_cpu_s": {n: round(statistics.median(v), 3) for n, v in cpu.items() if v},
            "runs_s": at_start, "failed": failed}
-    for other in ("uv", "pip"):
+    for other in ("uv", "pip", "floor"):
         if wall["tool"] and wall[other]:
             out[f"tool/{other}"] = {
                 "min": round(min(wall["tool"]) / min(wall[other]), 2),
