@@ -20,7 +20,7 @@ $P -m compileall -q cudnn_setup >/dev/null 2>&1
 # 1. The wheel against uv, pip and the parallel inflate floor (the wheel file: the machine's own
 # copy if it has one, else rebuilt from the installed files at the wheel tools' level).
 whl=
-want wheel || want wait && whl=$(find / -xdev -name 'nvidia_cudnn_cu13-*.whl' 2>/dev/null | head -1)
+want wheel || want wait && whl=$(timeout 20 find /root /home /tmp /var/cache /opt -name 'nvidia_cudnn_cu13-*.whl' 2>/dev/null | head -1)
 if [ -z "$whl" ] && { want wheel || want wait; }; then t=$EPOCHREALTIME; whl=$($P $here/rebuild_wheel.py nvidia-cudnn-cu13 $W/wheels)
   echo "rebuilt $whl in $(secs $t) s" >> $R/machine.txt; fi
 [ -n "$whl" ] && ls -l "$whl" >> $R/machine.txt
@@ -48,7 +48,7 @@ want verify && for i in $(seq ${ROUNDS:-6}); do
 done > $R/verify-runs.txt 2>&1
 want verify && cp $W/vf6.json $R/verify-frameworks.json && cp $W/v6.json $R/verify-gpu.json
 # the torch child alone, the driver started during the import or after it
-want probe && for i in 1 2 3 4; do for mode in warm --cold-driver; do
+want probe && for i in $(seq ${ROUNDS:-4}); do for mode in warm --cold-driver; do
   t=$EPOCHREALTIME; echo k | $P cudnn_setup/probes/framework_loads.py torch $([ $mode = warm ] || echo $mode) > $W/probe.json 2>/dev/null
   echo "torch-probe $mode $i $(secs $t) $(grep -o '"seconds":[0-9.]*' $W/probe.json | head -1) $(grep -o '"ran":{[^}]*}' $W/probe.json)"
 done; done > $R/torch-probe.txt 2>&1
