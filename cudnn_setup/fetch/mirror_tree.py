@@ -19,6 +19,7 @@ import secrets
 import stat
 from pathlib import Path
 
+from cudnn_setup.durable import replace_durably, write_atomic
 from cudnn_setup.errors import InstallFailed
 from cudnn_setup.text import escape, show_path
 
@@ -177,42 +178,24 @@ class MirrorTree:
                     pass
 
     def place(self, work: Path, rel: str) -> None:
-        """A finished work file under its final name DIR/rel: 0644, fsynced, renamed, the
-        directory fsynced, so a manifest never names bytes a power cut could lose."""
+        """A finished work file under its final name DIR/rel: 0644, then renamed durably
+        (durable.replace_durably), so a manifest never names bytes a power cut could lose."""
         incoming, name = self.dir(INCOMING), work.name
         fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=incoming)
         try:
             os.fchmod(fd, FILE_MODE)
-            os.fsync(fd)
         finally:
             os.close(fd)
         parent, _, final = rel.rpartition("/")
-        target = self.dir(parent)
-        os.replace(name, final, src_dir_fd=incoming, dst_dir_fd=target)
+        replace_durably(Path(name), Path(final), src_dir_fd=incoming,
+                        dst_dir_fd=self.dir(parent))
         self._work.remove(name)
-        os.fsync(target)
 
     def write(self, rel: str, data: bytes) -> None:
-        """DIR/rel replaced atomically with `data`, 0644."""
+        """DIR/rel replaced atomically with `data`, 0644 (durable.write_atomic, in the
+        directory reached through its descriptor)."""
         parent, _, name = rel.rpartition("/")
-        target = self.dir(parent)
-        tmp = f".{name}.{secrets.token_hex(6)}"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                     FILE_MODE, dir_fd=target)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fchmod(f.fileno(), FILE_MODE)
-                os.fsync(f.fileno())
-            os.replace(tmp, name, src_dir_fd=target, dst_dir_fd=target)
-        except BaseException:
-            try:
-                os.unlink(tmp, dir_fd=target)
-            except FileNotFoundError:
-                pass
-            raise
-        os.fsync(target)
+        write_atomic(Path(name), data, FILE_MODE, dir_fd=self.dir(parent))
 
     def close(self) -> None:
         """Remove this run's work files (and `.incoming/` when this run made it and it is
