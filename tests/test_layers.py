@@ -1,11 +1,11 @@
 """The package's import graph: layers that only look down, and no module cycles.
 
-cli → commands → steps → sources → placement → (archive, checks, fetch, state, theanorc,
-settings, startup_line) → facts → (errors, report, text, child, digest, durable, parallel,
-untrusted, urls). commands/ holds one module per CLI command, and none imports another: what
-several share is in steps/ (their context and wrapper, fetching, choosing a release, the
-recovery, Theano and loader steps); the install engine is placement/. Probes run in other
-interpreters and import nothing of the package.
+cli → commands → steps → mirror → sources → placement → (archive, checks, fetch, state,
+theanorc, settings, startup_line) → facts → (errors, report, text, child, digest, durable,
+parallel, untrusted, urls). commands/ holds one module per CLI command, and none imports
+another: what several share is in steps/ (their context and wrapper, fetching, choosing a
+release, the recovery, Theano and loader steps); the install engine is placement/, the mirror's
+is mirror/. Probes run in other interpreters and import nothing of the package.
 """
 import ast
 from pathlib import Path
@@ -13,7 +13,7 @@ from pathlib import Path
 from conftest import REPO
 
 PACKAGE = REPO / "cudnn_setup"
-LAYER = {"cli": 4, "arguments": 4, "grammar": 4, "typer_app": 4, "crash_report": 4, "console": 4, "__main__": 5, "commands": 3, "steps": 2.75, "sources": 2.5,
+LAYER = {"cli": 4, "arguments": 4, "grammar": 4, "typer_app": 4, "crash_report": 4, "console": 4, "__main__": 5, "commands": 3, "mirror": 2.6, "steps": 2.75, "sources": 2.5,
          "placement": 2.25, "archive": 2,
          "checks": 2, "fetch": 2,
          "state": 2, "theanorc_merge": 2, "theano_blas": 2, "settings": 2, "startup_line": 2, "facts": 1,

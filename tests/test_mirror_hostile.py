@@ -210,7 +210,8 @@ def test_nvidias_own_9_27_0_manifest_with_its_mixed_windows_arm64_entry_is_exten
     import shutil
 
     from conftest import REPO
-    from cudnn_setup.commands.mirror import MirrorDir
+    from cudnn_setup.mirror.directory import MirrorDir
+    from cudnn_setup.mirror.manifest import Artifact
     from cudnn_setup.fetch.mirror_tree import MirrorTree
     from cudnn_setup.fetch.redistrib_json import parse_redistrib
     from cudnn_setup.sources.base import Offer
@@ -226,7 +227,7 @@ def test_nvidias_own_9_27_0_manifest_with_its_mixed_windows_arm64_entry_is_exten
     try:
         mirror = MirrorDir(tree)
         mirror.check_listable(offer, name, None)
-        mirror.record(offer, name, ("a" * 64, "b" * 32, 123), None)
+        mirror.record(offer, Artifact(f"cudnn/linux-x86_64/{name}", "a" * 64, "b" * 32, 123))
         assert mirror.write() == ["9.27.0"]
     finally:
         tree.close()
@@ -257,3 +258,4 @@ def test_another_user_can_serve_a_mirror_built_under_umask_077(source, home):
         assert len(read.stdout) == sum(p.stat().st_size for p in files)
     finally:
         shutil.rmtree(base)
+
