@@ -159,6 +159,40 @@ def test_the_install_engine_sits_below_what_fetches_and_chooses():
     assert not below, below
 
 
+# A command parses what it was given, calls its engine and fills a Result: the lines it may
+# take, and what only an engine imports.
+COMMAND_LINES = {"mirror": 120}
+ENGINE_ONLY = {"cudnn_setup.archive", "cudnn_setup.fetch.mirror_tree", "cudnn_setup.durable",
+               "cudnn_setup.fetch.redistrib_json", "cudnn_setup.digest"}
+
+
+def test_commands_hold_no_engine():
+    graph = _imports()
+    for name, budget in COMMAND_LINES.items():
+        path = PACKAGE / "commands" / f"{name}.py"
+        lines = len(path.read_text().splitlines())
+        assert lines <= budget, f"commands/{name}.py has {lines} lines, more than {budget}"
+        tree = ast.parse(path.read_text())
+        classes = [n.name for n in tree.body if isinstance(n, ast.ClassDef)]
+        assert not classes, f"commands/{name}.py defines {classes}"
+        engine = sorted(m for m in graph[f"cudnn_setup.commands.{name}"]
+                        if m.startswith(tuple(ENGINE_ONLY)))
+        assert not engine, f"commands/{name}.py imports {engine}"
+
+
+def test_the_mirror_engine_is_used_by_the_mirror_command_only():
+    graph = _imports()
+    engine = {m for m in graph if m.startswith("cudnn_setup.mirror")}
+    assert {"cudnn_setup.mirror.build", "cudnn_setup.mirror.manifest"} <= engine
+    users = sorted(m for m, found in graph.items() if m not in engine
+                   and any(f.startswith("cudnn_setup.mirror.") or f == "cudnn_setup.mirror"
+                           for f in found))
+    assert users == ["cudnn_setup.commands.mirror"], users
+    uses = set().union(*(graph[m] for m in engine))
+    assert not any(m.startswith(("cudnn_setup.steps", "cudnn_setup.commands", "cudnn_setup.cli"))
+                   for m in uses)
+
+
 def test_the_install_engines_steps_are_named_functions_not_closures():
     """Each step of placement/ (stage and judge, plan, the commit point) is a function of its
     module that a test or a reader can find by name: none is defined inside another."""
