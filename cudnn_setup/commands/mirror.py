@@ -77,5 +77,6 @@ def mirror(result: Result, ctx: Context, directory: Path, versions: list[str], *
                             ctx.env, ctx.lock_timeout), built, ctx.status)
     finally:
         result.lines += built.lines
-        result.add("mirror", built.to_dict())  # what was done, even when a later step failed
+        if built.started:  # what was done, even when a later step failed
+            result.add("mirror", built.to_dict())
         result.changed = built.changed

@@ -79,6 +79,7 @@ class Built:
     """What a run did, filled as it goes: the command reports it even when the run failed."""
 
     directory: Path
+    started: bool = False  # DIR's lock was got: the run began
     placed: list[Placed] = field(default_factory=list)
     skipped: list[dict] = field(default_factory=list)
     written: list[str] = field(default_factory=list)
@@ -101,6 +102,7 @@ def build(request: MirrorRequest, built: Built,
     tree = MirrorTree(request.directory)
     try:
         with tree.locked(request.lock_timeout, on_status):
+            built.started = True
             tree.sweep()
             _build(request, MirrorDir(tree), built)
     finally:
