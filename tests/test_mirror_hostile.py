@@ -329,3 +329,34 @@ def test_a_mirror_of_several_platforms_makes_one_http_client(source, tmp_path, h
     assert [r["platform"] for r in res["mirror"]["releases"]] == ["linux-x86_64"]
     assert {s["platform"] for s in res["mirror"]["skipped"]} == {"linux-sbsa", "linux-aarch64"}
     assert len(made) == 1, f"{len(made)} clients made"
+
+
+def test_a_mirror_lock_held_past_the_budget_is_lock_held_naming_its_holder(tmp_path):
+    """The wait is bounded by the command's lock budget (Context.lock_timeout), as a root's."""
+    import subprocess
+
+    from cudnn_setup.errors import SetupError
+    from cudnn_setup.mirror.build import Built, MirrorRequest, build
+
+    out = tmp_path / "fleet"
+    out.mkdir()
+    holder = subprocess.Popen(["flock", str(out), "sleep", "60"])
+    heard: list[str] = []
+    try:
+        deadline = time.monotonic() + 10
+        while f" {holder.pid} " not in Path("/proc/locks").read_text():
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        built = Built(out)
+        started = time.monotonic()
+        with pytest.raises(SetupError) as refused:
+            build(MirrorRequest(out, (), ("12",), (), None, {}, lock_timeout=1.0), built,
+                  heard.append)
+        assert 1.0 <= time.monotonic() - started < 10
+    finally:
+        holder.kill()
+        holder.wait()
+    assert refused.value.code == "lock-held" and "waited 1 s" in refused.value.message
+    assert heard == [f"waiting for the lock on {out}: held by PID {holder.pid} (flock "
+                     f"{out} sleep 60, running since " + heard[0].rsplit("since ", 1)[1]]
+    assert not built.started and not list(out.iterdir())
