@@ -14,7 +14,8 @@ its final name only then, and the manifests and the index are written atomically
 interrupted run leaves no half-written file under a final name. A release the manifest could
 not list (a pre-release or local version) is refused before anything is fetched. DIR is written
 only through descriptors of its own directories (fetch/mirror_tree.py): a link planted there is
-refused, and modes are 0755/0644 whatever the umask.
+refused, and modes are 0755/0644 whatever the umask. A second run into DIR waits for the first
+as an install waits for a root's lock. The engine is cudnn_setup/mirror/.
 
 A wheel from a PyPI index is repacked into NVIDIA's layout (archive/repack.py) under a name that
 says so (`…-repack.tar.gz`); the manifest marks it (`repacked_from`: the wheel's name and
