@@ -11,41 +11,56 @@ from __future__ import annotations
 
 import errno
 import os
+import secrets
 import stat
-import tempfile
 from pathlib import Path
 from typing import Callable, Iterable
 
 
-def write_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
+def write_atomic(path: Path, data: bytes, mode: int = 0o644, dir_fd: int | None = None) -> None:
     """Replace `path` so that a crash leaves either the old bytes or the new ones, never a mix:
-    write `data` to a temporary file beside it, fsync that, rename it over `path`, then fsync
-    the directory so the rename itself survives a power cut."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    write `data` to a new file beside it (`mode` whatever the umask), fsync that, rename it over
+    `path`, then fsync the directory so the rename itself survives a power cut. With `dir_fd`,
+    `path` is a name in the directory open as `dir_fd` (one its caller reached without
+    following a link, as a mirror's are), and nothing is looked up by path."""
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}")  # beside it
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 0o600, dir_fd=dir_fd)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
+            os.fchmod(f.fileno(), mode)
             os.fsync(f.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
+        os.replace(tmp, path, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     except BaseException:
-        if os.path.lexists(tmp):
-            os.unlink(tmp)
+        try:
+            os.unlink(tmp, dir_fd=dir_fd)
+        except FileNotFoundError:
+            pass
         raise
-    fsync_dir(path.parent)
+    _fsync_parent(path, dir_fd)
 
 
-def replace_durably(src: Path, dst: Path) -> None:
+def replace_durably(src: Path, dst: Path, src_dir_fd: int | None = None,
+                    dst_dir_fd: int | None = None) -> None:
     """Rename the finished file `src` over `dst` so that, once this returns, `dst` has all of
-    its bytes after a power cut: the file fsynced, renamed, its directory fsynced."""
-    fsync_file(src)
-    os.replace(src, dst)
-    fsync_dir(dst.parent)
+    its bytes after a power cut: the file fsynced, renamed, its directory fsynced. With the
+    `*_dir_fd`s, `src` and `dst` are names in the directories open as those."""
+    fsync_file(src, src_dir_fd)
+    os.replace(src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)
+    _fsync_parent(dst, dst_dir_fd)
 
 
-def fsync_file(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+def _fsync_parent(path: Path, dir_fd: int | None) -> None:
+    if dir_fd is None:
+        fsync_dir(path.parent)
+    else:
+        os.fsync(dir_fd)
+
+
+def fsync_file(path: Path, dir_fd: int | None = None) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
     try:
         os.fsync(fd)
     finally:

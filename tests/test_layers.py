@@ -1,11 +1,11 @@
 """The package's import graph: layers that only look down, and no module cycles.
 
-cli → commands → steps → sources → placement → (archive, checks, fetch, state, theanorc,
-settings, startup_line) → facts → (errors, report, text, child, digest, durable, parallel,
-untrusted, urls). commands/ holds one module per CLI command, and none imports another: what
-several share is in steps/ (their context and wrapper, fetching, choosing a release, the
-recovery, Theano and loader steps); the install engine is placement/. Probes run in other
-interpreters and import nothing of the package.
+cli → commands → steps → mirror → sources → placement → (archive, checks, fetch, state,
+theanorc, settings, startup_line) → facts → (errors, report, text, child, digest, durable,
+parallel, untrusted, urls). commands/ holds one module per CLI command, and none imports
+another: what several share is in steps/ (their context and wrapper, fetching, choosing a
+release, the recovery, Theano and loader steps); the install engine is placement/, the mirror's
+is mirror/. Probes run in other interpreters and import nothing of the package.
 """
 import ast
 from pathlib import Path
@@ -13,7 +13,7 @@ from pathlib import Path
 from conftest import REPO
 
 PACKAGE = REPO / "cudnn_setup"
-LAYER = {"cli": 4, "arguments": 4, "grammar": 4, "typer_app": 4, "crash_report": 4, "console": 4, "__main__": 5, "commands": 3, "steps": 2.75, "sources": 2.5,
+LAYER = {"cli": 4, "arguments": 4, "grammar": 4, "typer_app": 4, "crash_report": 4, "console": 4, "__main__": 5, "commands": 3, "mirror": 2.6, "steps": 2.75, "sources": 2.5,
          "placement": 2.25, "archive": 2,
          "checks": 2, "fetch": 2,
          "state": 2, "theanorc_merge": 2, "theano_blas": 2, "settings": 2, "startup_line": 2, "facts": 1,
@@ -157,6 +157,40 @@ def test_the_install_engine_sits_below_what_fetches_and_chooses():
              if _layer(m) is not None and _layer(m) < LAYER["placement"]
              and any(f.startswith("cudnn_setup.placement") for f in found)]
     assert not below, below
+
+
+# A command parses what it was given, calls its engine and fills a Result: the lines it may
+# take, and what only an engine imports.
+COMMAND_LINES = {"mirror": 120}
+ENGINE_ONLY = {"cudnn_setup.archive", "cudnn_setup.fetch.mirror_tree", "cudnn_setup.durable",
+               "cudnn_setup.fetch.redistrib_json", "cudnn_setup.digest"}
+
+
+def test_commands_hold_no_engine():
+    graph = _imports()
+    for name, budget in COMMAND_LINES.items():
+        path = PACKAGE / "commands" / f"{name}.py"
+        lines = len(path.read_text().splitlines())
+        assert lines <= budget, f"commands/{name}.py has {lines} lines, more than {budget}"
+        tree = ast.parse(path.read_text())
+        classes = [n.name for n in tree.body if isinstance(n, ast.ClassDef)]
+        assert not classes, f"commands/{name}.py defines {classes}"
+        engine = sorted(m for m in graph[f"cudnn_setup.commands.{name}"]
+                        if m.startswith(tuple(ENGINE_ONLY)))
+        assert not engine, f"commands/{name}.py imports {engine}"
+
+
+def test_the_mirror_engine_is_used_by_the_mirror_command_only():
+    graph = _imports()
+    engine = {m for m in graph if m.startswith("cudnn_setup.mirror")}
+    assert {"cudnn_setup.mirror.build", "cudnn_setup.mirror.manifest"} <= engine
+    users = sorted(m for m, found in graph.items() if m not in engine
+                   and any(f.startswith("cudnn_setup.mirror.") or f == "cudnn_setup.mirror"
+                           for f in found))
+    assert users == ["cudnn_setup.commands.mirror"], users
+    uses = set().union(*(graph[m] for m in engine))
+    assert not any(m.startswith(("cudnn_setup.steps", "cudnn_setup.commands", "cudnn_setup.cli"))
+                   for m in uses)
 
 
 def test_the_install_engines_steps_are_named_functions_not_closures():

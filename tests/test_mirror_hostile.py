@@ -210,7 +210,8 @@ def test_nvidias_own_9_27_0_manifest_with_its_mixed_windows_arm64_entry_is_exten
     import shutil
 
     from conftest import REPO
-    from cudnn_setup.commands.mirror import MirrorDir
+    from cudnn_setup.mirror.directory import MirrorDir
+    from cudnn_setup.mirror.manifest import Artifact
     from cudnn_setup.fetch.mirror_tree import MirrorTree
     from cudnn_setup.fetch.redistrib_json import parse_redistrib
     from cudnn_setup.sources.base import Offer
@@ -226,7 +227,7 @@ def test_nvidias_own_9_27_0_manifest_with_its_mixed_windows_arm64_entry_is_exten
     try:
         mirror = MirrorDir(tree)
         mirror.check_listable(offer, name, None)
-        mirror.record(offer, name, ("a" * 64, "b" * 32, 123), None)
+        mirror.record(offer, Artifact(f"cudnn/linux-x86_64/{name}", "a" * 64, "b" * 32, 123))
         assert mirror.write() == ["9.27.0"]
     finally:
         tree.close()
@@ -257,3 +258,105 @@ def test_another_user_can_serve_a_mirror_built_under_umask_077(source, home):
         assert len(read.stdout) == sum(p.stat().st_size for p in files)
     finally:
         shutil.rmtree(base)
+
+
+# --- two builders, one HTTP client --------------------------------------------------------------
+
+def _served(source, server):
+    """The copy of NVIDIA's tree served by `server`, below its root."""
+    for path in source.root.rglob("*"):
+        if path.is_file():
+            server.files[f"/{path.relative_to(source.root)}"] = path.read_bytes()
+
+
+def test_two_mirrors_into_one_dir_at_once_the_second_waits_for_the_first(source, tmp_path,
+                                                                        home):
+    """The second run used to fail at once (lock-held) while the first was downloading; it
+    waits for DIR's lock as install waits for a root's, says so, then finds the work done."""
+    import subprocess
+    import sys
+
+    from conftest import clean_env
+    from httpserver import ArchiveServer
+
+    out = tmp_path / "fleet"
+    archive = f"/cudnn/linux-x86_64/{X86_12.name}"
+    with ArchiveServer() as server:
+        _served(source, server)
+        server.throttle[archive] = 4.0  # the first run holds DIR's lock while it downloads
+        cmd = [sys.executable, "-m", "cudnn_setup", "mirror", str(out), "9.1.7", "--cuda", "12",
+               "--platform", "linux-x86_64", "--from", server.base + "/", "--json"]
+        first = subprocess.Popen(cmd, env=clean_env(home), stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 60
+        while not any(r["path"] == archive for r in server.requests):
+            assert first.poll() is None and time.monotonic() < deadline, first.communicate()
+            time.sleep(0.05)
+        second = subprocess.run(cmd, env=clean_env(home), capture_output=True, text=True,
+                                timeout=300)
+        first_out, first_err = first.communicate(timeout=300)
+    assert first.returncode == 0, first_err
+    assert second.returncode == 0, second.stderr
+    assert f"waiting for the lock on {out}: held by PID {first.pid}" in second.stderr
+    assert f"got the lock on {out}" in second.stderr
+    assert [r["action"] for r in json.loads(first_out)["mirror"]["releases"]] == ["fetched"]
+    assert [r["action"] for r in json.loads(second.stdout)["mirror"]["releases"]] == ["kept"]
+    assert [r["path"] for r in server.requests].count(archive) == 1
+    assert not (out / ".incoming").exists()
+
+
+def test_a_mirror_of_several_platforms_makes_one_http_client(source, tmp_path, home,
+                                                            monkeypatch):
+    """Each platform's source used to get a client of its own, and with it a waiting budget
+    of its own: one budget per command, whatever the number of platforms."""
+    from cudnn_setup.fetch import http
+    from httpserver import ArchiveServer
+
+    made = []
+    real = http.Client.__init__
+
+    def counted(self, *args, **kwargs):
+        real(self, *args, **kwargs)
+        made.append(self)
+
+    monkeypatch.setattr(http.Client, "__init__", counted)
+    with ArchiveServer() as server:
+        _served(source, server)
+        done, res = build(home, tmp_path / "fleet", "9.1.7", "--cuda", "12", "--platform",
+                          "linux-x86_64", "--platform", "linux-sbsa", "--platform",
+                          "linux-aarch64", "--from", server.base + "/")
+    assert done.returncode == 0, done.stderr
+    assert [r["platform"] for r in res["mirror"]["releases"]] == ["linux-x86_64"]
+    assert {s["platform"] for s in res["mirror"]["skipped"]} == {"linux-sbsa", "linux-aarch64"}
+    assert len(made) == 1, f"{len(made)} clients made"
+
+
+def test_a_mirror_lock_held_past_the_budget_is_lock_held_naming_its_holder(tmp_path):
+    """The wait is bounded by the command's lock budget (Context.lock_timeout), as a root's."""
+    import subprocess
+
+    from cudnn_setup.errors import SetupError
+    from cudnn_setup.mirror.build import Built, MirrorRequest, build
+
+    out = tmp_path / "fleet"
+    out.mkdir()
+    holder = subprocess.Popen(["flock", str(out), "sleep", "60"])
+    heard: list[str] = []
+    try:
+        deadline = time.monotonic() + 10
+        while f" {holder.pid} " not in Path("/proc/locks").read_text():
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        built = Built(out)
+        started = time.monotonic()
+        with pytest.raises(SetupError) as refused:
+            build(MirrorRequest(out, (), ("12",), (), None, {}, lock_timeout=1.0), built,
+                  heard.append)
+        assert 1.0 <= time.monotonic() - started < 10
+    finally:
+        holder.kill()
+        holder.wait()
+    assert refused.value.code == "lock-held" and "waited 1 s" in refused.value.message
+    assert heard == [f"waiting for the lock on {out}: held by PID {holder.pid} (flock "
+                     f"{out} sleep 60, running since " + heard[0].rsplit("since ", 1)[1]]
+    assert not built.started and not list(out.iterdir())

@@ -18,10 +18,12 @@ class Expected:
         return {"algorithm": self.algorithm, "digest": self.digest, "source": self.source}
 
 
-def mismatch(name: str, expected: Expected, got: str) -> ArchiveRejected:
+def mismatch(name: str, expected: Expected, got: str,
+             outcome: str = "it was not installed") -> ArchiveRejected:
+    """The one wording of a checksum mismatch; `outcome`: what was not done with the file."""
     return ArchiveRejected(f"checksum mismatch for {name}: expected {expected.algorithm} "
                            f"{expected.digest} ({expected.source}), got {got}",
-                           "the file is damaged or not the one you meant; it was not installed",
+                           f"the file is damaged or not the one you meant; {outcome}",
                            code="checksum-mismatch")
 
 

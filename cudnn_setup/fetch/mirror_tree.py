@@ -8,18 +8,27 @@ under names no one else holds (`O_EXCL`), so a file already in `.incoming/` is n
 and they are removed when the run ends, whatever its outcome. Modes do not follow the umask:
 directories 0755, files 0644, so the web server's user can serve them and no one else can
 change them. Files are stat-checked (a regular file, within its size bound) before a byte of
-them is read.
+them is read. Two builders of one DIR never interleave: DIR itself is flocked, and a second
+builder waits for it as an install waits for a root's lock (state/layout.py: the same budget,
+and the same lines while it waits).
 """
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import re
 import secrets
 import stat
+import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Callable, Iterator
 
+from cudnn_setup.durable import replace_durably, write_atomic
 from cudnn_setup.errors import InstallFailed
+from cudnn_setup.state.layout import (DEFAULT_LOCK_TIMEOUT, got_line, lock_held_error,
+                                      waiting_line)
 from cudnn_setup.text import escape, show_path
 
 DIR_MODE, FILE_MODE = 0o755, 0o644
@@ -177,42 +186,51 @@ class MirrorTree:
                     pass
 
     def place(self, work: Path, rel: str) -> None:
-        """A finished work file under its final name DIR/rel: 0644, fsynced, renamed, the
-        directory fsynced, so a manifest never names bytes a power cut could lose."""
+        """A finished work file under its final name DIR/rel: 0644, then renamed durably
+        (durable.replace_durably), so a manifest never names bytes a power cut could lose."""
         incoming, name = self.dir(INCOMING), work.name
         fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=incoming)
         try:
             os.fchmod(fd, FILE_MODE)
-            os.fsync(fd)
         finally:
             os.close(fd)
         parent, _, final = rel.rpartition("/")
-        target = self.dir(parent)
-        os.replace(name, final, src_dir_fd=incoming, dst_dir_fd=target)
+        replace_durably(Path(name), Path(final), src_dir_fd=incoming,
+                        dst_dir_fd=self.dir(parent))
         self._work.remove(name)
-        os.fsync(target)
 
     def write(self, rel: str, data: bytes) -> None:
-        """DIR/rel replaced atomically with `data`, 0644."""
+        """DIR/rel replaced atomically with `data`, 0644 (durable.write_atomic, in the
+        directory reached through its descriptor)."""
         parent, _, name = rel.rpartition("/")
-        target = self.dir(parent)
-        tmp = f".{name}.{secrets.token_hex(6)}"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                     FILE_MODE, dir_fd=target)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fchmod(f.fileno(), FILE_MODE)
-                os.fsync(f.fileno())
-            os.replace(tmp, name, src_dir_fd=target, dst_dir_fd=target)
-        except BaseException:
+        write_atomic(Path(name), data, FILE_MODE, dir_fd=self.dir(parent))
+
+    @contextmanager
+    def locked(self, timeout: float = DEFAULT_LOCK_TIMEOUT,
+               on_wait: Callable[[str], None] | None = None) -> Iterator[None]:
+        """An exclusive flock on DIR itself, so two builders never interleave: waited for as
+        a root's lock is (the same budget, and the same lines while waiting), then
+        `lock-held`."""
+        started = time.monotonic()
+        delay, waited = 0.05, False
+        while True:
             try:
-                os.unlink(tmp, dir_fd=target)
-            except FileNotFoundError:
-                pass
-            raise
-        os.fsync(target)
+                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if not waited and on_wait is not None:
+                    on_wait(waiting_line(self.root, self.fd, timeout))
+                waited = True
+            if time.monotonic() - started >= timeout:
+                raise lock_held_error(self.root, timeout)
+            time.sleep(delay)
+            delay = min(delay * 2, 1.0)
+        if waited and on_wait is not None:
+            on_wait(got_line(self.root, started))
+        try:
+            yield
+        finally:
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
 
     def close(self) -> None:
         """Remove this run's work files (and `.incoming/` when this run made it and it is

@@ -276,8 +276,7 @@ class StateDir:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError:
                     if not waited and on_wait is not None:
-                        on_wait(f"waiting for the lock on {self.root}: held by "
-                                f"{lock_holder(fd)}; waiting up to {timeout:.0f} s")
+                        on_wait(waiting_line(self.root, fd, timeout))
                     waited = True
                     os.close(fd)
                     fd = None
@@ -290,14 +289,11 @@ class StateDir:
                     break
                 os.close(fd)
             if time.monotonic() >= deadline:
-                raise InstallFailed(
-                    f"another cudnn-setup run holds the lock on {self.root} "
-                    f"(waited {timeout:.0f} s)",
-                    "wait for it to finish, then run again", code="lock-held")
+                raise lock_held_error(self.root, timeout)
             time.sleep(delay)
             delay = min(delay * 2, 1.0)
         if waited and on_wait is not None:
-            on_wait(f"got the lock on {self.root} after {time.monotonic() - started:.0f} s")
+            on_wait(got_line(self.root, started))
         try:
             yield
         finally:
@@ -378,6 +374,22 @@ def measure(tx: Path) -> Leftovers | None:
             files += 1
             size += st.st_blocks * 512 if stat.S_ISREG(st.st_mode) else 0
     return Leftovers(names, files, size, counted_all=not stack)
+
+
+def waiting_line(where: Path, fd: int, timeout: float) -> str:
+    """What a person hears when a lock (a root's, a mirror's) is found held."""
+    return f"waiting for the lock on {where}: held by {lock_holder(fd)}; waiting up to " \
+        f"{timeout:.0f} s"
+
+
+def got_line(where: Path, started: float) -> str:
+    return f"got the lock on {where} after {time.monotonic() - started:.0f} s"
+
+
+def lock_held_error(where: Path, timeout: float) -> InstallFailed:
+    return InstallFailed(f"another cudnn-setup run holds the lock on {where} "
+                         f"(waited {timeout:.0f} s)",
+                         "wait for it to finish, then run again", code="lock-held")
 
 
 def lock_holder(fd: int) -> str:
