@@ -56,7 +56,7 @@ want verify && timeout 60 $P bench/verify_trace.py verify --cuda-root $root --no
 
 # 4. Start-up, the install's fixed cost, verify and the same archive again, from the bench.
 want wait && timeout 170 $P bench/wait_speed.py --runs 5 --verify-runs 3 --archive "$gz" --root $root --wheel "$whl" \
-  --json $R/wait-speed.json > $R/wait-speed.txt 2>&1; echo "wait_speed rc $?" >> $R/machine.txt
+  --json $R/wait-speed.json > $R/wait-speed.txt 2>&1 && echo "wait_speed done" >> $R/machine.txt
 
 # 5. .tar.gz on every core against decode-and-write, and one profiled install.
 want gz && timeout 120 $P bench/install_speed.py --tool-and-floor --runs 5 --archive "$gz" --work $W/bench \
