@@ -335,3 +335,20 @@ def test_objects_read_each_file_once_and_again_once_it_changed(tmp_path, monkeyp
     # an environment with a memo reads through it in every emulated process
     env = L.Environment(objects=objects)
     assert L.Process(env).read == objects.read
+
+
+def test_elf_files_are_parsed_in_one_module():
+    """facts/elf.py is the package's one ELF reader: the judge of an archive, the checks and
+    this emulation read through it, so a hostile file meets one parser and its guards."""
+    import ast
+
+    from conftest import REPO
+
+    parsers = set()
+    for path in (REPO / "cudnn_setup").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else \
+                [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if any(n == "elftools" or n.startswith("elftools.") for n in names):
+                parsers.add(str(path.relative_to(REPO)))
+    assert parsers == {"cudnn_setup/facts/elf.py"}, sorted(parsers)

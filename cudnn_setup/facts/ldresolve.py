@@ -33,13 +33,10 @@ from collections import deque
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, Iterator, Sequence
 
-from elftools.elf.constants import SH_FLAGS
-from elftools.elf.dynamic import DynamicSection
-from elftools.elf.elffile import ELFFile
-
 from cudnn_setup.child import run_command
-from cudnn_setup.facts.elf import PARSE_ERRORS
-from cudnn_setup.untrusted import NotRegular, open_regular
+from cudnn_setup.facts.elf import (NOT_ELF, NOT_REGULAR, PARSE_ERRORS, UNOPENED, UNREAD, NotElf,
+                                   interpreter as interpreter_of, read_elf, read_only_ranges)
+from cudnn_setup.untrusted import open_regular
 from cudnn_setup.facts.cudnn import OPENED_FIRST, V9, names_opened, so_base
 
 # glibc's trusted directories when the loader cannot be asked (x86-64 Debian/Ubuntu, then
@@ -49,8 +46,6 @@ FALLBACK_DEFAULT_DIRS = ("/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "
 # Where ldconfig is installed (glibc puts it in /sbin; merged-/usr systems have both).
 LDCONFIG_PATHS = ("/sbin/ldconfig", "/usr/sbin/ldconfig")
 
-_EHDR_SIZE = {1: 52, 2: 64}
-_DF_1_NODEFLIB = 0x800
 _DST = re.compile(r"\$(?:\{(ORIGIN|LIB|PLATFORM)\}|(ORIGIN|LIB|PLATFORM)(?=/|$))")
 # `ldconfig -p`: "\tlibz.so.1 (libc6,x86-64, hwcap: "x86-64-v3") => /lib/x86_64-linux-gnu/libz.so.1"
 _CACHE_LINE = re.compile(r"^\s*(?P<name>\S+)\s+\((?P<flags>[^)]*)\)\s+=>\s+(?P<path>\S(?:.*\S)?)\s*\Z")
@@ -113,6 +108,18 @@ class ElfObject:
         return self.machine, self.bits, self.little_endian
 
 
+def _refusal(path: str, exc: NotElf) -> NotLoadable:
+    """ld.so's words for where reading stopped; only a file it could not open lets the
+    search go on."""
+    if exc.stage == UNOPENED:
+        return NotLoadable(f"{path}: cannot open shared object file: {exc.reason}", fatal=False)
+    if exc.stage in (NOT_REGULAR, UNREAD):
+        return NotLoadable(f"{path}: cannot read file data: {exc.reason}", fatal=True)
+    if exc.stage == NOT_ELF:
+        return NotLoadable(f"{path}: {exc.reason}", fatal=True)
+    return NotLoadable(f"{path}: invalid ELF file ({exc.reason})", fatal=True)
+
+
 def read_object(path: str | os.PathLike) -> ElfObject:
     """Read the loader's facts of one file; NotLoadable says why ld.so would refuse it.
 
@@ -120,59 +127,21 @@ def read_object(path: str | os.PathLike) -> ElfObject:
     ld.so itself wait, and the emulation must not; it ends the search as a directory does."""
     path = os.fspath(path)
     try:
-        f = open_regular(path)
-    except NotRegular as exc:
-        raise NotLoadable(f"{path}: cannot read file data: {exc.strerror}", fatal=True) from None
-    except OSError as exc:
-        raise NotLoadable(f"{path}: cannot open shared object file: {exc.strerror}",
-                          fatal=False) from None
-    with f:
-        try:
-            head = f.read(64)
-        except OSError as exc:
-            raise NotLoadable(f"{path}: cannot read file data: {exc.strerror}", fatal=True) from None
-        if len(head) < 52 or not head.startswith(b"\x7fELF"):
-            raise NotLoadable(f"{path}: {'file too short' if len(head) < 52 else 'invalid ELF header'}",
-                              fatal=True)
-        if head[4] not in _EHDR_SIZE or len(head) < _EHDR_SIZE[head[4]]:
-            raise NotLoadable(f"{path}: {'file too short' if len(head) < 64 else 'invalid ELF header'}",
-                              fatal=True)
-        try:
-            f.seek(0)
-            obj = _facts(path, ELFFile(f))
-        except PARSE_ERRORS as exc:
-            raise NotLoadable(f"{path}: invalid ELF file ({type(exc).__name__}: {str(exc)[:200]})",
-                              fatal=True) from None
-    if obj.kind not in ("ET_DYN", "ET_EXEC"):
+        info = read_elf(path, as_loader=True)
+    except NotElf as exc:
+        raise _refusal(path, exc) from None
+    if info.kind not in ("ET_DYN", "ET_EXEC"):
         raise NotLoadable(f"{path}: only ET_DYN and ET_EXEC can be loaded", fatal=True)
-    return obj
+    return ElfObject(path=path, machine=info.e_machine, bits=info.bits,
+                     little_endian=info.little_endian, kind=info.kind, soname=info.soname,
+                     needed=info.needed,
+                     rpath=None if info.rpath is None else _split_path(info.rpath),
+                     runpath=None if info.runpath is None else _split_path(info.runpath),
+                     nodeflib=info.nodeflib)
 
 
 def _split_path(value: str, seps: str = ":") -> tuple[str, ...]:
     return tuple(re.split(f"[{re.escape(seps)}]", value))
-
-
-def _facts(path: str, elf: ELFFile) -> ElfObject:
-    soname, needed, rpath, runpath, nodeflib = None, [], None, None, False
-    for section in elf.iter_sections():
-        if not isinstance(section, DynamicSection):
-            continue
-        for tag in section.iter_tags():
-            kind = tag.entry.d_tag
-            if kind == "DT_NEEDED":
-                needed.append(tag.needed)
-            elif kind == "DT_SONAME":
-                soname = tag.soname
-            elif kind == "DT_RPATH":
-                rpath = _split_path(tag.rpath)
-            elif kind == "DT_RUNPATH":
-                runpath = _split_path(tag.runpath)
-            elif kind == "DT_FLAGS_1":
-                nodeflib = bool(tag.entry.d_val & _DF_1_NODEFLIB)
-        break
-    return ElfObject(path=path, machine=elf.header["e_machine"], bits=elf.elfclass,
-                     little_endian=elf.little_endian, kind=elf.header["e_type"], soname=soname,
-                     needed=tuple(needed), rpath=rpath, runpath=runpath, nodeflib=nodeflib)
 
 
 # --- the loader's own facts and its cache ----------------------------------------------------
@@ -194,7 +163,7 @@ def probe_loader(program: str = "/bin/true", interpreter: str | None = None,
     run of `program` under LD_DEBUG=libs shows how $LIB, $PLATFORM and the hwcaps
     subdirectories expand. Falls back to built-in defaults, saying so in `found_via`."""
     facts = LoaderFacts()
-    interp = interpreter or _interpreter_of(program)
+    interp = interpreter or interpreter_of(program)
     dirs: list[str] = []
     if interp:
         out = run_command([interp, "--help"], timeout, env={}).out
@@ -215,18 +184,6 @@ def probe_loader(program: str = "/bin/true", interpreter: str | None = None,
                        platform=lib_platform.group(2) if lib_platform else facts.platform,
                        default_dirs=tuple(dirs) or facts.default_dirs, subdirs=subdirs,
                        found_via=f"{interp} --help and LD_DEBUG=libs {program}")
-
-
-def _interpreter_of(program: str) -> str | None:
-    try:
-        with open_regular(program) as f:
-            elf = ELFFile(f)
-            for seg in elf.iter_segments():
-                if seg.header.p_type == "PT_INTERP":
-                    return seg.get_interp_name()
-    except PARSE_ERRORS:
-        return None
-    return None
 
 
 @dataclass(frozen=True)
@@ -594,8 +551,8 @@ class Process:
         if hit:
             res.step = STEP_CACHE
             return hit, "ld.so.cache"
-        nodeflib = (req or self.main).obj.nodeflib if (req or self.main) else False
-        if not nodeflib:
+        asker = req or self.main
+        if not (asker and asker.obj.nodeflib):
             hit = self._search(name, ((d, os.path.join(d, s) if s else d)
                                       for d in self.env.facts.default_dirs
                                       for s in self.env.facts.subdirs), res)
@@ -665,26 +622,6 @@ class Process:
 
 # --- names a library opens at run time --------------------------------------------------------
 
-def _scan_ranges(f, size: int) -> list[tuple[int, int]]:
-    """File ranges holding read-only data: .rodata* sections, else read-only PT_LOAD segments;
-    each cut to the file (a header may claim any offset and size)."""
-    elf = ELFFile(f)
-    ranges = []
-    for section in elf.iter_sections():
-        flags = section["sh_flags"]
-        if (section.name.startswith(".rodata") and section["sh_type"] == "SHT_PROGBITS"
-                and flags & SH_FLAGS.SHF_ALLOC
-                and not flags & (SH_FLAGS.SHF_WRITE | SH_FLAGS.SHF_EXECINSTR)):
-            ranges.append((section["sh_offset"], section["sh_size"]))
-    if not ranges and elf.num_sections() == 0:
-        for seg in elf.iter_segments():
-            if seg["p_type"] == "PT_LOAD" and seg["p_flags"] == 4:  # PF_R only
-                ranges.append((seg["p_offset"], seg["p_filesz"]))
-    return [(offset, min(length, size - offset)) for offset, length in ranges
-            if isinstance(offset, int) and isinstance(length, int) and 0 <= offset < size
-            and length > 0]
-
-
 def runtime_names(path: str | os.PathLike, limit: int = MAX_RUNTIME_NAMES) -> list[str]:
     """Sonames a library keeps as whole strings in its read-only data, as code that dlopens
     them at run time does (cuDNN: "libcublasLt.so.12", "libz.so.1", "libnvrtc.so.%d",
@@ -699,7 +636,7 @@ def runtime_names(path: str | os.PathLike, limit: int = MAX_RUNTIME_NAMES) -> li
     with f:
         size = os.fstat(f.fileno()).st_size
         try:
-            ranges = _scan_ranges(f, size)
+            ranges = read_only_ranges(f, size)
         except PARSE_ERRORS:
             return []
         try:
