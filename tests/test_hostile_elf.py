@@ -82,6 +82,18 @@ def test_a_section_placed_past_any_file_is_a_failed_elf_check(offset, tmp_path, 
     assert runtime_names(lib / "libcudnn.so.9") == []
 
 
+
+def test_a_section_past_the_end_is_named_once(tmp_path):
+    real = build(tmp_path / "libreal.so.1", "libreal.so.1", work=tmp_path / "w",
+                 runtime="libz.so.1")
+    lib = tmp_path / "libforged.so.1"
+    lib.write_bytes(_with_rodata_offset(real.read_bytes(), 2 ** 63))
+    with pytest.raises(E.NotElf) as caught:
+        E.read_elf(lib)
+    assert str(caught.value) == (f"a damaged ELF file (section .rodata at offset {2 ** 63} runs "
+                                 f"past the file's end ({lib.stat().st_size} bytes))")
+    assert caught.value.stage == E.DAMAGED
+
 # --- fuzzing --------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")

@@ -153,12 +153,13 @@ def read_elf(path: str | os.PathLike, *, as_loader: bool = False) -> ElfInfo:
             if machine == "ppc64le" and not elf.little_endian:
                 machine = "ppc64"
             outside = None if as_loader else _outside(elf, os.fstat(f.fileno()).st_size)
-            if outside:
-                raise NotElf(f"a damaged ELF file ({outside})", DAMAGED, outside)
-            return _info(elf, machine)
+            info = _info(elf, machine)
         except PARSE_ERRORS as exc:
             reason = f"{type(exc).__name__}: {str(exc)[:200]}"
             raise NotElf(f"a damaged ELF file ({reason})", DAMAGED, reason) from None
+    if outside:
+        raise NotElf(f"a damaged ELF file ({outside})", DAMAGED, outside)
+    return info
 
 
 def _outside(elf: ELFFile, size: int) -> str | None:
