@@ -38,7 +38,8 @@ from cudnn_setup.checks.driver_check import check_driver, driver_facts  # noqa: 
 from cudnn_setup.checks.installation import find_installation  # noqa: E402
 from cudnn_setup.checks.gpu import check_gpu  # noqa: E402
 from cudnn_setup.checks.native import check_load  # noqa: E402
-from cudnn_setup.facts import ldresolve as L  # noqa: E402
+from cudnn_setup.facts.ldresolve.ldconfig import read_cache  # noqa: E402
+from cudnn_setup.facts.ldresolve.loader_facts import probe_loader  # noqa: E402
 from cudnn_setup.facts.cuda import find_cuda_root  # noqa: E402
 from cudnn_setup.report import Check  # noqa: E402
 
@@ -111,7 +112,7 @@ def main(argv=None) -> int:
         shutil.rmtree(args.work)
     args.work.mkdir(parents=True)
     base_env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
-    cache, lfacts = L.read_cache(), L.probe_loader()
+    cache, lfacts = read_cache(), probe_loader()
     loader = loader_environment(base_env, cache, lfacts)
     facts = driver_facts(base_env)
     (args.out / "driver.json").write_text(json.dumps(facts, indent=1) + "\n")

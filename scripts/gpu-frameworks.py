@@ -23,7 +23,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from cudnn_setup.checks import framework_whatif as wi  # noqa: E402
 from cudnn_setup.checks import frameworks_check as fw  # noqa: E402
-from cudnn_setup.facts import ldresolve as L  # noqa: E402
+from cudnn_setup.facts.ldresolve.environment import Environment  # noqa: E402
+from cudnn_setup.facts.ldresolve.ldconfig import read_cache  # noqa: E402
+from cudnn_setup.facts.ldresolve.loader_facts import probe_loader  # noqa: E402
 
 
 def copy_old(source: Path, lib_dir: Path) -> list[str]:
@@ -48,7 +50,7 @@ def main() -> int:
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ)
-    search = L.Environment(cache=L.read_cache(), facts=L.probe_loader())
+    search = Environment(cache=read_cache(), facts=probe_loader())
     lib_dir = args.scratch / "lib64"
     copied = copy_old(args.old_from, lib_dir)
     print(f"copied into {lib_dir}: {', '.join(copied) or 'nothing'}")

@@ -27,7 +27,10 @@ from cudnn_setup import orphans
 from cudnn_setup.checks import framework_probe, native
 from cudnn_setup.checks.suite import ORDER
 from cudnn_setup.child import DRAIN_S, Runner
-from cudnn_setup.facts import ldresolve as L
+from cudnn_setup.facts.ldresolve.closure import closure
+from cudnn_setup.facts.ldresolve.environment import Environment
+from cudnn_setup.facts.ldresolve.loadable import read_object
+from cudnn_setup.facts.ldresolve.process import Process
 from fixtures import layouts
 from fixtures.deplibs import build
 from fixtures.generate import GENERATION_SAMPLES
@@ -376,9 +379,9 @@ def test_a_fifo_libz_on_ld_library_path_is_not_opened(tmp_path):
                 runtime="libz.so.1")
     (tmp_path / "trap").mkdir()
     os.mkfifo(tmp_path / "trap" / "libz.so.1")
-    env = L.Environment(ld_library_path=str(tmp_path / "trap"))
+    env = Environment(ld_library_path=str(tmp_path / "trap"))
     start = time.monotonic()
-    deps = L.closure([lib], env)
+    deps = closure([lib], env)
     assert time.monotonic() - start < 5
     z = next(d for d in deps if d.name.startswith("libz.so"))
     assert not z.resolution.found and "FIFO" in z.resolution.error
@@ -448,10 +451,10 @@ def many_needed(tmp_path_factory):
 
 
 def test_300_needed_by_20000_runpath_entries_stops_at_the_first_missing_one(many_needed):
-    obj = L.read_object(many_needed)
+    obj = read_object(many_needed)
     assert len(obj.needed) >= 300 and len(obj.runpath) == 20_000
     start = time.monotonic()
-    deps = L.closure([many_needed], L.Environment())
+    deps = closure([many_needed], Environment())
     took = time.monotonic() - start
     assert took < 10, f"{took:.1f} s"
     missing = [d for d in deps if not d.resolution.found]
@@ -466,7 +469,7 @@ def test_the_search_budget_gives_a_verdict(tmp_path):
         d.mkdir()
     lib = build(tmp_path / "libx.so.1", "libx.so.1", work=tmp_path / "w",
                 runpath=":".join(f"$ORIGIN/{d.name}" for d in dirs))
-    proc = L.Process(L.Environment(), budget=1000)
+    proc = Process(Environment(), budget=1000)
     res, _ = proc.find("libnothere.so.1", proc.find(str(lib), None)[1])
     assert not res.found and "gave up after looking at 1000 paths" in res.error
     assert proc.spent

@@ -8,14 +8,17 @@ import pytest
 
 from cudnn_setup.checks import locate
 from cudnn_setup.checks.coherence import check_coherence
-from cudnn_setup.facts import ldresolve as L
+from cudnn_setup.facts.ldresolve.environment import Environment
+from cudnn_setup.facts.ldresolve.ldconfig import read_cache
+from cudnn_setup.facts.ldresolve.loader_facts import probe_loader
+from cudnn_setup.facts.ldresolve.search import Resolution
 from fixtures import layouts
 from fixtures.deplibs import build
 
 
 @pytest.fixture(scope="module")
 def loader_facts():
-    return L.probe_loader(), L.read_cache()
+    return probe_loader(), read_cache()
 
 
 def env_with(**extra):
@@ -26,8 +29,8 @@ def env_with(**extra):
 
 def judge(lib, facts, **env_extra):
     env = env_with(**env_extra)
-    loader = L.Environment(ld_library_path=env.get("LD_LIBRARY_PATH") or None, cache=facts[1],
-                           facts=facts[0])
+    loader = Environment(ld_library_path=env.get("LD_LIBRARY_PATH") or None, cache=facts[1],
+                         facts=facts[0])
     check = check_coherence(locate.locate(lib), env, loader=loader)
     json.dumps(check.to_dict())  # whatever the children did, the check serializes
     return check, {s["soname"]: s for s in check.data.get("sublibraries", [])}
@@ -157,7 +160,7 @@ def test_sub_library_replaced_by_another_release_is_told_by_its_version_constant
 def test_whatever_the_probe_answers_is_judged_without_raising():
     from cudnn_setup.checks.coherence import judge
 
-    res = L.Resolution("libcudnn_ops.so.9", "/x/libcudnn_ops.so.9", "LD_LIBRARY_PATH")
+    res = Resolution("libcudnn_ops.so.9", "/x/libcudnn_ops.so.9", "LD_LIBRARY_PATH")
     for got in ({}, {"mapped": 5, "loaded": "yes", "version": [9]},
                 {"version_check": {"status": [1], "mapped": 3, "function": {"a": 1}}},
                 {"version_check": {"status": 2002, "mapped": ["/y/libcudnn_ops.so.9", 7]}},
@@ -178,7 +181,7 @@ def test_a_stale_version_constant_is_no_mismatch_when_cudnns_own_check_accepts_i
     cudnn_adv_infer_version = 9.13.0, yet cudnnAdvVersionCheck() returns success. The check that
     cuDNN itself applies stands; a version from cudnnGetVersion that differs still fails."""
     from cudnn_setup.checks.coherence import judge as judge_one
-    from cudnn_setup.facts.ldresolve import Resolution
+    from cudnn_setup.facts.ldresolve.search import Resolution
 
     d = "/opt/cudnn/lib"
     res = Resolution("libcudnn_adv.so.9", path=f"{d}/libcudnn_adv.so.9", via="RUNPATH")

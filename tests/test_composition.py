@@ -15,7 +15,9 @@ from cudnn_setup.checks.coherence import check_coherence
 from cudnn_setup.checks.deps import check_deps
 from cudnn_setup.checks.file_checks import check_elf, check_files
 from cudnn_setup.facts import composition as C
-from cudnn_setup.facts import ldresolve as L
+from cudnn_setup.facts.ldresolve.environment import Environment
+from cudnn_setup.facts.ldresolve.ldconfig import read_cache
+from cudnn_setup.facts.ldresolve.loader_facts import probe_loader
 from cudnn_setup.facts.elf import code_problem
 from conftest import run_json, tree_state
 from fixtures import layouts
@@ -31,7 +33,7 @@ JIT_SUBS = ("graph", "engines_runtime_compiled")
 
 @pytest.fixture(scope="module")
 def loader_facts():
-    return L.probe_loader(), L.read_cache()
+    return probe_loader(), read_cache()
 
 
 def env():
@@ -39,7 +41,7 @@ def env():
 
 
 def loader(facts):
-    return L.Environment(cache=facts[1], facts=facts[0])
+    return Environment(cache=facts[1], facts=facts[0])
 
 
 def future_set(tmp_path, with_future=True, **kw):

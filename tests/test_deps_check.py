@@ -8,14 +8,16 @@ import pytest
 
 from cudnn_setup.checks import locate
 from cudnn_setup.checks.deps import check_deps
-from cudnn_setup.facts import ldresolve as L
+from cudnn_setup.facts.ldresolve.environment import Environment
+from cudnn_setup.facts.ldresolve.ldconfig import read_cache
+from cudnn_setup.facts.ldresolve.loader_facts import probe_loader
 from fixtures import layouts
 from fixtures.deplibs import LoadProbe, build
 
 
 @pytest.fixture(scope="module")
 def loader_facts():
-    return L.probe_loader(), L.read_cache()
+    return probe_loader(), read_cache()
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +54,7 @@ def repositories(directory, known=(), managers=("apt-cache",)):
 
 
 def deps(lib, facts, llp=None, path=None, **kw):
-    loader = L.Environment(ld_library_path=llp, cache=facts[1], facts=facts[0])
+    loader = Environment(ld_library_path=llp, cache=facts[1], facts=facts[0])
     kw.setdefault("driver_present", False)
     kw.setdefault("distro_id", ("ubuntu", "debian"))
     kw.setdefault("search_dirs", [])
@@ -208,7 +210,7 @@ def test_nothing_to_resolve_without_cudnn(tmp_path, loader_facts):
     from cudnn_setup.facts.cuda import CudaRoot
 
     inst = Installation(CudaRoot(tmp_path, "test", None, None), tmp_path / "lib64", None)
-    check = check_deps(inst, {}, loader=L.Environment(), driver_present=False)
+    check = check_deps(inst, {}, loader=Environment(), driver_present=False)
     assert check.status == "skip" and "nothing to resolve" in check.detail
 
 

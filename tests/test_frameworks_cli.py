@@ -17,7 +17,7 @@ import pytest
 from conftest import REPO, clean_env, run_json
 from cudnn_setup.steps.context import Context
 from cudnn_setup.commands.install import install
-from cudnn_setup.facts import ldresolve as L
+from cudnn_setup.facts.ldresolve.ldconfig import ldconfig_binary
 from fixtures.generate import SPECS, SUB9, _archive, spec_entries, write_archive
 from test_frameworks import CUDNN_C, FRAMEWORK_C, TENSORFLOW_PY, TORCH_PY, gcc, write
 
@@ -110,7 +110,7 @@ def test_no_frameworks_skips_the_what_if(site, old_archive, cuda_root, home):
 def private_ldconfig(tmp_path):
     """tmp_path/bin/ldconfig: the real one working on a cache and a config of the test's own
     (the Context names it; the tool never looks ldconfig up on PATH)."""
-    real = L.ldconfig_binary()
+    real = ldconfig_binary()
     conf = tmp_path / "ld.so.conf"
     conf.write_text(f"include {tmp_path / 'conf.d'}/*.conf\n")
     wrapper = tmp_path / "bin" / "ldconfig"

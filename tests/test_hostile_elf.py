@@ -1,6 +1,6 @@
 """Malformed ELF files wherever the tool reads one (a --lib-dir, doctor's, a managed root): a
 failed check naming the file, every other check still run, never exit 70 or an OSError's exit.
-And facts/elf.py and facts/ldresolve.py fuzzed with cut and corrupted real libraries."""
+And facts/elf.py and facts/ldresolve/ fuzzed with cut and corrupted real libraries."""
 import os
 import shutil
 import struct
@@ -11,7 +11,9 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from conftest import run_json
 from cudnn_setup.checks.suite import ORDER
 from cudnn_setup.facts import elf as E
-from cudnn_setup.facts import ldresolve as L
+from cudnn_setup.facts.ldresolve.ldconfig import registered
+from cudnn_setup.facts.ldresolve.loadable import NotLoadable, read_object
+from cudnn_setup.facts.ldresolve.runtime_names import runtime_names
 from elftools.elf.elffile import ELFFile
 from fixtures import layouts
 from fixtures.deplibs import build
@@ -77,8 +79,20 @@ def test_a_section_placed_past_any_file_is_a_failed_elf_check(offset, tmp_path, 
     assert_every_check_ran(done, out, "elf", "libcudnn.so.9")
     assert "past the file's end" in by_name(out)["elf"]["detail"]
     assert by_name(out)["load"]["status"] == "pass"  # the loader reads no section headers
-    assert L.runtime_names(lib / "libcudnn.so.9") == []
+    assert runtime_names(lib / "libcudnn.so.9") == []
 
+
+
+def test_a_section_past_the_end_is_named_once(tmp_path):
+    real = build(tmp_path / "libreal.so.1", "libreal.so.1", work=tmp_path / "w",
+                 runtime="libz.so.1")
+    lib = tmp_path / "libforged.so.1"
+    lib.write_bytes(_with_rodata_offset(real.read_bytes(), 2 ** 63))
+    with pytest.raises(E.NotElf) as caught:
+        E.read_elf(lib)
+    assert str(caught.value) == (f"a damaged ELF file (section .rodata at offset {2 ** 63} runs "
+                                 f"past the file's end ({lib.stat().st_size} bytes))")
+    assert caught.value.stage == E.DAMAGED
 
 # --- fuzzing --------------------------------------------------------------------------------
 
@@ -128,11 +142,11 @@ def test_fuzzed_libraries_raise_only_the_tools_own_errors(real_library, tmp_path
         except E.NotElf:
             pass
         try:
-            L.read_object(path)
-        except L.NotLoadable:
+            read_object(path)
+        except NotLoadable:
             pass
-        assert isinstance(L.runtime_names(path), list)
-        assert isinstance(L.registered(tmp_path), list)
+        assert isinstance(runtime_names(path), list)
+        assert isinstance(registered(tmp_path), list)
 
     one()
 
@@ -143,7 +157,7 @@ def test_a_fifo_or_a_directory_is_not_read_as_an_elf(tmp_path):
     for name in ("libfifo.so.1", "libdir.so.1"):
         with pytest.raises(E.NotElf, match="not readable"):
             E.read_elf(tmp_path / name)
-        with pytest.raises(L.NotLoadable) as caught:
-            L.read_object(tmp_path / name)
+        with pytest.raises(NotLoadable) as caught:
+            read_object(tmp_path / name)
         assert caught.value.fatal
-        assert L.runtime_names(tmp_path / name) == []
+        assert runtime_names(tmp_path / name) == []

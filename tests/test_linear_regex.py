@@ -7,7 +7,8 @@ import pytest
 
 from cudnn_setup import startup_line
 from cudnn_setup.checks import native
-from cudnn_setup.facts import cuda, cudnn, ldresolve
+from cudnn_setup.facts import cuda, cudnn
+from cudnn_setup.facts.ldresolve import ldconfig
 
 LIMIT_S = 2.0  # each case runs in milliseconds; this only catches super-linear patterns
 
@@ -58,7 +59,7 @@ def test_child_stderr_that_repeats_the_loaders_phrase():
 
 def test_a_cache_listing_with_long_blank_runs():
     line = "\tlibz.so.1 (libc6,x86-64) => /x" + " " * 20_000 + "y" + " " * 20_000 + "\n"
-    entries = timed(ldresolve.parse_ldconfig_p, line * 5)
+    entries = timed(ldconfig.parse_ldconfig_p, line * 5)
     assert entries and entries[0].path == "/x" + " " * 20_000 + "y"
 
 

@@ -11,14 +11,17 @@ from cudnn_setup.checks.deps import check_deps
 from cudnn_setup.checks.file_checks import check_files
 from cudnn_setup.checks.native import check_load
 from cudnn_setup.facts import cudnn as gen
-from cudnn_setup.facts import ldresolve as L
+from cudnn_setup.facts.ldresolve.environment import Environment
+from cudnn_setup.facts.ldresolve.ldconfig import read_cache
+from cudnn_setup.facts.ldresolve.loader_facts import probe_loader
+from cudnn_setup.facts.ldresolve.search import Resolution
 from fixtures import layouts
 from fixtures.deplibs import LoadProbe, build
 
 
 @pytest.fixture(scope="module")
 def loader_facts():
-    return L.probe_loader(), L.read_cache()
+    return probe_loader(), read_cache()
 
 
 def env_with(**extra):
@@ -29,8 +32,8 @@ def env_with(**extra):
 
 def verdicts(lib, facts, **env_extra):
     env = env_with(**env_extra)
-    loader = L.Environment(ld_library_path=env.get("LD_LIBRARY_PATH") or None, cache=facts[1],
-                           facts=facts[0])
+    loader = Environment(ld_library_path=env.get("LD_LIBRARY_PATH") or None, cache=facts[1],
+                         facts=facts[0])
     inst = locate.locate(lib)
     checks = (check_files(inst),
               check_coherence(inst, env, loader=loader, driver_present=True),
@@ -185,7 +188,7 @@ def test_a_version_is_only_ever_paired_with_the_file_it_was_read_from():
     from cudnn_setup.checks.coherence import judge
 
     here, system = "/opt/jit/lib", "/usr/lib/x86_64-linux-gnu"
-    res = L.Resolution("libcudnn_graph.so.9")  # the emulation did not find it
+    res = Resolution("libcudnn_graph.so.9")  # the emulation did not find it
     got = {"loaded": True, "path": f"{system}/libcudnn_graph.so.9",
            "mapped": f"{system}/libcudnn_graph.so.9.14.0", "version": 91400,
            "version_from": "cudnnGetVersion",

@@ -103,15 +103,20 @@ def test_verify_reads_each_library_once(tmp_path, monkeypatch):
     the names they open at run time): one run reads each file's facts once, whichever check,
     on whichever thread, asks first."""
     from cudnn_setup.checks import locate
-    from cudnn_setup.facts import ldresolve as L
+    from cudnn_setup.facts.ldresolve.loadable import read_object
+    from cudnn_setup.facts.ldresolve.runtime_names import runtime_names
     from fixtures import layouts
 
     inst = locate.locate(layouts.built_set(tmp_path / "cudnn", tmp_path / "w"))
     reads, scans = [], []
-    read, names = L.read_object, L.runtime_names
-    monkeypatch.setattr(L, "read_object", lambda p: reads.append(os.path.realpath(p)) or read(p))
-    monkeypatch.setattr(L, "runtime_names",
-                        lambda p, *a: scans.append(os.path.realpath(p)) or names(p, *a))
+    read, names = read_object, runtime_names
+    for module in [m for name, m in sys.modules.items() if name.startswith("cudnn_setup.")]:
+        if getattr(module, "read_object", None) is read:  # every module that reads through it
+            monkeypatch.setattr(module, "read_object",
+                                lambda p: reads.append(os.path.realpath(p)) or read(p))
+        if getattr(module, "runtime_names", None) is names:
+            monkeypatch.setattr(module, "runtime_names",
+                                lambda p, *a: scans.append(os.path.realpath(p)) or names(p, *a))
     env = {"PATH": os.environ["PATH"]}
     checks = {c.name: c for c in run_checks(inst, python=sys.executable, env=env, theano=False,
                                             with_frameworks=False)}

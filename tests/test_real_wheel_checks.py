@@ -18,7 +18,7 @@ from cudnn_setup.checks.coherence import check_coherence
 from cudnn_setup.checks.deps import check_deps
 from cudnn_setup.checks.driver_check import check_driver, driver_facts
 from cudnn_setup.checks.native import check_load
-from cudnn_setup.facts import ldresolve as L
+from cudnn_setup.facts.ldresolve.ldconfig import read_cache
 
 pytestmark = pytest.mark.real_cudnn
 CACHE = os.environ.get("CUDNN_SETUP_WHEEL_CACHE")
@@ -109,7 +109,7 @@ def test_driver_facts_here(sites):
     facts = driver_facts(env())
     inst = locate.find_wheel(sites["9"])
     check = check_driver(inst, facts)
-    if any(e.name == "libcuda.so.1" for e in L.read_cache()):  # a GPU machine (the H200)
+    if any(e.name == "libcuda.so.1" for e in read_cache()):  # a GPU machine (the H200)
         assert facts.status == "pass" and facts.gpus and facts.cuda_driver_version
         assert check.status == "pass", check.detail
     else:

@@ -12,7 +12,11 @@ from pathlib import Path
 import pytest
 
 from cudnn_setup.facts import dependencies as D
-from cudnn_setup.facts import ldresolve as L
+from cudnn_setup.facts.ldresolve.closure import closure
+from cudnn_setup.facts.ldresolve.environment import Environment
+from cudnn_setup.facts.ldresolve.ldconfig import read_cache
+from cudnn_setup.facts.ldresolve.loader_facts import probe_loader
+from cudnn_setup.facts.ldresolve.runtime_names import Versions
 
 pytestmark = pytest.mark.real_cudnn
 CACHE = os.environ.get("CUDNN_SETUP_WHEEL_CACHE")
@@ -41,8 +45,8 @@ def libs(tmp_path_factory):
 
 def closure_of(lib_dir, major):
     _, cudnn, cuda = WHEELS[major]
-    env = L.Environment(cache=L.read_cache(), facts=L.probe_loader(), executable=sys.executable)
-    return L.closure(sorted(lib_dir.glob("libcudnn*.so.*")), env, L.Versions(cudnn=cudnn, cuda=cuda))
+    env = Environment(cache=read_cache(), facts=probe_loader(), executable=sys.executable)
+    return closure(sorted(lib_dir.glob("libcudnn*.so.*")), env, Versions(cudnn=cudnn, cuda=cuda))
 
 
 def by_name(deps):
@@ -50,7 +54,7 @@ def by_name(deps):
 
 
 def system_has(name):
-    return any(e.name == name for e in L.read_cache())
+    return any(e.name == name for e in read_cache())
 
 
 def test_cudnn9_wheel_needs_only_zlib_to_load_and_cublaslt_nvrtc_driver_at_run_time(libs):
@@ -126,8 +130,8 @@ def test_nvrtc_wheel_is_not_where_the_cudnn_wheels_runpath_looks(libs, tmp_path)
     graph = site / "nvidia" / "cudnn" / "lib" / "libcudnn_graph.so.9"
     nvrtc_dir = site / "nvidia" / "cuda_nvrtc" / "lib"
     for llp, found in ((None, False), (str(nvrtc_dir), True)):
-        env = L.Environment(ld_library_path=llp, cache=L.read_cache(), facts=L.probe_loader())
-        deps = by_name(L.closure([graph], env, L.Versions("9.1.0", "12.4")))
+        env = Environment(ld_library_path=llp, cache=read_cache(), facts=probe_loader())
+        deps = by_name(closure([graph], env, Versions("9.1.0", "12.4")))
         assert deps[("libcudnn_graph.so.9", "libnvrtc.so.12")].resolution.found is found
     builtins = deps[("libnvrtc.so.12", "libnvrtc-builtins.so.12.4")]
     assert builtins.resolution.path == str(nvrtc_dir / "libnvrtc-builtins.so.12.4")

@@ -6,7 +6,7 @@ import pytest
 
 from cudnn_setup.checks.coherence import judge
 from cudnn_setup.checks.sublib_answer import SublibsAnswer, SubLibraryAnswer, VersionCheck
-from cudnn_setup.facts import ldresolve as L
+from cudnn_setup.facts.ldresolve.search import Resolution
 
 HONEST = {"library": "/x/libcudnn.so.9", "loaded": True, "path": "/x/libcudnn.so.9",
           "mapped": "/x/libcudnn.so.9.1.0", "version": 90100,
@@ -59,7 +59,7 @@ def test_whatever_the_child_sends_is_read_without_raising(value):
 
 
 def test_judge_reads_a_json_entry_as_it_reads_the_typed_one():
-    res = L.Resolution("libcudnn_ops.so.9", "/x/libcudnn_ops.so.9", "RUNPATH")
+    res = Resolution("libcudnn_ops.so.9", "/x/libcudnn_ops.so.9", "RUNPATH")
     entry = HONEST["sublibraries"][0]
     args = ("/x", "9.1.0", "libcudnn.so.9")
     assert judge("libcudnn_ops.so.9", res, entry, *args) == \

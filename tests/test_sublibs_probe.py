@@ -10,7 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from cudnn_setup.facts import ldresolve as L
+from cudnn_setup.facts.ldresolve.closure import closure
+from cudnn_setup.facts.ldresolve.environment import Environment
+from cudnn_setup.facts.ldresolve.ldconfig import read_cache
+from cudnn_setup.facts.ldresolve.loader_facts import probe_loader
 from fixtures.deplibs import build
 
 PROBES = Path(__file__).resolve().parent.parent / "cudnn_setup" / "probes"
@@ -62,8 +65,8 @@ def test_older_sub_library_first_on_the_path_is_reported_with_its_version(mixed)
     assert graph["loaded"] and graph["version_from"] == "file name" and graph["version"] == "9"
     assert b"not UTF-8" in done.stderr  # the constructor's bytes went to stderr, not into the JSON
     # ldresolve agrees with the real loader about which copy of ops is taken
-    deps = L.closure([main], L.Environment(ld_library_path=f"{old}:{new}", cache=L.read_cache(),
-                                           facts=L.probe_loader()))
+    deps = closure([main], Environment(ld_library_path=f"{old}:{new}", cache=read_cache(),
+                                       facts=probe_loader()))
     assert next(d for d in deps if d.name == "libcudnn_ops.so.9").resolution.path == ops["path"]
 
 

@@ -207,7 +207,9 @@ def test_deps_fixes_name_with_deps_for_a_managed_root(cudnn, cuda_root, home, tm
     from cudnn_setup.checks import locate
     from cudnn_setup.checks.deps import check_deps
     from cudnn_setup.checks.installation import find_installation
-    from cudnn_setup.facts import ldresolve as L
+    from cudnn_setup.facts.ldresolve.environment import Environment
+    from cudnn_setup.facts.ldresolve.ldconfig import read_cache
+    from cudnn_setup.facts.ldresolve.loader_facts import probe_loader
     from cudnn_setup.facts.cuda import find_cuda_root
     from fixtures import layouts
 
@@ -222,7 +224,7 @@ def test_deps_fixes_name_with_deps_for_a_managed_root(cudnn, cuda_root, home, tm
     lib = layouts.built_set(tmp_path / "cudnn", tmp_path / "w",
                             options={"adv": {"runtime": "libcublasLt.so.12"}})
     inst = dataclasses.replace(locate.locate(lib), manifest=managed.manifest, root=managed.root)
-    loader = L.Environment(ld_library_path=None, cache=L.read_cache(), facts=L.probe_loader())
+    loader = Environment(ld_library_path=None, cache=read_cache(), facts=probe_loader())
     check = check_deps(inst, {"PATH": "/nonexistent"}, loader=loader, driver_present=False,
                        distro_id=("ubuntu", "debian"), search_dirs=[],
                        load_data={"cudnnGetVersion": 90107, "cudnnGetCudartVersion": 12040})

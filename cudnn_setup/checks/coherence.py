@@ -10,7 +10,7 @@ aborts. This check works in the USER's environment, as given (nothing is prepend
 LD_LIBRARY_PATH: that would hide exactly this problem):
 
 1. where each sub-library would come from, by emulating the loader for a process that opens
-   libcudnn.so.N from the installation's directory (facts/ldresolve.py);
+   libcudnn.so.N from the installation's directory (facts/ldresolve/);
 2. the real loader, in a child process (probes/sublibs.py): libcudnn is loaded, then each
    sub-library is dlopened with RTLD_NOW in a forked child of its own, so one that aborts or
    hangs costs only its own entry; what mapped, its version and dlerror() come back, with the
@@ -52,7 +52,12 @@ from cudnn_setup.checks.sublib_answer import SublibsAnswer, SubLibraryAnswer
 from cudnn_setup.checks.probe import loads_key, probe_module, run_probe
 from cudnn_setup.child import Runner
 from cudnn_setup.facts import cudnn as gen
-from cudnn_setup.facts import ldresolve as L
+from cudnn_setup.facts.ldresolve.closure import closure
+from cudnn_setup.facts.ldresolve.environment import Environment
+from cudnn_setup.facts.ldresolve.loadable import ElfObject
+from cudnn_setup.facts.ldresolve.process import Process
+from cudnn_setup.facts.ldresolve.runtime_names import Versions
+from cudnn_setup.facts.ldresolve.search import Resolution
 from cudnn_setup.report import FAIL, PASS, SKIP, Check
 from cudnn_setup.text import plural
 
@@ -78,15 +83,15 @@ def sub_sonames(inst: Installation) -> list[str]:
 DRIVER = "libcuda.so.1"
 
 
-def needs_absent_driver(res: L.Resolution,
-                        loader: L.Environment) -> list[tuple[str, str, str]] | None:
+def needs_absent_driver(res: Resolution,
+                        loader: Environment) -> list[tuple[str, str, str]] | None:
     """For a sub-library the loader finds: None when it does not need libcuda.so.1 (itself or
     through its DT_NEEDED entries) or libcuda.so.1 is found; else its other DT_NEEDED entries,
     each resolved as the loader would, that are not found: (name, who lists it, the loader's
     error). ld.so stops at the first entry it cannot find, so each entry is tried on its own."""
     if not res.found:
         return None
-    proc = L.Process(loader)
+    proc = Process(loader)
     _, item = proc.find(res.path, None)
     if item is None:
         return None
@@ -103,7 +108,7 @@ def needs_absent_driver(res: L.Resolution,
     return missing if needs_driver else None
 
 
-def judge_unloaded(soname: str, res: L.Resolution, missing: list[tuple[str, str, str]],
+def judge_unloaded(soname: str, res: Resolution, missing: list[tuple[str, str, str]],
                    main_dir: str | None, main_version: str | None, main_name: str) -> dict:
     """A sub-library that needs the absent driver, judged from its files: where it comes from,
     the version its file name carries, its other DT_NEEDED entries."""
@@ -143,7 +148,7 @@ def outside_flavour(inst: Installation) -> list[str]:
                         for stem in inst.composition().optional) if s]
 
 
-def judge_outside(soname: str, res: L.Resolution, main_dir: str | None,
+def judge_outside(soname: str, res: Resolution, main_dir: str | None,
                   main_version: str | None) -> dict | None:
     """A sub-library outside the flavour that the loader would find: from another copy (or of
     another version), that copy is mixed with this one. Judged from its file, not loaded; the
@@ -162,15 +167,15 @@ def judge_outside(soname: str, res: L.Resolution, main_dir: str | None,
             "problems": [], "rank": RANK["other-copy"]}
 
 
-def would_load(target: Path, sonames: list[str], loader: L.Environment,
-               versions: L.Versions) -> dict[str, L.Resolution]:
+def would_load(target: Path, sonames: list[str], loader: Environment,
+               versions: Versions) -> dict[str, Resolution]:
     """Where each sub-library comes from in a process that dlopens `target`: the first request
     for it in load order (DT_NEEDED of another sub-library, or a run-time name), else a dlopen
     of the SONAME by libcudnn itself."""
     # Only cuDNN's own libraries open its sub-libraries: the names the driver or cuBLAS open
     # at run time (dozens, for graphics and embedded features) are not searched for.
-    deps = L.closure([target], loader, versions, scanned_if=_cudnn_own)
-    out: dict[str, L.Resolution] = {}
+    deps = closure([target], loader, versions, scanned_if=_cudnn_own)
+    out: dict[str, Resolution] = {}
     for soname in sonames:
         stem = gen.so_base(soname)
         hit = next((d for d in deps if d.kind != "root"
@@ -180,14 +185,14 @@ def would_load(target: Path, sonames: list[str], loader: L.Environment,
             out[soname] = hit.resolution
     missing = [s for s in sonames if s not in out]
     if missing:
-        proc = L.Process(loader)
+        proc = Process(loader)
         _, main, _ = proc.load_with_needed(str(target), None)
         for soname in missing:
             out[soname] = proc.find(soname, main)[0]
     return out
 
 
-def _cudnn_own(obj: L.ElfObject) -> bool:
+def _cudnn_own(obj: ElfObject) -> bool:
     return (obj.soname or os.path.basename(obj.path)).startswith("libcudnn")
 
 
@@ -207,7 +212,7 @@ def _real_dir(path: str | None) -> str | None:
 
 
 def check_coherence(inst: Installation, env: Mapping[str, str], *,
-                    loader: L.Environment | None = None, load_data: dict | None = None,
+                    loader: Environment | None = None, load_data: dict | None = None,
                     python: str | None = None, timeout: float = TIMEOUT,
                     runner: Runner | None = None, driver_present: bool | None = None) -> Check:
     """The `coherence` check of `inst` for a program started from `env` (the user's, as is).
@@ -347,7 +352,7 @@ def mapped_by_stem(paths) -> dict[str, str]:
     return {_stem(p): p for p in paths if isinstance(p, str) and p.startswith("/")}
 
 
-def judge(soname: str, res: L.Resolution, answer: SubLibraryAnswer | Mapping,
+def judge(soname: str, res: Resolution, answer: SubLibraryAnswer | Mapping,
           main_dir: str | None, main_version: str | None, main_name: str,
           by_cudnn: str | None = None, first_opened: str | None = None) -> dict:
     """One sub-library: where it comes from (cuDNN's own loading where it showed it, else the

@@ -5,7 +5,7 @@ For every cuDNN library in the directory programs load it from, each DT_NEEDED e
 as strings: libcublasLt.so.12, libnvrtc.so.%d, libz.so.1, libcuda.so.1, its own sub-libraries)
 is resolved as glibc's ld.so would in the user's environment: LD_LIBRARY_PATH, the requesting
 library's RUNPATH/RPATH with $ORIGIN, the ldconfig cache, the default directories
-(facts/ldresolve.py). Version templates ("libnvrtc.so.%d.%d") are filled with the CUDA version
+(facts/ldresolve/). Version templates ("libnvrtc.so.%d.%d") are filled with the CUDA version
 cuDNN reports it was built for (cudnnGetCudartVersion), cuDNN's own names with its version.
 
 How a missing dependency is rated, and why:
@@ -46,7 +46,12 @@ from cudnn_setup.facts import cuda as cuda_facts
 from cudnn_setup.facts import cudnn as gen
 from cudnn_setup.facts.composition import cudnn_stem
 from cudnn_setup.facts import dependencies as D
-from cudnn_setup.facts import ldresolve as L
+from cudnn_setup.facts.ldresolve.closure import Dependency, closure
+from cudnn_setup.facts.ldresolve.environment import Environment
+from cudnn_setup.facts.ldresolve.ldconfig import CacheEntry, read_cache
+from cudnn_setup.facts.ldresolve.loader_facts import LoaderFacts, probe_loader
+from cudnn_setup.facts.ldresolve.read_once import Objects
+from cudnn_setup.facts.ldresolve.runtime_names import Versions
 from cudnn_setup.parallel import at_once
 from cudnn_setup.report import FAIL, PASS, SKIP, WARN, Check
 from cudnn_setup.text import plural
@@ -56,19 +61,19 @@ _RANK = {FAIL: 2, WARN: 1, SKIP: 0}
 MAX_SHOWN = 4  # missing dependencies named in the one-line detail; data lists them all
 
 
-def loader_environment(env: Mapping[str, str], cache: Sequence[L.CacheEntry] | None = None,
-                       facts: L.LoaderFacts | None = None,
-                       objects: L.Objects | None = None) -> L.Environment:
+def loader_environment(env: Mapping[str, str], cache: Sequence[CacheEntry] | None = None,
+                       facts: LoaderFacts | None = None,
+                       objects: Objects | None = None) -> Environment:
     """What a program started from `env` has its loader work from. An empty LD_LIBRARY_PATH is
     no LD_LIBRARY_PATH for glibc (dl-load.c _dl_init_paths). The checks that share it read
     each library's ELF facts once (`objects`, else a memo of its own)."""
     llp = env.get("LD_LIBRARY_PATH") or None
-    return L.Environment(ld_library_path=llp, cache=L.read_cache() if cache is None else cache,
-                         facts=L.probe_loader() if facts is None else facts,
-                         objects=objects or L.Objects())
+    return Environment(ld_library_path=llp, cache=read_cache() if cache is None else cache,
+                       facts=probe_loader() if facts is None else facts,
+                       objects=objects or Objects())
 
 
-def versions_for(inst: Installation, load_data: dict | None) -> L.Versions:
+def versions_for(inst: Installation, load_data: dict | None) -> Versions:
     """cuDNN's version and the CUDA it was built for: what the load probe asked the library
     (cudnnGetVersion, cudnnGetCudartVersion), else the header, the manifest, the wheel's name."""
     cudnn = cuda = None
@@ -85,7 +90,7 @@ def versions_for(inst: Installation, load_data: dict | None) -> L.Versions:
     if cuda is None:
         major = (inst.origin_facts.get("wheel") or {}).get("cuda_major")
         cuda = str(major) if major else None
-    return L.Versions(cudnn=cudnn, cuda=cuda)
+    return Versions(cudnn=cudnn, cuda=cuda)
 
 
 def roots_of(inst: Installation) -> list[Path]:
@@ -111,7 +116,7 @@ def _load_order(inst: Installation, roots: list[Path]) -> tuple[list[Path], list
     return main, [r for r in roots if r not in main]
 
 
-def _own_dir_unsearched(deps: Sequence[L.Dependency], lib_dir: Path) -> bool:
+def _own_dir_unsearched(deps: Sequence[Dependency], lib_dir: Path) -> bool:
     """Whether a cuDNN sub-library libcudnn opens at run time was found nowhere while a file of
     one of its names is in `lib_dir`."""
     for d in deps:
@@ -176,7 +181,7 @@ class Entry:
                 "what_breaks": self.what_breaks, "fixes": self.fixes}
 
 
-def group(deps: Iterable[L.Dependency]) -> list[Entry]:
+def group(deps: Iterable[Dependency]) -> list[Entry]:
     """One Entry per library name, in the order the loader first asked for it."""
     out: dict[str, Entry] = {}
     for d in deps:
@@ -233,7 +238,7 @@ def fixes_for(entry: Entry, cuda_version: str | None, manager: str | None,
 
 
 def check_deps(inst: Installation, env: Mapping[str, str], *, load_data: dict | None = None,
-               driver_present: bool | None = None, loader: L.Environment | None = None,
+               driver_present: bool | None = None, loader: Environment | None = None,
                distro_id: tuple[str, str] | None = None,
                search_dirs: Sequence[Path] | None = None,
                packages: D.Availability | None = None, runner: Runner | None = None) -> Check:
@@ -254,13 +259,13 @@ def check_deps(inst: Installation, env: Mapping[str, str], *, load_data: dict | 
     versions = versions_for(inst, load_data)
     roots = roots_of(inst)
     first, after = _load_order(inst, roots)
-    deps = L.closure(first, loader, versions, after=after)
+    deps = closure(first, loader, versions, after=after)
     if after and _own_dir_unsearched(deps, inst.lib_dir):
         # libcudnn does not find its own directory here (no RUNPATH $ORIGIN, not on the path):
         # the loader check says so and how to fix it; judged as a program given that fix.
         loader = dataclasses.replace(loader, ld_library_path=":".join(
             p for p in (loader.ld_library_path, str(inst.lib_dir)) if p))
-        deps = L.closure(first, loader, versions, after=after)
+        deps = closure(first, loader, versions, after=after)
     entries = group(deps)
     missing = [e for e in entries if not e.found]
     manager = _manager(distro_id) if missing else None

@@ -32,7 +32,10 @@ from cudnn_setup.child import Runner
 from cudnn_setup.errors import ArchiveRejected
 from cudnn_setup.facts import cuda as cuda_facts
 from cudnn_setup.facts import gpu_support as S
-from cudnn_setup.facts import ldresolve as L
+from cudnn_setup.facts.ldresolve.environment import Environment
+from cudnn_setup.facts.ldresolve.ldconfig import read_cache
+from cudnn_setup.facts.ldresolve.loader_facts import probe_loader
+from cudnn_setup.facts.ldresolve.process import Process
 from cudnn_setup.report import FAIL, PASS, SKIP, WARN, Check
 
 NAME = "driver"
@@ -48,20 +51,20 @@ MAX_GPUS = 64
 _DRIVER_RELEASE = re.compile(r"^\d{2,4}(?:\.\d{1,4}){1,3}\Z")
 
 
-def no_driver(env: Mapping[str, str], loader: L.Environment | None = None,
+def no_driver(env: Mapping[str, str], loader: Environment | None = None,
               smi: bool = True) -> str | None:
     """Why there is nothing for the driver probe to ask, found without starting it: no NVIDIA
     kernel module, no libcuda.so.1 that the loader would find for a program started from `env`
-    (facts/ldresolve.py; `loader` when the caller has its environment), no nvidia-smi on its
+    (facts/ldresolve/; `loader` when the caller has its environment), no nvidia-smi on its
     PATH. None when any of them is there."""
     if PROC_DRIVER.exists():
         return None
     if smi and shutil.which("nvidia-smi", path=env.get("PATH", os.defpath)):
         return None
     if loader is None:
-        loader = L.Environment(ld_library_path=env.get("LD_LIBRARY_PATH") or None,
-                               cache=L.read_cache(), facts=L.probe_loader())
-    found = L.Process(loader).find("libcuda.so.1", None)[0]
+        loader = Environment(ld_library_path=env.get("LD_LIBRARY_PATH") or None,
+                             cache=read_cache(), facts=probe_loader())
+    found = Process(loader).find("libcuda.so.1", None)[0]
     if found.found:
         return None
     return (f"no NVIDIA driver: libcuda.so.1 cannot be loaded ({found.error})"
@@ -134,7 +137,7 @@ class DriverFacts:
 
 def driver_facts(env: Mapping[str, str], *, python: str | None = None,
                  timeout: float = TIMEOUT, smi: bool = True,
-                 loader: L.Environment | None = None, runner=None) -> DriverFacts:
+                 loader: Environment | None = None, runner=None) -> DriverFacts:
     """What the driver says (DriverFacts). `env` is the user's: it decides which libcuda.so.1
     and which nvidia-smi the child finds. On a machine with no trace of a driver (no_driver)
     no child is started.

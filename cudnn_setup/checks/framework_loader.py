@@ -2,7 +2,7 @@
 get with another loader set-up.
 
 The child (probes/framework_loads.py) reports its loader environment (LD_LIBRARY_PATH, LD_PRELOAD),
-its executable and every mapped object; the search itself is facts/ldresolve.py's emulation of
+its executable and every mapped object; the search itself is facts/ldresolve/'s emulation of
 ld.so, run here for the objects the child named. LD_PRELOAD is a list, not a search, and is
 checked first, as the loader maps its objects before anything else (ld.so(8)).
 """
@@ -14,18 +14,24 @@ import re
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from cudnn_setup.facts import ldresolve as L
+from cudnn_setup.facts.ldresolve.environment import Environment
+from cudnn_setup.facts.ldresolve.ldconfig import CacheEntry
+from cudnn_setup.facts.ldresolve.loadable import ElfObject, NotLoadable, read_object
+from cudnn_setup.facts.ldresolve.loader_facts import LoaderFacts
+from cudnn_setup.facts.ldresolve.process import Process
+from cudnn_setup.facts.ldresolve.search import (STEP_CACHE, STEP_DEFAULT, STEP_LD_LIBRARY_PATH,
+                                                STEP_PATH, STEP_RPATH, STEP_RUNPATH)
 
 WHY_PRELOAD = "ld_preload"
-WHY_RPATH, WHY_LD_PATH, WHY_RUNPATH = L.STEP_RPATH, L.STEP_LD_LIBRARY_PATH, L.STEP_RUNPATH
-WHY_CACHE, WHY_DEFAULT, WHY_FULL_PATH = L.STEP_CACHE, L.STEP_DEFAULT, L.STEP_PATH
+WHY_RPATH, WHY_LD_PATH, WHY_RUNPATH = STEP_RPATH, STEP_LD_LIBRARY_PATH, STEP_RUNPATH
+WHY_CACHE, WHY_DEFAULT, WHY_FULL_PATH = STEP_CACHE, STEP_DEFAULT, STEP_PATH
 # Steps that come before the ldconfig cache: a copy found through them stays what a program
 # loads whatever ldconfig registers.
 BEFORE_CACHE = (WHY_PRELOAD, WHY_RPATH, WHY_LD_PATH, WHY_RUNPATH, WHY_FULL_PATH)
 
 # No cache and no default directories: a copy found only through them is reported as opened by
 # full path. Callers that know the machine pass its cache and loader facts instead.
-NO_SEARCH = L.Environment(cache=(), facts=L.LoaderFacts(default_dirs=(), found_via="none"))
+NO_SEARCH = Environment(cache=(), facts=LoaderFacts(default_dirs=(), found_via="none"))
 
 
 class ElfFacts:
@@ -33,24 +39,24 @@ class ElfFacts:
     as a reader for ldresolve.Process it raises the same NotLoadable again."""
 
     def __init__(self) -> None:
-        self._seen: dict[str, L.ElfObject | L.NotLoadable] = {}
+        self._seen: dict[str, ElfObject | NotLoadable] = {}
 
-    def read(self, path: str) -> L.ElfObject:
+    def read(self, path: str) -> ElfObject:
         key = os.fspath(path)
         if key not in self._seen:
             try:
-                self._seen[key] = L.read_object(key)
-            except L.NotLoadable as exc:
+                self._seen[key] = read_object(key)
+            except NotLoadable as exc:
                 self._seen[key] = exc
         got = self._seen[key]
-        if isinstance(got, L.NotLoadable):  # a fresh one: a raised exception keeps its frames
-            raise L.NotLoadable(str(got), got.fatal)
+        if isinstance(got, NotLoadable):  # a fresh one: a raised exception keeps its frames
+            raise NotLoadable(str(got), got.fatal)
         return got
 
-    def __call__(self, path: str) -> L.ElfObject | None:
+    def __call__(self, path: str) -> ElfObject | None:
         try:
             return self.read(path)
-        except L.NotLoadable:
+        except NotLoadable:
             return None
 
 
@@ -81,14 +87,14 @@ class ChildLoader:
     the machine's cache and loader facts from `search`."""
 
     def __init__(self, child_env: Mapping[str, str | None], exe: str | None,
-                 search: L.Environment, elf: ElfFacts):
+                 search: Environment, elf: ElfFacts):
         self.elf = elf
         self.preload = {os.path.realpath(p) for p in re.split(r"[:\s]", child_env.get("LD_PRELOAD") or "")
                         if p.startswith("/")}
         self.env = dataclasses.replace(search, ld_library_path=child_env.get("LD_LIBRARY_PATH") or None,
                                        executable=exe if exe and elf(exe) else None)
 
-    def with_cache_first(self, entries: Sequence[L.CacheEntry]) -> "ChildLoader":
+    def with_cache_first(self, entries: Sequence[CacheEntry]) -> "ChildLoader":
         """The same process after `entries` were registered ahead of the cache it has."""
         other = object.__new__(ChildLoader)
         other.elf, other.preload = self.elf, self.preload
@@ -107,7 +113,7 @@ class ChildLoader:
     def first_hit(self, soname: str, requester: str | None) -> Hit | None:
         """The copy of `soname` the loader gives `requester` (a mapped object that needs or
         opens it; None: a dlopen with no search path of its own)."""
-        proc = L.Process(self.env, reader=self.elf.read)
+        proc = Process(self.env, reader=self.elf.read)
         asker = None
         if requester is not None:
             asker = proc.find(requester, None)[1]

@@ -26,7 +26,8 @@ from cudnn_setup.checks.frameworks_check import (FrameworkEntry, LoadedCopy, fil
                                                  framework_report, framework_reports)
 from cudnn_setup.child import Runner
 from cudnn_setup.facts import framework_rules as rules
-from cudnn_setup.facts import ldresolve as L
+from cudnn_setup.facts.ldresolve.environment import Environment
+from cudnn_setup.facts.ldresolve.ldconfig import CacheEntry, registered
 
 LD_LIBRARY_PATH, LDCONFIG = "ld_library_path", "ldconfig"
 
@@ -77,7 +78,7 @@ def register_with_ldconfig(directory: str | os.PathLike) -> Change:
 
 
 def what_if(python: str, env: Mapping[str, str], change: Change,
-            timeout: float | None = None, *, search: L.Environment | None = None,
+            timeout: float | None = None, *, search: Environment | None = None,
             current: list[FrameworkEntry] | None = None,
             runner: Runner | None = None) -> list[WhatIf]:
     """For each framework in `python`: the cuDNN it would load after `change`, and whether that
@@ -89,7 +90,7 @@ def what_if(python: str, env: Mapping[str, str], change: Change,
 
 def looked_ahead(python: str, env: Mapping[str, str], change: Change,
                  timeout: float | None = None, *,
-                 search: L.Environment | Callable[[], L.Environment] | None = None,
+                 search: Environment | Callable[[], Environment] | None = None,
                  current: list[FrameworkEntry] | None = None,
                  runner: Runner | None = None) -> tuple[list[FrameworkEntry], list[WhatIf]]:
     """What the frameworks of `python` load now (`current`, or a framework_report() made here)
@@ -110,7 +111,7 @@ def looked_ahead(python: str, env: Mapping[str, str], change: Change,
                                                               search=search, runner=runner)
         return now, _after_path_change(change, now, after, python, env, timeout)
     if change.kind == LDCONFIG:
-        entries = L.registered(change.directory)
+        entries = registered(change.directory)
         return now, [_deduced(change, e, entries, python, env, timeout) for e in now]
     raise ValueError(f"unknown change {change.kind!r}")
 
@@ -188,7 +189,7 @@ def _tried(change: Change, now: FrameworkEntry, after: FrameworkEntry | None, py
     return _advise(out, now, change)
 
 
-def _deduced(change: Change, now: FrameworkEntry, entries: Sequence[L.CacheEntry], python: str,
+def _deduced(change: Change, now: FrameworkEntry, entries: Sequence[CacheEntry], python: str,
              env: Mapping[str, str], timeout: float | None) -> WhatIf:
     out = _base(change, now)
     current = now.cudnn_loaded

@@ -5,7 +5,7 @@ Each framework is imported in a child process of its own (probes/framework_loads
 checks/framework_probe.py), never here. The child reports what it could see from inside: the
 framework's versions, the libcudnn files mapped into it and their cudnnGetVersion(), its loader
 environment and every mapped shared object. Why the loader picked that copy is worked out here
-with the loader's own search order (checks/framework_loader.py on facts/ldresolve.py); what a
+with the loader's own search order (checks/framework_loader.py on facts/ldresolve/); what a
 change to the loader's path would do is checks/framework_whatif.py.
 """
 from __future__ import annotations
@@ -23,7 +23,8 @@ from cudnn_setup.child import Runner
 from cudnn_setup.errors import SetupError
 from cudnn_setup.facts import cudnn as gen
 from cudnn_setup.facts import framework_rules as rules
-from cudnn_setup.facts import ldresolve as L
+from cudnn_setup.facts.ldresolve.environment import Environment
+from cudnn_setup.facts.ldresolve.loadable import ElfObject
 from cudnn_setup.parallel import at_once
 from cudnn_setup.report import FAIL, PASS, SKIP, WARN, Check
 
@@ -91,7 +92,7 @@ class FrameworkEntry:
 
 
 def framework_report(python: str, env: Mapping[str, str], timeout: float | None = None, *,
-                     search: L.Environment | Callable[[], L.Environment] | None = None,
+                     search: Environment | Callable[[], Environment] | None = None,
                      runner: Runner | None = None) -> list[FrameworkEntry]:
     """One entry per framework importable in `python` (run with `env`): what it was built for,
     the cuDNN it loads, from where and why, and whether the pair is right by its own rule.
@@ -107,7 +108,7 @@ def framework_report(python: str, env: Mapping[str, str], timeout: float | None 
 
 def framework_reports(python: str, envs: Sequence[Mapping[str, str]],
                       timeout: float | None = None, *,
-                      search: L.Environment | Callable[[], L.Environment] | None = None,
+                      search: Environment | Callable[[], Environment] | None = None,
                       runner: Runner | None = None) -> list[list[FrameworkEntry]]:
     """framework_report() of `python` under each of `envs`, every child of every environment
     started at once: each spends seconds importing its framework, and the environments differ
@@ -126,7 +127,7 @@ def framework_reports(python: str, envs: Sequence[Mapping[str, str]],
             for got_env in per_env]
 
 
-def entry_of(name: str, listed: dict, got: Run, search: L.Environment,
+def entry_of(name: str, listed: dict, got: Run, search: Environment,
              elf: ElfFacts) -> FrameworkEntry:
     """One framework's entry from its child's answer (`got`), every field checked."""
     rule = rules.rule_for(name)
@@ -210,7 +211,7 @@ def entry_of(name: str, listed: dict, got: Run, search: L.Environment,
     return entry
 
 
-def _needs_cudnn(obj: L.ElfObject | None) -> bool:
+def _needs_cudnn(obj: ElfObject | None) -> bool:
     return obj is not None and any(n.startswith("libcudnn.so") for n in obj.needed)
 
 
@@ -294,7 +295,7 @@ def one_line(entry: FrameworkEntry) -> str:
 
 
 def check_frameworks(python: str, env: Mapping[str, str], timeout: float | None = None, *,
-                     search: L.Environment | Callable[[], L.Environment] | None = None,
+                     search: Environment | Callable[[], Environment] | None = None,
                      runner: Runner | None = None) -> tuple[Check, list[FrameworkEntry]]:
     """framework_report() as a check; an interpreter that cannot say what it has is a warn."""
     try:

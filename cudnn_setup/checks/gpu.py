@@ -23,7 +23,7 @@ from cudnn_setup.checks.native import find_cudart
 from cudnn_setup.checks.probe import child_env, loads_key, probe_module, run_probe
 from cudnn_setup.child import Runner
 from cudnn_setup.facts import cudnn as gen
-from cudnn_setup.facts import ldresolve as L
+from cudnn_setup.facts.ldresolve.environment import Environment
 from cudnn_setup.facts import gpu_support as S
 from cudnn_setup.report import FAIL, PASS, SKIP, WARN, Check
 
@@ -104,7 +104,7 @@ def _crashed_in(stderr: str) -> str | None:
 
 
 def without_driver(inst: Installation, env: Mapping[str, str],
-                   loader: L.Environment) -> str | None:
+                   loader: Environment) -> str | None:
     """Why the probe could only skip, known without starting it, in the words it would say:
     no NVIDIA kernel module and no libcuda.so.1 that its loader (the library's directory
     first on LD_LIBRARY_PATH) would find (checks/driver.no_driver, the driver probe's rule)."""
@@ -115,7 +115,7 @@ def without_driver(inst: Installation, env: Mapping[str, str],
 
 def check_gpu(inst: Installation, env: Mapping[str, str], runner: Runner | None = None,
               timeout: float = TIMEOUT, probe: list[str] | None = None,
-              loader: L.Environment | None = None, cache_dir: Path | None = None) -> Check:
+              loader: Environment | None = None, cache_dir: Path | None = None) -> Check:
     """`runner`: the command's (it skips the probe when loading this libcudnn hung earlier);
     `probe`: the probe's command line before its arguments (default: probes/gpu_steps.py under
     this interpreter's run_probe); `loader`: the loader's environment for `env`, given when

@@ -13,7 +13,7 @@ from pathlib import Path
 from packaging.version import Version
 
 from cudnn_setup.facts import cudnn as gen
-from cudnn_setup.facts import ldresolve as L
+from cudnn_setup.facts.ldresolve.read_once import Objects
 from cudnn_setup.facts.composition import Composition, compose, flavour_of
 from cudnn_setup.facts.cuda import CudaRoot
 from cudnn_setup.state.layout import StateDir
@@ -47,8 +47,8 @@ class Installation:
     origin: str | None = None
     origin_facts: dict = field(default_factory=dict)
     _composition: Composition | None = field(default=None, init=False, repr=False, compare=False)
-    # its libraries' ELF facts, read once for every check of one command (facts/ldresolve.py)
-    objects: L.Objects = field(default_factory=L.Objects, init=False, repr=False, compare=False)
+    # its libraries' ELF facts, read once for every check of one command (facts/ldresolve/)
+    objects: Objects = field(default_factory=Objects, init=False, repr=False, compare=False)
 
     @property
     def include_dir(self) -> Path:

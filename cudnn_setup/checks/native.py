@@ -15,7 +15,9 @@ from cudnn_setup.checks.probe import ProbeResult, child_env, loads_key, probe_mo
 from cudnn_setup.child import Runner
 from cudnn_setup.untrusted import kind
 from cudnn_setup.facts import cudnn as gen
-from cudnn_setup.facts import ldresolve as L
+from cudnn_setup.facts.ldresolve.environment import Environment
+from cudnn_setup.facts.ldresolve.loadable import NotLoadable
+from cudnn_setup.facts.ldresolve.process import Process
 from cudnn_setup.report import FAIL, PASS, SKIP, WARN, Check
 from cudnn_setup.text import escape
 
@@ -65,14 +67,14 @@ def not_a_library(path: Path) -> str | None:
     return None
 
 
-def not_loadable_on_the_way(target: Path, loader: L.Environment) -> str | None:
+def not_loadable_on_the_way(target: Path, loader: Environment) -> str | None:
     """A FIFO, device or directory the loader would open on its way to loading `target` (a
     DT_NEEDED entry found through RUNPATH, LD_LIBRARY_PATH…), from the emulation: the child's
     ld.so would wait on a FIFO for the whole time limit, so it is not started."""
-    proc = L.Process(loader)
+    proc = Process(loader)
     try:
         res, _, needed = proc.load_with_needed(str(target), None)
-    except L.NotLoadable:
+    except NotLoadable:
         return None
     for r in (res, *(r for _, r in needed)):
         if r.error and "not a regular file" in r.error:
@@ -81,7 +83,7 @@ def not_loadable_on_the_way(target: Path, loader: L.Environment) -> str | None:
 
 
 def check_load(inst: Installation, env: Mapping[str, str], runner: Runner | None = None,
-               loader: L.Environment | None = None) -> tuple[Check, dict | None]:
+               loader: Environment | None = None) -> tuple[Check, dict | None]:
     """The `load` check; `loader`: the loader's environment, to see what it would open first."""
     target = inst.soname_path()
     if target is None:

@@ -24,7 +24,7 @@ from cudnn_setup.checks.native import check_compile, check_load
 from cudnn_setup.checks.system import check_cuda, check_loader
 from cudnn_setup.checks.theano_check import check_theano, has_theano
 from cudnn_setup.child import Runner
-from cudnn_setup.facts import ldresolve as L
+from cudnn_setup.facts.ldresolve.environment import Environment
 from cudnn_setup.facts.host import host_machine
 from cudnn_setup.parallel import Done, Later
 from cudnn_setup.report import SKIP, Check
@@ -42,7 +42,7 @@ class Frameworks:
 
 
 def frameworks_of(python: str, env: Mapping[str, str], enabled: bool = True,
-                  loader: L.Environment | Callable[[], L.Environment] | None = None,
+                  loader: Environment | Callable[[], Environment] | None = None,
                   runner: Runner | None = None) -> Frameworks:
     """The frameworks of `python` (the interpreter under test), or a skip for --no-frameworks.
     `loader`: the loader's facts, or a function that gives them once the frameworks' children
@@ -96,7 +96,7 @@ def run_checks(inst: Installation, *, python: str, env: Mapping[str, str],
                frameworks: Frameworks | Callable[[], Frameworks | None] | None = None,
                with_frameworks: bool = True,
                loader_fix: str | Callable[[], str | None] | None = None,
-               loader: L.Environment | None = None,
+               loader: Environment | None = None,
                status: Callable[[str], None] | None = None,
                runner: Runner | None = None, cache_dir: Path | None = None) -> list[Check]:
     """verify's checks of `inst`, in ORDER. `python`: the interpreter whose Theano and frameworks

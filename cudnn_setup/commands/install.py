@@ -16,7 +16,7 @@ from cudnn_setup.steps.fetching import check_sha256
 from cudnn_setup.steps.loader_step import (FrameworkLookahead, LoaderStep, changes_nothing_loaded,
                                            loader_step, on_path_for)
 from cudnn_setup.facts.cuda import CudaRoot, find_cuda_root
-from cudnn_setup.facts.ldresolve import NotLoadable, read_object
+from cudnn_setup.facts.ldresolve.loadable import NotLoadable, read_object
 from cudnn_setup.parallel import Done, Later
 from cudnn_setup.report import Result
 from cudnn_setup.state.plan import describe_action

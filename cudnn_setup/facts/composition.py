@@ -25,7 +25,9 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
 from cudnn_setup.facts import cudnn as gen
-from cudnn_setup.facts import ldresolve as L
+from cudnn_setup.facts.ldresolve.loadable import NotLoadable, read_object
+from cudnn_setup.facts.ldresolve.read_once import Objects
+from cudnn_setup.facts.ldresolve.runtime_names import runtime_names
 
 FULL, JIT = gen.FULL, gen.JIT
 MAX_LIBRARIES = 64  # cuDNN libraries one release may name, all told (9.28 has 10)
@@ -68,16 +70,16 @@ def cudnn_stem(name: str) -> str | None:
 
 
 def named_by(path: str | os.PathLike,
-             objects: L.Objects | None = None) -> tuple[list[str], list[str]]:
+             objects: Objects | None = None) -> tuple[list[str], list[str]]:
     """(DT_NEEDED stems, stems opened at run time) of cuDNN libraries that `path` names; an
     unreadable file names nothing (the elf and files checks say what is wrong with it).
     `objects`: the files read once for the whole command."""
-    read = objects.read if objects is not None else L.read_object
+    read = objects.read if objects is not None else read_object
     try:
         needed = [s for s in map(cudnn_stem, read(path).needed) if s]
-    except L.NotLoadable:
+    except NotLoadable:
         return [], []
-    names = objects.runtime_names(path) if objects is not None else L.runtime_names(path)
+    names = objects.runtime_names(path) if objects is not None else runtime_names(path)
     runtime = [s for s in map(cudnn_stem, names) if s]
     return list(dict.fromkeys(needed)), list(dict.fromkeys(runtime))
 
@@ -98,7 +100,7 @@ def flavour_of(archive_name: str | None, stems, generation: str | None) -> str |
 
 
 def compose(files: Mapping[str, str | os.PathLike], generation: str | None,
-            flavour: str | None = None, objects: L.Objects | None = None,
+            flavour: str | None = None, objects: Objects | None = None,
             named: Callable[[str | os.PathLike], tuple[list[str], list[str]]] | None = None,
             ) -> Composition:
     """The composition of a release whose library files are `files` (stem → path of the file

@@ -1,15 +1,22 @@
-"""What a library file is: ELF facts through pyelftools, and the magic of other formats."""
+"""What a library file is: ELF facts through pyelftools, and the magic of other formats.
+
+The one ELF reader of the package: the judge of an archive's libraries, the checks and the
+loader's emulation (facts/ldresolve/) all read a file's ELF facts here."""
 from __future__ import annotations
 
 import os
 import struct
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO, Iterator
 
+from elftools.elf.constants import SH_FLAGS
 from elftools.elf.dynamic import DynamicSection
 from elftools.elf.elffile import ELFFile
+from elftools.elf.segments import InterpSegment
 
-from cudnn_setup.untrusted import open_regular
+from cudnn_setup.untrusted import NotRegular, open_regular
 
 # pyelftools parses hostile bytes with whatever they make it meet: IndexError on a 4-byte file,
 # construct's and struct's errors on a cut header, ValueError or OverflowError from a seek to an
@@ -39,8 +46,26 @@ _FOREIGN_MAGIC = (
 )
 
 
+# Where reading a file stopped (NotElf.stage), for a caller that words it as another program
+# does: the loader's emulation says what ld.so says at each of them.
+UNOPENED, NOT_REGULAR, UNREAD, NOT_ELF, DAMAGED = "unopened", "not_regular", "unread", \
+    "not_elf", "damaged"
+_DF_1_NODEFLIB = 0x800
+# The dynamic tags whose string pyelftools puts on the tag, under these names
+_STRING_TAGS = {"DT_NEEDED": "needed", "DT_SONAME": "soname", "DT_RPATH": "rpath",
+                "DT_RUNPATH": "runpath"}
+# ELF header size by EI_CLASS: what ld.so reads before it looks at anything else
+_EHDR_SIZE = {1: 52, 2: 64}
+
+
 class NotElf(Exception):
-    """The file is not an ELF object; the message says what it is instead, when known."""
+    """The file is not an ELF object; the message says what it is instead, when known.
+    `stage` is one of the constants above; `reason` the system's or the parser's own words."""
+
+    def __init__(self, message: str, stage: str = DAMAGED, reason: str = ""):
+        super().__init__(message)
+        self.stage = stage
+        self.reason = reason
 
 
 @dataclass(frozen=True)
@@ -49,6 +74,13 @@ class ElfInfo:
     bits: int
     kind: str  # ET_DYN, ET_EXEC, ET_REL
     soname: str | None
+    # what the dynamic loader reads besides (facts/ldresolve/)
+    e_machine: str = ""  # as pyelftools names it: EM_X86_64, EM_386, EM_AARCH64 …
+    little_endian: bool = True
+    needed: tuple[str, ...] = ()  # DT_NEEDED, in order
+    rpath: str | None = None  # DT_RPATH as written; None: no such tag
+    runpath: str | None = None  # DT_RUNPATH as written
+    nodeflib: bool = False  # DF_1_NODEFLIB
 
     @property
     def is_shared_object(self) -> bool:
@@ -68,20 +100,51 @@ def describe_magic(head: bytes) -> str:
     return "not an ELF file"
 
 
-def read_elf(path: Path) -> ElfInfo:
-    """The ELF facts of `path`; NotElf says what it is instead (also for a FIFO, a device, a
-    directory, an unreadable or damaged file), so a caller needs to handle nothing else."""
+def _ident_problem(head: bytes) -> str | None:
+    """What ld.so (open_verify) says of a file's first bytes before it parses anything."""
+    if len(head) < 52:
+        return "file too short"
+    if not head.startswith(b"\x7fELF"):
+        return "invalid ELF header"
+    if head[4] not in _EHDR_SIZE or len(head) < _EHDR_SIZE[head[4]]:
+        return "file too short" if len(head) < 64 else "invalid ELF header"
+    return None
+
+
+@contextmanager
+def _opened(path: str | os.PathLike) -> Iterator[tuple[BinaryIO, bytes]]:
+    """The regular file `path` open for reading, with its first 64 bytes; NotElf when it
+    cannot be opened or read (a FIFO, a device or a directory is never opened)."""
     try:
         f = open_regular(path)
     except OSError as exc:
-        raise NotElf(f"not readable ({exc.strerror or exc})") from None
+        raise NotElf(f"not readable ({exc.strerror or exc})",
+                     NOT_REGULAR if isinstance(exc, NotRegular) else UNOPENED,
+                     str(exc.strerror)) from None
     with f:
         try:
-            head = f.read(8)
+            head = f.read(64)
         except OSError as exc:
-            raise NotElf(f"not readable ({exc.strerror or exc})") from None
-        if not head.startswith(b"\x7fELF"):
-            raise NotElf(describe_magic(head))
+            raise NotElf(f"not readable ({exc.strerror or exc})", UNREAD,
+                         str(exc.strerror)) from None
+        yield f, head
+
+
+def read_elf(path: str | os.PathLike, *, as_loader: bool = False) -> ElfInfo:
+    """The ELF facts of `path`; NotElf says what it is instead (also for a FIFO, a device, a
+    directory, an unreadable or damaged file), so a caller needs to handle nothing else.
+
+    `as_loader`: judged as ld.so judges a file it maps: its identification bytes first
+    (NotElf's reason in ld.so's words), and contents its headers place past the file's end
+    are no reason to refuse it (ld.so maps what there is)."""
+    with _opened(path) as (f, head):
+        if as_loader:
+            problem = _ident_problem(head)
+            if problem:
+                raise NotElf(describe_magic(head) if not head.startswith(b"\x7fELF") else
+                             f"a damaged ELF file ({problem})", NOT_ELF, problem)
+        elif not head.startswith(b"\x7fELF"):
+            raise NotElf(describe_magic(head), NOT_ELF)
         try:
             f.seek(0)
             elf = ELFFile(f)
@@ -89,13 +152,14 @@ def read_elf(path: Path) -> ElfInfo:
             machine = _MACHINES.get(header["e_machine"], str(header["e_machine"]))
             if machine == "ppc64le" and not elf.little_endian:
                 machine = "ppc64"
-            outside = _outside(elf, os.fstat(f.fileno()).st_size)
-            if outside:
-                raise NotElf(f"a damaged ELF file ({outside})")
-            return ElfInfo(machine=machine, bits=elf.elfclass, kind=str(header["e_type"]),
-                           soname=_soname(elf))
+            outside = None if as_loader else _outside(elf, os.fstat(f.fileno()).st_size)
+            info = _info(elf, machine)
         except PARSE_ERRORS as exc:
-            raise NotElf(f"a damaged ELF file ({type(exc).__name__}: {str(exc)[:200]})") from None
+            reason = f"{type(exc).__name__}: {str(exc)[:200]}"
+            raise NotElf(f"a damaged ELF file ({reason})", DAMAGED, reason) from None
+    if outside:
+        raise NotElf(f"a damaged ELF file ({outside})", DAMAGED, outside)
+    return info
 
 
 def _outside(elf: ELFFile, size: int) -> str | None:
@@ -112,12 +176,67 @@ def _outside(elf: ELFFile, size: int) -> str | None:
     return None
 
 
-def _soname(elf: ELFFile) -> str | None:
+def _info(elf: ELFFile, machine: str) -> ElfInfo:
+    """The header's facts and the tags of the first dynamic section that say how the object
+    is loaded."""
+    strings: dict[str, str | None] = {"soname": None, "rpath": None, "runpath": None}
+    needed: list[str] = []
+    nodeflib = False
     for section in elf.iter_sections():
-        if isinstance(section, DynamicSection):
-            for tag in section.iter_tags("DT_SONAME"):
-                return tag.soname if isinstance(tag.soname, str) else None
+        if not isinstance(section, DynamicSection):
+            continue
+        for tag in section.iter_tags():
+            kind = tag.entry.d_tag
+            if kind in _STRING_TAGS:
+                value = getattr(tag, _STRING_TAGS[kind])
+                if kind == "DT_NEEDED":
+                    needed.append(value)
+                else:
+                    strings[_STRING_TAGS[kind]] = value
+            elif kind == "DT_FLAGS_1":
+                nodeflib = bool(tag.entry.d_val & _DF_1_NODEFLIB)
+        break
+    soname = strings["soname"]
+    return ElfInfo(machine=machine, bits=elf.elfclass, kind=str(elf.header["e_type"]),
+                   soname=soname if isinstance(soname, str) else None,
+                   e_machine=str(elf.header["e_machine"]), little_endian=elf.little_endian,
+                   needed=tuple(needed), rpath=strings["rpath"], runpath=strings["runpath"],
+                   nodeflib=nodeflib)
+
+
+def interpreter(path: str | os.PathLike) -> str | None:
+    """The program interpreter (PT_INTERP) a program names; None when it names none or the
+    file cannot be read as ELF."""
+    try:
+        with open_regular(path) as f:
+            elf = ELFFile(f)
+            for seg in elf.iter_segments():
+                if isinstance(seg, InterpSegment):
+                    return str(seg.get_interp_name())
+    except PARSE_ERRORS:
+        return None
     return None
+
+
+def read_only_ranges(f: BinaryIO, size: int) -> list[tuple[int, int]]:
+    """(offset, length) of the file ranges holding read-only data: .rodata* sections, else
+    read-only PT_LOAD segments; each cut to the file's `size` (a header may claim any offset
+    and size). Parse errors are the caller's (PARSE_ERRORS)."""
+    elf = ELFFile(f)
+    ranges = []
+    for section in elf.iter_sections():
+        flags = section["sh_flags"]
+        if (section.name.startswith(".rodata") and section["sh_type"] == "SHT_PROGBITS"
+                and flags & SH_FLAGS.SHF_ALLOC
+                and not flags & (SH_FLAGS.SHF_WRITE | SH_FLAGS.SHF_EXECINSTR)):
+            ranges.append((section["sh_offset"], section["sh_size"]))
+    if not ranges and elf.num_sections() == 0:
+        for seg in elf.iter_segments():
+            if seg["p_type"] == "PT_LOAD" and seg["p_flags"] == 4:  # PF_R only
+                ranges.append((seg["p_offset"], seg["p_filesz"]))
+    return [(offset, min(length, size - offset)) for offset, length in ranges
+            if isinstance(offset, int) and isinstance(length, int) and 0 <= offset < size
+            and length > 0]
 
 
 # Symbols every shared object may define without holding any code of its own.

@@ -1,8 +1,9 @@
 """The system's dynamic loader as the install sees it: where it looks (ld.so.conf and the
 default dirs), which copies of a library it would consider, and keeping its cache current.
 
-Reading the cache (`ldconfig -p`) and finding ldconfig itself are facts/ldresolve.py's; this
-module runs ldconfig to change the cache and writes the tool's ld.so.conf.d entry.
+Reading the cache (`ldconfig -p`) and finding ldconfig itself are
+facts/ldresolve/ldconfig.py's; this module runs ldconfig to change the cache and writes the
+tool's ld.so.conf.d entry.
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from typing import Mapping
 from cudnn_setup.durable import write_atomic
 from cudnn_setup.child import run_command
 from cudnn_setup.facts.cudnn import library_file_version
-from cudnn_setup.facts.ldresolve import ldconfig_binary, read_cache
+from cudnn_setup.facts.ldresolve.ldconfig import ldconfig_binary, read_cache
 from cudnn_setup.untrusted import read_regular
 
 # Where glibc's ld.so looks without being told (its "trusted" directories).
@@ -64,8 +65,8 @@ def ld_library_path_line(lib_dir: Path) -> str:
 
 
 def run_ldconfig(args: tuple[str, ...] = (), binary: str | None = None) -> tuple[bool, str]:
-    """Run ldconfig: `binary`, else the system's (facts/ldresolve.py finds it); (it succeeded,
-    what it said)."""
+    """Run ldconfig: `binary`, else the system's (facts/ldresolve/ldconfig.py finds it); (it
+    succeeded, what it said)."""
     binary = binary or ldconfig_binary()
     if binary is None:
         return False, "ldconfig not found"

@@ -12,7 +12,7 @@ from cudnn_setup.archive.wheel import dependency_libraries
 from cudnn_setup.errors import ArchiveRejected, InstallFailed
 from cudnn_setup.facts import cudnn as gen
 from cudnn_setup.facts.cuda import CudaRoot
-from cudnn_setup.facts.ldresolve import NotLoadable, read_object
+from cudnn_setup.facts.ldresolve.loadable import NotLoadable, read_object
 from cudnn_setup.state.manifest import FILE
 from cudnn_setup.state.paths import STATE_DIR, is_within
 from cudnn_setup.state.plan import Desired

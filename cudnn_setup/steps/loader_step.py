@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Callable
 
 from cudnn_setup.errors import InstallFailed, SetupError, os_error
-from cudnn_setup.facts import ldresolve as L
+from cudnn_setup.facts.ldresolve.environment import Environment
 from cudnn_setup.facts import loader
 from cudnn_setup.parallel import Done, Later
 from cudnn_setup.report import FAIL, PASS, SKIP, WARN, Check
@@ -32,7 +32,7 @@ class FrameworkLookahead:
     def __init__(self, ctx: Context, python: str):
         self.ctx, self.python = ctx, python
         self.now: list[FrameworkEntry] | None = None  # None: not made, or the interpreter could not say
-        self.search: L.Environment | None = None
+        self.search: Environment | None = None
 
     def what_if(self, change: Change) -> list[WhatIf]:
         from cudnn_setup.checks.deps import loader_environment
