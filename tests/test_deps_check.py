@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from cudnn_setup.checks import locate
+from cudnn_setup.installation import locate
 from cudnn_setup.checks.deps import check_deps
 from cudnn_setup.facts import ldresolve as L
 from fixtures import layouts
@@ -204,7 +204,7 @@ def test_missing_own_sub_library_opened_at_run_time_fails_with_reinstall(tmp_pat
 
 
 def test_nothing_to_resolve_without_cudnn(tmp_path, loader_facts):
-    from cudnn_setup.checks.installation import Installation
+    from cudnn_setup.installation.model import Installation
     from cudnn_setup.facts.cuda import CudaRoot
 
     inst = Installation(CudaRoot(tmp_path, "test", None, None), tmp_path / "lib64", None)

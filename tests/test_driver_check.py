@@ -4,9 +4,10 @@ import json
 
 import pytest
 
-from cudnn_setup.checks import locate
-from cudnn_setup.checks.driver_check import (built_for_cuda, check_driver, driver_facts,
-                                       fit_before_install, install_refusal)
+from cudnn_setup.installation import locate
+from cudnn_setup.checks.driver_check import built_for_cuda, check_driver
+from cudnn_setup.placement.fit import fit_before_install, install_refusal
+from cudnn_setup.probing.driver import driver_facts
 from cudnn_setup.errors import ARCHIVE_REJECTED
 from fixtures import layouts
 from fixtures import libcuda
@@ -140,7 +141,7 @@ def test_facts_from_a_child_are_bounded(tmp_path):
 
 
 def test_without_any_trace_of_a_driver_no_child_is_started(tmp_path):
-    from cudnn_setup.checks.driver_check import no_driver
+    from cudnn_setup.probing.driver import no_driver
 
     bare = {"PATH": str(tmp_path / "bin")}
     if no_driver(bare) is None:

@@ -16,9 +16,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cudnn_setup.checks import locate
+from cudnn_setup.installation import locate
 from cudnn_setup.checks.gpu import STEPS, check_gpu
-from cudnn_setup.checks.probe import run_probe
+from cudnn_setup.probing.probe import run_probe
 from fixtures import layouts
 from fixtures.deplibs import build
 
@@ -322,7 +322,7 @@ def test_without_a_driver_the_probe_is_not_started_and_says_what_it_would(tmp_pa
     import shutil
 
     from cudnn_setup.checks.deps import loader_environment
-    from cudnn_setup.checks.driver_check import PROC_DRIVER
+    from cudnn_setup.probing.driver import PROC_DRIVER
 
     if PROC_DRIVER.exists():
         pytest.skip("this machine has a driver")

@@ -6,11 +6,11 @@ import os
 import pytest
 
 from conftest import tree_state
-from cudnn_setup.checks import locate
+from cudnn_setup.installation import locate
 from cudnn_setup.checks.coherence import check_coherence
 from cudnn_setup.checks.deps import check_deps
 from cudnn_setup.checks.file_checks import check_elf, check_files, check_versions
-from cudnn_setup.checks.installation import Installation
+from cudnn_setup.installation.model import Installation
 from cudnn_setup.checks.native import check_load
 from cudnn_setup.checks.system import check_cuda, check_loader
 from cudnn_setup.errors import UsageError

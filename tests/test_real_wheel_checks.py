@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from cudnn_setup.checks import locate
+from cudnn_setup.installation import locate
 from cudnn_setup.checks.coherence import check_coherence
 from cudnn_setup.checks.deps import check_deps
-from cudnn_setup.checks.driver_check import check_driver, driver_facts
+from cudnn_setup.checks.driver_check import check_driver
+from cudnn_setup.probing.driver import driver_facts
 from cudnn_setup.checks.native import check_load
 from cudnn_setup.facts import ldresolve as L
 

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from cudnn_setup.checks.answer_values import BadAnswer, Fields
-from cudnn_setup.checks.benchmarks import algorithm_verdict, theano_checks
-from cudnn_setup.checks.installation import Installation
-from cudnn_setup.checks.probe import run_probe
+from cudnn_setup.probing.answer_values import BadAnswer, Fields
+from cudnn_setup.benchmarks import algorithm_verdict, theano_checks
+from cudnn_setup.installation.model import Installation
+from cudnn_setup.probing.probe import run_probe
 from cudnn_setup.checks.system import check_cuda
 from cudnn_setup.checks.theano_check import check_theano
 from cudnn_setup.facts.cuda import CudaRoot
@@ -144,7 +144,7 @@ def test_fields_read_each_type_or_nothing():
 
 
 def test_framework_names_that_are_no_module_names_are_dropped(tmp_path):
-    from cudnn_setup.checks.framework_probe import importable_frameworks
+    from cudnn_setup.probing.framework_probe import importable_frameworks
 
     python = interpreter(tmp_path, {"probe": "frameworks", "frameworks": [
         {"name": "torch", "importable": True}, {"name": "--help"}, {"name": "x" * 500},

@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from cudnn_setup.checks.installation import Installation
+from cudnn_setup.installation.model import Installation
 from cudnn_setup.checks.theano_check import (check_theano, theano_range_note, theano_supports,
                                              why_not_cudnn)
 from cudnn_setup.facts.cuda import CudaRoot

@@ -204,9 +204,9 @@ def test_mirror_of_a_wheel_whose_names_are_not_utf8_is_refused(tmp_path, home, c
 def test_deps_fixes_name_with_deps_for_a_managed_root(cudnn, cuda_root, home, tmp_path):
     import dataclasses
 
-    from cudnn_setup.checks import locate
+    from cudnn_setup.installation import locate
     from cudnn_setup.checks.deps import check_deps
-    from cudnn_setup.checks.installation import find_installation
+    from cudnn_setup.installation.model import find_installation
     from cudnn_setup.facts import ldresolve as L
     from cudnn_setup.facts.cuda import find_cuda_root
     from fixtures import layouts

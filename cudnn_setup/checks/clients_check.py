@@ -16,7 +16,7 @@ import os
 from typing import Callable, Sequence
 
 from cudnn_setup.checks.frameworks_check import FrameworkEntry
-from cudnn_setup.checks.installation import Installation
+from cudnn_setup.installation.model import Installation
 from cudnn_setup.facts import clients
 from cudnn_setup.facts import cudnn as gen
 from cudnn_setup.report import FAIL, PASS, SKIP, WARN, Check

@@ -44,12 +44,12 @@ import os
 from pathlib import Path
 from typing import Mapping
 
-from cudnn_setup.checks.answer_values import shown
+from cudnn_setup.probing.answer_values import shown
 from cudnn_setup.checks.deps import loader_environment, versions_for
-from cudnn_setup.checks.driver_check import driver_present as machine_has_driver
-from cudnn_setup.checks.installation import Installation
-from cudnn_setup.checks.sublib_answer import SublibsAnswer, SubLibraryAnswer
-from cudnn_setup.checks.probe import loads_key, probe_module, run_probe
+from cudnn_setup.probing.driver import driver_present as machine_has_driver
+from cudnn_setup.installation.model import Installation
+from cudnn_setup.probing.sublib_answer import SublibsAnswer, SubLibraryAnswer
+from cudnn_setup.probing.probe import loads_key, probe_module, run_probe
 from cudnn_setup.child import Runner
 from cudnn_setup.facts import cudnn as gen
 from cudnn_setup.facts import ldresolve as L

@@ -38,10 +38,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
-from cudnn_setup.checks.answer_values import integer
-from cudnn_setup.checks.driver_check import driver_present as machine_has_driver
+from cudnn_setup.probing.answer_values import integer
+from cudnn_setup.probing.driver import driver_present as machine_has_driver
 from cudnn_setup.child import Runner
-from cudnn_setup.checks.installation import Installation
+from cudnn_setup.installation.model import Installation
 from cudnn_setup.facts import cuda as cuda_facts
 from cudnn_setup.facts import cudnn as gen
 from cudnn_setup.facts.composition import cudnn_stem

@@ -4,8 +4,8 @@ from __future__ import annotations
 import os
 import stat
 
-from cudnn_setup.checks.installation import Installation
-from cudnn_setup.checks.locate import UNMANAGED
+from cudnn_setup.installation.model import Installation
+from cudnn_setup.installation.locate import UNMANAGED
 from cudnn_setup.facts import clients
 from cudnn_setup.facts import cudnn as gen
 from cudnn_setup.facts.elf import NotElf, code_problem, read_elf

@@ -16,11 +16,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Mapping
 
-from cudnn_setup.checks.answer_values import shown
-from cudnn_setup.checks.driver_check import no_driver
-from cudnn_setup.checks.installation import Installation
+from cudnn_setup.probing.answer_values import shown
+from cudnn_setup.probing.driver import no_driver
+from cudnn_setup.installation.model import Installation
 from cudnn_setup.checks.native import find_cudart
-from cudnn_setup.checks.probe import child_env, loads_key, probe_module, run_probe
+from cudnn_setup.probing.probe import child_env, loads_key, probe_module, run_probe
 from cudnn_setup.child import Runner
 from cudnn_setup.facts import cudnn as gen
 from cudnn_setup.facts import ldresolve as L

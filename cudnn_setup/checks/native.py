@@ -10,8 +10,8 @@ import tempfile
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from cudnn_setup.checks.installation import Installation
-from cudnn_setup.checks.probe import ProbeResult, child_env, loads_key, probe_module, run_probe
+from cudnn_setup.installation.model import Installation
+from cudnn_setup.probing.probe import ProbeResult, child_env, loads_key, probe_module, run_probe
 from cudnn_setup.child import Runner
 from cudnn_setup.untrusted import kind
 from cudnn_setup.facts import cudnn as gen

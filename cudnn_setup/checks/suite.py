@@ -13,12 +13,13 @@ from typing import Callable, Mapping
 
 from cudnn_setup.checks.coherence import check_coherence
 from cudnn_setup.checks.deps import check_deps, loader_environment
-from cudnn_setup.checks.driver_check import DriverFacts, check_driver, driver_facts, driver_present
+from cudnn_setup.checks.driver_check import check_driver
+from cudnn_setup.probing.driver import DriverFacts, driver_facts, driver_present
 from cudnn_setup.checks.clients_check import check_clients
 from cudnn_setup.checks.file_checks import check_elf, check_files, check_versions
 from cudnn_setup.checks.frameworks_check import FrameworkEntry, check_frameworks
-from cudnn_setup.checks.installation import Installation
-from cudnn_setup.checks.locate import skipped_without_cudnn
+from cudnn_setup.installation.model import Installation
+from cudnn_setup.installation.locate import skipped_without_cudnn
 from cudnn_setup.checks.gpu import check_gpu
 from cudnn_setup.checks.native import check_compile, check_load
 from cudnn_setup.checks.system import check_cuda, check_loader

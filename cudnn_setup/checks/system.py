@@ -5,8 +5,8 @@ import os
 from pathlib import Path
 from typing import Mapping
 
-from cudnn_setup.checks.answer_values import integer
-from cudnn_setup.checks.installation import Installation
+from cudnn_setup.probing.answer_values import integer
+from cudnn_setup.installation.model import Installation
 from cudnn_setup.facts import cuda, loader
 from cudnn_setup.report import FAIL, PASS, SKIP, WARN, Check
 

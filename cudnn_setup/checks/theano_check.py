@@ -6,10 +6,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping
 
-from cudnn_setup.checks.answer_values import BadAnswer, Fields
-from cudnn_setup.checks.installation import Installation
+from cudnn_setup.probing.answer_values import BadAnswer, Fields
+from cudnn_setup.installation.model import Installation
 from cudnn_setup.child import Runner, run_command
-from cudnn_setup.checks.probe import probe_module, run_probe
+from cudnn_setup.probing.probe import probe_module, run_probe
 from cudnn_setup.facts import gpus
 from cudnn_setup.facts import theano as theano_facts
 from cudnn_setup.facts.cudnn import split_version

@@ -5,9 +5,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping
 
-from cudnn_setup.checks.answer_values import BadAnswer, Fields
-from cudnn_setup.checks.installation import Installation
-from cudnn_setup.checks.probe import ProbeResult, child_env, probe_module, run_probe
+from cudnn_setup.probing.answer_values import BadAnswer, Fields
+from cudnn_setup.installation.model import Installation
+from cudnn_setup.probing.probe import ProbeResult, child_env, probe_module, run_probe
 from cudnn_setup.child import Runner
 from cudnn_setup.checks.native import find_cudart
 from cudnn_setup.checks.theano_check import INSTALL_HINT, has_theano, with_fixed_hash_seed
