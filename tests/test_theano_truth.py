@@ -7,7 +7,9 @@ import pytest
 from cudnn_setup.installation.model import Installation
 from cudnn_setup.checks.theano_check import (check_theano, theano_range_note, theano_supports,
                                              why_not_cudnn)
+from cudnn_setup.checks.gpu import GpuCheck
 from cudnn_setup.facts.cuda import CudaRoot
+from cudnn_setup.probing.gpu_answer import GpuAnswer
 from cudnn_setup.report import Check
 
 
@@ -21,7 +23,8 @@ def inst_of(tmp_path, version):
 
 
 NO_GPU = Check("gpu", "skip", "no NVIDIA driver: libcuda.so.1 cannot be loaded")
-OLD_GPU = Check("gpu", "fail", "too old", {"compute_capability": "2.0"})
+# the gpu check as it is handed over: the probe's answer typed, not its JSON
+OLD_GPU = GpuCheck("gpu", "fail", "too old", {}, GpuAnswer(compute_capability="2.0"))
 
 
 @pytest.mark.parametrize("version,supported", [("4.0.7", False), ("5.1.10", True), ("7.1.4", True),

@@ -8,6 +8,7 @@ from typing import Callable, Mapping
 
 from cudnn_setup.probing.answer_values import BadAnswer, Fields
 from cudnn_setup.installation.model import Installation
+from cudnn_setup.checks.gpu import GpuCheck
 from cudnn_setup.child import Runner, run_command
 from cudnn_setup.probing.probe import probe_module, run_probe
 from cudnn_setup.facts import gpus
@@ -138,7 +139,7 @@ def why_not_cudnn(data: dict, inst: Installation, gpu: Check | None) -> str:
     no GPU; device=cpu; what Theano itself said."""
     if inst.library("libcudnn") is None and inst.header_file is None:
         return f"there is no cuDNN in {inst.root.path} ({inst.lib_dir}, {inst.include_dir})"
-    cc = (gpu.data or {}).get("compute_capability") if gpu else None
+    cc = gpu.answer.compute_capability if isinstance(gpu, GpuCheck) and gpu.answer else None
     if cc and gpus.cc_tuple(cc) < gpus.cc_tuple(gpus.THEANO_MIN_CC):
         return f"the GPU has compute capability {cc}; Theano's cuDNN path needs {gpus.THEANO_MIN_CC}"
     if inst.version and not theano_supports(inst.version):
