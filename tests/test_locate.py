@@ -113,7 +113,7 @@ def test_verify_checks_run_the_same_way_on_a_cudnn_the_tool_did_not_install(layo
     assert check_elf(inst, host_machine()).status == "pass"
     assert check_versions(inst).status == "pass"
     load, data = check_load(inst, env)
-    assert load.status == "pass" and data["cudnnGetVersion"] == 90300
+    assert load.status == "pass" and data.version == 90300 and data.cudnn == "9.3.0"
     assert check_loader(inst, env).status == "warn"  # a tmp dir is not on the loader path
     assert check_cuda(inst, data).status == "pass"
     assert check_deps(inst, env, load_data=data, driver_present=False).status == "pass"

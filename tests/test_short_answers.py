@@ -13,6 +13,7 @@ import pytest
 from cudnn_setup.probing.answer_values import BadAnswer, Fields
 from cudnn_setup.benchmarks import algorithm_verdict, theano_checks
 from cudnn_setup.installation.model import Installation
+from cudnn_setup.probing.load_answer import WHAT as LOAD_ANSWER, LoadAnswer
 from cudnn_setup.probing.probe import run_probe
 from cudnn_setup.checks.system import check_cuda
 from cudnn_setup.checks.theano_check import check_theano
@@ -121,10 +122,15 @@ def test_gpu_benchmark_reads_a_whole_answer(tmp_path):
                             "IMPLICIT_GEMM 0.250 ms")
 
 
+def load_answer(tmp_path: Path, answer: dict) -> LoadAnswer:
+    return LoadAnswer.read(answered(tmp_path, answer).answer(LOAD_ANSWER))
+
+
 def test_cuda_check_ignores_a_cudart_version_that_is_not_a_number(tmp_path):
-    check = check_cuda(inst_of(tmp_path), {"cudnnGetCudartVersion": "12.4"})
+    check = check_cuda(inst_of(tmp_path), load_answer(tmp_path, {"cudnnGetCudartVersion": "12.4"}))
     assert check.status == SKIP  # unknown, not an internal error
-    assert check_cuda(inst_of(tmp_path), {"cudnnGetCudartVersion": 10020}).status == PASS
+    got = load_answer(tmp_path, {"cudnnGetCudartVersion": 10020})
+    assert check_cuda(inst_of(tmp_path), got).status == PASS
 
 
 def test_fields_read_each_type_or_nothing():

@@ -62,6 +62,7 @@ INSTALL_MODULES = {
     "cudnn_setup.state.trust", "cudnn_setup.state.view", "cudnn_setup.state.writable",
     "cudnn_setup.facts.clients",
     "cudnn_setup.probing", "cudnn_setup.probing.answer_values", "cudnn_setup.probing.driver",
+    "cudnn_setup.probing.load_answer",
     "cudnn_setup.probing.probe", "cudnn_setup.child",
     "cudnn_setup.cli", "cudnn_setup.commands", "cudnn_setup.commands.install",
     "cudnn_setup.console", "cudnn_setup.digest", "cudnn_setup.durable", "cudnn_setup.errors",

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from conftest import run_json, tree_state
+from cudnn_setup.probing.load_answer import LoadAnswer
 from cudnn_setup.errors import ARCHIVE_REJECTED
 from fixtures.generate import SUB_C
 from fixtures.wheels import (IndexFile, build_wheel, project_json, sha256, wheel_files,
@@ -225,7 +226,7 @@ def test_deps_fixes_name_with_deps_for_a_managed_root(cudnn, cuda_root, home, tm
     loader = L.Environment(ld_library_path=None, cache=L.read_cache(), facts=L.probe_loader())
     check = check_deps(inst, {"PATH": "/nonexistent"}, loader=loader, driver_present=False,
                        distro_id=("ubuntu", "debian"), search_dirs=[],
-                       load_data={"cudnnGetVersion": 90107, "cudnnGetCudartVersion": 12040})
+                       load_data=LoadAnswer(version=90107, cudart_version=12040))
     (blas,) = [d for d in check.data["dependencies"] if d["name"] == "libcublasLt.so.12"]
     assert blas["fixes"][0]["how"] == "with-deps"
     assert blas["fixes"][0]["text"] == (f"cudnn-setup install 9.1.7 --from pypi --with-deps "

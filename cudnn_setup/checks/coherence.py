@@ -47,6 +47,7 @@ from typing import Mapping
 from cudnn_setup.probing.answer_values import shown
 from cudnn_setup.checks.deps import loader_environment, versions_for
 from cudnn_setup.probing.driver import driver_present as machine_has_driver
+from cudnn_setup.probing.load_answer import LoadAnswer
 from cudnn_setup.installation.model import Installation
 from cudnn_setup.probing.sublib_answer import SublibsAnswer, SubLibraryAnswer
 from cudnn_setup.probing.probe import loads_key, probe_module, run_probe
@@ -207,7 +208,7 @@ def _real_dir(path: str | None) -> str | None:
 
 
 def check_coherence(inst: Installation, env: Mapping[str, str], *,
-                    loader: L.Environment | None = None, load_data: dict | None = None,
+                    loader: L.Environment | None = None, load_data: LoadAnswer | None = None,
                     python: str | None = None, timeout: float = TIMEOUT,
                     runner: Runner | None = None, driver_present: bool | None = None) -> Check:
     """The `coherence` check of `inst` for a program started from `env` (the user's, as is).

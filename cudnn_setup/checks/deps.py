@@ -38,11 +38,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
-from cudnn_setup.probing.answer_values import integer
 from cudnn_setup.probing.driver import driver_present as machine_has_driver
+from cudnn_setup.probing.load_answer import LoadAnswer
 from cudnn_setup.child import Runner
 from cudnn_setup.installation.model import Installation
-from cudnn_setup.facts import cuda as cuda_facts
 from cudnn_setup.facts import cudnn as gen
 from cudnn_setup.facts.composition import cudnn_stem
 from cudnn_setup.facts import dependencies as D
@@ -68,17 +67,11 @@ def loader_environment(env: Mapping[str, str], cache: Sequence[L.CacheEntry] | N
                          objects=objects or L.Objects())
 
 
-def versions_for(inst: Installation, load_data: dict | None) -> L.Versions:
+def versions_for(inst: Installation, load_data: LoadAnswer | None) -> L.Versions:
     """cuDNN's version and the CUDA it was built for: what the load probe asked the library
     (cudnnGetVersion, cudnnGetCudartVersion), else the header, the manifest, the wheel's name."""
-    cudnn = cuda = None
-    data = load_data or {}
-    number = data.get("cudnnGetVersion")
-    if integer(number, 1, 10**7) is not None:
-        cudnn = gen.version_text(number)
-    number = data.get("cudnnGetCudartVersion")
-    if integer(number, 1000, 10**6) is not None:
-        cuda = cuda_facts.version_text(number)
+    cudnn = load_data.cudnn if load_data is not None else None
+    cuda = load_data.cuda if load_data is not None else None
     cudnn = cudnn or inst.version
     if cuda is None:
         cuda = inst.manifest.cuda_version if inst.manifest else None
@@ -232,7 +225,7 @@ def fixes_for(entry: Entry, cuda_version: str | None, manager: str | None,
     return out
 
 
-def check_deps(inst: Installation, env: Mapping[str, str], *, load_data: dict | None = None,
+def check_deps(inst: Installation, env: Mapping[str, str], *, load_data: LoadAnswer | None = None,
                driver_present: bool | None = None, loader: L.Environment | None = None,
                distro_id: tuple[str, str] | None = None,
                search_dirs: Sequence[Path] | None = None,

@@ -11,22 +11,21 @@ from __future__ import annotations
 
 import re
 
-from cudnn_setup.facts import cuda as cuda_facts
 from cudnn_setup.facts import gpu_support as S
 from cudnn_setup.installation.model import Installation
-from cudnn_setup.probing.answer_values import integer
 from cudnn_setup.probing.driver import DriverFacts, describe_gpus, has_driver
+from cudnn_setup.probing.load_answer import LoadAnswer
 from cudnn_setup.report import FAIL, PASS, SKIP, WARN, Check
 
 NAME = "driver"
 
 
-def built_for_cuda(inst: Installation, load_data: dict | None = None) -> tuple[str | None, str | None]:
+def built_for_cuda(inst: Installation,
+                   load_data: LoadAnswer | None = None) -> tuple[str | None, str | None]:
     """(CUDA version this cuDNN was built for, where that came from): cudnnGetCudartVersion()
     of the loaded library, else the archive name the manifest kept, else the wheel's name."""
-    number = integer((load_data or {}).get("cudnnGetCudartVersion"), 1000, 100000)
-    if number is not None:
-        return cuda_facts.version_text(number), "cudnnGetCudartVersion()"
+    if load_data is not None and load_data.cuda:
+        return load_data.cuda, "cudnnGetCudartVersion()"
     recorded = inst.manifest.cuda_version if inst.manifest else None
     if isinstance(recorded, str) and re.fullmatch(r"\d+(?:\.\d+)?", recorded):
         return recorded, "archive name"
@@ -37,7 +36,7 @@ def built_for_cuda(inst: Installation, load_data: dict | None = None) -> tuple[s
 
 
 def check_driver(inst: Installation, facts: DriverFacts, *,
-                 load_data: dict | None = None) -> Check:
+                 load_data: LoadAnswer | None = None) -> Check:
     """The `driver` check of `inst` on the machine `facts` (driver_facts) describe."""
     data = facts.to_dict()
     if facts.status == "error":

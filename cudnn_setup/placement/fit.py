@@ -11,6 +11,7 @@ from typing import Mapping
 from cudnn_setup.archive.package import Package
 from cudnn_setup.facts import gpu_support as S
 from cudnn_setup.probing.driver import DriverFacts
+from cudnn_setup.probing.load_answer import WHAT as LOAD_ANSWER, LoadAnswer
 from cudnn_setup.probing.probe import child_env, probe_module, run_probe
 from cudnn_setup.archive.problems import Problem
 from cudnn_setup.durable import make_dirs
@@ -58,9 +59,9 @@ def built_for(pkg: Package, work: Path, env: Mapping[str, str] | None) -> BuiltF
     target = main.elf.soname if main.elf and main.elf.soname else main.name
     result = run_probe(probe_module("load") + [str(work / target)], PROBE_TIMEOUT,
                        child_env(work, env or {}))
-    number = (result.data or {}).get("cudnnGetCudartVersion")
-    if type(number) is int and 1000 <= number < 1000000:
-        return BuiltFor(cuda_facts.version_text(number), "cudnnGetCudartVersion() of the library")
+    cuda = LoadAnswer.read(result.answer(LOAD_ANSWER)).cuda
+    if cuda is not None:
+        return BuiltFor(cuda, "cudnnGetCudartVersion() of the library")
     why = "no cudnnGetCudartVersion" if result.data else result.failure()
     return BuiltFor(None, f"unknown: the name does not say and the library answered nothing "
                           f"({why[:200]})")
