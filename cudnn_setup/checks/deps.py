@@ -35,6 +35,7 @@ import glob
 import os
 import shlex
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
@@ -280,15 +281,16 @@ def check_deps(inst: Installation, env: Mapping[str, str], *, load_data: LoadAns
             "driver_present": driver_present, "ld_library_path": loader.ld_library_path,
             "package_manager": manager, "dependencies": [e.to_dict() for e in entries],
             "composition": comp.to_dict() if comp else None}
-    worst = max((e.severity for e in missing), key=_RANK.get, default=SKIP)
-    shown = sorted((e for e in missing if e.severity != SKIP), key=lambda e: -_RANK[e.severity])
+    worst = max((e.severity or SKIP for e in missing), key=lambda s: _RANK[s], default=SKIP)
+    shown = sorted((e for e in missing if e.severity != SKIP),
+                   key=lambda e: -_RANK[e.severity or SKIP])
     if worst in (FAIL, WARN):
         parts = [_line(e) for e in shown[:MAX_SHOWN]]
         if len(shown) > MAX_SHOWN:
             parts.append(f"{len(shown) - MAX_SHOWN} more in data.dependencies")
-        first = next((e for e in shown if e.fixes), None)
-        if first is not None:
-            data["hint"] = f"{first.name}: {first.fixes[0]['text']}"
+        fixable = next((e for e in shown if e.fixes), None)
+        if fixable is not None:
+            data["hint"] = f"{fixable.name}: {fixable.fixes[0]['text']}"
         return Check(NAME, worst, "; ".join(parts), data)
     found = [e for e in entries if e.found]
     detail = _found_sentence(len(found), len(roots), inst.lib_dir)
@@ -350,7 +352,7 @@ def _ask_together(available: D.Availability, missing: list[Entry], cuda: str | N
         fixes_for(e, cuda, manager, search, inst.lib_dir, note, inst.origin == "wheel")
     names = list(wanted)
     chunks = [tuple(names[i:i + D.MAX_ASKED]) for i in range(0, len(names), D.MAX_ASKED)]
-    replies = at_once([lambda c=c: available(manager, c) for c in chunks])
+    replies = at_once([partial(available, manager, c) for c in chunks])
     reply_of = {n: reply for chunk, reply in zip(chunks, replies) for n in chunk}
 
     def answer(m: str, asked) -> dict[str, bool] | None:

@@ -166,11 +166,12 @@ def check_compile(inst: Installation, env: Mapping[str, str], cc: str | None = N
     compiler = cc or env.get("CC") or shutil.which("cc", path=path) or shutil.which("gcc", path=path)
     if not compiler:
         return Check("compile", SKIP, "no C compiler (cc) on PATH")
-    if inst.header_file is None or inst.library("libcudnn") is None:
+    library = inst.library("libcudnn")
+    if inst.header_file is None or library is None:
         return Check("compile", SKIP, "no cudnn.h or libcudnn to build against")
     link, note = "-lcudnn", ""
     target = inst.soname_path()
-    loaded = target or inst.library("libcudnn")
+    loaded = target or library
     earlier = runner.known(loads_key(loaded))
     if earlier is not None:  # the linker would open it too (a FIFO blocks it)
         return Check("compile", FAIL, f"not built against {loaded.name}: {earlier}")

@@ -125,7 +125,8 @@ def run_checks(inst: Installation, *, python: str, env: Mapping[str, str],
     # needed only to read the frameworks' answers.
     # One memo of the libraries' ELF facts serves every check (files, coherence, deps, load).
     if loader is None:
-        loader_later = Later(loader_environment, env, objects=inst.objects)
+        loader_later: Later[L.Environment] | Done[L.Environment] = Later(
+            loader_environment, env, objects=inst.objects)
     else:
         if loader.objects is None:
             loader = replace(loader, objects=inst.objects)
@@ -134,8 +135,9 @@ def run_checks(inst: Installation, *, python: str, env: Mapping[str, str],
         loader_later = Done(loader)
     if frameworks is None or callable(frameworks):
         pending = frameworks or (lambda: None)
-        frameworks_later = Later(lambda: pending() or frameworks_of(
-            python, env, with_frameworks, loader_later.result, runner))
+        frameworks_later: Later[Frameworks] | Done[Frameworks] = Later(
+            lambda: pending() or frameworks_of(python, env, with_frameworks,
+                                               loader_later.result, runner))
     else:
         frameworks_later = Done(frameworks)
     loader = loader_later.result()
@@ -173,7 +175,8 @@ def run_checks(inst: Installation, *, python: str, env: Mapping[str, str],
 
         coherence_later, deps_later = Later(coherence), Later(deps)
         gpu_later, compile_later = Later(gpu), Later(compiled)
-    gpu_check = gpu_later.result if gpu_later is not None else (lambda: skipped["gpu"])
+    gpu_check = gpu_later.result if gpu_later is not None else (
+        lambda: skipped["gpu"])  # type: ignore[index]  # no gpu_later: skipped is set
     # Theano runs its graphs at once: the gpu check only words why cuDNN was not used, so
     # check_theano waits for it after the graphs ran.
     theano_later = Later(check_theano, inst, python, theanorc, env, gpu_check, runner) if theano \
@@ -184,6 +187,7 @@ def run_checks(inst: Installation, *, python: str, env: Mapping[str, str],
         checks += [skipped[name] for name in ("elf", "versions", "load", "coherence", "deps",
                                               "loader", "cuda")]
     else:
+        assert load_later and coherence_later and deps_later  # started above: cuDNN is here
         step("elf")
         checks.append(check_elf(inst, host_machine()))
         step("versions")
@@ -205,10 +209,11 @@ def run_checks(inst: Installation, *, python: str, env: Mapping[str, str],
     if skipped is not None:
         checks += [skipped["compile"], skipped["gpu"]]
     else:
+        assert compile_later and gpu_later  # started above: cuDNN is here
         step("compile")
-        compiled = compile_later.result()
+        compile_check = compile_later.result()
         step("gpu")
-        checks += [compiled, gpu_later.result()]
+        checks += [compile_check, gpu_later.result()]
     step("frameworks")
     found = frameworks_later.result()
     checks.append(found.check)

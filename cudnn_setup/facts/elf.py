@@ -116,7 +116,8 @@ def _soname(elf: ELFFile) -> str | None:
     for section in elf.iter_sections():
         if isinstance(section, DynamicSection):
             for tag in section.iter_tags("DT_SONAME"):
-                return tag.soname if isinstance(tag.soname, str) else None
+                soname = getattr(tag, "soname", None)  # pyelftools sets it on DT_SONAME tags
+                return soname if isinstance(soname, str) else None
     return None
 
 
