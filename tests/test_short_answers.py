@@ -156,3 +156,19 @@ def test_framework_names_that_are_no_module_names_are_dropped(tmp_path):
         {"name": "torch", "importable": True}, {"name": "--help"}, {"name": "x" * 500},
         {"name": "a b"}, {"name": 7}, "jax"]})
     assert [e["name"] for e in importable_frameworks(python, {})] == ["torch"]
+
+
+def test_bench_writes_its_json_from_what_it_read_not_the_childs_object(tmp_path):
+    """Keys a child adds, and fields of another type, never reach bench's data."""
+    conv, _ = theano_checks(inst_of(tmp_path), interpreter(tmp_path, dict(
+        TIMINGS, planted="x" * 100000, steps="many")), None, {})
+    run = conv.data["with_cudnn"]
+    assert "planted" not in run and run["steps"] is None and run["conv_step_s"] == 0.002
+    layer = {"input": [1, 3, 8, 8], "filter": [4, 3, 3, "3"], "planted": 1,
+             "fastest": {"algo": "IMPLICIT_GEMM", "ms": 0.25, "planted": 2}}
+    check = algorithm_verdict(answered(tmp_path, {"status": "pass", "gpu": "NVIDIA H200",
+                                                  "planted": 3, "layers": {"conv1": layer}}))
+    assert check.status == PASS and "planted" not in check.data
+    assert check.data["layers"]["conv1"]["filter"] == [4, 3, 3]
+    assert check.data["layers"]["conv1"]["fastest"] == {"algo": "IMPLICIT_GEMM", "ms": 0.25,
+                                                        "workspace_bytes": None}

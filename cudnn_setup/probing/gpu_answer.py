@@ -144,3 +144,72 @@ class GpuAnswer:
                 "cudnn_version_number": self.cudnn_version_number, "timings": self.timings,
                 "steps": [s.to_dict() for s in self.steps],
                 "kept_plan_set_aside": self.kept_plan_set_aside}
+
+
+def _dims(value: object) -> tuple[int, ...]:
+    """A tensor's shape as the probe sent it: up to 8 whole numbers, else nothing."""
+    if not isinstance(value, list) or len(value) > 8:
+        return ()
+    return tuple(v for v in value if type(v) is int and 0 <= v < 1 << 31)
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    """One forward algorithm cuDNN timed (`--bench`): its name, time and workspace."""
+
+    algo: str | None = None
+    ms: float | None = None
+    workspace_bytes: int | None = None
+
+    @classmethod
+    def read(cls, answer: Fields) -> Algorithm:
+        return cls(answer.text("algo", 80), answer.number("ms", 0, 1e9),
+                   answer.integer("workspace_bytes", 0, 1 << 62))
+
+    def to_dict(self) -> dict:
+        return {"algo": self.algo, "ms": self.ms, "workspace_bytes": self.workspace_bytes}
+
+
+@dataclass(frozen=True)
+class BenchLayer:
+    """One convolution layer of the benchmark: its shapes and the algorithms, fastest first."""
+
+    input: tuple[int, ...] = ()
+    filter: tuple[int, ...] = ()
+    output: tuple[int, ...] = ()
+    algorithms: tuple[Algorithm, ...] = ()
+    fastest: Algorithm | None = None
+
+    @classmethod
+    def read(cls, answer: Fields) -> BenchLayer:
+        fastest = answer.fields("fastest")
+        return cls(_dims(answer.raw("input")), _dims(answer.raw("filter")),
+                   _dims(answer.raw("output")),
+                   tuple(Algorithm.read(a) for a in answer.items("algorithms", 16)),
+                   Algorithm.read(fastest) if fastest else None)
+
+    def to_dict(self) -> dict:
+        return {"input": list(self.input), "filter": list(self.filter),
+                "output": list(self.output), "algorithms": [a.to_dict() for a in self.algorithms],
+                "fastest": self.fastest.to_dict() if self.fastest is not None else None}
+
+
+@dataclass(frozen=True)
+class BenchAnswer:
+    """The probe's answer in `--bench` mode: the GPU as in GpuAnswer, and each layer timed."""
+
+    gpu: GpuAnswer
+    layers: dict[str, BenchLayer] = field(default_factory=dict)
+
+    @classmethod
+    def read(cls, data: object) -> BenchAnswer:
+        answer = Fields(data, "the GPU benchmark's answer")
+        return cls(GpuAnswer.read(data, ()), {name[:100]: BenchLayer.read(layer) for name, layer
+                                              in answer.fields("layers").entries(64)})
+
+    def to_dict(self) -> dict:
+        """The cudnn-algorithms check's `data`."""
+        out = self.gpu.to_dict()
+        del out["steps"]  # the benchmark runs none
+        out["layers"] = {name: layer.to_dict() for name, layer in self.layers.items()}
+        return out
