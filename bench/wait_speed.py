@@ -206,8 +206,8 @@ import json, sys, time
 from pathlib import Path
 from cudnn_setup.checks import suite as S
 from cudnn_setup.checks.deps import loader_environment
-from cudnn_setup.checks.driver_check import driver_facts, has_driver
-from cudnn_setup.checks.installation import find_installation
+from cudnn_setup.probing.driver import driver_facts, has_driver
+from cudnn_setup.installation.model import find_installation
 from cudnn_setup.facts.cuda import find_cuda_root
 from cudnn_setup.facts.host import host_machine
 import os

@@ -31,11 +31,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from cudnn_setup.checks import locate  # noqa: E402
+from cudnn_setup.installation import locate  # noqa: E402
 from cudnn_setup.checks.coherence import check_coherence  # noqa: E402
 from cudnn_setup.checks.deps import check_deps, loader_environment  # noqa: E402
-from cudnn_setup.checks.driver_check import check_driver, driver_facts  # noqa: E402
-from cudnn_setup.checks.installation import find_installation  # noqa: E402
+from cudnn_setup.checks.driver_check import check_driver  # noqa: E402
+from cudnn_setup.probing.driver import driver_facts  # noqa: E402
+from cudnn_setup.installation.model import find_installation  # noqa: E402
 from cudnn_setup.checks.gpu import check_gpu  # noqa: E402
 from cudnn_setup.checks.native import check_load  # noqa: E402
 from cudnn_setup.facts.ldresolve.ldconfig import read_cache  # noqa: E402

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from conftest import clean_env, run_json
-from cudnn_setup.checks.probe import run_probe
+from cudnn_setup.probing.probe import run_probe
 from cudnn_setup.child import STDOUT_LIMIT, run_command
 from fixtures.generate import SPECS, Entry, compress, spec_entries, tar_bytes
 from fixtures.hostile import BASE

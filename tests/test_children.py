@@ -24,7 +24,8 @@ import pytest
 
 from conftest import REPO, clean_env, run_json
 from cudnn_setup import orphans
-from cudnn_setup.checks import framework_probe, native
+from cudnn_setup.checks import native
+from cudnn_setup.probing import framework_probe
 from cudnn_setup.checks.suite import ORDER
 from cudnn_setup.child import DRAIN_S, Runner
 from cudnn_setup.facts.ldresolve.closure import closure

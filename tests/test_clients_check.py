@@ -1,6 +1,6 @@
 """clients: each client on the machine judged by the sub-libraries its calls need, on gcc-built
 cuDNN 9 sets of both flavours."""
-from cudnn_setup.checks import locate
+from cudnn_setup.installation import locate
 from cudnn_setup.checks.clients_check import check_clients
 from cudnn_setup.checks.frameworks_check import FrameworkEntry
 from cudnn_setup.facts import clients

@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from cudnn_setup.checks import locate
+from cudnn_setup.installation import locate
 from cudnn_setup.checks.coherence import check_coherence
 from cudnn_setup.facts.ldresolve.environment import Environment
 from cudnn_setup.facts.ldresolve.ldconfig import read_cache

@@ -6,7 +6,8 @@ import shutil
 
 import pytest
 
-from cudnn_setup.checks import locate
+from cudnn_setup.probing.load_answer import LoadAnswer
+from cudnn_setup.installation import locate
 from cudnn_setup.checks.deps import check_deps
 from cudnn_setup.facts.ldresolve.environment import Environment
 from cudnn_setup.facts.ldresolve.ldconfig import read_cache
@@ -99,7 +100,7 @@ def test_embedded_runtime_name_that_is_absent_is_rated_and_fixed_per_distro(tmp_
     lib = layouts.built_set(tmp_path / "cudnn", tmp_path / "w",
                             options={"adv": {"runtime": "libcublasLt.so.12"},
                                      "graph": {"runtime": "libnvrtc.so.%d"}})
-    load = {"cudnnGetVersion": 90100, "cudnnGetCudartVersion": 12040}
+    load = LoadAnswer(version=90100, cudart_version=12040)
     # a Debian machine whose repositories have neither Debian's nor NVIDIA's cuBLAS
     path = repositories(tmp_path / "bin-none")
     check, got = deps(lib, loader_facts, load_data=load, path=path)
@@ -206,7 +207,7 @@ def test_missing_own_sub_library_opened_at_run_time_fails_with_reinstall(tmp_pat
 
 
 def test_nothing_to_resolve_without_cudnn(tmp_path, loader_facts):
-    from cudnn_setup.checks.installation import Installation
+    from cudnn_setup.installation.model import Installation
     from cudnn_setup.facts.cuda import CudaRoot
 
     inst = Installation(CudaRoot(tmp_path, "test", None, None), tmp_path / "lib64", None)
@@ -259,7 +260,7 @@ def test_the_package_manager_is_asked_once_for_every_missing_library(tmp_path, l
     lib = layouts.built_set(tmp_path / "cudnn", tmp_path / "w",
                             options={"adv": {"runtime": "libcublasLt.so.12"},
                                      "graph": {"runtime": "libnvrtc.so.%d"}})
-    load = {"cudnnGetVersion": 90100, "cudnnGetCudartVersion": 12040}
+    load = LoadAnswer(version=90100, cudart_version=12040)
     path = repositories(tmp_path / "bin", ["libnvrtc12"])
     check, got = deps(lib, loader_facts, load_data=load, path=path)
     asked = (tmp_path / "bin" / "asked").read_text().splitlines()

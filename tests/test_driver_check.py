@@ -4,9 +4,11 @@ import json
 
 import pytest
 
-from cudnn_setup.checks import locate
-from cudnn_setup.checks.driver_check import (built_for_cuda, check_driver, driver_facts,
-                                       fit_before_install, install_refusal)
+from cudnn_setup.installation import locate
+from cudnn_setup.checks.driver_check import built_for_cuda, check_driver
+from cudnn_setup.placement.fit import fit_before_install, install_refusal
+from cudnn_setup.probing.driver import driver_facts
+from cudnn_setup.probing.load_answer import LoadAnswer
 from cudnn_setup.errors import ARCHIVE_REJECTED
 from fixtures import layouts
 from fixtures import libcuda
@@ -37,7 +39,7 @@ def test_facts_list_each_gpu_and_the_newest_cuda_the_driver_runs(tmp_path):
 
 def test_fitting_gpu_and_driver_pass_listing_them(tmp_path, cudnn9):
     facts = facts_with(tmp_path, gpus=[H200], driver=13000)
-    check = check_driver(cudnn9, facts, load_data={"cudnnGetCudartVersion": 12040})
+    check = check_driver(cudnn9, facts, load_data=LoadAnswer(cudart_version=12040))
     assert check.status == "pass", check.detail
     assert check.detail == ("NVIDIA H200 (compute capability 9.0); driver ? (runs CUDA 13.0 at "
                             "most); cuDNN 9.3.0 for CUDA 12.4 (cudnnGetCudartVersion()) supports them")
@@ -91,7 +93,7 @@ def test_a_driver_that_crashes_or_prints_garbage_is_data_not_a_traceback(tmp_pat
 
 
 def test_cuda_built_for_comes_from_the_library_first(tmp_path, cudnn9):
-    assert built_for_cuda(cudnn9, {"cudnnGetCudartVersion": 12040}) == ("12.4", "cudnnGetCudartVersion()")
+    assert built_for_cuda(cudnn9, LoadAnswer(cudart_version=12040)) == ("12.4", "cudnnGetCudartVersion()")
     assert built_for_cuda(cudnn9, None) == ("12", "wheel name")
 
 
@@ -140,7 +142,7 @@ def test_facts_from_a_child_are_bounded(tmp_path):
 
 
 def test_without_any_trace_of_a_driver_no_child_is_started(tmp_path):
-    from cudnn_setup.checks.driver_check import no_driver
+    from cudnn_setup.probing.driver import no_driver
 
     bare = {"PATH": str(tmp_path / "bin")}
     if no_driver(bare) is None:

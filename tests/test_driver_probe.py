@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from cudnn_setup.checks import driver_check
-from cudnn_setup.checks.driver_check import driver_facts
+from cudnn_setup.probing import driver as driver_probe
+from cudnn_setup.probing.driver import driver_facts
 from cudnn_setup.child import Runner
 from fixtures import libcuda, libnvml
 
@@ -84,7 +84,7 @@ def hung_nvml_env(tmp_path, **cuda):
 
 
 def test_a_hung_nvml_costs_one_short_limit_per_command_then_cuda_answers(tmp_path, monkeypatch):
-    monkeypatch.setattr(driver_check, "NVML_TIMEOUT", 2.0, raising=False)
+    monkeypatch.setattr(driver_probe, "NVML_TIMEOUT", 2.0)
     env = hung_nvml_env(tmp_path, gpus=[H200])
     runner = Runner()  # one command's
     start = time.monotonic()
@@ -100,7 +100,7 @@ def test_a_hung_nvml_costs_one_short_limit_per_command_then_cuda_answers(tmp_pat
 
 
 def test_a_hung_nvml_and_a_failing_cuda_say_the_driver_is_not_judged(tmp_path, monkeypatch):
-    monkeypatch.setattr(driver_check, "NVML_TIMEOUT", 2.0, raising=False)
+    monkeypatch.setattr(driver_probe, "NVML_TIMEOUT", 2.0)
     env = hung_nvml_env(tmp_path, gpus=[H200], abort=True)  # cuInit aborts
     start = time.monotonic()
     got = driver_facts(env)

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from cudnn_setup.checks import framework_loader as fl
-from cudnn_setup.checks import framework_probe as fp
+from cudnn_setup.probing import framework_probe as fp
 from cudnn_setup.checks import framework_whatif as wi
 from cudnn_setup.checks import frameworks_check as fw
 from cudnn_setup.errors import UsageError

@@ -16,9 +16,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cudnn_setup.checks import locate
+from cudnn_setup.installation import locate
 from cudnn_setup.checks.gpu import STEPS, check_gpu
-from cudnn_setup.checks.probe import run_probe
+from cudnn_setup.probing.probe import run_probe
 from fixtures import layouts
 from fixtures.deplibs import build
 
@@ -322,7 +322,7 @@ def test_without_a_driver_the_probe_is_not_started_and_says_what_it_would(tmp_pa
     import shutil
 
     from cudnn_setup.checks.deps import loader_environment
-    from cudnn_setup.checks.driver_check import PROC_DRIVER
+    from cudnn_setup.probing.driver import PROC_DRIVER
 
     if PROC_DRIVER.exists():
         pytest.skip("this machine has a driver")
@@ -453,3 +453,24 @@ def test_the_check_hands_the_probe_the_users_plan_cache_and_keeps_its_timings(tm
     assert (fused["seconds"], fused["plan"]) == (0.05, "kept from an earlier run")
     assert fused["timings"] == {"graph": 0.002, "plan": 0.01, "execute": 0.03}
     assert check.data["steps"][0]["timings"] == {}
+
+
+def test_the_json_is_written_from_the_typed_answer_not_the_childs_object(tmp_path):
+    """Keys the child adds, and fields of another type, never reach the gpu check's data: it
+    holds the documented keys, each of the type it claims."""
+    step = dict(STEP, extra="from the child", engine={"global_index": "7", "tensor_core": True,
+                                                     "planted": [1] * 100})
+    answer = {"status": "pass", "gpu": "NVIDIA H200", "compute_capability": "9.0",
+              "gpu_count": True, "cudnn_version_number": "91900", "planted": "x" * 100000,
+              "steps": [step]}
+    check = check_gpu(inst(tmp_path), {}, probe=answering(tmp_path, answer_of(answer)))
+    assert check.status == "pass", check.detail
+    assert set(check.data) == {"status", "reason", "gpu", "compute_capability", "gpu_count",
+                               "driver_version", "cudnn_version_number", "timings", "steps",
+                               "kept_plan_set_aside", "supported"}
+    assert (check.data["gpu_count"], check.data["cudnn_version_number"]) == (None, None)
+    got = check.data["steps"][0]
+    assert "extra" not in got
+    assert got["engine"] == {"global_index": None, "runtime_compiled": None, "tensor_core": True,
+                             "down_converts": None}
+    assert check.answer.compute_capability == "9.0"  # what the theano check reads

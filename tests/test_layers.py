@@ -1,11 +1,12 @@
 """The package's import graph: layers that only look down, and no module cycles.
 
-cli → commands → steps → mirror → sources → placement → (archive, checks, fetch, state,
-theanorc, settings, startup_line) → facts → (errors, report, text, child, digest, durable,
-parallel, untrusted, urls). commands/ holds one module per CLI command, and none imports
-another: what several share is in steps/ (their context and wrapper, fetching, choosing a
-release, the recovery, Theano and loader steps); the install engine is placement/, the mirror's
-is mirror/. Probes run in other interpreters and import nothing of the package.
+cli → commands → steps → mirror → sources → placement → benchmarks → (archive, checks,
+installation, doctor_order, fetch, state, theanorc, settings, startup_line) → probing → facts →
+(errors, report, text, child, digest, durable, parallel, untrusted, urls). commands/ holds one
+module per CLI command, and none imports another: what several share is in steps/ (their
+context and wrapper, fetching, choosing a release, the recovery, Theano and loader steps); the
+install engine is placement/, which needs no verification layer; the mirror's is mirror/.
+Probes run in other interpreters and import nothing of the package.
 """
 import ast
 from pathlib import Path
@@ -14,8 +15,8 @@ from conftest import REPO
 
 PACKAGE = REPO / "cudnn_setup"
 LAYER = {"cli": 4, "arguments": 4, "grammar": 4, "typer_app": 4, "crash_report": 4, "console": 4, "__main__": 5, "commands": 3, "mirror": 2.6, "steps": 2.75, "sources": 2.5,
-         "placement": 2.25, "archive": 2,
-         "checks": 2, "fetch": 2,
+         "placement": 2.25, "benchmarks": 2.1, "archive": 2,
+         "checks": 2, "installation": 2, "doctor_order": 2, "fetch": 2, "probing": 1.5,
          "state": 2, "theanorc_merge": 2, "theano_blas": 2, "settings": 2, "startup_line": 2, "facts": 1,
          "errors": 0, "report": 0, "text": 0, "child": 0, "digest": 0, "durable": 0, "parallel": 0,
          "untrusted": 0, "urls": 0, "orphans": 0, "loader_traps": 0,
@@ -191,6 +192,34 @@ def test_the_mirror_engine_is_used_by_the_mirror_command_only():
     uses = set().union(*(graph[m] for m in engine))
     assert not any(m.startswith(("cudnn_setup.steps", "cudnn_setup.commands", "cudnn_setup.cli"))
                    for m in uses)
+
+
+def test_the_install_engine_needs_no_verification_layer():
+    """placement/ judges an archive before it is placed (fit.py: the CUDA major, the GPUs and
+    driver) from facts and the driver probe's answer, never from a check."""
+    graph = _imports()
+    reaching = sorted(f"{m} imports {f}" for m, found in graph.items()
+                      if m.startswith("cudnn_setup.placement")
+                      for f in found if f.startswith("cudnn_setup.checks"))
+    assert not reaching, "\n".join(reaching)
+    assert "cudnn_setup.probing.driver" in graph["cudnn_setup.placement.fit"]
+
+
+# The verification layers verify and install run, each in its module of checks/ (suite.py runs
+# them in order; framework_loader and framework_whatif are the frameworks layer's explanation
+# and what-if). What is not a layer lives where its name says: the child protocol in probing/,
+# the Installation and finding it in installation/, doctor's order, bench.
+VERIFICATION = {"__init__", "suite", "file_checks", "native", "coherence", "deps", "system",
+                "driver_check", "gpu", "frameworks_check", "framework_loader",
+                "framework_whatif", "clients_check", "theano_check"}
+
+
+def test_checks_holds_the_verification_layers_only():
+    held = {p.stem for p in (PACKAGE / "checks").iterdir()
+            if p.suffix == ".py" or (p.is_dir() and p.name != "__pycache__")}
+    assert "suite" in held
+    assert held == VERIFICATION, (f"not a verification layer: {sorted(held - VERIFICATION)}; "
+                                  f"missing: {sorted(VERIFICATION - held)}")
 
 
 def test_the_install_engines_steps_are_named_functions_not_closures():

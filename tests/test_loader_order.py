@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from cudnn_setup.checks import locate
+from cudnn_setup.installation import locate
 from cudnn_setup.checks.coherence import check_coherence
 from cudnn_setup.checks.deps import check_deps
 from cudnn_setup.checks.file_checks import check_files

@@ -6,11 +6,11 @@ import os
 import pytest
 
 from conftest import tree_state
-from cudnn_setup.checks import locate
+from cudnn_setup.installation import locate
 from cudnn_setup.checks.coherence import check_coherence
 from cudnn_setup.checks.deps import check_deps
 from cudnn_setup.checks.file_checks import check_elf, check_files, check_versions
-from cudnn_setup.checks.installation import Installation
+from cudnn_setup.installation.model import Installation
 from cudnn_setup.checks.native import check_load
 from cudnn_setup.checks.system import check_cuda, check_loader
 from cudnn_setup.errors import UsageError
@@ -113,7 +113,7 @@ def test_verify_checks_run_the_same_way_on_a_cudnn_the_tool_did_not_install(layo
     assert check_elf(inst, host_machine()).status == "pass"
     assert check_versions(inst).status == "pass"
     load, data = check_load(inst, env)
-    assert load.status == "pass" and data["cudnnGetVersion"] == 90300
+    assert load.status == "pass" and data.version == 90300 and data.cudnn == "9.3.0"
     assert check_loader(inst, env).status == "warn"  # a tmp dir is not on the loader path
     assert check_cuda(inst, data).status == "pass"
     assert check_deps(inst, env, load_data=data, driver_present=False).status == "pass"

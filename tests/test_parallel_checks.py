@@ -13,7 +13,7 @@ from pathlib import Path
 from conftest import REPO, clean_env, main
 
 from cudnn_setup.checks import frameworks_check as fw
-from cudnn_setup.checks.installation import find_installation
+from cudnn_setup.installation.model import find_installation
 from cudnn_setup.checks.suite import run_checks
 from cudnn_setup.facts.cuda import find_cuda_root
 from cudnn_setup.parallel import Done, Later, at_once
@@ -102,7 +102,7 @@ def test_verify_reads_each_library_once(tmp_path, monkeypatch):
     """files, coherence and deps all ask about the same libraries (their DT_NEEDED entries,
     the names they open at run time): one run reads each file's facts once, whichever check,
     on whichever thread, asks first."""
-    from cudnn_setup.checks import locate
+    from cudnn_setup.installation import locate
     from cudnn_setup.facts.ldresolve.loadable import read_object
     from cudnn_setup.facts.ldresolve.runtime_names import runtime_names
     from fixtures import layouts
@@ -131,7 +131,8 @@ def test_the_frameworks_children_start_before_the_loaders_facts_are_asked(tmp_pa
     """The frameworks' children take the longest, and the loader's facts (ldconfig -p, ld.so,
     three children) are needed only to read their answers: asking for those facts slowly must
     not delay the frameworks' start."""
-    from cudnn_setup.checks import locate, suite
+    from cudnn_setup.checks import suite
+    from cudnn_setup.installation import locate
     from fixtures import layouts
 
     inst = locate.locate(layouts.built_set(tmp_path / "cudnn", tmp_path / "w"))

@@ -1,7 +1,7 @@
 """doctor's problem list: a GPU that can run no cuDNN first, then fail before warn, root causes
 before what they cause; the exit code follows the severities listed."""
-from cudnn_setup.checks.driver_check import DriverFacts, Gpu
-from cudnn_setup.checks.diagnosis import cannot_run_cudnn, problems_from
+from cudnn_setup.probing.driver import DriverFacts, Gpu
+from cudnn_setup.doctor_order import cannot_run_cudnn, problems_from
 from cudnn_setup.commands.doctor import problems_check
 from cudnn_setup.report import Check
 from cudnn_setup.startup_line import explain

@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from cudnn_setup.checks import locate
+from cudnn_setup.installation import locate
 from cudnn_setup.checks.coherence import check_coherence
 from cudnn_setup.checks.deps import check_deps
-from cudnn_setup.checks.driver_check import check_driver, driver_facts
+from cudnn_setup.checks.driver_check import check_driver
+from cudnn_setup.probing.driver import driver_facts
 from cudnn_setup.checks.native import check_load
 from cudnn_setup.facts.ldresolve.ldconfig import read_cache
 
@@ -67,7 +68,7 @@ def run(site):
 def test_cudnn9_wheel(sites):
     inst, data, deps, got = run(sites["9"])
     assert (inst.version, inst.origin_facts.wheel["cuda_major"]) == ("9.1.0", 12)
-    assert (data["cudnnGetVersion"], data["cudnnGetCudartVersion"]) == (90100, 12040)
+    assert (data.version, data.cudart_version) == (90100, 12040)
     assert got["libz.so.1"]["found"] and got["libz.so.1"]["kind"] == "needed"
     assert not [d for d in got.values() if d["kind"] == "needed" and not d["found"]]
     expected = {"libcublasLt.so.12": "fail", "libnvrtc.so.12": "warn", "libcuda.so.1": "skip",
@@ -95,7 +96,7 @@ def test_cudnn9_wheel(sites):
 
 def test_cudnn8_wheel(sites):
     inst, data, deps, got = run(sites["8"])
-    assert (inst.version, data["cudnnGetCudartVersion"]) == ("8.9.6", 11080)
+    assert (inst.version, data.cudart_version) == ("8.9.6", 11080)
     assert got["libnvrtc.so.11.8"]["candidates"] == ["libnvrtc.so.11.8", "libnvrtc.so"]
     for name, rating in (("libcublas.so.11", "fail"), ("libcublasLt.so.11", "fail"),
                          ("libnvrtc.so.11.8", "warn")):

@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from cudnn_setup.checks.answer_values import BadAnswer, Fields
-from cudnn_setup.checks.benchmarks import algorithm_verdict, theano_checks
-from cudnn_setup.checks.installation import Installation
-from cudnn_setup.checks.probe import run_probe
+from cudnn_setup.probing.answer_values import BadAnswer, Fields
+from cudnn_setup.benchmarks import algorithm_verdict, theano_checks
+from cudnn_setup.installation.model import Installation
+from cudnn_setup.probing.load_answer import WHAT as LOAD_ANSWER, LoadAnswer
+from cudnn_setup.probing.probe import run_probe
 from cudnn_setup.checks.system import check_cuda
 from cudnn_setup.checks.theano_check import check_theano
 from cudnn_setup.facts.cuda import CudaRoot
@@ -121,10 +122,15 @@ def test_gpu_benchmark_reads_a_whole_answer(tmp_path):
                             "IMPLICIT_GEMM 0.250 ms")
 
 
+def load_answer(tmp_path: Path, answer: dict) -> LoadAnswer:
+    return LoadAnswer.read(answered(tmp_path, answer).answer(LOAD_ANSWER))
+
+
 def test_cuda_check_ignores_a_cudart_version_that_is_not_a_number(tmp_path):
-    check = check_cuda(inst_of(tmp_path), {"cudnnGetCudartVersion": "12.4"})
+    check = check_cuda(inst_of(tmp_path), load_answer(tmp_path, {"cudnnGetCudartVersion": "12.4"}))
     assert check.status == SKIP  # unknown, not an internal error
-    assert check_cuda(inst_of(tmp_path), {"cudnnGetCudartVersion": 10020}).status == PASS
+    got = load_answer(tmp_path, {"cudnnGetCudartVersion": 10020})
+    assert check_cuda(inst_of(tmp_path), got).status == PASS
 
 
 def test_fields_read_each_type_or_nothing():
@@ -144,9 +150,25 @@ def test_fields_read_each_type_or_nothing():
 
 
 def test_framework_names_that_are_no_module_names_are_dropped(tmp_path):
-    from cudnn_setup.checks.framework_probe import importable_frameworks
+    from cudnn_setup.probing.framework_probe import importable_frameworks
 
     python = interpreter(tmp_path, {"probe": "frameworks", "frameworks": [
         {"name": "torch", "importable": True}, {"name": "--help"}, {"name": "x" * 500},
         {"name": "a b"}, {"name": 7}, "jax"]})
     assert [e["name"] for e in importable_frameworks(python, {})] == ["torch"]
+
+
+def test_bench_writes_its_json_from_what_it_read_not_the_childs_object(tmp_path):
+    """Keys a child adds, and fields of another type, never reach bench's data."""
+    conv, _ = theano_checks(inst_of(tmp_path), interpreter(tmp_path, dict(
+        TIMINGS, planted="x" * 100000, steps="many")), None, {})
+    run = conv.data["with_cudnn"]
+    assert "planted" not in run and run["steps"] is None and run["conv_step_s"] == 0.002
+    layer = {"input": [1, 3, 8, 8], "filter": [4, 3, 3, "3"], "planted": 1,
+             "fastest": {"algo": "IMPLICIT_GEMM", "ms": 0.25, "planted": 2}}
+    check = algorithm_verdict(answered(tmp_path, {"status": "pass", "gpu": "NVIDIA H200",
+                                                  "planted": 3, "layers": {"conv1": layer}}))
+    assert check.status == PASS and "planted" not in check.data
+    assert check.data["layers"]["conv1"]["filter"] == [4, 3, 3]
+    assert check.data["layers"]["conv1"]["fastest"] == {"algo": "IMPLICIT_GEMM", "ms": 0.25,
+                                                        "workspace_bytes": None}

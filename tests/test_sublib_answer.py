@@ -5,7 +5,7 @@ import json
 import pytest
 
 from cudnn_setup.checks.coherence import judge
-from cudnn_setup.checks.sublib_answer import SublibsAnswer, SubLibraryAnswer, VersionCheck
+from cudnn_setup.probing.sublib_answer import SublibsAnswer, SubLibraryAnswer, VersionCheck
 from cudnn_setup.facts.ldresolve.search import Resolution
 
 HONEST = {"library": "/x/libcudnn.so.9", "loaded": True, "path": "/x/libcudnn.so.9",

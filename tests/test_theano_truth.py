@@ -4,10 +4,13 @@ import sys
 
 import pytest
 
-from cudnn_setup.checks.installation import Installation
+from cudnn_setup.installation.model import Installation
 from cudnn_setup.checks.theano_check import (check_theano, theano_range_note, theano_supports,
                                              why_not_cudnn)
+from cudnn_setup.checks.gpu import GpuCheck
 from cudnn_setup.facts.cuda import CudaRoot
+from cudnn_setup.probing.gpu_answer import GpuAnswer
+from cudnn_setup.probing.theano_answer import TheanoAnswer
 from cudnn_setup.report import Check
 
 
@@ -21,7 +24,8 @@ def inst_of(tmp_path, version):
 
 
 NO_GPU = Check("gpu", "skip", "no NVIDIA driver: libcuda.so.1 cannot be loaded")
-OLD_GPU = Check("gpu", "fail", "too old", {"compute_capability": "2.0"})
+# the gpu check as it is handed over: the probe's answer typed, not its JSON
+OLD_GPU = GpuCheck("gpu", "fail", "too old", {}, GpuAnswer(compute_capability="2.0"))
 
 
 @pytest.mark.parametrize("version,supported", [("4.0.7", False), ("5.1.10", True), ("7.1.4", True),
@@ -40,16 +44,16 @@ def test_range(version, supported):
 
 
 def test_outside_the_range_is_the_first_reason_even_without_a_gpu(tmp_path):
-    reason = why_not_cudnn({"device": "cpu"}, inst_of(tmp_path, "9.3.0"), NO_GPU)
+    reason = why_not_cudnn(TheanoAnswer(device="cpu"), inst_of(tmp_path, "9.3.0"), NO_GPU)
     assert reason.startswith("Theano 1.0.5 supports cuDNN v5 to v7; this is cuDNN 9.3.0")
-    reason = why_not_cudnn({"device": "cpu"}, inst_of(tmp_path, "7.4.2"), NO_GPU)
+    reason = why_not_cudnn(TheanoAnswer(device="cpu"), inst_of(tmp_path, "7.4.2"), NO_GPU)
     assert reason.startswith("no GPU here")
 
 
 def test_a_gpu_no_cudnn_runs_on_comes_before_the_range_and_no_cudnn_before_all(tmp_path):
-    assert "compute capability 2.0" in why_not_cudnn({}, inst_of(tmp_path, "9.3.0"), OLD_GPU)
+    assert "compute capability 2.0" in why_not_cudnn(TheanoAnswer(), inst_of(tmp_path, "9.3.0"), OLD_GPU)
     empty = Installation(CudaRoot(tmp_path, "test", "12.4", "test"), tmp_path / "lib64", None)
-    assert why_not_cudnn({}, empty, OLD_GPU).startswith(f"there is no cuDNN in {tmp_path}")
+    assert why_not_cudnn(TheanoAnswer(), empty, OLD_GPU).startswith(f"there is no cuDNN in {tmp_path}")
 
 
 def test_without_theano_the_skip_still_names_the_range(tmp_path):
@@ -110,3 +114,20 @@ def test_install_and_theanorc_say_when_theano_cannot_use_the_cudnn_they_configur
                           "--theanorc", home / "v7.rc", "--no-verify", "--no-frameworks"], home)
     step = {c["name"]: c for c in out["checks"]}["theanorc"]
     assert step["status"] == "pass" and out["theanorc"]["warnings"] == []
+
+
+def test_the_theano_checks_json_is_the_typed_answer_not_the_childs_object(tmp_path):
+    """What the probe of Theano's graphs answers is read field by field: a key it adds, or a
+    field of another type, does not reach the check's data."""
+    from cudnn_setup.probing.probe import run_probe
+    from cudnn_setup.probing.theano_answer import WHAT
+    from test_gpu_probe import answer_of, answering
+
+    answer = {"python": "3.11.7", "theano_version": "1.0.5", "device": "cpu", "exp_ok": True,
+              "conv_shape": [2, 8, "10", 10], "uses_cudnn": 1, "planted": "x" * 100000,
+              "dnn": {"enabled": "True", "library_path": 7, "more": 1}}
+    said = TheanoAnswer.read(run_probe(answering(tmp_path, answer_of(answer)), 60).answer(WHAT))
+    data = said.to_dict()
+    assert "planted" not in data and set(data["dnn"]) == {"enabled", "include_path", "library_path"}
+    assert (data["conv_shape"], data["uses_cudnn"], data["dnn"]["library_path"]) == ([2, 8, 10], None, None)
+    assert (said.theano_version, said.exp_ok) == ("1.0.5", True)

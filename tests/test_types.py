@@ -3,6 +3,7 @@ are dataclasses there, so a misspelt field is an error before anything runs. A f
 two cores, from a cache in the test's own directory."""
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -31,7 +32,7 @@ def test_the_typed_modules_pass(cache):
 def test_a_misspelt_field_is_an_error(cache, tmp_path):
     """The check above can fail: the same configuration finds a misspelt field of an answer."""
     wrong = tmp_path / "wrong.py"
-    wrong.write_text("from cudnn_setup.checks.driver_check import DriverFacts\n"
+    wrong.write_text("from cudnn_setup.probing.driver import DriverFacts\n"
                      "from cudnn_setup.checks.frameworks_check import FrameworkEntry\n\n"
                      "def f(facts: DriverFacts, entry: FrameworkEntry) -> object:\n"
                      "    return facts.cuda_driver_verison, entry.loader.sonmae\n")
@@ -39,3 +40,19 @@ def test_a_misspelt_field_is_an_error(cache, tmp_path):
     assert done.returncode == 1
     assert '"DriverFacts" has no attribute "cuda_driver_verison"' in done.stdout
     assert 'has no attribute "sonmae"' in done.stdout
+
+
+def test_every_module_of_checks_and_facts_is_judged():
+    """The verification layers, the child protocol and the facts are all in mypy's list (by
+    file or by directory), so a new module there is typed from its first commit."""
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11 on; CI runs one
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mypy"]
+    listed, excluded = config["files"], config.get("exclude", [])
+    unjudged = []
+    for package in ("checks", "facts", "probing"):
+        for path in sorted((ROOT / "cudnn_setup" / package).rglob("*.py")):
+            name = path.relative_to(ROOT).as_posix()
+            if not any(name == f or (f.endswith("/") and name.startswith(f)) for f in listed) \
+                    or any(re.search(x, name) for x in excluded):
+                unjudged.append(name)
+    assert not unjudged, unjudged

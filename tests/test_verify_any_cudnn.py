@@ -4,7 +4,7 @@ whose skipped checks say why."""
 import pytest
 
 from conftest import run_json
-from cudnn_setup.checks.locate import NEED_CUDNN, UNMANAGED
+from cudnn_setup.installation.locate import NEED_CUDNN, UNMANAGED
 from cudnn_setup.checks.suite import ORDER
 from fixtures import layouts
 

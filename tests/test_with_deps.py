@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from conftest import run_json, tree_state
+from cudnn_setup.probing.load_answer import LoadAnswer
 from cudnn_setup.errors import ARCHIVE_REJECTED
 from fixtures.generate import SUB_C
 from fixtures.wheels import (IndexFile, build_wheel, project_json, sha256, wheel_files,
@@ -204,9 +205,9 @@ def test_mirror_of_a_wheel_whose_names_are_not_utf8_is_refused(tmp_path, home, c
 def test_deps_fixes_name_with_deps_for_a_managed_root(cudnn, cuda_root, home, tmp_path):
     import dataclasses
 
-    from cudnn_setup.checks import locate
+    from cudnn_setup.installation import locate
     from cudnn_setup.checks.deps import check_deps
-    from cudnn_setup.checks.installation import find_installation
+    from cudnn_setup.installation.model import find_installation
     from cudnn_setup.facts.ldresolve.environment import Environment
     from cudnn_setup.facts.ldresolve.ldconfig import read_cache
     from cudnn_setup.facts.ldresolve.loader_facts import probe_loader
@@ -227,7 +228,7 @@ def test_deps_fixes_name_with_deps_for_a_managed_root(cudnn, cuda_root, home, tm
     loader = Environment(ld_library_path=None, cache=read_cache(), facts=probe_loader())
     check = check_deps(inst, {"PATH": "/nonexistent"}, loader=loader, driver_present=False,
                        distro_id=("ubuntu", "debian"), search_dirs=[],
-                       load_data={"cudnnGetVersion": 90107, "cudnnGetCudartVersion": 12040})
+                       load_data=LoadAnswer(version=90107, cudart_version=12040))
     (blas,) = [d for d in check.data["dependencies"] if d["name"] == "libcublasLt.so.12"]
     assert blas["fixes"][0]["how"] == "with-deps"
     assert blas["fixes"][0]["text"] == (f"cudnn-setup install 9.1.7 --from pypi --with-deps "

@@ -13,10 +13,10 @@ files check judges: skip.
 from __future__ import annotations
 
 import os
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from cudnn_setup.checks.frameworks_check import FrameworkEntry
-from cudnn_setup.checks.installation import Installation
+from cudnn_setup.installation.model import Installation
 from cudnn_setup.facts import clients
 from cudnn_setup.facts import cudnn as gen
 from cudnn_setup.report import FAIL, PASS, SKIP, WARN, Check
@@ -43,7 +43,7 @@ def check_clients(inst: Installation, frameworks: Sequence[FrameworkEntry],
     loads = {e.name: (e.cudnn_loaded.dir if e.cudnn_loaded else None) for e in frameworks}
     if theano:
         found["theano"] = theano() if callable(theano) else True
-    verdicts = []
+    verdicts: list[dict[str, Any]] = []
     for name, there in found.items():
         works, why = clients.framework_verdict(name, present, inst.generation)
         where = loads.get(name)

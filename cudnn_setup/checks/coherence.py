@@ -42,14 +42,15 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Mapping
+from typing import Any, Mapping
 
-from cudnn_setup.checks.answer_values import shown
+from cudnn_setup.probing.answer_values import shown
 from cudnn_setup.checks.deps import loader_environment, versions_for
-from cudnn_setup.checks.driver_check import driver_present as machine_has_driver
-from cudnn_setup.checks.installation import Installation
-from cudnn_setup.checks.sublib_answer import SublibsAnswer, SubLibraryAnswer
-from cudnn_setup.checks.probe import loads_key, probe_module, run_probe
+from cudnn_setup.probing.driver import driver_present as machine_has_driver
+from cudnn_setup.probing.load_answer import LoadAnswer
+from cudnn_setup.installation.model import Installation
+from cudnn_setup.probing.sublib_answer import SublibsAnswer, SubLibraryAnswer
+from cudnn_setup.probing.probe import loads_key, probe_module, run_probe
 from cudnn_setup.child import Runner
 from cudnn_setup.facts import cudnn as gen
 from cudnn_setup.facts.ldresolve.closure import closure
@@ -76,8 +77,8 @@ def sub_sonames(inst: Installation) -> list[str]:
     (none before 8.0)."""
     if not inst.generation or inst.major is None:
         return []
-    return [gen.expected_soname(stem, str(inst.major), inst.generation)
-            for stem in inst.composition().sub_libraries]
+    return [s for s in (gen.expected_soname(stem, str(inst.major), inst.generation)
+                        for stem in inst.composition().sub_libraries) if s]
 
 
 DRIVER = "libcuda.so.1"
@@ -89,7 +90,7 @@ def needs_absent_driver(res: Resolution,
     through its DT_NEEDED entries) or libcuda.so.1 is found; else its other DT_NEEDED entries,
     each resolved as the loader would, that are not found: (name, who lists it, the loader's
     error). ld.so stops at the first entry it cannot find, so each entry is tried on its own."""
-    if not res.found:
+    if res.path is None:  # not found
         return None
     proc = Process(loader)
     _, item = proc.find(res.path, None)
@@ -112,15 +113,18 @@ def judge_unloaded(soname: str, res: Resolution, missing: list[tuple[str, str, s
                    main_dir: str | None, main_version: str | None, main_name: str) -> dict:
     """A sub-library that needs the absent driver, judged from its files: where it comes from,
     the version its file name carries, its other DT_NEEDED entries."""
+    assert res.path is not None  # needs_absent_driver answered for it: the loader finds it
     real = os.path.realpath(res.path)
     version = gen.library_file_version(os.path.basename(real)) or \
         gen.library_file_version(os.path.basename(res.path))
-    sub = {"soname": soname, "path": res.path, "via": res.via, "mapped": None,
+    sub: dict[str, Any] = {
+           "soname": soname, "path": res.path, "via": res.via, "mapped": None,
            "directory": _real_dir(res.path), "version": version, "version_from": "file name",
            "loaded": None, "dlerror": None, "error": None, "status": SKIP,
            "skip": f"not loaded: it lists {DRIVER} as DT_NEEDED and this machine has no NVIDIA "
                    "driver; judged from its file", "problems": []}
-    problems, rank = sub["problems"], []
+    problems: list[str] = sub["problems"]
+    rank: list[int] = []
     for name, who, error in missing:
         rank.append(RANK["unloadable"])
         problems.append(f"{soname} ({res.path}) cannot be loaded even with a driver: "
@@ -153,7 +157,7 @@ def judge_outside(soname: str, res: Resolution, main_dir: str | None,
     """A sub-library outside the flavour that the loader would find: from another copy (or of
     another version), that copy is mixed with this one. Judged from its file, not loaded; the
     version named is the one its own file name carries."""
-    if not res.found:
+    if res.path is None:  # not found
         return None
     real = os.path.realpath(res.path)
     version = gen.library_file_version(os.path.basename(real))
@@ -212,7 +216,7 @@ def _real_dir(path: str | None) -> str | None:
 
 
 def check_coherence(inst: Installation, env: Mapping[str, str], *,
-                    loader: Environment | None = None, load_data: dict | None = None,
+                    loader: Environment | None = None, load_data: LoadAnswer | None = None,
                     python: str | None = None, timeout: float = TIMEOUT,
                     runner: Runner | None = None, driver_present: bool | None = None) -> Check:
     """The `coherence` check of `inst` for a program started from `env` (the user's, as is).
@@ -220,7 +224,7 @@ def check_coherence(inst: Installation, env: Mapping[str, str], *,
     `loader`: the loader's environment for the emulation (default: from `env`, the real
     ldconfig cache and ld.so); `load_data`: the load probe's answer, for cuDNN's version;
     `python`: the interpreter that runs the probe (default: this one); `driver_present`:
-    whether this machine has an NVIDIA driver (default: checks/driver.driver_present)."""
+    whether this machine has an NVIDIA driver (default: probing/driver.driver_present)."""
     target = inst.soname_path()
     if target is None:
         return Check(NAME, SKIP, f"no libcudnn in {inst.lib_dir}: nothing to load")
@@ -238,18 +242,19 @@ def check_coherence(inst: Installation, env: Mapping[str, str], *,
         s: deps for s in sonames
         if (deps := needs_absent_driver(resolved[s], loader)) is not None}
     probed = [s for s in sonames if s not in unloadable]
-    args = [resolved[s].path if resolved[s].found else s for s in probed]
+    args = [resolved[s].path or s for s in probed]  # the path found, else the name
     # What a client's first call loads before the rest (cuDNN 9: graph, then ops), loaded
     # the same way first, so that the others find them by SONAME as they do in the client.
     present, first = set(inst.composition().present), []
     for stem in gen.OPENED_FIRST.get(inst.generation or "", ()):
-        if stem in present and not any(_stem(s) == stem for s in unloadable):
-            first += ["--first", gen.version_check_function(stem)]
+        function = gen.version_check_function(stem)
+        if function and stem in present and not any(_stem(s) == stem for s in unloadable):
+            first += ["--first", function]
     # The runner skips it when loading libcudnn hung earlier; its own 60 s per sub-library
     # are the probe's, not a hang of libcudnn's.
-    probing = dict(runner=runner, key=loads_key(target), remember=False)
+    key = loads_key(target)
     result = run_probe(probe_module("sublibs") + [*first, str(target), *args], timeout, dict(env),
-                       python, **probing)
+                       python, runner=runner, key=key, remember=False)
     data: dict = {"library": {"path": str(target), "directory": _real_dir(str(target))},
                   "ld_library_path": loader.ld_library_path, "sublibraries": []}
     if result.data is None:
@@ -264,7 +269,7 @@ def check_coherence(inst: Installation, env: Mapping[str, str], *,
         for i in retry:
             args[i] = by_cudnn[_stem(probed[i])]
         again = run_probe(probe_module("sublibs") + [*first, str(target), *args], timeout,
-                          dict(env), python, **probing)
+                          dict(env), python, runner=runner, key=key, remember=False)
         if again.data is not None:
             probe = SublibsAnswer.read(again.data)
     main_dir = _real_dir(probe.mapped or probe.path or str(target))
@@ -293,16 +298,16 @@ def check_coherence(inst: Installation, env: Mapping[str, str], *,
         data["sublibraries"].append(sub)
         problems += sub["problems"]
         checked += sub.get("version_check", {}).get("status") == 0
-    strays = [sub for soname in outside if (sub := judge_outside(
+    strays = [stray for soname in outside if (stray := judge_outside(
         soname, resolved[soname], main_dir, main_version)) is not None]
     groups: dict[tuple, list[dict]] = {}
     for sub in strays:
         groups.setdefault((sub["directory"], sub["version"], sub["via"]), []).append(sub)
     for (where, version, via), subs in groups.items():
-        names = ", ".join(sub["soname"] for sub in subs)
+        listed = ", ".join(sub["soname"] for sub in subs)
         one = len(subs) == 1
         subs[0]["problems"].append(
-            f"{names} {'is' if one else 'are'} not part of this JIT release, but cuDNN opens "
+            f"{listed} {'is' if one else 'are'} not part of this JIT release, but cuDNN opens "
             f"{'it' if one else 'them'} for the calls that flavour does without (the legacy "
             f"API, the precompiled engines) and the loader finds {'it' if one else 'them'} in "
             f"another copy: {where} (cuDNN {version or '?'} by the file "
@@ -375,12 +380,12 @@ def judge(soname: str, res: Resolution, answer: SubLibraryAnswer | Mapping,
     opened = [n for n in (check.opened if check else []) if _stem(n) == _stem(soname)]
     opened_as = os.path.basename(opened[0]) if opened else first_opened or (
         res.name if res.found and not own else None)
-    sub = {"soname": soname, "path": res.path, "via": via, "mapped": path,
+    sub: dict[str, Any] = {"soname": soname, "path": res.path, "via": via, "mapped": path,
            "opened_as": opened_as, "directory": _real_dir(path), "version": version,
            "version_from": version_from, "loaded": got.loaded, "dlerror": got.dlerror,
            "error": got.error, "problems": []}
-    problems = sub["problems"]
-    rank = []  # what kind of problem comes first: the cause before what it causes
+    problems: list[str] = sub["problems"]
+    rank: list[int] = []  # what kind of problem comes first: the cause before what it causes
     if not res.found and not own:
         rank.append(RANK["missing"])
         problems.append(f"{soname} cannot be found where {main_name} looks for it "

@@ -35,14 +35,14 @@ import glob
 import os
 import shlex
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
-from cudnn_setup.checks.answer_values import integer
-from cudnn_setup.checks.driver_check import driver_present as machine_has_driver
+from cudnn_setup.probing.driver import driver_present as machine_has_driver
+from cudnn_setup.probing.load_answer import LoadAnswer
 from cudnn_setup.child import Runner
-from cudnn_setup.checks.installation import Installation
-from cudnn_setup.facts import cuda as cuda_facts
+from cudnn_setup.installation.model import Installation
 from cudnn_setup.facts import cudnn as gen
 from cudnn_setup.facts.composition import cudnn_stem
 from cudnn_setup.facts import dependencies as D
@@ -73,17 +73,11 @@ def loader_environment(env: Mapping[str, str], cache: Sequence[CacheEntry] | Non
                        objects=objects or Objects())
 
 
-def versions_for(inst: Installation, load_data: dict | None) -> Versions:
+def versions_for(inst: Installation, load_data: LoadAnswer | None) -> Versions:
     """cuDNN's version and the CUDA it was built for: what the load probe asked the library
     (cudnnGetVersion, cudnnGetCudartVersion), else the header, the manifest, the wheel's name."""
-    cudnn = cuda = None
-    data = load_data or {}
-    number = data.get("cudnnGetVersion")
-    if integer(number, 1, 10**7) is not None:
-        cudnn = gen.version_text(number)
-    number = data.get("cudnnGetCudartVersion")
-    if integer(number, 1000, 10**6) is not None:
-        cuda = cuda_facts.version_text(number)
+    cudnn = load_data.cudnn if load_data is not None else None
+    cuda = load_data.cuda if load_data is not None else None
     cudnn = cudnn or inst.version
     if cuda is None:
         cuda = inst.manifest.cuda_version if inst.manifest else None
@@ -237,7 +231,7 @@ def fixes_for(entry: Entry, cuda_version: str | None, manager: str | None,
     return out
 
 
-def check_deps(inst: Installation, env: Mapping[str, str], *, load_data: dict | None = None,
+def check_deps(inst: Installation, env: Mapping[str, str], *, load_data: LoadAnswer | None = None,
                driver_present: bool | None = None, loader: Environment | None = None,
                distro_id: tuple[str, str] | None = None,
                search_dirs: Sequence[Path] | None = None,
@@ -292,15 +286,16 @@ def check_deps(inst: Installation, env: Mapping[str, str], *, load_data: dict | 
             "driver_present": driver_present, "ld_library_path": loader.ld_library_path,
             "package_manager": manager, "dependencies": [e.to_dict() for e in entries],
             "composition": comp.to_dict() if comp else None}
-    worst = max((e.severity for e in missing), key=_RANK.get, default=SKIP)
-    shown = sorted((e for e in missing if e.severity != SKIP), key=lambda e: -_RANK[e.severity])
+    worst = max((e.severity or SKIP for e in missing), key=lambda s: _RANK[s], default=SKIP)
+    shown = sorted((e for e in missing if e.severity != SKIP),
+                   key=lambda e: -_RANK[e.severity or SKIP])
     if worst in (FAIL, WARN):
         parts = [_line(e) for e in shown[:MAX_SHOWN]]
         if len(shown) > MAX_SHOWN:
             parts.append(f"{len(shown) - MAX_SHOWN} more in data.dependencies")
-        first = next((e for e in shown if e.fixes), None)
-        if first is not None:
-            data["hint"] = f"{first.name}: {first.fixes[0]['text']}"
+        fixable = next((e for e in shown if e.fixes), None)
+        if fixable is not None:
+            data["hint"] = f"{fixable.name}: {fixable.fixes[0]['text']}"
         return Check(NAME, worst, "; ".join(parts), data)
     found = [e for e in entries if e.found]
     detail = _found_sentence(len(found), len(roots), inst.lib_dir)
@@ -362,7 +357,7 @@ def _ask_together(available: D.Availability, missing: list[Entry], cuda: str | N
         fixes_for(e, cuda, manager, search, inst.lib_dir, note, inst.origin == "wheel")
     names = list(wanted)
     chunks = [tuple(names[i:i + D.MAX_ASKED]) for i in range(0, len(names), D.MAX_ASKED)]
-    replies = at_once([lambda c=c: available(manager, c) for c in chunks])
+    replies = at_once([partial(available, manager, c) for c in chunks])
     reply_of = {n: reply for chunk, reply in zip(chunks, replies) for n in chunk}
 
     def answer(m: str, asked) -> dict[str, bool] | None:

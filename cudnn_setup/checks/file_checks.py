@@ -4,8 +4,8 @@ from __future__ import annotations
 import os
 import stat
 
-from cudnn_setup.checks.installation import Installation
-from cudnn_setup.checks.locate import UNMANAGED
+from cudnn_setup.installation.model import Installation
+from cudnn_setup.installation.locate import UNMANAGED
 from cudnn_setup.facts import clients
 from cudnn_setup.facts import cudnn as gen
 from cudnn_setup.facts.elf import NotElf, code_problem, read_elf
@@ -36,15 +36,16 @@ def check_files(inst: Installation, deep: bool = False) -> Check:
             problems.append(f"{entry.path} is missing")
         elif not entry.content.same(current):
             changed.append(entry.path)
-        elif entry.type == FILE and (current.mode & 0o444) != 0o444:
+        elif entry.type == FILE and ((current.mode or 0) & 0o444) != 0o444:
             problems.append(f"{entry.path} is not readable by everyone")
         elif entry.type == SYMLINK and not path.exists():
             problems.append(f"{entry.path} -> {entry.content.target} is a broken link")
     if inst.header_file is None:
         problems.append("include/cudnn.h is missing")
     comp = inst.composition() if inst.generation else None
-    for stem in comp.missing if comp else ():
-        problems.append(f"{stem} is missing from {inst.lib_dir} ({comp.reason(stem)})")
+    if comp is not None:
+        problems += [f"{stem} is missing from {inst.lib_dir} ({comp.reason(stem)})"
+                     for stem in comp.missing]
     for lib in inst.libraries:
         mode = stat.S_IMODE(os.stat(lib).st_mode)
         if mode & 0o444 != 0o444 and not any(lib.name in p for p in problems):
@@ -97,7 +98,7 @@ def soname_link_problems(inst: Installation) -> dict:
     """{link path: problem} for each sub-library whose SONAME link (libcudnn_ops.so.9) is
     missing or leads to another file than the sub-library of this release: damage to the
     clients that load by that name, which facts/clients.link_clients names."""
-    out = {}
+    out: dict = {}
     if inst.generation not in (gen.V8_EARLY, gen.V8_LATE, gen.V9):
         return out
     for lib in inst.libraries:

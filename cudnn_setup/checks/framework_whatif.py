@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence
 
 from cudnn_setup.checks.framework_loader import BEFORE_CACHE, WHY_FULL_PATH, ChildLoader
-from cudnn_setup.checks.framework_probe import library_version
+from cudnn_setup.probing.framework_probe import library_version
 from cudnn_setup.checks.frameworks_check import (FrameworkEntry, LoadedCopy, file_version,
                                                  framework_report, framework_reports)
 from cudnn_setup.child import Runner

@@ -2,7 +2,7 @@
 is right for them: the `frameworks` check and its JSON.
 
 Each framework is imported in a child process of its own (probes/framework_loads.py, run by
-checks/framework_probe.py), never here. The child reports what it could see from inside: the
+probing/framework_probe.py), never here. The child reports what it could see from inside: the
 framework's versions, the libcudnn files mapped into it and their cudnnGetVersion(), its loader
 environment and every mapped shared object. Why the loader picked that copy is worked out here
 with the loader's own search order (checks/framework_loader.py on facts/ldresolve/); what a
@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Callable, Mapping, Sequence
 
-from cudnn_setup.checks.answer_values import Fields, text
+from cudnn_setup.probing.answer_values import Fields, text
 from cudnn_setup.checks.framework_loader import NO_SEARCH, ChildLoader, ElfFacts
-from cudnn_setup.checks.framework_probe import Run, importable_frameworks, run
+from cudnn_setup.probing.framework_probe import Run, importable_frameworks, run
 from cudnn_setup.child import Runner
 from cudnn_setup.errors import SetupError
 from cudnn_setup.facts import cudnn as gen

@@ -12,15 +12,16 @@ reason outside cuDNN (no NVRTC for the runtime-compiled engine) is a warn naming
 from __future__ import annotations
 
 import re
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Mapping
 
-from cudnn_setup.checks.answer_values import shown
-from cudnn_setup.checks.driver_check import no_driver
-from cudnn_setup.checks.installation import Installation
+from cudnn_setup.probing.answer_values import shown
+from cudnn_setup.probing.gpu_answer import GpuAnswer
+from cudnn_setup.probing.driver import no_driver
+from cudnn_setup.installation.model import Installation
 from cudnn_setup.checks.native import find_cudart
-from cudnn_setup.checks.probe import child_env, loads_key, probe_module, run_probe
+from cudnn_setup.probing.probe import child_env, loads_key, probe_module, run_probe
 from cudnn_setup.child import Runner
 from cudnn_setup.facts import cudnn as gen
 from cudnn_setup.facts.ldresolve.environment import Environment
@@ -43,54 +44,14 @@ STEPS = {
                                "fused operations (cudnn-frontend, TensorRT, torch.compile)"),
 }
 _STEP_LINE = re.compile(r"^gpu-step: (\w{1,64})$", re.M)
-_LIB = re.compile(r"^lib[\w]{1,64}\Z")
 
 
-def _libs(value) -> list[str]:
-    return [v for v in value if isinstance(v, str) and _LIB.match(v)][:8] \
-        if isinstance(value, list) else []
+@dataclass
+class GpuCheck(Check):
+    """The gpu check, with the probe's answer it was judged from (not part of the JSON: the
+    theano check words from it why Theano may not use cuDNN here)."""
 
-
-def steps_of(data: dict) -> list[dict]:
-    """The probe's steps, kept only where they are well-formed and named as the probe names
-    them; everything shown is bounded."""
-    out = []
-    raw = data.get("steps")
-    for entry in raw if isinstance(raw, list) else []:
-        if not isinstance(entry, dict) or entry.get("name") not in STEPS:
-            continue
-        status = entry.get("status")
-        if status not in (PASS, WARN, FAIL, SKIP):
-            status = FAIL
-        err = entry.get("max_rel_error")
-        out.append({"name": entry["name"], "status": status,
-                    "sublibraries": _libs(entry.get("sublibraries")),
-                    "stage": shown(entry.get("stage"), 20) if isinstance(entry.get("stage"), str) else None,
-                    "reason": shown(entry["reason"]) if isinstance(entry.get("reason"), str) else None,
-                    "blamed": shown(entry["blamed"], 120) if isinstance(entry.get("blamed"), str) else None,
-                    "max_rel_error": err if isinstance(err, float) else None,
-                    "engine": entry.get("engine") if isinstance(entry.get("engine"), dict) else None,
-                    "mapped": [m for m in entry.get("mapped", []) if isinstance(m, str)][:16]
-                    if isinstance(entry.get("mapped"), list) else [],
-                    "seconds": _seconds(entry.get("seconds")),
-                    "plan": shown(entry["plan"], 120) if isinstance(entry.get("plan"), str) else None,
-                    "timings": _timings(entry.get("timings"))})
-    return out
-
-
-def _seconds(value) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) \
-        and 0 <= value < 1e6 else None
-
-
-def _timings(value) -> dict[str, float]:
-    """Where a step's (or the probe's) time went, by phase: known names, bounded numbers."""
-    if not isinstance(value, dict):
-        return {}
-    return {k: v for k, v in ((k, _seconds(value.get(k))) for k in _PHASES) if v is not None}
-
-
-_PHASES = ("device", "load", "graph", "plan", "execute")
+    answer: GpuAnswer | None = None
 
 
 def plan_cache(cache_dir: Path | None) -> Path | None:
@@ -107,7 +68,7 @@ def without_driver(inst: Installation, env: Mapping[str, str],
                    loader: Environment) -> str | None:
     """Why the probe could only skip, known without starting it, in the words it would say:
     no NVIDIA kernel module and no libcuda.so.1 that its loader (the library's directory
-    first on LD_LIBRARY_PATH) would find (checks/driver.no_driver, the driver probe's rule)."""
+    first on LD_LIBRARY_PATH) would find (probing/driver.no_driver, the driver probe's rule)."""
     probe_env = child_env(inst.lib_dir, env)
     return no_driver(probe_env, replace(loader, ld_library_path=probe_env["LD_LIBRARY_PATH"]),
                      smi=False)
@@ -126,11 +87,12 @@ def check_gpu(inst: Installation, env: Mapping[str, str], runner: Runner | None 
         return Check(NAME, SKIP, "no libcudnn to run")
     absent = without_driver(inst, env, loader) if loader is not None else None
     if absent is not None:
-        return Check(NAME, SKIP, absent, {"status": SKIP, "reason": absent})
+        said = GpuAnswer(status=SKIP, reason=absent)  # what the probe would have answered
+        return GpuCheck(NAME, SKIP, absent, said.to_dict(), said)
     args = probe or probe_module("gpu_steps")
     comp = inst.composition() if inst.generation else None
     jit = comp is not None and comp.flavour == gen.JIT
-    if jit:  # no legacy API, no heuristics or precompiled engines: those steps cannot run
+    if comp is not None and jit:  # no legacy API, heuristics or precompiled engines: those steps cannot run
         args = args + ["--have", ",".join(comp.required)]
     plans = plan_cache(cache_dir)
     if plans is not None:
@@ -154,50 +116,49 @@ def check_gpu(inst: Installation, env: Mapping[str, str], runner: Runner | None 
                   f"the GPU probe died ({result.crashed or result.returncode}){where}: "
                   f"{result.last_error_line()}")
         return Check(NAME, FAIL, detail, {"crashed_in": step})
-    data = result.data
-    status = data.get("status")
-    if status == "skip":
-        return Check(NAME, SKIP, shown(data.get("reason", "no GPU")), data)
-    gpu = f"{shown(data.get('gpu'), 80)} (compute capability {shown(data.get('compute_capability'), 10)})"
-    cc = data.get("compute_capability")
-    floor = S.below_every_build(inst.version, cc) if isinstance(cc, str) and inst.version else None
+    answer = GpuAnswer.read(result.data, STEPS)
+    if answer.status == SKIP:
+        return GpuCheck(NAME, SKIP, shown(answer.reason or "no GPU"), answer.to_dict(), answer)
+    cc = answer.compute_capability
+    gpu = f"{shown(answer.gpu or '?', 80)} (compute capability {shown(cc or '?', 10)})"
+    floor = S.below_every_build(inst.version, cc) if cc and inst.version else None
     if floor:
-        data["supported"] = False
-        return Check(NAME, FAIL, f"{gpu}: every build of cuDNN {inst.version} needs compute "
-                     f"capability {floor} or newer", data)
-    steps = steps_of(data)
+        return GpuCheck(NAME, FAIL, f"{gpu}: every build of cuDNN {inst.version} needs compute "
+                        f"capability {floor} or newer", dict(answer.to_dict(), supported=False),
+                        answer)
+    steps = answer.steps
     if not jit:  # only a release without some sub-libraries may have steps left out
-        for s in steps:
-            if s["status"] == SKIP:
-                s.update(status=FAIL, reason=f"the probe left it out ({s['reason'] or 'no reason'})")
-    data["steps"] = steps
-    data["timings"] = _timings(data.get("timings"))
+        steps = tuple(replace(s, status=FAIL, reason=f"the probe left it out ({s.reason or 'no reason'})")
+                      if s.status == SKIP else s for s in steps)
+        answer = replace(answer, steps=steps)
+    data = answer.to_dict()
     if not steps:
-        return Check(NAME, FAIL, f"{gpu}: {shown(data.get('reason') or 'the probe ran no step')}", data)
+        return GpuCheck(NAME, FAIL, f"{gpu}: {shown(answer.reason or 'the probe ran no step')}",
+                        data, answer)
     data["supported"] = True
-    failed = [s for s in steps if s["status"] == FAIL]
-    warned = [s for s in steps if s["status"] == WARN]
+    failed = [s for s in steps if s.status == FAIL]
+    warned = [s for s in steps if s.status == WARN]
     if failed:
         parts = []
         for s in failed:
-            what, who = STEPS[s["name"]]
-            parts.append(f"{what} failed at {s['stage'] or '?'}: {s['reason'] or 'no reason given'}"
-                         f" — points to {s['blamed'] or ', '.join(s['sublibraries'])}; {who} "
+            what, who = STEPS[s.name]
+            parts.append(f"{what} failed at {s.stage or '?'}: {s.reason or 'no reason given'}"
+                         f" — points to {s.blamed or ', '.join(s.sublibraries)}; {who} "
                          "would break")
-        return Check(NAME, FAIL, f"{gpu}: " + "; ".join(parts), data)
-    ran = "; ".join(f"{STEPS[s['name']][0]} ({', '.join(x.removeprefix('libcudnn_') for x in s['sublibraries'])})"
-                    for s in steps if s["status"] == PASS)
-    worst = max((s["max_rel_error"] for s in steps if s["max_rel_error"] is not None), default=None)
+        return GpuCheck(NAME, FAIL, f"{gpu}: " + "; ".join(parts), data, answer)
+    ran = "; ".join(f"{STEPS[s.name][0]} ({', '.join(x.removeprefix('libcudnn_') for x in s.sublibraries)})"
+                    for s in steps if s.status == PASS)
+    worst = max((s.max_rel_error for s in steps if s.max_rel_error is not None), default=None)
     detail = (f"on {gpu}, each matched numpy"
               + (f" (largest relative error {worst:.2g})" if worst is not None else "")
               + f": {ran}")
-    skipped = [s for s in steps if s["status"] == SKIP]
+    skipped = [s for s in steps if s.status == SKIP]
     if skipped:
         detail += "; not part of this release: " + "; ".join(
-            f"{STEPS[s['name']][0]} ({s['reason']})" for s in skipped)
-    if not any(s["status"] == PASS for s in steps):
-        return Check(NAME, WARN if warned else SKIP, detail, data)
+            f"{STEPS[s.name][0]} ({s.reason})" for s in skipped)
+    if not any(s.status == PASS for s in steps):
+        return GpuCheck(NAME, WARN if warned else SKIP, detail, data, answer)
     if warned:
-        detail += "; not run: " + "; ".join(f"{STEPS[s['name']][0]}: {s['reason']}" for s in warned)
-        return Check(NAME, WARN, detail, data)
-    return Check(NAME, PASS, detail, data)
+        detail += "; not run: " + "; ".join(f"{STEPS[s.name][0]}: {s.reason}" for s in warned)
+        return GpuCheck(NAME, WARN, detail, data, answer)
+    return GpuCheck(NAME, PASS, detail, data, answer)

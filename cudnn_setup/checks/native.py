@@ -10,8 +10,9 @@ import tempfile
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from cudnn_setup.checks.installation import Installation
-from cudnn_setup.checks.probe import ProbeResult, child_env, loads_key, probe_module, run_probe
+from cudnn_setup.installation.model import Installation
+from cudnn_setup.probing.load_answer import WHAT, LoadAnswer
+from cudnn_setup.probing.probe import ProbeResult, child_env, loads_key, probe_module, run_probe
 from cudnn_setup.child import Runner
 from cudnn_setup.untrusted import kind
 from cudnn_setup.facts import cudnn as gen
@@ -83,8 +84,9 @@ def not_loadable_on_the_way(target: Path, loader: Environment) -> str | None:
 
 
 def check_load(inst: Installation, env: Mapping[str, str], runner: Runner | None = None,
-               loader: Environment | None = None) -> tuple[Check, dict | None]:
-    """The `load` check; `loader`: the loader's environment, to see what it would open first."""
+               loader: Environment | None = None) -> tuple[Check, LoadAnswer | None]:
+    """The `load` check, and the probe's answer for the checks that read it; `loader`: the
+    loader's environment, to see what it would open first."""
     target = inst.soname_path()
     if target is None:
         return Check("load", SKIP, "no libcudnn to load"), None
@@ -103,25 +105,24 @@ def check_load(inst: Installation, env: Mapping[str, str], runner: Runner | None
         return Check("load", FAIL, f"loading {target.name} did not finish in {LOAD_TIMEOUT:.0f} s"), None
     if result.data is None or "cudnnGetVersion" not in result.data:
         return Check("load", FAIL, _crash_detail(result, inst)), None
-    answer = result.answer("the load probe's answer")
+    answer = result.answer(WHAT)
     got = answer.raw("cudnnGetVersion")
     if got is not None and answer.integer("cudnnGetVersion") is None:
         return Check("load", FAIL, f"the load probe's answer is not a version: {str(got)[:50]}"), None
     # what later checks read (the CUDA version it was built for), each field checked here once
-    data = {"path": answer.text("path", 4096), "cudnnGetVersion": got,
-            "cudnnGetCudartVersion": answer.integer("cudnnGetCudartVersion", 0, 10**7)}
-    if got is None:
-        return Check("load", WARN, f"{target.name} loads but has no cudnnGetVersion (R1)", data), data
+    load = LoadAnswer.read(answer)
+    data = load.to_dict()
+    if load.version is None:
+        return Check("load", WARN, f"{target.name} loads but has no cudnnGetVersion (R1)", data), load
     if inst.header_version and inst.header_version != "1.0.0":
         expected = gen.version_number(inst.header_version)
-        if got != expected:
-            return Check("load", FAIL, f"cudnnGetVersion() = {got} but the header says "
-                         f"{expected}: Theano would stop with 'Mixed dnn version'", data), data
-    data["mapped"] = answer.paths("mapped")
-    front = [m for m in data["mapped"] if gen.library_stem(os.path.basename(m)) == "libcudnn"]
+        if load.version != expected:
+            return Check("load", FAIL, f"cudnnGetVersion() = {load.version} but the header says "
+                         f"{expected}: Theano would stop with 'Mixed dnn version'", data), load
+    front = [m for m in load.mapped if gen.library_stem(os.path.basename(m)) == "libcudnn"]
     opened = f" (the file {escape(front[0])})" if len(front) == 1 else ""
-    return Check("load", PASS, f"{target.name} loads{opened}; cudnnGetVersion() = {got}, "
-                 f"cudnnGetCudartVersion() = {data.get('cudnnGetCudartVersion')}", data), data
+    return Check("load", PASS, f"{target.name} loads{opened}; cudnnGetVersion() = {load.version}, "
+                 f"cudnnGetCudartVersion() = {load.cudart_version}", data), load
 
 
 # The program says READY once main() runs, and only then is given the run's key on stdin: code
@@ -167,11 +168,12 @@ def check_compile(inst: Installation, env: Mapping[str, str], cc: str | None = N
     compiler = cc or env.get("CC") or shutil.which("cc", path=path) or shutil.which("gcc", path=path)
     if not compiler:
         return Check("compile", SKIP, "no C compiler (cc) on PATH")
-    if inst.header_file is None or inst.library("libcudnn") is None:
+    library = inst.library("libcudnn")
+    if inst.header_file is None or library is None:
         return Check("compile", SKIP, "no cudnn.h or libcudnn to build against")
     link, note = "-lcudnn", ""
     target = inst.soname_path()
-    loaded = target or inst.library("libcudnn")
+    loaded = target or library
     earlier = runner.known(loads_key(loaded))
     if earlier is not None:  # the linker would open it too (a FIFO blocks it)
         return Check("compile", FAIL, f"not built against {loaded.name}: {earlier}")

@@ -13,12 +13,13 @@ from typing import Callable, Mapping
 
 from cudnn_setup.checks.coherence import check_coherence
 from cudnn_setup.checks.deps import check_deps, loader_environment
-from cudnn_setup.checks.driver_check import DriverFacts, check_driver, driver_facts, driver_present
+from cudnn_setup.checks.driver_check import check_driver
+from cudnn_setup.probing.driver import DriverFacts, driver_facts, driver_present
 from cudnn_setup.checks.clients_check import check_clients
 from cudnn_setup.checks.file_checks import check_elf, check_files, check_versions
 from cudnn_setup.checks.frameworks_check import FrameworkEntry, check_frameworks
-from cudnn_setup.checks.installation import Installation
-from cudnn_setup.checks.locate import skipped_without_cudnn
+from cudnn_setup.installation.model import Installation
+from cudnn_setup.installation.locate import skipped_without_cudnn
 from cudnn_setup.checks.gpu import check_gpu
 from cudnn_setup.checks.native import check_compile, check_load
 from cudnn_setup.checks.system import check_cuda, check_loader
@@ -124,7 +125,8 @@ def run_checks(inst: Installation, *, python: str, env: Mapping[str, str],
     # needed only to read the frameworks' answers.
     # One memo of the libraries' ELF facts serves every check (files, coherence, deps, load).
     if loader is None:
-        loader_later = Later(loader_environment, env, objects=inst.objects)
+        loader_later: Later[Environment] | Done[Environment] = Later(
+            loader_environment, env, objects=inst.objects)
     else:
         if loader.objects is None:
             loader = replace(loader, objects=inst.objects)
@@ -133,8 +135,9 @@ def run_checks(inst: Installation, *, python: str, env: Mapping[str, str],
         loader_later = Done(loader)
     if frameworks is None or callable(frameworks):
         pending = frameworks or (lambda: None)
-        frameworks_later = Later(lambda: pending() or frameworks_of(
-            python, env, with_frameworks, loader_later.result, runner))
+        frameworks_later: Later[Frameworks] | Done[Frameworks] = Later(
+            lambda: pending() or frameworks_of(python, env, with_frameworks,
+                                               loader_later.result, runner))
     else:
         frameworks_later = Done(frameworks)
     loader = loader_later.result()
@@ -172,7 +175,8 @@ def run_checks(inst: Installation, *, python: str, env: Mapping[str, str],
 
         coherence_later, deps_later = Later(coherence), Later(deps)
         gpu_later, compile_later = Later(gpu), Later(compiled)
-    gpu_check = gpu_later.result if gpu_later is not None else (lambda: skipped["gpu"])
+    gpu_check = gpu_later.result if gpu_later is not None else (
+        lambda: skipped["gpu"])  # type: ignore[index]  # no gpu_later: skipped is set
     # Theano runs its graphs at once: the gpu check only words why cuDNN was not used, so
     # check_theano waits for it after the graphs ran.
     theano_later = Later(check_theano, inst, python, theanorc, env, gpu_check, runner) if theano \
@@ -183,6 +187,7 @@ def run_checks(inst: Installation, *, python: str, env: Mapping[str, str],
         checks += [skipped[name] for name in ("elf", "versions", "load", "coherence", "deps",
                                               "loader", "cuda")]
     else:
+        assert load_later and coherence_later and deps_later  # started above: cuDNN is here
         step("elf")
         checks.append(check_elf(inst, host_machine()))
         step("versions")
@@ -204,10 +209,11 @@ def run_checks(inst: Installation, *, python: str, env: Mapping[str, str],
     if skipped is not None:
         checks += [skipped["compile"], skipped["gpu"]]
     else:
+        assert compile_later and gpu_later  # started above: cuDNN is here
         step("compile")
-        compiled = compile_later.result()
+        compile_check = compile_later.result()
         step("gpu")
-        checks += [compiled, gpu_later.result()]
+        checks += [compile_check, gpu_later.result()]
     step("frameworks")
     found = frameworks_later.result()
     checks.append(found.check)

@@ -5,9 +5,9 @@ import os
 from pathlib import Path
 from typing import Mapping
 
-from cudnn_setup.checks.answer_values import integer
-from cudnn_setup.checks.installation import Installation
+from cudnn_setup.installation.model import Installation
 from cudnn_setup.facts import cuda, loader
+from cudnn_setup.probing.load_answer import LoadAnswer
 from cudnn_setup.report import FAIL, PASS, SKIP, WARN, Check
 
 
@@ -63,14 +63,12 @@ def other_fix(inst: Installation) -> str:
             "ldconfig)")
 
 
-def check_cuda(inst: Installation, load_data: dict | None) -> Check:
+def check_cuda(inst: Installation, load_data: LoadAnswer | None) -> Check:
     root_version = inst.root.version
     built_for = inst.manifest.cuda_version if inst.manifest else None
     source = "archive name"
-    cudart = integer((load_data or {}).get("cudnnGetCudartVersion"), 1, 10**7)
-    if not built_for and cudart:
-        built_for = cuda.version_text(cudart)
-        source = "cudnnGetCudartVersion()"
+    if not built_for and load_data is not None and load_data.cuda:
+        built_for, source = load_data.cuda, "cudnnGetCudartVersion()"
     if not root_version or not built_for:
         return Check("cuda", SKIP, "CUDA version of the root or of cuDNN's build unknown",
                      {"root": root_version, "cudnn_built_for": built_for})

@@ -6,10 +6,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping
 
-from cudnn_setup.checks.answer_values import BadAnswer, Fields
-from cudnn_setup.checks.installation import Installation
+from cudnn_setup.probing.answer_values import BadAnswer, Fields
+from cudnn_setup.installation.model import Installation
+from cudnn_setup.checks.gpu import GpuCheck
 from cudnn_setup.child import Runner, run_command
-from cudnn_setup.checks.probe import probe_module, run_probe
+from cudnn_setup.probing.probe import probe_module, run_probe
+from cudnn_setup.probing.theano_answer import WHAT, TheanoAnswer
 from cudnn_setup.facts import gpus
 from cudnn_setup.facts import theano as theano_facts
 from cudnn_setup.facts.cudnn import split_version
@@ -132,23 +134,22 @@ class TheanoGraphs:
                    answer.text("optimizer_including", 10000) or "")
 
 
-def why_not_cudnn(data: dict, inst: Installation, gpu: Check | None) -> str:
+def why_not_cudnn(said: TheanoAnswer, inst: Installation, gpu: Check | None) -> str:
     """The one reason Theano does not use cuDNN here, most fundamental first: no cuDNN at all;
     a GPU no cuDNN can run on; a cuDNN outside Theano's range (on any machine, GPU or not);
     no GPU; device=cpu; what Theano itself said."""
     if inst.library("libcudnn") is None and inst.header_file is None:
         return f"there is no cuDNN in {inst.root.path} ({inst.lib_dir}, {inst.include_dir})"
-    cc = (gpu.data or {}).get("compute_capability") if gpu else None
+    cc = gpu.answer.compute_capability if isinstance(gpu, GpuCheck) and gpu.answer else None
     if cc and gpus.cc_tuple(cc) < gpus.cc_tuple(gpus.THEANO_MIN_CC):
         return f"the GPU has compute capability {cc}; Theano's cuDNN path needs {gpus.THEANO_MIN_CC}"
     if inst.version and not theano_supports(inst.version):
         return theano_range_note(inst.version) or f"Theano 1.0.5 does not support cuDNN {inst.version}"
     if gpu is not None and gpu.status == SKIP:
         return f"no GPU here ({gpu.detail}); Theano runs on the CPU"
-    answer = Fields(data)
-    if (answer.text("device", 100) or "cpu").startswith("cpu"):
+    if (said.device or "cpu").startswith("cpu"):
         return "device=cpu: set [global] device=cuda in the theanorc to use the GPU"
-    return answer.nonempty("dnn_reason", 1000) or "Theano did not pick a cuDNN op"
+    return said.dnn_reason or "Theano did not pick a cuDNN op"
 
 
 def check_theano(inst: Installation, python: str, theanorc: Path | None,
@@ -172,14 +173,13 @@ def check_theano(inst: Installation, python: str, theanorc: Path | None,
         what = "timed out" if result.timed_out else f"failed ({result.crashed or result.returncode})"
         return Check("theano", FAIL, f"Theano's test graphs {what} with "
                      f"{run.config_words()}: {result.last_error_line()[:300]}")
-    data = result.data
-    data.update(config_files=[str(f) for f in run.files],
+    said = TheanoAnswer.read(result.answer(WHAT))
+    data = dict(said.to_dict(), config_files=[str(f) for f in run.files],
                 theano_flags=run.env.get("THEANO_FLAGS"))
-    answer = Fields(data)
-    if (error := answer.nonempty("import_error", 1000)) is not None:
-        return Check("theano", FAIL, import_failure(error, answer.text("numpy", 50), run), data)
+    if said.import_error is not None:
+        return Check("theano", FAIL, import_failure(said.import_error, said.numpy, run), data)
     try:
-        got = TheanoGraphs.read(result.answer("the answer of Theano's test graphs"))
+        got = TheanoGraphs.read(result.answer(WHAT))
     except BadAnswer as exc:
         return Check("theano", FAIL, f"Theano's test graphs ran but their answer cannot be "
                      f"judged: {exc}")
@@ -189,7 +189,7 @@ def check_theano(inst: Installation, python: str, theanorc: Path | None,
         return Check("theano", FAIL, summary + ": wrong results", data)
     if got.uses_cudnn:
         return Check("theano", PASS, summary + " (cuDNN)", data)
-    reason = why_not_cudnn(data, inst, gpu() if callable(gpu) else gpu)
+    reason = why_not_cudnn(said, inst, gpu() if callable(gpu) else gpu)
     data["reason"] = reason
     usable = theano_supports(inst.version)
     if theanorc is None:  # the config was left alone (install --no-theanorc): nothing to ask of it

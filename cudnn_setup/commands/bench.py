@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cudnn_setup.checks.benchmarks import algorithm_check, theano_checks, theano_without_gpu
-from cudnn_setup.checks.driver_check import driver_facts
+from cudnn_setup.benchmarks import algorithm_check, theano_checks, theano_without_gpu
+from cudnn_setup.probing.driver import driver_facts
 from cudnn_setup.steps.command_wrapper import command
 from cudnn_setup.steps.context import Context, root_if_any
 from cudnn_setup.steps.recovery import root_installation

@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cudnn_setup.checks.deps import loader_environment
-from cudnn_setup.checks.driver_check import DriverFacts, describe_gpus, driver_facts, has_driver
+from cudnn_setup.probing.driver import DriverFacts, describe_gpus, driver_facts, has_driver
 from cudnn_setup.checks.frameworks_check import frameworks_json, one_line
-from cudnn_setup.checks.installation import Installation
-from cudnn_setup.checks.locate import describe, locate
-from cudnn_setup.checks.diagnosis import INFO, problems_from
+from cudnn_setup.installation.model import Installation
+from cudnn_setup.installation.locate import describe, locate
+from cudnn_setup.doctor_order import INFO, problems_from
 from cudnn_setup.checks.suite import Frameworks, frameworks_of, run_checks
 from cudnn_setup.checks.theano_check import stale_dnn_paths
 from cudnn_setup.steps.command_wrapper import command

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from cudnn_setup.archive import read_package
 from cudnn_setup.archive.package import Package
-from cudnn_setup.checks.driver_check import driver_facts
+from cudnn_setup.probing.driver import driver_facts
 from cudnn_setup.steps.command_wrapper import command
 from cudnn_setup.steps.context import Context, reading, which
 from cudnn_setup.placement.fit import BuiltFor, built_for, machine_fit

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 from cudnn_setup.archive.wheel import WHEEL
-from cudnn_setup.checks.driver_check import driver_facts
+from cudnn_setup.probing.driver import driver_facts
 from cudnn_setup.placement import engine
 from cudnn_setup.steps.command_wrapper import command
 from cudnn_setup.steps.context import Context, reading, which
@@ -152,7 +152,7 @@ def install(result: Result, ctx: Context, source: str, *, cuda_root: Path | None
 
 def framework_names(ctx: Context, python: str) -> list[str] | None:
     """The frameworks `python` could import (none is imported), or None when it cannot say."""
-    from cudnn_setup.checks.framework_probe import importable_frameworks
+    from cudnn_setup.probing.framework_probe import importable_frameworks
     from cudnn_setup.errors import SetupError, UsageError
 
     try:
@@ -168,7 +168,7 @@ def _verify(ctx: Context, root: CudaRoot, python: str, rc: Path | None, driver,
     """verify's checks of the root after the install; what the loader step learnt of the
     frameworks (their report) is taken once it is there, unless the step changed what
     programs load (it ran ldconfig)."""
-    from cudnn_setup.checks.installation import find_installation
+    from cudnn_setup.installation.model import find_installation
     from cudnn_setup.checks.suite import run_checks
 
     def report():

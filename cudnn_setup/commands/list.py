@@ -13,7 +13,7 @@ from typing import Callable, Optional
 
 from packaging.version import InvalidVersion, Version
 
-from cudnn_setup.checks.driver_check import DriverFacts, describe_gpus, driver_facts, has_driver
+from cudnn_setup.probing.driver import DriverFacts, describe_gpus, driver_facts, has_driver
 from cudnn_setup.steps.command_wrapper import command
 from cudnn_setup.steps.context import Context, root_if_any
 from cudnn_setup.steps.by_version import (choose_source, host_choice, machine_wheel_tags,

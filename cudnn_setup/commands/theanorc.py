@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cudnn_setup.checks.installation import find_installation
+from cudnn_setup.installation.model import find_installation
 from cudnn_setup.steps.command_wrapper import command
 from cudnn_setup.steps.context import Context
 from cudnn_setup.steps.recovery import look_at_state

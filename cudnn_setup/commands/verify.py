@@ -8,8 +8,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from cudnn_setup.checks.installation import UNREAD, find_installation
-from cudnn_setup.checks.locate import describe, locate
+from cudnn_setup.installation.model import UNREAD, find_installation
+from cudnn_setup.installation.locate import describe, locate
 from cudnn_setup.checks.suite import run_checks
 from cudnn_setup.steps.command_wrapper import command
 from cudnn_setup.steps.context import Context, include_needs_lib_dir, root_if_any

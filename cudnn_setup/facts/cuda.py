@@ -169,7 +169,7 @@ def find_cuda_root(env: Mapping[str, str], explicit: Path | None = None,
                 return CudaRoot(path=path, found_via=via, version=version, version_source=source)
         tried.append(f"{via}: {why}")
         if explicit is not None and via == "--cuda-root":
-            if "Permission denied" in why:  # a toolkit this user may not read, not no toolkit
+            if why and "Permission denied" in why:  # a toolkit this user may not read, not none
                 raise NoCudaRoot(f"--cuda-root {explicit} cannot be read by this user: {why}",
                                  "run as a user who may read it, or make the root and its "
                                  "include/ and lib dirs readable (chmod a+rX)")

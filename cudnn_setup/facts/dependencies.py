@@ -219,10 +219,8 @@ def fixes(name: str, cuda_version: str | None, manager: str | None,
                        if wheel_cudnn else _wheel_dir_note(wheel)))
     if manager is None:
         return out
-    distro = [_fill(t, major, minor) for m, t in need.distro if m == manager]
-    nvidia = [_fill(t, major, minor) for m, t in need.packages if m == manager]
-    distro = [p for p in distro if p]
-    nvidia = [p for p in nvidia if p]
+    distro = [p for p in (_fill(t, major, minor) for m, t in need.distro if m == manager) if p]
+    nvidia = [p for p in (_fill(t, major, minor) for m, t in need.packages if m == manager) if p]
     askable = [p for p in distro + nvidia if "<minor>" not in p]
     known = (available or (lambda m, names: None))(manager, askable) if askable else None
     there = [p for p in askable if known and known.get(p)]
@@ -271,11 +269,11 @@ def query_packages(manager: str, names: Sequence[str], env: Mapping[str, str],
     if not names:
         return {}
     path = env.get("PATH", os.defpath)
-    cmd = {APT: ["apt-cache", "policy"], DNF: ["dnf", "--cacheonly", "--quiet", "list"],
+    cmd: list[str] | None = {APT: ["apt-cache", "policy"], DNF: ["dnf", "--cacheonly", "--quiet", "list"],
            ZYPPER: ["zypper", "--no-refresh", "--non-interactive", "search", "--match-exact",
                     "--type", "package"]}.get(manager)
-    program = shutil.which(cmd[0], path=path) if cmd else None
-    if program is None:
+    program = shutil.which(cmd[0], path=path) if cmd is not None else None
+    if cmd is None or program is None:
         return None
     run_env = {**env, "LC_ALL": "C", "LANG": "C"}
     done = run_command([program, *cmd[1:], "--", *names] if manager != ZYPPER

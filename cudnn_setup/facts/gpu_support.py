@@ -205,8 +205,8 @@ def fits(cudnn_version: str, cuda_variant: str, gpus: Sequence[str | tuple[str, 
                 have = driver_cuda // 1000
                 rel = _newest_release_for(have)
                 alt = f", or use {rel}" if rel and have != major else ""
-            subject = f"driver {driver_version}" if driver_version else \
-                f"driver for CUDA {cuda_of_driver(driver_cuda)}"
+            subject = f"driver {driver_version}" if driver_version or driver_cuda is None \
+                else f"driver for CUDA {cuda_of_driver(driver_cuda)}"
             out.append(Misfit("driver", subject, "fail", reason,
                               f"install NVIDIA driver {needed} or newer{alt}",
                               MINOR_COMPAT if major >= 11 else DRIVER_NOTES))

@@ -17,7 +17,7 @@ from cudnn_setup.facts.cudnn import library_file_version
 
 def all_cuda_roots(env: Mapping[str, str], explicit: Path | None) -> list[dict]:
     """Every discovery step's candidate, usable or not, in discovery order."""
-    out = []
+    out: list[dict] = []
     for step in discovery_steps(env, explicit):
         path, via, why = step()
         if path is None:
@@ -36,7 +36,8 @@ def wheel_cudnn() -> list[dict]:
     """cuDNN shipped inside pip wheels (nvidia-cudnn-cu11/12/13) of this interpreter."""
     found = []
     for dist in metadata.distributions():
-        name = (dist.metadata.get("Name") or "").lower()
+        # an email Message: get() is None for a missing key, where [] raises from Python 3.12
+        name = (dist.metadata.get("Name") or "").lower()  # type: ignore[attr-defined]
         if not name.startswith("nvidia-cudnn"):
             continue
         libs = [f for f in (dist.files or []) if re.search(r"libcudnn\.so\.\d+$", str(f))]

@@ -34,7 +34,7 @@ from cudnn_setup.state.transaction import Filesystem, recover
 from cudnn_setup.text import plural
 
 if TYPE_CHECKING:
-    from cudnn_setup.checks.driver_check import DriverFacts
+    from cudnn_setup.probing.driver import DriverFacts
 
 
 @dataclass

@@ -9,8 +9,11 @@ from pathlib import Path
 from typing import Mapping
 
 from cudnn_setup.archive.package import Package
-from cudnn_setup.checks.driver_check import DriverFacts, fit_before_install, install_refusal
-from cudnn_setup.checks.probe import child_env, probe_module, run_probe
+from cudnn_setup.facts import gpu_support as S
+from cudnn_setup.probing.driver import DriverFacts
+from cudnn_setup.probing.load_answer import WHAT as LOAD_ANSWER, LoadAnswer
+from cudnn_setup.probing.probe import child_env, probe_module, run_probe
+from cudnn_setup.archive.problems import Problem
 from cudnn_setup.durable import make_dirs
 from cudnn_setup.errors import ArchiveRejected
 from cudnn_setup.facts import cuda as cuda_facts
@@ -18,9 +21,11 @@ from cudnn_setup.facts import cudnn as gen
 from cudnn_setup.facts.cuda import CudaRoot
 from cudnn_setup.fetch import known_releases
 from cudnn_setup.state.manifest import Manifest
+from cudnn_setup.report import FAIL
 from cudnn_setup.text import escape
 
 PROBE_TIMEOUT = 60.0
+GPU_UNSUPPORTED, DRIVER_TOO_OLD = "gpu-unsupported", "driver-too-old"
 
 
 @dataclass
@@ -54,9 +59,9 @@ def built_for(pkg: Package, work: Path, env: Mapping[str, str] | None) -> BuiltF
     target = main.elf.soname if main.elf and main.elf.soname else main.name
     result = run_probe(probe_module("load") + [str(work / target)], PROBE_TIMEOUT,
                        child_env(work, env or {}))
-    number = (result.data or {}).get("cudnnGetCudartVersion")
-    if type(number) is int and 1000 <= number < 1000000:
-        return BuiltFor(cuda_facts.version_text(number), "cudnnGetCudartVersion() of the library")
+    cuda = LoadAnswer.read(result.answer(LOAD_ANSWER)).cuda
+    if cuda is not None:
+        return BuiltFor(cuda, "cudnnGetCudartVersion() of the library")
     why = "no cudnnGetCudartVersion" if result.data else result.failure()
     return BuiltFor(None, f"unknown: the name does not say and the library answered nothing "
                           f"({why[:200]})")
@@ -106,7 +111,7 @@ def cuda_mismatch(pkg: Package, built: BuiltFor, root: CudaRoot, name: str,
 
 def machine_fit(pkg: Package, built: BuiltFor, driver: DriverFacts | None,
                 force: bool) -> tuple[ArchiveRejected | None, list[str]]:
-    """Whether the build runs on this machine's GPUs and driver (checks/driver_check.py): the refusal
+    """Whether the build runs on this machine's GPUs and driver (fit_before_install, install_refusal): the refusal
     (None with --force, or when nothing misfits) and notes for what only warns or was forced."""
     if driver is not None and driver.status == "error":  # a probe that died, hung or lied
         return None, [f"the GPUs and the driver could not be asked ({driver.reason or 'no answer'})"
@@ -117,3 +122,31 @@ def machine_fit(pkg: Package, built: BuiltFor, driver: DriverFacts | None,
     refusal = None if force else install_refusal(misfits, pkg.cudnn_version, built.version)
     return refusal, [("installed anyway (--force): " if m.severity == "fail" else "")
                      + f"{m.subject}: {m.reason} ({m.hint})" for m in misfits]
+
+
+def fit_before_install(cudnn_version: str, cuda_variant: str,
+                       facts: DriverFacts) -> list[S.Misfit]:
+    """What keeps this build from running on this machine's GPUs and driver. No GPU: nothing
+    (a machine without one is not refused anything)."""
+    gpus = facts.gpu_pairs
+    if not gpus:
+        return []
+    return S.fits(cudnn_version, cuda_variant, gpus, facts.cuda_driver_version,
+                  facts.driver_version)
+
+
+def install_refusal(misfits: list[S.Misfit], cudnn_version: str,
+                    cuda_variant: str) -> ArchiveRejected | None:
+    """The exit-3 error `install` raises before writing anything (unless --force) when a misfit
+    is rated fail; None when nothing refuses. Misfits rated warn are for the install's notes."""
+    fails = [m for m in misfits if m.severity == FAIL]
+    if not fails:
+        return None
+    problems = [Problem(GPU_UNSUPPORTED if m.kind == "gpu" else DRIVER_TOO_OLD,
+                        f"{m.subject}: {m.reason}", m.hint) for m in fails]
+    message = (f"cuDNN {cudnn_version} for CUDA {cuda_variant} cannot run on this machine: "
+               + "; ".join(f"{m.subject}: {m.reason}" for m in fails))
+    hint = "; ".join(dict.fromkeys(m.hint for m in fails)) + "; --force installs it anyway"
+    if any(m.kind == "gpu" for m in fails):  # a GPU no driver update can fix comes first
+        return ArchiveRejected(message, hint, problems=problems, code="gpu-unsupported")
+    return ArchiveRejected(message, hint, problems=problems, code="driver-too-old")

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 from cudnn_setup import __version__
-from cudnn_setup.checks.driver_check import fit_before_install
+from cudnn_setup.placement.fit import fit_before_install
 from cudnn_setup.digest import file_digest
 from cudnn_setup.facts.cuda import CudaRoot, same_major
 from cudnn_setup.fetch.checksums import Expected

@@ -2,7 +2,7 @@
 them (install, uninstall and repair do that, under the root's lock)."""
 from __future__ import annotations
 
-from cudnn_setup.checks.installation import Installation, find_installation
+from cudnn_setup.installation.model import Installation, find_installation
 from cudnn_setup.errors import SetupError
 from cudnn_setup.facts.cuda import CudaRoot
 from cudnn_setup.report import FAIL, WARN, Check, Result

@@ -1,14 +1,14 @@
 """The sub-library probe's answer (probes/sublibs.py), read into types.
 
 The probe's JSON line is untrusted: every field is taken through the one reader of an answer
-(checks/answer_values.Fields), so a missing key, a value of another type or a huge one becomes
+(probing/answer_values.Fields), so a missing key, a value of another type or a huge one becomes
 "not said" (None, an empty list) and the coherence check judges what is left; a misspelt field
 is an AttributeError that the tests (and mypy) catch, not a silent None from `.get`.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from cudnn_setup.checks.answer_values import Fields, integer
+from cudnn_setup.probing.answer_values import Fields, integer
 
 WHAT = "the sub-library probe's answer"
 

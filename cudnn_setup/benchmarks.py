@@ -5,9 +5,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping
 
-from cudnn_setup.checks.answer_values import BadAnswer, Fields
-from cudnn_setup.checks.installation import Installation
-from cudnn_setup.checks.probe import ProbeResult, child_env, probe_module, run_probe
+from cudnn_setup.probing.answer_values import BadAnswer, Fields
+from cudnn_setup.installation.model import Installation
+from cudnn_setup.probing.gpu_answer import BenchAnswer
+from cudnn_setup.probing.probe import ProbeResult, child_env, probe_module, run_probe
 from cudnn_setup.child import Runner
 from cudnn_setup.checks.native import find_cudart
 from cudnn_setup.checks.theano_check import INSTALL_HINT, has_theano, with_fixed_hash_seed
@@ -28,13 +29,33 @@ class TheanoTimings:
     conv_ops: list[str]
     conv_step_s: float
     mlp_step_s: float
+    # shown in the JSON, not judged
+    theano_version: str | None = None
+    optimizer_including: str | None = None
+    optimizer_excluding: str | None = None
+    conv_compile_s: float | None = None
+    steps: int | None = None
 
     @classmethod
     def read(cls, answer: Fields) -> TheanoTimings:
         device, uses = answer.need_text("device", 100), answer.need_flag("uses_cudnn")
         answer.need_list("conv_ops")
         return cls(device, uses, answer.strings("conv_ops", 100, 64),
-                   _step(answer, "conv_step_s"), _step(answer, "mlp_step_s"))
+                   _step(answer, "conv_step_s"), _step(answer, "mlp_step_s"),
+                   answer.text("theano_version", 100),
+                   answer.text("optimizer_including", 10000),
+                   answer.text("optimizer_excluding", 10000),
+                   answer.number("conv_compile_s", 0.0, MAX_STEP_S),
+                   answer.integer("steps", 0, 10**6))
+
+    def to_dict(self) -> dict:
+        """One run's part of the theano-conv check's data, with the keys the probe answers."""
+        return {"theano_version": self.theano_version, "device": self.device,
+                "optimizer_including": self.optimizer_including,
+                "optimizer_excluding": self.optimizer_excluding, "conv_ops": self.conv_ops,
+                "uses_cudnn": self.uses_cudnn, "conv_step_s": self.conv_step_s,
+                "conv_compile_s": self.conv_compile_s, "mlp_step_s": self.mlp_step_s,
+                "steps": self.steps}
 
 
 def _step(answer: Fields, key: str) -> float:
@@ -59,18 +80,18 @@ def theano_env(base: Mapping[str, str], theanorc: Path | None, lib_dir: Path) ->
 
 
 def _theano_run(python: str, env: dict, flag: str,
-                runner: Runner | None = None) -> tuple[dict | None, TheanoTimings | None, str]:
-    """The answer as it came, the timings read from it, and what went wrong otherwise."""
+                runner: Runner | None = None) -> tuple[TheanoTimings | None, str]:
+    """The timings read from the answer, or what went wrong."""
     run_env = dict(env)
     run_env["THEANO_FLAGS"] = ",".join(f for f in (env.get("THEANO_FLAGS", ""), flag) if f)
     result = run_probe(probe_module("theano_bench"), BENCH_TIMEOUT, run_env, python=python,
                        runner=runner)
     if result.data is None:
-        return None, None, result.last_error_line()
+        return None, result.last_error_line()
     try:
-        return result.data, TheanoTimings.read(result.answer("the benchmark's answer")), ""
+        return TheanoTimings.read(result.answer("the benchmark's answer")), ""
     except BadAnswer as exc:
-        return result.data, None, f"its answer cannot be used: {exc}"
+        return None, f"its answer cannot be used: {exc}"
 
 
 def theano_checks(inst: Installation | None, python: str, theanorc: Path | None,
@@ -85,12 +106,12 @@ def theano_checks(inst: Installation | None, python: str, theanorc: Path | None,
     base = theano_env(env, theanorc, lib_dir)
     status("bench step 1 of 2: Theano's conv net and MLP with cuDNN allowed (the first run "
            "compiles them)")
-    raw_with, with_dnn, err1 = _theano_run(python, base, "optimizer_including=cudnn", runner)
+    with_dnn, err1 = _theano_run(python, base, "optimizer_including=cudnn", runner)
     status("bench step 2 of 2: the same with cuDNN excluded")
-    raw_without, without, err2 = _theano_run(python, base, "optimizer_excluding=cudnn", runner)
+    without, err2 = _theano_run(python, base, "optimizer_excluding=cudnn", runner)
     if with_dnn is None or without is None:
         return [Check("theano-conv", FAIL, f"the Theano benchmark failed: {err1 or err2}")]
-    data: dict = {"with_cudnn": raw_with, "without_cudnn": raw_without}
+    data: dict = {"with_cudnn": with_dnn.to_dict(), "without_cudnn": without.to_dict()}
     cpu_only = not with_dnn.uses_cudnn and not without.uses_cudnn
     conv = (f"conv net step {with_dnn.conv_step_s * 1000:.1f} ms with cuDNN allowed "
             f"({', '.join(with_dnn.conv_ops)}) vs {without.conv_step_s * 1000:.1f} ms without "
@@ -136,9 +157,9 @@ def algorithm_check(inst: Installation | None, env: Mapping[str, str],
 def algorithm_verdict(result: ProbeResult) -> Check:
     """The `cudnn-algorithms` check from probes/gpu_steps.py --bench's answer: each layer's fastest
     forward algorithm. An answer without what it is judged on is a failure saying so."""
-    data = result.data
-    if data is None:
+    if result.data is None:
         return Check("cudnn-algorithms", FAIL, f"the GPU benchmark died: {result.last_error_line()}")
+    data = BenchAnswer.read(result.data).to_dict()  # the JSON: what was read, nothing else
     answer = result.answer("the GPU benchmark's answer")
     status = answer.raw("status")
     if status == "skip":

@@ -24,7 +24,7 @@ import re
 from pathlib import Path
 from typing import Iterable
 
-from cudnn_setup.checks.installation import UNREAD, Installation, find_installation
+from cudnn_setup.installation.model import UNREAD, Installation, find_installation
 from cudnn_setup.errors import UsageError
 from cudnn_setup.facts import cudnn as gen
 from cudnn_setup.facts.cuda import CudaRoot

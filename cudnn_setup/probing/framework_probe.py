@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
-from cudnn_setup.checks.answer_values import Fields
-from cudnn_setup.checks.probe import probe_module, run_probe
+from cudnn_setup.probing.answer_values import Fields
+from cudnn_setup.probing.probe import probe_module, run_probe
 from cudnn_setup.child import Runner
 from cudnn_setup.errors import SetupError, UsageError
 

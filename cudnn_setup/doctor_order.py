@@ -22,7 +22,7 @@ from cudnn_setup.facts import gpu_support as S
 from cudnn_setup.report import FAIL, WARN, Check
 
 if TYPE_CHECKING:
-    from cudnn_setup.checks.driver_check import DriverFacts
+    from cudnn_setup.probing.driver import DriverFacts
 
 INFO = "info"
 SEVERITY_RANK = {FAIL: 1, WARN: 2, INFO: 3}

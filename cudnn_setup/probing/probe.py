@@ -1,7 +1,7 @@
 """Running native code in a child process: a probe script under some interpreter, with a time
 limit, its output read as bytes, bounded, and decoded with replacement; its answer is the one
 line marked with a key made for this run and handed to it before it loads anything, and is read
-field by field, each as the type it claims (ProbeResult.answer: checks/answer_values.Fields).
+field by field, each as the type it claims (ProbeResult.answer: probing/answer_values.Fields).
 That is the one reader of what a child prints.
 
 Whatever the child does (crashes, hangs, prints megabytes of binary noise) ends up as data in a
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
-from cudnn_setup.checks.answer_values import Fields
+from cudnn_setup.probing.answer_values import Fields
 from cudnn_setup.child import Runner
 from cudnn_setup.text import decode_output
 
@@ -46,7 +46,7 @@ class ProbeResult:
         return None
 
     def answer(self, what: str) -> Fields:
-        """The answer read field by field (checks/answer_values.Fields); `what` names it in
+        """The answer read field by field (probing/answer_values.Fields); `what` names it in
         messages ("the driver probe's answer"). Empty when there was none."""
         return Fields(self.data, what)
 

@@ -41,7 +41,7 @@ class Installation:
     libraries: list[Path] = field(default_factory=list)  # the selected version's library files
     others: list[Path] = field(default_factory=list)  # library files of other versions
     selected_by: str | None = None  # how the main library was chosen
-    # A cuDNN that cudnn-setup did not install (checks/locate.py): where its headers are, how it
+    # A cuDNN that cudnn-setup did not install (installation/locate.py): where its headers are, how it
     # was chosen ("lib-dir", "multiarch", "wheel"), and what was read to find it.
     include_path: Path | None = None
     origin: str | None = None
