@@ -11,7 +11,7 @@ from cudnn_setup.checks.driver_check import driver_facts
 from cudnn_setup.placement import engine
 from cudnn_setup.steps.command_wrapper import command
 from cudnn_setup.steps.context import Context, reading, which
-from cudnn_setup.steps.by_version import dependency_wheels, resolve_source
+from cudnn_setup.steps.by_version import dependency_wheels, obtain, release_for
 from cudnn_setup.steps.fetching import check_sha256
 from cudnn_setup.steps.loader_step import (FrameworkLookahead, LoaderStep, changes_nothing_loaded,
                                            loader_step, on_path_for)
@@ -52,24 +52,23 @@ def install(result: Result, ctx: Context, source: str, *, cuda_root: Path | None
         from cudnn_setup.steps.theano_step import numpy_asked_early
 
         numpy_info = numpy_asked_early(ctx, python, theanorc)
-    same: list[engine.Outcome] = []
-
-    def unneeded(name: str, vouched) -> bool:
-        """The release asked for is the archive installed, all in place: nothing to fetch."""
-        found = None if force or with_deps else engine.install(
-            Path(name), root, dry_run=dry_run, lock_timeout=ctx.lock_timeout, env=ctx.env,
-            driver=asked.result, on_status=ctx.status, known=vouched,
-            verify_content=verify_content, unread_only=True)
-        same.extend([found] if found is not None else [])
-        return found is not None
-
-    # Every SOURCE (a path, a URL, a version from a tree, a mirror or a PyPI index) becomes a
-    # local file, the checksum it must have as it is read, and its provenance (sources/); the
-    # release already installed, all in place, is not even fetched.
-    obtained = resolve_source(result, ctx, source, root, cuda=cuda, mirror=mirror,
-                              sha256=sha256, headers=headers, cache_dir=cache_dir,
-                              from_=from_, index_url=index_url, unneeded=unneeded)
-    if obtained is not None:
+    # SOURCE is offered (a release chosen and said, nothing fetched), the engine asked whether
+    # that very release is installed, all in place, and only then is the archive obtained: a
+    # path, a URL, a version from a tree, a mirror or a PyPI index, as a local file, the
+    # checksum it must have as it is read, and its provenance (sources/).
+    release = release_for(result, ctx, source, root, cuda=cuda, mirror=mirror, sha256=sha256,
+                          headers=headers, cache_dir=cache_dir, from_=from_,
+                          index_url=index_url)
+    known = release.known if release is not None else None
+    outcome = None
+    if known is not None and not (force or with_deps):
+        outcome = engine.installed_already(root, known, asked.result,
+                                           verify_content=verify_content, dry_run=dry_run,
+                                           lock_timeout=ctx.lock_timeout,
+                                           on_status=ctx.status)
+    if outcome is None:
+        obtained = obtain(result, ctx, source, release, sha256=sha256, headers=headers,
+                          cache_dir=cache_dir)
         archive, expected = obtained.path, obtained.expected
         provenance = obtained.provenance.to_dict()
         deps = dependency_wheels(result, ctx, obtained, root, headers=headers,
@@ -81,16 +80,12 @@ def install(result: Result, ctx: Context, source: str, *, cuda_root: Path | None
                                         "checksum_from": d.provenance.checksum_from}
                                        for d in deps]
         result.add("provenance", provenance)
-        outcome = engine.install(archive, root, force=force, dry_run=dry_run,
-                                 expected=expected, on_read=reading(ctx, archive),
-                                 lock_timeout=ctx.lock_timeout, xz=which(ctx, "xz"),
-                                 env=ctx.env, driver=asked.result, on_status=ctx.status,
-                                 provenance=provenance, extra_wheels=[d.path for d in deps],
-                                 verify_content=verify_content,
-                                 clients=None if no_frameworks else
-                                 (lambda: framework_names(ctx, python)))
-    else:
-        outcome = same[0]
+        outcome = engine.install(engine.Request(
+            archive, root, force=force, dry_run=dry_run, expected=expected,
+            on_read=reading(ctx, archive), xz=which(ctx, "xz"), env=ctx.env,
+            driver=asked.result, on_status=ctx.status, provenance=provenance,
+            extra_wheels=[d.path for d in deps], known=known, verify_content=verify_content,
+            clients=(lambda: None) if no_frameworks else (lambda: framework_names(ctx, python))))
     driver = asked.result()
     pkg = outcome.package
     if pkg is not None and pkg.compression == WHEEL and not dry_run:
