@@ -173,7 +173,9 @@ def deps(inst: Installation, facts: CheckFacts) -> Check:
 
 
 def loader(inst: Installation, facts: CheckFacts) -> Check:
-    return check_loader(inst, facts.env, facts.conf, fix=facts.loader_fix())
+    cache = [(e.name, e.path) for e in facts.machine.loader().cache
+             if e.name.startswith("libcudnn")]
+    return check_loader(inst, facts.env, facts.conf, fix=facts.loader_fix(), cache=cache)
 
 
 def cuda(inst: Installation, facts: CheckFacts) -> Check:
