@@ -243,7 +243,9 @@ def run_checks(inst: Installation, facts: CheckFacts,
     if facts.frameworks:
         machine.prefetch(python=facts.python)
     machine.prefetch("loader", "driver")
-    inst.objects = machine.loader().objects  # one memo of the libraries' ELF facts
+    objects = machine.loader().objects
+    if objects is not None:  # one memo of the libraries' ELF facts for every check
+        inst.objects = objects
     skipped = skipped_without_cudnn(inst) or {}
     facts.started = {name: Later(CHECKS[name], inst, facts) for name in BACKGROUND
                      if name not in skipped}
