@@ -32,7 +32,8 @@ def test_install_and_its_verify_read_the_loaders_cache_once(cuda_root, home, mon
 
 def test_each_fact_is_started_once_however_many_ask(monkeypatch):
     """Eight threads asking at once for the driver and the loader start one of each."""
-    from cudnn_setup.checks import deps, driver_check
+    from cudnn_setup.checks import driver_check
+    from cudnn_setup.steps import command_facts
     from cudnn_setup.steps.command_facts import DRIVER, LOADER, Facts
 
     started = {"driver": 0, "loader": 0}
@@ -46,7 +47,7 @@ def test_each_fact_is_started_once_however_many_ask(monkeypatch):
 
     env = {"PATH": os.environ["PATH"]}
     loader = L.Environment(objects=L.Objects())
-    monkeypatch.setattr(deps, "loader_environment", slow("loader", loader))
+    monkeypatch.setattr(command_facts, "loader_environment", slow("loader", loader))
     monkeypatch.setattr(driver_check, "driver_facts", slow("driver", driver_check.DriverFacts()))
     facts = Facts(env, Path("/nonexistent"), Runner())
     facts.prefetch(DRIVER, LOADER)

@@ -133,17 +133,18 @@ def test_the_frameworks_children_start_before_the_loaders_facts_are_asked(tmp_pa
     """The frameworks' children take the longest, and the loader's facts (ldconfig -p, ld.so,
     three children) are needed only to read their answers: asking for those facts slowly must
     not delay the frameworks' start."""
-    from cudnn_setup.checks import deps, locate
+    from cudnn_setup.checks import locate
+    from cudnn_setup.steps import command_facts
     from fixtures import layouts
 
     inst = locate.locate(layouts.built_set(tmp_path / "cudnn", tmp_path / "w"))
-    real = deps.loader_environment
+    real = command_facts.loader_environment
 
     def slow_loader(*args, **kwargs):
         time.sleep(WAIT)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(deps, "loader_environment", slow_loader)
+    monkeypatch.setattr(command_facts, "loader_environment", slow_loader)
     env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(slow_site(tmp_path, ("cupy",)))}
     start = time.monotonic()
     checks = {c.name: c for c in checks_of(inst, env)}

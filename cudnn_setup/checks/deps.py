@@ -47,6 +47,7 @@ from cudnn_setup.facts import cudnn as gen
 from cudnn_setup.facts.composition import cudnn_stem
 from cudnn_setup.facts import dependencies as D
 from cudnn_setup.facts import ldresolve as L
+from cudnn_setup.facts.loader import loader_environment
 from cudnn_setup.parallel import at_once
 from cudnn_setup.report import FAIL, PASS, SKIP, WARN, Check
 from cudnn_setup.text import plural
@@ -54,18 +55,6 @@ from cudnn_setup.text import plural
 NAME = "deps"
 _RANK = {FAIL: 2, WARN: 1, SKIP: 0}
 MAX_SHOWN = 4  # missing dependencies named in the one-line detail; data lists them all
-
-
-def loader_environment(env: Mapping[str, str], cache: Sequence[L.CacheEntry] | None = None,
-                       facts: L.LoaderFacts | None = None,
-                       objects: L.Objects | None = None) -> L.Environment:
-    """What a program started from `env` has its loader work from. An empty LD_LIBRARY_PATH is
-    no LD_LIBRARY_PATH for glibc (dl-load.c _dl_init_paths). The checks that share it read
-    each library's ELF facts once (`objects`, else a memo of its own)."""
-    llp = env.get("LD_LIBRARY_PATH") or None
-    return L.Environment(ld_library_path=llp, cache=L.read_cache() if cache is None else cache,
-                         facts=L.probe_loader() if facts is None else facts,
-                         objects=objects or L.Objects())
 
 
 def versions_for(inst: Installation, load_data: dict | None) -> L.Versions:

@@ -97,7 +97,7 @@ def framework_report(python: str, env: Mapping[str, str], timeout: float | None 
     the cuDNN it loads, from where and why, and whether the pair is right by its own rule.
     Each framework runs in a child of its own, `timeout` seconds at most (None:
     framework_probe.DEFAULT_TIMEOUT). `search` waits for the
-    loader's cache and facts (its default directories; checks/deps.loader_environment reads this
+    loader's cache and facts (its default directories; facts/loader.loader_environment reads this
     machine's): it is called once the children have answered, so they start before the
     loader's own children are asked; without it, a copy found only
     through them is reported as opened by full path. Each entry's `loader` is for what_if();

@@ -9,11 +9,12 @@ from __future__ import annotations
 import glob
 import os
 from pathlib import Path
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from cudnn_setup.durable import write_atomic
 from cudnn_setup.child import run_command
 from cudnn_setup.facts.cudnn import library_file_version
+from cudnn_setup.facts import ldresolve as L
 from cudnn_setup.facts.ldresolve import ldconfig_binary, read_cache
 from cudnn_setup.untrusted import read_regular
 
@@ -91,6 +92,18 @@ def remove_conf(conf_dir: Path, lib_dir: Path) -> bool:
         return False
     path.unlink()
     return True
+
+
+def loader_environment(env: Mapping[str, str], cache: Sequence[L.CacheEntry] | None = None,
+                       facts: L.LoaderFacts | None = None,
+                       objects: L.Objects | None = None) -> L.Environment:
+    """What a program started from `env` has its loader work from. An empty LD_LIBRARY_PATH is
+    no LD_LIBRARY_PATH for glibc (dl-load.c _dl_init_paths). The checks that share it read
+    each library's ELF facts once (`objects`, else a memo of its own)."""
+    llp = env.get("LD_LIBRARY_PATH") or None
+    return L.Environment(ld_library_path=llp, cache=L.read_cache() if cache is None else cache,
+                         facts=L.probe_loader() if facts is None else facts,
+                         objects=objects or L.Objects())
 
 
 def cache_entries(name_prefix: str = "libcudnn", cache_file: str | None = None) \

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Callable, Mapping, Sequence, TypeVar
 from cudnn_setup.child import Runner
 from cudnn_setup.errors import SetupError
 from cudnn_setup.facts import ldresolve as L
+from cudnn_setup.facts.loader import loader_environment
 from cudnn_setup.parallel import Later
 from cudnn_setup.report import Check
 
@@ -87,8 +88,6 @@ class Facts:
 
     # The loader's cache and search order, with one memo of the libraries' ELF facts.
     def _loader_later(self) -> Later[L.Environment]:
-        from cudnn_setup.checks.deps import loader_environment
-
         return self._once(LOADER, loader_environment, self.env)
 
     def loader(self) -> L.Environment:
