@@ -20,7 +20,6 @@ from cudnn_setup.errors import SetupError
 from cudnn_setup.facts import ldresolve as L
 from cudnn_setup.facts.loader import loader_environment
 from cudnn_setup.parallel import Later
-from cudnn_setup.report import Check
 
 if TYPE_CHECKING:
     from cudnn_setup.checks.driver_check import DriverFacts
