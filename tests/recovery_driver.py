@@ -132,7 +132,7 @@ class Scenario:
         (path / "include" / "cudnn.h").write_text(MANUAL)
         root = find_cuda_root({}, path)
         if self.name != "install-forward":
-            placement.install(self.archives / V7, root)
+            placement.install(placement.Request(self.archives / V7, root))
         if self.repair:  # a library deleted, a link re-pointed, the header changed by hand
             lib = path / "lib64"
             (lib / "libcudnn.so.7.4.2").unlink()
@@ -148,9 +148,9 @@ class Scenario:
         elif self.repair:
             repair.repair(root, lambda manifest: self.archives / V7, fs=fs)
         elif self.name == "install-forward":  # a first install: the hand copy goes to the store
-            placement.install(self.archives / V7, root, fs=fs)
+            placement.install(placement.Request(self.archives / V7, root), fs=fs)
         else:  # an upgrade; 9.x is built for another CUDA major than the root's: forced
-            placement.install(self.archives / V9, root, fs=fs, force=True)
+            placement.install(placement.Request(self.archives / V9, root, force=True), fs=fs)
 
 
 def sweep(scenario: Scenario, work: Path) -> dict:

@@ -218,7 +218,7 @@ def test_probe_is_stdlib_only_and_python38_syntax():
 
 
 def test_runpath_copy_loaded_and_compatible(world):
-    entries = fw.framework_report(sys.executable, env_for(world["site"]), 60, search=NO_CACHE)
+    entries = fw.framework_report(sys.executable, env_for(world["site"]), 60, search=lambda: NO_CACHE)
     torch = by_name(entries)["torch"]
     loaded = torch.cudnn_loaded
     assert loaded.path == str(world["new"] / "libcudnn.so.9")
@@ -236,7 +236,7 @@ def test_runpath_copy_loaded_and_compatible(world):
 
 def test_old_copy_first_on_ld_library_path_breaks_torch(world):
     env = env_for(world["site"], LD_LIBRARY_PATH=str(world["old"]))
-    torch = by_name(fw.framework_report(sys.executable, env, 60, search=NO_CACHE))["torch"]
+    torch = by_name(fw.framework_report(sys.executable, env, 60, search=lambda: NO_CACHE))["torch"]
     loaded = torch.cudnn_loaded
     assert loaded.path == str(world["old"] / "libcudnn.so.9.14.0")
     assert (loaded.why, loaded.version) == (fl.WHY_LD_PATH, "9.14.0")
@@ -249,7 +249,7 @@ def test_old_copy_first_on_ld_library_path_breaks_torch(world):
 
 def test_full_path_preload_noise_and_no_gpu(world):
     entries = by_name(fw.framework_report(sys.executable, env_for(world["site"]), 60,
-                                          search=NO_CACHE))
+                                          search=lambda: NO_CACHE))
     cupy = entries["cupy"]  # megabytes of invalid UTF-8 on both fds did not get in the way
     assert cupy.version == "13.6.0+standin"
     assert cupy.cudnn_loaded.why == fl.WHY_FULL_PATH
@@ -263,7 +263,7 @@ def test_full_path_preload_noise_and_no_gpu(world):
 
 def test_crashing_and_hanging_frameworks_hide_no_other(world):
     env = env_for(world["site"], world["crash"], world["hang"])
-    entries = by_name(fw.framework_report(sys.executable, env, 4, search=NO_CACHE))
+    entries = by_name(fw.framework_report(sys.executable, env, 4, search=lambda: NO_CACHE))
     assert "SIGABRT" in entries["jax"].reason
     assert "about to abort" in entries["jax"].reason
     assert entries["jax"].status == WARN
@@ -272,14 +272,14 @@ def test_crashing_and_hanging_frameworks_hide_no_other(world):
     check = fw.frameworks_check(list(entries.values()))
     assert check.status == WARN and len(check.detail.split(" | ")) == 5
     jax = by_name_fw(wi.what_if(sys.executable, env, wi.register_with_ldconfig(world["old"]), 4,
-                                search=NO_CACHE, current=list(entries.values())))["jax"]
+                                search=lambda: NO_CACHE, current=list(entries.values())))["jax"]
     assert (jax["affected"], jax["breaks"]) == (None, None) and "not known" in jax["reason"]
 
 
 def test_tensorflow_on_a_gpu_judged_by_its_log_and_its_own_check(world):
     def report(**extra):
         env = env_for(world["gpu_tf"], **extra)
-        return by_name(fw.framework_report(sys.executable, env, 60, search=NO_CACHE))["tensorflow"]
+        return by_name(fw.framework_report(sys.executable, env, 60, search=lambda: NO_CACHE))["tensorflow"]
 
     old = report(LD_LIBRARY_PATH=str(world["old"]))
     assert old.cudnn_loaded.version == "9.14.0" and old.status == FAIL
@@ -296,7 +296,7 @@ def test_tensorflow_on_a_gpu_judged_by_its_log_and_its_own_check(world):
 def test_what_if_ld_library_path_runs_the_probe_again(world):
     env = env_for(world["site"])
     results = wi.what_if(sys.executable, env, wi.prepend_to_ld_library_path(world["old"]), 60,
-                         search=NO_CACHE)
+                         search=lambda: NO_CACHE)
     result = by_name_fw(results)
     torch = result["torch"]
     assert torch["breaks"] is True and torch["affected"] is True
@@ -323,17 +323,17 @@ def test_what_if_of_a_directory_already_first_on_ld_library_path_is_what_they_lo
     the answer is the one running them again gives."""
     old = str(world["old"])
     env = env_for(world["site"], LD_LIBRARY_PATH=old)
-    now = fw.framework_report(sys.executable, env, 60, search=NO_CACHE)
+    now = fw.framework_report(sys.executable, env, 60, search=lambda: NO_CACHE)
     change = wi.prepend_to_ld_library_path(world["old"])
     again = by_name(fw.framework_report(sys.executable, dict(env, LD_LIBRARY_PATH=f"{old}:{old}"),
-                                        60, search=NO_CACHE))
+                                        60, search=lambda: NO_CACHE))
     ran = [wi._tried(change, e, again.get(e.name), sys.executable, env, 60) for e in now]
 
     def imported_again(*args, **kwargs):
         raise AssertionError("the frameworks were imported again")
 
     monkeypatch.setattr(wi, "framework_report", imported_again)
-    got = wi.what_if(sys.executable, env, change, 60, search=NO_CACHE, current=now)
+    got = wi.what_if(sys.executable, env, change, 60, search=lambda: NO_CACHE, current=now)
     assert got == ran
     assert by_name_fw(got)["torch"]["reason"].startswith("unchanged: it still loads cuDNN 9.14.0")
     assert wi.already_first(f"{old}/:/x", old) and not wi.already_first(f"/x:{old}", old)
@@ -343,7 +343,7 @@ def test_what_if_of_a_directory_already_first_on_ld_library_path_is_what_they_lo
 def test_what_if_ldconfig_is_deduced_from_the_loader_order(world):
     env = env_for(world["site"])
     result = by_name_fw(wi.what_if(sys.executable, env, wi.register_with_ldconfig(world["old"]),
-                                   60, search=NO_CACHE))
+                                   60, search=lambda: NO_CACHE))
     torch = result["torch"]  # found through RUNPATH, read before the ldconfig cache
     assert (torch["affected"], torch["breaks"]) == (False, False)
     assert "RUNPATH" in torch["reason"]
@@ -354,7 +354,7 @@ def test_what_if_ldconfig_is_deduced_from_the_loader_order(world):
     assert "ldconfig cache" in tf["reason"] and tf["safe_alternative"]
     # The same directory early on LD_LIBRARY_PATH, and a copy at least as new via ldconfig.
     newer = by_name_fw(wi.what_if(sys.executable, env, wi.register_with_ldconfig(world["new"]),
-                                  60, search=NO_CACHE))
+                                  60, search=lambda: NO_CACHE))
     assert newer["tensorflow"]["affected"] is True and newer["tensorflow"]["breaks"] is False
 
 
@@ -363,13 +363,13 @@ def test_ldconfig_what_if_reads_the_version_from_the_library_when_the_name_has_n
     bare = tmp_path / "bare"  # like a wheel's directory: libcudnn.so.9 only, no version in it
     gcc(bare / "libcudnn.so.9", CUDNN_C, "-DVERSION=91200", "-Wl,-soname,libcudnn.so.9")
     tf = by_name_fw(wi.what_if(sys.executable, env_for(world["site"]),
-                               wi.register_with_ldconfig(bare), 60, search=NO_CACHE))["tensorflow"]
+                               wi.register_with_ldconfig(bare), 60, search=lambda: NO_CACHE))["tensorflow"]
     assert tf["would_load"]["version"] == "9.12.0" and tf["breaks"] is True
 
 
 def test_no_framework_is_a_skip(world, tmp_path):
     python = "/usr/bin/python3" if os.access("/usr/bin/python3", os.X_OK) else sys.executable
-    check, entries = fw.check_frameworks(python, env_for(tmp_path), 30, search=NO_CACHE)
+    check, entries = fw.check_frameworks(python, env_for(tmp_path), 30, search=lambda: NO_CACHE)
     assert entries == [] and check.status == SKIP and python in check.detail
 
 
@@ -381,7 +381,7 @@ def test_an_interpreter_that_cannot_run_is_a_usage_error(tmp_path):
 
 
 def test_json_has_the_documented_fields_only(world):
-    entries = fw.framework_report(sys.executable, env_for(world["site"]), 60, search=NO_CACHE)
+    entries = fw.framework_report(sys.executable, env_for(world["site"]), 60, search=lambda: NO_CACHE)
     items = by_name(fw.frameworks_json(entries))
     assert set(items["torch"]) == set(fw.JSON_FIELDS)
     assert set(items["torch"]["cudnn_loaded"]) == {"path", "dir", "version", "why", "detail"}
@@ -478,7 +478,7 @@ def test_real_cudnn_shim_from_nvidias_wheel(tmp_path):
     gcc(site / "torch" / "lib" / "libfake_fw.so", FRAMEWORK_C, f"-DBUILT={number}", f"-L{lib}",
         "-l:libcudnn.so.9", "-Wl,--enable-new-dtags", "-Wl,-rpath,$ORIGIN/../../nvidia/cudnn/lib")
     write(site / "torch" / "__init__.py", TORCH_PY)
-    entries = fw.framework_report(sys.executable, env_for(site), 60, search=NO_CACHE)
+    entries = fw.framework_report(sys.executable, env_for(site), 60, search=lambda: NO_CACHE)
     torch = by_name(entries)["torch"]
     assert torch.cudnn_loaded.version == ".".join(version)
     assert torch.cudnn_loaded.why == fl.WHY_RUNPATH and torch.status == PASS
@@ -496,13 +496,13 @@ def test_dt_rpath_comes_before_ld_library_path_and_the_what_if_runs_it(world, tm
         "-l:libcudnn.so.9", "-Wl,--disable-new-dtags", "-Wl,-rpath,$ORIGIN/../../nvidia/cudnn/lib")
     write(site / "torch" / "__init__.py", TORCH_PY)
     env = env_for(site, LD_LIBRARY_PATH=str(world["old"]))
-    torch = by_name(fw.framework_report(sys.executable, env, 60, search=NO_CACHE))["torch"]
+    torch = by_name(fw.framework_report(sys.executable, env, 60, search=lambda: NO_CACHE))["torch"]
     assert torch.cudnn_loaded.version == "9.19.0" and torch.status == PASS
     assert torch.cudnn_loaded.why == fl.WHY_RPATH
     assert torch.cudnn_loaded.detail == "DT_RPATH $ORIGIN/../../nvidia/cudnn/lib of libfake_fw.so"
     tried = by_name_fw(wi.what_if(sys.executable, env_for(site),
                                   wi.prepend_to_ld_library_path(world["old"]), 60,
-                                  search=NO_CACHE))["torch"]
+                                  search=lambda: NO_CACHE))["torch"]
     assert (tried["affected"], tried["breaks"]) == (False, False)
     assert tried["reason"].startswith("unchanged: it still loads cuDNN 9.19.0")
 

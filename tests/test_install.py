@@ -309,10 +309,10 @@ def _fault_sweep(action, root, stride=1):
 def _install_upgrade_uninstall_sweeps(archives, root_path, stride):
     root = _root(root_path)
     (root_path / "include" / "cudnn.h").write_text("/* a manual cudnn.h */\n")
-    install = _fault_sweep(lambda fs: inst.install(archives[V7], root, fs=fs), root_path, stride)
+    install = _fault_sweep(lambda fs: inst.install(inst.Request(archives[V7], root), fs=fs), root_path, stride)
     assert install >= 5
     # another CUDA major, so forced: the biggest upgrade the samples make
-    upgrade = _fault_sweep(lambda fs: inst.install(archives[V9], root, fs=fs, force=True),
+    upgrade = _fault_sweep(lambda fs: inst.install(inst.Request(archives[V9], root, force=True), fs=fs),
                            root_path, stride)
     assert upgrade >= 20
     uninstall = _fault_sweep(lambda fs: inst.uninstall(root, fs=fs), root_path, stride)
@@ -393,7 +393,7 @@ def test_sigkill_mid_install_is_reported_by_verify_and_rolled_back_by_recovery(
     root = cuda_root("12.4")
     _install(archives, V8L, root, home)
     before = tree_state(root)
-    done = _killed_run(root, at, "SIGKILL", f"install(Path({str(archives[V9])!r}), root, fs=Killer())")
+    done = _killed_run(root, at, "SIGKILL", f"install(inst.Request(Path({str(archives[V9])!r}), root), fs=Killer())")
     assert done.returncode == -signal.SIGKILL, done.stderr
     assert (root / ".cudnn-setup" / "journal.json").exists()
     done, out = run_json(["verify", "--cuda-root", root, "--no-theano"], home)
@@ -406,7 +406,7 @@ def test_sigkill_mid_install_is_reported_by_verify_and_rolled_back_by_recovery(
 def test_sigterm_mid_install_rolls_back(archives, cuda_root):
     root = cuda_root("11.3")
     before = tree_state(root)
-    done = _killed_run(root, 4, "SIGTERM", f"install(Path({str(archives[V8])!r}), root, fs=Killer())")
+    done = _killed_run(root, 4, "SIGTERM", f"install(inst.Request(Path({str(archives[V8])!r}), root), fs=Killer())")
     assert done.returncode != 0 and "finished" not in done.stdout
     assert "Interrupted" in done.stderr
     assert tree_state(root) == before
@@ -415,7 +415,7 @@ def test_sigterm_mid_install_rolls_back(archives, cuda_root):
 def test_sigkill_after_commit_is_rolled_forward(archives, cuda_root, home):
     """Killed after the manifest is in place: the next command keeps the new install."""
     root = cuda_root()
-    done = _killed_run(root, 10_000, "SIGKILL", f"install(Path({str(archives[V7])!r}), root, fs=Killer())")
+    done = _killed_run(root, 10_000, "SIGKILL", f"install(inst.Request(Path({str(archives[V7])!r}), root), fs=Killer())")
     assert done.returncode == 0
     state = root / ".cudnn-setup"
     manifest = json.loads((state / "manifest.json").read_text())
@@ -458,7 +458,7 @@ def test_lock_timeout_exits_5(archives, cuda_root):
     fcntl.flock(fd, fcntl.LOCK_EX)
     try:
         with pytest.raises(InstallFailed) as info:
-            inst.install(archives[V7], _root(root_path), lock_timeout=0.3)
+            inst.install(inst.Request(archives[V7], _root(root_path), lock_timeout=0.3))
         assert "holds the lock" in info.value.message and info.value.exit_code == 5
     finally:
         os.close(fd)
@@ -489,7 +489,7 @@ def test_permission_denied_exits_5_with_hint(archives, cuda_root, home):
 def test_library_install_rejects_with_exception(archives, tmp_path, compiler, cuda_root):
     case = next(c for c in CASES if c.name == "traversal")
     with pytest.raises(ArchiveRejected):
-        inst.install(build_case(case, tmp_path, compiler), _root(cuda_root()))
+        inst.install(inst.Request(build_case(case, tmp_path, compiler), _root(cuda_root())))
 
 
 def _without_manifest(state):

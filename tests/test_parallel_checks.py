@@ -14,9 +14,11 @@ from conftest import REPO, clean_env, main
 
 from cudnn_setup.checks import frameworks_check as fw
 from cudnn_setup.installation.model import find_installation
-from cudnn_setup.checks.suite import run_checks
+from cudnn_setup.checks.suite import CheckFacts, run_checks
+from cudnn_setup.child import Runner
 from cudnn_setup.facts.cuda import find_cuda_root
 from cudnn_setup.parallel import Done, Later, at_once
+from cudnn_setup.steps.command_facts import Facts
 
 SAMPLE = REPO / "fixtures" / "samples" / "cudnn-10.0-linux-x64-v7.4.2.24.tgz"
 WAIT = 3.0
@@ -37,6 +39,12 @@ def slow_cc(tmp_path: Path) -> Path:
     return cc
 
 
+def checks_of(inst, env, **asked):
+    """verify's checks of `inst` without Theano, asked of a new command's facts."""
+    facts = Facts(env, Path("/nonexistent"), Runner())
+    return run_checks(inst, CheckFacts(facts, sys.executable, theano=False, **asked))
+
+
 def test_framework_probes_run_at_once(tmp_path):
     env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(slow_site(tmp_path))}
     start = time.monotonic()
@@ -53,11 +61,11 @@ def test_verify_runs_its_children_side_by_side_with_the_same_verdicts(tmp_path, 
     assert main(["install", str(SAMPLE), "--cuda-root", str(root), "--no-verify",
                  "--no-theanorc"], env=env) == 0
     inst = find_installation(find_cuda_root(env, root))
-    fast = run_checks(inst, python=sys.executable, env=env, theano=False)
+    fast = checks_of(inst, env)
 
     slow_env = dict(env, CC=str(slow_cc(tmp_path)), PYTHONPATH=str(slow_site(tmp_path, ("cupy",))))
     start = time.monotonic()
-    slow = run_checks(inst, python=sys.executable, env=slow_env, theano=False)
+    slow = checks_of(inst, slow_env)
     took = time.monotonic() - start
     assert took < 1.7 * WAIT, took  # compile and the framework probe, each WAIT, overlapped
     assert [c.name for c in slow] == [c.name for c in fast]
@@ -118,8 +126,7 @@ def test_verify_reads_each_library_once(tmp_path, monkeypatch):
             monkeypatch.setattr(module, "runtime_names",
                                 lambda p, *a: scans.append(os.path.realpath(p)) or names(p, *a))
     env = {"PATH": os.environ["PATH"]}
-    checks = {c.name: c for c in run_checks(inst, python=sys.executable, env=env, theano=False,
-                                            with_frameworks=False)}
+    checks = {c.name: c for c in checks_of(inst, env, frameworks=False)}
     assert checks["coherence"].status == "pass" and checks["deps"].status == "pass"
     for seen in (reads, scans):
         cudnn = [p for p in seen if os.path.basename(p).startswith("libcudnn")]
@@ -131,21 +138,21 @@ def test_the_frameworks_children_start_before_the_loaders_facts_are_asked(tmp_pa
     """The frameworks' children take the longest, and the loader's facts (ldconfig -p, ld.so,
     three children) are needed only to read their answers: asking for those facts slowly must
     not delay the frameworks' start."""
-    from cudnn_setup.checks import suite
     from cudnn_setup.installation import locate
+    from cudnn_setup.steps import command_facts
     from fixtures import layouts
 
     inst = locate.locate(layouts.built_set(tmp_path / "cudnn", tmp_path / "w"))
-    real = suite.loader_environment
+    real = command_facts.loader_environment
 
     def slow_loader(*args, **kwargs):
         time.sleep(WAIT)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(suite, "loader_environment", slow_loader)
+    monkeypatch.setattr(command_facts, "loader_environment", slow_loader)
     env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(slow_site(tmp_path, ("cupy",)))}
     start = time.monotonic()
-    checks = {c.name: c for c in run_checks(inst, python=sys.executable, env=env, theano=False)}
+    checks = {c.name: c for c in checks_of(inst, env)}
     took = time.monotonic() - start
     assert "cupy" in checks["frameworks"].detail
     assert took < 1.7 * WAIT, took  # one after the other: at least 2 * WAIT

@@ -283,8 +283,9 @@ def _killed_mid_install(root: Path, archive: Path) -> None:
     pid = os.fork()
     if pid == 0:
         try:
-            placement.install(archive, find_cuda_root({}, root), env={},
-                              driver=lambda: os.kill(os.getpid(), signal.SIGKILL))
+            placement.install(placement.Request(
+                archive, find_cuda_root({}, root), env={},
+                driver=lambda: os.kill(os.getpid(), signal.SIGKILL)))
         finally:
             os._exit(3)
     _, status = os.waitpid(pid, 0)

@@ -66,7 +66,7 @@ def test_tar_streams(base_entries, template, tmp_path_factory, extra, drop, comp
     original = tree_state(root_path)
     outside = tree_state(base / "outside")
     try:
-        first = inst.install(archive, root)
+        first = inst.install(inst.Request(archive, root))
     except ArchiveRejected:
         event("rejected")
         assert tree_state(root_path) == original
@@ -81,7 +81,7 @@ def test_tar_streams(base_entries, template, tmp_path_factory, extra, drop, comp
         assert Path(entry["path"]).parts[0] in ("include", "lib64")
     assert tree_state(base / "outside") == outside
     installed = tree_state(root_path)
-    second = inst.install(archive, root)
+    second = inst.install(inst.Request(archive, root))
     assert not second.changed and tree_state(root_path) == installed
     inst.uninstall(root)
     assert tree_state(root_path) == original

@@ -210,3 +210,48 @@ def test_by_version_the_installed_release_is_neither_fetched_nor_read(cuda_root,
         done, out = _install("9.1", root, home, "--mirror", served.url)
         assert done.returncode == 5 and out["error"]["code"] == "changed-files"
         assert [p for p in served.paths() if p.startswith("/cudnn/")] and len(calls) == 2
+
+
+@pytest.mark.parametrize("extra", [(), ("--dry-run",)])
+def test_the_release_installed_is_asked_about_before_a_byte_is_fetched(cuda_root, home, compiler,
+                                                                       tmp_path, extra):
+    """`install 9.1` of the release installed: the engine answers from the published checksum
+    before the archive is asked for; with the archive gone from the mirror and the cache, a
+    single request for it would fail the install (exit 6)."""
+    from test_install_by_version import Served, _install
+
+    from fixtures.mirror import build_mirror
+
+    mirror = build_mirror(tmp_path / "mirror", cc=compiler)
+    root = cuda_root(version="12.4", layout="lib")
+    with Served(mirror.root) as served:
+        done, out = _install("9.1", root, home, "--mirror", served.url)
+        assert done.returncode == 0 and out["changed"] is True
+        fetched = [p for p in served.paths() if p.startswith("/cudnn/")]
+        assert fetched
+        for path in fetched:
+            (mirror.root / path.lstrip("/")).unlink()
+        shutil.rmtree(home / "cache" / "cudnn-setup")
+        served.log.clear()
+        done, out = _install("9.1", root, home, "--mirror", served.url, *extra)
+        assert done.returncode == 0, done.stderr
+        assert out["changed"] is False and out["cudnn_version"] == "9.1.7"
+        assert not [p for p in served.paths() if p.startswith("/cudnn/")], served.paths()
+        assert "download" not in out
+
+
+def test_the_engine_takes_one_request_and_has_no_mode_flag():
+    """The install is asked as one typed request; whether it is needed at all is a question
+    of its own (installed_already), not a flag that turns the install into a query."""
+    import dataclasses
+    import inspect
+
+    from cudnn_setup.placement import engine
+
+    for entry in (engine.install, engine.installed_already, engine.uninstall,
+                  engine.recover_pending):
+        assert len(inspect.signature(entry).parameters) <= 8, entry.__name__
+    assert dataclasses.is_dataclass(engine.Request)
+    assert list(inspect.signature(engine.install).parameters)[0] == "request"
+    fields = {f.name for f in dataclasses.fields(engine.Request)}
+    assert not {n for n in fields if n.endswith("_only")}, fields

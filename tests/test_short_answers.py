@@ -61,13 +61,13 @@ GRAPHS = {"theano_version": "1.0.5", "device": "cuda", "exp_ok": True, "conv_op"
     ({}, "has no text 'theano_version'"),
 ])
 def test_theano_check_fails_on_a_short_answer(tmp_path, answer, says):
-    check = check_theano(inst_of(tmp_path), interpreter(tmp_path, answer), None, {}, None)
+    check = check_theano(inst_of(tmp_path), interpreter(tmp_path, answer), None, {}, lambda: None)
     assert check.status == FAIL and says in check.detail, check.detail
     assert check.detail.startswith("Theano's test graphs ran but their answer cannot be judged")
 
 
 def test_theano_check_passes_a_whole_answer_from_the_same_child(tmp_path):
-    check = check_theano(inst_of(tmp_path), interpreter(tmp_path, GRAPHS), None, {}, None)
+    check = check_theano(inst_of(tmp_path), interpreter(tmp_path, GRAPHS), None, {}, lambda: None)
     assert check.status == PASS and check.detail.endswith("conv net used GpuDnnConv (cuDNN)")
 
 

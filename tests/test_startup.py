@@ -89,7 +89,8 @@ INSTALL_MODULES = {
     "cudnn_setup.state.journal", "cudnn_setup.state.layout", "cudnn_setup.state.manifest",
     "cudnn_setup.state.observe", "cudnn_setup.state.paths", "cudnn_setup.state.plan",
     "cudnn_setup.state.transaction", "cudnn_setup.steps", "cudnn_setup.steps.by_version",
-    "cudnn_setup.steps.command_wrapper", "cudnn_setup.steps.context",
+    "cudnn_setup.steps.command_facts", "cudnn_setup.steps.command_wrapper",
+    "cudnn_setup.steps.context",
     "cudnn_setup.steps.fetching", "cudnn_setup.steps.loader_step", "cudnn_setup.text",
     "cudnn_setup.untrusted", "cudnn_setup.urls",
 }

@@ -165,9 +165,9 @@ def test_the_state_dir_and_its_pieces_have_fixed_modes_under_any_umask(
     root = find_cuda_root({}, root_path)
     old = os.umask(umask)
     try:
-        engine.install(archives[V7], root)
+        engine.install(engine.Request(archives[V7], root))
         fs = Watching(state)
-        engine.install(archives[GENERATION_SAMPLES["8.0-8.3.0"]], root, fs=fs, force=True)
+        engine.install(engine.Request(archives[GENERATION_SAMPLES["8.0-8.3.0"]], root, force=True), fs=fs)
     finally:
         os.umask(old)
     assert fs.seen, "the upgrade reached no commit point"
@@ -352,12 +352,12 @@ class KillAt(Filesystem):
 
 def _killed_upgrade(archives, root_path: Path) -> None:
     root = find_cuda_root({}, root_path)
-    engine.install(archives[V7], root)
+    engine.install(engine.Request(archives[V7], root))
     pid = os.fork()
     if pid == 0:  # the upgrade, killed after its third rename
         try:
-            engine.install(archives[GENERATION_SAMPLES["8.0-8.3.0"]], root, fs=KillAt(3),
-                           force=True)
+            engine.install(engine.Request(archives[GENERATION_SAMPLES["8.0-8.3.0"]], root,
+                                          force=True), fs=KillAt(3))
         finally:
             os._exit(3)
     _, status = os.waitpid(pid, 0)

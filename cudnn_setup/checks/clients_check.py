@@ -25,10 +25,10 @@ NAME = "clients"
 
 
 def check_clients(inst: Installation, frameworks: Sequence[FrameworkEntry],
-                  theano: bool | Callable[[], bool]) -> Check:
-    """`frameworks`: the frameworks check's entries; `theano`: whether Theano is judged too,
-    or a function that says whether it is installed (asked for cuDNN 9 only): Theano's
-    verdict is always given, but fails the check only where Theano is there."""
+                  theano: Callable[[], bool] | None) -> Check:
+    """`frameworks`: the frameworks check's entries; `theano`: a function that says whether
+    Theano is installed (asked for cuDNN 9 only), None when Theano is not judged: its verdict
+    is always given, but fails the check only where Theano is there."""
     if inst.generation != gen.V9 or not inst.libraries:
         return Check(NAME, SKIP, "before cuDNN 9 every client loads the whole release (the "
                      "files check judges it)" if inst.libraries else "no cuDNN library")
@@ -41,8 +41,8 @@ def check_clients(inst: Installation, frameworks: Sequence[FrameworkEntry],
     # which cuDNN each framework loaded, where the frameworks check saw it (None: not seen,
     # e.g. without a GPU); Theano loads the one its config names, this one
     loads = {e.name: (e.cudnn_loaded.dir if e.cudnn_loaded else None) for e in frameworks}
-    if theano:
-        found["theano"] = theano() if callable(theano) else True
+    if theano is not None:
+        found["theano"] = theano()
     verdicts: list[dict[str, Any]] = []
     for name, there in found.items():
         works, why = clients.framework_verdict(name, present, inst.generation)

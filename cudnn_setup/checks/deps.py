@@ -52,6 +52,7 @@ from cudnn_setup.facts.ldresolve.ldconfig import CacheEntry, read_cache
 from cudnn_setup.facts.ldresolve.loader_facts import LoaderFacts, probe_loader
 from cudnn_setup.facts.ldresolve.read_once import Objects
 from cudnn_setup.facts.ldresolve.runtime_names import Versions
+from cudnn_setup.facts.loader import loader_environment
 from cudnn_setup.parallel import at_once
 from cudnn_setup.report import FAIL, PASS, SKIP, WARN, Check
 from cudnn_setup.text import plural
@@ -59,18 +60,6 @@ from cudnn_setup.text import plural
 NAME = "deps"
 _RANK = {FAIL: 2, WARN: 1, SKIP: 0}
 MAX_SHOWN = 4  # missing dependencies named in the one-line detail; data lists them all
-
-
-def loader_environment(env: Mapping[str, str], cache: Sequence[CacheEntry] | None = None,
-                       facts: LoaderFacts | None = None,
-                       objects: Objects | None = None) -> Environment:
-    """What a program started from `env` has its loader work from. An empty LD_LIBRARY_PATH is
-    no LD_LIBRARY_PATH for glibc (dl-load.c _dl_init_paths). The checks that share it read
-    each library's ELF facts once (`objects`, else a memo of its own)."""
-    llp = env.get("LD_LIBRARY_PATH") or None
-    return Environment(ld_library_path=llp, cache=read_cache() if cache is None else cache,
-                       facts=probe_loader() if facts is None else facts,
-                       objects=objects or Objects())
 
 
 def versions_for(inst: Installation, load_data: LoadAnswer | None) -> Versions:

@@ -78,7 +78,7 @@ def register_with_ldconfig(directory: str | os.PathLike) -> Change:
 
 
 def what_if(python: str, env: Mapping[str, str], change: Change,
-            timeout: float | None = None, *, search: Environment | None = None,
+            timeout: float | None = None, *, search: Callable[[], Environment] | None = None,
             current: list[FrameworkEntry] | None = None,
             runner: Runner | None = None) -> list[WhatIf]:
     """For each framework in `python`: the cuDNN it would load after `change`, and whether that
@@ -90,7 +90,7 @@ def what_if(python: str, env: Mapping[str, str], change: Change,
 
 def looked_ahead(python: str, env: Mapping[str, str], change: Change,
                  timeout: float | None = None, *,
-                 search: Environment | Callable[[], Environment] | None = None,
+                 search: Callable[[], Environment] | None = None,
                  current: list[FrameworkEntry] | None = None,
                  runner: Runner | None = None) -> tuple[list[FrameworkEntry], list[WhatIf]]:
     """What the frameworks of `python` load now (`current`, or a framework_report() made here)

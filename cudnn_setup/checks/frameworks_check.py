@@ -92,15 +92,15 @@ class FrameworkEntry:
 
 
 def framework_report(python: str, env: Mapping[str, str], timeout: float | None = None, *,
-                     search: Environment | Callable[[], Environment] | None = None,
+                     search: Callable[[], Environment] | None = None,
                      runner: Runner | None = None) -> list[FrameworkEntry]:
     """One entry per framework importable in `python` (run with `env`): what it was built for,
     the cuDNN it loads, from where and why, and whether the pair is right by its own rule.
     Each framework runs in a child of its own, `timeout` seconds at most (None:
-    framework_probe.DEFAULT_TIMEOUT). `search` gives the
-    loader's cache and facts (its default directories; checks/deps.loader_environment reads this
-    machine's), or a function that gives them: it is called once the children have answered, so
-    they start before the loader's own children are asked; without it, a copy found only
+    framework_probe.DEFAULT_TIMEOUT). `search` waits for the
+    loader's cache and facts (its default directories; facts/loader.loader_environment reads this
+    machine's): it is called once the children have answered, so they start before the
+    loader's own children are asked; without it, a copy found only
     through them is reported as opened by full path. Each entry's `loader` is for what_if();
     frameworks_json() gives the public form."""
     return framework_reports(python, [env], timeout, search=search, runner=runner)[0]
@@ -108,7 +108,7 @@ def framework_report(python: str, env: Mapping[str, str], timeout: float | None 
 
 def framework_reports(python: str, envs: Sequence[Mapping[str, str]],
                       timeout: float | None = None, *,
-                      search: Environment | Callable[[], Environment] | None = None,
+                      search: Callable[[], Environment] | None = None,
                       runner: Runner | None = None) -> list[list[FrameworkEntry]]:
     """framework_report() of `python` under each of `envs`, every child of every environment
     started at once: each spends seconds importing its framework, and the environments differ
@@ -119,11 +119,9 @@ def framework_reports(python: str, envs: Sequence[Mapping[str, str]],
               if f.get("importable")]
     runs = at_once([partial(run, python, [f["name"]], env, timeout, runner=runner)
                     for env in envs for f in listed])
-    if callable(search):
-        search = search()
-    search = search or NO_SEARCH
+    found = search() if search is not None else NO_SEARCH
     per_env = [runs[i * len(listed):(i + 1) * len(listed)] for i in range(len(envs))]
-    return [[entry_of(f["name"], f, got, search, elf) for f, got in zip(listed, got_env)]
+    return [[entry_of(f["name"], f, got, found, elf) for f, got in zip(listed, got_env)]
             for got_env in per_env]
 
 
@@ -295,7 +293,7 @@ def one_line(entry: FrameworkEntry) -> str:
 
 
 def check_frameworks(python: str, env: Mapping[str, str], timeout: float | None = None, *,
-                     search: Environment | Callable[[], Environment] | None = None,
+                     search: Callable[[], Environment] | None = None,
                      runner: Runner | None = None) -> tuple[Check, list[FrameworkEntry]]:
     """framework_report() as a check; an interpreter that cannot say what it has is a warn."""
     try:

@@ -12,14 +12,16 @@ from cudnn_setup.report import FAIL, PASS, SKIP, WARN, Check
 
 
 def check_loader(inst: Installation, env: Mapping[str, str],
-                 conf: Path = Path("/etc/ld.so.conf"), fix: str | None = None) -> Check:
+                 conf: Path = Path("/etc/ld.so.conf"), fix: str | None = None,
+                 cache: list[tuple[str, str]] | None = None) -> Check:
     """Whether a program started from `env` loads this cuDNN; `fix` replaces the advice to put
-    its directory on LD_LIBRARY_PATH (install gives one when that would break a framework)."""
+    its directory on LD_LIBRARY_PATH (install gives one when that would break a framework);
+    `cache`: the loader cache's (soname, path) pairs, when the caller has read it."""
     ours = inst.soname_path()
     if ours is None:
         return Check("loader", SKIP, "no libcudnn installed")
     return judge_loader(ours, os.path.realpath(ours), inst.lib_dir,
-                        loader.copies_of(ours.name, env, conf),
+                        loader.copies_of(ours.name, env, conf, cache),
                         fix or loader.ld_library_path_line(inst.lib_dir),
                         "" if fix else other_fix(inst))
 

@@ -153,9 +153,9 @@ def why_not_cudnn(said: TheanoAnswer, inst: Installation, gpu: Check | None) -> 
 
 
 def check_theano(inst: Installation, python: str, theanorc: Path | None,
-                 env: Mapping[str, str], gpu: Check | Callable[[], Check | None] | None,
+                 env: Mapping[str, str], gpu: Callable[[], Check | None],
                  runner: Runner | None = None) -> Check:
-    """The theano check; `gpu` (the gpu check, or a function that waits for it) only words
+    """The theano check; `gpu` (a function that waits for the gpu check) only words
     why cuDNN was not used, so it is asked for after Theano's graphs ran. `runner`: the
     command's, whose end kills Theano's child (it may compile for minutes)."""
     if not has_theano(python, env, runner):
@@ -189,7 +189,7 @@ def check_theano(inst: Installation, python: str, theanorc: Path | None,
         return Check("theano", FAIL, summary + ": wrong results", data)
     if got.uses_cudnn:
         return Check("theano", PASS, summary + " (cuDNN)", data)
-    reason = why_not_cudnn(said, inst, gpu() if callable(gpu) else gpu)
+    reason = why_not_cudnn(said, inst, gpu())
     data["reason"] = reason
     usable = theano_supports(inst.version)
     if theanorc is None:  # the config was left alone (install --no-theanorc): nothing to ask of it

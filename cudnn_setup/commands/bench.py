@@ -4,7 +4,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from cudnn_setup.benchmarks import algorithm_check, theano_checks, theano_without_gpu
-from cudnn_setup.probing.driver import driver_facts
 from cudnn_setup.steps.command_wrapper import command
 from cudnn_setup.steps.context import Context, root_if_any
 from cudnn_setup.steps.recovery import root_installation
@@ -24,7 +23,7 @@ def bench(result: Result, ctx: Context, *, cuda_root: Path | None = None,
     result.cudnn_version = inst.version if inst else None
     env = dict(ctx.env)
     ctx.status("asking the NVIDIA driver about the GPUs")
-    driver = driver_facts(env, runner=ctx.runner)
+    driver = ctx.facts.driver()
     if driver.status == SKIP:
         # Both Theano runs would use the CPU and cuDNN's timings need a GPU: minutes spent
         # to conclude nothing, so it is said at once.

@@ -14,13 +14,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cudnn_setup.checks.deps import loader_environment
-from cudnn_setup.probing.driver import DriverFacts, describe_gpus, driver_facts, has_driver
+from cudnn_setup.probing.driver import DriverFacts, describe_gpus, has_driver
 from cudnn_setup.checks.frameworks_check import frameworks_json, one_line
 from cudnn_setup.installation.model import Installation
 from cudnn_setup.installation.locate import describe, locate
 from cudnn_setup.doctor_order import INFO, problems_from
-from cudnn_setup.checks.suite import Frameworks, frameworks_of, run_checks
+from cudnn_setup.checks.suite import CheckFacts, Frameworks, run_checks
 from cudnn_setup.checks.theano_check import stale_dnn_paths
 from cudnn_setup.steps.command_wrapper import command
 from cudnn_setup.steps.context import Context, include_needs_lib_dir
@@ -62,17 +61,16 @@ def doctor(result: Result, ctx: Context, message: str | None = None,
             d.findings.append(found)
     ctx.status("looking for every CUDA root and cuDNN copy on this machine")
     survey(d, ctx, message)
-    search = loader_environment(ctx.env)
     ctx.status("asking the NVIDIA driver about the GPUs")
-    driver = driver_facts(ctx.env, loader=search, runner=ctx.runner)
+    driver = ctx.facts.driver()
     ctx.status(f"importing the deep-learning frameworks of {python}")
-    frameworks = frameworks_of(python, ctx.env, loader=search, runner=ctx.runner)
+    frameworks = ctx.facts.frameworks(python)
     checks = [frameworks.check]
     if inst is not None:
-        checks = run_checks(inst, python=python, env=ctx.env, theano=False, conf=ctx.ld_so_conf,
-                            driver=driver, frameworks=frameworks, loader=search,
-                            status=ctx.status, runner=ctx.runner,
-                            cache_dir=user_cache_dir(ctx.env, ctx.home))
+        checks = run_checks(inst, CheckFacts(ctx.facts, python, theano=False,
+                                             conf=ctx.ld_so_conf,
+                                             cache_dir=user_cache_dir(ctx.env, ctx.home)),
+                            status=ctx.status)
         result.cudnn_version = inst.version
     extra = d.findings
     if damaged is not None:

@@ -9,7 +9,6 @@ from pathlib import Path
 
 from cudnn_setup.archive import read_package
 from cudnn_setup.archive.package import Package
-from cudnn_setup.probing.driver import driver_facts
 from cudnn_setup.steps.command_wrapper import command
 from cudnn_setup.steps.context import Context, reading, which
 from cudnn_setup.placement.fit import BuiltFor, built_for, machine_fit
@@ -27,8 +26,7 @@ def inspect(result: Result, ctx: Context, archive: Path, cuda_root: Path | None 
     root = find_cuda_root(ctx.env, cuda_root) if cuda_root is not None else None
     # the driver is asked only for an archive that passed everything else (no thread or child
     # is left behind by an archive refused first)
-    def asked():
-        return driver_facts(ctx.env, runner=ctx.runner)
+    asked = ctx.facts.driver
 
     expected = expected_for(archive.name, None)
     notes: list[str] = []

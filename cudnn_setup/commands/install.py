@@ -7,13 +7,13 @@ import os
 from pathlib import Path
 
 from cudnn_setup.archive.wheel import WHEEL
-from cudnn_setup.probing.driver import driver_facts
 from cudnn_setup.placement import engine
 from cudnn_setup.steps.command_wrapper import command
 from cudnn_setup.steps.context import Context, reading, which
-from cudnn_setup.steps.by_version import dependency_wheels, resolve_source
+from cudnn_setup.steps.by_version import dependency_wheels, obtain, release_for
 from cudnn_setup.steps.fetching import check_sha256
-from cudnn_setup.steps.loader_step import (FrameworkLookahead, LoaderStep, changes_nothing_loaded,
+from cudnn_setup.steps.command_facts import DRIVER
+from cudnn_setup.steps.loader_step import (LoaderStep, change_to_try, changes_nothing_loaded,
                                            loader_step, on_path_for)
 from cudnn_setup.facts.cuda import CudaRoot, find_cuda_root
 from cudnn_setup.facts.ldresolve.loadable import NotLoadable, read_object
@@ -37,6 +37,7 @@ def install(result: Result, ctx: Context, source: str, *, cuda_root: Path | None
     root = find_cuda_root(ctx.env, cuda_root)
     result.cuda_root = str(root.path)
     python = python or ctx.python
+    facts = ctx.facts
     # The GPUs and driver the build must fit, asked once, by a child that starts the driver
     # (half a second on a GPU machine): it runs while the archive is read, and is waited for
     # when the staged build is judged, before anything is placed. When the install fails or is
@@ -44,7 +45,7 @@ def install(result: Result, ctx: Context, source: str, *, cuda_root: Path | None
     # ends (steps/command_wrapper.py).
     if not dry_run and (refused := engine.cannot_write(root)) is not None:
         raise refused  # before the driver is asked or a byte is fetched
-    asked = Later(driver_facts, ctx.env, runner=ctx.runner)
+    facts.prefetch(DRIVER)
     # What --python's numpy says of its BLAS build, for the [blas] ldflags of Theano's config:
     # a child of a quarter second, asked while the archive is read, like the driver.
     numpy_info = None
@@ -52,24 +53,23 @@ def install(result: Result, ctx: Context, source: str, *, cuda_root: Path | None
         from cudnn_setup.steps.theano_step import numpy_asked_early
 
         numpy_info = numpy_asked_early(ctx, python, theanorc)
-    same: list[engine.Outcome] = []
-
-    def unneeded(name: str, vouched) -> bool:
-        """The release asked for is the archive installed, all in place: nothing to fetch."""
-        found = None if force or with_deps else engine.install(
-            Path(name), root, dry_run=dry_run, lock_timeout=ctx.lock_timeout, env=ctx.env,
-            driver=asked.result, on_status=ctx.status, known=vouched,
-            verify_content=verify_content, unread_only=True)
-        same.extend([found] if found is not None else [])
-        return found is not None
-
-    # Every SOURCE (a path, a URL, a version from a tree, a mirror or a PyPI index) becomes a
-    # local file, the checksum it must have as it is read, and its provenance (sources/); the
-    # release already installed, all in place, is not even fetched.
-    obtained = resolve_source(result, ctx, source, root, cuda=cuda, mirror=mirror,
-                              sha256=sha256, headers=headers, cache_dir=cache_dir,
-                              from_=from_, index_url=index_url, unneeded=unneeded)
-    if obtained is not None:
+    # SOURCE is offered (a release chosen and said, nothing fetched), the engine asked whether
+    # that very release is installed, all in place, and only then is the archive obtained: a
+    # path, a URL, a version from a tree, a mirror or a PyPI index, as a local file, the
+    # checksum it must have as it is read, and its provenance (sources/).
+    release = release_for(result, ctx, source, root, cuda=cuda, mirror=mirror, sha256=sha256,
+                          headers=headers, cache_dir=cache_dir, from_=from_,
+                          index_url=index_url)
+    known = release.known if release is not None else None
+    outcome = None
+    if known is not None and not (force or with_deps):
+        outcome = engine.installed_already(root, known, facts.driver,
+                                           verify_content=verify_content, dry_run=dry_run,
+                                           lock_timeout=ctx.lock_timeout,
+                                           on_status=ctx.status)
+    if outcome is None:
+        obtained = obtain(result, ctx, source, release, sha256=sha256, headers=headers,
+                          cache_dir=cache_dir)
         archive, expected = obtained.path, obtained.expected
         provenance = obtained.provenance.to_dict()
         deps = dependency_wheels(result, ctx, obtained, root, headers=headers,
@@ -81,17 +81,12 @@ def install(result: Result, ctx: Context, source: str, *, cuda_root: Path | None
                                         "checksum_from": d.provenance.checksum_from}
                                        for d in deps]
         result.add("provenance", provenance)
-        outcome = engine.install(archive, root, force=force, dry_run=dry_run,
-                                 expected=expected, on_read=reading(ctx, archive),
-                                 lock_timeout=ctx.lock_timeout, xz=which(ctx, "xz"),
-                                 env=ctx.env, driver=asked.result, on_status=ctx.status,
-                                 provenance=provenance, extra_wheels=[d.path for d in deps],
-                                 verify_content=verify_content,
-                                 clients=None if no_frameworks else
-                                 (lambda: framework_names(ctx, python)))
-    else:
-        outcome = same[0]
-    driver = asked.result()
+        outcome = engine.install(engine.Request(
+            archive, root, force=force, dry_run=dry_run, expected=expected,
+            on_read=reading(ctx, archive), xz=which(ctx, "xz"), env=ctx.env,
+            driver=facts.driver, on_status=ctx.status, provenance=provenance,
+            extra_wheels=[d.path for d in deps], known=known, verify_content=verify_content,
+            clients=(lambda: None) if no_frameworks else (lambda: framework_names(ctx, python))))
     pkg = outcome.package
     if pkg is not None and pkg.compression == WHEEL and not dry_run:
         outcome.notes += wheel_runpath_notes(pkg, outcome.lib_dir or root.lib_dir(), root.path)
@@ -102,14 +97,19 @@ def install(result: Result, ctx: Context, source: str, *, cuda_root: Path | None
     _describe(result, outcome, root, dry_run)
     lib_dir = outcome.lib_dir or root.lib_dir()
     step = None
-    frameworks = None if no_frameworks else FrameworkLookahead(ctx, python)
     verifying = not no_verify and not dry_run
     step_later = checks_later = None
     if not dry_run:
         on_path = on_path_for(ctx, lib_dir, ldconfig)
+        # What the frameworks load now and would after the loader step's change, asked at
+        # once: the step waits for it, and verify's frameworks check takes it as its report.
+        change = None if no_frameworks else change_to_try(lib_dir, ldconfig, on_path)
+        if change is not None:
+            facts.start_look_ahead(python, change)
         step_later = Later(loader_step, ctx, lib_dir, ldconfig, verify_follows=not no_verify,
-                           what_if=frameworks.what_if if frameworks else None, force=force,
-                           on_path=on_path)
+                           what_if=None if no_frameworks else (
+                               lambda c: facts.look_ahead(python, c).what_if),
+                           force=force, on_path=on_path)
     # Theano's config and verify: their modules (ConfigUpdater's merge, every check) are
     # imported only by an install that goes on to them. The config is written before verify
     # starts, which reads it.
@@ -127,8 +127,7 @@ def install(result: Result, ctx: Context, source: str, *, cuda_root: Path | None
     if step_later is not None and verifying and changes_nothing_loaded(ldconfig, on_path):
         # The step only advises, so verify need not wait for it: its checks run while the
         # frameworks are imported for the advice, and take their report when it is made.
-        checks_later = Later(_verify, ctx, root, python, rc, driver, step_later, frameworks,
-                             no_frameworks)
+        checks_later = Later(_verify, ctx, root, python, rc, step_later, no_frameworks)
     if step_later is not None:
         try:
             step = step_later.result()
@@ -137,6 +136,8 @@ def install(result: Result, ctx: Context, source: str, *, cuda_root: Path | None
                 result.checks.append(theano_config)
             raise
         result.checks.append(step.check)
+        if step.changed_loader:  # ldconfig ran: what verify asks of the loader is asked again
+            facts.loader_changed()
         if step.what_if:
             result.add("frameworks_what_if", [w.to_dict() for w in step.what_if])
     if theano_config is not None:
@@ -144,8 +145,7 @@ def install(result: Result, ctx: Context, source: str, *, cuda_root: Path | None
     if checks_later is not None:
         result.checks += checks_later.result()
     elif verifying:
-        result.checks += _verify(ctx, root, python, rc, driver, Done(step), frameworks,
-                                 no_frameworks)
+        result.checks += _verify(ctx, root, python, rc, Done(step), no_frameworks)
     if step is not None and step.refused:
         raise step.refused
 
@@ -162,25 +162,18 @@ def framework_names(ctx: Context, python: str) -> list[str] | None:
     return [f["name"] for f in listed if f.get("importable") and isinstance(f.get("name"), str)]
 
 
-def _verify(ctx: Context, root: CudaRoot, python: str, rc: Path | None, driver,
-            step: Later[LoaderStep] | Done[LoaderStep], frameworks: FrameworkLookahead | None,
-            no_frameworks: bool) -> list:
-    """verify's checks of the root after the install; what the loader step learnt of the
-    frameworks (their report) is taken once it is there, unless the step changed what
-    programs load (it ran ldconfig)."""
+def _verify(ctx: Context, root: CudaRoot, python: str, rc: Path | None,
+            step: Later[LoaderStep] | Done[LoaderStep], no_frameworks: bool) -> list:
+    """verify's checks of the root after the install, asked of the command's facts (the
+    driver asked for the install, the frameworks' report the loader step made unless it
+    changed what programs load); the loader check takes the step's advice once it is there."""
     from cudnn_setup.installation.model import find_installation
-    from cudnn_setup.checks.suite import run_checks
+    from cudnn_setup.checks.suite import CheckFacts, run_checks
 
-    def report():
-        return frameworks.report() if frameworks is not None and \
-            not step.result().changed_loader else None
-
-    return run_checks(find_installation(root), python=python, env=ctx.env, theanorc=rc,
-                      conf=ctx.ld_so_conf, driver=driver, frameworks=report,
-                      with_frameworks=not no_frameworks,
-                      loader_fix=lambda: step.result().loader_fix,
-                      status=ctx.status, runner=ctx.runner,
-                      cache_dir=user_cache_dir(ctx.env, ctx.home))
+    return run_checks(find_installation(root), CheckFacts(
+        ctx.facts, python, rc, frameworks=not no_frameworks, conf=ctx.ld_so_conf,
+        cache_dir=user_cache_dir(ctx.env, ctx.home),
+        loader_fix=lambda: step.result().loader_fix), status=ctx.status)
 
 
 def wheel_runpath_notes(pkg, lib_dir: Path, root: Path) -> list[str]:

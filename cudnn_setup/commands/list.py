@@ -13,7 +13,7 @@ from typing import Callable, Optional
 
 from packaging.version import InvalidVersion, Version
 
-from cudnn_setup.probing.driver import DriverFacts, describe_gpus, driver_facts, has_driver
+from cudnn_setup.probing.driver import DriverFacts, describe_gpus, has_driver
 from cudnn_setup.steps.command_wrapper import command
 from cudnn_setup.steps.context import Context, root_if_any
 from cudnn_setup.steps.by_version import (choose_source, host_choice, machine_wheel_tags,
@@ -149,7 +149,7 @@ def list_releases(result: Result, ctx: Context, *, cuda: str | None = None,
     installed = installed_archive(root)
     if installed:
         result.cudnn_version = installed["version"]
-    listed = rows(releases, installed, machine_judge(driver_facts(ctx.env)))
+    listed = rows(releases, installed, machine_judge(ctx.facts.driver()))
     result.add("releases", listed)
     result.add("platform", choice.primary)
     result.add("platforms", list(choice.platforms))

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from cudnn_setup.installation.model import UNREAD, find_installation
 from cudnn_setup.installation.locate import describe, locate
-from cudnn_setup.checks.suite import run_checks
+from cudnn_setup.checks.suite import CheckFacts, run_checks
 from cudnn_setup.steps.command_wrapper import command
 from cudnn_setup.steps.context import Context, include_needs_lib_dir, root_if_any
 from cudnn_setup.steps.recovery import look_at_state, state_check
@@ -49,11 +49,10 @@ def verify(result: Result, ctx: Context, *, cuda_root: Path | None = None,
                                 "names another)")
     result.cuda_root = str(root.path) if root is not None else None
     result.checks += [state] if state is not None else []
-    result.checks += run_checks(inst, python=python or ctx.python, env=ctx.env,
-                                theanorc=theanorc_path(ctx, theanorc), theano=not no_theano,
-                                conf=ctx.ld_so_conf, deep=deep, with_frameworks=not no_frameworks,
-                                status=ctx.status, runner=ctx.runner,
-                                cache_dir=user_cache_dir(ctx.env, ctx.home))
+    result.checks += run_checks(inst, CheckFacts(
+        ctx.facts, python or ctx.python, theanorc_path(ctx, theanorc), theano=not no_theano,
+        frameworks=not no_frameworks, conf=ctx.ld_so_conf, deep=deep,
+        cache_dir=user_cache_dir(ctx.env, ctx.home)), status=ctx.status)
     result.cudnn_version = inst.version
     result.add("cudnn", describe(inst))
     failed = [c.name for c in result.checks if c.status == FAIL]

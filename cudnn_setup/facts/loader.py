@@ -10,12 +10,15 @@ from __future__ import annotations
 import glob
 import os
 from pathlib import Path
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from cudnn_setup.durable import write_atomic
 from cudnn_setup.child import run_command
 from cudnn_setup.facts.cudnn import library_file_version
-from cudnn_setup.facts.ldresolve.ldconfig import ldconfig_binary, read_cache
+from cudnn_setup.facts.ldresolve.environment import Environment
+from cudnn_setup.facts.ldresolve.ldconfig import CacheEntry, ldconfig_binary, read_cache
+from cudnn_setup.facts.ldresolve.loader_facts import LoaderFacts, probe_loader
+from cudnn_setup.facts.ldresolve.read_once import Objects
 from cudnn_setup.untrusted import read_regular
 
 # Where glibc's ld.so looks without being told (its "trusted" directories).
@@ -92,6 +95,18 @@ def remove_conf(conf_dir: Path, lib_dir: Path) -> bool:
         return False
     path.unlink()
     return True
+
+
+def loader_environment(env: Mapping[str, str], cache: Sequence[CacheEntry] | None = None,
+                       facts: LoaderFacts | None = None,
+                       objects: Objects | None = None) -> Environment:
+    """What a program started from `env` has its loader work from. An empty LD_LIBRARY_PATH is
+    no LD_LIBRARY_PATH for glibc (dl-load.c _dl_init_paths). The checks that share it read
+    each library's ELF facts once (`objects`, else a memo of its own)."""
+    llp = env.get("LD_LIBRARY_PATH") or None
+    return Environment(ld_library_path=llp, cache=read_cache() if cache is None else cache,
+                       facts=probe_loader() if facts is None else facts,
+                       objects=objects or Objects())
 
 
 def cache_entries(name_prefix: str = "libcudnn", cache_file: str | None = None) \

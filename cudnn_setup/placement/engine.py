@@ -4,8 +4,9 @@ The engine under `install` and `uninstall`, in named steps: stage and judge the 
 the root's state dir (judge.py: refuse what does not fit the root or this machine), plan
 against what is there (plan_install), make the staged bytes durable and apply the plan as a
 journaled transaction whose commit point is the manifest (commit.py). The same archive again,
-all in place, is answered from the manifest without reading it (same_archive.py). The commands
-decide what to do around it (fetching, the loader, Theano, verify).
+all in place, is answered from the manifest without reading it (same_archive.py); a release
+not fetched yet is asked about first (installed_already), so that it is not fetched at all.
+The commands decide what to do around it (fetching, the loader, Theano, verify).
 """
 from __future__ import annotations
 
@@ -74,64 +75,96 @@ class Outcome:
         return out
 
 
+def _no_driver() -> DriverFacts | None:
+    return None
+
+
+def _no_clients() -> Sequence[str] | None:
+    return None
+
+
 @dataclass(frozen=True)
-class Asked:
-    """What an install was asked to place where, and how: install()'s arguments, for its
-    steps."""
+class Request:
+    """One install: `archive` into `root`. `expected`: the checksum the archive must have as it
+    is read; `provenance` (sources.base.Provenance) is recorded in the manifest; the libraries
+    of `extra_wheels` (the wheels cuDNN's wheel declares, such as nvidia-cublas-cu12) are placed
+    beside cuDNN in the same transaction; `env` is the environment of the child process that
+    asks a library which CUDA it was built for, when the archive's name does not say;
+    `driver` waits for the GPUs and driver the build must fit (asked while the archive is
+    read); `on_status` hears a line for each step and for a wait on the lock; `known`: the
+    checksum published for the release asked for, by which an archive already installed is
+    known without reading it (same_archive); `verify_content`: hash the installed files to
+    judge them, not only their stat; `clients` names the frameworks on this machine, asked
+    when a JIT flavour is judged (judge.flavour_notes)."""
 
     archive: Path
     root: CudaRoot
-    include_rel: str  # the include and library dirs inside the root's real tree (root_dirs)
-    lib_rel: str
     force: bool = False
+    dry_run: bool = False
     expected: Expected | None = None
     on_read: Callable[[int], None] | None = None
     xz: str | None = None
     env: Mapping[str, str] = field(default_factory=dict)
-    driver: Callable[[], DriverFacts | None] | DriverFacts | None = None
-    say: Callable[[str], None] = field(default=lambda line: None)
+    driver: Callable[[], DriverFacts | None] = _no_driver
+    on_status: Callable[[str], None] = field(default=lambda line: None)
+    provenance: dict | None = None
     extra_wheels: Sequence[Path] = ()
     known: Expected | None = None
     verify_content: bool = False
-    unread_only: bool = False
-    clients: Callable[[], Sequence[str] | None] | None = None
+    clients: Callable[[], Sequence[str] | None] = _no_clients
+    lock_timeout: float = 300.0
+
+
+@dataclass(frozen=True)
+class Asked:
+    """A request and the include and library dirs inside the root's real tree (root_dirs),
+    for the install's steps."""
+
+    request: Request
+    include_rel: str
+    lib_rel: str
 
     @property
     def lib_dir(self) -> Path:
-        return self.root.path / self.lib_rel
+        return self.request.root.path / self.lib_rel
 
 
-def install(archive: Path, root: CudaRoot, *, force: bool = False, dry_run: bool = False,
-            expected: Expected | None = None, fs: Filesystem | None = None,
-            lock_timeout: float = 300.0, tmp_dir: Path | None = None,
-            on_read: Callable[[int], None] | None = None, xz: str | None = None,
-            env: Mapping[str, str] | None = None,
-            driver: Callable[[], DriverFacts | None] | DriverFacts | None = None,
-            on_status: Callable[[str], None] | None = None,
-            provenance: dict | None = None, extra_wheels: Sequence[Path] = (),
-            known: Expected | None = None, verify_content: bool = False,
-            unread_only: bool = False,
-            clients: Callable[[], Sequence[str] | None] | None = None) -> Outcome | None:
-    """Install `archive` into `root`; `provenance` (sources.base.Provenance) is recorded in
-    the manifest; the libraries of `extra_wheels` (the wheels cuDNN's wheel declares, such as
-    nvidia-cublas-cu12) are placed beside cuDNN in the same transaction. `env` is the
-    environment of the child process that asks
-    a library which CUDA it was built for, when the archive's name does not say; `driver`
-    (checks.driver.driver_facts, or a function that waits for them) the GPUs and driver the
-    build must fit; `on_status` hears a line for each step and for a wait on the lock;
-    `known`: the checksum published for the release the user asked for, by which an archive
-    already installed is known without reading it (same_archive); `verify_content`: hash the
-    installed files to judge them, not only their stat; `unread_only`: answer only when that
-    needs no archive (None otherwise); `clients`: names the frameworks on this machine, asked
-    when a JIT flavour is judged (judge.flavour_notes)."""
+def install(request: Request, fs: Filesystem | None = None,
+            tmp_dir: Path | None = None) -> Outcome:
+    """Install as `request` says (with `dry_run`, the plan only, judged in `tmp_dir`); `fs`
+    does the transaction's file operations."""
+    include_rel, lib_rel = root_dirs(request.root)
+    asked = Asked(request, include_rel, lib_rel)
+    state = StateDir(request.root.path)
+    if request.dry_run:
+        return _dry_run(asked, state, tmp_dir)
+    return _install(asked, state, fs)
+
+
+def installed_already(root: CudaRoot, known: Expected, driver: Callable[[], DriverFacts | None],
+                      *, verify_content: bool = False, dry_run: bool = False,
+                      lock_timeout: float = 300.0,
+                      on_status: Callable[[str], None] = lambda line: None) -> Outcome | None:
+    """The release whose published checksum is `known`, when it is the archive installed in
+    `root`, all in place: its Outcome, answered from the manifest before anything is fetched;
+    None when the archive is needed. Without `dry_run` an interrupted transaction is finished
+    first, under the root's lock, as an install would."""
     include_rel, lib_rel = root_dirs(root)
-    asked = Asked(archive, root, include_rel, lib_rel, force, expected, on_read, xz, env or {},
-                  driver, on_status or (lambda line: None), extra_wheels, known,
-                  verify_content, unread_only, clients)
+    asked = Asked(Request(Path(), root, known=known, driver=driver,
+                          verify_content=verify_content), include_rel, lib_rel)
     state = StateDir(root.path)
     if dry_run:
-        return _dry_run(asked, state, tmp_dir)
-    return _install(asked, state, fs, lock_timeout, on_status, provenance)
+        return None if state.pending() else _again(asked, state.manifest(), unread=True)
+    if not state.exists():
+        return None
+    with _rolled_back_errors("install"), state.locked(lock_timeout, on_status):
+        recovered = recover(state)
+        if recovered:
+            on_status(recovered)
+        state.check()
+        same = _again(asked, state.manifest(), recovered, unread=True)
+        state.tidy()
+        return same
 
 
 def cannot_write(root: CudaRoot) -> SetupError | None:
@@ -140,12 +173,16 @@ def cannot_write(root: CudaRoot) -> SetupError | None:
     return writable.cannot_write(root.path, root_dirs(root))
 
 
-def same_again(asked: Asked, old: Manifest | None, recovered: str | None = None) -> Outcome | None:
-    """The same archive again, all in place: answered from the manifest, unread."""
-    if asked.force or asked.extra_wheels:
+def _again(asked: Asked, old: Manifest | None, recovered: str | None = None,
+           unread: bool = False) -> Outcome | None:
+    """The same archive again, all in place: answered from the manifest without decoding the
+    archive (`unread`: without looking at it at all)."""
+    request = asked.request
+    if request.force or request.extra_wheels:
         return None
-    found = plan_again(asked.archive, asked.root, old, asked.include_rel, asked.lib_rel,
-                       asked.known, asked.driver, asked.verify_content, asked.unread_only)
+    found = plan_again(None if unread else request.archive, request.root, old,
+                       asked.include_rel, asked.lib_rel, request.known, request.driver,
+                       request.verify_content)
     if found is None:
         return None
     plan, how = found
@@ -158,35 +195,33 @@ def same_again(asked: Asked, old: Manifest | None, recovered: str | None = None)
 def judged_in(asked: Asked, work: Path, state: StateDir) -> Judged:
     """The archive staged and judged under `work` (judge.stage_and_judge), refused (exit 3)
     when it does not fit."""
-    return stage_and_judge(asked.archive, work, asked.root, state, expected=asked.expected,
-                           on_read=asked.on_read, xz=asked.xz, env=asked.env,
-                           driver=asked.driver, force=asked.force, say=asked.say,
-                           clients=asked.clients)
+    r = asked.request
+    return stage_and_judge(r.archive, work, r.root, state, expected=r.expected,
+                           on_read=r.on_read, xz=r.xz, env=r.env, driver=r.driver,
+                           force=r.force, say=r.on_status, clients=r.clients)
 
 
 def plan_install(asked: Asked, judged: Judged, work: Path) -> tuple[list[Desired], Plan]:
     """What should end up in the root (cuDNN's entries, the dependency wheels' libraries),
     staged under `work`, and the plan that gets it there from what is there now."""
+    r = asked.request
     links = work / "links"
     desired = desired_entries(judged.package, asked.include_rel, asked.lib_rel, links)
     left_alone: list[str] = []
-    desired += dependency_entries(asked.extra_wheels, work / "deps", asked.root.path,
+    desired += dependency_entries(r.extra_wheels, work / "deps", r.root.path,
                                   asked.lib_rel, links, desired,
                                   owned=[f.path for f in judged.old.files] if judged.old else (),
                                   left_alone=left_alone)
     judged.notes.extend(n for n in left_alone if n not in judged.notes)
-    plan = make_plan(asked.root.path, judged.old, desired, asked.force,
-                     deep=asked.verify_content)
+    plan = make_plan(r.root.path, judged.old, desired, r.force, deep=r.verify_content)
     return desired, plan
 
 
-def _dry_run(asked: Asked, state: StateDir, tmp_dir: Path | None) -> Outcome | None:
+def _dry_run(asked: Asked, state: StateDir, tmp_dir: Path | None) -> Outcome:
     """What the install would do: judged and planned in a temporary dir, the root untouched."""
     pending = state.pending()
-    if not pending and (same := same_again(asked, state.manifest())) is not None:
+    if not pending and (same := _again(asked, state.manifest())) is not None:
         return same
-    if asked.unread_only:
-        return None
     with tempfile.TemporaryDirectory(prefix="cudnn-setup-plan-", dir=tmp_dir) as tmp:
         judged = judged_in(asked, Path(tmp), state)
         _, plan = plan_install(asked, judged, Path(tmp))
@@ -195,21 +230,18 @@ def _dry_run(asked: Asked, state: StateDir, tmp_dir: Path | None) -> Outcome | N
                        built_for=judged.built, notes=notes + judged.notes)
 
 
-def _install(asked: Asked, state: StateDir, fs: Filesystem | None, lock_timeout: float,
-             on_wait: Callable[[str], None] | None, provenance: dict | None) -> Outcome | None:
+def _install(asked: Asked, state: StateDir, fs: Filesystem | None) -> Outcome:
     """The install under the root's lock: recover, answer the same archive again from the
     manifest, else stage and judge, plan, and place the plan as one transaction."""
-    before = None if asked.unread_only else archive_stat(asked.archive)
+    r = asked.request
+    before = archive_stat(r.archive)
     created_state = not state.exists()
-    if asked.unread_only and created_state:
-        return None
-    with _rolled_back_errors("install"), state.locked(lock_timeout, on_wait):
+    with _rolled_back_errors("install"), state.locked(r.lock_timeout, r.on_status):
         recovered = recover(state)
         if recovered:
-            asked.say(recovered)
+            r.on_status(recovered)
         state.check()
-        if (same := same_again(asked, state.manifest(), recovered)) is not None \
-                or asked.unread_only:
+        if (same := _again(asked, state.manifest(), recovered)) is not None:
             state.tidy()
             return same
         txid = uuid.uuid4().hex[:12]
@@ -220,16 +252,16 @@ def _install(asked: Asked, state: StateDir, fs: Filesystem | None, lock_timeout:
             desired, plan = plan_install(asked, judged, tx)
             notes = list(judged.notes)  # with the dependency libraries left alone
             if plan.conflicts:
-                raise conflict_error(plan.conflicts, asked.root.path, "replaced")
+                raise conflict_error(plan.conflicts, r.root.path, "replaced")
             if plan.changed or judged.old is None:
-                asked.say(f"placing cuDNN {judged.package.cudnn_version} into "
-                          f"{asked.root.path}: {plural(len(plan.ops), 'change')} in one "
-                          "transaction")
+                r.on_status(f"placing cuDNN {judged.package.cudnn_version} into "
+                            f"{r.root.path}: {plural(len(plan.ops), 'change')} in one "
+                            "transaction")
                 # the file's stat, when it was the same before and after it was read
-                after = archive_stat(asked.archive)
+                after = archive_stat(r.archive)
                 manifest = manifest_for(txid, judged.package, desired, plan, asked.include_rel,
-                                        asked.lib_rel, asked.archive.name, judged.built,
-                                        provenance, before if before == after else None)
+                                        asked.lib_rel, r.archive.name, judged.built,
+                                        r.provenance, before if before == after else None)
                 notes += place(state, txid, desired, plan, manifest, fs)
             else:
                 manifest = judged.old

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 from cudnn_setup.archive import read_package
 from cudnn_setup.archive.package import Package
@@ -20,6 +20,9 @@ from cudnn_setup.placement.fit import BuiltFor, built_for, cuda_mismatch, machin
 from cudnn_setup.state.layout import StateDir
 from cudnn_setup.state.manifest import Manifest
 from cudnn_setup.text import escape, plural
+
+if TYPE_CHECKING:
+    from cudnn_setup.probing.driver import DriverFacts
 
 
 @dataclass
@@ -61,24 +64,26 @@ def package_refusal(pkg: Package, name: str, expected: Expected | None) -> Archi
 
 
 def fit_refusal(pkg: Package, built: BuiltFor, root: CudaRoot, name: str, old: Manifest | None,
-                driver, force: bool) -> tuple[ArchiveRejected | None, list[str]]:
-    """Whether the build fits the root (its CUDA major) and this machine (`driver`: the facts,
-    or a function that waits for them): the refusal (None with `force`) and the notes of what
+                driver: Callable[[], DriverFacts | None],
+                force: bool) -> tuple[ArchiveRejected | None, list[str]]:
+    """Whether the build fits the root (its CUDA major) and this machine (`driver` waits for
+    its facts): the refusal (None with `force`) and the notes of what
     only warns, as install judges it and inspect reports it."""
     refusal = None if force else cuda_mismatch(pkg, built, root, name, old)
-    unfit, notes = machine_fit(pkg, built, driver() if callable(driver) else driver, force)
+    unfit, notes = machine_fit(pkg, built, driver(), force)
     return refusal or unfit, notes
 
 
 def stage_and_judge(archive: Path, work: Path, root: CudaRoot, state: StateDir, *,
                     expected: Expected | None, on_read: Callable[[int], None] | None,
-                    xz: str | None, env: Mapping[str, str], driver, force: bool,
+                    xz: str | None, env: Mapping[str, str],
+                    driver: Callable[[], DriverFacts | None], force: bool,
                     say: Callable[[str], None],
-                    clients: Callable[[], Sequence[str] | None] | None = None) -> Judged:
+                    clients: Callable[[], Sequence[str] | None]) -> Judged:
     """Stage the archive under `work` and judge it against the root (its CUDA major) and this
-    machine (`driver`: the facts, or a function that waits for them); a misfit is refused
-    unless `force`. `clients`: a function naming the frameworks on this machine, asked only
-    when the release is the JIT flavour (flavour_notes)."""
+    machine (`driver` waits for its facts); a misfit is refused unless `force`. `clients`
+    names the frameworks on this machine, asked only when the release is the JIT flavour
+    (flavour_notes)."""
     # the step a log names again while the members are decoded after the bytes are read
     say(f"staging {escape(archive.name)}: reading, checking and writing its members")
     pkg = stage(archive, work / "staging", expected, on_read, xz, env)
@@ -95,13 +100,13 @@ def stage_and_judge(archive: Path, work: Path, root: CudaRoot, state: StateDir, 
     return Judged(pkg, built, old, notes)
 
 
-def flavour_notes(pkg: Package, clients: Callable[[], Sequence[str] | None] | None) -> list[str]:
+def flavour_notes(pkg: Package, clients: Callable[[], Sequence[str] | None]) -> list[str]:
     """What the JIT flavour does not serve of the frameworks on this machine, said before
     anything is written. A warning, not a refusal: a framework usually loads the cuDNN of its
     own wheels, not this root's, and the JIT flavour is a deliberate choice for the clients it
     serves; verify's clients check fails where one present would break with this cuDNN."""
     comp = pkg.composition
-    if comp is None or comp.flavour != gen.JIT or clients is None:
+    if comp is None or comp.flavour != gen.JIT:
         return []
     present = set(comp.required)
     out = []

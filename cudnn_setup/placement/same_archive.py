@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING, Callable
 
 from cudnn_setup import __version__
 from cudnn_setup.placement.fit import fit_before_install
@@ -13,6 +14,9 @@ from cudnn_setup.facts.cuda import CudaRoot, same_major
 from cudnn_setup.fetch.checksums import Expected
 from cudnn_setup.state.manifest import Manifest, Source
 from cudnn_setup.state.plan import Desired, Plan, make_plan
+
+if TYPE_CHECKING:
+    from cudnn_setup.probing.driver import DriverFacts
 
 
 def archive_stat(archive: Path) -> tuple[int, int, int, int, int] | None:
@@ -53,23 +57,25 @@ def same_archive(archive: Path | None, source: Source,
     return None
 
 
-def plan_again(archive: Path, root: CudaRoot, old: Manifest | None, include_rel: str, lib_rel: str,
-           known: Expected | None, driver, deep: bool,
-           unread: bool = False) -> tuple[Plan, str] | None:
+def plan_again(archive: Path | None, root: CudaRoot, old: Manifest | None, include_rel: str,
+               lib_rel: str, known: Expected | None,
+               driver: Callable[[], DriverFacts | None], deep: bool) -> tuple[Plan, str] | None:
     """The plan for installing the very archive the manifest records again, worked out from
     the manifest alone, when that is sure to be the plan reading the archive would make: the
     same tool version (same rules) and layout, a build that fits this root and machine
     without a note, every file as recorded (stat, mode, link target; `deep`: hashed). None
-    sends the install the long way, which reports whatever differs as it always has."""
+    sends the install the long way, which reports whatever differs as it always has.
+    `archive` None: not fetched, known by `known` alone; `driver` waits for the machine's
+    facts, asked only when the manifest could answer."""
     if old is None or old.tool_version != __version__ or (old.include_dir, old.lib_dir) != (
             include_rel, lib_rel):
         return None
     if not same_major(old.cuda_version, root.major):
         return None
-    facts = driver() if callable(driver) else driver
+    facts = driver()
     if facts and fit_before_install(old.cudnn_version, old.cuda_version, facts):
         return None
-    how = same_archive(None if unread else archive, old.source, known)
+    how = same_archive(archive, old.source, known)
     if how is None:
         return None
     desired = [Desired(f.path, f.type, f.content.sha256, f.content.target,

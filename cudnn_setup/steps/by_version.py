@@ -21,8 +21,9 @@ provenance.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from cudnn_setup.steps.context import Context
 from cudnn_setup.errors import UsageError
@@ -208,17 +209,33 @@ def describe_offer(result: Result, offer: Offer, source: Source, why: str) -> No
                         f"{offer.file_name} from {source.where}; sha256 from {vouch}{repack}")
 
 
-def resolve_source(result: Result, ctx: Context, source: str, root: CudaRoot, *,
-                   cuda: str | None, mirror: str | None, sha256: str | None,
-                   headers: list[str] | None, cache_dir: Path | None,
-                   from_: str | None = None, index_url: str | None = None,
-                   unneeded: Callable[[str, Expected], bool] | None = None) -> Obtained | None:
-    """For `install`: SOURCE as the local file to install, the checksum it must have, and where
-    both came from (fetched into the cache first when it is remote).
+@dataclass(frozen=True)
+class Release:
+    """A published release SOURCE stands for, chosen and not fetched: where from, and what its
+    archive must hash to, vouched for before a byte is fetched (the source's published sha256,
+    else the user's --sha256)."""
 
-    `unneeded(file name, vouched checksum)`: asked before a release's archive is fetched or
-    read; when it says the archive is not needed (the very one is installed, all in place),
-    nothing is fetched and the answer is None."""
+    source: Source
+    offer: Offer
+    vouched: Expected | None
+    given: str | None  # --sha256, lowercased
+
+    @property
+    def known(self) -> Expected | None:
+        """The checksum that names the release for sure, by which the archive installed is
+        recognised without fetching it: None when --sha256 disagrees with the published one
+        (then it is fetched, and the mismatch reported as always)."""
+        if self.vouched is None or self.given not in (None, self.vouched.digest):
+            return None
+        return self.vouched
+
+
+def release_for(result: Result, ctx: Context, source: str, root: CudaRoot, *,
+                cuda: str | None, mirror: str | None, sha256: str | None,
+                headers: list[str] | None, cache_dir: Path | None,
+                from_: str | None = None, index_url: str | None = None) -> Release | None:
+    """For `install`: the release SOURCE names (a version, an archive's bare name), chosen and
+    said, nothing fetched; None when SOURCE is an archive itself (a path or a URL)."""
     choosing = from_ is not None or index_url is not None
     kind = classify(source, prerelease=from_ == PYPI or index_url is not None)
     if kind in (PATH, URL, FILE_URL):
@@ -226,12 +243,7 @@ def resolve_source(result: Result, ctx: Context, source: str, root: CudaRoot, *,
             raise UsageError(f"--cuda, --mirror, --from and --index-url choose among published "
                              f"releases; {redact(source)} is an archive already",
                              "drop them, or give a version such as 9.1")
-        if kind == URL:
-            from cudnn_setup.sources.url import UrlArchive
-
-            return UrlArchive(source).obtain(None, fetcher(result, ctx, headers, cache_dir),
-                                             sha256)
-        return LocalArchive(source).take(sha256)
+        return None
     from cudnn_setup.sources.tree import RedistTree
 
     chosen = choose_source(ctx, from_=from_, mirror=mirror, index_url=index_url,
@@ -253,16 +265,25 @@ def resolve_source(result: Result, ctx: Context, source: str, root: CudaRoot, *,
         _installable_or_refuse(offer)
         why = "by its name"
     describe_offer(result, offer, chosen, why)
-    # What the archive must hash to, vouched for before a byte is fetched: the source's
-    # published sha256, else the user's --sha256 (both given and different: fetched, and the
-    # mismatch reported as always).
     given = sha256.lower() if sha256 else None
     vouched = Expected("sha256", offer.sha256, offer.checksum_from or chosen.where) \
         if offer.sha256 else Expected("sha256", given, "--sha256") if given else None
-    if unneeded is not None and vouched is not None and given in (None, vouched.digest) \
-            and unneeded(offer.file_name, vouched):
-        return None
-    return chosen.obtain(offer, fetcher(result, ctx, headers, cache_dir, chosen), sha256)
+    return Release(chosen, offer, vouched, given)
+
+
+def obtain(result: Result, ctx: Context, source: str, release: Release | None, *,
+           sha256: str | None, headers: list[str] | None, cache_dir: Path | None) -> Obtained:
+    """SOURCE as the local file to install, the checksum it must have, and where both came
+    from: `release` (release_for) fetched into the cache, else the archive SOURCE names,
+    downloaded first when it is a URL."""
+    if release is not None:
+        return release.source.obtain(release.offer, fetcher(result, ctx, headers, cache_dir,
+                                                            release.source), sha256)
+    if classify(source) == URL:
+        from cudnn_setup.sources.url import UrlArchive
+
+        return UrlArchive(source).obtain(None, fetcher(result, ctx, headers, cache_dir), sha256)
+    return LocalArchive(source).take(sha256)
 
 
 def dependency_wheels(result: Result, ctx: Context, obtained: Obtained, root: CudaRoot, *,

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Callable, Mapping, Optional
 
 from cudnn_setup.child import Runner
+from cudnn_setup.steps.command_facts import Facts
 from cudnn_setup.errors import NoCudaRoot, UsageError
 from cudnn_setup.facts.cuda import CudaRoot, find_cuda_root
 from cudnn_setup.settings import SYSTEM_CONFIG
@@ -52,9 +53,13 @@ class Context:
     # this machine's wheel platform tags (None: packaging's, for this machine).
     pip_system_dirs: tuple[Path, ...] = PIP_SYSTEM_DIRS
     wheel_tags: Optional[tuple[str, ...]] = None
-    # What one command makes once and shares (its HTTP clients and their one waiting budget:
-    # steps/fetching.client_for); a Context serves one command.
-    made: dict = field(default_factory=dict, compare=False, hash=False)
+    # The facts this command looks at, each started at most once (steps/command_facts.py):
+    # the driver, the loader, each installation's load, the frameworks, the HTTP client and
+    # its one waiting budget. Made from the fields above; a Context serves one command.
+    facts: Facts = field(init=False, compare=False, hash=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "facts", Facts(self.env, self.home, self.runner, self.status))
 
 
 def root_if_any(ctx: Context, cuda_root: Path | None) -> CudaRoot | None:

@@ -44,21 +44,12 @@ def check_sha256(value: str | None) -> None:
 
 def client_for(ctx: Context, headers: list[str] | None,
                env: Mapping[str, str] | None = None) -> Client:
-    """The one HTTP client of a command: its --header lines, the caller's network settings (or
-    `env`, the caller's with a source's own additions), the redirect policy, and one waiting
-    budget for every request the command makes. Made once per command (ctx.made): every
-    source, the dependency wheels and each of a mirror's platforms share it, and a source
-    with settings of its own gets a client of its own that shares the budget."""
-    from cudnn_setup.fetch.http import Budget, Client
-
-    env = ctx.env if env is None else env
-    key = ("http-client", tuple(headers or ()), tuple(sorted(env.items())))
-    if key not in ctx.made:
-        keep = [h.strip() for h in ctx.env.get(KEEP_HEADERS_VAR, "").split(",") if h.strip()]
-        budget = ctx.made.setdefault("http-budget", Budget())
-        ctx.made[key] = Client(parse_headers(headers), env=env, home=ctx.home,
-                               keep_on_redirect=keep, budget=budget)
-    return ctx.made[key]
+    """The one HTTP client of a command (ctx.facts.http_client): its --header lines, the
+    caller's network settings (or `env`, the caller's with a source's own additions), the
+    redirect policy, and one waiting budget for every request the command makes: every
+    source, the dependency wheels and each of a mirror's platforms share it."""
+    keep = [h.strip() for h in ctx.env.get(KEEP_HEADERS_VAR, "").split(",") if h.strip()]
+    return ctx.facts.http_client(parse_headers(headers), ctx.env if env is None else env, keep)
 
 
 def downloader_for(ctx: Context, headers: list[str] | None, cache_dir: Path | None,

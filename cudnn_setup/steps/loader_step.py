@@ -8,9 +8,7 @@ from pathlib import Path
 from typing import Callable
 
 from cudnn_setup.errors import InstallFailed, SetupError, os_error
-from cudnn_setup.facts.ldresolve.environment import Environment
 from cudnn_setup.facts import loader
-from cudnn_setup.parallel import Done, Later
 from cudnn_setup.report import FAIL, PASS, SKIP, WARN, Check
 from cudnn_setup.steps.context import Context
 from cudnn_setup.text import plural, show_path
@@ -18,50 +16,9 @@ from cudnn_setup.text import plural, show_path
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from cudnn_setup.checks.framework_whatif import Change, WhatIf
-    from cudnn_setup.checks.frameworks_check import FrameworkEntry
-    from cudnn_setup.checks.suite import Frameworks
 
 # What the frameworks would load is imported where it is asked (checks/framework_whatif.py and
 # the modules it uses): an install with --no-frameworks does not load the frameworks' checks.
-
-
-class FrameworkLookahead:
-    """What the frameworks of `python` load now, made once, and what a change to the loader's
-    path would make them load (checks/framework_whatif.py)."""
-
-    def __init__(self, ctx: Context, python: str):
-        self.ctx, self.python = ctx, python
-        self.now: list[FrameworkEntry] | None = None  # None: not made, or the interpreter could not say
-        self.search: Environment | None = None
-
-    def what_if(self, change: Change) -> list[WhatIf]:
-        from cudnn_setup.checks.deps import loader_environment
-        from cudnn_setup.checks.framework_whatif import looked_ahead
-
-        if self.now is None:
-            self.ctx.status(f"importing the deep-learning frameworks of {self.python}, to see "
-                            "what they load now and would load after the change")
-        # the loader's facts (children of their own) are asked while the frameworks import
-        search = Done(self.search) if self.search is not None else Later(loader_environment,
-                                                                         self.ctx.env)
-        try:
-            self.now, results = looked_ahead(self.python, self.ctx.env, change,
-                                             search=search.result, current=self.now,
-                                             runner=self.ctx.runner)
-        except SetupError:  # verify's frameworks check says why
-            return []
-        finally:
-            self.search = search.result()
-        return results
-
-    def report(self) -> Frameworks | None:
-        """The frameworks check from the report made before the change, if one was made."""
-        from cudnn_setup.checks.frameworks_check import frameworks_check
-        from cudnn_setup.checks.suite import Frameworks
-
-        if self.now is None:
-            return None
-        return Frameworks(frameworks_check(self.now, self.python), self.now)
 
 
 @dataclass
