@@ -19,7 +19,7 @@ from cudnn_setup.checks.frameworks_check import FrameworkEntry
 from cudnn_setup.installation.model import Installation
 from cudnn_setup.facts import clients
 from cudnn_setup.facts import cudnn as gen
-from cudnn_setup.report import FAIL, PASS, SKIP, WARN, Check
+from cudnn_setup.report import FAIL, PASS, SKIP, Check
 
 NAME = "clients"
 

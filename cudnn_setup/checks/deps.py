@@ -48,11 +48,8 @@ from cudnn_setup.facts.composition import cudnn_stem
 from cudnn_setup.facts import dependencies as D
 from cudnn_setup.facts.ldresolve.closure import Dependency, closure
 from cudnn_setup.facts.ldresolve.environment import Environment
-from cudnn_setup.facts.ldresolve.ldconfig import CacheEntry, read_cache
-from cudnn_setup.facts.ldresolve.loader_facts import LoaderFacts, probe_loader
-from cudnn_setup.facts.ldresolve.read_once import Objects
 from cudnn_setup.facts.ldresolve.runtime_names import Versions
-from cudnn_setup.facts.loader import loader_environment
+from cudnn_setup.facts.loader import loader_environment  # noqa: F401 - callers take it from here too
 from cudnn_setup.parallel import at_once
 from cudnn_setup.report import FAIL, PASS, SKIP, WARN, Check
 from cudnn_setup.text import plural
