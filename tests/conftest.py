@@ -2,6 +2,7 @@ import hashlib
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -53,6 +54,24 @@ def theano_compiledir(tmp_path_factory) -> Path:
     """One Theano compile cache for the session (Theano locks it itself): the C code of T.exp
     and of the conv net is compiled once, not once per test's home."""
     return session_dir(tmp_path_factory, "theano")
+
+
+def copy_of_theano_cache(theano_compiledir: Path, to: Path) -> Path:
+    """`to`, a copy of the session's Theano compile cache as far as it is warm now: a test whose
+    subject is what Theano compiles anew starts from what others compiled, not from nothing.
+    Only finished modules are copied (key.pkl, which Theano writes after the .so); one another
+    process is still compiling, Theano's own helpers and its lock are made again as needed."""
+    def unfinished(directory: str, names: list[str]) -> set[str]:
+        if not Path(directory).name.startswith("compiledir_"):
+            return set()
+        return {n for n in names
+                if Path(directory, n).is_dir() and not Path(directory, n, "key.pkl").exists()}
+    try:
+        shutil.copytree(theano_compiledir, to, symlinks=True, ignore=unfinished)
+    except shutil.Error:
+        pass  # a file removed while it was copied (Theano cleaning up): the rest is copied
+    to.mkdir(exist_ok=True)
+    return to
 
 
 @pytest.fixture
