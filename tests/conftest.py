@@ -2,6 +2,7 @@ import hashlib
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +15,21 @@ sys.path.insert(0, str(REPO))
 from cudnn_setup.cli import main  # noqa: E402
 from fixtures import buildcache  # noqa: E402
 from fixtures.generate import Compiler, build, make_cuda_root  # noqa: E402
+
+
+# The modules that hold the longest tests (Theano's first compiles, the kill sweeps' samples, the
+# README's commands, a second user's runs), by a one-worker run's durations: collected first so
+# that under xdist's worksteal they start at once, and the last tests left are short ones that
+# the other worker can take over, not one long test while it idles.
+LONGEST_FIRST = ("test_verify.py", "test_theano_check_as_run.py", "test_install.py",
+                 "test_recovery.py", "test_readme_commands.py", "test_children.py",
+                 "test_properties.py", "test_state_trust.py")
+
+
+def pytest_collection_modifyitems(items):
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    # stable: within a module the tests keep their order, so a module's fixtures stay together
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
 
 
 @pytest.fixture(scope="session")
@@ -53,6 +69,24 @@ def theano_compiledir(tmp_path_factory) -> Path:
     """One Theano compile cache for the session (Theano locks it itself): the C code of T.exp
     and of the conv net is compiled once, not once per test's home."""
     return session_dir(tmp_path_factory, "theano")
+
+
+def copy_of_theano_cache(theano_compiledir: Path, to: Path) -> Path:
+    """`to`, a copy of the session's Theano compile cache as far as it is warm now: a test whose
+    subject is what Theano compiles anew starts from what others compiled, not from nothing.
+    Only finished modules are copied (key.pkl, which Theano writes after the .so); one another
+    process is still compiling, Theano's own helpers and its lock are made again as needed."""
+    def unfinished(directory: str, names: list[str]) -> set[str]:
+        if not Path(directory).name.startswith("compiledir_"):
+            return set()
+        return {n for n in names
+                if Path(directory, n).is_dir() and not Path(directory, n, "key.pkl").exists()}
+    try:
+        shutil.copytree(theano_compiledir, to, symlinks=True, ignore=unfinished)
+    except shutil.Error:
+        pass  # a file removed while it was copied (Theano cleaning up): the rest is copied
+    to.mkdir(exist_ok=True)
+    return to
 
 
 @pytest.fixture

@@ -107,3 +107,21 @@ def test_nvidia_headers_compile_against_a_fixture_root(wheel, tmp_path, compiler
                           cc=compiler)
     done = _compiles(root, [tmp_path / "wheel" / "nvidia" / "cudnn" / "include"], tmp_path)
     assert done.returncode == 0, done.stderr
+
+
+def test_two_workers_asking_for_one_library_build_it_once(tmp_path):
+    """Both xdist workers start by asking for the same libraries: the second waits for the
+    first's entry instead of running the same gcc beside it."""
+    import sys
+
+    from conftest import REPO
+
+    builds = tmp_path / "builds"
+    code = ("import sys, time; from pathlib import Path; from fixtures import buildcache; "
+            "buildcache.use(Path(sys.argv[1])); "
+            "make = lambda: (open(sys.argv[2], 'a').write('x'), time.sleep(1), b'lib')[2]; "
+            "assert buildcache.built('k', make) == b'lib'")
+    workers = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "cache"), str(builds)],
+                                cwd=REPO) for _ in range(2)]
+    assert [w.wait(timeout=60) for w in workers] == [0, 0]
+    assert builds.read_text() == "x"

@@ -387,7 +387,10 @@ def _killed_run(root, at, sig, call):
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
 
 
-@pytest.mark.parametrize("at", [1, 3, 8, 15, 25])
+# a kill before any rename and one among them by default; the other points under `slow`
+@pytest.mark.parametrize("at", [1, pytest.param(3, marks=pytest.mark.slow),
+                                pytest.param(8, marks=pytest.mark.slow), 15,
+                                pytest.param(25, marks=pytest.mark.slow)])
 def test_sigkill_mid_install_is_reported_by_verify_and_rolled_back_by_recovery(
         at, archives, cuda_root, home):
     root = cuda_root("12.4")

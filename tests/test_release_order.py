@@ -67,7 +67,10 @@ def _requests(table):
     return sorted(out)
 
 
-PLATFORMS = ["linux-x86_64", ("linux-aarch64", "linux-sbsa"), "linux-sbsa", "linux-ppc64le"]
+# sbsa and ppc64le take the path x86_64 takes, with their own rows: the exhaustive sweep (`slow`)
+PLATFORMS = ["linux-x86_64", ("linux-aarch64", "linux-sbsa"),
+             pytest.param("linux-sbsa", marks=pytest.mark.slow),
+             pytest.param("linux-ppc64le", marks=pytest.mark.slow)]
 CUDAS = ["9.0", "10.1", "10.2", "11.0", "11.4", "11.8", "12.2", "12.9", "13.0"]
 
 

@@ -92,7 +92,7 @@ def test_verify_runs_theano_under_the_config_install_wrote_and_says_which(archiv
         in theano["detail"], theano
 
 
-def test_a_relative_home_is_the_one_the_user_meant(tmp_path):
+def test_a_relative_home_is_the_one_the_user_meant(tmp_path, theano_compiledir):
     """HOME=sandbox/home, relative to where the command was given: the Theano check's child
     (run in a scratch directory of its own) reads the config the user's own Theano reads."""
     import json
@@ -105,6 +105,8 @@ def test_a_relative_home_is_the_one_the_user_meant(tmp_path):
     work = tmp_path / "work"
     (work / "sandbox" / "home").mkdir(parents=True)
     (work / "sandbox" / "home" / ".theanorc").write_text("[blas]\nldflags =\n")
+    # the session's compile cache, as the `home` fixture gives it: Theano compiles once
+    (work / "sandbox" / "home" / ".theano").symlink_to(theano_compiledir, target_is_directory=True)
     root = tmp_path / "cuda"
     from fixtures.generate import Compiler, make_cuda_root
     (tmp_path / "cc").mkdir()

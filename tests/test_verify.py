@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from conftest import run_json
+from conftest import copy_of_theano_cache, run_json
 from cudnn_setup.facts import gpus
 from fixtures.generate import EM_AARCH64, GENERATION_SAMPLES, patch_machine
 
@@ -187,7 +187,7 @@ def test_theano_for_real(archives, cuda_root, home):
     assert done.returncode == 0
 
 
-def test_a_second_theano_check_compiles_nothing(archives, cuda_root, tmp_path):
+def test_a_second_theano_check_compiles_nothing(archives, cuda_root, tmp_path, theano_compiledir):
     """Theano keys some C modules (DimShuffle's) by hash() of their code, which Python salts
     per process: the check's child runs with a fixed seed, so a second verify finds in Theano's
     cache what the first compiled (each one compiled it again, 1.2 s of g++, before)."""
@@ -195,6 +195,8 @@ def test_a_second_theano_check_compiles_nothing(archives, cuda_root, tmp_path):
         pytest.skip("the theano extra is not installed")
     home = tmp_path / "own-home"  # a compile cache of its own: nothing else writes to it
     home.mkdir()
+    # started from the session's (other processes' salts): a salted key is compiled again here
+    copy_of_theano_cache(theano_compiledir, home / ".theano")
     root = cuda_root()
     done, _ = run_json(["install", archives[V7], "--cuda-root", root, "--no-verify"], home)
     assert done.returncode == 0, done.stderr
