@@ -4,10 +4,11 @@ One child process (probes/gpu_steps.py, with a time limit) loads cuDNN and runs 
 convolution through the graph API with heuristics mode A and its backward data and filter
 (what PyTorch, TensorFlow and JAX do: libcudnn_graph, libcudnn_heuristic, an engine library),
 a batch normalization (libcudnn_ops), an RNN (libcudnn_adv), the legacy convolution
-(libcudnn_cnn: ONNX Runtime; Theano up to cuDNN v7) and a fused conv+bias+ReLU on an engine compiled at run
-time (libcudnn_engines_runtime_compiled). The detail names, for a step that failed, the
-sub-library it points to and the clients that would break; a step that could not run for a
-reason outside cuDNN (no NVRTC for the runtime-compiled engine) is a warn naming it.
+(libcudnn_cnn: ONNX Runtime; Theano with cuDNN v5 to v7) and a fused conv+bias+ReLU on an
+engine compiled at run time (libcudnn_engines_runtime_compiled). The detail names, for a step
+that failed, the sub-library it points to and the clients that would break; a step that could
+not run for a reason outside cuDNN (no NVRTC for the runtime-compiled engine) is a warn naming
+it.
 """
 from __future__ import annotations
 
@@ -48,8 +49,9 @@ _STEP_LINE = re.compile(r"^gpu-step: (\w{1,64})$", re.M)
 
 
 def callers(step: str, version: str | None) -> str:
-    """Who calls cuDNN the way `step` does, with this release: Theano 1.0.5 uses no cuDNN 8 or
-    later (facts/theano.py), so there the legacy step protects the other legacy-API clients."""
+    """Who calls cuDNN the way `step` does, with this release: Theano 1.0.5 uses cuDNN v5 to
+    v7 only (facts/theano.py), so with any other the legacy step protects the other legacy-API
+    clients."""
     who = STEPS[step][1]
     parts = gen.split_version(version)
     if step == "legacy_conv_fwd" and parts is not None and \
