@@ -139,6 +139,14 @@ def run_top(argv: list[str]) -> int:
     except click_errors.UsageError as exc:
         error = _refusal(exc, None)
         error.command = next((a for a in argv if not a.startswith("-")), "")
+        option = getattr(exc, "option_name", None)
+        command = COMMANDS.get(error.command)
+        takes = [c.name for c in ([command] if command else COMMANDS.values())
+                 if any(option in o.flags for o in c.options)]
+        if isinstance(exc, click_errors.NoSuchOption) and takes:
+            # `cudnn-setup --json install X`: the command's option given before the command
+            error.hint = (f"{option} is an option of the command: put it after the command "
+                          f"(`{PROG} {takes[0] if command else 'COMMAND'} {option}`)")
         raise error from None
 
 

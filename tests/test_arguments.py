@@ -104,6 +104,24 @@ def test_an_unknown_command_under_json_is_one_object_pointing_at_the_programs_he
     assert "did you mean 'install'" in err.getvalue()
 
 
+def test_a_commands_option_before_the_command_says_where_it_goes():
+    """`cudnn-setup --json install X`, as a provisioning script may write it: one JSON object,
+    and a hint that moves the option after the command (not click's "did you mean
+    --version?")."""
+    out, err = io.StringIO(), io.StringIO()
+    assert main(["--json", "verify"], env={}, stdout=out, stderr=err) == 2
+    got = json.loads(out.getvalue())
+    assert got["command"] == "verify" and got["error"]["message"] == "No such option: --json"
+    assert got["error"]["hint"] == ("--json is an option of the command: put it after the "
+                                    "command (`cudnn-setup verify --json`)")
+    err = io.StringIO()
+    assert main(["--cuda-root", "/opt/cuda"], env={}, stdout=io.StringIO(), stderr=err) == 2
+    assert "put it after the command (`cudnn-setup COMMAND --cuda-root`)" in err.getvalue()
+    err = io.StringIO()
+    assert main(["--versio"], env={}, stdout=io.StringIO(), stderr=err) == 2
+    assert "did you mean --version?" in err.getvalue()  # the program's own: a suggestion
+
+
 def test_no_arguments_is_the_help_on_stderr_and_exit_2():
     out, err = io.StringIO(), io.StringIO()
     assert main([], env={}, stdout=out, stderr=err) == 2

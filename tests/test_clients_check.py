@@ -57,19 +57,32 @@ def test_the_jit_flavour_without_clients_says_what_it_serves(tmp_path):
     assert check.status == "pass", check.detail
     assert check.detail.startswith("no client of cuDNN found on this machine; it serves: "
                                    "PyTorch's fp16 convolution")
-    assert "; not: Theano, ONNX Runtime" in check.detail
+    assert "; not: ONNX Runtime and code written for cuDNN v7" in check.detail
+    assert "Theano" not in check.detail  # no cuDNN 9 serves Theano 1.0.5
     served = {k["kind"]: k["served"] for k in check.data["kinds"]}
     assert served == {clients.LEGACY: False, clients.GRAPH: False, clients.JIT_ONLY: True}
 
 
-def test_theano_fails_the_check_only_where_it_is_installed(tmp_path):
-    lib = layouts.loading_set9(tmp_path / "jit", tmp_path / "w", subs=layouts.JIT9)
-    absent = check_clients(locate.locate(lib), [], theano=lambda: False)
-    assert absent.status == "pass", absent.detail
-    assert "; theano is not installed, and would not work: theano needs libcudnn_ops, " \
-        "libcudnn_cnn, libcudnn_adv" in absent.detail
-    there = check_clients(locate.locate(lib), [], theano=lambda: True)
-    assert there.status == "fail" and there.detail.startswith("theano needs libcudnn_ops")
+def test_theano_uses_no_cudnn_9_which_is_a_warn_where_it_is_installed(tmp_path):
+    """Theano 1.0.5 calls functions cuDNN 8 removed: no cuDNN 9 serves it, whatever its
+    flavour. Under the config the tool writes it runs without cuDNN: a warn with the reason,
+    never "theano would work with this cuDNN"."""
+    for flavour, subs in (("jit", layouts.JIT9), ("full", None)):
+        lib = layouts.loading_set9(tmp_path / flavour, tmp_path / f"w-{flavour}",
+                                   **({"subs": subs} if subs else {}))
+        absent = check_clients(locate.locate(lib), [], theano=lambda: False)
+        assert absent.status == "pass", absent.detail
+        assert "theano is not installed, and would not work: theano would not use this " \
+            "cuDNN: Theano 1.0.5 supports cuDNN v5 to v7; this is cuDNN 9.1.0" in absent.detail
+        there = check_clients(locate.locate(lib), [], theano=lambda: True)
+        assert there.status == "warn", there.detail
+        assert there.detail.startswith("theano would not use this cuDNN: Theano 1.0.5 "
+                                       "supports cuDNN v5 to v7"), there.detail
+        assert "runs without cuDNN" in there.detail and "would work" not in there.detail
+        assert "Theano" not in there.detail.split("it serves: ")[1]
+        assert there.data["clients"] == [{"client": "theano", "present": True,
+                                          "loads_this": True, "works": False,
+                                          "why": there.detail.split("; it serves")[0]}]
 
 
 def test_pytorch_needs_the_runtime_compiled_engines_too(tmp_path):
@@ -81,20 +94,27 @@ def test_pytorch_needs_the_runtime_compiled_engines_too(tmp_path):
         "torch needs libcudnn_engines_runtime_compiled, which this cuDNN lacks: NVRTC")
 
 
-def test_the_full_flavour_serves_pytorch_and_theano(tmp_path):
+def test_the_full_flavour_serves_pytorch_not_theano_1_0_5(tmp_path):
     lib = layouts.loading_set9(tmp_path / "full", tmp_path / "w")
-    check = check_clients(locate.locate(lib), [torch()], theano=lambda: True)
+    check = check_clients(locate.locate(lib), [torch()], theano=None)
     assert check.status == "pass", check.detail
-    assert check.detail.startswith("torch, theano would work with this cuDNN")
+    assert check.detail.startswith("torch would work with this cuDNN")
     assert "; not:" not in check.detail
+    with_theano = check_clients(locate.locate(lib), [torch()], theano=lambda: True)
+    assert with_theano.status == "warn", with_theano.detail
+    assert "torch would work with this cuDNN" in with_theano.detail
+    assert "theano would work" not in with_theano.detail
 
 
-def test_a_full_set_without_libcudnn_cnn_breaks_theano_not_pytorch(tmp_path):
+def test_a_full_set_without_libcudnn_cnn_breaks_onnxruntime_not_pytorch(tmp_path):
     lib = layouts.loading_set9(tmp_path / "full", tmp_path / "w")
     (lib / "libcudnn_cnn.so.9").unlink()
     (lib / "libcudnn_cnn.so.9.1.0").unlink()
-    check = check_clients(locate.locate(lib), [torch()], theano=lambda: True)
-    assert check.status == "fail" and check.detail.startswith("theano needs libcudnn_cnn")
+    ort = FrameworkEntry(name="onnxruntime", version="1.22.0", rule="same major",
+                         status="pass", reason="loads this cuDNN", cudnn_built_for="9.1.0")
+    check = check_clients(locate.locate(lib), [torch(), ort], theano=None)
+    assert check.status == "fail" and check.detail.startswith(
+        "onnxruntime needs libcudnn_cnn"), check.detail
     # PyTorch never opens libcudnn_cnn (LD_DEBUG on the H200): it is not named
     assert check.data["clients"][0] == {"client": "torch", "present": True, "loads_this": None,
                                         "works": True, "why": (

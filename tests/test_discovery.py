@@ -90,6 +90,35 @@ def test_explicit_root_that_is_not_a_toolkit(tmp_path, home):
     assert "is not a CUDA toolkit" in out["error"]["message"]
 
 
+def test_the_fleets_variable_is_named_as_the_way_the_root_was_found(archives, cuda_root,
+                                                                     tmp_path, home):
+    """$CUDNN_SETUP_CUDA_ROOT is --cuda-root's default: a root from it was said to be "found
+    via --cuda-root", and a wrong one told a user who never typed the option to change it."""
+    from fixtures.generate import GENERATION_SAMPLES
+
+    root = cuda_root()
+    done, out = run_json(["install", archives[GENERATION_SAMPLES["v4-v7"]], "--no-verify",
+                          "--no-theanorc"], home, env_extra={"CUDNN_SETUP_CUDA_ROOT": str(root)})
+    assert out["cuda_root"] == str(root), out["error"]
+    assert f"into {root} (found via $CUDNN_SETUP_CUDA_ROOT)" in done.stderr, done.stderr
+    done, out = run_json(["verify", "--no-theano", "--no-frameworks"], home,
+                         env_extra={"CUDNN_SETUP_CUDA_ROOT": str(root)})
+    cuda = next(c for c in out["checks"] if c["name"] == "cuda")
+    assert cuda["data"]["root_found_via"] == "$CUDNN_SETUP_CUDA_ROOT"
+    # the option given, with the variable set to another root: the option's
+    done, out = run_json(["verify", "--cuda-root", root, "--no-theano", "--no-frameworks"], home,
+                         env_extra={"CUDNN_SETUP_CUDA_ROOT": str(tmp_path)})
+    cuda = next(c for c in out["checks"] if c["name"] == "cuda")
+    assert cuda["data"]["root_found_via"] == "--cuda-root"
+    # a wrong one: the variable is named, in the message and the hint
+    done, out = run_json(["verify", "--no-theano"], home,
+                         env_extra={"CUDNN_SETUP_CUDA_ROOT": str(tmp_path)})
+    assert done.returncode == 4
+    assert out["error"]["message"].startswith(f"$CUDNN_SETUP_CUDA_ROOT {tmp_path} is not a "
+                                              "CUDA toolkit"), out["error"]
+    assert "--cuda-root" not in out["error"]["hint"]
+
+
 def test_cli_reports_discovery_failure_exit_4(home, tmp_path):
     env = {"CUDA_ROOT": str(tmp_path / "none"), "PATH": "/usr/bin:/bin"}
     done, out = run_json(["verify", "--no-theano"], home, env_extra=env)

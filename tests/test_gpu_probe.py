@@ -200,6 +200,28 @@ def test_a_failed_step_fails_naming_the_sub_library_and_who_would_break(tmp_path
             "PyTorch, TensorFlow and JAX convolutions would break") in check.detail
 
 
+def test_a_failed_legacy_step_of_cudnn_9_names_no_client_that_never_uses_it(tmp_path):
+    """Theano 1.0.5 uses no cuDNN 8 or later (facts/theano.py): a stubbed libcudnn_cnn of
+    cuDNN 9 breaks ONNX Runtime and code written for cuDNN v7, not Theano, which already runs
+    without it. With cuDNN v5 to v7 Theano is the legacy API's first client."""
+    bad = dict(STEP, name="legacy_conv_fwd", status="fail", stage="descriptors",
+               blamed="libcudnn_cnn", sublibraries=["libcudnn_cnn"],
+               reason="cudnnCreateConvolutionDescriptor returned 3009")
+    answer = {"status": "fail", "gpu": "NVIDIA H200", "compute_capability": "9.0",
+              "steps": [STEP, bad]}
+    installed = inst(tmp_path)
+    assert installed.major == 9
+    check = check_gpu(installed, {}, probe=answering(tmp_path, answer_of(answer)))
+    assert check.status == "fail"
+    assert "points to libcudnn_cnn; ONNX Runtime and other legacy-API clients would break" \
+        in check.detail and "Theano" not in check.detail, check.detail
+    from cudnn_setup.checks.gpu import callers
+
+    assert callers("legacy_conv_fwd", "7.6.5").startswith("Theano, ONNX Runtime")
+    assert callers("legacy_conv_fwd", "8.9.6") == "ONNX Runtime and other legacy-API clients"
+    assert callers("rnn_fwd", "9.1.0") == STEPS["rnn_fwd"][1]
+
+
 def test_a_warned_step_is_a_warn(tmp_path):
     warned = dict(STEP, name="fused_runtime_compiled", status="warn",
                   reason="libnvrtc.so.13 cannot be loaded")

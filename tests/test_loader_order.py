@@ -198,3 +198,28 @@ def test_a_version_is_only_ever_paired_with_the_file_it_was_read_from():
     assert (sub["mapped"], sub["version"], sub["version_from"]) == (
         f"{here}/libcudnn_graph.so.9.19.0", "9.19.0", "file name")
     assert not any("9.14.0" in p for p in sub["problems"]), sub["problems"]
+
+
+def test_the_sample_9_archive_loads_as_cudnn_9_does_a_lost_link_fails_files_alone(
+        archives, cuda_root, home):
+    """The sample archive's libcudnn opened its parts by the .so.9 links, as no cuDNN 9 does:
+    with a link deleted its load aborted, and verify failed load, coherence, deps and compile
+    where a real cuDNN 9.1 (its wheel, installed here) fails only `files`. Now it opens them
+    by their full file names first, as cuDNN 9 does, and verify says what it says for the real
+    one."""
+    from conftest import run_json
+    from fixtures.generate import GENERATION_SAMPLES
+
+    root = cuda_root(version="12.4")
+    done, _ = run_json(["install", archives[GENERATION_SAMPLES["9.x"]], "--cuda-root", root,
+                        "--no-theanorc", "--no-verify", "--no-frameworks"], home)
+    assert done.returncode == 0
+    (root / "lib64" / "libcudnn_graph.so.9").unlink()
+    done, out = run_json(["verify", "--cuda-root", root, "--no-theano", "--no-frameworks"],
+                         home)
+    failed = {c["name"]: c["detail"] for c in out["checks"] if c["status"] == "fail"}
+    assert done.returncode == 1 and list(failed) == ["files"], failed
+    assert "libcudnn_graph.so.9 (the link to libcudnn_graph.so.9.3.0) is missing" \
+        in failed["files"]
+    statuses = {c["name"]: c["status"] for c in out["checks"]}
+    assert all(statuses[n] == "pass" for n in ("load", "coherence", "deps", "compile")), statuses

@@ -473,3 +473,25 @@ def test_a_url_recorded_without_its_query_is_not_asked_for_as_recorded(archives,
         assert "without its query" in out["error"]["message"]
         assert "SECRET" not in json.dumps(out)
         assert len(server.requests) == asked and tree_state(root) == damaged
+
+
+def test_every_check_a_lost_sub_library_fails_names_repair_for_a_managed_install(
+        archives, cuda_root, home):
+    """A sub-library the tool installed, deleted: files named repair, while coherence and deps
+    told the user to reinstall (`cudnn-setup install ARCHIVE`), an install that repair makes
+    needless. Each check whose finding is in the tool's own files now names the one command."""
+    root = cuda_root(version=_fitting(V9))
+    _install(archives[V9], root, home)
+    os.unlink(root / _library(root))
+    repair = f"cudnn-setup repair --cuda-root {root}"
+    done, out = run_json(["verify", "--cuda-root", root, "--no-theano", "--no-frameworks"],
+                         home)
+    assert done.returncode == 1, done.stderr
+    checks = {c["name"]: c for c in out["checks"]}
+    for name in ("files", "coherence", "deps"):
+        assert checks[name]["status"] == "fail", checks[name]
+        assert repair in checks[name]["data"]["hint"], (name, checks[name]["data"]["hint"])
+        assert "reinstall" not in checks[name]["data"]["hint"]
+    [lost] = [e for e in checks["deps"]["data"]["dependencies"]
+              if e["name"].startswith("libcudnn_ops") and not e["found"]]
+    assert [f["how"] for f in lost["fixes"]] == ["repair"] and lost["fixes"][0]["text"] == repair

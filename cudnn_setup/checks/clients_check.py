@@ -9,6 +9,10 @@ present it passes and says which kinds of client the install serves and which it
 JIT flavour alone serves PyTorch's fp16 convolution and attention, not its fp32 convolution,
 batch normalisation or LSTM). Before cuDNN 9 every client loads the whole release, which the
 files check judges: skip.
+
+Theano is judged by its own table first (facts/theano.py): Theano 1.0.5 uses no cuDNN 9, whatever
+sub-libraries it has. Under the config this tool writes it then runs without cuDNN, so that is a
+warn naming the reason, not a client broken by this install.
 """
 from __future__ import annotations
 
@@ -16,10 +20,11 @@ import os
 from typing import Any, Callable, Sequence
 
 from cudnn_setup.checks.frameworks_check import FrameworkEntry
+from cudnn_setup.checks.theano_check import theano_range_note, theano_supports
 from cudnn_setup.installation.model import Installation
 from cudnn_setup.facts import clients
 from cudnn_setup.facts import cudnn as gen
-from cudnn_setup.report import FAIL, PASS, SKIP, Check
+from cudnn_setup.report import FAIL, PASS, SKIP, WARN, Check
 
 NAME = "clients"
 
@@ -28,7 +33,7 @@ def check_clients(inst: Installation, frameworks: Sequence[FrameworkEntry],
                   theano: Callable[[], bool] | None) -> Check:
     """`frameworks`: the frameworks check's entries; `theano`: a function that says whether
     Theano is installed (asked for cuDNN 9 only), None when Theano is not judged: its verdict
-    is always given, but fails the check only where Theano is there."""
+    is always given; Theano there but not using this cuDNN is a warn."""
     if inst.generation != gen.V9 or not inst.libraries:
         return Check(NAME, SKIP, "before cuDNN 9 every client loads the whole release (the "
                      "files check judges it)" if inst.libraries else "no cuDNN library")
@@ -44,8 +49,15 @@ def check_clients(inst: Installation, frameworks: Sequence[FrameworkEntry],
     if theano is not None:
         found["theano"] = theano()
     verdicts: list[dict[str, Any]] = []
+    unused: list[str] = []  # present clients that do not use this cuDNN at all
     for name, there in found.items():
         works, why = clients.framework_verdict(name, present, inst.generation)
+        if name == "theano" and not theano_supports(inst.version):
+            works, why = False, (f"theano would not use this cuDNN: "
+                                 f"{theano_range_note(inst.version)}; under the config "
+                                 "cudnn-setup writes it runs without cuDNN")
+            if there:
+                unused.append(name)
         where = loads.get(name)
         this = True if name == "theano" else (None if not where else _same_dir(where, inst.lib_dir))
         if this is False and not works:  # its own copy today; this one when pointed here
@@ -57,7 +69,8 @@ def check_clients(inst: Installation, frameworks: Sequence[FrameworkEntry],
               "lacks": list(clients.lacking(k, present, inst.generation)), "why": k.why}
              for k in clients.KINDS]
     data = {"clients": verdicts, "kinds": kinds}
-    broken = [v for v in verdicts if not v["works"] and v["present"]]
+    broken = [v for v in verdicts
+              if not v["works"] and v["present"] and v["client"] not in unused]
     if broken:
         return Check(NAME, FAIL, "; ".join(
             v["why"] + (" (which cuDNN it loads now was not seen here)"
@@ -68,15 +81,18 @@ def check_clients(inst: Installation, frameworks: Sequence[FrameworkEntry],
     serves = "; ".join(k.clients for k in served) or "no kind of client"
     working = [v["client"] for v in verdicts if v["works"]]
     detail = (f"{', '.join(working)} would work with this cuDNN; " if working
-              else "no client of cuDNN found on this machine; ")
+              else "" if unused else "no client of cuDNN found on this machine; ")
     detail += f"it serves: {serves}"
     for v in verdicts:
-        if not v["works"]:  # not installed here: said, not failed
+        if not v["works"] and v["client"] not in unused:  # not installed here: said, not failed
             detail += f"; {v['client']} is not installed, and would not work: {v['why']}"
     if not_served:
         detail += "; not: " + "; ".join(
             f"{k.clients} (lacks {', '.join(clients.lacking(k, present, inst.generation))})"
             for k in not_served)
+    if unused:
+        return Check(NAME, WARN, "; ".join(v["why"] for v in verdicts
+                                           if v["client"] in unused) + "; " + detail, data)
     return Check(NAME, PASS, detail, data)
 
 

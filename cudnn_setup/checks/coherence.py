@@ -59,6 +59,7 @@ from cudnn_setup.facts.ldresolve.loadable import ElfObject
 from cudnn_setup.facts.ldresolve.process import Process
 from cudnn_setup.facts.ldresolve.runtime_names import Versions
 from cudnn_setup.facts.ldresolve.search import Resolution
+from cudnn_setup.state.view import command_line
 from cudnn_setup.report import FAIL, PASS, SKIP, Check
 from cudnn_setup.text import plural
 
@@ -319,7 +320,8 @@ def check_coherence(inst: Installation, env: Mapping[str, str], *,
     if problems:
         ordered = sorted((s for s in data["sublibraries"] if s["problems"]), key=lambda s: s["rank"])
         problems = list(dict.fromkeys(p for s in ordered for p in s["problems"]))
-        hint = hint_for(ordered, main_dir, loader.ld_library_path)
+        hint = hint_for(ordered, main_dir, loader.ld_library_path,
+                        command_line("repair", inst.root.path) if inst.manifest else None)
         if hint:
             data["hint"] = hint
         return Check(NAME, FAIL, "; ".join(problems), data)
@@ -440,8 +442,11 @@ def judge(soname: str, res: Resolution, answer: SubLibraryAnswer | Mapping,
     return sub
 
 
-def hint_for(subs: list[dict], main_dir: str | None, ld_library_path: str | None) -> str:
-    """What to do about the first sub-library with a problem (subs: causes first)."""
+def hint_for(subs: list[dict], main_dir: str | None, ld_library_path: str | None,
+             repair: str | None = None) -> str:
+    """What to do about the first sub-library with a problem (subs: causes first); `repair`:
+    the command that puts a managed install's own files back, for one missing or broken in
+    its directory."""
     for sub in subs:
         if not sub["problems"]:
             continue
@@ -453,8 +458,8 @@ def hint_for(subs: list[dict], main_dir: str | None, ld_library_path: str | None
                         f"put {main_dir} before it, or take {entry} out")
             return (f"{sub['soname']} is not taken from {main_dir} ({via or 'found elsewhere'}): "
                     "reinstall this cuDNN so that every sub-library is beside libcudnn")
+        fix = f"run `{repair}`" if repair else "reinstall this cuDNN"
         if sub.get("path") is None:
-            return f"{sub['soname']} is missing: reinstall this cuDNN into {main_dir}"
-        return (f"{sub['soname']} in {main_dir} is broken or of another release: reinstall this "
-                "cuDNN")
+            return f"{sub['soname']} is missing: " + (fix if repair else f"{fix} into {main_dir}")
+        return f"{sub['soname']} in {main_dir} is broken or of another release: {fix}"
     return ""

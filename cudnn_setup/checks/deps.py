@@ -51,6 +51,7 @@ from cudnn_setup.facts.ldresolve.environment import Environment
 from cudnn_setup.facts.ldresolve.runtime_names import Versions
 from cudnn_setup.facts.loader import loader_environment  # noqa: F401 - callers take it from here too
 from cudnn_setup.parallel import at_once
+from cudnn_setup.state.view import command_line
 from cudnn_setup.report import FAIL, PASS, SKIP, WARN, Check
 from cudnn_setup.text import plural
 
@@ -200,10 +201,13 @@ def what_breaks(entry: Entry, lib_dir: Path) -> str:
 
 def fixes_for(entry: Entry, cuda_version: str | None, manager: str | None,
               search: Sequence[Path], lib_dir: Path, available: D.Availability | None = None,
-              wheel_cudnn: bool = False, with_deps: str | None = None) -> list[D.Fix]:
+              wheel_cudnn: bool = False, with_deps: str | None = None,
+              repair: str | None = None) -> list[D.Fix]:
     """Ways to provide the missing library; `with_deps`: the install command that would place
     it with cuDNN from the package index (a root this tool manages), offered first after a
-    directory that has it, for the libraries a wheel provides."""
+    directory that has it, for the libraries a wheel provides; `repair`: the command that puts
+    a managed install's own files back (offered for a missing cuDNN library instead of a
+    reinstall)."""
     found_in = D.find_elsewhere(entry.candidates, search)
     out = D.fixes(entry.name, cuda_version, manager, found_in, available, wheel_cudnn)
     need = D.classify(entry.name)
@@ -211,7 +215,10 @@ def fixes_for(entry: Entry, cuda_version: str | None, manager: str | None,
         at = sum(1 for f in out if f.how == "directory")
         out.insert(at, D.Fix("with-deps", with_deps, f"places {need.component} from the "
                              "package index into the root, in one transaction with cuDNN"))
-    if entry.name.startswith("libcudnn") and not found_in:
+    if entry.name.startswith("libcudnn") and not found_in and repair:
+        out.append(D.Fix("repair", repair, f"{entry.name} is not in {lib_dir}: repair puts "
+                         "back what cudnn-setup installed, from the same bytes"))
+    elif entry.name.startswith("libcudnn") and not found_in:
         out.append(D.Fix("reinstall", f"reinstall this cuDNN: {entry.name} is not in {lib_dir}",
                          "`cudnn-setup install ARCHIVE` puts every sub-library in place"))
     return out
@@ -261,12 +268,14 @@ def check_deps(inst: Installation, env: Mapping[str, str], *, load_data: LoadAns
     with_deps = (f"cudnn-setup install {inst.version} --from pypi --with-deps --cuda-root "
                  f"{shlex.quote(str(inst.root.path))}"
                  if inst.manifest is not None and inst.version else None)
+    repair = command_line("repair", inst.root.path) if inst.manifest is not None else None
     for e in missing:
         e.severity = SKIP if e in internal or _outside_flavour(e, not_in_flavour) \
             else rate(e.kind, e.name, driver_present)
         e.what_breaks = what_breaks(e, inst.lib_dir)
         e.fixes = [vars(f) for f in fixes_for(e, versions.cuda, manager, search, inst.lib_dir,
-                                              available, inst.origin == "wheel", with_deps)]
+                                              available, inst.origin == "wheel", with_deps,
+                                              repair)]
     data = {"lib_dir": str(inst.lib_dir), "libraries": [str(r) for r in roots],
             "cudnn_version": versions.cudnn, "cuda_version": versions.cuda,
             "driver_present": driver_present, "ld_library_path": loader.ld_library_path,

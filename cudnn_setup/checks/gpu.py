@@ -4,10 +4,11 @@ One child process (probes/gpu_steps.py, with a time limit) loads cuDNN and runs 
 convolution through the graph API with heuristics mode A and its backward data and filter
 (what PyTorch, TensorFlow and JAX do: libcudnn_graph, libcudnn_heuristic, an engine library),
 a batch normalization (libcudnn_ops), an RNN (libcudnn_adv), the legacy convolution
-(libcudnn_cnn: Theano, ONNX Runtime) and a fused conv+bias+ReLU on an engine compiled at run
-time (libcudnn_engines_runtime_compiled). The detail names, for a step that failed, the
-sub-library it points to and the clients that would break; a step that could not run for a
-reason outside cuDNN (no NVRTC for the runtime-compiled engine) is a warn naming it.
+(libcudnn_cnn: ONNX Runtime; Theano with cuDNN v5 to v7) and a fused conv+bias+ReLU on an
+engine compiled at run time (libcudnn_engines_runtime_compiled). The detail names, for a step
+that failed, the sub-library it points to and the clients that would break; a step that could
+not run for a reason outside cuDNN (no NVRTC for the runtime-compiled engine) is a warn naming
+it.
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from cudnn_setup.child import Runner
 from cudnn_setup.facts import cudnn as gen
 from cudnn_setup.facts.ldresolve.environment import Environment
 from cudnn_setup.facts import gpu_support as S
+from cudnn_setup.facts import theano as theano_facts
 from cudnn_setup.report import FAIL, PASS, SKIP, WARN, Check
 
 NAME = "gpu"
@@ -44,6 +46,18 @@ STEPS = {
                                "fused operations (cudnn-frontend, TensorRT, torch.compile)"),
 }
 _STEP_LINE = re.compile(r"^gpu-step: (\w{1,64})$", re.M)
+
+
+def callers(step: str, version: str | None) -> str:
+    """Who calls cuDNN the way `step` does, with this release: Theano 1.0.5 uses cuDNN v5 to
+    v7 only (facts/theano.py), so with any other the legacy step protects the other legacy-API
+    clients."""
+    who = STEPS[step][1]
+    parts = gen.split_version(version)
+    if step == "legacy_conv_fwd" and parts is not None and \
+            not theano_facts.rule_for(parts).usable:
+        return "ONNX Runtime and other legacy-API clients"
+    return who
 
 
 @dataclass
@@ -110,7 +124,7 @@ def check_gpu(inst: Installation, env: Mapping[str, str], runner: Runner | None 
         step = _crashed_in(result.stderr)
         where = ""
         if step:
-            what, who = STEPS[step]
+            what, who = STEPS[step][0], callers(step, inst.version)
             where = f" during {what} ({step}; {who} would break)"
         detail = ("did not finish in time" if result.timed_out else
                   f"the GPU probe died ({result.crashed or result.returncode}){where}: "
@@ -141,7 +155,7 @@ def check_gpu(inst: Installation, env: Mapping[str, str], runner: Runner | None 
     if failed:
         parts = []
         for s in failed:
-            what, who = STEPS[s.name]
+            what, who = STEPS[s.name][0], callers(s.name, inst.version)
             parts.append(f"{what} failed at {s.stage or '?'}: {s.reason or 'no reason given'}"
                          f" — points to {s.blamed or ', '.join(s.sublibraries)}; {who} "
                          "would break")

@@ -42,7 +42,9 @@ class ClientKind:
 
 
 KINDS = (
-    ClientKind(LEGACY, "Theano, ONNX Runtime and code written for cuDNN v7 (the legacy API)",
+    # Not Theano: Theano 1.0.5 calls functions cuDNN 8 removed (facts/theano.py), so no cuDNN
+    # 9 serves it, whatever its sub-libraries.
+    ClientKind(LEGACY, "ONNX Runtime and code written for cuDNN v7 (the legacy API)",
                ("libcudnn", "libcudnn_graph", *LEGACY_LIBS),
                "cudnnConvolutionForward and the other legacy calls live in libcudnn_cnn, "
                "libcudnn_adv and libcudnn_ops, which list libcudnn_graph as DT_NEEDED"),

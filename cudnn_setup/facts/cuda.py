@@ -147,13 +147,26 @@ def discovery_steps(env: Mapping[str, str], explicit: Path | None = None,
     """The discovery steps in order. `prefix` relocates the fixed locations, for tests."""
     steps: list[Step] = []
     if explicit is not None:
-        steps.append(lambda: (explicit, "--cuda-root", None))
+        steps.append(lambda: (explicit, explicit_via(env, explicit), None))
     steps += [_env_step(env, n) for n in ("CUDA_ROOT", "CUDA_PATH", "CUDA_HOME")]
     steps.append(_nvcc_step(env))
     local = prefix / "usr" / "local"
     steps += [_fixed_step(local / "cuda"), _newest_versioned_step(local),
               _fixed_step(prefix / "opt" / "cuda")]
     return steps
+
+
+FLEET_ROOT = "CUDNN_SETUP_CUDA_ROOT"  # the fleet's setting: --cuda-root's default
+
+
+def explicit_via(env: Mapping[str, str], explicit: Path) -> str:
+    """How the root given to the command was given: `--cuda-root`, or `$CUDNN_SETUP_CUDA_ROOT`
+    when it is that variable's value (the option's default; a user who never typed the option
+    is not told to change it)."""
+    fleet = env.get(FLEET_ROOT)
+    if fleet and os.path.abspath(fleet) == os.path.abspath(explicit):
+        return f"${FLEET_ROOT}"
+    return "--cuda-root"
 
 
 def find_cuda_root(env: Mapping[str, str], explicit: Path | None = None,
@@ -168,13 +181,13 @@ def find_cuda_root(env: Mapping[str, str], explicit: Path | None = None,
                 version, source = cuda_version(path, env)
                 return CudaRoot(path=path, found_via=via, version=version, version_source=source)
         tried.append(f"{via}: {why}")
-        if explicit is not None and via == "--cuda-root":
+        if explicit is not None and via == explicit_via(env, explicit):
             if why and "Permission denied" in why:  # a toolkit this user may not read, not none
-                raise NoCudaRoot(f"--cuda-root {explicit} cannot be read by this user: {why}",
+                raise NoCudaRoot(f"{via} {explicit} cannot be read by this user: {why}",
                                  "run as a user who may read it, or make the root and its "
                                  "include/ and lib dirs readable (chmod a+rX)")
-            raise NoCudaRoot(f"--cuda-root {explicit} is not a CUDA toolkit: {why}",
-                             "point --cuda-root at the directory holding include/ and lib64/")
+            raise NoCudaRoot(f"{via} {explicit} is not a CUDA toolkit: {why}",
+                             f"point {via} at the directory holding include/ and lib64/")
     raise NoCudaRoot("no CUDA toolkit found; tried " + "; ".join(tried),
                      "install the CUDA toolkit, or pass --cuda-root DIR (or set $CUDA_ROOT)")
 
