@@ -115,3 +115,35 @@ def test_a_bad_crc_in_any_member_refuses_the_whole_wheel_and_places_nothing(
     assert done.returncode == ARCHIVE_REJECTED, out
     assert out["ok"] is False and "bad CRC-32" in json.dumps(out)
     assert tree_state(root) == before
+
+
+def test_each_library_is_read_for_the_judge_once_while_the_rest_decodes(good, tmp_path,
+                                                                        monkeypatch):
+    """The judge's facts of a wheel's libraries (ELF header, symbols, run-time names) are read
+    as each staged file completes, beside the decoding, and never a second time by the judge."""
+    from cudnn_setup.archive import library_facts
+    from cudnn_setup.archive.package import judge
+
+    reads: list[str] = []
+    real = library_facts.read_facts
+
+    def counted(path):
+        reads.append(Path(path).name)
+        return real(path)
+
+    monkeypatch.setattr(library_facts, "read_facts", counted)
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    listing, name = W.read(good, staging, wanted)
+    try:
+        assert listing.facts is not None
+        early = sorted(Path(p).name for p in listing.facts.futures)
+        names = sorted(f"{i.filename.rsplit('/', 1)[1].split('.so')[0]}.so.{VERSION[:5]}"
+                       for i in libraries(good))
+        assert early == names
+        assert sorted(reads) == names  # read while decoding, before the judge asked
+        pkg = judge(listing, good.name, "x86_64", name.name_facts())
+    finally:
+        listing.facts.close()
+    assert pkg.installable, pkg.problems
+    assert sorted(reads) == names  # the judge asked twice about each; nothing was read again

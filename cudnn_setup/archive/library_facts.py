@@ -54,7 +54,7 @@ def early(name: str) -> bool:
 
 class FactsReader:
     """Reads the facts of each staged library on one worker thread, in the order the files
-    are complete; `get` answers from that work, or reads a file no one submitted."""
+    are complete; `get` answers from that work, or reads a file no one submitted (once)."""
 
     def __init__(self) -> None:
         self.futures: dict[str, Future] = {}
@@ -73,9 +73,20 @@ class FactsReader:
             self.futures[os.fspath(path)] = self.pool.submit(read_facts, path)
 
     def get(self, path: Path) -> LibraryFacts:
+        """The facts of `path`, read once: a file no one submitted is read here, and kept for
+        the judge's next question about it."""
+        key = os.fspath(path)
         with self.lock:
-            future = self.futures.get(os.fspath(path))
-        return future.result() if future is not None else read_facts(path)
+            future = self.futures.get(key)
+        if future is not None:
+            return future.result()
+        facts = read_facts(path)
+        with self.lock:
+            if not self.closed:
+                done: Future = Future()
+                done.set_result(facts)
+                self.futures.setdefault(key, done)
+        return facts
 
     def wait(self) -> None:
         """Until every submitted file has been read: the pass that staged them returns with no
