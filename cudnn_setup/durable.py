@@ -88,18 +88,32 @@ def sync_dirs(dirs: Iterable[Path], fsync: Callable[[Path], None] = fsync_dir) -
             fsync(directory)
 
 
+# Files fsynced at once by make_durable. Each fsync waits for a journal commit and a flush of
+# the device's cache; issued together, the filesystem serves them with a few commits instead of
+# one each (an install's 30 staged files: 0.11 s one after another on this project's disk).
+FSYNC_THREADS = 8
+
+
 def make_durable(sources: Iterable[Path], top: Path) -> None:
-    """fsync every regular file of `sources` (symlinks carry no data), then every directory
-    from theirs up to `top`, and `top`: after a power cut an installed library is whole,
-    never empty."""
+    """fsync every regular file of `sources` (symlinks carry no data), several at once, then
+    every directory from theirs up to `top`, and `top`: after a power cut an installed library
+    is whole, never empty."""
     dirs: set[Path] = {top}
+    files = []
     for source in sources:
         if stat.S_ISREG(os.lstat(source).st_mode):
-            fsync_file(source)
+            files.append(source)
         parent = source.parent
         while parent != top and top in parent.parents:
             dirs.add(parent)
             parent = parent.parent
+    if len(files) > 1:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(min(FSYNC_THREADS, len(files))) as pool:
+            list(pool.map(fsync_file, files))  # every one done; the first failure raised
+    elif files:
+        fsync_file(files[0])
     sync_dirs(dirs)
 
 
