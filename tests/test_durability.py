@@ -145,8 +145,12 @@ def test_staged_files_are_fsynced_side_by_side_then_their_directories(tmp_path, 
     lock = threading.Lock()
     real_file, real_sync_dirs = durable.fsync_file, durable.sync_dirs
 
+    calls = iter(range(len(files)))
+
     def fsync_file(path, dir_fd=None):
-        if not done:
+        with lock:
+            first_two = next(calls) < 2
+        if first_two:
             meet.wait()
         real_file(path, dir_fd)
         with lock:
