@@ -329,14 +329,20 @@ def _members(f: IO[bytes], wheel: WheelName, staging_dir: Path, want: Wanted,
         if facts is not None and member.staged is not None and library_facts.early(member.name):
             facts.submit(member.staged)
 
-    writer = staging.Writer(direct=staging.direct_io_allowed(staging_dir), lanes=1,
-                            writers=staging.write_threads(cores),
+    writer = staging.Writer(direct=staging.direct_io_allowed(staging_dir),
+                            lanes=staging.hash_lanes(cores), writers=staging.write_threads(cores),
                             pool_chunks=staging.Writer.POOL_CHUNKS + cores,
                             on_complete=complete, content_hash=content_hash)
+    # A member bigger than a core's share of all the decoding outlasts the rest: its thread is
+    # the install's critical path, so its hash runs on a lane beside its decoding (on 2 cores
+    # no member is: both are busy to the end).
+    share = sum(info.file_size for _, info in staged) // cores
 
     def stage(member: Member, info: zipfile.ZipInfo) -> Callable[[threading.Event], None]:
+        hashing = writer.lane() if info.file_size > share else None
         return lambda stop: staging.stage_pieces(
-            decoded(fd, info, end, stop), member, staging_dir if want(member) else None, writer)
+            decoded(fd, info, end, stop), member, staging_dir if want(member) else None, writer,
+            hashing)
 
     jobs: list[tuple[int, Callable[[threading.Event], object]]] = [
         (end // HASH_COST, lambda stop: _hash_file(fd, on_read, stop))]
