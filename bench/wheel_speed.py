@@ -220,7 +220,8 @@ def main() -> int:
         shutil.rmtree(base, ignore_errors=True)
     out = {"wheel": wheel.name, "compressed_mib": round(wheel.stat().st_size / 2**20, 1),
            "decoded_mib": round(sum(libraries(wheel).values()) / 2**20, 1),
-           "cores": len(os.sched_getaffinity(0)), "python": sys.version.split()[0], "runs": args.runs,
+           "cores": len(os.sched_getaffinity(0)), "python": sys.version.split()[0],
+           "runs": args.runs,
            "uv": uv, "floor_inflater": floor_inflater(), "skipped": skipped,
            "load_average_before": load_before, "load_average_after": loadavg(),
            "min_s": {n: round(min(v), 3) for n, v in wall.items() if v},

@@ -107,8 +107,11 @@ def fsync_all(paths: list[Path], fsync: Callable[[Path], None] | None = None) ->
         for path in paths:
             fsync(path)
         return
-    parallel.spread([lambda stop, path=path: fsync(path) for path in paths],  # type: ignore[misc]
-                    min(FSYNC_THREADS, len(paths)))
+
+    def call(path: Path) -> Callable[..., None]:  # the stop event: an fsync is not cut short
+        return lambda stop: fsync(path)
+
+    parallel.spread([call(path) for path in paths], min(FSYNC_THREADS, len(paths)))
 
 
 def make_durable(sources: Iterable[Path], top: Path) -> None:

@@ -194,5 +194,6 @@ def test_a_member_longer_than_a_cores_share_is_hashed_beside_its_decoding(tmp_pa
                 assert beside and decoding[stem] not in hashing[stem], stem
             else:
                 assert hashing[stem] == {decoding[stem]}, stem
-            member = next(m for m in listing.members if m.kind == "file" and m.name.startswith(stem + ".so"))
+            member = next(m for m in listing.members
+                          if m.kind == "file" and m.name.startswith(stem + ".so"))
             assert member.sha256 == hashlib.sha256(z.read(info)).hexdigest()

@@ -11,11 +11,12 @@ is not part of NVIDIA's layout and is left out.
 
 The members are independent deflate streams, so they are inflated, checked (CRC, size) and
 hashed on every usable core at once, the largest first, beside the wheel's own sha256 (read from
-the same open file); each library's facts are read for the judge as soon as its file is staged
-(library_facts.py), not after the last member; the first fault stops them all. The file must be unchanged (size, mtime,
-ctime) when all of it has been read: a file rewritten during the install cannot pass the
-checksum with one content and install another. Nothing leaves staging before the caller has
-compared that checksum with the one expected.
+the same open file); a member bigger than a core's share hashes on a writer lane beside its
+decoding, and each library's facts are read for the judge as soon as its file is staged
+(library_facts.py), not after the last member; the first fault stops them all. The file must be
+unchanged (size, mtime, ctime) when all of it has been read: a file rewritten during the install
+cannot pass the checksum with one content and install another. Nothing leaves staging before the
+caller has compared that checksum with the one expected.
 """
 from __future__ import annotations
 
