@@ -44,7 +44,7 @@ def main() -> int:
     wheel, target = sys.argv[1], sys.argv[2]
     with zipfile.ZipFile(wheel) as z:
         members = sorted((i for i in z.infolist() if not i.is_dir()), key=lambda i: -i.file_size)
-    with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
+    with ThreadPoolExecutor(len(os.sched_getaffinity(0))) as pool:  # the cores it may use
         for done in [pool.submit(inflate, wheel, i, target) for i in members]:
             done.result()
     return 0

@@ -10,6 +10,10 @@ it installs, pip and uv do not):
   pip:  python -m pip install --no-deps --no-index --target DIR WHEEL
   uv:   uv pip install --no-deps --no-cache --offline --python PYTHON --target DIR WHEEL
   floor: bench/inflate_floor.py WHEEL DIR (every member inflated and written on every core)
+uv is the one on PATH, else the `uv` package's binary (`pip install uv-*.whl --target DIR` and
+DIR on PYTHONPATH); an installer that is not there (no uv, no pip) is left out and named under
+"skipped", and the other ratios are still printed. The floor inflates with ISA-L where `isal`
+is installed, else zlib ("floor_inflater" says which).
 A run counts only when it exited 0 and left what it names: the tool's JSON says ok and the
 wheel's version, and every cuDNN library of the wheel is in the root (under its full version)
 or the target, at the size the wheel declares. A run that does not is reported and not timed;
@@ -36,7 +40,6 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from cudnn_setup.archive.decoders import usable_cores  # noqa: E402
 from fixtures.generate import make_cuda_root  # noqa: E402
 
 ENV = dict(os.environ, PYTHONPATH=os.pathsep.join(
@@ -84,12 +87,49 @@ def check_target(done: subprocess.CompletedProcess, target: Path, wheel: Path) -
     return None
 
 
-def commands(wheel: Path, uv: str, scratch: Path, home: Path) -> dict:
+def find_uv(given: str | None) -> str | None:
+    """uv as given, else on PATH, else the binary of the `uv` package (its wheel installed with
+    `pip install --target`); None when there is none."""
+    if given:
+        return given
+    if found := shutil.which("uv"):
+        return found
+    try:
+        from uv import find_uv_bin  # the uv wheel's own locator
+    except ImportError:
+        return None
+    try:
+        return find_uv_bin()
+    except FileNotFoundError:
+        return None
+
+
+def missing(uv: str | None) -> dict[str, str]:
+    """The installers that cannot run here, and why."""
+    out = {}
+    if uv is None:
+        out["uv"] = "no uv on PATH and no uv package (give --uv)"
+    elif subprocess.run([uv, "--version"], capture_output=True).returncode != 0:
+        out["uv"] = f"{uv} --version failed"
+    if subprocess.run([sys.executable, "-m", "pip", "--version"],
+                      capture_output=True).returncode != 0:
+        out["pip"] = f"{sys.executable} has no pip"
+    return out
+
+
+def floor_inflater() -> str:
+    try:
+        import isal  # noqa: F401
+    except ImportError:
+        return "zlib"
+    return "isal"
+
+
+def commands(wheel: Path, uv: str | None, scratch: Path, template: Path) -> dict:
     """Each installer: (prepare a fresh target, its command, the check of what it left)."""
-    cuda = CUDA.get(re.search(r"cu(\d+)", wheel.name)[1], "12.4")
     root, target = scratch / "root", scratch / "target"
     return {
-        "tool": (lambda: make_cuda_root(root, cuda),
+        "tool": (lambda: shutil.copytree(template, root, symlinks=True),
                  [sys.executable, "-m", "cudnn_setup", "install", str(wheel), "--cuda-root",
                   str(root), "--no-verify", "--no-theanorc", "--no-frameworks", "--json"],
                  lambda done: check_tool(done, root, wheel)),
@@ -102,7 +142,7 @@ def commands(wheel: Path, uv: str, scratch: Path, home: Path) -> dict:
                    str(target)],
                   lambda done: check_target(done, target, wheel)),
         "uv": (lambda: None,
-               [uv, "pip", "install", "--no-deps", "--no-cache", "--offline", "--python",
+               [str(uv), "pip", "install", "--no-deps", "--no-cache", "--offline", "--python",
                 sys.executable, "--target", str(target), str(wheel)],
                lambda done: check_target(done, target, wheel)),
     }
@@ -134,18 +174,32 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("wheel", type=Path)
     ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--uv", default=shutil.which("uv") or "/work/cache/uvenv/bin/uv")
+    ap.add_argument("--uv", default=None, help="the uv binary (default: on PATH, else the "
+                    "uv package's)")
     ap.add_argument("--work", type=Path, default=None,
                     help="where the targets go (default: the system temporary dir)")
     ap.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = ap.parse_args()
     wheel = args.wheel.resolve()
+    tool = subprocess.run([sys.executable, "-c", "import cudnn_setup.commands.install"],
+                          env=ENV, capture_output=True, text=True)
+    if tool.returncode != 0:  # its dependencies missing: nothing of the tool's to time
+        print(f"cudnn-setup does not start under {sys.executable}: {tool.stderr[-400:]}\n"
+              "install its dependencies first (pip install -e . or their wheels with "
+              "--target DIR and DIR on PYTHONPATH)", file=sys.stderr)
+        return 2
     base = Path(tempfile.mkdtemp(prefix="wheel-speed-", dir=args.work))
     home = base / "home"
     home.mkdir()
-    ways = commands(wheel, args.uv, base / "scratch", home)
+    uv = find_uv(args.uv)
+    skipped = missing(uv)
+    template = base / "cuda-root"  # built once (gcc compiles its libcudart), copied per run
+    cuda = CUDA.get(re.search(r"cu(\d+)", wheel.name)[1], "12.4")
+    make_cuda_root(template, cuda)
+    ways = {name: way for name, way in commands(wheel, uv, base / "scratch", template).items()
+            if name not in skipped}
     names = list(ways)
-    wall: dict[str, list[float]] = {n: [] for n in names}
+    wall: dict[str, list[float]] = {n: [] for n in names}  # only the installers that run here
     cpu: dict[str, list[float]] = {n: [] for n in names}
     failed: list[str] = []
     at_start: list[dict] = []
@@ -166,14 +220,16 @@ def main() -> int:
         shutil.rmtree(base, ignore_errors=True)
     out = {"wheel": wheel.name, "compressed_mib": round(wheel.stat().st_size / 2**20, 1),
            "decoded_mib": round(sum(libraries(wheel).values()) / 2**20, 1),
-           "cores": usable_cores(), "runs": args.runs,
+           "cores": len(os.sched_getaffinity(0)), "python": sys.version.split()[0],
+           "runs": args.runs,
+           "uv": uv, "floor_inflater": floor_inflater(), "skipped": skipped,
            "load_average_before": load_before, "load_average_after": loadavg(),
            "min_s": {n: round(min(v), 3) for n, v in wall.items() if v},
            "median_s": {n: round(statistics.median(v), 3) for n, v in wall.items() if v},
            "median_cpu_s": {n: round(statistics.median(v), 3) for n, v in cpu.items() if v},
            "runs_s": at_start, "failed": failed}
     for other in ("uv", "pip", "floor"):
-        if wall["tool"] and wall[other]:
+        if wall.get("tool") and wall.get(other):
             out[f"tool/{other}"] = {
                 "min": round(min(wall["tool"]) / min(wall[other]), 2),
                 "median": round(statistics.median(wall["tool"]) / statistics.median(wall[other]), 2)}

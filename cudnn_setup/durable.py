@@ -16,6 +16,8 @@ import stat
 from pathlib import Path
 from typing import Callable, Iterable
 
+from cudnn_setup import parallel
+
 
 def write_atomic(path: Path, data: bytes, mode: int = 0o644, dir_fd: int | None = None) -> None:
     """Replace `path` so that a crash leaves either the old bytes or the new ones, never a mix:
@@ -77,29 +79,55 @@ def fsync_dir(directory: Path) -> None:
 
 def sync_dirs(dirs: Iterable[Path], fsync: Callable[[Path], None] = fsync_dir) -> None:
     """fsync each directory that exists, the deepest first (an entry before the one naming
-    its directory). `fsync`: how (a transaction passes its Filesystem's, where tests inject
-    faults)."""
-    for directory in sorted(set(dirs), key=lambda p: (-len(p.parts), str(p))):
+    its directory; those of one depth side by side). `fsync`: how (a transaction passes its
+    Filesystem's, where tests inject faults)."""
+    by_depth: dict[int, list[Path]] = {}
+    for directory in sorted(set(dirs), key=str):
         try:
             is_dir = stat.S_ISDIR(os.lstat(directory).st_mode)
         except FileNotFoundError:
             continue
         if is_dir:
-            fsync(directory)
+            by_depth.setdefault(len(directory.parts), []).append(directory)
+    for depth in sorted(by_depth, reverse=True):
+        fsync_all(by_depth[depth], fsync)
+
+
+# fsyncs issued at once. Each waits for a journal commit and a flush of the device's cache;
+# issued together, the filesystem serves them with a few commits instead of one each (an
+# install's 30 staged files: 0.09-0.15 s one after another on this project's disk, 0.03 s).
+FSYNC_THREADS = 8
+
+
+def fsync_all(paths: list[Path], fsync: Callable[[Path], None] | None = None) -> None:
+    """`fsync` (fsync_file) each of `paths`, several at once; every one done, or the first
+    failure raised once the others have finished."""
+    fsync = fsync or fsync_file
+    if len(paths) < 2:
+        for path in paths:
+            fsync(path)
+        return
+
+    def call(path: Path) -> Callable[..., None]:  # the stop event: an fsync is not cut short
+        return lambda stop: fsync(path)
+
+    parallel.spread([call(path) for path in paths], min(FSYNC_THREADS, len(paths)))
 
 
 def make_durable(sources: Iterable[Path], top: Path) -> None:
-    """fsync every regular file of `sources` (symlinks carry no data), then every directory
-    from theirs up to `top`, and `top`: after a power cut an installed library is whole,
-    never empty."""
+    """fsync every regular file of `sources` (symlinks carry no data), several at once, then
+    every directory from theirs up to `top`, and `top`: after a power cut an installed library
+    is whole, never empty."""
     dirs: set[Path] = {top}
+    files = []
     for source in sources:
         if stat.S_ISREG(os.lstat(source).st_mode):
-            fsync_file(source)
+            files.append(source)
         parent = source.parent
         while parent != top and top in parent.parents:
             dirs.add(parent)
             parent = parent.parent
+    fsync_all(files)
     sync_dirs(dirs)
 
 

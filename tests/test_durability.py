@@ -120,3 +120,49 @@ def test_a_mirrors_archives_are_fsynced_before_their_rename_and_the_manifest(tmp
             assert {str(out / "cudnn" / "linux-x86_64")} <= synced
     assert len(placed) == 2, placed  # the CUDA 12 and 13 builds for this machine's platform
     assert manifest_at is not None and all(n < manifest_at for n in placed.values())
+
+
+def test_staged_files_are_fsynced_side_by_side_then_their_directories(tmp_path, monkeypatch):
+    """make_durable issues the files' fsyncs together (the filesystem commits them in a few
+    journal commits, not one each), every one of them, before any directory's."""
+    import threading
+    from pathlib import Path
+
+    from cudnn_setup import durable
+
+    top = tmp_path / "tx"
+    files = []
+    for d in ("include", "lib"):
+        (top / d).mkdir(parents=True)
+        for i in range(6):
+            f = top / d / f"f{i}"
+            f.write_bytes(b"x" * 5000)
+            files.append(f)
+    (top / "lib" / "link").symlink_to("f0")
+    meet = threading.Barrier(2, timeout=5)  # two fsyncs in flight at once, or it fails
+    done: list[Path] = []
+    order: list[str] = []
+    lock = threading.Lock()
+    real_file, real_sync_dirs = durable.fsync_file, durable.sync_dirs
+
+    calls = iter(range(len(files)))
+
+    def fsync_file(path, dir_fd=None):
+        with lock:
+            first_two = next(calls) < 2
+        if first_two:
+            meet.wait()
+        real_file(path, dir_fd)
+        with lock:
+            done.append(Path(path))
+            order.append("file")
+
+    def sync_dirs(dirs):
+        order.append("dirs")
+        real_sync_dirs(dirs)
+
+    monkeypatch.setattr(durable, "fsync_file", fsync_file)
+    monkeypatch.setattr(durable, "sync_dirs", sync_dirs)
+    durable.make_durable(files + [top / "lib" / "link"], top)
+    assert sorted(done) == sorted(files)
+    assert order == ["file"] * len(files) + ["dirs"]

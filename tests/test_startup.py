@@ -54,7 +54,7 @@ INSTALL = {"elftools", "packaging", "isal", "blake3"}
 INSTALL_MODULES = {
     "cudnn_setup", "cudnn_setup.archive", "cudnn_setup.archive.decoder_choice",
     "cudnn_setup.archive.decoders", "cudnn_setup.archive.headers",
-    "cudnn_setup.archive.liblzma", "cudnn_setup.archive.library_facts",
+    "cudnn_setup.archive.library_facts",
     "cudnn_setup.archive.listing",
     "cudnn_setup.archive.package", "cudnn_setup.archive.problems",
     "cudnn_setup.archive.reader", "cudnn_setup.archive.rules", "cudnn_setup.archive.staging",
@@ -94,6 +94,10 @@ INSTALL_MODULES = {
     "cudnn_setup.steps.fetching", "cudnn_setup.steps.loader_step", "cudnn_setup.text",
     "cudnn_setup.untrusted", "cudnn_setup.urls",
 }
+# Nor what this install does not use: liblzma's binding is for a .tar.xz, uuid (with its
+# platform probing) for twelve random hex digits, concurrent.futures (with logging) for one
+# worker thread.
+NOT_FOR_A_TGZ = {"uuid", "concurrent.futures", "logging", "cudnn_setup.archive.liblzma"}
 # None of verify's checks, the frameworks' what-if or Theano's config step: this install has
 # neither verify, nor frameworks, nor a .theanorc to write.
 NOT_FOR_THIS_INSTALL = {"cudnn_setup.checks.suite", "cudnn_setup.checks.frameworks_check",
@@ -131,6 +135,7 @@ def test_local_install_imports_only_what_it_uses(tmp_path, home, cuda_root):
                            "--no-verify", "--no-theanorc", "--no-frameworks", "--json")
     assert code == 0
     assert not modules & NEVER, sorted(modules & NEVER)
+    assert not modules & NOT_FOR_A_TGZ, sorted(modules & NOT_FOR_A_TGZ)
     assert third_party(modules) <= INSTALL, sorted(third_party(modules) - INSTALL)
     ours = {m for m in modules if m == "cudnn_setup" or m.startswith("cudnn_setup.")}
     assert ours == INSTALL_MODULES, {"new": sorted(ours - INSTALL_MODULES),

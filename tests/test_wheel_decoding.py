@@ -115,3 +115,85 @@ def test_a_bad_crc_in_any_member_refuses_the_whole_wheel_and_places_nothing(
     assert done.returncode == ARCHIVE_REJECTED, out
     assert out["ok"] is False and "bad CRC-32" in json.dumps(out)
     assert tree_state(root) == before
+
+
+def test_each_library_is_read_for_the_judge_once_while_the_rest_decodes(good, tmp_path,
+                                                                        monkeypatch):
+    """The judge's facts of a wheel's libraries (ELF header, symbols, run-time names) are read
+    as each staged file completes, beside the decoding, and never a second time by the judge."""
+    from cudnn_setup.archive import library_facts
+    from cudnn_setup.archive.package import judge
+
+    reads: list[str] = []
+    real = library_facts.read_facts
+
+    def counted(path):
+        reads.append(Path(path).name)
+        return real(path)
+
+    monkeypatch.setattr(library_facts, "read_facts", counted)
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    listing, name = W.read(good, staging, wanted)
+    try:
+        assert listing.facts is not None
+        early = sorted(Path(p).name for p in listing.facts.futures)
+        names = sorted(f"{i.filename.rsplit('/', 1)[1].split('.so')[0]}.so.{VERSION[:5]}"
+                       for i in libraries(good))
+        assert early == names
+        assert sorted(reads) == names  # read while decoding, before the judge asked
+        pkg = judge(listing, good.name, "x86_64", name.name_facts())
+    finally:
+        listing.facts.close()
+    assert pkg.installable, pkg.problems
+    assert sorted(reads) == names  # the judge asked twice about each; nothing was read again
+
+
+def test_a_member_longer_than_a_cores_share_is_hashed_beside_its_decoding(tmp_path, compiler,
+                                                                          monkeypatch):
+    """On many cores the largest member's thread is the critical path: its hash runs on one of
+    the writer's lanes while the thread decodes on; the other members are hashed as they are
+    decoded. Four cores are asked for (this machine may have fewer: the split is the same)."""
+    from cudnn_setup.archive import staging
+    from fixtures.wheels import wheel_files
+
+    files = dict(wheel_files(VERSION, "12", compiler))
+    ops = next(n for n in files if n.endswith("/libcudnn_ops.so.9"))
+    files[ops] += os.urandom(4 << 20)  # a library as big as all the others together, and more
+    good = build_wheel(tmp_path / "w", VERSION, "12", compiler, files)
+
+    monkeypatch.setattr(W, "usable_cores", lambda: 4)
+    decoding: dict[str, int] = {}
+    hashing: dict[str, set[int]] = {}
+    real_decoded, real_hash = W.decoded, staging.Sink.hash
+
+    def decoded(fd, info, *args):
+        decoding[info.filename.rsplit("/", 1)[1].split(".so")[0]] = threading.get_ident()
+        return real_decoded(fd, info, *args)
+
+    def spied_hash(sink, chunk):
+        hashing.setdefault(sink.member.name.split(".so")[0], set()).add(threading.get_ident())
+        return real_hash(sink, chunk)
+
+    monkeypatch.setattr(W, "decoded", decoded)
+    monkeypatch.setattr(staging.Sink, "hash", spied_hash)
+    staging_dir = tmp_path / "staging"
+    staging_dir.mkdir()
+    listing, _ = W.read(good, staging_dir, wanted)
+    assert listing.problems == []
+    libs = libraries(good)
+    share = sum(i.file_size for i in zipfile.ZipFile(good).infolist()
+                if i.filename.startswith("nvidia/cudnn/")) // 4
+    big = [i for i in libs if i.file_size > share]
+    assert big, "the wheel has no member bigger than a core's share"
+    with zipfile.ZipFile(good) as z:
+        for info in libs:
+            stem = info.filename.rsplit("/", 1)[1].split(".so")[0]
+            beside = hashing[stem] - {decoding[stem]}
+            if info in big:
+                assert beside and decoding[stem] not in hashing[stem], stem
+            else:
+                assert hashing[stem] == {decoding[stem]}, stem
+            member = next(m for m in listing.members
+                          if m.kind == "file" and m.name.startswith(stem + ".so"))
+            assert member.sha256 == hashlib.sha256(z.read(info)).hexdigest()

@@ -12,6 +12,7 @@ from cudnn_setup.archive import reader, wheel
 from cudnn_setup.archive.package import Package, judge, wanted
 from cudnn_setup.digest import SHA256
 from cudnn_setup.errors import UsageError
+from cudnn_setup.facts import cudnn as gen
 from cudnn_setup.facts.host import host_machine
 from cudnn_setup.text import show_path
 
@@ -36,11 +37,13 @@ def read_package(path: Path, staging: Path, machine: str | None = None,
     if wheel.is_wheel(path):
         listing, name = wheel.read(path, staging, wanted, on_read=on_read,
                                    expected_sha256=expected_sha256, content_hash=content_hash)
-        return judge(listing, path.name, machine or host_machine(), name.name_facts())
-    listing = reader.read(path, staging, wanted, on_read=on_read, xz=xz, env=env,
-                          content_hash=content_hash)
+        name_facts: gen.NameFacts | None = name.name_facts()
+    else:
+        listing = reader.read(path, staging, wanted, on_read=on_read, xz=xz, env=env,
+                              content_hash=content_hash)
+        name_facts = None
     try:
-        return judge(listing, path.name, machine or host_machine())
+        return judge(listing, path.name, machine or host_machine(), name_facts)
     finally:
         if listing.facts is not None:
             listing.facts.close()

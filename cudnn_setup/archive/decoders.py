@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import IO, Callable, Mapping
 
 from cudnn_setup.archive import decoder_choice as choice
-from cudnn_setup.archive import liblzma
 # The names of compressions and decoders, here too for the reader and the tests.
 from cudnn_setup.archive.decoder_choice import (BZIP2, GZIP, ISAL, LIBLZMA, PLAIN_TAR,  # noqa: F401
                                                 RAPIDGZIP, RAPIDGZIP_MIN_CORES, XZ,
@@ -376,8 +375,8 @@ class _Progress(io.RawIOBase):
 
 
 def _in_process_stream(compression: str, raw: ArchiveFile, gzip: str | None) -> IO[bytes]:
-    if compression == XZ and (lib := liblzma.load()) is not None:
-        return liblzma.XzReader(lib, raw)  # decodes into our write buffers
+    if compression == XZ and (lib := _liblzma().load()) is not None:
+        return _liblzma().XzReader(lib, raw)  # decodes into our write buffers
     if compression == XZ:
         return ReadAhead(lzma.open(raw, "rb"))
     if compression == GZIP:
@@ -487,11 +486,19 @@ def gzip_decoder(cores: int | None = None, archive_bytes: int = 0,
     return choice.choose_decoder(GZIP, None, cores, available, installed, archive_bytes)
 
 
+def _liblzma():
+    """archive/liblzma.py, imported for a .tar.xz only: it brings ctypes (6 ms of every
+    other install's start)."""
+    from cudnn_setup.archive import liblzma
+
+    return liblzma
+
+
 def xz_decoder(xz: str | None, path: Path, env: Mapping[str, str]) -> str:
     """The decoder for the .tar.xz at `path`: the facts for decoder_choice.choose_decoder
     (whether `xz` decodes in parallel, in the command's environment; then the archive's block
     count, which only matters then)."""
-    available = {LIBLZMA} if liblzma.load() is not None else set()
+    available = {LIBLZMA} if _liblzma().load() is not None else set()
     blocks = None
     if xz is not None and _xz_decodes_in_parallel(xz, env):
         available.add(XZ_PARALLEL)

@@ -11,8 +11,8 @@ the decoding of the members after it, and the judge takes them from here.
 from __future__ import annotations
 
 import os
+import queue
 import threading
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,15 +52,52 @@ def early(name: str) -> bool:
     return name.startswith("libcudnn") and gen.SHARED_NAME.match(name) is not None
 
 
+class _Read:
+    """One file's facts, read on the reader's thread (or at once): `result` waits for them."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.done = threading.Event()
+        self.value: LibraryFacts | None = None
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self.value = read_facts(self.path)
+        except BaseException as exc:  # the judge's to see, through result()
+            self.error = exc
+        finally:
+            self.done.set()
+
+    def result(self) -> LibraryFacts:
+        self.done.wait()
+        if self.error is not None:
+            raise self.error
+        assert self.value is not None
+        return self.value
+
+
 class FactsReader:
     """Reads the facts of each staged library on one worker thread, in the order the files
-    are complete; `get` answers from that work, or reads a file no one submitted."""
+    are complete; `get` answers from that work, or reads a file no one submitted (once).
+
+    A plain thread and queue, not concurrent.futures: that package (and the logging it
+    imports) would cost every install's start 8 ms for one worker."""
 
     def __init__(self) -> None:
-        self.futures: dict[str, Future] = {}
-        self.pool: ThreadPoolExecutor | None = None
+        self.futures: dict[str, _Read] = {}
+        self.pool: threading.Thread | None = None  # the worker, once a file is submitted
+        self.queue: queue.SimpleQueue[_Read | None] = queue.SimpleQueue()
         self.lock = threading.Lock()  # files are completed by several writing threads
         self.closed = False
+
+    def _work(self) -> None:
+        while (read := self.queue.get()) is not None:
+            if self.closed:  # never started: whoever waits on it gets no answer from here
+                read.error = RuntimeError("the library facts reader was closed")
+                read.done.set()
+                continue
+            read.run()
 
     def submit(self, path: Path) -> None:
         """Called on a writing thread once `path` is complete on disk."""
@@ -68,29 +105,42 @@ class FactsReader:
             if self.closed or len(self.futures) >= MAX_EARLY:
                 return
             if self.pool is None:
-                self.pool = ThreadPoolExecutor(max_workers=1,
-                                               thread_name_prefix="library-facts")
-            self.futures[os.fspath(path)] = self.pool.submit(read_facts, path)
+                self.pool = threading.Thread(target=self._work, name="library-facts",
+                                             daemon=True)
+                self.pool.start()
+            read = self.futures[os.fspath(path)] = _Read(path)
+            self.queue.put(read)
 
     def get(self, path: Path) -> LibraryFacts:
+        """The facts of `path`, read once: a file no one submitted is read here, and kept for
+        the judge's next question about it."""
+        key = os.fspath(path)
         with self.lock:
-            future = self.futures.get(os.fspath(path))
-        return future.result() if future is not None else read_facts(path)
+            read = self.futures.get(key)
+        if read is not None:
+            return read.result()
+        read = _Read(path)
+        read.run()
+        with self.lock:
+            if not self.closed:
+                self.futures.setdefault(key, read)
+        return read.result()
 
     def wait(self) -> None:
         """Until every submitted file has been read: the pass that staged them returns with no
         file of the staging dir open."""
         with self.lock:
-            futures = list(self.futures.values())
-        for future in futures:
-            future.exception()  # waits; a failure is the judge's to see, through get()
+            reads = list(self.futures.values())
+        for read in reads:
+            read.done.wait()  # a failure is the judge's to see, through get()
 
     def close(self) -> None:
         """Stop: what has not started never will, what runs is waited for (its files may be
         about to be removed)."""
         with self.lock:
             self.closed = True
-            pool, self.pool = self.pool, None
+            worker, self.pool = self.pool, None
             self.futures.clear()
-        if pool is not None:
-            pool.shutdown(wait=True, cancel_futures=True)
+        if worker is not None:
+            self.queue.put(None)
+            worker.join()

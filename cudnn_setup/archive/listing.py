@@ -44,7 +44,7 @@ class Listing:
     members: list[Member] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
     # The staged libraries' facts, read while the archive was decoded (library_facts.py);
-    # None when the pass read none early (a wheel): the judge then reads each file itself.
+    # None when the pass read none early: the judge then reads each file itself, once.
     facts: "FactsReader | None" = None
 
     def files(self) -> Iterator[Member]:

@@ -320,11 +320,13 @@ def consume(stream: IO[bytes], member: Member, staging: Path | None,
 
 
 def stage_pieces(pieces: Iterable[bytes], member: Member, staging: Path | None,
-                 writer: Writer) -> None:
+                 writer: Writer, hashing: queue.SimpleQueue | None = None) -> None:
     """One member's bytes as a decoder running on the calling thread hands them over (in
     pieces of any size, `member.size` in all): gathered into pool buffers and hashed on this
     thread, so members decoded on several threads are hashed on as many, and written by the
-    writer's threads."""
+    writer's threads. With `hashing` (one of the writer's lanes) each full buffer is hashed
+    there instead, beside the decoding of the next: for a member whose decoding alone is the
+    longest job, while other cores have nothing left to do."""
     sink = Sink(member, staging, writer)
     writer.check()
     try:
@@ -338,7 +340,8 @@ def stage_pieces(pieces: Iterable[bytes], member: Member, staging: Path | None,
             view = memoryview(piece)
             if offset + fill + len(view) > member.size:
                 raise ValueError(f"{member.path} holds more than it declares")
-            sink.hash(view)
+            if hashing is None:
+                sink.hash(view)
             while view:
                 if buf is None:
                     buf, fill = writer.buffers.get(), 0
@@ -347,10 +350,10 @@ def stage_pieces(pieces: Iterable[bytes], member: Member, staging: Path | None,
                 view, fill = view[n:], fill + n
                 if fill == CHUNK:
                     full, buf, fill = buf, None, 0
-                    offset = _hand_over(writer, sink, full, CHUNK, offset)
+                    offset = _hand_over(writer, sink, full, CHUNK, offset, hashing)
         if buf is not None:
             full, buf = buf, None
-            offset = _hand_over(writer, sink, full, fill, offset)
+            offset = _hand_over(writer, sink, full, fill, offset, hashing)
     finally:
         if buf is not None:  # an error mid-chunk: the file is closed by Writer.finish
             writer.buffers.put(buf)
@@ -360,14 +363,22 @@ def stage_pieces(pieces: Iterable[bytes], member: Member, staging: Path | None,
         sink.done_queuing()  # closes the file here when its writes are all done
     except OSError as exc:  # closing or chmod: the staging disk's fault, as a write's would be
         raise StagingWriteFailed() from exc
-    sink.seal()
+    if hashing is None:
+        sink.seal()
+    else:
+        writer.put(hashing, sink.seal)  # after the member's last chunk on its lane
 
 
-def _hand_over(writer: Writer, sink: Sink, buf: mmap.mmap, fill: int, offset: int) -> int:
-    """A filled buffer to the writers (theirs from now, even if this raises); the next offset."""
+def _hand_over(writer: Writer, sink: Sink, buf: mmap.mmap, fill: int, offset: int,
+               hashing: queue.SimpleQueue | None) -> int:
+    """A filled buffer to the writers, and to `hashing` when this thread did not hash it
+    (theirs from now, even if this raises); the next offset."""
     if offset == 0:
         sink.member.head = bytes(buf[:min(fill, 64)])
-    writer.put_hashed(sink, buf, fill, offset)
+    if hashing is None:
+        writer.put_hashed(sink, buf, fill, offset)
+    else:
+        writer.put_chunk(sink, hashing, buf, fill, offset)
     return offset + fill
 
 

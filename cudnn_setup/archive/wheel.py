@@ -11,10 +11,12 @@ is not part of NVIDIA's layout and is left out.
 
 The members are independent deflate streams, so they are inflated, checked (CRC, size) and
 hashed on every usable core at once, the largest first, beside the wheel's own sha256 (read from
-the same open file); the first fault stops them all. The file must be unchanged (size, mtime,
-ctime) when all of it has been read: a file rewritten during the install cannot pass the
-checksum with one content and install another. Nothing leaves staging before the caller has
-compared that checksum with the one expected.
+the same open file); a member bigger than a core's share hashes on a writer lane beside its
+decoding, and each library's facts are read for the judge as soon as its file is staged
+(library_facts.py), not after the last member; the first fault stops them all. The file must be
+unchanged (size, mtime, ctime) when all of it has been read: a file rewritten during the install
+cannot pass the checksum with one content and install another. Nothing leaves staging before the
+caller has compared that checksum with the one expected.
 """
 from __future__ import annotations
 
@@ -36,7 +38,7 @@ from typing import IO, Callable, Iterator
 from packaging.version import Version
 
 from cudnn_setup import parallel
-from cudnn_setup.archive import staging
+from cudnn_setup.archive import library_facts, staging
 from cudnn_setup.archive.decoders import CHUNK, DECODED_PIECE, IsalError, usable_cores
 from cudnn_setup.archive.listing import Listing, Member, Wanted
 from cudnn_setup.archive.problems import Problem
@@ -131,6 +133,8 @@ def read(path: Path, staging_dir: Path, want: Wanted, limits: Limits | None = No
         f = open(path, "rb", buffering=0)
     except OSError as exc:
         raise unreadable(path, exc) from None
+    listing.facts = library_facts.FactsReader()
+    handed_over = False
     with f:
         before = os.fstat(f.fileno())
         listing.size = before.st_size
@@ -157,10 +161,18 @@ def read(path: Path, staging_dir: Path, want: Wanted, limits: Limits | None = No
         except Stop as stop:
             listing.problems.append(stop.problem)
             return _unless_mismatch(f, expected_sha256, listing), wheel
+        else:
+            handed_over = True
+        finally:
+            if not handed_over:  # refused: nothing reads the staged files any more
+                listing.facts.close()
     listing.size = size
     listing.sha256 = sha256
     if expected_sha256 is not None and sha256 != expected_sha256:
+        listing.facts.close()
         listing.members.clear()  # staged, never to be placed: the caller refuses the mismatch
+    else:
+        listing.facts.wait()
     return listing, wheel
 
 
@@ -312,14 +324,26 @@ def _members(f: IO[bytes], wheel: WheelName, staging_dir: Path, want: Wanted,
     fd = f.fileno()
     end = os.fstat(fd).st_size
     cores = usable_cores()
-    writer = staging.Writer(direct=staging.direct_io_allowed(staging_dir), lanes=1,
-                            writers=staging.write_threads(cores),
+    facts = listing.facts
+
+    def complete(member: Member) -> None:  # its facts read while the rest decodes
+        if facts is not None and member.staged is not None and library_facts.early(member.name):
+            facts.submit(member.staged)
+
+    writer = staging.Writer(direct=staging.direct_io_allowed(staging_dir),
+                            lanes=staging.hash_lanes(cores), writers=staging.write_threads(cores),
                             pool_chunks=staging.Writer.POOL_CHUNKS + cores,
-                            content_hash=content_hash)
+                            on_complete=complete, content_hash=content_hash)
+    # A member bigger than a core's share of all the decoding outlasts the rest: its thread is
+    # the install's critical path, so its hash runs on a lane beside its decoding (on 2 cores
+    # no member is: both are busy to the end).
+    share = sum(info.file_size for _, info in staged) // cores
 
     def stage(member: Member, info: zipfile.ZipInfo) -> Callable[[threading.Event], None]:
+        hashing = writer.lane() if info.file_size > share else None
         return lambda stop: staging.stage_pieces(
-            decoded(fd, info, end, stop), member, staging_dir if want(member) else None, writer)
+            decoded(fd, info, end, stop), member, staging_dir if want(member) else None, writer,
+            hashing)
 
     jobs: list[tuple[int, Callable[[threading.Event], object]]] = [
         (end // HASH_COST, lambda stop: _hash_file(fd, on_read, stop))]

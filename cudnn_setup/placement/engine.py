@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import tempfile
-import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +30,7 @@ from cudnn_setup.state import changed, writable
 from cudnn_setup.state.layout import StateDir, remove_tree
 from cudnn_setup.state.manifest import Manifest
 from cudnn_setup.state.plan import Desired, Plan, conflict_error, make_plan, uninstall_plan
-from cudnn_setup.state.transaction import Filesystem, recover
+from cudnn_setup.state.transaction import Filesystem, new_txid, recover
 from cudnn_setup.text import plural
 
 if TYPE_CHECKING:
@@ -244,7 +243,7 @@ def _install(asked: Asked, state: StateDir, fs: Filesystem | None) -> Outcome:
         if (same := _again(asked, state.manifest(), recovered)) is not None:
             state.tidy()
             return same
-        txid = uuid.uuid4().hex[:12]
+        txid = new_txid()
         tx = state.tx_dir(txid)
         try:
             state.check()
@@ -328,7 +327,7 @@ def uninstall(root: CudaRoot, *, force: bool = False, dry_run: bool = False,
         try:
             if manifest is not None:
                 kept = changed.uninstall_note(root.path, True)
-                notes += remove(state, uuid.uuid4().hex[:12], plan, fs) + kept
+                notes += remove(state, new_txid(), plan, fs) + kept
         finally:
             if state.exists():
                 state.tidy()

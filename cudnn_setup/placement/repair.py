@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import uuid
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
@@ -36,7 +35,7 @@ from cudnn_setup.state.layout import StateDir, remove_tree
 from cudnn_setup.state.paths import damaged_error
 from cudnn_setup.state.manifest import DIR, FILE, SYMLINK, Content, FileRecord, Manifest
 from cudnn_setup.state.files import describe, describe_known
-from cudnn_setup.state.transaction import Filesystem, Transaction, recover
+from cudnn_setup.state.transaction import Filesystem, Transaction, new_txid, recover
 from cudnn_setup.text import escape, plural
 
 MISSING, CHANGED_BYTES, MODE, REPLACED, LINK_MISSING, REPOINTED = (
@@ -220,7 +219,7 @@ def repair(root: CudaRoot, obtain: Obtain, *, dry_run: bool = False,
         if not damage:
             state.tidy()
             return RepairOutcome(False, [], manifest, recovered)
-        txid = uuid.uuid4().hex[:12]
+        txid = new_txid()
         tx = state.tx_dir(txid)
         try:
             outcome = _repair(state, manifest, damage, txid, obtain, ahead, fs, say, on_read,

@@ -15,6 +15,7 @@ kill between the two leaves only leftovers that any later run sweeps away.
 from __future__ import annotations
 
 import os
+import secrets
 import stat
 from pathlib import Path
 from typing import Callable
@@ -29,6 +30,12 @@ from cudnn_setup.state.paths import Damaged, contained
 __all__ = ["Filesystem", "Transaction", "Op", "PUT", "REMOVE", "MKDIR", "RMDIR", "rollback",
            "finish", "recover"]
 
+
+
+def new_txid() -> str:
+    """A transaction's id: 12 random hex digits, unique among the root's transactions (the
+    name of its dir under tx/)."""
+    return secrets.token_hex(6)
 
 class Filesystem:
     """Every change made under a CUDA root goes through here, so tests can inject faults
