@@ -120,6 +120,21 @@ def clean_env(home: Path, **extra) -> dict:
     return env
 
 
+def check_facts(env=None, python: str = sys.executable, gpu=None, **asked):
+    """What a check is handed in a command run with `env` (default: none at all): a new
+    command's facts of the machine (steps/command_facts.Facts), what verify was asked, and
+    `gpu`, the gpu check of the run, if it made one."""
+    from cudnn_setup.checks.check_facts import CheckFacts
+    from cudnn_setup.child import Runner
+    from cudnn_setup.parallel import Later
+    from cudnn_setup.steps.command_facts import Facts
+
+    facts = CheckFacts(Facts(env or {}, Path("/nonexistent"), Runner()), python, **asked)
+    if gpu is not None:
+        facts.started["gpu"] = Later(lambda: gpu)
+    return facts
+
+
 def run_cli(args, home: Path, env_extra=None, timeout=600, process=False,
             **kw) -> subprocess.CompletedProcess:
     """The CLI as a user runs it. In this process through `main(argv)` unless the test needs a

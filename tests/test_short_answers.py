@@ -10,12 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from conftest import check_facts
 from cudnn_setup.probing.answer_values import BadAnswer, Fields
 from cudnn_setup.benchmarks import algorithm_verdict, theano_checks
 from cudnn_setup.installation.model import Installation
 from cudnn_setup.probing.load_answer import WHAT as LOAD_ANSWER, LoadAnswer
 from cudnn_setup.probing.probe import run_probe
-from cudnn_setup.checks.system import check_cuda
+from cudnn_setup.checks.cuda_check import check_cuda_with
 from cudnn_setup.checks.theano_check import check_theano
 from cudnn_setup.facts.cuda import CudaRoot
 from cudnn_setup.report import FAIL, PASS, SKIP
@@ -61,13 +62,13 @@ GRAPHS = {"theano_version": "1.0.5", "device": "cuda", "exp_ok": True, "conv_op"
     ({}, "has no text 'theano_version'"),
 ])
 def test_theano_check_fails_on_a_short_answer(tmp_path, answer, says):
-    check = check_theano(inst_of(tmp_path), interpreter(tmp_path, answer), None, {}, lambda: None)
+    check = check_theano(inst_of(tmp_path), check_facts({}, interpreter(tmp_path, answer)))
     assert check.status == FAIL and says in check.detail, check.detail
     assert check.detail.startswith("Theano's test graphs ran but their answer cannot be judged")
 
 
 def test_theano_check_passes_a_whole_answer_from_the_same_child(tmp_path):
-    check = check_theano(inst_of(tmp_path), interpreter(tmp_path, GRAPHS), None, {}, lambda: None)
+    check = check_theano(inst_of(tmp_path), check_facts({}, interpreter(tmp_path, GRAPHS)))
     assert check.status == PASS and check.detail.endswith("conv net used GpuDnnConv (cuDNN)")
 
 
@@ -127,10 +128,11 @@ def load_answer(tmp_path: Path, answer: dict) -> LoadAnswer:
 
 
 def test_cuda_check_ignores_a_cudart_version_that_is_not_a_number(tmp_path):
-    check = check_cuda(inst_of(tmp_path), load_answer(tmp_path, {"cudnnGetCudartVersion": "12.4"}))
+    check = check_cuda_with(inst_of(tmp_path),
+                            load_answer(tmp_path, {"cudnnGetCudartVersion": "12.4"}))
     assert check.status == SKIP  # unknown, not an internal error
     got = load_answer(tmp_path, {"cudnnGetCudartVersion": 10020})
-    assert check_cuda(inst_of(tmp_path), got).status == PASS
+    assert check_cuda_with(inst_of(tmp_path), got).status == PASS
 
 
 def test_fields_read_each_type_or_nothing():

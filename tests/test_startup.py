@@ -99,7 +99,8 @@ INSTALL_MODULES = {
 NOT_FOR_THIS_INSTALL = {"cudnn_setup.checks.suite", "cudnn_setup.checks.frameworks_check",
                         "cudnn_setup.checks.framework_whatif", "cudnn_setup.checks.coherence",
                         "cudnn_setup.checks.deps", "cudnn_setup.checks.gpu",
-                        "cudnn_setup.checks.native", "cudnn_setup.checks.theano_check",
+                        "cudnn_setup.checks.load_check", "cudnn_setup.checks.compile_check",
+                        "cudnn_setup.checks.theano_check",
                         "cudnn_setup.steps.theano_step", "cudnn_setup.theanorc_merge"}
 
 
