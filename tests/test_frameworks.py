@@ -410,7 +410,7 @@ def test_hostile_child_answers_are_dropped(world):
         "version": ["not", "a", "string"], "mapped": ["relative.so", 7, "/x\0y.so"],
         "cudnn_libraries": [{"path": "/etc/passwd", "get_version": "91900"}, "junk"],
         "built_for": {"value": {"nested": 1}}, "consumers": "nope"}}, None, "")
-    entry = fw.entry_of("torch", {"version": "1"}, run, NO_CACHE, fl.ElfFacts())
+    entry = fw.entry_of("torch", fp.Listed("torch", True, "1"), run, NO_CACHE, fl.ElfFacts())
     assert entry.cudnn_loaded is None and entry.cudnn_built_for is None
     assert entry.status == SKIP and entry.version == "1"
 

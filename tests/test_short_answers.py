@@ -157,7 +157,22 @@ def test_framework_names_that_are_no_module_names_are_dropped(tmp_path):
     python = interpreter(tmp_path, {"probe": "frameworks", "frameworks": [
         {"name": "torch", "importable": True}, {"name": "--help"}, {"name": "x" * 500},
         {"name": "a b"}, {"name": 7}, "jax"]})
-    assert [e["name"] for e in importable_frameworks(python, {})] == ["torch"]
+    assert [e.name for e in importable_frameworks(python, {})] == ["torch"]
+
+
+def test_the_framework_list_is_read_into_typed_entries(tmp_path):
+    """A field of another type than the child claims reads as unknown: a version that is not
+    text is no version, an `importable` that is not true is not importable (no child is
+    started for it)."""
+    from cudnn_setup.probing.framework_probe import Listed, importable_frameworks
+
+    python = interpreter(tmp_path, {"probe": "frameworks", "frameworks": [
+        {"name": "torch", "importable": True, "version": 2.1},
+        {"name": "jax", "importable": "yes", "version": "0.4"},
+        {"name": "cupy", "importable": True, "version": "13.0", "extra": {"a": 1}}]})
+    assert importable_frameworks(python, {}) == [Listed("torch", True, None),
+                                                 Listed("jax", False, "0.4"),
+                                                 Listed("cupy", True, "13.0")]
 
 
 def test_bench_writes_its_json_from_what_it_read_not_the_childs_object(tmp_path):
@@ -174,3 +189,18 @@ def test_bench_writes_its_json_from_what_it_read_not_the_childs_object(tmp_path)
     assert check.data["layers"]["conv1"]["filter"] == [4, 3, 3]
     assert check.data["layers"]["conv1"]["fastest"] == {"algo": "IMPLICIT_GEMM", "ms": 0.25,
                                                         "workspace_bytes": None}
+
+
+@pytest.mark.parametrize("said, read", [
+    ('{"numpy": "1.23.5", "blas_opt_info": false}', ("1.23.5", False)),
+    ('{"numpy": 1.23, "blas_opt_info": true}', None),  # a version that is no text
+    ('{"numpy": "1.19.5", "blas_opt_info": "yes"}', None),
+    ('{"numpy": "1.19.5"}', None),
+    ('[1, 2]', None)])
+def test_numpys_answer_is_read_field_by_field(tmp_path, said, read):
+    from cudnn_setup.theano_blas import NumpyBlas, numpy_blas
+
+    exe = tmp_path / "python"
+    exe.write_text(f"#!/bin/sh\necho '{said}'\n")
+    exe.chmod(0o755)
+    assert numpy_blas(str(exe), {}) == (NumpyBlas(*read) if read else None)

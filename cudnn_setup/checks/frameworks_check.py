@@ -15,10 +15,10 @@ import re
 from functools import partial
 from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
-from cudnn_setup.probing.answer_values import Fields, text
+from cudnn_setup.probing.answer_values import Fields
 from cudnn_setup.checks.framework_entry import FrameworkEntry, LoadedCopy, LoaderView
 from cudnn_setup.checks.framework_loader import NO_SEARCH, ChildLoader, ElfFacts
-from cudnn_setup.probing.framework_probe import Run, importable_frameworks, run
+from cudnn_setup.probing.framework_probe import Listed, Run, importable_frameworks, run
 from cudnn_setup.child import Runner
 from cudnn_setup.errors import SetupError
 from cudnn_setup.facts import cudnn as gen
@@ -61,22 +61,22 @@ def framework_reports(python: str, envs: Sequence[Mapping[str, str]],
     once, under the first, without importing any)."""
     elf = ElfFacts()
     listed = [f for f in importable_frameworks(python, envs[0], timeout, runner)
-              if f.get("importable")]
-    runs = at_once([partial(run, python, [f["name"]], env, timeout, runner=runner)
+              if f.importable]
+    runs = at_once([partial(run, python, [f.name], env, timeout, runner=runner)
                     for env in envs for f in listed])
     found = search() if search is not None else NO_SEARCH
     per_env = [runs[i * len(listed):(i + 1) * len(listed)] for i in range(len(envs))]
-    return [[entry_of(f["name"], f, got, found, elf) for f, got in zip(listed, got_env)]
+    return [[entry_of(f.name, f, got, found, elf) for f, got in zip(listed, got_env)]
             for got_env in per_env]
 
 
-def entry_of(name: str, listed: dict, got: Run, search: Environment,
+def entry_of(name: str, listed: Listed, got: Run, search: Environment,
              elf: ElfFacts) -> FrameworkEntry:
     """One framework's entry from its child's answer (`got`), every field checked."""
     rule = rules.rule_for(name)
-    entry = FrameworkEntry(name, text(listed.get("version"), 100), rule.describe())
+    entry = FrameworkEntry(name, listed.version, rule.describe())
     answer = Fields(got.data, f"the {name} probe's answer")
-    if got.data is None or not isinstance(got.data.get("framework"), dict):
+    if got.data is None or not isinstance(answer.raw("framework"), dict):
         failure = got.failure or answer.text("error") or "no answer"
         entry.reason = f"importing {name} in a child process {failure}"
         if "libcudnn" in got.output:

@@ -159,7 +159,7 @@ def framework_names(ctx: Context, python: str) -> list[str] | None:
         listed = importable_frameworks(python, ctx.env, runner=ctx.runner)
     except (SetupError, UsageError):
         return None
-    return [f["name"] for f in listed if f.get("importable") and isinstance(f.get("name"), str)]
+    return [f.name for f in listed if f.importable]
 
 
 def _verify(ctx: Context, root: CudaRoot, python: str, rc: Path | None,
