@@ -17,13 +17,14 @@ from fixtures import buildcache  # noqa: E402
 from fixtures.generate import Compiler, build, make_cuda_root  # noqa: E402
 
 
-# The modules that hold the longest tests (Theano's first compiles, the kill sweeps' samples, the
-# README's commands, a second user's runs), by a one-worker run's durations: collected first so
-# that under xdist's worksteal they start at once, and the last tests left are short ones that
-# the other worker can take over, not one long test while it idles.
-LONGEST_FIRST = ("test_verify.py", "test_theano_check_as_run.py", "test_install.py",
-                 "test_recovery.py", "test_readme_commands.py", "test_children.py",
-                 "test_properties.py", "test_state_trust.py")
+# The modules that hold the longest tests (Theano's first compiles, the Ansible role's plays, the
+# kill sweeps' samples, the README's commands, a second user's runs), by a one-worker run's
+# durations: collected first so that under xdist's worksteal they start at once, and the last
+# tests left are short ones that the other worker can take over, not one long test while it
+# idles.
+LONGEST_FIRST = ("test_verify.py", "test_theano_check_as_run.py", "test_ansible.py",
+                 "test_install.py", "test_recovery.py", "test_readme_commands.py",
+                 "test_children.py", "test_properties.py", "test_state_trust.py")
 
 
 def pytest_collection_modifyitems(items):
