@@ -204,16 +204,32 @@ def startup(runs: int, base: Path, old: Path | None = None) -> dict:
 CHECKS_ALONE = r"""
 import json, sys, time
 from pathlib import Path
-from cudnn_setup.checks import suite as S
-from cudnn_setup.checks.deps import loader_environment
+from cudnn_setup.checks.check_facts import CheckFacts
+from cudnn_setup.checks.coherence import check_coherence_with
+from cudnn_setup.checks.compile_check import check_compile
+from cudnn_setup.checks.cuda_check import check_cuda_with
+from cudnn_setup.checks.deps import check_deps_with
+from cudnn_setup.checks.elf_check import check_elf
+from cudnn_setup.checks.files_check import check_files
+from cudnn_setup.checks.frameworks_check import frameworks_of
+from cudnn_setup.checks.gpu import check_gpu_with
+from cudnn_setup.checks.load_check import load_libcudnn
+from cudnn_setup.checks.loader_check import check_loader_with
+from cudnn_setup.checks.theano_check import check_theano
+from cudnn_setup.checks.versions_check import check_versions
+from cudnn_setup.child import Runner
+from cudnn_setup.facts.loader import loader_environment
+from cudnn_setup.parallel import Done
 from cudnn_setup.probing.driver import driver_facts, has_driver
 from cudnn_setup.installation.model import find_installation
 from cudnn_setup.facts.cuda import find_cuda_root
-from cudnn_setup.facts.host import host_machine
+from cudnn_setup.steps.command_facts import Facts
 import os
 root, theanorc, theano, frameworks = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3] == "1", sys.argv[4] == "1"
 env = dict(os.environ)
 inst = find_installation(find_cuda_root(env, root))
+facts = CheckFacts(Facts(env, Path(env.get("HOME", "/nonexistent")), Runner()), sys.executable,
+                   theanorc)
 took, status = {}, {}
 def t(name, fn):
     s = time.perf_counter(); v = fn(); took[name] = time.perf_counter() - s
@@ -223,20 +239,21 @@ def t(name, fn):
     return v
 loader = t("loader environment", lambda: loader_environment(env))
 driver = t("driver probe", lambda: driver_facts(env, loader=loader))
-t("files", lambda: S.check_files(inst, False)); t("elf", lambda: S.check_elf(inst, host_machine()))
-t("versions", lambda: S.check_versions(inst))
-load, data = t("load", lambda: S.check_load(inst, env))
-t("coherence", lambda: S.check_coherence(inst, env, loader=loader, load_data=data))
-t("deps", lambda: S.check_deps(inst, env, load_data=data, loader=loader,
-                               driver_present=True if has_driver(driver) else None))
-t("loader", lambda: S.check_loader(inst, env, Path("/etc/ld.so.conf")))
-t("cuda", lambda: S.check_cuda(inst, data))
-t("compile", lambda: S.check_compile(inst, env, includes=S.compile_includes(inst)))
-gpu = t("gpu", lambda: S.check_gpu(inst, env))
+t("files", lambda: check_files(inst, facts)); t("elf", lambda: check_elf(inst, facts))
+t("versions", lambda: check_versions(inst, facts))
+load, data = t("load", lambda: load_libcudnn(inst, env))
+t("coherence", lambda: check_coherence_with(inst, env, loader=loader, load_data=data))
+t("deps", lambda: check_deps_with(inst, env, load_data=data, loader=loader,
+                                  driver_present=True if has_driver(driver) else None))
+t("loader", lambda: check_loader_with(inst, env, Path("/etc/ld.so.conf")))
+t("cuda", lambda: check_cuda_with(inst, data))
+t("compile", lambda: check_compile(inst, facts))
+gpu = t("gpu", lambda: check_gpu_with(inst, env))
 if frameworks:
-    t("frameworks", lambda: S.frameworks_of(sys.executable, env, True, loader))
+    t("frameworks", lambda: frameworks_of(sys.executable, env, search=lambda: loader))
 if theano:
-    t("theano", lambda: S.check_theano(inst, sys.executable, theanorc, env, gpu))
+    facts.started["gpu"] = Done(gpu)
+    t("theano", lambda: check_theano(inst, facts))
 print(json.dumps({"took": took, "status": status}))
 """
 

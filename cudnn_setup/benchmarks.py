@@ -6,11 +6,10 @@ from pathlib import Path
 from typing import Callable, Mapping
 
 from cudnn_setup.probing.answer_values import BadAnswer, Fields
-from cudnn_setup.installation.model import Installation
+from cudnn_setup.installation.model import Installation, find_cudart
 from cudnn_setup.probing.gpu_answer import BenchAnswer
 from cudnn_setup.probing.probe import ProbeResult, child_env, probe_module, run_probe
 from cudnn_setup.child import Runner
-from cudnn_setup.checks.native import find_cudart
 from cudnn_setup.checks.theano_check import INSTALL_HINT, has_theano, with_fixed_hash_seed
 from cudnn_setup.report import FAIL, PASS, SKIP, WARN, Check
 from cudnn_setup.theanorc_merge import unreadable_for_theano

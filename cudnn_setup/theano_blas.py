@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from cudnn_setup.child import Runner, run_command
+from cudnn_setup.probing.answer_values import Fields
 from cudnn_setup.text import printable
 
 NUMPY_TIMEOUT = 60.0  # importing numpy.distutils: a second or two, more on a cold disk
@@ -57,10 +58,13 @@ def numpy_blas(python: str, env: Mapping[str, str], runner: Runner | None = None
     if not done.ok:
         return None
     try:
-        found = json.loads(done.out.strip().splitlines()[-1])
-        return NumpyBlas(str(found["numpy"])[:50], found["blas_opt_info"] is True)
-    except (ValueError, IndexError, KeyError, TypeError):
+        found = Fields(json.loads(done.out.strip().splitlines()[-1]), "numpy's answer")
+    except (ValueError, IndexError):
         return None
+    numpy, blas_opt_info = found.text("numpy", 50), found.flag("blas_opt_info")
+    if numpy is None or blas_opt_info is None:
+        return None
+    return NumpyBlas(numpy, blas_opt_info)
 
 
 def find_blas(env: Mapping[str, str], runner: Runner | None = None) -> BlasFlags:

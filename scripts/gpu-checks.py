@@ -32,13 +32,13 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from cudnn_setup.installation import locate  # noqa: E402
-from cudnn_setup.checks.coherence import check_coherence  # noqa: E402
-from cudnn_setup.checks.deps import check_deps, loader_environment  # noqa: E402
-from cudnn_setup.checks.driver_check import check_driver  # noqa: E402
-from cudnn_setup.probing.driver import driver_facts  # noqa: E402
+from cudnn_setup.checks.coherence import check_coherence_with  # noqa: E402
+from cudnn_setup.checks.deps import check_deps_with, loader_environment  # noqa: E402
+from cudnn_setup.checks.driver_check import check_driver_with  # noqa: E402
+from cudnn_setup.probing.driver import driver_facts, has_driver  # noqa: E402
 from cudnn_setup.installation.model import find_installation  # noqa: E402
-from cudnn_setup.checks.gpu import check_gpu  # noqa: E402
-from cudnn_setup.checks.native import check_load  # noqa: E402
+from cudnn_setup.checks.gpu import check_gpu_with  # noqa: E402
+from cudnn_setup.checks.load_check import load_libcudnn  # noqa: E402
 from cudnn_setup.facts.ldresolve.ldconfig import read_cache  # noqa: E402
 from cudnn_setup.facts.ldresolve.loader_facts import probe_loader  # noqa: E402
 from cudnn_setup.facts.cuda import find_cuda_root  # noqa: E402
@@ -85,14 +85,14 @@ def system_file(prefix: Path, name: str) -> Path | None:
 
 def run_subject(name, inst, env, facts, loader, gpu_run) -> dict:
     started = time.monotonic()
-    load, data = check_load(inst, env)
+    load, data = load_libcudnn(inst, env)
     checks: list[Check] = [load]
-    checks.append(check_deps(inst, env, load_data=data, loader=loader,
-                             driver_present=bool(facts.get("cuda_driver_version"))))
-    checks.append(check_coherence(inst, env, load_data=data, loader=loader))
-    checks.append(check_driver(inst, facts, load_data=data))
+    checks.append(check_deps_with(inst, env, load_data=data, loader=loader,
+                                  driver_present=has_driver(facts)))
+    checks.append(check_coherence_with(inst, env, load_data=data, loader=loader))
+    checks.append(check_driver_with(inst, facts, load_data=data))
     if gpu_run and data is not None:
-        checks.append(check_gpu(inst, env))
+        checks.append(check_gpu_with(inst, env))
     return {"subject": name, "installation": locate.describe(inst),
             "env_ld_library_path": env.get("LD_LIBRARY_PATH"),
             "seconds": round(time.monotonic() - started, 2),

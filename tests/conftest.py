@@ -17,13 +17,14 @@ from fixtures import buildcache  # noqa: E402
 from fixtures.generate import Compiler, build, make_cuda_root  # noqa: E402
 
 
-# The modules that hold the longest tests (Theano's first compiles, the kill sweeps' samples, the
-# README's commands, a second user's runs), by a one-worker run's durations: collected first so
-# that under xdist's worksteal they start at once, and the last tests left are short ones that
-# the other worker can take over, not one long test while it idles.
-LONGEST_FIRST = ("test_verify.py", "test_theano_check_as_run.py", "test_install.py",
-                 "test_recovery.py", "test_readme_commands.py", "test_children.py",
-                 "test_properties.py", "test_state_trust.py")
+# The modules that hold the longest tests (Theano's first compiles, the Ansible role's plays, the
+# kill sweeps' samples, the README's commands, a second user's runs), by a one-worker run's
+# durations: collected first so that under xdist's worksteal they start at once, and the last
+# tests left are short ones that the other worker can take over, not one long test while it
+# idles.
+LONGEST_FIRST = ("test_verify.py", "test_theano_check_as_run.py", "test_ansible.py",
+                 "test_install.py", "test_recovery.py", "test_readme_commands.py",
+                 "test_children.py", "test_properties.py", "test_state_trust.py")
 
 
 def pytest_collection_modifyitems(items):
@@ -118,6 +119,21 @@ def clean_env(home: Path, **extra) -> dict:
                                 "XDG_"))}
     env.update({"HOME": str(home), "PYTHONPATH": str(REPO), **extra})
     return env
+
+
+def check_facts(env=None, python: str = sys.executable, gpu=None, **asked):
+    """What a check is handed in a command run with `env` (default: none at all): a new
+    command's facts of the machine (steps/command_facts.Facts), what verify was asked, and
+    `gpu`, the gpu check of the run, if it made one."""
+    from cudnn_setup.checks.check_facts import CheckFacts
+    from cudnn_setup.child import Runner
+    from cudnn_setup.parallel import Later
+    from cudnn_setup.steps.command_facts import Facts
+
+    facts = CheckFacts(Facts(env or {}, Path("/nonexistent"), Runner()), python, **asked)
+    if gpu is not None:
+        facts.started["gpu"] = Later(lambda: gpu)
+    return facts
 
 
 def run_cli(args, home: Path, env_extra=None, timeout=600, process=False,

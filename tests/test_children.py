@@ -24,7 +24,7 @@ import pytest
 
 from conftest import REPO, clean_env, run_json
 from cudnn_setup import orphans
-from cudnn_setup.checks import native
+from cudnn_setup.checks import load_check
 from cudnn_setup.probing import framework_probe
 from cudnn_setup.checks.suite import ORDER
 from cudnn_setup.child import DRAIN_S, Runner
@@ -274,7 +274,7 @@ def test_a_constructor_that_daemonizes_neither_hangs_verify_nor_outlives_it(
 
 def test_a_constructor_that_hangs_costs_one_time_limit(tmp_path, compiler, cuda_root, home,
                                                        monkeypatch):
-    monkeypatch.setattr(native, "LOAD_TIMEOUT", 4.0)
+    monkeypatch.setattr(load_check, "LOAD_TIMEOUT", 4.0)
     lib = wheel_with(tmp_path, compiler, "HANG")
     pids = tmp_path / "pids"
     try:

@@ -1,8 +1,8 @@
 """clients: each client on the machine judged by the sub-libraries its calls need, on gcc-built
 cuDNN 9 sets of both flavours."""
 from cudnn_setup.installation import locate
-from cudnn_setup.checks.clients_check import check_clients
-from cudnn_setup.checks.frameworks_check import FrameworkEntry
+from cudnn_setup.checks.clients_check import check_clients_with
+from cudnn_setup.checks.framework_entry import FrameworkEntry
 from cudnn_setup.facts import clients
 from fixtures import layouts
 
@@ -13,20 +13,20 @@ def torch():
 
 
 def test_the_jit_flavour_fails_where_pytorch_loads_it(tmp_path):
-    from cudnn_setup.checks.frameworks_check import LoadedCopy
+    from cudnn_setup.checks.framework_entry import LoadedCopy
 
     lib = layouts.loading_set9(tmp_path / "jit", tmp_path / "w", subs=layouts.JIT9)
     here = torch()
     here.cudnn_loaded = LoadedCopy(str(lib / "libcudnn.so.9.1.0"), str(lib), "9.1.0",
                                    "ld_library_path", "")
-    check = check_clients(locate.locate(lib), [here], theano=None)
+    check = check_clients_with(locate.locate(lib), [here], theano=None)
     assert check.status == "fail", check.detail
     assert "torch needs libcudnn_heuristic, libcudnn_engines_precompiled, libcudnn_ops" \
         in check.detail and "unable to find an engine" in check.detail
     assert check.data["clients"] == [{"client": "torch", "present": True, "loads_this": True,
                                       "works": False, "why": check.detail}]
     # which cuDNN it loads not seen (no GPU here): it is present, and would break with this one
-    unseen = check_clients(locate.locate(lib), [torch()], theano=None)
+    unseen = check_clients_with(locate.locate(lib), [torch()], theano=None)
     assert unseen.status == "fail" and unseen.detail.endswith(
         "(which cuDNN it loads now was not seen here)")
 
@@ -36,24 +36,24 @@ def test_a_framework_that_loads_its_own_cudnn_would_break_pointed_at_this_one(tm
     for point it here (LD_LIBRARY_PATH, LD_PRELOAD), and then its fp32 convolution, batch
     normalisation and LSTM fail: on an H200, with the JIT flavour alone, verify passed while
     PyTorch failed so."""
-    from cudnn_setup.checks.frameworks_check import LoadedCopy
+    from cudnn_setup.checks.framework_entry import LoadedCopy
 
     lib = layouts.loading_set9(tmp_path / "jit", tmp_path / "w", subs=layouts.JIT9)
     wheel = "/opt/venv/site-packages/nvidia/cudnn/lib"
     own = torch()
     own.cudnn_loaded = LoadedCopy(f"{wheel}/libcudnn.so.9", wheel, "9.19.0", "runpath", "")
-    check = check_clients(locate.locate(lib), [own], theano=None)
+    check = check_clients_with(locate.locate(lib), [own], theano=None)
     assert check.status == "fail", check.detail
     assert f"it loads the cuDNN in {wheel} now; pointed at this root" in check.detail
     assert check.data["clients"][0]["loads_this"] is False
     # the full flavour serves it wherever it loads from
     full = layouts.loading_set9(tmp_path / "full", tmp_path / "w2")
-    assert check_clients(locate.locate(full), [own], theano=None).status == "pass"
+    assert check_clients_with(locate.locate(full), [own], theano=None).status == "pass"
 
 
 def test_the_jit_flavour_without_clients_says_what_it_serves(tmp_path):
     lib = layouts.loading_set9(tmp_path / "jit", tmp_path / "w", subs=layouts.JIT9)
-    check = check_clients(locate.locate(lib), [], theano=None)
+    check = check_clients_with(locate.locate(lib), [], theano=None)
     assert check.status == "pass", check.detail
     assert check.detail.startswith("no client of cuDNN found on this machine; it serves: "
                                    "PyTorch's fp16 convolution")
@@ -70,11 +70,11 @@ def test_theano_uses_no_cudnn_9_which_is_a_warn_where_it_is_installed(tmp_path):
     for flavour, subs in (("jit", layouts.JIT9), ("full", None)):
         lib = layouts.loading_set9(tmp_path / flavour, tmp_path / f"w-{flavour}",
                                    **({"subs": subs} if subs else {}))
-        absent = check_clients(locate.locate(lib), [], theano=lambda: False)
+        absent = check_clients_with(locate.locate(lib), [], theano=False)
         assert absent.status == "pass", absent.detail
         assert "theano is not installed, and would not work: theano would not use this " \
             "cuDNN: Theano 1.0.5 supports cuDNN v5 to v7; this is cuDNN 9.1.0" in absent.detail
-        there = check_clients(locate.locate(lib), [], theano=lambda: True)
+        there = check_clients_with(locate.locate(lib), [], theano=True)
         assert there.status == "warn", there.detail
         assert there.detail.startswith("theano would not use this cuDNN: Theano 1.0.5 "
                                        "supports cuDNN v5 to v7"), there.detail
@@ -89,18 +89,18 @@ def test_pytorch_needs_the_runtime_compiled_engines_too(tmp_path):
     lib = layouts.loading_set9(tmp_path / "full", tmp_path / "w")
     for name in ("libcudnn_engines_runtime_compiled.so.9", "libcudnn_engines_runtime_compiled.so.9.1.0"):
         (lib / name).unlink()
-    check = check_clients(locate.locate(lib), [torch()], theano=None)
+    check = check_clients_with(locate.locate(lib), [torch()], theano=None)
     assert check.status == "fail" and check.detail.startswith(
         "torch needs libcudnn_engines_runtime_compiled, which this cuDNN lacks: NVRTC")
 
 
 def test_the_full_flavour_serves_pytorch_not_theano_1_0_5(tmp_path):
     lib = layouts.loading_set9(tmp_path / "full", tmp_path / "w")
-    check = check_clients(locate.locate(lib), [torch()], theano=None)
+    check = check_clients_with(locate.locate(lib), [torch()], theano=None)
     assert check.status == "pass", check.detail
     assert check.detail.startswith("torch would work with this cuDNN")
     assert "; not:" not in check.detail
-    with_theano = check_clients(locate.locate(lib), [torch()], theano=lambda: True)
+    with_theano = check_clients_with(locate.locate(lib), [torch()], theano=True)
     assert with_theano.status == "warn", with_theano.detail
     assert "torch would work with this cuDNN" in with_theano.detail
     assert "theano would work" not in with_theano.detail
@@ -112,7 +112,7 @@ def test_a_full_set_without_libcudnn_cnn_breaks_onnxruntime_not_pytorch(tmp_path
     (lib / "libcudnn_cnn.so.9.1.0").unlink()
     ort = FrameworkEntry(name="onnxruntime", version="1.22.0", rule="same major",
                          status="pass", reason="loads this cuDNN", cudnn_built_for="9.1.0")
-    check = check_clients(locate.locate(lib), [torch(), ort], theano=None)
+    check = check_clients_with(locate.locate(lib), [torch(), ort], theano=None)
     assert check.status == "fail" and check.detail.startswith(
         "onnxruntime needs libcudnn_cnn"), check.detail
     # PyTorch never opens libcudnn_cnn (LD_DEBUG on the H200): it is not named
@@ -155,7 +155,7 @@ def test_a_framework_that_never_opens_cudnn_is_no_client(tmp_path):
     lib = layouts.loading_set9(tmp_path / "jit", tmp_path / "w", subs=layouts.JIT9)
     cpu = FrameworkEntry(name="onnxruntime", version="1.30.0", rule="same major", status="skip",
                          reason="cuDNN not loaded: a CPU build of ONNX Runtime, no cuDNN")
-    check = check_clients(locate.locate(lib), [cpu], theano=None)
+    check = check_clients_with(locate.locate(lib), [cpu], theano=None)
     assert check.status == "pass", check.detail
     assert check.detail.startswith("no client of cuDNN found on this machine")
 

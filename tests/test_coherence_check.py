@@ -7,7 +7,7 @@ import shutil
 import pytest
 
 from cudnn_setup.installation import locate
-from cudnn_setup.checks.coherence import check_coherence
+from cudnn_setup.checks.coherence import check_coherence_with
 from cudnn_setup.facts.ldresolve.environment import Environment
 from cudnn_setup.facts.ldresolve.ldconfig import read_cache
 from cudnn_setup.facts.ldresolve.loader_facts import probe_loader
@@ -31,7 +31,7 @@ def judge(lib, facts, **env_extra):
     env = env_with(**env_extra)
     loader = Environment(ld_library_path=env.get("LD_LIBRARY_PATH") or None, cache=facts[1],
                          facts=facts[0])
-    check = check_coherence(locate.locate(lib), env, loader=loader)
+    check = check_coherence_with(locate.locate(lib), env, loader=loader)
     json.dumps(check.to_dict())  # whatever the children did, the check serializes
     return check, {s["soname"]: s for s in check.data.get("sublibraries", [])}
 

@@ -11,15 +11,16 @@ from pathlib import Path
 import pytest
 
 from cudnn_setup.installation import locate
-from cudnn_setup.checks.coherence import check_coherence
-from cudnn_setup.checks.deps import check_deps
-from cudnn_setup.checks.file_checks import check_elf, check_files
+from cudnn_setup.checks.coherence import check_coherence_with
+from cudnn_setup.checks.deps import check_deps_with
+from cudnn_setup.checks.elf_check import check_elf
+from cudnn_setup.checks.files_check import check_files
 from cudnn_setup.facts import composition as C
 from cudnn_setup.facts.ldresolve.environment import Environment
 from cudnn_setup.facts.ldresolve.ldconfig import read_cache
 from cudnn_setup.facts.ldresolve.loader_facts import probe_loader
 from cudnn_setup.facts.elf import code_problem
-from conftest import run_json, tree_state
+from conftest import check_facts, run_json, tree_state
 from fixtures import layouts
 from fixtures.deplibs import build
 from fixtures.generate import make_cuda_root
@@ -87,13 +88,13 @@ def test_a_sub_library_named_only_in_a_string_of_libcudnn_is_required(tmp_path, 
     (lib / "libcudnn_future.so.9").unlink()
     inst = locate.locate(lib)
     assert inst.composition().missing == ("libcudnn_future",)
-    files = check_files(inst)
+    files = check_files(inst, check_facts())
     assert files.status == "fail"
     assert f"libcudnn_future is missing from {lib} (libcudnn.so.9 opens it at run time)" in files.detail
-    coherence = check_coherence(inst, env(), loader=loader(loader_facts), driver_present=True)
+    coherence = check_coherence_with(inst, env(), loader=loader(loader_facts), driver_present=True)
     assert coherence.status == "fail"
     assert "libcudnn_future.so.9 cannot be found where libcudnn.so.9 looks for it" in coherence.detail
-    deps = check_deps(inst, env(), loader=loader(loader_facts), driver_present=True)
+    deps = check_deps_with(inst, env(), loader=loader(loader_facts), driver_present=True)
     assert deps.status == "fail" and "libcudnn_future" in deps.detail
 
 
@@ -130,7 +131,7 @@ def test_the_same_release_whole_installs_and_its_files_pass(tmp_path, home):
                           "--no-frameworks"], home)
     assert done.returncode == 0, out["error"]
     assert (root / "lib64" / "libcudnn_future.so.9").exists()
-    files = check_files(locate.locate(root / "lib64", root / "include"))
+    files = check_files(locate.locate(root / "lib64", root / "include"), check_facts())
     assert "libcudnn_future" in files.data["composition"]["required"]
 
 
@@ -153,8 +154,8 @@ def test_the_jit_flavour_is_a_complete_release_of_its_own(tmp_path, home, loader
     assert done.returncode == 0, out["error"]
     inst = locate.locate(root / "lib64", root / "include")
     assert inst.composition().flavour == "jit"
-    assert check_files(inst).status in ("pass", "warn")
-    coherence = check_coherence(inst, env(), loader=loader(loader_facts), driver_present=True)
+    assert check_files(inst, check_facts()).status in ("pass", "warn")
+    coherence = check_coherence_with(inst, env(), loader=loader(loader_facts), driver_present=True)
     assert coherence.status == "pass", coherence.detail
     assert "2 sub-libraries" in coherence.detail
 
@@ -191,7 +192,7 @@ def test_deps_does_not_ask_a_jit_release_for_the_legacy_sub_libraries_its_libcud
     inst = locate.locate(lib)
     comp = inst.composition()
     assert comp.flavour == "jit" and "libcudnn_ops" in comp.optional and not comp.missing
-    deps = check_deps(inst, env(), loader=loader(loader_facts), driver_present=True)
+    deps = check_deps_with(inst, env(), loader=loader(loader_facts), driver_present=True)
     ops = [d for d in deps.data["dependencies"] if d["name"].startswith("libcudnn_ops.so")]
     assert [(d["severity"], d["kind"], d["found"]) for d in ops] == [("skip", "runtime", False)]
     assert deps.status == "pass", deps.detail
@@ -212,7 +213,7 @@ def driver_set(tmp_path, **extra):
 def test_without_a_driver_the_sub_library_that_needs_it_is_a_skip_not_a_failure(tmp_path, loader_facts):
     lib = driver_set(tmp_path)
     inst = locate.locate(lib)
-    check = check_coherence(inst, env(), loader=loader(loader_facts), driver_present=False)
+    check = check_coherence_with(inst, env(), loader=loader(loader_facts), driver_present=False)
     json.dumps(check.to_dict())
     assert check.status == "pass", check.detail
     subs = {s["soname"]: s for s in check.data["sublibraries"]}
@@ -223,13 +224,13 @@ def test_without_a_driver_the_sub_library_that_needs_it_is_a_skip_not_a_failure(
     assert ("libcudnn_engines_runtime_compiled.so.9 lists libcuda.so.1 as DT_NEEDED (skip)"
             in check.detail)
     assert all(s["loaded"] for n, s in subs.items() if n != "libcudnn_engines_runtime_compiled.so.9")
-    deps = check_deps(inst, env(), loader=loader(loader_facts), driver_present=False)
+    deps = check_deps_with(inst, env(), loader=loader(loader_facts), driver_present=False)
     assert deps.status == "pass" and "libcuda.so.1 (no NVIDIA driver on this machine)" in deps.detail
 
 
 def test_with_a_driver_a_libcuda_that_cannot_be_found_still_fails(tmp_path, loader_facts):
     lib = driver_set(tmp_path)
-    check = check_coherence(locate.locate(lib), env(), loader=loader(loader_facts),
+    check = check_coherence_with(locate.locate(lib), env(), loader=loader(loader_facts),
                             driver_present=True)
     assert check.status == "fail"
     assert "libcuda.so.1: cannot open shared object file" in check.detail
@@ -239,7 +240,7 @@ def test_without_a_driver_the_rest_of_that_sub_library_is_still_judged(tmp_path,
     ghost = build(tmp_path / "gone" / "libghost.so.1", "libghost.so.1", work=tmp_path / "wg")
     lib = driver_set(tmp_path, needed=[ghost])
     shutil.rmtree(tmp_path / "gone")
-    check = check_coherence(locate.locate(lib), env(), loader=loader(loader_facts),
+    check = check_coherence_with(locate.locate(lib), env(), loader=loader(loader_facts),
                             driver_present=False)
     assert check.status == "fail"
     assert ("libcudnn_engines_runtime_compiled.so.9 (" in check.detail and "cannot be loaded even "
@@ -251,7 +252,7 @@ def test_without_a_driver_a_sub_library_of_another_release_is_still_told(tmp_pat
     rc = lib / "libcudnn_engines_runtime_compiled.so.9"
     rc.rename(lib / "libcudnn_engines_runtime_compiled.so.9.0.0")
     rc.symlink_to("libcudnn_engines_runtime_compiled.so.9.0.0")
-    check = check_coherence(locate.locate(lib), env(), loader=loader(loader_facts),
+    check = check_coherence_with(locate.locate(lib), env(), loader=loader(loader_facts),
                             driver_present=False)
     assert check.status == "fail"
     assert "libcudnn_engines_runtime_compiled.so.9 is cuDNN 9.0.0" in check.detail
@@ -272,7 +273,7 @@ def test_a_library_that_loads_and_exports_nothing_is_refused_and_fails_elf(tmp_p
                           capture_output=True, env=env())
     assert done.returncode == 0
     assert code_problem(stub) == "exports no symbols: a library with this name but no code to call"
-    elf = check_elf(locate.locate(lib), "x86_64")
+    elf = check_elf(locate.locate(lib), check_facts())
     assert elf.status == "fail" and "libcudnn_heuristic.so.9 exports no symbols" in elf.detail
     archive = archive_of(lib, headers(lib.parent / "include"), tmp_path / "a", FULL_NAME)
     done, out = run_json(["inspect", archive], home)
@@ -286,7 +287,7 @@ def test_a_truncated_library_is_told_before_pyelftools_gives_up(tmp_path):
     data = ops.read_bytes()
     ops.write_bytes(data[:len(data) // 2])
     assert code_problem(ops).startswith("is truncated: its ELF header places its section table")
-    assert "libcudnn_ops.so.9 is truncated" in check_elf(locate.locate(lib), "x86_64").detail
+    assert "libcudnn_ops.so.9 is truncated" in check_elf(locate.locate(lib), check_facts()).detail
 
 
 def test_a_hostile_libcudnn_naming_endless_sub_libraries_is_bounded(tmp_path):

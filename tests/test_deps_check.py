@@ -8,7 +8,7 @@ import pytest
 
 from cudnn_setup.probing.load_answer import LoadAnswer
 from cudnn_setup.installation import locate
-from cudnn_setup.checks.deps import check_deps
+from cudnn_setup.checks.deps import check_deps_with
 from cudnn_setup.facts.ldresolve.environment import Environment
 from cudnn_setup.facts.ldresolve.ldconfig import read_cache
 from cudnn_setup.facts.ldresolve.loader_facts import probe_loader
@@ -61,7 +61,7 @@ def deps(lib, facts, llp=None, path=None, **kw):
     kw.setdefault("search_dirs", [])
     env = {"LD_LIBRARY_PATH": llp} if llp else {}
     env["PATH"] = path or "/nonexistent"  # no package manager to ask unless a test gives one
-    check = check_deps(locate.locate(lib), env, loader=loader, **kw)
+    check = check_deps_with(locate.locate(lib), env, loader=loader, **kw)
     return check, {d["name"]: d for d in check.data.get("dependencies", [])}
 
 
@@ -211,7 +211,7 @@ def test_nothing_to_resolve_without_cudnn(tmp_path, loader_facts):
     from cudnn_setup.facts.cuda import CudaRoot
 
     inst = Installation(CudaRoot(tmp_path, "test", None, None), tmp_path / "lib64", None)
-    check = check_deps(inst, {}, loader=Environment(), driver_present=False)
+    check = check_deps_with(inst, {}, loader=Environment(), driver_present=False)
     assert check.status == "skip" and "nothing to resolve" in check.detail
 
 

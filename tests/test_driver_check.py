@@ -5,7 +5,7 @@ import json
 import pytest
 
 from cudnn_setup.installation import locate
-from cudnn_setup.checks.driver_check import built_for_cuda, check_driver
+from cudnn_setup.checks.driver_check import built_for_cuda, check_driver_with
 from cudnn_setup.placement.fit import fit_before_install, install_refusal
 from cudnn_setup.probing.driver import driver_facts
 from cudnn_setup.probing.load_answer import LoadAnswer
@@ -39,7 +39,7 @@ def test_facts_list_each_gpu_and_the_newest_cuda_the_driver_runs(tmp_path):
 
 def test_fitting_gpu_and_driver_pass_listing_them(tmp_path, cudnn9):
     facts = facts_with(tmp_path, gpus=[H200], driver=13000)
-    check = check_driver(cudnn9, facts, load_data=LoadAnswer(cudart_version=12040))
+    check = check_driver_with(cudnn9, facts, load_data=LoadAnswer(cudart_version=12040))
     assert check.status == "pass", check.detail
     assert check.detail == ("NVIDIA H200 (compute capability 9.0); driver ? (runs CUDA 13.0 at "
                             "most); cuDNN 9.3.0 for CUDA 12.4 (cudnnGetCudartVersion()) supports them")
@@ -48,7 +48,7 @@ def test_fitting_gpu_and_driver_pass_listing_them(tmp_path, cudnn9):
 
 def test_driver_too_old_for_the_cuda_major_fails(tmp_path, cudnn9):
     facts = facts_with(tmp_path, gpus=[H200], driver=11080)
-    check = check_driver(cudnn9, facts)  # CUDA 12 from the wheel's name
+    check = check_driver_with(cudnn9, facts)  # CUDA 12 from the wheel's name
     assert check.status == "fail"
     assert "the driver supports CUDA 11.8 at most; this cuDNN is built for CUDA 12" in check.detail
     assert check.data["cuda_built_for_source"] == "wheel name"
@@ -57,7 +57,7 @@ def test_driver_too_old_for_the_cuda_major_fails(tmp_path, cudnn9):
 
 def test_gpu_this_cudnn_no_longer_supports_fails_naming_a_release_that_does(tmp_path, cudnn9):
     facts = facts_with(tmp_path, gpus=[H200, K80], driver=13000)
-    check = check_driver(cudnn9, facts)
+    check = check_driver_with(cudnn9, facts)
     assert check.status == "fail"
     assert "Tesla K80 (compute capability 3.7): cuDNN 9.3.0 for CUDA 12 needs compute capability " \
         "5.0 or newer" in check.detail
@@ -69,23 +69,23 @@ def test_no_driver_is_a_skip_with_the_reason(tmp_path, cudnn9):
     facts = driver_facts({"PATH": str(tmp_path)})
     if facts.status != "skip" or facts.gpus:
         pytest.skip("this machine has an NVIDIA driver")
-    check = check_driver(cudnn9, facts)
+    check = check_driver_with(cudnn9, facts)
     assert check.status == "skip" and "libcuda.so.1 cannot be loaded" in check.detail
 
 
 def test_driver_without_gpu_skips_and_only_warns_about_an_old_driver(tmp_path, cudnn9):
     facts = facts_with(tmp_path, gpus=[], driver=13000, init=100)
     assert facts.status == "skip" and facts.reason == "the driver sees no CUDA-capable GPU"
-    assert check_driver(cudnn9, facts).status == "skip"
+    assert check_driver_with(cudnn9, facts).status == "skip"
     facts = facts_with(tmp_path / "old", gpus=[], driver=11040, init=100)
-    check = check_driver(cudnn9, facts)
+    check = check_driver_with(cudnn9, facts)
     assert check.status == "warn" and "CUDA 11.4 at most" in check.detail
 
 
 def test_a_driver_that_crashes_or_prints_garbage_is_data_not_a_traceback(tmp_path, cudnn9):
     facts = facts_with(tmp_path / "a", gpus=[H200], abort=True)
     assert facts.status == "error" and "SIGABRT" in facts.reason
-    check = check_driver(cudnn9, facts)
+    check = check_driver_with(cudnn9, facts)
     assert check.status == "fail" and "SIGABRT" in check.detail
     json.dumps(check.to_dict())
     facts = facts_with(tmp_path / "n", gpus=[H200], noise=True)

@@ -22,6 +22,7 @@ import pytest
 from cudnn_setup.checks import framework_loader as fl
 from cudnn_setup.probing import framework_probe as fp
 from cudnn_setup.checks import framework_whatif as wi
+from cudnn_setup.checks import framework_entry as fe
 from cudnn_setup.checks import frameworks_check as fw
 from cudnn_setup.errors import UsageError
 from cudnn_setup.facts import framework_rules as rules
@@ -369,21 +370,21 @@ def test_ldconfig_what_if_reads_the_version_from_the_library_when_the_name_has_n
 
 def test_no_framework_is_a_skip(world, tmp_path):
     python = "/usr/bin/python3" if os.access("/usr/bin/python3", os.X_OK) else sys.executable
-    check, entries = fw.check_frameworks(python, env_for(tmp_path), 30, search=lambda: NO_CACHE)
+    check, entries = fw.frameworks_of(python, env_for(tmp_path), 30, search=lambda: NO_CACHE)
     assert entries == [] and check.status == SKIP and python in check.detail
 
 
 def test_an_interpreter_that_cannot_run_is_a_usage_error(tmp_path):
     with pytest.raises(UsageError):
         fw.framework_report(str(tmp_path / "no-python"), env_for(tmp_path), 10)
-    check, entries = fw.check_frameworks(str(tmp_path / "no-python"), env_for(tmp_path), 10)
+    check, entries = fw.frameworks_of(str(tmp_path / "no-python"), env_for(tmp_path), 10)
     assert check.status == WARN and entries == []
 
 
 def test_json_has_the_documented_fields_only(world):
     entries = fw.framework_report(sys.executable, env_for(world["site"]), 60, search=lambda: NO_CACHE)
     items = by_name(fw.frameworks_json(entries))
-    assert set(items["torch"]) == set(fw.JSON_FIELDS)
+    assert set(items["torch"]) == set(fe.JSON_FIELDS)
     assert set(items["torch"]["cudnn_loaded"]) == {"path", "dir", "version", "why", "detail"}
     assert items["tensorflow"]["cudnn_loaded"] is None
     import json
@@ -409,7 +410,7 @@ def test_hostile_child_answers_are_dropped(world):
         "version": ["not", "a", "string"], "mapped": ["relative.so", 7, "/x\0y.so"],
         "cudnn_libraries": [{"path": "/etc/passwd", "get_version": "91900"}, "junk"],
         "built_for": {"value": {"nested": 1}}, "consumers": "nope"}}, None, "")
-    entry = fw.entry_of("torch", {"version": "1"}, run, NO_CACHE, fl.ElfFacts())
+    entry = fw.entry_of("torch", fp.Listed("torch", True, "1"), run, NO_CACHE, fl.ElfFacts())
     assert entry.cudnn_loaded is None and entry.cudnn_built_for is None
     assert entry.status == SKIP and entry.version == "1"
 
@@ -517,10 +518,10 @@ def test_what_if_names_a_mix_of_copies_behind_the_same_shim():
     change = W.prepend_to_ld_library_path("/opt/old/lib64")
     from dataclasses import replace
 
-    now = fw.FrameworkEntry("torch", "2.11.0", "", cudnn_built_for="9.19.0",
-                            loader=fw.LoaderView(fl.ChildLoader({}, None, NO_CACHE, fl.ElfFacts()),
+    now = fe.FrameworkEntry("torch", "2.11.0", "", cudnn_built_for="9.19.0",
+                            loader=fe.LoaderView(fl.ChildLoader({}, None, NO_CACHE, fl.ElfFacts()),
                                                  (), (), None),
-                            cudnn_loaded=fw.LoadedCopy(f"{wheel}/libcudnn.so.9", wheel, "9.19.0",
+                            cudnn_loaded=fe.LoadedCopy(f"{wheel}/libcudnn.so.9", wheel, "9.19.0",
                                                        "rpath", "DT_RPATH of libtorch_cuda.so"))
     after = replace(now, cudnn_loaded=replace(now.cudnn_loaded, version="9.14.0"))
     out = W._tried(change, now, after, "python3", {}, 10)

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from cudnn_setup.installation import locate
-from cudnn_setup.checks.gpu import STEPS, check_gpu
+from cudnn_setup.checks.gpu import STEPS, check_gpu_with
 from cudnn_setup.probing.probe import run_probe
 from fixtures import layouts
 from fixtures.deplibs import build
@@ -181,7 +181,7 @@ STEP = {"name": "graph_conv_fwd", "status": "pass", "stage": "compare", "max_rel
 def test_every_step_passing_is_a_pass_naming_each_sub_library(tmp_path):
     steps = [dict(STEP, name=n, sublibraries=G.STEP_LIBS[n]) for n in STEPS]
     answer = {"status": "pass", "gpu": "NVIDIA H200", "compute_capability": "9.0", "steps": steps}
-    check = check_gpu(inst(tmp_path), {}, probe=answering(tmp_path, answer_of(answer)))
+    check = check_gpu_with(inst(tmp_path), {}, probe=answering(tmp_path, answer_of(answer)))
     assert check.status == "pass", check.detail
     for what in ("graph API (heuristics mode A)", "(graph, heuristic, engines_precompiled)",
                  "a batch normalization (ops)", "an RNN (adv)", "(cnn)", "engines_runtime_compiled"):
@@ -193,7 +193,7 @@ def test_a_failed_step_fails_naming_the_sub_library_and_who_would_break(tmp_path
                reason="heuristics returned no engine configuration")
     answer = {"status": "fail", "gpu": "NVIDIA H200", "compute_capability": "9.0",
               "steps": [bad, dict(STEP, name="legacy_conv_fwd", sublibraries=["libcudnn_cnn"])]}
-    check = check_gpu(inst(tmp_path), {}, probe=answering(tmp_path, answer_of(answer)))
+    check = check_gpu_with(inst(tmp_path), {}, probe=answering(tmp_path, answer_of(answer)))
     assert check.status == "fail"
     assert ("a convolution through the graph API (heuristics mode A) failed at heuristics: "
             "heuristics returned no engine configuration — points to libcudnn_heuristic; "
@@ -211,7 +211,7 @@ def test_a_failed_legacy_step_of_cudnn_9_names_no_client_that_never_uses_it(tmp_
               "steps": [STEP, bad]}
     installed = inst(tmp_path)
     assert installed.major == 9
-    check = check_gpu(installed, {}, probe=answering(tmp_path, answer_of(answer)))
+    check = check_gpu_with(installed, {}, probe=answering(tmp_path, answer_of(answer)))
     assert check.status == "fail"
     assert "points to libcudnn_cnn; ONNX Runtime and other legacy-API clients would break" \
         in check.detail and "Theano" not in check.detail, check.detail
@@ -226,7 +226,7 @@ def test_a_warned_step_is_a_warn(tmp_path):
     warned = dict(STEP, name="fused_runtime_compiled", status="warn",
                   reason="libnvrtc.so.13 cannot be loaded")
     answer = {"status": "warn", "gpu": "G", "compute_capability": "9.0", "steps": [STEP, warned]}
-    check = check_gpu(inst(tmp_path), {}, probe=answering(tmp_path, answer_of(answer)))
+    check = check_gpu_with(inst(tmp_path), {}, probe=answering(tmp_path, answer_of(answer)))
     assert check.status == "warn" and "libnvrtc.so.13 cannot be loaded" in check.detail
 
 
@@ -237,7 +237,7 @@ def test_a_probe_that_dies_in_a_step_is_told_which(tmp_path):
         print("gpu-step: rnn_fwd", file=sys.stderr, flush=True)
         os.kill(os.getpid(), signal.SIGABRT)
     """
-    check = check_gpu(inst(tmp_path), {}, probe=answering(tmp_path, script))
+    check = check_gpu_with(inst(tmp_path), {}, probe=answering(tmp_path, script))
     assert check.status == "fail" and check.data["crashed_in"] == "rnn_fwd"
     assert "died (SIGABRT) during an RNN (rnn_fwd; PyTorch's RNN, LSTM and GRU would break)" \
         in check.detail
@@ -250,7 +250,7 @@ def test_a_probe_that_dies_in_a_step_is_told_which(tmp_path):
      "steps": [{"name": "made_up", "status": "pass"}, 7, None]},
 ])
 def test_an_answer_without_real_steps_is_no_pass(tmp_path, answer):
-    check = check_gpu(inst(tmp_path), {}, probe=answering(tmp_path, answer_of(answer)))
+    check = check_gpu_with(inst(tmp_path), {}, probe=answering(tmp_path, answer_of(answer)))
     assert check.status == "fail"
 
 
@@ -258,7 +258,7 @@ def test_hostile_step_fields_are_bounded_and_an_odd_status_is_a_failure(tmp_path
     step = dict(STEP, status="PASS!!", reason="x" * 100000, blamed="\x1b[31m" * 1000,
                 sublibraries=["libcudnn_graph", "../../etc/passwd", 5], mapped=[1, "/x"] * 1000)
     answer = {"status": "pass", "gpu": "G" * 5000, "compute_capability": "9.0", "steps": [step]}
-    check = check_gpu(inst(tmp_path), {}, probe=answering(tmp_path, answer_of(answer)))
+    check = check_gpu_with(inst(tmp_path), {}, probe=answering(tmp_path, answer_of(answer)))
     assert check.status == "fail" and len(check.detail) < 2000
     got = check.data["steps"][0]
     assert got["sublibraries"] == ["libcudnn_graph"] and len(got["mapped"]) <= 16
@@ -314,7 +314,7 @@ def test_a_jit_release_runs_only_the_steps_its_libraries_allow(tmp_path):
                       "sublibraries": ["libcudnn_graph", "libcudnn_engines_runtime_compiled"]}})
         ANSWER = {{"status": "pass", "gpu": "G", "compute_capability": "9.0", "steps": steps}}
     """
-    check = check_gpu(locate.locate(lib), {}, probe=answering(tmp_path, script))
+    check = check_gpu_with(locate.locate(lib), {}, probe=answering(tmp_path, script))
     assert check.status == "pass", check.detail
     assert "not part of this release" in check.detail
 
@@ -322,7 +322,7 @@ def test_a_jit_release_runs_only_the_steps_its_libraries_allow(tmp_path):
 def test_a_full_release_may_not_have_steps_left_out(tmp_path):
     answer = {"status": "pass", "gpu": "G", "compute_capability": "9.0",
               "steps": [STEP, dict(STEP, name="rnn_fwd", status="skip", reason="no")]}
-    check = check_gpu(inst(tmp_path), {}, probe=answering(tmp_path, answer_of(answer)))
+    check = check_gpu_with(inst(tmp_path), {}, probe=answering(tmp_path, answer_of(answer)))
     assert check.status == "fail" and "the probe left it out" in check.detail
 
 
@@ -350,15 +350,15 @@ def test_without_a_driver_the_probe_is_not_started_and_says_what_it_would(tmp_pa
         pytest.skip("this machine has a driver")
     env = {k: v for k, v in os.environ.items() if not k.startswith("LD_")}
     installed = inst(tmp_path)
-    ran = check_gpu(installed, env)  # the real probe
+    ran = check_gpu_with(installed, env)  # the real probe
     if ran.status != "skip" or "libcuda.so.1 cannot be loaded" not in ran.detail:
         pytest.skip("this machine has a libcuda.so.1")
     never = answering(tmp_path, "raise SystemExit('the probe was started')")
-    got = check_gpu(installed, env, probe=never, loader=loader_environment(env))
+    got = check_gpu_with(installed, env, probe=never, loader=loader_environment(env))
     assert (got.status, got.detail, got.data) == (ran.status, ran.detail, ran.data)
     # a libcuda.so.1 in the library's own directory is the probe's to try
     shutil.copy(installed.lib_dir / "libcudnn.so.9", installed.lib_dir / "libcuda.so.1")
-    tried = check_gpu(installed, env, probe=never, loader=loader_environment(env))
+    tried = check_gpu_with(installed, env, probe=never, loader=loader_environment(env))
     assert tried.status == "fail" and "the GPU probe died" in tried.detail, tried.detail
 
 
@@ -466,7 +466,7 @@ def test_the_check_hands_the_probe_the_users_plan_cache_and_keeps_its_timings(tm
     seen = tmp_path / "argv.json"
     probe = answering(tmp_path, f"import json\njson.dump(sys.argv[1:], open({str(seen)!r}, 'w'))\n"
                       + answer_of(answer))
-    check = check_gpu(inst(tmp_path), {}, probe=probe, cache_dir=tmp_path / "cache")
+    check = check_gpu_with(inst(tmp_path), {}, probe=probe, cache_dir=tmp_path / "cache")
     argv = json.loads(seen.read_text())
     assert argv[argv.index("--plan-cache") + 1] == str(tmp_path / "cache" / "gpu-plans")
     assert check.status == "pass"
@@ -485,7 +485,7 @@ def test_the_json_is_written_from_the_typed_answer_not_the_childs_object(tmp_pat
     answer = {"status": "pass", "gpu": "NVIDIA H200", "compute_capability": "9.0",
               "gpu_count": True, "cudnn_version_number": "91900", "planted": "x" * 100000,
               "steps": [step]}
-    check = check_gpu(inst(tmp_path), {}, probe=answering(tmp_path, answer_of(answer)))
+    check = check_gpu_with(inst(tmp_path), {}, probe=answering(tmp_path, answer_of(answer)))
     assert check.status == "pass", check.detail
     assert set(check.data) == {"status", "reason", "gpu", "compute_capability", "gpu_count",
                                "driver_version", "cudnn_version_number", "timings", "steps",

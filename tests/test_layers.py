@@ -205,21 +205,90 @@ def test_the_install_engine_needs_no_verification_layer():
     assert "cudnn_setup.probing.driver" in graph["cudnn_setup.placement.fit"]
 
 
-# The verification layers verify and install run, each in its module of checks/ (suite.py runs
-# them in order; framework_loader and framework_whatif are the frameworks layer's explanation
-# and what-if). What is not a layer lives where its name says: the child protocol in probing/,
-# the Installation and finding it in installation/, doctor's order, bench.
-VERIFICATION = {"__init__", "suite", "file_checks", "native", "coherence", "deps", "system",
-                "driver_check", "gpu", "frameworks_check", "framework_loader",
-                "framework_whatif", "clients_check", "theano_check"}
+# The verification layers verify and install run, each in the module named after it with its
+# `check_x(inst, facts) -> Check` (suite.py runs them in order). Beside them only what they share:
+# the suite, what a check is handed, and the frameworks layer's model, explanation and what-if.
+# What is not a layer lives where its name says: the child protocol in probing/, the
+# Installation and finding it in installation/, doctor's order, bench.
+LAYER_MODULES = {"files": "files_check", "elf": "elf_check", "versions": "versions_check",
+                 "load": "load_check", "coherence": "coherence", "deps": "deps",
+                 "loader": "loader_check", "cuda": "cuda_check", "driver": "driver_check",
+                 "compile": "compile_check", "gpu": "gpu", "frameworks": "frameworks_check",
+                 "clients": "clients_check", "theano": "theano_check"}
+BESIDE_THE_LAYERS = {"__init__", "suite", "check_facts", "framework_entry", "framework_loader",
+                     "framework_whatif"}
 
 
 def test_checks_holds_the_verification_layers_only():
     held = {p.stem for p in (PACKAGE / "checks").iterdir()
             if p.suffix == ".py" or (p.is_dir() and p.name != "__pycache__")}
+    wanted = set(LAYER_MODULES.values()) | BESIDE_THE_LAYERS
     assert "suite" in held
-    assert held == VERIFICATION, (f"not a verification layer: {sorted(held - VERIFICATION)}; "
-                                  f"missing: {sorted(VERIFICATION - held)}")
+    assert held == wanted, (f"not a verification layer: {sorted(held - wanted)}; "
+                            f"missing: {sorted(wanted - held)}")
+
+
+def _checks_of_the_facts(path: Path) -> list[str]:
+    """The functions of a module that take (inst, facts): what the suite can run."""
+    return [n.name for n in ast.parse(path.read_text()).body
+            if isinstance(n, ast.FunctionDef) and [a.arg for a in n.args.args] == ["inst", "facts"]]
+
+
+def test_each_layer_is_one_module_exposing_its_check_of_the_installation_and_the_facts():
+    from cudnn_setup.checks.suite import CHECKS, ORDER
+
+    assert set(ORDER) == set(LAYER_MODULES)
+    for name, module in LAYER_MODULES.items():
+        found = _checks_of_the_facts(PACKAGE / "checks" / f"{module}.py")
+        assert found == [f"check_{name}"], f"checks/{module}.py: {found}"
+        assert CHECKS[name].__module__ == f"cudnn_setup.checks.{module}", name
+        assert CHECKS[name].__name__ == f"check_{name}", name
+    for stem in BESIDE_THE_LAYERS:
+        path = PACKAGE / "checks" / f"{stem}.py"
+        assert not _checks_of_the_facts(path), f"checks/{stem}.py holds a check"
+
+
+def _value_or_callable(annotation: ast.expr) -> bool:
+    """`X | Callable[..., X]`: a union of a function type and a value other than None."""
+    parts: list[ast.expr] = []
+
+    def flatten(node: ast.expr) -> None:
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
+            flatten(node.left)
+            flatten(node.right)
+        else:
+            parts.append(node)
+
+    flatten(annotation)
+
+    def is_callable(node: ast.expr) -> bool:
+        target = node.value if isinstance(node, ast.Subscript) else node
+        return isinstance(target, (ast.Name, ast.Attribute)) and \
+            ast.unparse(target).split(".")[-1] == "Callable"
+
+    functions = [p for p in parts if is_callable(p)]
+    values = [p for p in parts if not is_callable(p)
+              and not (isinstance(p, ast.Constant) and p.value is None)]
+    return bool(functions and values)
+
+
+def test_no_parameter_is_a_value_or_a_function_returning_it():
+    """A parameter has one type: a value, or a function, never either (`x() if callable(x)
+    else x`); what is slow to know is asked of the command's facts object."""
+    found = []
+    assert _value_or_callable(ast.parse("int | Callable[[], int]", mode="eval").body)
+    assert not _value_or_callable(ast.parse("Callable[[], int] | None", mode="eval").body)
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+                    and node.func.id == "callable":
+                found.append(f"{_module(path)}:{node.lineno} callable()")
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                args = node.args
+                for arg in args.posonlyargs + args.args + args.kwonlyargs:
+                    if arg.annotation is not None and _value_or_callable(arg.annotation):
+                        found.append(f"{_module(path)}:{node.lineno} {node.name}({arg.arg})")
+    assert not found, "\n".join(found)
 
 
 def test_the_install_engines_steps_are_named_functions_not_closures():

@@ -6,7 +6,7 @@ import time
 import pytest
 
 from cudnn_setup import startup_line
-from cudnn_setup.checks import native
+from cudnn_setup.checks import load_check
 from cudnn_setup.facts import cuda, cudnn
 from cudnn_setup.facts.ldresolve import ldconfig
 
@@ -50,11 +50,11 @@ def test_a_header_of_blank_lines():
 
 def test_child_stderr_that_repeats_the_loaders_phrase():
     noise = "Could not load library " * 40_000 + "lib" + "a." * 50_000
-    assert timed(native.missing_library, noise) is None
-    assert native.missing_library("Could not load library libcudnn_ops_infer.so.8. Error: x") == \
+    assert timed(load_check.missing_library, noise) is None
+    assert load_check.missing_library("Could not load library libcudnn_ops_infer.so.8. Error: x") == \
         "libcudnn_ops_infer.so.8"
-    assert native.missing_library("x: libfoo.so.1: cannot open shared object file: No such file") is None
-    assert native.missing_library("cannot open shared object file: libz.so.1") == "libz.so.1"
+    assert load_check.missing_library("x: libfoo.so.1: cannot open shared object file: No such file") is None
+    assert load_check.missing_library("cannot open shared object file: libz.so.1") == "libz.so.1"
 
 
 def test_a_cache_listing_with_long_blank_runs():

@@ -4,8 +4,8 @@ import os
 
 from cudnn_setup.checks.deps import versions_for
 from cudnn_setup.checks.driver_check import built_for_cuda
-from cudnn_setup.checks.native import check_load
-from cudnn_setup.checks.system import check_cuda
+from cudnn_setup.checks.load_check import load_libcudnn
+from cudnn_setup.checks.cuda_check import check_cuda_with
 from cudnn_setup.facts.cuda import CudaRoot
 from cudnn_setup.installation import locate
 from cudnn_setup.probing.load_answer import LoadAnswer
@@ -22,12 +22,12 @@ def test_a_cudart_version_that_names_no_cuda_is_unknown_to_every_check(tmp_path)
     lib = layouts.built_set(tmp_path / "cudnn", tmp_path / "w", version=(9, 3, 0),
                             options={"main": {"symbol": "cudnnGetCudartVersion", "value": 5}})
     inst = locate.locate(lib, cuda_root=CudaRoot(tmp_path, "test", "12.4", "test"))
-    load, answer = check_load(inst, env())
+    load, answer = load_libcudnn(inst, env())
     assert load.status == "pass", load.detail
     assert isinstance(answer, LoadAnswer) and answer.cudart_version == 5 and answer.cuda is None
     assert load.data["cudnnGetCudartVersion"] == 5  # the JSON says what the library said
     assert answer.cudnn == "9.3.0"
-    cuda = check_cuda(inst, answer)
+    cuda = check_cuda_with(inst, answer)
     assert cuda.status == "skip" and "unknown" in cuda.detail, cuda.detail
     assert versions_for(inst, answer).cuda is None
     assert built_for_cuda(inst, answer) == (None, None)
@@ -37,8 +37,8 @@ def test_the_cuda_a_library_was_built_for_is_read_once_for_all(tmp_path):
     lib = layouts.built_set(tmp_path / "cudnn", tmp_path / "w", version=(9, 3, 0),
                             options={"main": {"symbol": "cudnnGetCudartVersion", "value": 12040}})
     inst = locate.locate(lib, cuda_root=CudaRoot(tmp_path, "test", "12.8", "test"))
-    _, answer = check_load(inst, env())
+    _, answer = load_libcudnn(inst, env())
     assert answer is not None and answer.cuda == "12.4"
-    assert check_cuda(inst, answer).status == "pass"
+    assert check_cuda_with(inst, answer).status == "pass"
     assert versions_for(inst, answer).cuda == "12.4"
     assert built_for_cuda(inst, answer) == ("12.4", "cudnnGetCudartVersion()")

@@ -6,15 +6,16 @@ import os
 import pytest
 
 from cudnn_setup.installation import locate
-from cudnn_setup.checks.coherence import check_coherence
-from cudnn_setup.checks.deps import check_deps
-from cudnn_setup.checks.file_checks import check_files
-from cudnn_setup.checks.native import check_load
+from cudnn_setup.checks.coherence import check_coherence_with
+from cudnn_setup.checks.deps import check_deps_with
+from cudnn_setup.checks.files_check import check_files
+from cudnn_setup.checks.load_check import load_libcudnn
 from cudnn_setup.facts import cudnn as gen
 from cudnn_setup.facts.ldresolve.environment import Environment
 from cudnn_setup.facts.ldresolve.ldconfig import read_cache
 from cudnn_setup.facts.ldresolve.loader_facts import probe_loader
 from cudnn_setup.facts.ldresolve.search import Resolution
+from conftest import check_facts
 from fixtures import layouts
 from fixtures.deplibs import LoadProbe, build
 
@@ -35,9 +36,9 @@ def verdicts(lib, facts, **env_extra):
     loader = Environment(ld_library_path=env.get("LD_LIBRARY_PATH") or None, cache=facts[1],
                          facts=facts[0])
     inst = locate.locate(lib)
-    checks = (check_files(inst),
-              check_coherence(inst, env, loader=loader, driver_present=True),
-              check_deps(inst, env, loader=loader, driver_present=True,
+    checks = (check_files(inst, check_facts()),
+              check_coherence_with(inst, env, loader=loader, driver_present=True),
+              check_deps_with(inst, env, loader=loader, driver_present=True,
                          packages=lambda manager, names: {}))
     for c in checks:
         json.dumps(c.to_dict())
@@ -155,7 +156,7 @@ def test_jit_beside_another_cudnn_names_the_other_files_with_their_own_versions(
 
 def test_the_load_check_names_the_file_it_mapped(tmp_path):
     lib = layouts.loading_set9(tmp_path / "cudnn", tmp_path / "w")
-    check, data = check_load(locate.locate(lib), env_with())
+    check, data = load_libcudnn(locate.locate(lib), env_with())
     assert check.status == "pass", check.detail
     assert f"libcudnn.so.9 loads (the file {lib / 'libcudnn.so.9.1.0'})" in check.detail
 
@@ -173,7 +174,7 @@ def test_cudnn_8_opens_its_parts_by_the_links_so_a_lost_one_says_so(archives, cu
     inst = locate.locate(root / "lib64", root / "include")
     link = inst.lib_dir / "libcudnn_ops_infer.so.8"
     link.unlink()
-    files = check_files(inst)
+    files = check_files(inst, check_facts())
     assert files.status == "fail"
     assert ("libcudnn_ops_infer.so.8 (the link to libcudnn_ops_infer.so.8.9.6) is missing: "
             "programs linked against libcudnn_ops_infer") in files.detail

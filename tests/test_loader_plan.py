@@ -1,6 +1,6 @@
 """The loader advice, case by case, from facts alone: the loader step's plan
 (steps/loader_step.decide_loader) and its application against a real conf directory and a real
-program standing in for ldconfig, and the loader check's verdict (checks/system.judge_loader)."""
+program standing in for ldconfig, and the loader check's verdict (checks/loader_check.judge_loader)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -159,7 +159,7 @@ MINE = {"path": str(OURS), "real": REAL, "version": "9.1.0", "via": "LD_LIBRARY_
      f"LD_LIBRARY_PATH); other copies on this machine: {OTHER['path']} (?, via ldconfig cache)"),
 ])
 def test_the_loader_check_from_the_copies_seen(copies, status, detail):
-    from cudnn_setup.checks.system import judge_loader
+    from cudnn_setup.checks.loader_check import judge_loader
 
     check = judge_loader(OURS, REAL, LIB, copies, LINE, " (or, as root, install with --ldconfig)")
     assert check.status == status and check.detail.startswith(detail), check.detail

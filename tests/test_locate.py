@@ -5,17 +5,19 @@ import os
 
 import pytest
 
-from conftest import tree_state
+from conftest import check_facts, tree_state
 from cudnn_setup.installation import locate
-from cudnn_setup.checks.coherence import check_coherence
-from cudnn_setup.checks.deps import check_deps
-from cudnn_setup.checks.file_checks import check_elf, check_files, check_versions
+from cudnn_setup.checks.coherence import check_coherence_with
+from cudnn_setup.checks.deps import check_deps_with
+from cudnn_setup.checks.elf_check import check_elf
+from cudnn_setup.checks.files_check import check_files
+from cudnn_setup.checks.versions_check import check_versions
 from cudnn_setup.installation.model import Installation
-from cudnn_setup.checks.native import check_load
-from cudnn_setup.checks.system import check_cuda, check_loader
+from cudnn_setup.checks.load_check import load_libcudnn
+from cudnn_setup.checks.cuda_check import check_cuda_with
+from cudnn_setup.checks.loader_check import check_loader_with
 from cudnn_setup.errors import UsageError
 from cudnn_setup.facts.cuda import CudaRoot
-from cudnn_setup.facts.host import host_machine
 from fixtures import layouts
 from fixtures.deplibs import build
 
@@ -108,16 +110,16 @@ def test_verify_checks_run_the_same_way_on_a_cudnn_the_tool_did_not_install(layo
     root = CudaRoot(tmp_path, "test", "12.4", "test")
     inst = locate.locate(lib, cuda_root=root)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LD_", "CUDA"))}
-    files = check_files(inst)
+    files = check_files(inst, check_facts())
     assert files.status == "warn" and "not installed by cudnn-setup" in files.detail
-    assert check_elf(inst, host_machine()).status == "pass"
-    assert check_versions(inst).status == "pass"
-    load, data = check_load(inst, env)
+    assert check_elf(inst, check_facts()).status == "pass"
+    assert check_versions(inst, check_facts()).status == "pass"
+    load, data = load_libcudnn(inst, env)
     assert load.status == "pass" and data.version == 90300 and data.cudnn == "9.3.0"
-    assert check_loader(inst, env).status == "warn"  # a tmp dir is not on the loader path
-    assert check_cuda(inst, data).status == "pass"
-    assert check_deps(inst, env, load_data=data, driver_present=False).status == "pass"
-    assert check_coherence(inst, env, load_data=data).status == "pass"
+    assert check_loader_with(inst, env).status == "warn"  # a tmp dir is not on the loader path
+    assert check_cuda_with(inst, data).status == "pass"
+    assert check_deps_with(inst, env, load_data=data, driver_present=False).status == "pass"
+    assert check_coherence_with(inst, env, load_data=data).status == "pass"
 
 
 def test_a_root_without_cudnn_gives_each_skipped_check_the_real_reason(tmp_path):

@@ -14,7 +14,8 @@ from conftest import REPO, clean_env, main
 
 from cudnn_setup.checks import frameworks_check as fw
 from cudnn_setup.installation.model import find_installation
-from cudnn_setup.checks.suite import CheckFacts, run_checks
+from cudnn_setup.checks.check_facts import CheckFacts
+from cudnn_setup.checks.suite import run_checks
 from cudnn_setup.child import Runner
 from cudnn_setup.facts.cuda import find_cuda_root
 from cudnn_setup.parallel import Done, Later, at_once

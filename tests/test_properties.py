@@ -48,11 +48,8 @@ def _stream(entries, tmp: Path, compressed: bool) -> Path:
     return path
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(extra=extra_entries, drop=st.sets(st.integers(0, 12), max_size=3), compressed=st.booleans(),
-       insert_at=st.integers(0, 20))
 @example(extra=[], drop=set(), compressed=True, insert_at=0)  # accepted: the checks below run
-def test_tar_streams(base_entries, template, tmp_path_factory, extra, drop, compressed, insert_at):
+def tar_stream(base_entries, template, tmp_path_factory, extra, drop, compressed, insert_at):
     tmp = tmp_path_factory.mktemp("p")
     entries = [e for i, e in enumerate(base_entries) if i not in drop]
     entries[insert_at:insert_at] = extra
@@ -85,3 +82,16 @@ def test_tar_streams(base_entries, template, tmp_path_factory, extra, drop, comp
     assert not second.changed and tree_state(root_path) == installed
     inst.uninstall(root)
     assert tree_state(root_path) == original
+
+
+def _streams(examples: int):
+    """tar_stream over `examples` generated streams (a fresh hypothesis test each time)."""
+    return settings(max_examples=examples, deadline=None,
+                    suppress_health_check=[HealthCheck.function_scoped_fixture])(
+        given(extra=extra_entries, drop=st.sets(st.integers(0, 12), max_size=3),
+              compressed=st.booleans(), insert_at=st.integers(0, 20))(tar_stream))
+
+
+# A plain run takes 40 streams; CI (`slow`) 150.
+test_tar_streams = _streams(40)
+test_tar_streams_exhaustively = pytest.mark.slow(_streams(150))

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 from cudnn_setup.installation import locate
-from cudnn_setup.checks.coherence import check_coherence
-from cudnn_setup.checks.deps import check_deps
-from cudnn_setup.checks.driver_check import check_driver
+from cudnn_setup.checks.coherence import check_coherence_with
+from cudnn_setup.checks.deps import check_deps_with
+from cudnn_setup.checks.driver_check import check_driver_with
 from cudnn_setup.probing.driver import driver_facts
-from cudnn_setup.checks.native import check_load
+from cudnn_setup.checks.load_check import load_libcudnn
 from cudnn_setup.facts.ldresolve.ldconfig import read_cache
 
 pytestmark = pytest.mark.real_cudnn
@@ -59,9 +59,9 @@ def dlopen_error(name):
 
 def run(site):
     inst = locate.find_wheel(site)
-    load, data = check_load(inst, env())
+    load, data = load_libcudnn(inst, env())
     assert load.status == "pass", load.detail
-    deps = check_deps(inst, env(), load_data=data, driver_present=False)
+    deps = check_deps_with(inst, env(), load_data=data, driver_present=False)
     return inst, data, deps, {d["name"]: d for d in deps.data["dependencies"]}
 
 
@@ -86,7 +86,7 @@ def test_cudnn9_wheel(sites):
         "libcudnn_adv.so.9", "libcudnn_engines_precompiled.so.9"]
     assert deps.status == ("fail" if "libcublasLt.so.12" in missing else
                            "warn" if "libnvrtc.so.12" in missing else "pass")
-    coherence = check_coherence(inst, env(), load_data=data)
+    coherence = check_coherence_with(inst, env(), load_data=data)
     assert coherence.status == "pass", coherence.detail
     assert "cuDNN's own version checks pass (4)" in coherence.detail
     subs = {s["soname"]: s for s in coherence.data["sublibraries"]}
@@ -102,14 +102,14 @@ def test_cudnn8_wheel(sites):
                          ("libnvrtc.so.11.8", "warn")):
         if dlopen_error(name) is not None:
             assert (got[name]["found"], got[name]["severity"]) == (False, rating)
-    coherence = check_coherence(inst, env(), load_data=data)
+    coherence = check_coherence_with(inst, env(), load_data=data)
     assert coherence.status == "pass" and "version checks pass (6)" in coherence.detail
 
 
 def test_driver_facts_here(sites):
     facts = driver_facts(env())
     inst = locate.find_wheel(sites["9"])
-    check = check_driver(inst, facts)
+    check = check_driver_with(inst, facts)
     if any(e.name == "libcuda.so.1" for e in read_cache()):  # a GPU machine (the H200)
         assert facts.status == "pass" and facts.gpus and facts.cuda_driver_version
         assert check.status == "pass", check.detail

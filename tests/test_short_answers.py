@@ -10,12 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from conftest import check_facts
 from cudnn_setup.probing.answer_values import BadAnswer, Fields
 from cudnn_setup.benchmarks import algorithm_verdict, theano_checks
 from cudnn_setup.installation.model import Installation
 from cudnn_setup.probing.load_answer import WHAT as LOAD_ANSWER, LoadAnswer
 from cudnn_setup.probing.probe import run_probe
-from cudnn_setup.checks.system import check_cuda
+from cudnn_setup.checks.cuda_check import check_cuda_with
 from cudnn_setup.checks.theano_check import check_theano
 from cudnn_setup.facts.cuda import CudaRoot
 from cudnn_setup.report import FAIL, PASS, SKIP
@@ -61,13 +62,13 @@ GRAPHS = {"theano_version": "1.0.5", "device": "cuda", "exp_ok": True, "conv_op"
     ({}, "has no text 'theano_version'"),
 ])
 def test_theano_check_fails_on_a_short_answer(tmp_path, answer, says):
-    check = check_theano(inst_of(tmp_path), interpreter(tmp_path, answer), None, {}, lambda: None)
+    check = check_theano(inst_of(tmp_path), check_facts({}, interpreter(tmp_path, answer)))
     assert check.status == FAIL and says in check.detail, check.detail
     assert check.detail.startswith("Theano's test graphs ran but their answer cannot be judged")
 
 
 def test_theano_check_passes_a_whole_answer_from_the_same_child(tmp_path):
-    check = check_theano(inst_of(tmp_path), interpreter(tmp_path, GRAPHS), None, {}, lambda: None)
+    check = check_theano(inst_of(tmp_path), check_facts({}, interpreter(tmp_path, GRAPHS)))
     assert check.status == PASS and check.detail.endswith("conv net used GpuDnnConv (cuDNN)")
 
 
@@ -127,10 +128,11 @@ def load_answer(tmp_path: Path, answer: dict) -> LoadAnswer:
 
 
 def test_cuda_check_ignores_a_cudart_version_that_is_not_a_number(tmp_path):
-    check = check_cuda(inst_of(tmp_path), load_answer(tmp_path, {"cudnnGetCudartVersion": "12.4"}))
+    check = check_cuda_with(inst_of(tmp_path),
+                            load_answer(tmp_path, {"cudnnGetCudartVersion": "12.4"}))
     assert check.status == SKIP  # unknown, not an internal error
     got = load_answer(tmp_path, {"cudnnGetCudartVersion": 10020})
-    assert check_cuda(inst_of(tmp_path), got).status == PASS
+    assert check_cuda_with(inst_of(tmp_path), got).status == PASS
 
 
 def test_fields_read_each_type_or_nothing():
@@ -155,7 +157,22 @@ def test_framework_names_that_are_no_module_names_are_dropped(tmp_path):
     python = interpreter(tmp_path, {"probe": "frameworks", "frameworks": [
         {"name": "torch", "importable": True}, {"name": "--help"}, {"name": "x" * 500},
         {"name": "a b"}, {"name": 7}, "jax"]})
-    assert [e["name"] for e in importable_frameworks(python, {})] == ["torch"]
+    assert [e.name for e in importable_frameworks(python, {})] == ["torch"]
+
+
+def test_the_framework_list_is_read_into_typed_entries(tmp_path):
+    """A field of another type than the child claims reads as unknown: a version that is not
+    text is no version, an `importable` that is not true is not importable (no child is
+    started for it)."""
+    from cudnn_setup.probing.framework_probe import Listed, importable_frameworks
+
+    python = interpreter(tmp_path, {"probe": "frameworks", "frameworks": [
+        {"name": "torch", "importable": True, "version": 2.1},
+        {"name": "jax", "importable": "yes", "version": "0.4"},
+        {"name": "cupy", "importable": True, "version": "13.0", "extra": {"a": 1}}]})
+    assert importable_frameworks(python, {}) == [Listed("torch", True, None),
+                                                 Listed("jax", False, "0.4"),
+                                                 Listed("cupy", True, "13.0")]
 
 
 def test_bench_writes_its_json_from_what_it_read_not_the_childs_object(tmp_path):
@@ -172,3 +189,18 @@ def test_bench_writes_its_json_from_what_it_read_not_the_childs_object(tmp_path)
     assert check.data["layers"]["conv1"]["filter"] == [4, 3, 3]
     assert check.data["layers"]["conv1"]["fastest"] == {"algo": "IMPLICIT_GEMM", "ms": 0.25,
                                                         "workspace_bytes": None}
+
+
+@pytest.mark.parametrize("said, read", [
+    ('{"numpy": "1.23.5", "blas_opt_info": false}', ("1.23.5", False)),
+    ('{"numpy": 1.23, "blas_opt_info": true}', None),  # a version that is no text
+    ('{"numpy": "1.19.5", "blas_opt_info": "yes"}', None),
+    ('{"numpy": "1.19.5"}', None),
+    ('[1, 2]', None)])
+def test_numpys_answer_is_read_field_by_field(tmp_path, said, read):
+    from cudnn_setup.theano_blas import NumpyBlas, numpy_blas
+
+    exe = tmp_path / "python"
+    exe.write_text(f"#!/bin/sh\necho '{said}'\n")
+    exe.chmod(0o755)
+    assert numpy_blas(str(exe), {}) == (NumpyBlas(*read) if read else None)

@@ -103,7 +103,8 @@ NOT_FOR_A_TGZ = {"uuid", "concurrent.futures", "logging", "cudnn_setup.archive.l
 NOT_FOR_THIS_INSTALL = {"cudnn_setup.checks.suite", "cudnn_setup.checks.frameworks_check",
                         "cudnn_setup.checks.framework_whatif", "cudnn_setup.checks.coherence",
                         "cudnn_setup.checks.deps", "cudnn_setup.checks.gpu",
-                        "cudnn_setup.checks.native", "cudnn_setup.checks.theano_check",
+                        "cudnn_setup.checks.load_check", "cudnn_setup.checks.compile_check",
+                        "cudnn_setup.checks.theano_check",
                         "cudnn_setup.steps.theano_step", "cudnn_setup.theanorc_merge"}
 
 

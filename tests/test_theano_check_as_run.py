@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import clean_env, run_json
+from conftest import check_facts, clean_env, run_json
 from cudnn_setup.checks.theano_check import check_theano
 from cudnn_setup.report import Check
 from fixtures.generate import GENERATION_SAMPLES
@@ -29,8 +29,8 @@ def test_a_user_config_without_ldflags_fails_the_check_with_the_reason(tmp_path,
     rc = home / ".theanorc"
     rc.write_text("[global]\noptimizer_including = cudnn\n\n[dnn]\nlibrary_path = /x\n")
     assert "blas_opt_info" in run_as_user(home).stderr  # the user's own import fails
-    check = check_theano(inst_of(tmp_path, "7.6.5"), sys.executable, rc, clean_env(home),
-                         lambda: NO_GPU)
+    check = check_theano(inst_of(tmp_path, "7.6.5"),
+                         check_facts(clean_env(home), sys.executable, theanorc=rc, gpu=NO_GPU))
     assert check.status == "fail", check
     assert check.detail.startswith(f"`import theano` fails with config {rc}, THEANO_FLAGS "
                                    "unset: AttributeError")
@@ -38,13 +38,14 @@ def test_a_user_config_without_ldflags_fails_the_check_with_the_reason(tmp_path,
     assert "`cudnn-setup theanorc` writes it" in check.detail and str(rc) in check.detail
     rc.write_text(rc.read_text() + "\n[blas]\nldflags =\n")  # the fix the detail names
     assert run_as_user(home).returncode == 0
-    check = check_theano(inst_of(tmp_path, "7.6.5"), sys.executable, rc, clean_env(home),
-                         lambda: NO_GPU)
+    check = check_theano(inst_of(tmp_path, "7.6.5"),
+                         check_facts(clean_env(home), sys.executable, theanorc=rc, gpu=NO_GPU))
     assert check.status == "warn" and "T.exp ok" in check.detail, check
     # THEANO_FLAGS of the user's environment are what the child runs with, and shown
     flags = "blas.ldflags=,optimizer_including=fusion"
-    check = check_theano(inst_of(tmp_path, "7.6.5"), sys.executable, rc,
-                         clean_env(home, THEANO_FLAGS=flags), lambda: NO_GPU)
+    check = check_theano(inst_of(tmp_path, "7.6.5"),
+                         check_facts(clean_env(home, THEANO_FLAGS=flags), sys.executable,
+                                     theanorc=rc, gpu=NO_GPU))
     assert f"THEANO_FLAGS {flags!r}" in check.detail
     assert check.data["optimizer_including"] == "fusion" and check.status == "fail"
 
@@ -52,18 +53,20 @@ def test_a_user_config_without_ldflags_fails_the_check_with_the_reason(tmp_path,
 @needs_theano
 def test_no_theano_config_at_all_is_said_plainly(tmp_path, home):
     rc = home / ".theanorc"
-    check = check_theano(inst_of(tmp_path, "7.6.5"), sys.executable, rc, clean_env(home),
-                         lambda: NO_GPU)
+    check = check_theano(inst_of(tmp_path, "7.6.5"),
+                         check_facts(clean_env(home), sys.executable, theanorc=rc, gpu=NO_GPU))
     assert check.status == "fail"
     assert f"no Theano config ({rc} does not exist)" in check.detail
     assert "not picked up" not in check.detail
     # a user whose flags let Theano import: it runs, without any config to say cuDNN's paths
     env = clean_env(home, THEANO_FLAGS="blas.ldflags=")
-    check = check_theano(inst_of(tmp_path, "7.6.5"), sys.executable, rc, env, lambda: NO_GPU)
+    check = check_theano(inst_of(tmp_path, "7.6.5"),
+                         check_facts(env, sys.executable, theanorc=rc, gpu=NO_GPU))
     assert check.status == "fail" and "T.exp ok" in check.detail
     assert f"with no Theano config ({rc} does not exist), THEANO_FLAGS 'blas.ldflags='" \
         in check.detail and "`cudnn-setup theanorc` writes them" in check.detail
-    check = check_theano(inst_of(tmp_path, "9.3.0"), sys.executable, rc, env, lambda: NO_GPU)
+    check = check_theano(inst_of(tmp_path, "9.3.0"),
+                         check_facts(env, sys.executable, theanorc=rc, gpu=NO_GPU))
     assert check.status == "warn" and "Theano 1.0.5 supports cuDNN v5 to v7" in check.detail
 
 

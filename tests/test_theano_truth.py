@@ -4,6 +4,7 @@ import sys
 
 import pytest
 
+from conftest import check_facts
 from cudnn_setup.installation.model import Installation
 from cudnn_setup.checks.theano_check import (check_theano, theano_range_note, theano_supports,
                                              why_not_cudnn)
@@ -60,7 +61,7 @@ def test_without_theano_the_skip_still_names_the_range(tmp_path):
     bare = tmp_path / "python-without-theano"
     bare.write_text(f"#!/bin/sh\nexec {sys.executable} -I -S \"$@\"\n")
     bare.chmod(0o755)
-    check = check_theano(inst_of(tmp_path, "8.9.7"), str(bare), None, {}, lambda: NO_GPU)
+    check = check_theano(inst_of(tmp_path, "8.9.7"), check_facts({}, str(bare), gpu=NO_GPU))
     assert check.status == "skip"
     assert check.detail.startswith("Theano 1.0.5 supports cuDNN v5 to v7; this is cuDNN 8.9.7")
     assert "Theano is not installed for" in check.detail

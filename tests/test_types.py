@@ -33,7 +33,7 @@ def test_a_misspelt_field_is_an_error(cache, tmp_path):
     """The check above can fail: the same configuration finds a misspelt field of an answer."""
     wrong = tmp_path / "wrong.py"
     wrong.write_text("from cudnn_setup.probing.driver import DriverFacts\n"
-                     "from cudnn_setup.checks.frameworks_check import FrameworkEntry\n\n"
+                     "from cudnn_setup.checks.framework_entry import FrameworkEntry\n\n"
                      "def f(facts: DriverFacts, entry: FrameworkEntry) -> object:\n"
                      "    return facts.cuda_driver_verison, entry.loader.sonmae\n")
     done = mypy(cache, str(wrong))

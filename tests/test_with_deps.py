@@ -206,7 +206,7 @@ def test_deps_fixes_name_with_deps_for_a_managed_root(cudnn, cuda_root, home, tm
     import dataclasses
 
     from cudnn_setup.installation import locate
-    from cudnn_setup.checks.deps import check_deps
+    from cudnn_setup.checks.deps import check_deps_with
     from cudnn_setup.installation.model import find_installation
     from cudnn_setup.facts.ldresolve.environment import Environment
     from cudnn_setup.facts.ldresolve.ldconfig import read_cache
@@ -226,7 +226,7 @@ def test_deps_fixes_name_with_deps_for_a_managed_root(cudnn, cuda_root, home, tm
                             options={"adv": {"runtime": "libcublasLt.so.12"}})
     inst = dataclasses.replace(locate.locate(lib), manifest=managed.manifest, root=managed.root)
     loader = Environment(ld_library_path=None, cache=read_cache(), facts=probe_loader())
-    check = check_deps(inst, {"PATH": "/nonexistent"}, loader=loader, driver_present=False,
+    check = check_deps_with(inst, {"PATH": "/nonexistent"}, loader=loader, driver_present=False,
                        distro_id=("ubuntu", "debian"), search_dirs=[],
                        load_data=LoadAnswer(version=90107, cudart_version=12040))
     (blas,) = [d for d in check.data["dependencies"] if d["name"] == "libcublasLt.so.12"]

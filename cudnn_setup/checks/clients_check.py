@@ -17,26 +17,47 @@ warn naming the reason, not a client broken by this install.
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
-from cudnn_setup.checks.frameworks_check import FrameworkEntry
-from cudnn_setup.checks.theano_check import theano_range_note, theano_supports
+from cudnn_setup.checks.framework_entry import FrameworkEntry
+from cudnn_setup.checks.theano_check import has_theano, theano_range_note, theano_supports
 from cudnn_setup.installation.model import Installation
 from cudnn_setup.facts import clients
 from cudnn_setup.facts import cudnn as gen
 from cudnn_setup.report import FAIL, PASS, SKIP, WARN, Check
 
+if TYPE_CHECKING:
+    from cudnn_setup.checks.check_facts import CheckFacts
+
 NAME = "clients"
 
 
-def check_clients(inst: Installation, frameworks: Sequence[FrameworkEntry],
-                  theano: Callable[[], bool] | None) -> Check:
-    """`frameworks`: the frameworks check's entries; `theano`: a function that says whether
-    Theano is installed (asked for cuDNN 9 only), None when Theano is not judged: its verdict
-    is always given; Theano there but not using this cuDNN is a warn."""
+def check_clients(inst: Installation, facts: CheckFacts) -> Check:
+    """The frameworks the frameworks check found and Theano (asked whether it is installed
+    for cuDNN 9 only, where it is judged), each judged against this cuDNN's sub-libraries."""
+    skipped = _not_judged(inst)
+    if skipped is not None:
+        return skipped
+    entries = facts.machine.frameworks(facts.python).entries if facts.frameworks else []
+    theano = has_theano(facts.python, facts.env, facts.runner) if facts.theano else None
+    return check_clients_with(inst, entries, theano)
+
+
+def _not_judged(inst: Installation) -> Check | None:
     if inst.generation != gen.V9 or not inst.libraries:
         return Check(NAME, SKIP, "before cuDNN 9 every client loads the whole release (the "
                      "files check judges it)" if inst.libraries else "no cuDNN library")
+    return None
+
+
+def check_clients_with(inst: Installation, frameworks: Sequence[FrameworkEntry],
+                       theano: bool | None) -> Check:
+    """`frameworks`: the frameworks check's entries; `theano`: whether Theano is installed,
+    None when Theano is not judged: its verdict is always given, but fails the check only
+    where Theano is there."""
+    skipped = _not_judged(inst)
+    if skipped is not None:
+        return skipped
     present = set(inst.composition().present)
     served = clients.served(present, inst.generation)
     # a framework is a client of cuDNN when it was built for one or loads one: a CPU build of
@@ -47,7 +68,7 @@ def check_clients(inst: Installation, frameworks: Sequence[FrameworkEntry],
     # e.g. without a GPU); Theano loads the one its config names, this one
     loads = {e.name: (e.cudnn_loaded.dir if e.cudnn_loaded else None) for e in frameworks}
     if theano is not None:
-        found["theano"] = theano()
+        found["theano"] = theano
     verdicts: list[dict[str, Any]] = []
     unused: list[str] = []  # present clients that do not use this cuDNN at all
     for name, there in found.items():

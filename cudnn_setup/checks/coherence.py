@@ -42,10 +42,10 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from cudnn_setup.probing.answer_values import shown
-from cudnn_setup.checks.deps import loader_environment, versions_for
+from cudnn_setup.checks.deps import versions_for
 from cudnn_setup.probing.driver import driver_present as machine_has_driver
 from cudnn_setup.probing.load_answer import LoadAnswer
 from cudnn_setup.installation.model import Installation
@@ -59,9 +59,13 @@ from cudnn_setup.facts.ldresolve.loadable import ElfObject
 from cudnn_setup.facts.ldresolve.process import Process
 from cudnn_setup.facts.ldresolve.runtime_names import Versions
 from cudnn_setup.facts.ldresolve.search import Resolution
+from cudnn_setup.facts.loader import loader_environment
 from cudnn_setup.state.view import command_line
 from cudnn_setup.report import FAIL, PASS, SKIP, Check
 from cudnn_setup.text import plural
+
+if TYPE_CHECKING:
+    from cudnn_setup.checks.check_facts import CheckFacts
 
 NAME = "coherence"
 TIMEOUT = 600.0  # every sub-library in a child of its own, each limited to 60 s by the probe
@@ -216,10 +220,18 @@ def _real_dir(path: str | None) -> str | None:
     return os.path.dirname(os.path.realpath(path)) if isinstance(path, str) and path else None
 
 
-def check_coherence(inst: Installation, env: Mapping[str, str], *,
-                    loader: Environment | None = None, load_data: LoadAnswer | None = None,
-                    python: str | None = None, timeout: float = TIMEOUT,
-                    runner: Runner | None = None, driver_present: bool | None = None) -> Check:
+def check_coherence(inst: Installation, facts: CheckFacts) -> Check:
+    """Each sub-library loaded in a child beside libcudnn, from the command's environment."""
+    machine = facts.machine
+    return check_coherence_with(inst, facts.env, loader=machine.loader(),
+                                load_data=machine.load(inst).answer, runner=facts.runner,
+                                driver_present=machine_has_driver(machine.driver()))
+
+
+def check_coherence_with(inst: Installation, env: Mapping[str, str], *,
+                         loader: Environment | None = None, load_data: LoadAnswer | None = None,
+                         python: str | None = None, timeout: float = TIMEOUT,
+                         runner: Runner | None = None, driver_present: bool | None = None) -> Check:
     """The `coherence` check of `inst` for a program started from `env` (the user's, as is).
 
     `loader`: the loader's environment for the emulation (default: from `env`, the real

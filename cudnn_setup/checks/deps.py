@@ -37,7 +37,7 @@ import shlex
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 
 from cudnn_setup.probing.driver import driver_present as machine_has_driver
 from cudnn_setup.probing.load_answer import LoadAnswer
@@ -49,11 +49,14 @@ from cudnn_setup.facts import dependencies as D
 from cudnn_setup.facts.ldresolve.closure import Dependency, closure
 from cudnn_setup.facts.ldresolve.environment import Environment
 from cudnn_setup.facts.ldresolve.runtime_names import Versions
-from cudnn_setup.facts.loader import loader_environment  # noqa: F401 - callers take it from here too
+from cudnn_setup.facts.loader import loader_environment
 from cudnn_setup.parallel import at_once
 from cudnn_setup.state.view import command_line
 from cudnn_setup.report import FAIL, PASS, SKIP, WARN, Check
 from cudnn_setup.text import plural
+
+if TYPE_CHECKING:
+    from cudnn_setup.checks.check_facts import CheckFacts
 
 NAME = "deps"
 _RANK = {FAIL: 2, WARN: 1, SKIP: 0}
@@ -224,11 +227,23 @@ def fixes_for(entry: Entry, cuda_version: str | None, manager: str | None,
     return out
 
 
-def check_deps(inst: Installation, env: Mapping[str, str], *, load_data: LoadAnswer | None = None,
-               driver_present: bool | None = None, loader: Environment | None = None,
-               distro_id: tuple[str, str] | None = None,
-               search_dirs: Sequence[Path] | None = None,
-               packages: D.Availability | None = None, runner: Runner | None = None) -> Check:
+def check_deps(inst: Installation, facts: CheckFacts) -> Check:
+    """Every library cuDNN needs resolved as the loader would, from the command's
+    environment; the package manager it may ask for fixes is a child that runs beside
+    coherence's."""
+    machine = facts.machine
+    return check_deps_with(inst, facts.env, load_data=machine.load(inst).answer,
+                           loader=machine.loader(),
+                           driver_present=machine_has_driver(machine.driver()),
+                           runner=facts.runner)
+
+
+def check_deps_with(inst: Installation, env: Mapping[str, str], *,
+                    load_data: LoadAnswer | None = None, driver_present: bool | None = None,
+                    loader: Environment | None = None,
+                    distro_id: tuple[str, str] | None = None,
+                    search_dirs: Sequence[Path] | None = None,
+                    packages: D.Availability | None = None, runner: Runner | None = None) -> Check:
     """The `deps` check of `inst` for a program started from `env`.
 
     `load_data`: the load probe's answer (cudnnGetVersion, cudnnGetCudartVersion) when it ran;

@@ -22,8 +22,8 @@ from typing import Callable, Mapping, Sequence
 
 from cudnn_setup.checks.framework_loader import BEFORE_CACHE, WHY_FULL_PATH, ChildLoader
 from cudnn_setup.probing.framework_probe import library_version
-from cudnn_setup.checks.frameworks_check import (FrameworkEntry, LoadedCopy, file_version,
-                                                 framework_report, framework_reports)
+from cudnn_setup.checks.framework_entry import FrameworkEntry, LoadedCopy
+from cudnn_setup.checks.frameworks_check import file_version, framework_report, framework_reports
 from cudnn_setup.child import Runner
 from cudnn_setup.facts import framework_rules as rules
 from cudnn_setup.facts.ldresolve.environment import Environment

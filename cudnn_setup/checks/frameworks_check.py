@@ -12,85 +12,30 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
 from functools import partial
-from typing import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
-from cudnn_setup.probing.answer_values import Fields, text
+from cudnn_setup.probing.answer_values import Fields
+from cudnn_setup.checks.framework_entry import FrameworkEntry, LoadedCopy, LoaderView
 from cudnn_setup.checks.framework_loader import NO_SEARCH, ChildLoader, ElfFacts
-from cudnn_setup.probing.framework_probe import Run, importable_frameworks, run
+from cudnn_setup.probing.framework_probe import Listed, Run, importable_frameworks, run
 from cudnn_setup.child import Runner
 from cudnn_setup.errors import SetupError
 from cudnn_setup.facts import cudnn as gen
 from cudnn_setup.facts import framework_rules as rules
 from cudnn_setup.facts.ldresolve.environment import Environment
 from cudnn_setup.facts.ldresolve.loadable import ElfObject
+from cudnn_setup.installation.model import Installation
 from cudnn_setup.parallel import at_once
 from cudnn_setup.report import FAIL, PASS, SKIP, WARN, Check
+
+if TYPE_CHECKING:
+    from cudnn_setup.checks.check_facts import CheckFacts
 
 NAME = "frameworks"
 # The message XLA (TensorFlow, jaxlib) logs when its version check fails (cuda_dnn.cc).
 XLA_MISMATCH = re.compile(r"Loaded runtime CuDNN library: (?P<loaded>\d+\.\d+\.\d+) but source "
                           r"was compiled with: (?P<built>\d+\.\d+\.\d+)")
-JSON_FIELDS = ("name", "version", "importable", "cudnn_built_for", "cudnn_built_for_source",
-               "cudnn_loaded", "compatible", "rule", "status", "reason")
-LOADED_FIELDS = ("path", "dir", "version", "why", "detail")
-
-
-@dataclass(frozen=True)
-class LoadedCopy:
-    """The libcudnn a framework's process mapped: its real path and directory, the version it
-    reports, why the loader took it (framework_loader.WHY_*), in words, and through which
-    object (`via`, not in the JSON)."""
-
-    path: str
-    dir: str
-    version: str | None
-    why: str
-    detail: str
-    via: str | None = None
-
-    def to_dict(self) -> dict:
-        return {k: getattr(self, k) for k in LOADED_FIELDS}
-
-
-@dataclass(frozen=True)
-class LoaderView:
-    """What the what-if needs of a framework's child to work out another loader set-up: its
-    loader (environment, executable, the machine's cache), the objects it mapped, those of them
-    that need libcudnn, and the libcudnn SONAME they ask for."""
-
-    loader: ChildLoader
-    mapped: tuple[str, ...]
-    consumers: tuple[str, ...]
-    soname: str | None
-
-
-@dataclass
-class FrameworkEntry:
-    """One framework of an interpreter: what it was built for, the cuDNN it loads and why, and
-    whether the pair is right by its own rule. `loader` is None when its child gave no usable
-    answer (the what-if then knows nothing of its cuDNN use); it is never in the JSON."""
-
-    name: str
-    version: str | None
-    rule: str
-    importable: bool = True
-    cudnn_built_for: str | None = None
-    cudnn_built_for_source: str | None = None
-    cudnn_loaded: LoadedCopy | None = None
-    compatible: bool | None = None
-    status: str = WARN
-    reason: str = ""
-    loader: LoaderView | None = None
-
-    def to_dict(self) -> dict:
-        """The entry in the JSON (`frameworks`): JSON_FIELDS, cudnn_loaded as LOADED_FIELDS."""
-        out = {k: getattr(self, k) for k in JSON_FIELDS}
-        out["cudnn_loaded"] = self.cudnn_loaded.to_dict() if self.cudnn_loaded else None
-        return out
-
-
 def framework_report(python: str, env: Mapping[str, str], timeout: float | None = None, *,
                      search: Callable[[], Environment] | None = None,
                      runner: Runner | None = None) -> list[FrameworkEntry]:
@@ -116,22 +61,22 @@ def framework_reports(python: str, envs: Sequence[Mapping[str, str]],
     once, under the first, without importing any)."""
     elf = ElfFacts()
     listed = [f for f in importable_frameworks(python, envs[0], timeout, runner)
-              if f.get("importable")]
-    runs = at_once([partial(run, python, [f["name"]], env, timeout, runner=runner)
+              if f.importable]
+    runs = at_once([partial(run, python, [f.name], env, timeout, runner=runner)
                     for env in envs for f in listed])
     found = search() if search is not None else NO_SEARCH
     per_env = [runs[i * len(listed):(i + 1) * len(listed)] for i in range(len(envs))]
-    return [[entry_of(f["name"], f, got, found, elf) for f, got in zip(listed, got_env)]
+    return [[entry_of(f.name, f, got, found, elf) for f, got in zip(listed, got_env)]
             for got_env in per_env]
 
 
-def entry_of(name: str, listed: dict, got: Run, search: Environment,
+def entry_of(name: str, listed: Listed, got: Run, search: Environment,
              elf: ElfFacts) -> FrameworkEntry:
     """One framework's entry from its child's answer (`got`), every field checked."""
     rule = rules.rule_for(name)
-    entry = FrameworkEntry(name, text(listed.get("version"), 100), rule.describe())
+    entry = FrameworkEntry(name, listed.version, rule.describe())
     answer = Fields(got.data, f"the {name} probe's answer")
-    if got.data is None or not isinstance(got.data.get("framework"), dict):
+    if got.data is None or not isinstance(answer.raw("framework"), dict):
         failure = got.failure or answer.text("error") or "no answer"
         entry.reason = f"importing {name} in a child process {failure}"
         if "libcudnn" in got.output:
@@ -292,9 +237,17 @@ def one_line(entry: FrameworkEntry) -> str:
     return f"{entry.name} {entry.version or ''}".rstrip() + f": {entry.reason}"
 
 
-def check_frameworks(python: str, env: Mapping[str, str], timeout: float | None = None, *,
-                     search: Callable[[], Environment] | None = None,
-                     runner: Runner | None = None) -> tuple[Check, list[FrameworkEntry]]:
+def check_frameworks(inst: Installation, facts: CheckFacts) -> Check:
+    """The frameworks of the interpreter under test, from the command's facts (whose children
+    may have answered a look-ahead already): which cuDNN each loads, and whether it is right."""
+    if not facts.frameworks:
+        return Check(NAME, SKIP, "--no-frameworks")
+    return facts.machine.frameworks(facts.python).check
+
+
+def frameworks_of(python: str, env: Mapping[str, str], timeout: float | None = None, *,
+                  search: Callable[[], Environment] | None = None,
+                  runner: Runner | None = None) -> tuple[Check, list[FrameworkEntry]]:
     """framework_report() as a check; an interpreter that cannot say what it has is a warn."""
     try:
         entries = framework_report(python, env, timeout, search=search, runner=runner)

@@ -15,13 +15,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
 from cudnn_setup.probing.answer_values import shown
 from cudnn_setup.probing.gpu_answer import GpuAnswer
 from cudnn_setup.probing.driver import no_driver
-from cudnn_setup.installation.model import Installation
-from cudnn_setup.checks.native import find_cudart
+from cudnn_setup.installation.model import Installation, find_cudart
 from cudnn_setup.probing.probe import child_env, loads_key, probe_module, run_probe
 from cudnn_setup.child import Runner
 from cudnn_setup.facts import cudnn as gen
@@ -29,6 +28,9 @@ from cudnn_setup.facts.ldresolve.environment import Environment
 from cudnn_setup.facts import gpu_support as S
 from cudnn_setup.facts import theano as theano_facts
 from cudnn_setup.report import FAIL, PASS, SKIP, WARN, Check
+
+if TYPE_CHECKING:
+    from cudnn_setup.checks.check_facts import CheckFacts
 
 NAME = "gpu"
 TIMEOUT = 120.0
@@ -88,9 +90,18 @@ def without_driver(inst: Installation, env: Mapping[str, str],
                      smi=False)
 
 
-def check_gpu(inst: Installation, env: Mapping[str, str], runner: Runner | None = None,
-              timeout: float = TIMEOUT, probe: list[str] | None = None,
-              loader: Environment | None = None, cache_dir: Path | None = None) -> Check:
+def check_gpu(inst: Installation, facts: CheckFacts) -> Check:
+    """cuDNN run on the GPU in a child, after the load check (skipped when libcudnn does not
+    load), never started on a machine whose loader would find no driver."""
+    if facts.machine.load(inst).answer is None:
+        return Check(NAME, SKIP, "libcudnn does not load (see load)")
+    return check_gpu_with(inst, facts.env, facts.runner, loader=facts.machine.loader(),
+                          cache_dir=facts.cache_dir)
+
+
+def check_gpu_with(inst: Installation, env: Mapping[str, str], runner: Runner | None = None,
+                   timeout: float = TIMEOUT, probe: list[str] | None = None,
+                   loader: Environment | None = None, cache_dir: Path | None = None) -> Check:
     """`runner`: the command's (it skips the probe when loading this libcudnn hung earlier);
     `probe`: the probe's command line before its arguments (default: probes/gpu_steps.py under
     this interpreter's run_probe); `loader`: the loader's environment for `env`, given when

@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import TYPE_CHECKING, Mapping
 
 from cudnn_setup.probing.answer_values import BadAnswer, Fields
 from cudnn_setup.installation.model import Installation
@@ -17,6 +17,9 @@ from cudnn_setup.facts import theano as theano_facts
 from cudnn_setup.facts.cudnn import split_version
 from cudnn_setup.report import FAIL, PASS, SKIP, WARN, Check
 from cudnn_setup.theanorc_merge import config_files, unreadable_for_theano
+
+if TYPE_CHECKING:
+    from cudnn_setup.checks.check_facts import CheckFacts
 
 THEANO_TIMEOUT = 600.0
 INSTALL_HINT = "pip install 'cudnn-setup[theano]' (Theano 1.0.5 with numpy<1.24, scipy<1.11)"
@@ -152,12 +155,13 @@ def why_not_cudnn(said: TheanoAnswer, inst: Installation, gpu: Check | None) -> 
     return said.dnn_reason or "Theano did not pick a cuDNN op"
 
 
-def check_theano(inst: Installation, python: str, theanorc: Path | None,
-                 env: Mapping[str, str], gpu: Callable[[], Check | None],
-                 runner: Runner | None = None) -> Check:
-    """The theano check; `gpu` (a function that waits for the gpu check) only words
-    why cuDNN was not used, so it is asked for after Theano's graphs ran. `runner`: the
-    command's, whose end kills Theano's child (it may compile for minutes)."""
+def check_theano(inst: Installation, facts: CheckFacts) -> Check:
+    """The theano check of `facts.python` with the config `facts.theanorc`; the gpu check of
+    this run only words why cuDNN was not used, so it is waited for after Theano's graphs ran.
+    The command's runner ends Theano's child with the command (it may compile for minutes)."""
+    if not facts.theano:
+        return Check("theano", SKIP, "--no-theano")
+    python, theanorc, env, runner = facts.python, facts.theanorc, facts.env, facts.runner
     if not has_theano(python, env, runner):
         note = theano_range_note(inst.version) if not theano_supports(inst.version) else None
         return Check("theano", SKIP, (f"{note}; besides, " if note else "")
@@ -189,7 +193,7 @@ def check_theano(inst: Installation, python: str, theanorc: Path | None,
         return Check("theano", FAIL, summary + ": wrong results", data)
     if got.uses_cudnn:
         return Check("theano", PASS, summary + " (cuDNN)", data)
-    reason = why_not_cudnn(said, inst, gpu())
+    reason = why_not_cudnn(said, inst, facts.result_of("gpu"))
     data["reason"] = reason
     usable = theano_supports(inst.version)
     if theanorc is None:  # the config was left alone (install --no-theanorc): nothing to ask of it

@@ -19,7 +19,8 @@ from cudnn_setup.checks.frameworks_check import frameworks_json, one_line
 from cudnn_setup.installation.model import Installation
 from cudnn_setup.installation.locate import describe, locate
 from cudnn_setup.doctor_order import INFO, problems_from
-from cudnn_setup.checks.suite import CheckFacts, Frameworks, run_checks
+from cudnn_setup.checks.check_facts import CheckFacts, Frameworks
+from cudnn_setup.checks.suite import run_checks
 from cudnn_setup.checks.theano_check import stale_dnn_paths
 from cudnn_setup.steps.command_wrapper import command
 from cudnn_setup.steps.context import Context, include_needs_lib_dir

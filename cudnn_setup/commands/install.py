@@ -159,7 +159,7 @@ def framework_names(ctx: Context, python: str) -> list[str] | None:
         listed = importable_frameworks(python, ctx.env, runner=ctx.runner)
     except (SetupError, UsageError):
         return None
-    return [f["name"] for f in listed if f.get("importable") and isinstance(f.get("name"), str)]
+    return [f.name for f in listed if f.importable]
 
 
 def _verify(ctx: Context, root: CudaRoot, python: str, rc: Path | None,
@@ -168,7 +168,8 @@ def _verify(ctx: Context, root: CudaRoot, python: str, rc: Path | None,
     driver asked for the install, the frameworks' report the loader step made unless it
     changed what programs load); the loader check takes the step's advice once it is there."""
     from cudnn_setup.installation.model import find_installation
-    from cudnn_setup.checks.suite import CheckFacts, run_checks
+    from cudnn_setup.checks.check_facts import CheckFacts
+    from cudnn_setup.checks.suite import run_checks
 
     return run_checks(find_installation(root), CheckFacts(
         ctx.facts, python, rc, frameworks=not no_frameworks, conf=ctx.ld_so_conf,

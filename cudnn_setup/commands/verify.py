@@ -10,7 +10,8 @@ from pathlib import Path
 
 from cudnn_setup.installation.model import UNREAD, find_installation
 from cudnn_setup.installation.locate import describe, locate
-from cudnn_setup.checks.suite import CheckFacts, run_checks
+from cudnn_setup.checks.check_facts import CheckFacts
+from cudnn_setup.checks.suite import run_checks
 from cudnn_setup.steps.command_wrapper import command
 from cudnn_setup.steps.context import Context, include_needs_lib_dir, root_if_any
 from cudnn_setup.steps.recovery import look_at_state, state_check

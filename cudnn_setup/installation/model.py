@@ -158,3 +158,13 @@ def find_installation(root: CudaRoot, manifest: Manifest | None | object = UNREA
     inst.libraries = [p for p in files if gen.library_file_version(p.name) == version]
     inst.others = [p for p in files if p not in inst.libraries]
     return inst
+
+
+def find_cudart(inst: Installation) -> str | None:
+    """The CUDA runtime a program built against `inst` would load: beside cuDNN, else in the
+    CUDA root."""
+    for directory in (inst.lib_dir, inst.root.lib_dir()):
+        found = sorted(directory.glob("libcudart.so*")) if directory.is_dir() else []
+        if found:
+            return str(found[0])
+    return None

@@ -163,10 +163,10 @@ def driver_facts(env: Mapping[str, str], *, python: str | None = None,
     if result.data is None:
         return DriverFacts(reason=(f"{nvml_why}; the CUDA driver API's probe {result.failure()}; "
                                    "the driver is not judged")[:500])
-    data = dict(result.data)
-    if not data.get("driver_version") and answer.raw("driver_version"):
-        data.update(driver_version=answer.raw("driver_version"), driver_version_from="NVML")
-    facts = DriverFacts.from_answer(Fields(data, "the driver probe's answer"))
+    facts = DriverFacts.from_answer(Fields(result.data, "the driver probe's answer"))
+    nvml = DriverFacts.from_answer(answer)
+    if not facts.driver_version and nvml.driver_version:
+        facts = replace(facts, driver_version=nvml.driver_version, driver_version_from="NVML")
     if hung and facts.reason is None:  # said where the facts are shown (doctor's `driver`)
         facts = replace(facts, reason=f"{nvml_why}; the CUDA driver API answered"[:500])
     return facts

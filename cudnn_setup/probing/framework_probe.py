@@ -23,6 +23,24 @@ LOG_TAIL = 256 * 1024  # bytes of a framework's own output kept for messages
 QUIET_GPU = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false", "TF_FORCE_GPU_ALLOW_GROWTH": "true"}
 
 
+@dataclass(frozen=True)
+class Listed:
+    """A framework `python` lists (probes/framework_loads.py --list), nothing imported: its
+    module name (a module name, nothing else: it goes on a child's command line and into
+    messages), whether it could be imported, and its distribution's version."""
+
+    name: str
+    importable: bool
+    version: str | None
+
+    @classmethod
+    def read(cls, entry: Fields) -> Listed | None:
+        name = entry.nonempty("name")  # whole: a name cut short could pass
+        if name is None or not _MODULE_NAME.match(name):
+            return None
+        return cls(name, entry.flag("importable") is True, entry.text("version", 100))
+
+
 @dataclass
 class Run:
     data: dict | None
@@ -59,7 +77,7 @@ def run(python: str, args: list[str], env: Mapping[str, str], timeout: float | N
         return Run(None, f"its output could not be read ({exc})", tail(log))
     output = tail(log) + (result.stderr or "")[-LOG_TAIL:]
     data = result.data if isinstance(result.data, dict) else None
-    if data is not None and data.get("probe") == "frameworks":
+    if data is not None and Fields(data).text("probe") == "frameworks":
         return Run(data, None, output)
     error = getattr(result, "error", None)
     if error is None and result.returncode is None and not result.timed_out:
@@ -98,21 +116,18 @@ def last_line(output: str, limit: int = 300) -> str:
 
 def importable_frameworks(python: str, env: Mapping[str, str],
                           timeout: float | None = LIST_TIMEOUT,
-                          runner: Runner | None = None) -> list[dict]:
-    """[{name, importable, version, ...}] for the frameworks `python` could import; nothing is
-    imported. Raises UsageError when `python` cannot be run, SetupError when it gives no list."""
+                          runner: Runner | None = None) -> list[Listed]:
+    """The frameworks `python` lists, at most 64; nothing is imported. Raises UsageError when `python` cannot be run, SetupError when it gives no list."""
     got = run(python, ["--list"], env, min(timeout or LIST_TIMEOUT, LIST_TIMEOUT), runner=runner)
     if got.data is None:
         if got.failure and got.failure.startswith("could not be started"):
             raise UsageError(f"{python} {got.failure}", "give --python an interpreter that runs")
         raise SetupError(f"{python} could not list its frameworks: {got.failure}")
     answer = Fields(got.data, f"the frameworks {python} lists")
-    listed = answer.raw("frameworks")
-    if not isinstance(listed, list):
+    if not isinstance(answer.raw("frameworks"), list):
         raise SetupError(f"{python} gave no list of frameworks: {answer.text('error')}")
-    # a name goes on a child's command line and into messages: a module name, nothing else
-    return [e for e in listed[:64] if isinstance(e, dict) and isinstance(e.get("name"), str)
-            and _MODULE_NAME.match(e["name"])]
+    return [listed for entry in answer.items("frameworks", 64)
+            if (listed := Listed.read(entry)) is not None]
 
 
 def library_version(python: str, path: str, env: Mapping[str, str],

@@ -24,9 +24,9 @@ from cudnn_setup.parallel import Later
 if TYPE_CHECKING:
     from cudnn_setup.probing.driver import DriverFacts
     from cudnn_setup.checks.framework_whatif import Change, WhatIf
-    from cudnn_setup.checks.frameworks_check import FrameworkEntry
+    from cudnn_setup.checks.framework_entry import FrameworkEntry
     from cudnn_setup.installation.model import Installation
-    from cudnn_setup.checks.suite import Frameworks, Loaded
+    from cudnn_setup.checks.check_facts import Frameworks, Loaded
     from cudnn_setup.fetch.http import Budget, Client
 
 T = TypeVar("T")
@@ -93,13 +93,13 @@ class Facts:
         return self._loader_later().result()
 
     def load(self, inst: Installation) -> Loaded:
-        """libcudnn of `inst` loaded in a child (checks/native.check_load), once per
+        """libcudnn of `inst` loaded in a child (checks/load_check.load_libcudnn), once per
         installation: a library that hangs costs one time limit."""
-        from cudnn_setup.checks.native import check_load
-        from cudnn_setup.checks.suite import Loaded
+        from cudnn_setup.checks.check_facts import Loaded
+        from cudnn_setup.checks.load_check import load_libcudnn
 
         def load() -> Loaded:
-            check, answer = check_load(inst, self.env, self.runner, self.loader())
+            check, answer = load_libcudnn(inst, self.env, self.runner, self.loader())
             return Loaded(check, answer)
 
         return self._once(("load", id(inst)), load).result()
@@ -113,14 +113,14 @@ class Facts:
         return self._frameworks_later(python).result()
 
     def _frameworks(self, python: str) -> Frameworks:
-        from cudnn_setup.checks.frameworks_check import check_frameworks, frameworks_check
-        from cudnn_setup.checks.suite import Frameworks
+        from cudnn_setup.checks.check_facts import Frameworks
+        from cudnn_setup.checks.frameworks_check import frameworks_check, frameworks_of
 
         ahead = self._if_started(("ahead", python))
         if ahead is not None and (now := ahead.result().now) is not None:
             return Frameworks(frameworks_check(now, python), now)
-        check, entries = check_frameworks(python, self.env, search=self.loader,
-                                          runner=self.runner)
+        check, entries = frameworks_of(python, self.env, search=self.loader,
+                                       runner=self.runner)
         return Frameworks(check, entries)
 
     def start_look_ahead(self, python: str, change: Change) -> None:

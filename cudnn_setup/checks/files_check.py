@@ -1,22 +1,27 @@
-"""Layers that read files only: files, elf, versions."""
+"""The `files` layer: the cuDNN's files as installed, read from disk only."""
 from __future__ import annotations
 
 import os
 import stat
+from typing import TYPE_CHECKING
 
 from cudnn_setup.installation.model import Installation
 from cudnn_setup.installation.locate import UNMANAGED
 from cudnn_setup.facts import clients
 from cudnn_setup.facts import cudnn as gen
-from cudnn_setup.facts.elf import NotElf, code_problem, read_elf
 from cudnn_setup.state.files import describe, describe_known
 from cudnn_setup.state.manifest import FILE, SYMLINK
 from cudnn_setup.state.view import command_line
-from cudnn_setup.report import FAIL, PASS, SKIP, WARN, Check
+from cudnn_setup.report import FAIL, PASS, WARN, Check
 from cudnn_setup.text import escape, plural
 
+if TYPE_CHECKING:
+    from cudnn_setup.checks.check_facts import CheckFacts
 
-def check_files(inst: Installation, deep: bool = False) -> Check:
+
+def check_files(inst: Installation, facts: CheckFacts) -> Check:
+    """Every file and link the record names as it was installed (`facts.deep`: hashed again,
+    not trusted while stat says it is unchanged), the composition whole, nothing unreadable."""
     root = inst.root.path
     if inst.header_file is None and not inst.libraries:
         return Check("files", FAIL, f"no cuDNN in {root}: neither include/cudnn.h nor "
@@ -31,7 +36,7 @@ def check_files(inst: Installation, deep: bool = False) -> Check:
         path = root / entry.path
         if _where(path) in links:
             continue
-        current = describe(path, entry.content.hashes) if deep else describe_known(path, entry)
+        current = describe(path, entry.content.hashes) if facts.deep else describe_known(path, entry)
         if current is None:
             problems.append(f"{entry.path} is missing")
         elif not entry.content.same(current):
@@ -122,58 +127,3 @@ def soname_link_problems(inst: Installation) -> dict:
 def _where(path) -> tuple[str, str]:
     """A path by its real directory and its own name (lib64 may be a link to lib)."""
     return os.path.realpath(os.path.dirname(path)), os.path.basename(path)
-
-
-def check_elf(inst: Installation, host: str) -> Check:
-    if not inst.libraries:
-        return Check("elf", SKIP, "no library to examine")
-    problems = []
-    for lib in inst.libraries:
-        try:
-            info = read_elf(lib)
-        except NotElf as exc:
-            cut = code_problem(lib)  # a truncated file says so, not pyelftools' complaint
-            problems.append(f"{lib.name} {cut}" if cut and cut.startswith("is truncated")
-                            else f"{lib.name} is {exc}")
-            continue
-        if info.machine != host:
-            problems.append(f"{lib.name} is built for {info.machine}; this machine is {host}")
-        if info.bits != 64 or not info.is_shared_object:
-            problems.append(f"{lib.name} is a {info.bits}-bit {info.kind}, not a 64-bit shared object")
-        else:
-            useless = code_problem(lib)
-            if useless:
-                problems.append(f"{lib.name} {useless}")
-        expected = gen.expected_soname(gen.library_stem(lib.name) or "",
-                                       gen.library_file_version(lib.name), inst.generation)
-        if info.soname != expected:
-            problems.append(f"{lib.name} has SONAME {info.soname}, expected {expected}")
-    if problems:
-        return Check("elf", FAIL, "; ".join(problems))
-    return Check("elf", PASS, f"{plural(len(inst.libraries), 'library')}: {host} ELF shared "
-                 f"{'object' if len(inst.libraries) == 1 else 'objects'} with the expected "
-                 f"{'SONAME' if len(inst.libraries) == 1 else 'SONAMEs'}, whole, exporting "
-                 "symbols")
-
-
-def check_versions(inst: Installation) -> Check:
-    header = inst.header_version
-    main = inst.library("libcudnn")
-    if header is None or main is None:
-        return Check("versions", SKIP, "no header or no libcudnn to compare")
-    found = {"header": header, "library file": gen.library_file_version(main.name)}
-    if inst.manifest:
-        found["manifest"] = inst.manifest.cudnn_version
-    problems = []
-    if inst.manifest and found["manifest"] != header:
-        problems.append(f"the manifest says {found['manifest']}, the header {header}")
-    follows_cuda = inst.generation and gen.version_follows_cuda(inst.generation)
-    lib_version = found["library file"] or ""
-    if not follows_cuda and not (header + ".").startswith(lib_version + "."):
-        problems.append(f"the header says {header}, the library file is {main.name}")
-    if problems:
-        return Check("versions", FAIL, "; ".join(problems) + " (Theano: 'Mixed dnn version')",
-                     found)
-    extra = f" (library named for CUDA {lib_version})" if follows_cuda else ""
-    return Check("versions", PASS, f"cuDNN {header} in header, library file"
-                 + (" and manifest" if inst.manifest else "") + extra, found)
