@@ -346,3 +346,25 @@ def test_full_disk_while_downloading_exits_6_and_keeps_the_part(server, home, tm
 def test_urls_that_do_not_parse_exit_6(url, code, tmp_path, home):
     done, out = run_json(["download", url, "--cache-dir", tmp_path], home)
     assert done.returncode == 6 and out["error"]["code"] == code, out["error"]
+
+
+@pytest.mark.parametrize("umask", [0o000, 0o077])
+def test_cache_and_output_modes_do_not_follow_the_umask(umask, server, home, tmp_path):
+    """Under `umask 000` the cache dir was 0777 and the archive 0666: anyone could swap the
+    bytes that root's next install reads from it. Under 077 the `-o` copy was 0600."""
+    import os
+    import stat
+
+    from conftest import run_cli
+    cache, out = tmp_path / "shared" / "cache", tmp_path / "shared" / "out"
+    for args in (["--cache-dir", cache], ["--cache-dir", cache, "-o", out]):
+        done = run_cli(["download", f"{server.base}/mirror/{V7}", *args, "--json"], home,
+                       preexec_fn=lambda: os.umask(umask))
+        assert done.returncode == 0, done.stderr
+    made = [cache.parent, *cache.rglob("*"), cache, out, *out.rglob("*")]
+    assert {p.name for p in made} >= {V7, "cache", "out", "saved"}
+    for path in made:
+        mode = stat.S_IMODE(path.lstat().st_mode)
+        if path.name.endswith(".lock"):
+            continue  # the lock is the holder's alone (0600) while it exists
+        assert mode == (0o755 if path.is_dir() else 0o644), (str(path), oct(mode))

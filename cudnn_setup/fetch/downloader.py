@@ -26,12 +26,12 @@ import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Mapping
+from typing import IO, Callable, Iterable, Mapping
 
 import requests
 import urllib3
 
-from cudnn_setup.durable import write_atomic
+from cudnn_setup.durable import make_dirs, write_atomic
 from cudnn_setup.digest import file_digest
 from cudnn_setup.errors import ArchiveRejected, DownloadFailed, os_error
 from cudnn_setup.fetch.checksums import Expected, expected_for, mismatch
@@ -156,7 +156,7 @@ class Downloader:
         directory = self.output_dir or self.cache_dir
         for d in dict.fromkeys((self.cache_dir, directory)):
             try:
-                d.mkdir(parents=True, exist_ok=True)
+                make_dirs(d)  # 0755 whatever the umask: under 000 anyone could swap the archive
             except OSError as exc:
                 error = os_error(exc, f"cannot create the download directory {show_path(d)}",
                                  kind=DownloadFailed)
@@ -275,7 +275,7 @@ class Downloader:
                 "sha256": sha, "path": os.fsdecode(os.path.abspath(dest)), **validators}
         try:
             path = self._meta_path(dest)
-            path.parent.mkdir(parents=True, exist_ok=True)
+            make_dirs(path.parent)
             write_atomic(path, json.dumps(meta).encode())
         except OSError:
             pass  # without it the next run downloads again: slower, never wrong
@@ -398,7 +398,7 @@ class Downloader:
         budget_before = self.client.budget.left
 
         try:
-            with open(part, mode) as f:
+            with _open_part(part, mode) as f:
                 def sink(chunk: bytes) -> None:
                     nonlocal done
                     f.write(chunk)
@@ -501,6 +501,24 @@ def _resumed_range(r: requests.Response, have: int) -> tuple[int | None, int | N
     if length and length.isdigit() and int(length) != int(m.group(2)) - have + 1:
         return None, None
     return have, total
+
+
+FILE_MODE = 0o644  # a download, whatever the umask: readable by all, writable by its owner
+
+
+def _open_part(part: Path, mode: str) -> IO[bytes]:
+    """The `.part` file opened to append ("ab") or start over ("wb"), FILE_MODE whatever the
+    umask (under `umask 000` open() gives 0666: anyone could change the bytes between the
+    checksum and the install), never through a link planted since it was looked at."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+    flags |= os.O_APPEND if mode == "ab" else os.O_TRUNC
+    fd = os.open(part, flags, FILE_MODE)
+    try:
+        os.fchmod(fd, FILE_MODE)
+    except BaseException:
+        os.close(fd)
+        raise
+    return os.fdopen(fd, mode)
 
 
 def _must_be_a_file_or_nothing(path: Path) -> None:
