@@ -42,15 +42,11 @@ def _userinfo(text: str) -> tuple[str, str, str] | None:
     `https//u:p@h/`), or to the start when there is no `//` (`u:p@host/x`). The password may
     hold any character, `#`, `/` and `?` included. None for a text without user-info, and for
     a schemeless local path."""
-    at = None
-    for m in _AT_HOST.finditer(text):
-        at = m.start()
+    at = _last(_AT_HOST, text)
     hostless = at is None
-    if hostless:
-        for m in _AT_NO_HOST.finditer(text):
-            at = m.start()
-        if at is None:
-            return None
+    at = _last(_AT_NO_HOST, text) if at is None else at
+    if at is None:
+        return None
     head = text[:at]
     slashes = head.find("//")
     if slashes >= 0 and "@" not in head[:slashes]:
@@ -62,6 +58,13 @@ def _userinfo(text: str) -> tuple[str, str, str] | None:
     else:
         start = 0
     return text[:start], head[start:], text[at + 1:]
+
+
+def _last(pattern: re.Pattern[str], text: str) -> int | None:
+    at = None
+    for m in pattern.finditer(text):
+        at = m.start()
+    return at
 
 
 # In a file path: a segment `user:password@host` (a URL given where a path was expected, its
