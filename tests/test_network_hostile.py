@@ -226,12 +226,13 @@ def test_https_to_http_leaves_the_origin():
     assert not leaves_origin("https://m.lan/a", "https://m.lan/b")
 
 
-@pytest.mark.parametrize("target", ["loop", "file", "ftp", "empty"])
+@pytest.mark.parametrize("target", ["loop", "file", "ftp", "empty", "ipv6", "port"])
 def test_bad_redirects_are_bad_redirect_in_every_command(target, mirror, cuda_root, home,
                                                          tmp_path, server):
     root = cuda_root(version="12.4", layout="lib")
+    # ipv6, port: requests parsed these ahead of the tool and raised ValueError (exit 70)
     location = {"loop": None, "file": "file:///etc/passwd", "ftp": "ftp://127.0.0.1/x",
-                "empty": ""}[target]
+                "empty": "", "ipv6": "http://u:pw9@[::1/x", "port": "http://h:99999/x"}[target]
 
     def point(path):
         if target == "loop":
@@ -250,6 +251,7 @@ def test_bad_redirects_are_bad_redirect_in_every_command(target, mirror, cuda_ro
     for args in runs:
         done, out = run_json(args, home)
         assert done.returncode == 6 and out["error"]["code"] == "bad-redirect", (args, out["error"])
+        assert "pw9" not in done.stdout + done.stderr
 
 
 # --- waiting: one time limit per command ----------------------------------------------------------
