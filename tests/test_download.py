@@ -368,3 +368,28 @@ def test_cache_and_output_modes_do_not_follow_the_umask(umask, server, home, tmp
         if path.name.endswith(".lock"):
             continue  # the lock is the holder's alone (0600) while it exists
         assert mode == (0o755 if path.is_dir() else 0o644), (str(path), oct(mode))
+
+
+def test_a_cached_copy_another_user_could_have_planted_is_not_reused(server, tmp_path, home):
+    """A cache dir anyone may add to (1777, or one left 0777 by an earlier umask 000): another
+    user planted an archive of the served size and a record naming the server's ETag, and a
+    URL with no checksum was answered from their bytes."""
+    import os
+
+    url = f"{server.base}/mirror/{V7}"
+    learned = tmp_path / "learned"
+    run_json(["download", url, "--cache-dir", learned], home)
+    record = json.loads((learned / f"{V7}.cudnn-setup.json").read_text())
+    real = server.files[f"/mirror/{V7}"]
+    planted = b"P" * len(real)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    (shared / V7).write_bytes(planted)
+    record["sha256"] = _sha(planted)
+    (shared / f"{V7}.cudnn-setup.json").write_text(json.dumps(record))
+    for name in (V7, f"{V7}.cudnn-setup.json"):
+        os.chown(shared / name, 65534, 65534)  # the other user's files
+    done, out = run_json(["download", url, "--cache-dir", shared], home)
+    assert done.returncode == 0, out["error"]
+    assert out["download"]["from_cache"] is False and out["download"]["sha256"] == _sha(real)

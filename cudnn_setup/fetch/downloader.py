@@ -286,6 +286,8 @@ class Downloader:
         The server must name the same size and the same ETag or Last-Modified as when the file
         was fetched (a HEAD request), and the file must still hash as it did then.
         """
+        if not (_nobody_else_wrote(dest) and _nobody_else_wrote(self._meta_path(dest))):
+            return None  # a shared cache: another user could have planted both with one size
         try:
             meta = json.loads(read_regular(self._meta_path(dest), 65536))
         except (OSError, ValueError, RecursionError):
@@ -501,6 +503,21 @@ def _resumed_range(r: requests.Response, have: int) -> tuple[int | None, int | N
     if length and length.isdigit() and int(length) != int(m.group(2)) - have + 1:
         return None, None
     return have, total
+
+
+def _nobody_else_wrote(path: Path) -> bool:
+    """Whether only this user or root could have written the file at `path` and put it there
+    (state/trust.py's rule): a file checked by no checksum is reused only then. The file and its
+    directory owned by one of them, neither writable by group or others (the directory may be
+    sticky, as /tmp is: others can then add names but not replace this one)."""
+    mine = {0, os.geteuid()}
+    try:
+        st, parent = os.lstat(path), os.stat(path.parent)
+    except OSError:
+        return False
+    return (stat.S_ISREG(st.st_mode) and st.st_uid in mine and not st.st_mode & 0o022
+            and parent.st_uid in mine
+            and (not parent.st_mode & 0o022 or bool(parent.st_mode & stat.S_ISVTX)))
 
 
 FILE_MODE = 0o644  # a download, whatever the umask: readable by all, writable by its owner
