@@ -393,3 +393,21 @@ def test_a_cached_copy_another_user_could_have_planted_is_not_reused(server, tmp
     done, out = run_json(["download", url, "--cache-dir", shared], home)
     assert done.returncode == 0, out["error"]
     assert out["download"]["from_cache"] is False and out["download"]["sha256"] == _sha(real)
+
+
+def test_a_part_another_user_planted_is_not_resumed(server, tmp_path, home):
+    """In a cache others may add to, another user's `.part` was resumed: their bytes became
+    the start of the archive, and with no checksum to check nothing noticed."""
+    import os
+
+    url = f"{server.base}/mirror/{V7}"
+    real = server.files[f"/mirror/{V7}"]
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    part = shared / f"{V7}.part"
+    part.write_bytes(b"P" * (len(real) // 2))
+    os.chown(part, 65534, 65534)
+    done, out = run_json(["download", url, "--cache-dir", shared], home)
+    assert done.returncode == 0, out["error"]
+    assert (shared / V7).read_bytes() == real and out["download"]["sha256"] == _sha(real)

@@ -329,6 +329,10 @@ class Downloader:
         """Fetch into `part`, resuming it when the server agrees; return (the offset it resumed
         at, 0 when it started over; the server's validators for the cache)."""
         have = part.stat().st_size if part.exists() else 0
+        if have and not _nobody_else_wrote(part):
+            # another user's bytes would become the start of the archive: started over
+            part.unlink()
+            have = 0
         if limit is not None and have > limit:
             part.unlink()  # longer than the archive can be: nothing in it is worth keeping
             have = 0
@@ -528,7 +532,11 @@ def _open_part(part: Path, mode: str) -> IO[bytes]:
     umask (under `umask 000` open() gives 0666: anyone could change the bytes between the
     checksum and the install), never through a link planted since it was looked at."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
-    flags |= os.O_APPEND if mode == "ab" else os.O_TRUNC
+    if mode == "ab":
+        flags |= os.O_APPEND
+    else:  # a new file: one planted under its name since it was removed is not written into
+        part.unlink(missing_ok=True)
+        flags |= os.O_EXCL
     fd = os.open(part, flags, FILE_MODE)
     try:
         os.fchmod(fd, FILE_MODE)
