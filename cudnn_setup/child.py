@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import os
 import selectors
-import shutil
 import signal
 import subprocess
 import tempfile
@@ -36,6 +35,7 @@ from typing import Mapping
 
 from cudnn_setup import loader_traps
 from cudnn_setup.text import decode_output
+from cudnn_setup.trees import remove_tree_quietly
 
 OUTPUT_LIMIT = 1 << 20  # bytes of stderr kept per child; the rest is dropped
 STDOUT_LIMIT = 4 << 20  # bytes of stdout kept (a probe's JSON line)
@@ -155,7 +155,7 @@ class Runner:
         for proc in live:
             _kill_group(proc)
         for path in scratch:
-            shutil.rmtree(path, ignore_errors=True)
+            remove_tree_quietly(path)
 
     def run(self, cmd: list[str], timeout: float, env: Mapping[str, str] | None = None,
             cwd: Path | None = None, *, key: str | None = None, what: str | None = None,
@@ -188,7 +188,7 @@ class Runner:
             done = self._run(cmd, timeout, env, cwd or scratch, stdin, reply)
         finally:
             if scratch is not None:
-                shutil.rmtree(scratch, ignore_errors=True)
+                remove_tree_quietly(scratch)
                 with self._lock:
                     self._scratch.discard(scratch)
         if done.timed_out and key is not None and remember:

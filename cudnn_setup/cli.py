@@ -220,7 +220,8 @@ def main(argv: list[str] | None = None, *, env: Mapping[str, str] | None = None,
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     env = _as_given(os.environ) if env is None else dict(env)
-    env = _paths_anchored(env, cwd or Path.cwd())
+    cwd = cwd or _working_dir()
+    env = _paths_anchored(env, cwd or Path("/"))
     if COMPLETE_VAR in env:  # the shell's completion script asks for words, not a command
         from cudnn_setup.typer_app import complete
 
@@ -233,10 +234,17 @@ def main(argv: list[str] | None = None, *, env: Mapping[str, str] | None = None,
     home = home or Path(env.get("HOME") or Path.home())
     # a closed stream (Python makes it None) is a sink: print(file=None) would write to stdout
     session = _Session(argv, env, home, stdout or sys.stdout or _sink(),
-                       stderr or sys.stderr or _sink(), system_config, cwd or Path.cwd(),
+                       stderr or sys.stderr or _sink(), system_config, cwd or Path("/"),
                        pip_system_dirs, wheel_tags)
     as_json = "--json" in argv
     command = next((a for a in argv if not a.startswith("-")), "")
+    if cwd is None:
+        from cudnn_setup.report import Result
+
+        return _render(session, Result(command, error=UsageError(
+            "the working directory no longer exists, so no path given relative to it can be "
+            "found", "cd to a directory that exists and run the command again",
+            code="no-working-directory")), as_json)
     try:
         import contextlib
 
@@ -274,6 +282,14 @@ _GIVEN = "CUDNN_SETUP_GIVEN_LD_LIBRARY_PATH"  # the user's LD_LIBRARY_PATH, acro
 # "from the directory the command was given in", which a child (run in a scratch dir of its own)
 # would read from elsewhere.
 _PATH_VARIABLES = ("HOME", "THEANORC", "XDG_CACHE_HOME", "XDG_CONFIG_HOME")
+
+
+def _working_dir() -> Path | None:
+    """The directory the command was given in; None once it has been removed (getcwd fails)."""
+    try:
+        return Path.cwd()
+    except FileNotFoundError:
+        return None
 
 
 def _paths_anchored(env: dict[str, str], cwd: Path) -> dict[str, str]:

@@ -9,6 +9,8 @@ import errno
 import os
 import re
 
+from cudnn_setup.urls import scrub
+
 VERIFY_FAILED = 1
 USAGE = 2
 ARCHIVE_REJECTED = 3
@@ -26,6 +28,9 @@ class SetupError(Exception):
 
     def __init__(self, message: str, hint: str = "", *, problems: list | None = None,
                  code: str | None = None):
+        # A message may quote what a manifest, an index or a server said (`not a plain relative
+        # path: 'http://user:password@…'`): URLs in it lose their secrets here, whoever wrote it.
+        message, hint = scrub(message), scrub(hint)
         super().__init__(message)
         self.message = message
         self.hint = hint

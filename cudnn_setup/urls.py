@@ -28,9 +28,11 @@ class BadUrl(ValueError):
 
 # An `@` that user-info ends at: followed by a host (a name, an address, [IPv6]), an optional
 # port-like tail, then the end, a path, a query or a fragment. Neither class holds `@`, so
-# scanning every `@` of a long text stays linear.
+# scanning every `@` of a long text stays linear. `_AT_NO_HOST`: an `@` with no host after it
+# (`https://u:p@/x` still shows a password), taken only where no `@` has a host.
 _AT_HOST = re.compile(r"@(?=(?:\[[^\]/?#@]*\]?|[A-Za-z0-9._~%!$&'()*+,;=-]+)(?::[^/?#@]*)?"
                       r"(?:[/?#]|\Z))")
+_AT_NO_HOST = re.compile(r"@(?=(?::[^/?#@]*)?(?:[/?#]|\Z))")
 _PATHLIKE = ("/", "./", "../", "~")
 
 
@@ -40,20 +42,29 @@ def _userinfo(text: str) -> tuple[str, str, str] | None:
     `https//u:p@h/`), or to the start when there is no `//` (`u:p@host/x`). The password may
     hold any character, `#`, `/` and `?` included. None for a text without user-info, and for
     a schemeless local path."""
-    at = None
-    for m in _AT_HOST.finditer(text):
-        at = m.start()
+    at = _last(_AT_HOST, text)
+    hostless = at is None
+    at = _last(_AT_NO_HOST, text) if at is None else at
     if at is None:
         return None
     head = text[:at]
     slashes = head.find("//")
     if slashes >= 0 and "@" not in head[:slashes]:
         start = slashes + 2
+        if hostless and "/" in head[start:]:
+            return None  # `https://h/a@/b`, `file:///a@/b`: an `@` in the path, not user-info
     elif text.startswith(_PATHLIKE) or ("/" in head and ":" not in head):
         return None  # a file path with an `@` in it, not a URL
     else:
         start = 0
     return text[:start], head[start:], text[at + 1:]
+
+
+def _last(pattern: re.Pattern[str], text: str) -> int | None:
+    at = None
+    for m in pattern.finditer(text):
+        at = m.start()
+    return at
 
 
 # In a file path: a segment `user:password@host` (a URL given where a path was expected, its

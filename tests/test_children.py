@@ -692,3 +692,18 @@ def test_a_runner_starts_no_child_after_its_command_ended(tmp_path):
     assert not marker.exists() and not list(tmp_path.glob("cudnn-setup-child-*"))
     runner.begin()
     assert runner.run(["touch", str(marker)], timeout=10).returncode == 0 and marker.exists()
+
+
+def test_a_child_that_leaves_a_deep_tree_in_its_scratch_dir_is_no_exit_70(tmp_path):
+    """shutil.rmtree of the scratch dir recursed once per level: an interpreter (`--python`)
+    that made 1,500 nested directories there ended verify with RecursionError, exit 70."""
+    from cudnn_setup.trees import remove_tree
+    try:
+        with Runner(scratch_parent=tmp_path) as runner:
+            done = runner.run(["sh", "-c", "i=0; while [ $i -lt 1500 ]; do mkdir d && cd d || "
+                                           "exit 1; i=$((i+1)); done; echo made"], 60)
+        assert done.returncode == 0 and b"made" in done.stdout
+        assert not list(tmp_path.iterdir())  # the scratch dir went, all 1,500 levels of it
+    finally:  # pytest's own clean-up of old runs recurses too: leave no such tree behind
+        for left in tmp_path.iterdir():
+            remove_tree(left)

@@ -225,3 +225,16 @@ def test_completion_asked_without_the_shells_words_is_no_traceback(words, home):
                           text=True, timeout=60)
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
     assert "nothing completed" in done.stderr
+
+
+def test_a_removed_working_directory_is_a_usage_error_not_a_traceback(tmp_path, home):
+    """getcwd() fails once the directory a shell sits in is removed: a traceback and exit 1."""
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    done = subprocess.run(
+        ["bash", "-c", f'cd "$1" && rmdir "$1" && exec "$2" -m cudnn_setup verify --json',
+         "-", str(gone), sys.executable], env=clean_env(home), capture_output=True, text=True,
+        timeout=120)
+    assert "Traceback" not in done.stderr, done.stderr
+    out = json.loads(done.stdout)
+    assert done.returncode == 2 and out["error"]["code"] == "no-working-directory", out

@@ -346,3 +346,68 @@ def test_full_disk_while_downloading_exits_6_and_keeps_the_part(server, home, tm
 def test_urls_that_do_not_parse_exit_6(url, code, tmp_path, home):
     done, out = run_json(["download", url, "--cache-dir", tmp_path], home)
     assert done.returncode == 6 and out["error"]["code"] == code, out["error"]
+
+
+@pytest.mark.parametrize("umask", [0o000, 0o077])
+def test_cache_and_output_modes_do_not_follow_the_umask(umask, server, home, tmp_path):
+    """Under `umask 000` the cache dir was 0777 and the archive 0666: anyone could swap the
+    bytes that root's next install reads from it. Under 077 the `-o` copy was 0600."""
+    import os
+    import stat
+
+    from conftest import run_cli
+    cache, out = tmp_path / "shared" / "cache", tmp_path / "shared" / "out"
+    for args in (["--cache-dir", cache], ["--cache-dir", cache, "-o", out]):
+        done = run_cli(["download", f"{server.base}/mirror/{V7}", *args, "--json"], home,
+                       preexec_fn=lambda: os.umask(umask))
+        assert done.returncode == 0, done.stderr
+    made = [cache.parent, *cache.rglob("*"), cache, out, *out.rglob("*")]
+    assert {p.name for p in made} >= {V7, "cache", "out", "saved"}
+    for path in made:
+        mode = stat.S_IMODE(path.lstat().st_mode)
+        if path.name.endswith(".lock"):
+            continue  # the lock is the holder's alone (0600) while it exists
+        assert mode == (0o755 if path.is_dir() else 0o644), (str(path), oct(mode))
+
+
+def test_a_cached_copy_another_user_could_have_planted_is_not_reused(server, tmp_path, home):
+    """A cache dir anyone may add to (1777, or one left 0777 by an earlier umask 000): another
+    user planted an archive of the served size and a record naming the server's ETag, and a
+    URL with no checksum was answered from their bytes."""
+    import os
+
+    url = f"{server.base}/mirror/{V7}"
+    learned = tmp_path / "learned"
+    run_json(["download", url, "--cache-dir", learned], home)
+    record = json.loads((learned / f"{V7}.cudnn-setup.json").read_text())
+    real = server.files[f"/mirror/{V7}"]
+    planted = b"P" * len(real)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    (shared / V7).write_bytes(planted)
+    record["sha256"] = _sha(planted)
+    (shared / f"{V7}.cudnn-setup.json").write_text(json.dumps(record))
+    for name in (V7, f"{V7}.cudnn-setup.json"):
+        os.chown(shared / name, 65534, 65534)  # the other user's files
+    done, out = run_json(["download", url, "--cache-dir", shared], home)
+    assert done.returncode == 0, out["error"]
+    assert out["download"]["from_cache"] is False and out["download"]["sha256"] == _sha(real)
+
+
+def test_a_part_another_user_planted_is_not_resumed(server, tmp_path, home):
+    """In a cache others may add to, another user's `.part` was resumed: their bytes became
+    the start of the archive, and with no checksum to check nothing noticed."""
+    import os
+
+    url = f"{server.base}/mirror/{V7}"
+    real = server.files[f"/mirror/{V7}"]
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    part = shared / f"{V7}.part"
+    part.write_bytes(b"P" * (len(real) // 2))
+    os.chown(part, 65534, 65534)
+    done, out = run_json(["download", url, "--cache-dir", shared], home)
+    assert done.returncode == 0, out["error"]
+    assert (shared / V7).read_bytes() == real and out["download"]["sha256"] == _sha(real)

@@ -56,6 +56,34 @@ def test_a_link_planted_where_the_mirror_writes_is_refused_and_its_target_untouc
     assert not list(out.glob("redistrib_*.json"))
 
 
+# --- pieces someone else could have written -------------------------------------------------
+
+NOBODY = 65534
+
+
+@pytest.mark.parametrize("piece,how", [
+    ("", 0o777), ("", 0o1777), ("cudnn", 0o777), ("cudnn/linux-x86_64", 0o775),
+    ("cudnn", NOBODY), ("redistrib_9.1.7.json", 0o666), ("redistrib_9.1.7.json", NOBODY)])
+def test_a_mirror_piece_another_user_could_write_is_refused_before_anything_is_written(
+        piece, how, source, tmp_path, home):
+    """Built into a directory, or over a manifest, that another user may write, that user
+    could swap an archive after its checksum went into the manifest, or plant a manifest the
+    run keeps: the fleet would install their bytes. The rule of the state dir (state/trust.py)."""
+    out = tmp_path / "fleet"
+    (out / "cudnn" / "linux-x86_64").mkdir(parents=True)
+    (out / "redistrib_9.1.7.json").write_text(json.dumps({"release_label": "9.1.7"}))
+    target = out / piece
+    if how == NOBODY:
+        os.chown(target, NOBODY, NOBODY)
+    else:
+        target.chmod(how)
+    before = snapshot(out)
+    done, res = build(home, out, "9.1", "--cuda", "12", "--from", source.url)
+    assert done.returncode == INSTALL_FAILED and res["error"]["code"] == "unsafe-mirror", \
+        res["error"]
+    assert snapshot(out) == before
+
+
 # --- modes, whatever the umask ----------------------------------------------------------------
 
 def _modes(out):

@@ -226,12 +226,13 @@ def test_https_to_http_leaves_the_origin():
     assert not leaves_origin("https://m.lan/a", "https://m.lan/b")
 
 
-@pytest.mark.parametrize("target", ["loop", "file", "ftp", "empty"])
+@pytest.mark.parametrize("target", ["loop", "file", "ftp", "empty", "ipv6", "port"])
 def test_bad_redirects_are_bad_redirect_in_every_command(target, mirror, cuda_root, home,
                                                          tmp_path, server):
     root = cuda_root(version="12.4", layout="lib")
+    # ipv6, port: requests parsed these ahead of the tool and raised ValueError (exit 70)
     location = {"loop": None, "file": "file:///etc/passwd", "ftp": "ftp://127.0.0.1/x",
-                "empty": ""}[target]
+                "empty": "", "ipv6": "http://u:pw9@[::1/x", "port": "http://h:99999/x"}[target]
 
     def point(path):
         if target == "loop":
@@ -250,6 +251,7 @@ def test_bad_redirects_are_bad_redirect_in_every_command(target, mirror, cuda_ro
     for args in runs:
         done, out = run_json(args, home)
         assert done.returncode == 6 and out["error"]["code"] == "bad-redirect", (args, out["error"])
+        assert "pw9" not in done.stdout + done.stderr
 
 
 # --- waiting: one time limit per command ----------------------------------------------------------
@@ -624,3 +626,23 @@ def test_three_installs_of_one_version_sharing_a_cache_all_succeed(mirror, cuda_
     assert len(archive_gets) == 1  # one download, the other two found it complete
     # and they did overlap: the later ones waited for the lock, and said so
     assert any("waiting for another run's download" in err for _, err in outs), outs
+
+
+@pytest.mark.parametrize("where", ["http://u:mpw11@127.0.0.1:9/x.tar.xz",
+                                   "https://u:mpw11@/x.tar.xz",
+                                   "u:mpw11@127.0.0.1:9/x.tar.xz"])
+def test_a_manifest_quoting_a_secret_keeps_it_out_of_every_message(where, mirror, cuda_root,
+                                                                    home, tmp_path):
+    """A relative_path holding a URL with credentials was quoted whole in `manifest-damaged`."""
+    tree = tmp_path / "tree"
+    shutil.copytree(mirror.root, tree)
+    manifest = tree / "redistrib_9.1.7.json"
+    data = json.loads(manifest.read_text())
+    data["cudnn"]["linux-x86_64"]["cuda12"]["relative_path"] = where
+    manifest.write_text(json.dumps(data))
+    root = cuda_root(version="12.4", layout="lib")
+    for args in (["install", "9.1.7", "--cuda-root", root, "--no-theanorc", "--mirror", tree],
+                 ["mirror", tmp_path / "out", "9.1.7", "--cuda", "12", "--from", tree]):
+        done, out = run_json(args, home)
+        assert done.returncode == 6 and out["error"]["code"] == "manifest-damaged", out["error"]
+        assert "mpw11" not in done.stdout + done.stderr, done.stdout

@@ -36,6 +36,11 @@ def wheels(tmp_path_factory, compiler):
     (f"https://u:{SECRET}@x@host:8/a?t=1", "https://host:8/a?…"),  # the last @ ends it
     (f"http://{SECRET}@[::1/x", "http://[::1/x"),
     ("/home/u/archives/cudnn@9.tgz", "/home/u/archives/cudnn@9.tgz"),  # a path stays as it is
+    (f"https://user:{SECRET}@/x.tgz", "https:///x.tgz"),  # no host after the user-info
+    (f"https://user:{SECRET}@", "https://"),
+    (f"https://user:{SECRET}@:8/x?t=1", "https://:8/x?…"),
+    ("https://host/a@/b.tgz", "https://host/a@/b.tgz"),  # an `@` in the path stays
+    ("file:///srv/a@/b.tgz", "file:///srv/a@/b.tgz"),
 ])
 def test_redact_hides_user_info_in_every_form(url, shown):
     assert redact(url) == shown
@@ -61,6 +66,7 @@ def test_index_url_secrets_never_reach_stdout_or_stderr(index, home):
 @pytest.mark.parametrize("args", [
     ["install", f"user:{SECRET}@127.0.0.1:9/x.tgz"],  # taken for a path: the path is shown
     ["install", f"https//user:{SECRET}@127.0.0.1:9/x.tgz"],
+    ["install", f"https://user:{SECRET}@/x.tgz"],
     ["install", "9.1", "--cuda", "12", "--mirror", f"https//user:{SECRET}@127.0.0.1:9/x/"],
     ["inspect", f"user:{SECRET}@127.0.0.1:9/x.tgz"],
 ])

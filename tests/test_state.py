@@ -12,6 +12,7 @@ import pytest
 from conftest import run_json, tree_state
 from cudnn_setup.facts.cuda import find_cuda_root
 from cudnn_setup.state.layout import StateDir
+from cudnn_setup.trees import remove_tree
 from fixtures.generate import GENERATION_SAMPLES
 
 V7 = GENERATION_SAMPLES["v4-v7"]
@@ -364,3 +365,26 @@ def test_a_hostile_provenance_is_refused(setup, home, change, what):
     root, outside = setup
     _edit(root, "manifest.json", lambda m: change(m["source"]["provenance"]))
     refused(root, outside, home, ["uninstall"], what)
+
+
+def test_a_deep_tree_in_the_state_is_removed_without_recursion(setup, home):
+    """shutil.rmtree recursed once per level: 1,500 directories under originals/ ended a
+    committed uninstall with RecursionError, exit 70. A link in the tree goes, not its target."""
+    root, outside = setup
+    top = root / ".cudnn-setup" / "originals" / "deep"
+    top.mkdir(parents=True)
+    fd = os.open(top, os.O_RDONLY)
+    for _ in range(1500):  # through descriptors: Path.mkdir(parents=True) recurses too
+        os.mkdir("d", dir_fd=fd)
+        child = os.open("d", os.O_RDONLY, dir_fd=fd)
+        os.close(fd)
+        fd = child
+    os.symlink(outside, "to-outside", dir_fd=fd)
+    os.close(fd)
+    try:
+        done, out = run_json(["uninstall", "--cuda-root", root], home)
+        assert done.returncode == 0 and "Traceback" not in done.stderr, out["error"]
+        assert not top.exists()
+        assert (outside / "x").read_bytes() == SENTINEL
+    finally:  # pytest's own clean-up of old runs recurses too: leave no such tree behind
+        remove_tree(top)

@@ -234,3 +234,26 @@ def test_deps_fixes_name_with_deps_for_a_managed_root(cudnn, cuda_root, home, tm
     assert blas["fixes"][0]["text"] == (f"cudnn-setup install 9.1.7 --from pypi --with-deps "
                                         f"--cuda-root {root}")
     assert "--with-deps" in check.detail
+
+
+def test_a_dependency_library_for_another_machine_is_refused(cudnn, cuda_root, home, tmp_path,
+                                                              compiler):
+    """An aarch64 libcublas.so.12 in the cuBLAS wheel was placed into an x86_64 root (exit 0),
+    to fail only when a program loaded it: judged now like cuDNN's own libraries."""
+    from fixtures.generate import EM_AARCH64, patch_machine
+    good = cublas(tmp_path, compiler)
+    foreign = tmp_path / "foreign" / good.name
+    foreign.parent.mkdir()
+    with zipfile.ZipFile(good) as src, zipfile.ZipFile(foreign, "w", zipfile.ZIP_DEFLATED) as z:
+        for info in src.infolist():
+            data = src.read(info)
+            z.writestr(info, patch_machine(data, EM_AARCH64)
+                       if info.filename.endswith("libcublas.so.12") else data)
+    root = cuda_root("12.4", "lib")
+    before = tree_state(root)
+    with IndexServer() as server:
+        index = serve(server, cudnn, {"nvidia-cublas-cu12": [foreign]})
+        done, out = install(root, home, index)
+    assert done.returncode == ARCHIVE_REJECTED, out["error"]
+    assert "AARCH64" in out["error"]["message"], out["error"]
+    assert tree_state(root) == before

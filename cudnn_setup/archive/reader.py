@@ -7,7 +7,6 @@ directory the caller owns.
 from __future__ import annotations
 
 import io
-import shutil
 import tarfile
 from pathlib import Path
 from typing import IO, Callable, Mapping
@@ -21,6 +20,7 @@ from cudnn_setup.archive.rules import Limits, MemberRules, Stop, corrupt
 from cudnn_setup.digest import SHA256
 from cudnn_setup.errors import ArchiveRejected, InstallFailed, os_error
 from cudnn_setup.text import escape, show_path
+from cudnn_setup.trees import remove_tree
 
 
 def read(path: Path, staging_dir: Path, want: Wanted, limits: Limits | None = None,
@@ -110,10 +110,7 @@ def staging_failed(staging_dir: Path, exc: staging.StagingWriteFailed) -> Except
 def _empty(staging_dir: Path) -> None:
     """Remove what a first pass staged, leaving the (caller's) directory itself."""
     for entry in staging_dir.iterdir():
-        if entry.is_dir() and not entry.is_symlink():
-            shutil.rmtree(entry)
-        else:
-            entry.unlink()
+        remove_tree(entry)
 
 
 def unreadable(path: Path, exc: OSError) -> ArchiveRejected:

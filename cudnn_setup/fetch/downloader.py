@@ -26,12 +26,12 @@ import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Mapping
+from typing import IO, Callable, Iterable, Mapping
 
 import requests
 import urllib3
 
-from cudnn_setup.durable import write_atomic
+from cudnn_setup.durable import make_dirs, write_atomic
 from cudnn_setup.digest import file_digest
 from cudnn_setup.errors import ArchiveRejected, DownloadFailed, os_error
 from cudnn_setup.fetch.checksums import Expected, expected_for, mismatch
@@ -156,7 +156,7 @@ class Downloader:
         directory = self.output_dir or self.cache_dir
         for d in dict.fromkeys((self.cache_dir, directory)):
             try:
-                d.mkdir(parents=True, exist_ok=True)
+                make_dirs(d)  # 0755 whatever the umask: under 000 anyone could swap the archive
             except OSError as exc:
                 error = os_error(exc, f"cannot create the download directory {show_path(d)}",
                                  kind=DownloadFailed)
@@ -275,7 +275,7 @@ class Downloader:
                 "sha256": sha, "path": os.fsdecode(os.path.abspath(dest)), **validators}
         try:
             path = self._meta_path(dest)
-            path.parent.mkdir(parents=True, exist_ok=True)
+            make_dirs(path.parent)
             write_atomic(path, json.dumps(meta).encode())
         except OSError:
             pass  # without it the next run downloads again: slower, never wrong
@@ -286,6 +286,8 @@ class Downloader:
         The server must name the same size and the same ETag or Last-Modified as when the file
         was fetched (a HEAD request), and the file must still hash as it did then.
         """
+        if not (_nobody_else_wrote(dest) and _nobody_else_wrote(self._meta_path(dest))):
+            return None  # a shared cache: another user could have planted both with one size
         try:
             meta = json.loads(read_regular(self._meta_path(dest), 65536))
         except (OSError, ValueError, RecursionError):
@@ -327,6 +329,10 @@ class Downloader:
         """Fetch into `part`, resuming it when the server agrees; return (the offset it resumed
         at, 0 when it started over; the server's validators for the cache)."""
         have = part.stat().st_size if part.exists() else 0
+        if have and not _nobody_else_wrote(part):
+            # another user's bytes would become the start of the archive: started over
+            part.unlink()
+            have = 0
         if limit is not None and have > limit:
             part.unlink()  # longer than the archive can be: nothing in it is worth keeping
             have = 0
@@ -398,7 +404,7 @@ class Downloader:
         budget_before = self.client.budget.left
 
         try:
-            with open(part, mode) as f:
+            with _open_part(part, mode) as f:
                 def sink(chunk: bytes) -> None:
                     nonlocal done
                     f.write(chunk)
@@ -501,6 +507,43 @@ def _resumed_range(r: requests.Response, have: int) -> tuple[int | None, int | N
     if length and length.isdigit() and int(length) != int(m.group(2)) - have + 1:
         return None, None
     return have, total
+
+
+def _nobody_else_wrote(path: Path) -> bool:
+    """Whether only this user or root could have written the file at `path` and put it there
+    (state/trust.py's rule): a file checked by no checksum is reused only then. The file and its
+    directory owned by one of them, neither writable by group or others (the directory may be
+    sticky, as /tmp is: others can then add names but not replace this one)."""
+    mine = {0, os.geteuid()}
+    try:
+        st, parent = os.lstat(path), os.stat(path.parent)
+    except OSError:
+        return False
+    return (stat.S_ISREG(st.st_mode) and st.st_uid in mine and not st.st_mode & 0o022
+            and parent.st_uid in mine
+            and (not parent.st_mode & 0o022 or bool(parent.st_mode & stat.S_ISVTX)))
+
+
+FILE_MODE = 0o644  # a download, whatever the umask: readable by all, writable by its owner
+
+
+def _open_part(part: Path, mode: str) -> IO[bytes]:
+    """The `.part` file opened to append ("ab") or start over ("wb"), FILE_MODE whatever the
+    umask (under `umask 000` open() gives 0666: anyone could change the bytes between the
+    checksum and the install), never through a link planted since it was looked at."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+    if mode == "ab":
+        flags |= os.O_APPEND
+    else:  # a new file: one planted under its name since it was removed is not written into
+        part.unlink(missing_ok=True)
+        flags |= os.O_EXCL
+    fd = os.open(part, flags, FILE_MODE)
+    try:
+        os.fchmod(fd, FILE_MODE)
+    except BaseException:
+        os.close(fd)
+        raise
+    return os.fdopen(fd, mode)
 
 
 def _must_be_a_file_or_nothing(path: Path) -> None:

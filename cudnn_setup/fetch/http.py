@@ -211,6 +211,16 @@ class _Watchdog:
         _IN_USE.pop(self.thread, None)
 
 
+class _Session(requests.Session):
+    """requests without its own redirect reading: even with allow_redirects=False it parses
+    a 3xx's Location ahead (for `Response.next`), and a Location like `http://[::1/x` raised
+    ValueError out of the request, an exit 70. `Client.request` reads Location itself, under
+    its own policy."""
+
+    def get_redirect_target(self, resp: requests.Response) -> None:
+        return None
+
+
 class Client:
     """One command's HTTP: the user's headers, the environment's network settings, one budget."""
 
@@ -221,7 +231,7 @@ class Client:
                  slow_seconds: float = SLOW_SECONDS):
         self.headers = dict(headers or {})
         self.slow_seconds = slow_seconds
-        self.session = session or requests.Session()
+        self.session = session or _Session()
         self.session.trust_env = False  # the environment comes from the caller, through Network
         for prefix in ("http://", "https://"):
             self.session.mount(prefix, _Adapter())

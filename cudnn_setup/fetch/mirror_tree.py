@@ -29,6 +29,7 @@ from cudnn_setup.durable import replace_durably, write_atomic
 from cudnn_setup.errors import InstallFailed
 from cudnn_setup.state.layout import (DEFAULT_LOCK_TIMEOUT, got_line, lock_held_error,
                                       waiting_line)
+from cudnn_setup.state.trust import unsafe
 from cudnn_setup.text import escape, show_path
 
 DIR_MODE, FILE_MODE = 0o755, 0o644
@@ -60,6 +61,15 @@ class MirrorTree:
         for made in reversed(missing):
             os.chmod(made, DIR_MODE)
         self.fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        st = os.fstat(self.fd)
+        # state/trust.py's rule: only this user, root and DIR's owner may have written it
+        self._trusted = frozenset({0, os.geteuid(), st.st_uid})
+        try:
+            self._judge(st, "")
+            self._judge_below()
+        except InstallFailed:
+            os.close(self.fd)
+            raise
         self._dirs: dict[str, int] = {"": self.fd}
         self._work: list[str] = []  # names this run created in INCOMING
         self._made_incoming = False
@@ -87,8 +97,41 @@ class MirrorTree:
             os.fchmod(fd, DIR_MODE)
             if rel == INCOMING:
                 self._made_incoming = True
+        else:
+            try:
+                self._judge(os.fstat(fd), rel)
+            except InstallFailed:
+                os.close(fd)
+                raise
         self._dirs[rel] = fd
         return fd
+
+    def _judge_below(self) -> None:
+        """Every entry under DIR judged before anything is written (links not followed: a
+        link's target is refused where the mirror would use it)."""
+        stack = [""]
+        while stack:
+            rel = stack.pop()
+            with os.scandir(self.root / rel if rel else self.root) as entries:
+                for entry in entries:
+                    sub = f"{rel}/{entry.name}" if rel else entry.name
+                    st = entry.stat(follow_symlinks=False)
+                    self._judge(st, sub)
+                    if stat.S_ISDIR(st.st_mode):
+                        stack.append(sub)
+
+    def _judge(self, st: os.stat_result, rel: str) -> None:
+        """Refuse (`unsafe-mirror`) a directory or file of DIR that someone else could have
+        written: another user could swap an archive after its checksum went into a manifest,
+        or plant a manifest that root's run keeps and the fleet then trusts."""
+        why = unsafe(st, self._trusted)
+        if why:
+            shown = show_path(self.root / rel) if rel else show_path(self.root)
+            raise InstallFailed(
+                f"{shown} in the mirror is {why}; someone else could change what the fleet "
+                "installs from it, so nothing was written there",
+                f"make it its owner's alone (`chmod go-w {shown}`, `chown` it to yourself), or "
+                "build the mirror in another directory", code="unsafe-mirror")
 
     def _not_ours(self, rel: str) -> InstallFailed:
         return InstallFailed(
@@ -130,6 +173,7 @@ class MirrorTree:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
                 raise self._not_ours(rel)
+            self._judge(st, rel)
             if st.st_size > limit:
                 raise TooLarge(st.st_size)
             return f.read(limit + 1)

@@ -333,7 +333,7 @@ def safe_relative(path: str) -> str:
     if (not path or path.startswith("/") or "\\" in path or "%" in path
             or any(ord(c) < 32 or c == "\x7f" for c in path)
             or any(s in ("", ".", "..") for s in segments)):
-        raise ValueError(f"not a plain relative path: {path[:120]!r}")
+        raise ValueError(f"not a plain relative path: '{redact(path[:120])}'")
     return path
 
 

@@ -27,11 +27,12 @@ from cudnn_setup.placement.judge import Judged, stage_and_judge
 from cudnn_setup.placement.same_archive import archive_stat, plan_again
 from cudnn_setup.placement.targets import dependency_entries, desired_entries, root_dirs
 from cudnn_setup.state import changed, writable
-from cudnn_setup.state.layout import StateDir, remove_tree
+from cudnn_setup.state.layout import StateDir
 from cudnn_setup.state.manifest import Manifest
 from cudnn_setup.state.plan import Desired, Plan, conflict_error, make_plan, uninstall_plan
 from cudnn_setup.state.transaction import Filesystem, new_txid, recover
 from cudnn_setup.text import plural
+from cudnn_setup.trees import remove_tree
 
 if TYPE_CHECKING:
     from cudnn_setup.probing.driver import DriverFacts

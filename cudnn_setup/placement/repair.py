@@ -31,12 +31,13 @@ from cudnn_setup.placement.judge import stage
 from cudnn_setup.placement.targets import desired_entries, root_dirs
 from cudnn_setup.state.changed import kept_rel
 from cudnn_setup.state.journal import MKDIR, PUT, Op
-from cudnn_setup.state.layout import StateDir, remove_tree
+from cudnn_setup.state.layout import StateDir
 from cudnn_setup.state.paths import damaged_error
 from cudnn_setup.state.manifest import DIR, FILE, SYMLINK, Content, FileRecord, Manifest
 from cudnn_setup.state.files import describe, describe_known
 from cudnn_setup.state.transaction import Filesystem, Transaction, new_txid, recover
 from cudnn_setup.text import escape, plural
+from cudnn_setup.trees import remove_tree
 
 MISSING, CHANGED_BYTES, MODE, REPLACED, LINK_MISSING, REPOINTED = (
     "missing", "changed", "mode", "replaced", "link-missing", "re-pointed")

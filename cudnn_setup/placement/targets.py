@@ -12,7 +12,7 @@ from cudnn_setup.archive.wheel import dependency_libraries
 from cudnn_setup.errors import ArchiveRejected, InstallFailed
 from cudnn_setup.facts import cudnn as gen
 from cudnn_setup.facts.cuda import CudaRoot
-from cudnn_setup.facts.ldresolve.loadable import NotLoadable, read_object
+from cudnn_setup.facts.ldresolve.loadable import ElfObject, NotLoadable, read_object
 from cudnn_setup.state.manifest import FILE
 from cudnn_setup.state.paths import STATE_DIR, is_within
 from cudnn_setup.state.plan import Desired
@@ -78,13 +78,14 @@ def dependency_entries(wheels: Sequence[Path], work: Path, root: Path, lib_rel: 
                        left_alone: list[str] | None = None) -> list[Desired]:
     """The shared libraries of the dependency wheels, staged under `work`, as files in the lib
     dir under their SONAME with the development link, recorded like cuDNN's own files. Each
-    must be an ELF shared object whose SONAME is its file name. A library the root already
+    must be an ELF shared object for cuDNN's machine, whose SONAME is its file name. A library the root already
     has under any version of its SONAME (a cuBLAS wheel's libcudart.so.12 beside the toolkit's
     runtime) is left alone and said in `left_alone`, unless the tool placed it (`owned`: the
     paths its manifest records)."""
     taken = {d.path for d in desired}
     owned = set(owned)
     present = _libraries_by_stem(root / lib_rel)
+    cudnn = _cudnn_object(desired)
     out: list[Desired] = []
     for i, wheel in enumerate(wheels):
         for name, staged, sha in dependency_libraries(wheel, work / str(i)):
@@ -93,6 +94,14 @@ def dependency_entries(wheels: Sequence[Path], work: Path, root: Path, lib_rel: 
             except NotLoadable as exc:
                 raise ArchiveRejected(f"{escape(wheel.name)}: {escape(name)} is not a library "
                                       f"({escape(str(exc)[:120])})", "do not use this wheel") from None
+            if cudnn is not None and elf.host != cudnn.host:
+                # judged like cuDNN's own libraries: an aarch64 libcublas in an x86_64 root was
+                # placed, and only failed at run time
+                raise ArchiveRejected(
+                    f"{escape(wheel.name)}: {escape(name)} is a {elf.bits}-bit "
+                    f"{escape(elf.machine.removeprefix('EM_'))} library; cuDNN's are "
+                    f"{cudnn.bits}-bit {escape(cudnn.machine.removeprefix('EM_'))}",
+                    "use the wheel built for this machine's platform")
             if elf.soname != name:
                 continue  # not under its SONAME (a builtins variant, a stub): not what loads
             path = f"{lib_rel}/{name}"
@@ -115,6 +124,18 @@ def dependency_entries(wheels: Sequence[Path], work: Path, root: Path, lib_rel: 
                 out.append(Desired(dev, "symlink", target=name,
                                    source=links_dir / f"{stem['stem']}.so"))
     return out
+
+
+def _cudnn_object(desired: list[Desired]) -> ElfObject | None:
+    """The loader's facts of the libcudnn being placed (judged for this machine already)."""
+    for d in desired:
+        if d.kind == FILE and d.source is not None and \
+                os.path.basename(d.path).startswith("libcudnn.so."):
+            try:
+                return read_object(d.source)
+            except NotLoadable:
+                return None
+    return None
 
 
 def _libraries_by_stem(lib_dir: Path) -> dict[str, list[str]]:

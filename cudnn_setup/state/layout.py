@@ -14,7 +14,6 @@ import errno
 import fcntl
 import json
 import os
-import shutil
 import stat
 import time
 from contextlib import contextmanager
@@ -454,13 +453,3 @@ def write_manifest(path: Path, manifest: Manifest) -> None:
     _write_json(path, manifest.to_dict())
 
 
-def remove_tree(path: Path) -> None:
-    """Remove a file, a link (not what it points to) or a directory tree (not following links)."""
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return
-    if stat.S_ISDIR(st.st_mode):
-        shutil.rmtree(path)
-    else:
-        os.unlink(path)

@@ -23,9 +23,10 @@ from typing import Callable
 from cudnn_setup.durable import DIR_MODE, fsync_dir, make_dirs, sync_dirs
 from cudnn_setup.state import changed
 from cudnn_setup.state.journal import MKDIR, PUT, REMOVE, RMDIR, Journal, Op
-from cudnn_setup.state.layout import StateDir, remove_tree, write_manifest
+from cudnn_setup.state.layout import StateDir, write_manifest
 from cudnn_setup.state.manifest import Manifest
 from cudnn_setup.state.paths import Damaged, contained
+from cudnn_setup.trees import remove_tree
 
 __all__ = ["Filesystem", "Transaction", "Op", "PUT", "REMOVE", "MKDIR", "RMDIR", "rollback",
            "finish", "recover"]
