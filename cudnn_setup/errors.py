@@ -9,7 +9,6 @@ import errno
 import os
 import re
 
-from cudnn_setup.urls import scrub
 
 VERIFY_FAILED = 1
 USAGE = 2
@@ -30,6 +29,8 @@ class SetupError(Exception):
                  code: str | None = None):
         # A message may quote what a manifest, an index or a server said (`not a plain relative
         # path: 'http://user:password@…'`): URLs in it lose their secrets here, whoever wrote it.
+        # Imported here: `--version` and usage errors load no URL parsing.
+        from cudnn_setup.urls import scrub
         message, hint = scrub(message), scrub(hint)
         super().__init__(message)
         self.message = message
