@@ -624,3 +624,36 @@ def test_three_installs_of_one_version_sharing_a_cache_all_succeed(mirror, cuda_
     assert len(archive_gets) == 1  # one download, the other two found it complete
     # and they did overlap: the later ones waited for the lock, and said so
     assert any("waiting for another run's download" in err for _, err in outs), outs
+
+
+# --- a tree out of reach: what was asked, what failed, and what to check ----------------------
+
+NVIDIA_TREE = "https://developer.download.nvidia.com/compute/cudnn/redist/"
+
+
+@pytest.mark.parametrize("command", [["install", "9.28", "--dry-run"], ["download", "9.28"]])
+def test_nvidia_out_of_reach_is_said_without_a_mirror_in_the_hint(command, home, cuda_root,
+                                                                  tmp_path):
+    """NVIDIA's own tree through a proxy that refuses: the step says whom it asked, the error
+    what failed; no mirror was used, so the hint names the other sources, not "the mirror"."""
+    root = cuda_root("12.4")
+    done, out = run_json([*command, "--cuda-root", root, "--output", tmp_path]
+                         if command[0] == "download" else [*command, "--cuda-root", root,
+                                                             "--no-theanorc"], home,
+                         {"HTTPS_PROXY": "http://127.0.0.1:9", "https_proxy": "http://127.0.0.1:9"})
+    assert done.returncode == 6, done.stderr
+    assert f"cudnn-setup: asking {NVIDIA_TREE} for cuDNN 9.28" in done.stderr
+    error = out["error"]
+    assert "not listed" not in error["message"] and "lists" not in error["message"]
+    assert "refused" in error["message"] or "proxy" in error["message"], error
+    assert "mirror URL" not in error["hint"] and "--from pypi" in error["hint"], error
+
+
+def test_a_mirror_out_of_reach_names_the_mirror_in_the_hint(home, cuda_root):
+    root = cuda_root("12.4")
+    done, out = run_json(["install", "9.28", "--dry-run", "--cuda-root", root, "--no-theanorc",
+                          "--mirror", "http://127.0.0.1:9/cudnn/"], home)
+    assert done.returncode == 6, done.stderr
+    assert "cudnn-setup: asking http://127.0.0.1:9/cudnn/ for cuDNN 9.28" in done.stderr
+    assert "connection refused" in out["error"]["message"]
+    assert "check the mirror URL" in out["error"]["hint"]

@@ -349,7 +349,7 @@ class Downloader:
                                      code="unknown-host") from None
             if kind == "connection-refused":
                 raise _Retry(f"connection refused by {redact(url)}",
-                             "is the mirror up, and is the port right?",
+                             "is the server up, and is the port right?",
                              code="connection-refused") from None
             raise _Retry(reason(exc, url)) from None
         except requests.exceptions.InvalidURL as exc:
