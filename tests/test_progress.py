@@ -399,3 +399,23 @@ def test_doctor_calls_staging_under_a_held_lock_a_run_at_work_and_does_not_wait(
     assert "in 1 file (tx/0123456789ab)" in problem["message"]
     assert "waiting for the lock" not in done.stderr and took < 60
     assert (staging / "libcudnn.so.7.4.2").exists()
+
+
+def test_a_beat_between_updates_says_the_count_as_it_stands():
+    """Updates that come just after each beat's line (the heartbeat wins the race) are not
+    lost: the next beat says the count they reached, not the last one written again."""
+    out = io.StringIO()
+    plain = console.Plain(out, every=0.3)
+    update = plain.progress("reading big.tar.xz")
+    update(1, 10**9)
+    for done in range(10**8, 10**9, 10**8):
+        time.sleep(0.2)
+        update(done, 10**9)
+    time.sleep(0.4)
+    plain.close()
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "cudnn-setup: reading big.tar.xz: 1 bytes of 1000 MB (0%)", lines
+    assert "still going" not in " ".join(lines[:-1]), lines  # every beat but a last one moved
+    assert any("900 of 1000 MB" in line for line in lines), lines
+    counts = [int(line.split(": ")[2].split()[0]) for line in lines if "still going" not in line]
+    assert counts == sorted(counts) and len(set(counts)) == len(counts), lines
