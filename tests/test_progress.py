@@ -369,11 +369,18 @@ def test_a_slow_download_says_how_far_it_got_every_beat(home, tmp_path):
         done = run_cli(["download", f"{server.base}/cudnn-slow.tgz", "--cache-dir",
                         tmp_path / "cache"], home)
     assert done.returncode == 0, done.stderr
-    lines = [l for l in done.stderr.splitlines() if "downloading cudnn-slow.tgz" in l]
+    said = done.stderr.splitlines()
+    # the step, from where (the host, not the whole URL), before its bytes are counted
+    host = server.base.split("//", 1)[1]
+    start = said.index(f"cudnn-setup: downloading cudnn-slow.tgz from {host}")
+    lines = [l for l in said[start + 1:] if "downloading cudnn-slow.tgz" in l]
     assert lines[0].startswith("cudnn-setup: downloading cudnn-slow.tgz: ")
     assert 3 <= len(lines) <= 5, lines
     assert any(" of 3.0 MB (" in l for l in lines[1:-1]), lines
     assert lines[-1].startswith("cudnn-setup: downloading cudnn-slow.tgz: 3.0 MB in ")
+    # then the checksum of what came, said before it is computed
+    assert said.index("cudnn-setup: checking the sha256 of cudnn-slow.tgz as downloaded") > \
+        said.index(lines[-1])
 
 
 def test_doctor_calls_staging_under_a_held_lock_a_run_at_work_and_does_not_wait(home,
