@@ -184,8 +184,9 @@ def test_rich_is_imported_only_for_a_terminal(home, archives):
     assert "rich.live" not in imported and "rich.progress" not in imported
 
 
-def _on_a_pty(argv: list[str], env: dict, timeout: float = 600) -> tuple[int, bytes, list]:
-    """Run `argv` with stdin, stdout and stderr on a real pseudo-terminal 200 columns wide;
+def _on_a_pty(argv: list[str], env: dict, timeout: float = 600,
+              columns: int = 200) -> tuple[int, bytes, list]:
+    """Run `argv` with stdin, stdout and stderr on a real pseudo-terminal `columns` wide;
     what it wrote, and when each piece came."""
     pid, fd = pty.fork()
     if pid == 0:  # the child: its terminal is the pty
@@ -193,7 +194,7 @@ def _on_a_pty(argv: list[str], env: dict, timeout: float = 600) -> tuple[int, by
             os.execve(argv[0], argv, env)
         finally:
             os._exit(127)
-    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 200, 0, 0))
+    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 50, columns, 0, 0))
     chunks, data = [], b""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -426,3 +427,25 @@ def test_a_beat_between_updates_says_the_count_as_it_stands():
     assert any("900 of 1000 MB" in line for line in lines), lines
     counts = [int(line.split(": ")[2].split()[0]) for line in lines if "still going" not in line]
     assert counts == sorted(counts) and len(set(counts)) == len(counts), lines
+
+
+@pytest.mark.parametrize("no_color", [False, True])
+def test_a_40_column_terminal_keeps_step_and_bytes_and_no_color_means_none(no_color, home,
+                                                                           cuda_root):
+    """An install on a real 40-column pty: every line of the live display fits, cut with an
+    ellipsis, the bytes kept; with NO_COLOR set (https://no-color.org) no colour at all."""
+    import re
+
+    root = cuda_root("10.0")
+    env = clean_env(home, **({"NO_COLOR": "1"} if no_color else {}))
+    env.pop("COLUMNS", None)
+    code, data, _ = _on_a_pty(_install_argv(root, home, "--no-verify"), env, columns=40)
+    text = data.decode("utf-8", "replace")
+    assert code == 0, text[-3000:]
+    colours = re.findall(r"\x1b\[[0-9;]*m", text)
+    assert (not colours) if no_color else colours, colours[:5]
+    display = text.split("installed cuDNN 7.4.2")[0]  # the answer after it is not the display's
+    lines = [line for line in re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "\n", display)
+             .replace("\r", "\n").splitlines() if line.strip()]
+    assert lines and all(len(line) <= 40 for line in lines), [l for l in lines if len(l) > 40]
+    assert any(line.lstrip("⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏ ").startswith("placing cuDNN 7.4.2") for line in lines)
