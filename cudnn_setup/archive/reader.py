@@ -33,10 +33,10 @@ def read(path: Path, staging_dir: Path, want: Wanted, limits: Limits | None = No
 
     `on_read` hears how far the reading got: the decoded bytes of the total a .tar.xz's index
     records (the compressed ones arrive in gulps: a block, or a megabyte that decodes to fifty),
-    else the archive's bytes of its size. `xz` is the xz program to decode multi-block .tar.xz with, on every core (None: decode in
-    this process); `gzip` the gzip decoder (None: the one for this machine); `env` the
-    command's environment, the one decoding children run in; `content_hash` what each member's
-    bytes are hashed with (Member.sha256 or .blake3). When rapidgzip
+    else the archive's bytes of its size. `xz` is the xz program to decode multi-block .tar.xz
+    with, on every core (None: decode in this process); `gzip` the gzip decoder (None: the one
+    for this machine); `env` the command's environment, the one decoding children run in;
+    `content_hash` what each member's bytes are hashed with (Member.sha256 or .blake3). When rapidgzip
     finds fault with a .tar.gz, the archive is read again by ISA-L or zlib, whose verdict stands:
     rapidgzip refuses some files that gzip reads (zeros after the end) and cannot tell a stream
     cut short. Problems with single members are all collected; a stream that cannot be decoded ends the pass
