@@ -361,9 +361,13 @@ def test_retries_are_reported_with_reason_and_count(server, tmp_path):
     lines = []
     Downloader(tmp_path, backoff=0.01, retries=3, on_status=lines.append).fetch(
         f"{server.base}/mirror/{V7}", use_sidecar=False)
-    assert len(lines) == 2 and "server error 503" in lines[0], lines
-    assert "attempt 2 of 4" in lines[0] and "attempt 3 of 4" in lines[1]
-    assert "retrying in" in lines[0]
+    host = server.base.split("//", 1)[1]
+    assert lines[0] == f"downloading {V7} from {host}", lines  # said once, before the tries
+    assert lines[-1] == f"checking the sha256 of {V7} as downloaded", lines
+    retries = lines[1:-1]
+    assert len(retries) == 2 and "server error 503" in retries[0], lines
+    assert "attempt 2 of 4" in retries[0] and "attempt 3 of 4" in retries[1]
+    assert "retrying in" in retries[0]
 
 
 def test_download_command_reports_retries_and_progress(server, tmp_path, home):
