@@ -62,7 +62,7 @@ class Plain:
         self._step: Optional[str] = None  # the last step said with status(), and its start:
         self._step_since = 0.0  # what the heartbeat names again once a byte count is done
         self._last = 0.0  # when a line was last written
-        self._said: Optional[str] = None  # and what it said
+        self._moved = False  # a byte count moved since a line was written
         self._stop = threading.Event()
         self._beat: Optional[threading.Thread] = None
 
@@ -72,7 +72,7 @@ class Plain:
             self.stream.flush()
         except (OSError, ValueError):  # a log that is gone does not stop the command
             pass
-        self._last, self._said = self.clock(), line
+        self._last, self._moved = self.clock(), False
 
     def status(self, line: str) -> None:
         with self._lock:
@@ -100,11 +100,12 @@ class Plain:
                         self._write(f"{label}: {amount(done)} in {took:.0f} s")
                     # the step these bytes belong to goes on (staging what was read, say)
                     self._current, self._since = self._step, self._step_since
+                    self._moved = False
                 else:
                     # the count as it stands, for the heartbeat when no update comes first;
                     # one that stands still is said with how long it has not moved
                     if line != self._current:
-                        self._current, self._since = line, now
+                        self._current, self._since, self._moved = line, now, True
                     if first or now - self._last >= self.every:
                         self._write(line)
             if first:
@@ -129,11 +130,10 @@ class Plain:
                 now = self.clock()
                 if self._current is None or now - self._last < self.every:
                     continue
-                if self._current != self._said:
+                if self._moved:
                     self._write(self._current)
                 else:
                     self._write(f"{self._current}; still going after {now - self._since:.0f} s")
-                    self._said = self._current
 
     def close(self) -> None:
         self._stop.set()
