@@ -26,7 +26,7 @@ from cudnn_setup.mirror.directory import MirrorDir, hashes_of
 from cudnn_setup.mirror.manifest import Artifact, RepackedFrom
 from cudnn_setup.sources.base import WHEEL, Fetch, Offer, Source
 from cudnn_setup.state.layout import DEFAULT_LOCK_TIMEOUT
-from cudnn_setup.text import escape
+from cudnn_setup.text import escape, show_path
 from cudnn_setup.urls import redact
 
 
@@ -138,7 +138,7 @@ def _build(request: MirrorRequest, mirror: MirrorDir, built: Built,
         # what was placed is listed in the manifests even when a later release failed
         fresh = mirror.tree.regular_size("index.html") is None
         if mirror.changed or fresh:
-            say(f"writing the mirror's manifests and index in {mirror.root}")
+            say(f"writing the mirror's manifests and index in {show_path(mirror.root)}")
         built.written = mirror.write() if mirror.changed or fresh else []
     for version in request.versions:
         if not any(version.matches(p.offer.version) for p in built.placed):
