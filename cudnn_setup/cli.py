@@ -14,7 +14,8 @@ from pathlib import Path
 
 from cudnn_setup import __version__
 from cudnn_setup.arguments import ArgsError, Parsed, parse
-from cudnn_setup.errors import INTERNAL, USAGE, InternalError, Interrupted, UsageError
+from cudnn_setup.errors import (INTERNAL, USAGE, VERIFY_FAILED, InternalError, Interrupted,
+                                UsageError, os_error)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # without importing typing, which start-up does not otherwise need
@@ -89,8 +90,11 @@ def _render(session: _Session, result: Result, as_json: bool) -> int:
     lines = list(result.lines)
     if result.checks:
         lines += check_lines(result.checks)
+    failed = []  # what went wrong writing the answer to stdout, line by line
     for line in lines:
-        _emit(human, line)
+        went_wrong = _emit(human, line)
+        if human is session.out:
+            failed.append(went_wrong)
     if error is not None:
         _emit(session.err, f"error: {error.message}")
         for problem in error.problems[1:]:
@@ -98,21 +102,38 @@ def _render(session: _Session, result: Result, as_json: bool) -> int:
         if error.hint:
             _emit(session.err, f"hint: {error.hint}")
     if as_json:
-        _emit(session.out, json.dumps(_json_safe(result.to_dict()), ensure_ascii=True), raw=True)
+        failed.append(_emit(session.out, json.dumps(_json_safe(result.to_dict()),
+                                                     ensure_ascii=True), raw=True))
     session.rendered = True
-    session.code = result.exit_code
-    return result.exit_code
+    session.code = _answer_lost(session, result.exit_code, failed)
+    return session.code
 
 
-def _emit(stream: IO[str], text: str, raw: bool = False) -> None:
-    """One line out; a stream that is gone (closed, broken pipe) does not stop the rest."""
+def _answer_lost(session: _Session, code: int, failed: list) -> int:
+    """A command whose answer could not be written (a full disk under `> out.json`, an I/O
+    error) did not succeed, whatever it found: said on stderr, exit 1. A reader that left
+    (`| head`, a closed pipe) wanted no more, and is not a failure."""
+    lost = next((exc for exc in failed if exc is not None
+                 and not isinstance(exc, (BrokenPipeError, ValueError))), None)
+    if lost is None:
+        return code
+    why = os_error(lost, "cannot write the answer to stdout")
+    _emit(session.err, f"error: {why.message}")
+    _emit(session.err, f"hint: {why.hint}")
+    return code or VERIFY_FAILED
+
+
+def _emit(stream: IO[str], text: str, raw: bool = False) -> OSError | ValueError | None:
+    """One line out; a stream that is gone (closed, broken pipe, full) does not stop the rest,
+    and what went wrong is returned for the caller to judge."""
     from cudnn_setup.text import printable
 
     try:
         print(text if raw else _safe(printable(text), stream), file=stream)
         stream.flush()
-    except (OSError, ValueError):
-        pass
+    except (OSError, ValueError) as exc:
+        return exc
+    return None
 
 
 def _json_safe(value):

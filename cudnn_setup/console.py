@@ -62,6 +62,7 @@ class Plain:
         self._step: Optional[str] = None  # the last step said with status(), and its start:
         self._step_since = 0.0  # what the heartbeat names again once a byte count is done
         self._last = 0.0  # when a line was last written
+        self._moved = False  # a byte count moved since a line was written
         self._stop = threading.Event()
         self._beat: Optional[threading.Thread] = None
 
@@ -71,7 +72,7 @@ class Plain:
             self.stream.flush()
         except (OSError, ValueError):  # a log that is gone does not stop the command
             pass
-        self._last = self.clock()
+        self._last, self._moved = self.clock(), False
 
     def status(self, line: str) -> None:
         with self._lock:
@@ -99,9 +100,14 @@ class Plain:
                         self._write(f"{label}: {amount(done)} in {took:.0f} s")
                     # the step these bytes belong to goes on (staging what was read, say)
                     self._current, self._since = self._step, self._step_since
-                elif first or now - self._last >= self.every:
-                    self._write(line)
-                    self._current, self._since = line, now
+                    self._moved = False
+                else:
+                    # the count as it stands, for the heartbeat when no update comes first;
+                    # one that stands still is said with how long it has not moved
+                    if line != self._current:
+                        self._current, self._since, self._moved = line, now, True
+                    if first or now - self._last >= self.every:
+                        self._write(line)
             if first:
                 self._start_heartbeat()
 
@@ -116,12 +122,17 @@ class Plain:
         self._beat.start()
 
     def _heartbeat(self) -> None:
-        """A step that says nothing for `every` seconds (a check compiling, a lock held
-        elsewhere, a stalled download) is named again with how long it has lasted."""
+        """Nothing said for `every` seconds: a count that moved since it was last said is
+        said as it stands; a step that says nothing (a check compiling, a lock held elsewhere,
+        a stalled download) is named again with how long it has lasted."""
         while not self._stop.wait(min(0.1, self.every / 5)):
             with self._lock:
                 now = self.clock()
-                if self._current is not None and now - self._last >= self.every:
+                if self._current is None or now - self._last < self.every:
+                    continue
+                if self._moved:
+                    self._write(self._current)
+                else:
                     self._write(f"{self._current}; still going after {now - self._since:.0f} s")
 
     def close(self) -> None:

@@ -161,7 +161,8 @@ FORCE_THEANO_CUDNN.only_if_given = True
 
 COMMANDS = {c.name: c for c in (
     Command("inspect", "inspect:inspect", "Validate and describe an archive; install nothing.",
-            (Arg("ARCHIVE", "archive", "cuDNN archive (.tgz, .tar.xz)", path=True),),
+            (Arg("ARCHIVE", "archive", "cuDNN archive (.tgz, .tar.xz) or NVIDIA's cuDNN wheel "
+                                       "(.whl)", path=True),),
             (CUDA_ROOT.said("also judge whether it fits this CUDA root"), JSON)),
     Command("download", "download:download",
             "Download an archive (or a version's archive or wheel) into the cache (resumable, "
@@ -173,9 +174,12 @@ COMMANDS = {c.name: c for c in (
              SHA256, HEADER, CACHE, FROM, INDEX_URL, MIRROR, CUDA,
              CUDA_ROOT.said("CUDA root whose version picks the build"), JSON)),
     Command("install", "install:install",
-            "Install cuDNN from an archive into a CUDA root, configure Theano, verify.",
-            (Arg("SOURCE", "source", "archive path, http(s)/file URL, or a version (9, 9.17, "
-                                     "9.17.0.29) to fetch"),),
+            "Install cuDNN from an archive, a wheel or a version into a CUDA root, configure "
+            "Theano, verify.",
+            (Arg("SOURCE", "source", "an archive (.tgz, .tar.xz) or NVIDIA's cuDNN wheel (.whl), "
+                                     "as a path or an http(s)/file URL; or a version (9, 9.17, "
+                                     "9.17.0.29) to fetch from NVIDIA, --mirror, or a PyPI "
+                                     "index with --from pypi"),),
             (CUDA_ROOT, SHA256, THEANORC,
              Opt("--no-theanorc", help="leave Theano's config alone"), PYTHON,
              FORCE_THEANO_CUDNN,

@@ -113,9 +113,11 @@ class TheanorcChange:
     diff: str
     backup: Path | None = None
     warnings: tuple[str, ...] = ()
+    created: bool = False  # there was no file: the change makes it (or would)
 
     def to_dict(self) -> dict:
-        return {"path": str(self.path), "changed": self.changed, "diff": self.diff,
+        return {"path": str(self.path), "changed": self.changed, "created": self.created,
+                "diff": self.diff,
                 "backup": str(self.backup) if self.backup else None,
                 "warnings": list(self.warnings)}
 
@@ -439,7 +441,8 @@ def _configure(path: Path, target: Path, found: tuple[bytes, int] | None, root: 
     after, warnings = merge(before, root, lib_dir, str(path), **choices)
     diff = "".join(difflib.unified_diff(before.splitlines(True), after.splitlines(True),
                                         f"{path} (before)", f"{path} (after)"))
-    change = TheanorcChange(target, before != after, diff, warnings=tuple(warnings))
+    change = TheanorcChange(target, before != after, diff, warnings=tuple(warnings),
+                            created=found is None and before != after)
     if dry_run or not change.changed:
         return change
     mode = 0o644

@@ -84,6 +84,16 @@ def redact(url: str) -> str:
     return _cap(escape(f"{scheme}://{_elide(rest)}"))
 
 
+def server(url: str) -> str:
+    """Where a URL's bytes come from, in a few words: its host (and port), else the URL as
+    redact shows it (a file:// URL, one that does not parse)."""
+    try:
+        host = urlsplit(url).netloc.rpartition("@")[2]
+    except ValueError:
+        host = ""
+    return escape(host) if host else redact(url)
+
+
 def _elide(rest: str) -> str:
     """host[:port]/path with the query and fragment replaced by `?…` / `#…`."""
     path, query, fragment = rest, "", ""

@@ -180,3 +180,27 @@ def test_what_is_read_without_typer_is_what_typer_reads(name):
             read += 1
             assert fast == _judged(command, words, environment), line
     assert read >= 60
+
+
+def test_a_mistyped_option_gets_the_options_it_is_close_to():
+    """`--cuda-rot` as typed in a hurry: the hint names the option meant."""
+    out, err = io.StringIO(), io.StringIO()
+    assert main(["install", "x.tgz", "--cuda-rot", "/r", "--json"], env={}, stdout=out,
+                stderr=err) == 2
+    error = json.loads(out.getvalue())["error"]
+    assert error["message"] == "No such option: --cuda-rot"
+    assert "--cuda-root" in error["hint"] and error["hint"].startswith("did you mean")
+    assert "hint: did you mean" in err.getvalue()
+
+
+def test_install_help_says_what_source_may_be():
+    """A new user's first question: a wheel, a PyPI version? The help answers it."""
+    out = io.StringIO()
+    assert main(["install", "-h"], env={"COLUMNS": "80"}, stdout=out, stderr=io.StringIO()) == 0
+    text = " ".join(out.getvalue().split())
+    for words in (".tgz", ".tar.xz", ".whl", "http(s)/file URL", "a version (9, 9.17",
+                  "--from pypi"):
+        assert words in text, words
+    out = io.StringIO()
+    assert main(["inspect", "-h"], env={"COLUMNS": "80"}, stdout=out, stderr=io.StringIO()) == 0
+    assert ".whl" in out.getvalue()

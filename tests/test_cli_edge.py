@@ -238,3 +238,34 @@ def test_a_removed_working_directory_is_a_usage_error_not_a_traceback(tmp_path, 
     assert "Traceback" not in done.stderr, done.stderr
     out = json.loads(done.stdout)
     assert done.returncode == 2 and out["error"]["code"] == "no-working-directory", out
+
+
+@pytest.mark.parametrize("as_json", [True, False])
+def test_an_answer_that_cannot_be_written_is_a_failure_said_on_stderr(home, as_json):
+    """`inspect ARCHIVE --json > /dev/full`: the disk took nothing, so the command did not
+    succeed (exit 1, `disk-full`'s words on stderr), whatever it found."""
+    env = clean_env(home)
+    argv = [sys.executable, "-c", "from cudnn_setup.cli import console_main; console_main()",
+            "inspect", str(SAMPLE)] + (["--json"] if as_json else [])
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(argv, env=env, cwd=REPO, stdout=full, stderr=subprocess.PIPE,
+                              text=True, timeout=300)
+    assert done.returncode == 1, done.stderr
+    assert "error: cannot write the answer to stdout: no space left on the device" \
+        in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_a_reader_that_leaves_early_is_no_failure(home):
+    """`… --json | head -c 1`: the reader wanted no more; the command's own exit code stands."""
+    argv = [sys.executable, "-c", "from cudnn_setup.cli import console_main; console_main()",
+            "inspect", str(SAMPLE), "--json"]
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # gone before the answer comes
+    try:
+        done = subprocess.run(argv, env=clean_env(home), cwd=REPO, stdout=write_end,
+                              stderr=subprocess.PIPE, text=True, timeout=300)
+    finally:
+        os.close(write_end)
+    assert done.returncode == 0, done.stderr
+    assert "cannot write the answer" not in done.stderr

@@ -92,6 +92,10 @@ def test_name_without_cuda_asks_the_staged_library(archives, cuda_root, home, tm
         manifest = json.loads((right / ".cudnn-setup" / "manifest.json").read_text())
         assert manifest["cuda_version"] == "12.0"
         assert manifest["cuda_source"].startswith("cudnnGetCudartVersion()")
+        # verify says where the version came from as the install did, not "archive name"
+        cuda = next(c for c in run_json(["verify", "--cuda-root", right, "--no-theano"],
+                                        home)[1]["checks"] if c["name"] == "cuda")
+        assert cuda["data"]["source"] == "cudnnGetCudartVersion() of the library", cuda
 
 
 def test_library_that_cannot_tell_is_not_refused(archives, cuda_root, home, tmp_path, compiler):

@@ -128,10 +128,20 @@ def test_a_mirror_from_pypi_repacks_marks_and_installs_as_the_mirrors_checksum(
         assert placed["action"] == "repacked"
         assert placed["file_name"] == "cudnn-linux-x86_64-9.1.7.99_cuda12-repack.tar.gz"
         assert placed["repacked_from"] == {"wheel": wheel.name, "sha256": sha256(wheel)}
+        # each long step is said as it starts, so a log is never left to guess
+        said = [line for line in done.stderr.splitlines() if line.startswith("cudnn-setup: ")]
+        steps = ["asking " + index.base + "/simple/ for cuDNN 9.1 (CUDA 12, linux-x86_64)",
+                 f"checking the sha256 of {wheel.name}", f"repacking {wheel.name} as "
+                 f"{placed['file_name']}", f"reading {placed['file_name']} back as install "
+                 "reads it", f"writing the mirror's manifests and index in {out}"]
+        at = [next(i for i, line in enumerate(said) if line == "cudnn-setup: " + step)
+              for step in steps]
+        assert at == sorted(at), said
         asked = len(index.requests)
         done, res = build(home, out, "9.1", "--cuda", "12", "--from", "pypi",
                           "--index-url", index.base + "/simple/")
         assert [r["action"] for r in res["mirror"]["releases"]] == ["kept"]
+        assert f"cudnn-setup: checking the mirror's repack {placed['file_name']}" in done.stderr
         assert [r["path"] for r in index.requests[asked:]] == ["/simple/nvidia-cudnn-cu12/"]
     entry = json.loads((out / "redistrib_9.1.7.json").read_text())["cudnn"]["linux-x86_64"]["cuda12"]
     repack = out / "cudnn" / "linux-x86_64" / placed["file_name"]

@@ -363,9 +363,13 @@ def test_retries_are_reported_with_reason_and_count(server, tmp_path):
     lines = []
     Downloader(tmp_path, backoff=0.01, retries=3, on_status=lines.append).fetch(
         f"{server.base}/mirror/{V7}", use_sidecar=False)
-    assert len(lines) == 2 and "server error 503" in lines[0], lines
-    assert "attempt 2 of 4" in lines[0] and "attempt 3 of 4" in lines[1]
-    assert "retrying in" in lines[0]
+    host = server.base.split("//", 1)[1]
+    assert lines[0] == f"downloading {V7} from {host}", lines  # said once, before the tries
+    assert lines[-1] == f"checking the sha256 of {V7} as downloaded", lines
+    retries = lines[1:-1]
+    assert len(retries) == 2 and "server error 503" in retries[0], lines
+    assert "attempt 2 of 4" in retries[0] and "attempt 3 of 4" in retries[1]
+    assert "retrying in" in retries[0]
 
 
 def test_download_command_reports_retries_and_progress(server, tmp_path, home):
@@ -646,3 +650,36 @@ def test_a_manifest_quoting_a_secret_keeps_it_out_of_every_message(where, mirror
         done, out = run_json(args, home)
         assert done.returncode == 6 and out["error"]["code"] == "manifest-damaged", out["error"]
         assert "mpw11" not in done.stdout + done.stderr, done.stdout
+
+
+# --- a tree out of reach: what was asked, what failed, and what to check ----------------------
+
+NVIDIA_TREE = "https://developer.download.nvidia.com/compute/cudnn/redist/"
+
+
+@pytest.mark.parametrize("command", [["install", "9.28", "--dry-run"], ["download", "9.28"]])
+def test_nvidia_out_of_reach_is_said_without_a_mirror_in_the_hint(command, home, cuda_root,
+                                                                  tmp_path):
+    """NVIDIA's own tree through a proxy that refuses: the step says whom it asked, the error
+    what failed; no mirror was used, so the hint names the other sources, not "the mirror"."""
+    root = cuda_root("12.4")
+    done, out = run_json([*command, "--cuda-root", root, "--output", tmp_path]
+                         if command[0] == "download" else [*command, "--cuda-root", root,
+                                                             "--no-theanorc"], home,
+                         {"HTTPS_PROXY": "http://127.0.0.1:9", "https_proxy": "http://127.0.0.1:9"})
+    assert done.returncode == 6, done.stderr
+    assert f"cudnn-setup: asking {NVIDIA_TREE} for cuDNN 9.28" in done.stderr
+    error = out["error"]
+    assert "not listed" not in error["message"] and "lists" not in error["message"]
+    assert "refused" in error["message"] or "proxy" in error["message"], error
+    assert "mirror URL" not in error["hint"] and "--from pypi" in error["hint"], error
+
+
+def test_a_mirror_out_of_reach_names_the_mirror_in_the_hint(home, cuda_root):
+    root = cuda_root("12.4")
+    done, out = run_json(["install", "9.28", "--dry-run", "--cuda-root", root, "--no-theanorc",
+                          "--mirror", "http://127.0.0.1:9/cudnn/"], home)
+    assert done.returncode == 6, done.stderr
+    assert "cudnn-setup: asking http://127.0.0.1:9/cudnn/ for cuDNN 9.28" in done.stderr
+    assert "connection refused" in out["error"]["message"]
+    assert "check the mirror URL" in out["error"]["hint"]

@@ -15,7 +15,7 @@ import pytest
 
 from conftest import run_json, tree_state
 from cudnn_setup.archive import decoders, reader, staging
-from fixtures.generate import SPECS, compress, spec_entries, tar_bytes
+from fixtures.generate import SPECS, Entry, compress, spec_entries, tar_bytes
 
 NAME = "cudnn-linux-x86_64-9.3.0.99_cuda12-archive"
 XZ = shutil.which("xz")
@@ -82,9 +82,11 @@ def test_every_gzip_decoder_stages_the_same_bytes(decoder, made, tmp_path):
     if decoder == decoders.ISAL and decoders.importlib.util.find_spec("isal") is None:
         pytest.skip("isal is not installed")
     seen = []
-    listing = _read(made["gz"], tmp_path / "s", decoder, on_read=seen.append)
+    listing = _read(made["gz"], tmp_path / "s", decoder,
+                    on_read=lambda done, total: seen.append((done, total)))
     _check(listing, made, made["gz"])
-    assert seen and seen[-1] == made["gz"].stat().st_size  # progress reaches the whole file
+    size = made["gz"].stat().st_size
+    assert seen and seen[-1] == (size, size)  # progress reaches the whole file, of its size
     assert seen == sorted(seen)
 
 
@@ -106,7 +108,7 @@ def test_a_file_rewritten_during_the_read_is_hashed_as_decoded(key, decoder, mad
     new = _other_archive(made, key)
     rewritten = []
 
-    def rewrite(count: int) -> None:
+    def rewrite(count: int, total: int | None) -> None:
         if not rewritten:  # after the first piece is read, the rest of the file changes
             with open(victim, "r+b") as f:
                 f.write(new)
@@ -227,3 +229,28 @@ def test_hash_lanes_and_writers_grow_with_cores_and_stop_at_four():
     assert [staging.hash_lanes(c) for c in (1, 2, 4, 8, 16, 128)] == [1, 1, 1, 2, 4, 4]
     assert [staging.write_threads(c) for c in (1, 2, 4, 8, 16, 128)] == [1, 1, 2, 4, 4, 4]
 
+
+
+@pytest.mark.parametrize("blocks", ["one", "many"])
+def test_a_tar_xz_counts_decoded_bytes_of_what_its_index_records(blocks, compiler, tmp_path):
+    """48 MiB of zeros compress to a few KiB: counted in compressed bytes the read would jump
+    from nothing to done in one piece and then stay there while the zeros are decoded and
+    staged. Counted in decoded bytes, of the total the index records, it moves at most a few
+    MiB at a time and ends at that total."""
+    entries = spec_entries(SPECS[f"{NAME}.tar.xz"], compiler)
+    entries.append(Entry(f"{NAME}/lib/zeros.bin", bytes(48 << 20)))
+    raw = tar_bytes(entries)
+    args = ["-T1", "-6"] if blocks == "one" else ["-T2", "-0", "--block-size=4MiB"]
+    path = tmp_path / "in" / f"{NAME}.tar.xz"
+    path.parent.mkdir()
+    with open(path, "wb") as f:
+        subprocess.run([XZ, *args, "-c"], input=raw, stdout=f, check=True)
+    assert path.stat().st_size < len(raw) // 10
+    seen = []
+    listing = _read(path, tmp_path / "s", on_read=lambda done, total: seen.append((done, total)))
+    assert not listing.problems, listing.problems
+    assert seen[-1] == (len(raw), len(raw))
+    assert {total for _, total in seen} == {len(raw)}
+    done = [0] + [d for d, _ in seen]
+    assert done == sorted(done)
+    assert max(b - a for a, b in zip(done, done[1:])) <= 4 << 20, "a jump, then a long stay"

@@ -184,8 +184,9 @@ def test_rich_is_imported_only_for_a_terminal(home, archives):
     assert "rich.live" not in imported and "rich.progress" not in imported
 
 
-def _on_a_pty(argv: list[str], env: dict, timeout: float = 600) -> tuple[int, bytes, list]:
-    """Run `argv` with stdin, stdout and stderr on a real pseudo-terminal 200 columns wide;
+def _on_a_pty(argv: list[str], env: dict, timeout: float = 600,
+              columns: int = 200) -> tuple[int, bytes, list]:
+    """Run `argv` with stdin, stdout and stderr on a real pseudo-terminal `columns` wide;
     what it wrote, and when each piece came."""
     pid, fd = pty.fork()
     if pid == 0:  # the child: its terminal is the pty
@@ -193,7 +194,7 @@ def _on_a_pty(argv: list[str], env: dict, timeout: float = 600) -> tuple[int, by
             os.execve(argv[0], argv, env)
         finally:
             os._exit(127)
-    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 200, 0, 0))
+    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 50, columns, 0, 0))
     chunks, data = [], b""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -369,11 +370,18 @@ def test_a_slow_download_says_how_far_it_got_every_beat(home, tmp_path):
         done = run_cli(["download", f"{server.base}/cudnn-slow.tgz", "--cache-dir",
                         tmp_path / "cache"], home)
     assert done.returncode == 0, done.stderr
-    lines = [l for l in done.stderr.splitlines() if "downloading cudnn-slow.tgz" in l]
+    said = done.stderr.splitlines()
+    # the step, from where (the host, not the whole URL), before its bytes are counted
+    host = server.base.split("//", 1)[1]
+    start = said.index(f"cudnn-setup: downloading cudnn-slow.tgz from {host}")
+    lines = [l for l in said[start + 1:] if "downloading cudnn-slow.tgz" in l]
     assert lines[0].startswith("cudnn-setup: downloading cudnn-slow.tgz: ")
     assert 3 <= len(lines) <= 5, lines
     assert any(" of 3.0 MB (" in l for l in lines[1:-1]), lines
     assert lines[-1].startswith("cudnn-setup: downloading cudnn-slow.tgz: 3.0 MB in ")
+    # then the checksum of what came, said before it is computed
+    assert said.index("cudnn-setup: checking the sha256 of cudnn-slow.tgz as downloaded") > \
+        said.index(lines[-1])
 
 
 def test_doctor_calls_staging_under_a_held_lock_a_run_at_work_and_does_not_wait(home,
@@ -399,3 +407,45 @@ def test_doctor_calls_staging_under_a_held_lock_a_run_at_work_and_does_not_wait(
     assert "in 1 file (tx/0123456789ab)" in problem["message"]
     assert "waiting for the lock" not in done.stderr and took < 60
     assert (staging / "libcudnn.so.7.4.2").exists()
+
+
+def test_a_beat_between_updates_says_the_count_as_it_stands():
+    """Updates that come just after each beat's line (the heartbeat wins the race) are not
+    lost: the next beat says the count they reached, not the last one written again."""
+    out = io.StringIO()
+    plain = console.Plain(out, every=0.3)
+    update = plain.progress("reading big.tar.xz")
+    update(1, 10**9)
+    for done in range(10**8, 10**9, 10**8):
+        time.sleep(0.2)
+        update(done, 10**9)
+    time.sleep(0.4)
+    plain.close()
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "cudnn-setup: reading big.tar.xz: 1 bytes of 1000 MB (0%)", lines
+    assert "still going" not in " ".join(lines[:-1]), lines  # every beat but a last one moved
+    assert any("900 of 1000 MB" in line for line in lines), lines
+    counts = [int(line.split(": ")[2].split()[0]) for line in lines if "still going" not in line]
+    assert counts == sorted(counts) and len(set(counts)) == len(counts), lines
+
+
+@pytest.mark.parametrize("no_color", [False, True])
+def test_a_40_column_terminal_keeps_step_and_bytes_and_no_color_means_none(no_color, home,
+                                                                           cuda_root):
+    """An install on a real 40-column pty: every line of the live display fits, cut with an
+    ellipsis, the bytes kept; with NO_COLOR set (https://no-color.org) no colour at all."""
+    import re
+
+    root = cuda_root("10.0")
+    env = clean_env(home, **({"NO_COLOR": "1"} if no_color else {}))
+    env.pop("COLUMNS", None)
+    code, data, _ = _on_a_pty(_install_argv(root, home, "--no-verify"), env, columns=40)
+    text = data.decode("utf-8", "replace")
+    assert code == 0, text[-3000:]
+    colours = re.findall(r"\x1b\[[0-9;]*m", text)
+    assert (not colours) if no_color else colours, colours[:5]
+    display = text.split("installed cuDNN 7.4.2")[0]  # the answer after it is not the display's
+    lines = [line for line in re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "\n", display)
+             .replace("\r", "\n").splitlines() if line.strip()]
+    assert lines and all(len(line) <= 40 for line in lines), [l for l in lines if len(l) > 40]
+    assert any(line.lstrip("⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏ ").startswith("placing cuDNN 7.4.2") for line in lines)

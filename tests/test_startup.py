@@ -58,7 +58,7 @@ INSTALL_MODULES = {
     "cudnn_setup.archive.listing",
     "cudnn_setup.archive.package", "cudnn_setup.archive.problems",
     "cudnn_setup.archive.reader", "cudnn_setup.archive.rules", "cudnn_setup.archive.staging",
-    "cudnn_setup.trees",
+    "cudnn_setup.trees", "cudnn_setup.archive.xz_index",
     "cudnn_setup.archive.wheel", "cudnn_setup.arguments", "cudnn_setup.grammar",
     "cudnn_setup.state.trust", "cudnn_setup.state.view", "cudnn_setup.state.writable",
     "cudnn_setup.facts.clients",

@@ -142,11 +142,19 @@ def test_cli_theanorc_uses_home_and_installed_lib_dir(archives, cuda_root, home)
               "--no-theanorc", "--no-verify"], home)
     done, out = run_json(["theanorc", "--cuda-root", root, "--dry-run"], home)
     assert done.returncode == 0 and not (home / ".theanorc").exists()
+    assert out["theanorc"]["created"] is True and "would create" in out["checks"][0]["detail"]
     done, out = run_json(["theanorc", "--cuda-root", root], home)
     text = (home / ".theanorc").read_text()
     assert out["changed"] is True and f"library_path = {root / 'lib'}" in text
+    # whether the file was made or changed is said, for a playbook that reports either
+    assert out["theanorc"]["created"] is True and out["theanorc"]["changed"] is True
+    assert out["checks"][0]["detail"].startswith(f"created {home / '.theanorc'}")
     done, out = run_json(["theanorc", "--cuda-root", root], home)
-    assert out["changed"] is False
+    assert out["changed"] is False and out["theanorc"]["created"] is False
+    (home / ".theanorc").write_text("# mine\n")
+    done, out = run_json(["theanorc", "--cuda-root", root], home)
+    assert out["theanorc"]["changed"] is True and out["theanorc"]["created"] is False
+    assert out["checks"][0]["detail"].startswith("updated ")
     (home / ".theanorc").write_text("[global]\n[global]\n")
     done, out = run_json(["theanorc", "--cuda-root", root], home)
     assert done.returncode == 5 and "duplicate" in out["error"]["message"]

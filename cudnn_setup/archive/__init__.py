@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Callable, Mapping
 
 from cudnn_setup.archive import reader, wheel
+from cudnn_setup.archive.listing import Progress
 from cudnn_setup.archive.package import Package, judge, wanted
 from cudnn_setup.digest import SHA256
 from cudnn_setup.errors import UsageError
@@ -25,7 +26,7 @@ def check_readable(path: Path) -> None:
 
 
 def read_package(path: Path, staging: Path, machine: str | None = None,
-                 on_read: Callable[[int], None] | None = None, xz: str | None = None,
+                 on_read: Progress | None = None, xz: str | None = None,
                  env: Mapping[str, str] = {}, expected_sha256: str | None = None,
                  content_hash: str = SHA256) -> Package:
     """One streaming pass over `path`, staging headers and libraries under `staging`; `xz`

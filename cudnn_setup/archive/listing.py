@@ -56,4 +56,6 @@ class Listing:
 
 
 Wanted = Callable[[Member], bool]
+# How far reading an archive got, for the progress display: (bytes done, of a total or None).
+Progress = Callable[[int, "int | None"], None]
 """Decides whether a regular file's bytes are written to the staging directory."""

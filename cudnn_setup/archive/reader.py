@@ -7,32 +7,36 @@ directory the caller owns.
 from __future__ import annotations
 
 import io
+import os
 import tarfile
 from pathlib import Path
 from typing import IO, Callable, Mapping
 
-from cudnn_setup.archive import headers, library_facts, staging
-from cudnn_setup.archive.decoders import (CHUNK, DECODE_ERRORS, RAPIDGZIP, ZIP, Decoder,
-                                         fallback_gzip, sniff, usable_cores)
-from cudnn_setup.archive.listing import Listing, Member, Wanted
+from cudnn_setup.archive import headers, library_facts, staging, xz_index
+from cudnn_setup.archive.decoders import (CHUNK, DECODE_ERRORS, RAPIDGZIP, XZ, ZIP,
+                                         Decoder, fallback_gzip, sniff, usable_cores)
+from cudnn_setup.archive.listing import Listing, Member, Progress, Wanted
 from cudnn_setup.archive.problems import Problem
 from cudnn_setup.archive.rules import Limits, MemberRules, Stop, corrupt
 from cudnn_setup.digest import SHA256
 from cudnn_setup.errors import ArchiveRejected, InstallFailed, os_error
 from cudnn_setup.text import escape, show_path
 from cudnn_setup.trees import remove_tree
+from cudnn_setup.untrusted import open_regular
 
 
 def read(path: Path, staging_dir: Path, want: Wanted, limits: Limits | None = None,
-         on_read: Callable[[int], None] | None = None, xz: str | None = None,
+         on_read: Progress | None = None, xz: str | None = None,
          gzip: str | None = None, env: Mapping[str, str] = {},
          content_hash: str = SHA256) -> Listing:
     """Stream `path` once; write the members `want` accepts under `staging_dir`; record everything.
 
-    `xz` is the xz program to decode multi-block .tar.xz with, on every core (None: decode in
-    this process); `gzip` the gzip decoder (None: the one for this machine); `env` the
-    command's environment, the one decoding children run in; `content_hash` what each member's
-    bytes are hashed with (Member.sha256 or .blake3). When rapidgzip
+    `on_read` hears how far the reading got: the decoded bytes of the total a .tar.xz's index
+    records (the compressed ones arrive in gulps: a block, or a megabyte that decodes to fifty),
+    else the archive's bytes of its size. `xz` is the xz program to decode multi-block .tar.xz
+    with, on every core (None: decode in this process); `gzip` the gzip decoder (None: the one
+    for this machine); `env` the command's environment, the one decoding children run in;
+    `content_hash` what each member's bytes are hashed with (Member.sha256 or .blake3). When rapidgzip
     finds fault with a .tar.gz, the archive is read again by ISA-L or zlib, whose verdict stands:
     rapidgzip refuses some files that gzip reads (zeros after the end) and cannot tell a stream
     cut short. Problems with single members are all collected; a stream that cannot be decoded ends the pass
@@ -53,8 +57,9 @@ def read(path: Path, staging_dir: Path, want: Wanted, limits: Limits | None = No
             "download the Linux archive (.tgz or .tar.xz) for this machine",
         )
     listing = Listing(compression=compression)
+    counts = _Counts(path, compression, on_read)
     try:
-        decoder = Decoder(path, compression, on_read, xz, gzip, env)
+        decoder = Decoder(path, compression, counts.compressed, xz, gzip, env)
     except OSError as exc:
         raise unreadable(path, exc) from None
     decoded_by_rapidgzip = decoder.name == RAPIDGZIP
@@ -64,7 +69,7 @@ def read(path: Path, staging_dir: Path, want: Wanted, limits: Limits | None = No
     try:
         try:
             _walk(decoder.stream, staging_dir, want, MemberRules(limits or Limits()), listing,
-                  content_hash)
+                  content_hash, counts.decoded)
             complete = True
         except staging.StagingWriteFailed as exc:
             raise staging_failed(staging_dir, exc) from None
@@ -88,6 +93,7 @@ def read(path: Path, staging_dir: Path, want: Wanted, limits: Limits | None = No
     if complaint:
         listing.problems.append(corrupt(complaint))
     if complete and not complaint:
+        counts.finished()
         try:
             listing.sha256, listing.size = decoder.sha256, decoder.size
         except OSError as exc:
@@ -95,6 +101,48 @@ def read(path: Path, staging_dir: Path, want: Wanted, limits: Limits | None = No
             raise unreadable(path, exc) from None
     listing.facts.wait()
     return listing
+
+
+class _Counts:
+    """What `read` tells its caller's progress: decoded bytes when the .xz index says how many
+    there will be, else the bytes of the file, which the decoder counts as it reads them."""
+
+    def __init__(self, path: Path, compression: str, on_read: Progress | None):
+        self.on_read = on_read
+        self.total: int | None = None  # decoded bytes, from the index
+        self.size: int | None = None  # the file's bytes
+        if on_read is None:
+            return
+        try:  # for the display only: a file that cannot be opened now is refused just after
+            with open_regular(path, buffering=0) as f:
+                self.size = os.fstat(f.fileno()).st_size
+                if compression == XZ:
+                    self.total = xz_index.decoded_size(f.fileno())
+        except OSError:
+            pass
+
+    @property
+    def compressed(self) -> Callable[[int], None] | None:
+        if self.on_read is None or self.total is not None:
+            return None
+        on_read, size = self.on_read, self.size
+        return lambda done: on_read(done, size)
+
+    @property
+    def decoded(self) -> Callable[[int], None] | None:
+        if self.on_read is None or self.total is None:
+            return None
+        on_read, total = self.on_read, self.total
+
+        def count(pos: int) -> None:
+            # an index that records fewer bytes than come out is shown as a count alone
+            on_read(pos, total if pos < total else None)
+        return count
+
+    def finished(self) -> None:
+        """The tar's end marker and padding are decoded but not walked: the bytes are done."""
+        if self.on_read is not None and self.total is not None:
+            self.on_read(self.total, self.total)
 
 
 def staging_failed(staging_dir: Path, exc: staging.StagingWriteFailed) -> Exception:
@@ -128,9 +176,10 @@ class ForwardStream(io.RawIOBase):
     decoder instead of through tarfile's own stream buffers (which copy every byte twice).
     """
 
-    def __init__(self, raw: IO[bytes]):
+    def __init__(self, raw: IO[bytes], on_pos: Callable[[int], None] | None = None):
         self.raw = raw
         self.pos = 0
+        self.on_pos = on_pos  # told the position after every read
 
     def readable(self) -> bool:
         return True
@@ -145,6 +194,8 @@ class ForwardStream(io.RawIOBase):
         if n < 0:
             data = self.raw.read()
             self.pos += len(data)
+            if self.on_pos is not None:
+                self.on_pos(self.pos)
             return data
         buf = bytearray(n)
         got = self.readinto(buf)
@@ -159,6 +210,8 @@ class ForwardStream(io.RawIOBase):
                 break
             got += n
         self.pos += got
+        if self.on_pos is not None:
+            self.on_pos(self.pos)
         return got
 
     def seek(self, pos: int, whence: int = io.SEEK_SET) -> int:
@@ -171,7 +224,8 @@ class ForwardStream(io.RawIOBase):
 
 
 def _walk(stream: IO[bytes], staging_dir: Path, want: Wanted, rules: MemberRules,
-          listing: Listing, content_hash: str = SHA256) -> None:
+          listing: Listing, content_hash: str = SHA256,
+          on_pos: Callable[[int], None] | None = None) -> None:
     cores = usable_cores()
     facts = listing.facts
 
@@ -183,7 +237,7 @@ def _walk(stream: IO[bytes], staging_dir: Path, want: Wanted, rules: MemberRules
                             lanes=staging.hash_lanes(cores), writers=staging.write_threads(cores),
                             on_complete=complete, content_hash=content_hash)
     try:
-        _walk_members(ForwardStream(stream), staging_dir, want, rules, listing, writer)
+        _walk_members(ForwardStream(stream, on_pos), staging_dir, want, rules, listing, writer)
     finally:
         writer.finish()
 

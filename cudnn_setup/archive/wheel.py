@@ -40,7 +40,7 @@ from packaging.version import Version
 from cudnn_setup import parallel
 from cudnn_setup.archive import library_facts, staging
 from cudnn_setup.archive.decoders import CHUNK, DECODED_PIECE, IsalError, usable_cores
-from cudnn_setup.archive.listing import Listing, Member, Wanted
+from cudnn_setup.archive.listing import Listing, Member, Progress, Wanted
 from cudnn_setup.archive.problems import Problem
 from cudnn_setup.archive.reader import staging_failed, unreadable
 from cudnn_setup.archive.rules import Limits, MemberRules, Stop, corrupt
@@ -116,7 +116,7 @@ def is_wheel(path: Path) -> bool:
 
 
 def read(path: Path, staging_dir: Path, want: Wanted, limits: Limits | None = None,
-         on_read: Callable[[int], None] | None = None,
+         on_read: Progress | None = None,
          expected_sha256: str | None = None,
          content_hash: str = SHA256) -> tuple[Listing, WheelName]:
     """Stream the wheel's cuDNN files as NVIDIA's archive members into `staging_dir`, hashing
@@ -139,8 +139,10 @@ def read(path: Path, staging_dir: Path, want: Wanted, limits: Limits | None = No
         before = os.fstat(f.fileno())
         listing.size = before.st_size
         try:
+            whole = before.st_size  # the wheel is hashed from start to end: its bytes count
+            counted = None if on_read is None else (lambda done: on_read(done, whole))
             sha256, size = _members(f, wheel, staging_dir, want, MemberRules(limits), listing,
-                                    on_read, content_hash)
+                                    counted, content_hash)
             after = os.fstat(f.fileno())
             if (after.st_size, after.st_mtime_ns, after.st_ctime_ns) != (
                     before.st_size, before.st_mtime_ns, before.st_ctime_ns) or size != after.st_size:

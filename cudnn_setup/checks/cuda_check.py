@@ -20,7 +20,7 @@ def check_cuda(inst: Installation, facts: CheckFacts) -> Check:
 def check_cuda_with(inst: Installation, load_data: LoadAnswer | None) -> Check:
     root_version = inst.root.version
     built_for = inst.manifest.cuda_version if inst.manifest else None
-    source = "archive name"
+    source = inst.manifest.cuda_learnt_from if inst.manifest else ""
     if not built_for and load_data is not None and load_data.cuda:
         built_for, source = load_data.cuda, "cudnnGetCudartVersion()"
     if not root_version or not built_for:

@@ -28,12 +28,13 @@ NAME = "driver"
 def built_for_cuda(inst: Installation,
                    load_data: LoadAnswer | None = None) -> tuple[str | None, str | None]:
     """(CUDA version this cuDNN was built for, where that came from): cudnnGetCudartVersion()
-    of the loaded library, else the archive name the manifest kept, else the wheel's name."""
+    of the loaded library, else what the manifest kept (and how the install learnt it), else
+    the wheel's name."""
     if load_data is not None and load_data.cuda:
         return load_data.cuda, "cudnnGetCudartVersion()"
     recorded = inst.manifest.cuda_version if inst.manifest else None
-    if isinstance(recorded, str) and re.fullmatch(r"\d+(?:\.\d+)?", recorded):
-        return recorded, "archive name"
+    if inst.manifest and isinstance(recorded, str) and re.fullmatch(r"\d+(?:\.\d+)?", recorded):
+        return recorded, inst.manifest.cuda_learnt_from
     major = (inst.origin_facts.get("wheel") or {}).get("cuda_major")
     if isinstance(major, int):
         return str(major), "wheel name"

@@ -8,8 +8,9 @@ from pathlib import Path
 
 from cudnn_setup.steps.command_wrapper import command
 from cudnn_setup.steps.context import Context, root_if_any
-from cudnn_setup.steps.by_version import (VERSION, choose_source, classify, describe_offer,
-                                             fetcher, host_choice, pick_version)
+from cudnn_setup.steps.by_version import (VERSION, asking, choose_source, classify,
+                                             describe_offer, fetcher, host_choice,
+                                             pick_version)
 from cudnn_setup.steps.fetching import check_sha256, fetch, saved_line
 from cudnn_setup.errors import DownloadFailed, UsageError
 from cudnn_setup.report import Result
@@ -39,6 +40,7 @@ def download(result: Result, ctx: Context, url: str, output: Path | None = None,
         result.cuda_root = str(root.path)
     source = choose_source(ctx, from_=from_, mirror=mirror, index_url=index_url,
                            headers=headers, cache_dir=cache_dir)
+    asking(ctx, source, f"cuDNN {url.strip()}")
     offer = pick_version(source, url, root, cuda, host_choice(ctx))
     describe_offer(result, offer, source, f"newest {url.strip()}")
     obtained = source.obtain(offer, fetcher(result, ctx, headers, cache_dir, source,

@@ -16,7 +16,7 @@ from packaging.version import InvalidVersion, Version
 from cudnn_setup.probing.driver import DriverFacts, describe_gpus, has_driver
 from cudnn_setup.steps.command_wrapper import command
 from cudnn_setup.steps.context import Context, root_if_any
-from cudnn_setup.steps.by_version import (choose_source, host_choice, machine_wheel_tags,
+from cudnn_setup.steps.by_version import (asking, choose_source, host_choice, machine_wheel_tags,
                                              target)
 from cudnn_setup.errors import DownloadFailed
 from cudnn_setup.facts import gpu_support as S
@@ -128,6 +128,7 @@ def list_releases(result: Result, ctx: Context, *, cuda: str | None = None,
     tags = wheel_tags_for(choice.primary, machine_wheel_tags(ctx)) if platform else None
     source = choose_source(ctx, from_=from_, mirror=mirror, index_url=index_url, headers=headers,
                            wheel_tags=tags)
+    asking(ctx, source, "its releases" + (f" for CUDA {cuda_version}" if cuda_version else ""))
     try:
         # a redist tree is asked for every platform whose builds go here; an index's wheels
         # carry this machine's platform tags

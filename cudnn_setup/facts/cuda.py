@@ -19,6 +19,9 @@ from cudnn_setup.text import show_path
 from cudnn_setup.untrusted import read_regular
 
 TARGET_TRIPLES = ("x86_64-linux", "ppc64le-linux", "sbsa-linux", "aarch64-linux")
+# How the CUDA version a cuDNN was built for is learnt, as install says it and its manifest keeps
+FROM_NAME = "archive name"
+FROM_LIBRARY = "cudnnGetCudartVersion() of the library"
 _CUDA_HEADERS = ("cuda.h", "cuda_runtime.h", "cuda_runtime_api.h")
 _EXEC_LINE = re.compile(r"^[ \t]*exec[ \t]+(?P<path>/\S+/bin/nvcc)\b", re.M)
 

@@ -41,7 +41,7 @@ from cudnn_setup.fetch.http import (  # noqa: F401 - SECRET_HEADERS, leaves_orig
 )
 from cudnn_setup.text import escape, show_path
 from cudnn_setup.untrusted import read_regular
-from cudnn_setup.urls import BadUrl, check, redact  # noqa: F401 - redact: re-exported
+from cudnn_setup.urls import BadUrl, check, redact, server  # noqa: F401 - redact: re-exported
 
 CHUNK = 1 << 20
 MAX_ARCHIVE = 16 << 30  # no cuDNN archive is near this (9.x: under 1 GiB)
@@ -173,6 +173,7 @@ class Downloader:
         _must_be_a_file_or_nothing(dest)
         present = dest.exists()
         if present and expected is not None:
+            self.on_status(f"checking the copy of {escape(name)} in {show_path(dest.parent)}")
             if self._matches(dest, expected):
                 sha = file_digest(dest) if expected.algorithm != "sha256" else expected.digest
                 return Fetched(dest, sha, dest.stat().st_size, True, 0, expected, self.requests_made)
@@ -200,6 +201,7 @@ class Downloader:
         resumed_from: int | None = None
         validators: dict[str, str] = {}
         attempt = 0
+        self.on_status(f"downloading {escape(name)} from {server(url)}")
         while True:
             try:
                 start, validators = self._download(url, name, part, expected, limit)
@@ -222,6 +224,7 @@ class Downloader:
         if expected is not None and expected.size and size != expected.size:
             part.unlink()
             raise size_mismatch(name, expected, size, "as downloaded")
+        self.on_status(f"checking the sha256 of {escape(name)} as downloaded")
         sha = file_digest(part)
         got = sha if expected is None or expected.algorithm == "sha256" else file_digest(part, expected.algorithm)
         if expected is not None and got != expected.digest:
@@ -355,7 +358,7 @@ class Downloader:
                                      code="unknown-host") from None
             if kind == "connection-refused":
                 raise _Retry(f"connection refused by {redact(url)}",
-                             "is the mirror up, and is the port right?",
+                             "is the server up, and is the port right?",
                              code="connection-refused") from None
             raise _Retry(reason(exc, url)) from None
         except requests.exceptions.InvalidURL as exc:

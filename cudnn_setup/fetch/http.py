@@ -245,7 +245,7 @@ class Client:
         if self.budget.spent:
             raise TimedOut(f"{redact(url)} was not asked: servers of this command already went "
                            f"unanswered for {self.budget.total:.0f} s",
-                           "check the mirror and the network, then run again")
+                           "check the servers and the network, then run again")
         left = self.budget.left
         return min(self.timeout[0], left), min(self.timeout[1], left)
 

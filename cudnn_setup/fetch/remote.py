@@ -30,14 +30,22 @@ def _label_order(label: str) -> tuple[int, ...]:
     return tuple(int(p) for p in label.split("."))
 
 
+# What to try when NVIDIA's own tree cannot be read: the other two sources of a version.
+ELSEWHERE = "or install from a mirror (--mirror) or a PyPI index (--from pypi)"
+
+
 class Reader:
     """Reads small files below http(s) and file URLs; every failure other than "not there" is
-    DownloadFailed (exit 6), with the URL shown without credentials."""
+    DownloadFailed (exit 6), with the URL shown without credentials. `mirror`: whether the
+    tree is a mirror someone set (its URL may be wrong), or NVIDIA's own."""
 
     def __init__(self, session: requests.Session | None = None,
                  headers: Mapping[str, str] | None = None,
-                 timeout: tuple[float, float] = (10.0, 30.0), client: Client | None = None):
+                 timeout: tuple[float, float] = (10.0, 30.0), client: Client | None = None,
+                 mirror: bool = True):
         self.client = client or Client(headers, session=session, timeout=timeout)
+        self.mirror = mirror
+        self.tree = "the mirror" if mirror else "NVIDIA's redist tree"
 
     @property
     def requests_made(self) -> int:
@@ -110,11 +118,13 @@ class Reader:
         try:
             return self.client.request("GET", url, headers)
         except Stalled as exc:
-            raise TimedOut(f"{redact(url)}: {exc}", "check the mirror and the network") from None
+            raise TimedOut(f"{redact(url)}: {exc}", "check the mirror and the network"
+                           if self.mirror else f"check the network, {ELSEWHERE}") from None
         except requests.RequestException as exc:
+            network = "the network (proxy settings come from the environment)"
             raise DownloadFailed(f"cannot reach {redact(url)}: {reason(exc, url)}",
-                                 "check the mirror URL and the network (proxy settings come "
-                                 "from the environment)") from None
+                                 f"check the mirror URL and {network}" if self.mirror
+                                 else f"check {network}, {ELSEWHERE}") from None
 
     def _get(self, url: str, limit: int, absent) -> bytes | None:
         response = self._request(url, {})
@@ -122,5 +132,6 @@ class Reader:
             if response.status_code in absent:
                 return None
             if response.status_code != 200:
-                raise status_error(url, response.status_code, "check the mirror and run again")
-            return self.client.read_small(response, url, limit, "the mirror", READ_DEADLINE)
+                raise status_error(url, response.status_code, "check the mirror and run again"
+                                   if self.mirror else f"run again later, {ELSEWHERE}")
+            return self.client.read_small(response, url, limit, self.tree, READ_DEADLINE)

@@ -26,7 +26,7 @@ from cudnn_setup.mirror.directory import MirrorDir, hashes_of
 from cudnn_setup.mirror.manifest import Artifact, RepackedFrom
 from cudnn_setup.sources.base import WHEEL, Fetch, Offer, Source
 from cudnn_setup.state.layout import DEFAULT_LOCK_TIMEOUT
-from cudnn_setup.text import escape
+from cudnn_setup.text import escape, show_path
 from cudnn_setup.urls import redact
 
 
@@ -104,16 +104,23 @@ def build(request: MirrorRequest, built: Built,
         with tree.locked(request.lock_timeout, on_status):
             built.started = True
             tree.sweep()
-            _build(request, MirrorDir(tree), built)
+            _build(request, MirrorDir(tree), built, on_status or _silent)
     finally:
         tree.close()
 
 
-def _build(request: MirrorRequest, mirror: MirrorDir, built: Built) -> None:
+def _silent(line: str) -> None:
+    pass
+
+
+def _build(request: MirrorRequest, mirror: MirrorDir, built: Built,
+           say: Callable[[str], None]) -> None:
     try:
         for where in request.platforms:
             for version in request.versions:
                 for cuda in request.cudas:
+                    say(f"asking {where.source.where} for cuDNN {version} (CUDA {cuda}, "
+                        f"{where.platform})")
                     try:
                         offer = where.source.pick(version, where.platform, cuda)
                     except NoVariant as exc:  # this combination does not exist: said, not fatal
@@ -122,14 +129,16 @@ def _build(request: MirrorRequest, mirror: MirrorDir, built: Built) -> None:
                         built.lines.append(f"skipped   {where.platform} CUDA {cuda}: "
                                            f"{exc.message}")
                         continue
-                    placed = (_repack(request, mirror, where, offer) if offer.format == WHEEL
-                              else _archive(mirror, where, offer))
+                    placed = (_repack(request, mirror, where, offer, say)
+                              if offer.format == WHEEL else _archive(mirror, where, offer, say))
                     mirror.record(offer, placed.artifact)
                     built.placed.append(placed)
                     built.lines.append(placed.line())
     finally:
         # what was placed is listed in the manifests even when a later release failed
         fresh = mirror.tree.regular_size("index.html") is None
+        if mirror.changed or fresh:
+            say(f"writing the mirror's manifests and index in {show_path(mirror.root)}")
         built.written = mirror.write() if mirror.changed or fresh else []
     for version in request.versions:
         if not any(version.matches(p.offer.version) for p in built.placed):
@@ -148,17 +157,20 @@ def _expected(offer: Offer) -> Expected:
     return Expected("sha256", offer.sha256 or "", offer.checksum_from or "the source's listing")
 
 
-def _archive(mirror: MirrorDir, where: PlatformSource, offer: Offer) -> Placed:
+def _archive(mirror: MirrorDir, where: PlatformSource, offer: Offer,
+             say: Callable[[str], None]) -> Placed:
     rel = redist.mirror_path(offer.platform, offer.file_name)
     given = offer.repacked_from  # a repack this source's own manifest marks as one
     repacked = RepackedFrom(given["wheel"], given["sha256"]) if given else None
     mirror.check_listable(offer, offer.file_name, repacked)
+    say(f"checking the mirror's copy of {escape(offer.file_name)}, if it has one")
     kept = mirror.kept(rel, offer.sha256)
     if kept is not None:
         return Placed(offer, "kept", offer.file_name, _marked(kept, repacked))
     # fetched into the tool's download cache (reused there when its checksum is known), then
     # copied into the mirror's own work file and checked there
     obtained = where.source.obtain(offer, where.fetch)
+    say(f"copying {escape(offer.file_name)} into the mirror and checking the copy's sha256")
     copy = mirror.tree.work_file(offer.file_name)
     shutil.copyfile(obtained.path, copy)
     got = hashes_of(mirror.tree, f"{INCOMING}/{copy.name}")
@@ -174,7 +186,7 @@ def _marked(artifact: Artifact, repacked: RepackedFrom | None, rel: str | None =
 
 
 def _repack(request: MirrorRequest, mirror: MirrorDir, where: PlatformSource,
-            offer: Offer) -> Placed:
+            offer: Offer, say: Callable[[str], None]) -> Placed:
     major = redist.parse_variant(offer.cuda_variant)[0]
     repacked = RepackedFrom(offer.file_name, offer.sha256 or "")
     name = repack_name(offer.platform, offer.version, major)
@@ -182,17 +194,21 @@ def _repack(request: MirrorRequest, mirror: MirrorDir, where: PlatformSource,
     rel = redist.mirror_path(offer.platform, name)
     had = mirror.entry(offer)
     if had and had.repacked_from is not None and had.repacked_from.sha256 == offer.sha256:
+        say(f"checking the mirror's repack {name}")
         kept = mirror.kept(rel, had.sha256)
         if kept is not None:
             return Placed(offer, "kept", name, _marked(kept, had.repacked_from))
     obtained = where.source.obtain(offer, where.fetch)
+    say(f"checking the sha256 of {escape(offer.file_name)}")
     got = file_digest(obtained.path)
     if got != offer.sha256:  # every byte checked, whatever the cache says
         raise mismatch(escape(offer.file_name), _expected(offer), got, _NOT_PLACED)
     part = mirror.tree.work_file(name + ".part", create=False)  # repack creates it exclusively
+    say(f"repacking {escape(offer.file_name)} as {name}")
     sha, md5, size = repack(obtained.path, part)
     # read back as install would read it: the mirror serves only what installs
     staging = mirror.tree.fd_path(INCOMING + "/x").parent
+    say(f"reading {name} back as install reads it")
     pkg = inspect_archive(part, staging, xz=request.xz, env=request.env)
     if not pkg.installable or pkg.sha256 != sha:
         raise ArchiveRejected(f"the repack of {escape(offer.file_name)} does not read back as "

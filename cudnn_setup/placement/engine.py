@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator, Mapping, Sequence
 
+from cudnn_setup.archive.listing import Progress
 from cudnn_setup.archive.package import Package
 from cudnn_setup.errors import SetupError, os_error
 from cudnn_setup.facts.cuda import CudaRoot
@@ -102,7 +103,7 @@ class Request:
     force: bool = False
     dry_run: bool = False
     expected: Expected | None = None
-    on_read: Callable[[int], None] | None = None
+    on_read: Progress | None = None
     xz: str | None = None
     env: Mapping[str, str] = field(default_factory=dict)
     driver: Callable[[], DriverFacts | None] = _no_driver

@@ -47,7 +47,7 @@ def built_for(pkg: Package, work: Path, env: Mapping[str, str] | None) -> BuiltF
     its sub-libraries there instead of abort()ing.
     """
     if pkg.cuda_version:
-        return BuiltFor(pkg.cuda_version, "archive name")
+        return BuiltFor(pkg.cuda_version, cuda_facts.FROM_NAME)
     main = pkg.library("libcudnn")
     if main is None or main.member.staged is None:
         return BuiltFor(None, "unknown: no library to ask")
@@ -61,7 +61,7 @@ def built_for(pkg: Package, work: Path, env: Mapping[str, str] | None) -> BuiltF
                        child_env(work, env or {}))
     cuda = LoadAnswer.read(result.answer(LOAD_ANSWER)).cuda
     if cuda is not None:
-        return BuiltFor(cuda, "cudnnGetCudartVersion() of the library")
+        return BuiltFor(cuda, cuda_facts.FROM_LIBRARY)
     why = "no cudnnGetCudartVersion" if result.data else result.failure()
     return BuiltFor(None, f"unknown: the name does not say and the library answered nothing "
                           f"({why[:200]})")

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 from cudnn_setup.archive import read_package
+from cudnn_setup.archive.listing import Progress
 from cudnn_setup.archive.package import Package
 from cudnn_setup.digest import content_hash
 from cudnn_setup.errors import ArchiveRejected
@@ -36,7 +37,7 @@ class Judged:
 
 
 def stage(archive: Path, staging: Path, expected: Expected | None,
-          on_read: Callable[[int], None] | None, xz: str | None,
+          on_read: Progress | None, xz: str | None,
           env: Mapping[str, str]) -> Package:
     """The archive read into `staging`; its checksum and its installability checked."""
     pkg = read_package(archive, staging, on_read=on_read, xz=xz, env=env,
@@ -75,7 +76,7 @@ def fit_refusal(pkg: Package, built: BuiltFor, root: CudaRoot, name: str, old: M
 
 
 def stage_and_judge(archive: Path, work: Path, root: CudaRoot, state: StateDir, *,
-                    expected: Expected | None, on_read: Callable[[int], None] | None,
+                    expected: Expected | None, on_read: Progress | None,
                     xz: str | None, env: Mapping[str, str],
                     driver: Callable[[], DriverFacts | None], force: bool,
                     say: Callable[[str], None],

@@ -20,6 +20,7 @@ from functools import partial
 from pathlib import Path
 from typing import Callable, Mapping
 
+from cudnn_setup.archive.listing import Progress
 from cudnn_setup.archive.package import Package
 from cudnn_setup.durable import make_dirs, make_durable
 from cudnn_setup.errors import ArchiveRejected, InstallFailed, UsageError
@@ -183,7 +184,7 @@ def _damage(record: FileRecord, found: Content | None) -> str | None:
 def repair(root: CudaRoot, obtain: Obtain, *, dry_run: bool = False,
            fs: Filesystem | None = None, lock_timeout: float = 300.0,
            on_status: Callable[[str], None] | None = None,
-           on_read: Callable[[int], None] | None = None, xz: str | None = None,
+           on_read: Progress | None = None, xz: str | None = None,
            env: Mapping[str, str] | None = None) -> RepairOutcome:
     """Put the install the root's manifest records back; `obtain(manifest)` gives the local
     file of the archive it was installed from (from the cache, or fetched again), asked only

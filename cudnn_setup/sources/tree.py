@@ -11,13 +11,14 @@ from typing import Sequence
 
 from cudnn_setup.errors import ArchiveRejected
 from cudnn_setup.fetch import known_releases, redist
+from cudnn_setup.fetch.redist import local_path
 from cudnn_setup.fetch.candidates import Release, VersionRequest
 from cudnn_setup.fetch.checksums import Expected, mismatch
 from cudnn_setup.fetch.downloader import size_mismatch
 from cudnn_setup.fetch.resolve import TABLE, Choice, Tree, catalog, resolve, resolve_name
 from cudnn_setup.sources.base import (ARCHIVE, Catalog, Fetch, Obtained, Offer, Provenance,
                                       Source)
-from cudnn_setup.text import show_path
+from cudnn_setup.text import hide_userinfo, show_path
 from cudnn_setup.untrusted import NotRegular, regular_size
 from cudnn_setup.urls import redact
 
@@ -51,6 +52,11 @@ class RedistTree(Source):
 
     @property
     def where(self) -> str:
+        # a directory with a user:password@ part in a name is shown as a path without it: in
+        # its file:// URL the part is percent-encoded, out of redact's sight
+        path = local_path(self.tree.url)
+        if path is not None and hide_userinfo(str(path)) != str(path):
+            return show_path(path)
         return redact(self.tree.url)
 
     def _offer(self, choice: Choice) -> Offer:

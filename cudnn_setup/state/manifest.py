@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cudnn_setup.digest import BLAKE3, CONTENT_HASHES, SHA256 as SHA256_HASH
-from cudnn_setup.facts import cudnn as gen
+from cudnn_setup.facts import cuda, cudnn as gen
 from cudnn_setup.state.fields import HEX_ID, SHA256, Fields, text
 from cudnn_setup.state.paths import Damaged, contained, relative
 
@@ -203,6 +203,14 @@ class Manifest:
 
     def file(self, path: str) -> FileRecord | None:
         return next((f for f in self.files if f.path == path), None)
+
+    @property
+    def cuda_learnt_from(self) -> str:
+        """How cuda_version was learnt, as the install said it; manifests from before it was
+        recorded took it from the archive name, the only way then."""
+        if self.cuda_source in (cuda.FROM_NAME, cuda.FROM_LIBRARY):
+            return self.cuda_source
+        return cuda.FROM_NAME if self.cuda_source is None else "the manifest"
 
     def to_dict(self) -> dict:
         return {

@@ -81,9 +81,9 @@ def _tree_source(ctx: Context, mirror: str | None, headers: list[str] | None,
     from cudnn_setup.sources.mirror import Mirror
     from cudnn_setup.sources.nvidia import NvidiaTree
 
-    reader = Reader(client=client_for(ctx, headers))
     user_config = ctx.user_config or user_config_path(ctx.env, ctx.home)
     setting = mirror_setting(mirror, ctx.env, user_config, ctx.system_config)
+    reader = Reader(client=client_for(ctx, headers), mirror=setting is not None)
     if setting is None:
         return NvidiaTree(reader)
     on_command_line = setting.origin == "--mirror"
@@ -119,7 +119,7 @@ def choose_source(ctx: Context, *, from_: str | None = None, mirror: str | None 
         return PypiIndex(config, downloader_for(ctx, headers, cache_dir, env=env),
                          wheel_tags if wheel_tags is not None else machine_wheel_tags(ctx))
     if from_ == NVIDIA:
-        return NvidiaTree(Reader(client=client_for(ctx, headers)))
+        return NvidiaTree(Reader(client=client_for(ctx, headers), mirror=False))
     return _tree_source(ctx, from_ or mirror, headers, "--from" if from_ else "--mirror")
 
 
@@ -167,6 +167,12 @@ def fetcher(result: Result, ctx: Context, headers: list[str] | None, cache_dir: 
         return fetch(result, ctx, url, None, headers, cache_dir, expected=expected,
                      downloader=own, output_dir=output_dir, client=client, record=record)
     return run
+
+
+def asking(ctx: Context, source: Source, what: str) -> None:
+    """Said before a source is asked which releases it has: a round trip at least, and a
+    host that does not answer is waited for."""
+    ctx.status(f"asking {source.where} for {what}")
 
 
 def pick_version(source: Source, text: str, root: CudaRoot | None, cuda: str | None,
@@ -250,12 +256,14 @@ def release_for(result: Result, ctx: Context, source: str, root: CudaRoot, *,
                            headers=headers, cache_dir=cache_dir)
     if kind == VERSION:
         here = host_choice(ctx)
+        asking(ctx, chosen, f"cuDNN {source.strip()}")
         offer = pick_version(chosen, source, root, cuda, here)
         _, cuda_version = target(root, cuda, here.primary)
         why = f"newest {source.strip()} for CUDA {cuda_version} on {offer.platform}"
         if len(here.platforms) > 1:
             why += f" ({here.why})"
     else:
+        asking(ctx, chosen, redact(source))
         offer = chosen.by_name(source) if isinstance(chosen, RedistTree) else None
         if offer is None:
             raise UsageError(f"{redact(source)} is not a file here, and neither the known table "

@@ -74,15 +74,9 @@ def root_if_any(ctx: Context, cuda_root: Path | None) -> CudaRoot | None:
 
 
 def reading(ctx: Context, archive: Path):
-    """The archive's bytes read, for the progress display (the archive's size as the total)."""
-    try:
-        total = archive.stat().st_size
-    except OSError:
-        total = None
-    report = ctx.progress(f"reading {escape(archive.name)}")
-    if report is None:
-        return None
-    return lambda done: report(done, total)
+    """How far reading the archive got, for the progress display (the reader says of what:
+    a .tar.xz's decoded bytes, else the file's)."""
+    return ctx.progress(f"reading {escape(archive.name)}")
 
 
 def include_needs_lib_dir(lib_dir: Path | None, include_dir: Path | None) -> None:

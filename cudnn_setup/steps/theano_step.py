@@ -71,7 +71,8 @@ def theanorc_step(result: Result, path: Path, root: Path, lib_dir: Path, dry_run
         result.lines += change.diff.rstrip("\n").splitlines()
     if change.changed and not dry_run:
         result.changed = True
-    verb = ("would update" if dry_run else "updated") if change.changed else "already up to date:"
+    verb = ("would create" if dry_run else "created") if change.created else \
+        ("would update" if dry_run else "updated") if change.changed else "already up to date:"
     detail = f"{verb} {change.path}" + (f" (backup {change.backup})" if change.backup else "")
     detail += "".join(f"; {w}" for w in change.warnings)
     return Check("theanorc", WARN if change.warnings else PASS, detail)
