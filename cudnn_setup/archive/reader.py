@@ -14,7 +14,7 @@ from typing import IO, Callable, Mapping
 
 from cudnn_setup.archive import headers, library_facts, staging
 from cudnn_setup.archive.decoders import (CHUNK, DECODE_ERRORS, RAPIDGZIP, ZIP, Decoder,
-                                         fallback_gzip, sniff, usable_cores)
+                                         Growing, fallback_gzip, sniff, usable_cores)
 from cudnn_setup.archive.listing import Listing, Member, Wanted
 from cudnn_setup.archive.problems import Problem
 from cudnn_setup.archive.rules import Limits, MemberRules, Stop, corrupt
@@ -26,7 +26,7 @@ from cudnn_setup.text import escape, show_path
 def read(path: Path, staging_dir: Path, want: Wanted, limits: Limits | None = None,
          on_read: Callable[[int], None] | None = None, xz: str | None = None,
          gzip: str | None = None, env: Mapping[str, str] = {},
-         content_hash: str = SHA256) -> Listing:
+         content_hash: str = SHA256, source: Growing | None = None) -> Listing:
     """Stream `path` once; write the members `want` accepts under `staging_dir`; record everything.
 
     `xz` is the xz program to decode multi-block .tar.xz with, on every core (None: decode in
@@ -37,10 +37,11 @@ def read(path: Path, staging_dir: Path, want: Wanted, limits: Limits | None = No
     rapidgzip refuses some files that gzip reads (zeros after the end) and cannot tell a stream
     cut short. Problems with single members are all collected; a stream that cannot be decoded ends the pass
     with one more problem. The caller judges the listing and decides what to do with the staging
-    directory.
+    directory. `source`: the archive as it arrives (fetch/arriving.py), read instead of
+    `path`, its members staged while the rest is downloaded.
     """
     try:
-        compression = sniff(path)
+        compression = sniff(path, source)
     except OSError as exc:
         raise unreadable(path, exc) from None
     if compression == ZIP and path.name.endswith(".whl"):
@@ -54,7 +55,7 @@ def read(path: Path, staging_dir: Path, want: Wanted, limits: Limits | None = No
         )
     listing = Listing(compression=compression)
     try:
-        decoder = Decoder(path, compression, on_read, xz, gzip, env)
+        decoder = Decoder(path, compression, on_read, xz, gzip, env, source)
     except OSError as exc:
         raise unreadable(path, exc) from None
     decoded_by_rapidgzip = decoder.name == RAPIDGZIP

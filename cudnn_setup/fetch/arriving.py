@@ -37,25 +37,27 @@ class Arriving:
     def __init__(self, expected_size: int | None = None):
         self._cond = threading.Condition()
         self.expected_size = expected_size  # what the source promised, when it did
-        self.path: Path | None = None
+        self.path: Path | None = None  # the file written: the part, then the archive
+        self.dest: Path | None = None  # the archive's own path once it is complete
         self.written = 0  # bytes of the part file that are written (flushed to the file)
         self.generation = 0  # attempts begun: a follower reopens the part at each
         self.stable: int | None = None  # bytes never rewritten since the first attempt
         self.sha256: str | None = None
         self.size: int | None = None
+        self.finished = False
         self.error: BaseException | None = None
         self.cancelled = False
 
     # --- the downloading side ---------------------------------------------------------------
 
-    def begin(self, part: Path, start: int) -> None:
-        """An attempt is about to write `part` from byte `start` (0: starting over); the bytes
-        before `start` are there already and stay as they are."""
+    def begin(self, part: Path, start: int, dest: Path) -> None:
+        """An attempt is about to write `part` (to become `dest`) from byte `start` (0:
+        starting over); the bytes before `start` are there already and stay as they are."""
         with self._cond:
             self.check_cancelled()
             if self.generation:
                 self.stable = start if self.stable is None else min(self.stable, start)
-            self.path, self.written = part, start
+            self.path, self.dest, self.written = part, dest, start
             self.generation += 1
             self._cond.notify_all()
 
@@ -69,12 +71,14 @@ class Arriving:
         if self.cancelled:
             raise Cancelled("the install reading this download gave up")
 
-    def finish(self, path: Path, sha256: str, size: int) -> None:
+    def finish(self, path: Path, sha256: str | None, size: int) -> None:
         """The download is complete and matched its checksum: `path` holds it."""
         with self._cond:
             if self.generation == 0:  # found complete (the cache): nothing was streamed
                 self.path = path
+            self.dest = path
             self.sha256, self.size, self.written = sha256, size, size
+            self.finished = True
             self._cond.notify_all()
 
     def fail(self, error: BaseException) -> None:
@@ -92,7 +96,7 @@ class Arriving:
 
     @property
     def ended(self) -> bool:
-        return self.error is not None or self.sha256 is not None
+        return self.error is not None or self.finished
 
     @property
     def streaming(self) -> bool:
@@ -134,20 +138,31 @@ class Follower:
                 if a.stable is not None and a.stable < self.pos:
                     raise ArrivalFailed("the download started over after bytes had been read")
                 if a.path is not None and self.generation != a.generation:
-                    self._reopen(a.path)
-                    self.generation = a.generation
-                if self.fd is not None and (a.written >= want_end or a.sha256 is not None) \
+                    # the part, else (renamed when it was complete) the archive
+                    if self._reopen(a.dest if a.finished and a.dest is not None else a.path):
+                        self.generation = a.generation
+                    else:  # renamed into place, and the download not said finished yet
+                        a._cond.wait(WAKE_SECONDS)
+                        continue
+                if self.fd is not None and (a.written >= want_end or a.finished) \
                         and a.written > self.pos:
                     return a.written - self.pos
-                if a.sha256 is not None and self.fd is not None and a.written <= self.pos:
+                if a.finished and self.fd is not None and a.written <= self.pos:
                     return 0
                 a._cond.wait(WAKE_SECONDS)
 
-    def _reopen(self, path: Path) -> None:
+    def _reopen(self, path: Path) -> bool:
+        """Open `path` in place of the file read so far; False when it is gone (the part,
+        renamed into place once complete)."""
         if self.fd is not None:
             os.close(self.fd)
-        self.fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+            self.fd = None
+        try:
+            self.fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+        except FileNotFoundError:
+            return False
         self.name = path.name
+        return True
 
     def readinto(self, buffer) -> int:
         view = memoryview(buffer).cast("B")

@@ -398,8 +398,6 @@ class Downloader:
             cap = limit if limit is not None else (total if total is not None else MAX_ARCHIVE)
             # the bytes kept are hashed before the new ones (read back once, on a resume)
             digest.catch_up(part, start)
-            if arriving is not None:
-                arriving.begin(part, start)
             self._write(r, url, name, part, mode, start, total, cap,
                         expected if limit is not None else None, digest, arriving)
             return start, validators
@@ -412,6 +410,9 @@ class Downloader:
 
         try:
             with open(part, mode) as f:
+                if arriving is not None:  # the part exists now, `have` bytes long
+                    arriving.begin(part, have, part.with_name(name))
+
                 def sink(chunk: bytes) -> None:
                     nonlocal done
                     f.write(chunk)
