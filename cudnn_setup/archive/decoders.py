@@ -288,6 +288,7 @@ class Decoder:
                 if not n:
                     break
                 self.proc.stdin.write(memoryview(buf)[:n])
+                self.proc.stdin.flush()  # a piece of an archive still arriving: decode it now
         except (BrokenPipeError, ValueError, OSError):
             pass  # the decoder stopped early; finish() reports why
         finally:

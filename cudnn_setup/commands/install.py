@@ -183,6 +183,13 @@ def _install_arriving(result: Result, ctx: Context, source: str, release: Releas
             clients=(lambda: None) if no_frameworks else (lambda: framework_names(ctx, python)),
             follow=download.follow, arrived=download.provenance))
         obtained = download.result()  # the verdict, when the root had it already
+    except Exception:
+        if download.arriving.rewound:  # a server that ignored Range sent it all again
+            return None, download.result()  # read once whole; the staging was discarded
+        failed = download.failure()
+        if failed is not None:  # the stream ended because the download did: say why
+            raise failed from None
+        raise
     except BaseException:
         failed = download.failure()
         if failed is not None:  # the stream ended because the download did: say why

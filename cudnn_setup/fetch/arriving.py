@@ -40,11 +40,11 @@ class Arriving:
         self.path: Path | None = None  # the file written: the part, then the archive
         self.dest: Path | None = None  # the archive's own path once it is complete
         self.written = 0  # bytes of the part file that are written (flushed to the file)
-        self.generation = 0  # attempts begun: a follower reopens the part at each
-        self.stable: int | None = None  # bytes never rewritten since the first attempt
+        self.starts: list[int] = []  # the byte each attempt began writing at, in order
         self.sha256: str | None = None
         self.size: int | None = None
         self.finished = False
+        self.rewound = False  # a follower met bytes an attempt wrote again
         self.error: BaseException | None = None
         self.cancelled = False
 
@@ -55,10 +55,8 @@ class Arriving:
         starting over); the bytes before `start` are there already and stay as they are."""
         with self._cond:
             self.check_cancelled()
-            if self.generation:
-                self.stable = start if self.stable is None else min(self.stable, start)
             self.path, self.dest, self.written = part, dest, start
-            self.generation += 1
+            self.starts.append(start)
             self._cond.notify_all()
 
     def wrote(self, done: int) -> None:
@@ -99,6 +97,15 @@ class Arriving:
         return self.error is not None or self.finished
 
     @property
+    def generation(self) -> int:
+        """Attempts begun: a follower reopens the part at each."""
+        return len(self.starts)
+
+    def rewrote(self, since: int, below: int) -> bool:
+        """Whether an attempt after the `since`-th began writing before byte `below`."""
+        return any(start < below for start in self.starts[since:])
+
+    @property
     def streaming(self) -> bool:
         """Whether an attempt began writing (False when the file was found complete)."""
         return self.generation > 0
@@ -135,9 +142,9 @@ class Follower:
                     raise ArrivalFailed(f"the download failed: {a.error}")
                 if a.cancelled:
                     raise ArrivalFailed("the download was cancelled")
-                if a.stable is not None and a.stable < self.pos:
-                    raise ArrivalFailed("the download started over after bytes had been read")
                 if a.path is not None and self.generation != a.generation:
+                    if self.generation and a.rewrote(self.generation, self.pos):
+                        raise self._rewound()
                     # the part, else (renamed when it was complete) the archive
                     if self._reopen(a.dest if a.finished and a.dest is not None else a.path):
                         self.generation = a.generation
@@ -150,6 +157,10 @@ class Follower:
                 if a.finished and self.fd is not None and a.written <= self.pos:
                     return 0
                 a._cond.wait(WAKE_SECONDS)
+
+    def _rewound(self) -> ArrivalFailed:
+        self.arriving.rewound = True  # the download goes on: the archive is read once whole
+        return ArrivalFailed("the download started over after bytes had been read")
 
     def _reopen(self, path: Path) -> bool:
         """Open `path` in place of the file read so far; False when it is gone (the part,
@@ -173,9 +184,9 @@ class Follower:
             assert self.fd is not None
             n = os.preadv(self.fd, [view[:min(ready, len(view))]], self.pos)
             a = self.arriving
-            with a._cond:  # an attempt that began meanwhile may have cut the file short
-                if a.stable is not None and a.stable < self.pos + n:
-                    raise ArrivalFailed("the download started over after bytes had been read")
+            with a._cond:  # an attempt that began meanwhile may have rewritten what was read
+                if a.rewrote(self.generation, self.pos + n):
+                    raise self._rewound()
             if n:
                 self.pos += n
                 return n
