@@ -276,3 +276,23 @@ def test_a_follower_raises_when_the_download_fails_or_starts_over(tmp_path):
     arriving.fail(RuntimeError("connection lost"))
     with pytest.raises(ArrivalFailed, match="connection lost"):
         follower.readinto(bytearray(4))
+
+
+def test_a_url_installed_as_it_arrived_is_known_again_without_reading_it(
+        mirror, cuda_root, home):
+    """The manifest records the file the install read as it grew, once it was whole: the same
+    URL again is answered from it."""
+    root = cuda_root(version="12.4", layout="lib")
+    with ArchiveServer() as s:
+        _serve(mirror, s)
+        s.throttle[ARCHIVE_12] = 1.0  # a second on the wire: the install reads it as it comes
+        args = ["install", f"{s.base}{ARCHIVE_12}", "--sha256", mirror.sha256(X86_12),
+                "--cuda-root", str(root), "--no-theanorc", "--no-verify"]
+        env = {"XDG_CACHE_HOME": str(home / "cache")}
+        done, out = run_json(args, home, env, process=True)
+        assert done.returncode == 0 and out["changed"], done.stderr
+        assert done.stderr.count("reading, checking") == 1  # one pass, as it arrived
+        done, out = run_json(args, home, env, process=True)
+    assert done.returncode == 0 and not out["changed"], done.stderr
+    assert any("the archive was not read again: the file it was installed from, unchanged" in n
+               for n in out["install"]["notes"]), out["install"]["notes"]

@@ -263,6 +263,8 @@ def _install(asked: Asked, state: StateDir, fs: Filesystem | None) -> Outcome:
                 raise conflict_error(plan.conflicts, r.root.path, "replaced")
             # the commit point: an archive still arriving must have matched its checksum
             provenance = r.arrived() if r.arrived is not None else r.provenance
+            if r.arrived is not None:  # the file read as it grew is now whole, in its place
+                before = archive_stat(r.archive)
             if plan.changed or judged.old is None:
                 r.on_status(f"placing cuDNN {judged.package.cudnn_version} into "
                             f"{r.root.path}: {plural(len(plan.ops), 'change')} in one "
