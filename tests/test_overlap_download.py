@@ -296,3 +296,24 @@ def test_a_url_installed_as_it_arrived_is_known_again_without_reading_it(
     assert done.returncode == 0 and not out["changed"], done.stderr
     assert any("the archive was not read again: the file it was installed from, unchanged" in n
                for n in out["install"]["notes"]), out["install"]["notes"]
+
+
+def test_an_arriving_xz_goes_to_the_decoder_its_first_block_allows():
+    """xz decodes in parallel only blocks that say their sizes (its own multi-threaded
+    encoder's); an archive still arriving has no index yet to count blocks in, so its first
+    block header decides: one without sizes is decoded by liblzma in this process."""
+    import lzma
+    import shutil as sh
+
+    from cudnn_setup.archive import decoders, liblzma
+
+    xz = sh.which("xz")
+    if xz is None or not decoders._xz_decodes_in_parallel(xz) or liblzma.load() is None:
+        pytest.skip("needs xz 5.4 or later and liblzma")
+    single = lzma.compress(b"x" * 100_000)
+    multi = subprocess.run([xz, "-T2", "--block-size=20000", "-c"], input=b"y" * 100_000,
+                           capture_output=True, check=True).stdout
+    assert not decoders.first_block_sized(single[:decoders.XZ_HEAD])
+    assert decoders.first_block_sized(multi[:decoders.XZ_HEAD])
+    assert decoders.xz_decoder(xz, None, {}, single[:decoders.XZ_HEAD]) == decoders.LIBLZMA
+    assert decoders.xz_decoder(xz, None, {}, multi[:decoders.XZ_HEAD]) == decoders.XZ_PARALLEL

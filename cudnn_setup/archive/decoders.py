@@ -249,7 +249,8 @@ class Decoder:
             self.name = gzip
         else:
             gzip = None
-            self.name = xz_decoder(xz, None if source is not None else path, env) \
+            self.name = xz_decoder(xz, None if source is not None else path, env,
+                                   source.peek(XZ_HEAD) if source is not None else None) \
                 if compression == XZ else compression
         piped = self.name == XZ_PARALLEL
         self.raw = ArchiveFile(path, on_read, hash_aside=not piped and gzip != RAPIDGZIP,
@@ -538,16 +539,34 @@ def gzip_decoder(cores: int | None = None, archive_bytes: int = 0,
     return choice.choose_decoder(GZIP, None, cores, available, installed, archive_bytes)
 
 
-def xz_decoder(xz: str | None, path: Path | None, env: Mapping[str, str]) -> str:
+def xz_decoder(xz: str | None, path: Path | None, env: Mapping[str, str],
+               head: bytes | None = None) -> str:
     """The decoder for the .tar.xz at `path`: the facts for decoder_choice.choose_decoder
     (whether `xz` decodes in parallel, in the command's environment; then the archive's block
-    count, which only matters then, and is unknown for an archive still arriving: None)."""
+    count, which only matters then). An archive still arriving has no index to count blocks
+    in yet (it is at the end): its first bytes (`head`) tell whether its first block says its
+    sizes, without which xz cannot decode in parallel either (one block, as far as it goes)."""
     available = {LIBLZMA} if liblzma.load() is not None else set()
     blocks = None
     if xz is not None and _xz_decodes_in_parallel(xz, env):
         available.add(XZ_PARALLEL)
-        blocks = _xz_blocks(xz, path, env) if path is not None else None
+        blocks = _xz_blocks(xz, path, env) if path is not None else \
+            1 if head is not None and not first_block_sized(head) else None
     return choice.choose_decoder(XZ, blocks, 1, None, available, 0)
+
+
+# The .xz stream header (12 bytes), then the first block header's size byte and flags byte.
+XZ_HEAD = 14
+_BLOCK_SIZES = 0x40 | 0x80  # the flags saying the block header holds its compressed and
+# uncompressed sizes, which xz's multi-threaded encoder writes and its decoder needs
+
+
+def first_block_sized(head: bytes) -> bool:
+    """Whether the first block of the .xz stream starting with `head` says its sizes (an
+    empty stream, or bytes too few to tell: True, and xz decides)."""
+    if len(head) < XZ_HEAD or head[12] == 0:
+        return True
+    return bool(head[13] & _BLOCK_SIZES)
 
 
 def _xz_decodes_in_parallel(xz: str, env: Mapping[str, str] = {}) -> bool:
