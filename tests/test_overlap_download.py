@@ -317,3 +317,33 @@ def test_an_arriving_xz_goes_to_the_decoder_its_first_block_allows():
     assert decoders.first_block_sized(multi[:decoders.XZ_HEAD])
     assert decoders.xz_decoder(xz, None, {}, single[:decoders.XZ_HEAD]) == decoders.LIBLZMA
     assert decoders.xz_decoder(xz, None, {}, multi[:decoders.XZ_HEAD]) == decoders.XZ_PARALLEL
+
+
+@pytest.mark.parametrize("suffix", [".tar.gz", ".tar"])
+def test_a_url_of_a_gzip_or_plain_tar_is_staged_as_it_arrives(mirror, cuda_root, home, suffix):
+    """The other tar decoders read the arriving archive too: ISA-L (or zlib) on a thread of its
+    own, and a plain tar straight from the follower."""
+    import gzip
+    import lzma
+
+    tar = lzma.decompress(mirror.archives[X86_12].read_bytes())
+    data = gzip.compress(tar, compresslevel=1, mtime=0) if suffix == ".tar.gz" else tar
+    name = X86_12.replace(".tar.xz", suffix)
+    root = cuda_root(version="12.4", layout="lib")
+    before = _outside_state(root)
+    with ArchiveServer() as s:
+        s.files[f"/{name}"] = data
+        _held(s, f"/{name}", 0.9)
+        proc = _start(home, "install", f"{s.base}/{name}", "--sha256",
+                      hashlib.sha256(data).hexdigest(), "--cuda-root", str(root),
+                      "--no-theanorc", "--no-verify", "--json")
+        try:
+            assert _wait_for(lambda: _staged(root)), "nothing was staged before the end"
+            assert proc.poll() is None and _outside_state(root) == before
+        finally:
+            s.released.set()
+        stdout, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 0, stderr
+    out = json.loads(stdout)
+    assert out["cudnn_version"] == "9.1.7" and out["provenance"]["source"] == "url"
+    assert out["download"]["resumed_from"] == int(len(data) * 0.9)
