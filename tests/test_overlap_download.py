@@ -347,3 +347,28 @@ def test_a_url_of_a_gzip_or_plain_tar_is_staged_as_it_arrives(mirror, cuda_root,
     out = json.loads(stdout)
     assert out["cudnn_version"] == "9.1.7" and out["provenance"]["source"] == "url"
     assert out["download"]["resumed_from"] == int(len(data) * 0.9)
+
+
+def test_sigterm_mid_overlap_is_answered_at_once_and_changes_nothing(mirror, cuda_root, home):
+    """SIGTERM while the install waits for bytes that do not come: `interrupted` (exit 5)
+    within seconds, the download stopped, the root as it was."""
+    root = cuda_root(version="12.4", layout="lib")
+    before = tree_state(root)
+    with ArchiveServer() as s:
+        url = _serve(mirror, s)
+        _held(s, ARCHIVE_12, 0.9)
+        proc = _start(home, *_args("9.1", root, url))
+        try:
+            assert _wait_for(lambda: _staged(root))
+            proc.send_signal(signal.SIGTERM)
+            started = time.monotonic()
+            stdout, stderr = proc.communicate(timeout=60)
+            took = time.monotonic() - started
+        finally:
+            proc.kill()
+            s.released.set()
+    out = json.loads(stdout)
+    assert proc.returncode == 5 and out["error"]["code"] == "interrupted", out["error"]
+    assert "Traceback" not in stderr
+    assert took < 10, f"SIGTERM was answered after {took:.0f} s"
+    assert tree_state(root) == before

@@ -14,6 +14,7 @@ from cudnn_setup.steps.by_version import (Release, archive_name, dependency_whee
                                           release_for)
 from cudnn_setup.steps.overlap import Download, overlaps
 from cudnn_setup.sources.base import Obtained
+from cudnn_setup.fetch.checksums import Expected
 from cudnn_setup.steps.fetching import check_sha256
 from cudnn_setup.steps.command_facts import DRIVER
 from cudnn_setup.steps.loader_step import (LoaderStep, change_to_try, changes_nothing_loaded,
@@ -162,7 +163,8 @@ def install(result: Result, ctx: Context, source: str, *, cuda_root: Path | None
 
 def _install_arriving(result: Result, ctx: Context, source: str, release: Release | None,
                       root: CudaRoot, *, sha256: str | None, headers: list[str] | None,
-                      cache_dir: Path | None, force: bool, known, verify_content: bool,
+                      cache_dir: Path | None, force: bool, known: Expected | None,
+                      verify_content: bool,
                       no_frameworks: bool, python: str
                       ) -> tuple[engine.Outcome | None, Obtained | None]:
     """The archive downloaded on a thread while its members are staged as they arrive
@@ -190,10 +192,8 @@ def _install_arriving(result: Result, ctx: Context, source: str, release: Releas
         if failed is not None:  # the stream ended because the download did: say why
             raise failed from None
         raise
-    except BaseException:
-        failed = download.failure()
-        if failed is not None:  # the stream ended because the download did: say why
-            raise failed from None
+    except BaseException:  # interrupted: said as such, the download stopped
+        download.failure()
         raise
     result.add("provenance", obtained.provenance.to_dict())
     return outcome, obtained
