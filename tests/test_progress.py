@@ -379,9 +379,6 @@ def test_a_slow_download_says_how_far_it_got_every_beat(home, tmp_path):
     assert 3 <= len(lines) <= 5, lines
     assert any(" of 3.0 MB (" in l for l in lines[1:-1]), lines
     assert lines[-1].startswith("cudnn-setup: downloading cudnn-slow.tgz: 3.0 MB in ")
-    # then the checksum of what came, said before it is computed
-    assert said.index("cudnn-setup: checking the sha256 of cudnn-slow.tgz as downloaded") > \
-        said.index(lines[-1])
 
 
 def test_doctor_calls_staging_under_a_held_lock_a_run_at_work_and_does_not_wait(home,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Mapping
 
 from cudnn_setup.archive import reader, wheel
 from cudnn_setup.archive.listing import Progress
@@ -28,20 +28,25 @@ def check_readable(path: Path) -> None:
 def read_package(path: Path, staging: Path, machine: str | None = None,
                  on_read: Progress | None = None, xz: str | None = None,
                  env: Mapping[str, str] = {}, expected_sha256: str | None = None,
-                 content_hash: str = SHA256) -> Package:
+                 content_hash: str = SHA256, source: reader.Growing | None = None) -> Package:
     """One streaming pass over `path`, staging headers and libraries under `staging`; `xz`
     runs in `env`, the command's environment. An nvidia-cudnn-cuNN wheel is read as the
     archive NVIDIA made of the same files (archive/wheel.py); `expected_sha256` lets a wheel
     that does not match stop before it is placed. `content_hash`: what each member is hashed
-    with (digest.content_hash for an install; sha256, which `inspect` shows, by default)."""
-    check_readable(path)
+    with (digest.content_hash for an install; sha256, which `inspect` shows, by default).
+    `source`: a tar archive as it arrives, read instead of the file at `path`, which is not
+    there yet (a wheel is read from its central directory, once it is whole)."""
+    if source is None:
+        check_readable(path)
+    elif wheel.is_wheel(path):
+        raise ValueError("a wheel is read once it is whole, not as it arrives")
     if wheel.is_wheel(path):
         listing, name = wheel.read(path, staging, wanted, on_read=on_read,
                                    expected_sha256=expected_sha256, content_hash=content_hash)
         name_facts: gen.NameFacts | None = name.name_facts()
     else:
         listing = reader.read(path, staging, wanted, on_read=on_read, xz=xz, env=env,
-                              content_hash=content_hash)
+                              content_hash=content_hash, source=source)
         name_facts = None
     try:
         return judge(listing, path.name, machine or host_machine(), name_facts)

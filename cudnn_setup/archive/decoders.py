@@ -21,7 +21,7 @@ import tarfile
 import threading
 import zlib
 from pathlib import Path
-from typing import IO, Callable, Mapping
+from typing import IO, Callable, Mapping, Protocol
 
 from cudnn_setup.archive import decoder_choice as choice
 # The names of compressions and decoders, here too for the reader and the tests.
@@ -61,9 +61,33 @@ DECODE_ERRORS = (tarfile.TarError, EOFError, lzma.LZMAError, zlib.error, IsalErr
                  RapidgzipError)
 
 
-def sniff(path: Path) -> str:
-    with open_regular(path) as f:  # a FIFO swapped in for the archive is refused, not read
-        head = f.read(512)
+class Growing(Protocol):
+    """An archive read while it arrives (fetch/arriving.Follower): a stream from byte 0 that
+    blocks for bytes not there yet and ends only once the whole archive matched its checksum,
+    which was computed on the same bytes as they were written."""
+
+    name: str
+
+    def readinto(self, buffer) -> int: ...
+
+    def peek(self, n: int) -> bytes: ...
+
+    def close(self) -> None: ...
+
+    @property
+    def sha256(self) -> str | None: ...
+
+    @property
+    def size(self) -> int | None: ...
+
+
+def sniff(path: Path, source: Growing | None = None) -> str:
+    """The archive's compression, from its first bytes (of `source` when it is arriving)."""
+    if source is not None:
+        head = source.peek(512)
+    else:
+        with open_regular(path) as f:  # a FIFO swapped in for the archive is refused, not read
+            head = f.read(512)
     if head.startswith(b"\x1f\x8b"):
         return GZIP
     if head.startswith(b"\xfd7zXZ\x00"):
@@ -90,17 +114,19 @@ class ArchiveFile(io.RawIOBase):
     """
 
     def __init__(self, path: Path, on_read: Callable[[int], None] | None = None,
-                 hash_aside: bool = False):
-        self.file = open_regular(path, buffering=0)
+                 hash_aside: bool = False, source: Growing | None = None):
+        self.file: IO[bytes] | Growing = source if source is not None else \
+            open_regular(path, buffering=0)
         self.count = 0
         self.on_read = on_read
-        self.hasher = Hasher(background=hash_aside)
+        # an arriving archive was hashed as it was written: its end is that hash's verdict
+        self.hasher = Hasher(background=hash_aside) if source is None else Hashed(source)
 
     def readable(self) -> bool:
         return True
 
     def fileno(self) -> int:
-        return self.file.fileno()
+        return self.file.fileno()  # type: ignore[union-attr]  # a file's, never a Growing's
 
     def readinto(self, buffer) -> int:
         view = memoryview(buffer).cast("B")
@@ -175,6 +201,24 @@ class Hasher:
         return self.digest.hexdigest()
 
 
+class Hashed:
+    """The checksum of an arriving archive, computed by its download: read on, not again."""
+
+    def __init__(self, source: Growing):
+        self.source = source
+
+    def read_from(self, file, view: memoryview) -> int:
+        return file.readinto(view) or 0
+
+    def stop(self) -> None:
+        pass
+
+    def hexdigest(self) -> str:
+        if self.source.sha256 is None:
+            raise OSError(f"{self.source.name} has not arrived whole")
+        return self.source.sha256
+
+
 class Decoder:
     """A readable stream of the decompressed tar, from the fastest decoder at hand.
 
@@ -187,22 +231,29 @@ class Decoder:
     """
 
     def __init__(self, path: Path, compression: str, on_read: Callable[[int], None] | None,
-                 xz: str | None = None, gzip: str | None = None, env: Mapping[str, str] = {}):
+                 xz: str | None = None, gzip: str | None = None, env: Mapping[str, str] = {},
+                 source: Growing | None = None):
         """`xz`: the xz program, if any; `gzip`: a gzip decoder to use instead of choosing;
         `env`: the command's environment, which the xz program runs in (without XZ_OPT and
-        XZ_DEFAULTS) and the rapidgzip feeder too."""
+        XZ_DEFAULTS) and the rapidgzip feeder too; `source`: the archive as it arrives, read
+        instead of `path` (rapidgzip, which must read a file of its own, and xz's index, at
+        the archive's end, are then not used)."""
         self.proc: subprocess.Popen | None = None  # the decoder's or the feeder's child
         self.feeder: threading.Thread | None = None
         self.stream: IO[bytes]
         self.env = env
         if compression == GZIP:
-            gzip = gzip or gzip_decoder(archive_bytes=path.stat().st_size)
+            gzip = gzip or (fallback_gzip() if source is not None else
+                            gzip_decoder(archive_bytes=path.stat().st_size))
             self.name = gzip
         else:
             gzip = None
-            self.name = xz_decoder(xz, path, env) if compression == XZ else compression
+            self.name = xz_decoder(xz, None if source is not None else path, env,
+                                   source.peek(XZ_HEAD) if source is not None else None) \
+                if compression == XZ else compression
         piped = self.name == XZ_PARALLEL
-        self.raw = ArchiveFile(path, on_read, hash_aside=not piped and gzip != RAPIDGZIP)
+        self.raw = ArchiveFile(path, on_read, hash_aside=not piped and gzip != RAPIDGZIP,
+                               source=source)
         if piped:
             assert xz is not None
             self.proc = subprocess.Popen(
@@ -237,6 +288,7 @@ class Decoder:
                 if not n:
                     break
                 self.proc.stdin.write(memoryview(buf)[:n])
+                self.proc.stdin.flush()  # a piece of an archive still arriving: decode it now
         except (BrokenPipeError, ValueError, OSError):
             pass  # the decoder stopped early; finish() reports why
         finally:
@@ -494,16 +546,34 @@ def _liblzma():
     return liblzma
 
 
-def xz_decoder(xz: str | None, path: Path, env: Mapping[str, str]) -> str:
+def xz_decoder(xz: str | None, path: Path | None, env: Mapping[str, str],
+               head: bytes | None = None) -> str:
     """The decoder for the .tar.xz at `path`: the facts for decoder_choice.choose_decoder
     (whether `xz` decodes in parallel, in the command's environment; then the archive's block
-    count, which only matters then)."""
+    count, which only matters then). An archive still arriving has no index to count blocks
+    in yet (it is at the end): its first bytes (`head`) tell whether its first block says its
+    sizes, without which xz cannot decode in parallel either (one block, as far as it goes)."""
     available = {LIBLZMA} if _liblzma().load() is not None else set()
     blocks = None
     if xz is not None and _xz_decodes_in_parallel(xz, env):
         available.add(XZ_PARALLEL)
-        blocks = _xz_blocks(xz, path, env)
+        blocks = _xz_blocks(xz, path, env) if path is not None else \
+            1 if head is not None and not first_block_sized(head) else None
     return choice.choose_decoder(XZ, blocks, 1, None, available, 0)
+
+
+# The .xz stream header (12 bytes), then the first block header's size byte and flags byte.
+XZ_HEAD = 14
+_BLOCK_SIZES = 0x40 | 0x80  # the flags saying the block header holds its compressed and
+# uncompressed sizes, which xz's multi-threaded encoder writes and its decoder needs
+
+
+def first_block_sized(head: bytes) -> bool:
+    """Whether the first block of the .xz stream starting with `head` says its sizes (an
+    empty stream, or bytes too few to tell: True, and xz decides)."""
+    if len(head) < XZ_HEAD or head[12] == 0:
+        return True
+    return bool(head[13] & _BLOCK_SIZES)
 
 
 def _xz_decodes_in_parallel(xz: str, env: Mapping[str, str] = {}) -> bool:

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import IO, Callable, Mapping
 
 from cudnn_setup.archive import headers, library_facts, staging, xz_index
-from cudnn_setup.archive.decoders import (CHUNK, DECODE_ERRORS, RAPIDGZIP, XZ, ZIP,
-                                         Decoder, fallback_gzip, sniff, usable_cores)
+from cudnn_setup.archive.decoders import (CHUNK, DECODE_ERRORS, RAPIDGZIP, XZ, ZIP, Decoder,
+                                         Growing, fallback_gzip, sniff, usable_cores)
 from cudnn_setup.archive.listing import Listing, Member, Progress, Wanted
 from cudnn_setup.archive.problems import Problem
 from cudnn_setup.archive.rules import Limits, MemberRules, Stop, corrupt
@@ -28,7 +28,7 @@ from cudnn_setup.untrusted import open_regular
 def read(path: Path, staging_dir: Path, want: Wanted, limits: Limits | None = None,
          on_read: Progress | None = None, xz: str | None = None,
          gzip: str | None = None, env: Mapping[str, str] = {},
-         content_hash: str = SHA256) -> Listing:
+         content_hash: str = SHA256, source: Growing | None = None) -> Listing:
     """Stream `path` once; write the members `want` accepts under `staging_dir`; record everything.
 
     `on_read` hears how far the reading got: the decoded bytes of the total a .tar.xz's index
@@ -41,10 +41,11 @@ def read(path: Path, staging_dir: Path, want: Wanted, limits: Limits | None = No
     rapidgzip refuses some files that gzip reads (zeros after the end) and cannot tell a stream
     cut short. Problems with single members are all collected; a stream that cannot be decoded ends the pass
     with one more problem. The caller judges the listing and decides what to do with the staging
-    directory.
+    directory. `source`: the archive as it arrives (fetch/arriving.py), read instead of
+    `path`, its members staged while the rest is downloaded.
     """
     try:
-        compression = sniff(path)
+        compression = sniff(path, source)
     except OSError as exc:
         raise unreadable(path, exc) from None
     if compression == ZIP and path.name.endswith(".whl"):
@@ -59,7 +60,7 @@ def read(path: Path, staging_dir: Path, want: Wanted, limits: Limits | None = No
     listing = Listing(compression=compression)
     counts = _Counts(path, compression, on_read)
     try:
-        decoder = Decoder(path, compression, counts.compressed, xz, gzip, env)
+        decoder = Decoder(path, compression, counts.compressed, xz, gzip, env, source)
     except OSError as exc:
         raise unreadable(path, exc) from None
     decoded_by_rapidgzip = decoder.name == RAPIDGZIP

@@ -10,7 +10,10 @@ from cudnn_setup.archive.wheel import WHEEL
 from cudnn_setup.placement import engine
 from cudnn_setup.steps.command_wrapper import command
 from cudnn_setup.steps.context import Context, reading, which
-from cudnn_setup.steps.by_version import dependency_wheels, obtain, release_for
+from cudnn_setup.steps.by_version import (Release, archive_name, dependency_wheels, obtain,
+                                          release_for)
+from cudnn_setup.sources.base import Obtained
+from cudnn_setup.fetch.checksums import Expected
 from cudnn_setup.steps.fetching import check_sha256
 from cudnn_setup.steps.command_facts import DRIVER
 from cudnn_setup.steps.loader_step import (LoaderStep, change_to_try, changes_nothing_loaded,
@@ -67,9 +70,16 @@ def install(result: Result, ctx: Context, source: str, *, cuda_root: Path | None
                                            verify_content=verify_content, dry_run=dry_run,
                                            lock_timeout=ctx.lock_timeout,
                                            on_status=ctx.status)
+    name = archive_name(source, release)
+    obtained = None
+    if outcome is None and not (dry_run or with_deps) and name is not None and _overlaps(name):
+        outcome, obtained = _install_arriving(result, ctx, source, release, root, sha256=sha256,
+                                    headers=headers, cache_dir=cache_dir, force=force,
+                                    known=known, verify_content=verify_content,
+                                    no_frameworks=no_frameworks, python=python)
     if outcome is None:
-        obtained = obtain(result, ctx, source, release, sha256=sha256, headers=headers,
-                          cache_dir=cache_dir)
+        obtained = obtained or obtain(result, ctx, source, release, sha256=sha256,
+                                      headers=headers, cache_dir=cache_dir)
         archive, expected = obtained.path, obtained.expected
         provenance = obtained.provenance.to_dict()
         deps = dependency_wheels(result, ctx, obtained, root, headers=headers,
@@ -148,6 +158,46 @@ def install(result: Result, ctx: Context, source: str, *, cuda_root: Path | None
         result.checks += _verify(ctx, root, python, rc, Done(step), no_frameworks)
     if step is not None and step.refused:
         raise step.refused
+
+
+def _install_arriving(result: Result, ctx: Context, source: str, release: Release | None,
+                      root: CudaRoot, *, sha256: str | None, headers: list[str] | None,
+                      cache_dir: Path | None, force: bool, known: Expected | None,
+                      verify_content: bool,
+                      no_frameworks: bool, python: str
+                      ) -> tuple[engine.Outcome | None, Obtained | None]:
+    """The archive downloaded on a thread while its members are staged as they arrive
+    (steps/overlap.py), the commit held until the download matched its checksum; with no
+    outcome when nothing arrived to follow (found complete in the cache, or on disk): the
+    caller then reads the file obtained as it is."""
+    from cudnn_setup.steps.overlap import Download
+
+    download = Download(lambda arriving: obtain(result, ctx, source, release, sha256=sha256,
+                                                headers=headers, cache_dir=cache_dir,
+                                                arriving=arriving))
+    if not download.streaming:  # the download's error, if it failed before a byte was written
+        return None, download.result()
+    dest = download.arriving.dest
+    assert dest is not None
+    try:
+        outcome = engine.install(engine.Request(
+            dest, root, force=force, xz=which(ctx, "xz"), env=ctx.env, driver=ctx.facts.driver,
+            on_status=ctx.status, known=known, verify_content=verify_content,
+            clients=(lambda: None) if no_frameworks else (lambda: framework_names(ctx, python)),
+            follow=download.follow, arrived=download.provenance))
+        obtained = download.result()  # the verdict, when the root had it already
+    except Exception:
+        if download.arriving.rewound:  # a server that ignored Range sent it all again
+            return None, download.result()  # read once whole; the staging was discarded
+        failed = download.failure()
+        if failed is not None:  # the stream ended because the download did: say why
+            raise failed from None
+        raise
+    except BaseException:  # interrupted: said as such, the download stopped
+        download.failure()
+        raise
+    result.add("provenance", obtained.provenance.to_dict())
+    return outcome, obtained
 
 
 def framework_names(ctx: Context, python: str) -> list[str] | None:
@@ -244,3 +294,11 @@ def _describe(result: Result, outcome: engine.Outcome, root: CudaRoot, dry_run: 
                             "archive's but not installed by cudnn-setup, so uninstall leaves "
                             "them (" + ", ".join(plan.adopted[:3])
                             + (" …" if len(plan.adopted) > 3 else "") + ")")
+
+
+def _overlaps(name: str) -> bool:
+    """steps/overlap.overlaps, imported only for an archive that is fetched: a local install
+    loads neither it nor the download's threads."""
+    from cudnn_setup.steps.overlap import overlaps
+
+    return overlaps(name)

@@ -34,6 +34,7 @@ import urllib3
 from cudnn_setup.durable import make_dirs, write_atomic
 from cudnn_setup.digest import file_digest
 from cudnn_setup.errors import ArchiveRejected, DownloadFailed, os_error
+from cudnn_setup.fetch.arriving import Arriving
 from cudnn_setup.fetch.checksums import Expected, expected_for, mismatch
 from cudnn_setup.fetch.http import (  # noqa: F401 - SECRET_HEADERS, leaves_origin: re-exported
     SECRET_HEADERS, Client, Stalled, TimedOut, connection_failure, leaves_origin, reason,
@@ -151,7 +152,11 @@ class Downloader:
 
     # --- the cache ----------------------------------------------------------------------------
 
-    def fetch(self, url: str, expected: Expected | None = None, use_sidecar: bool = True) -> Fetched:
+    def fetch(self, url: str, expected: Expected | None = None, use_sidecar: bool = True,
+              arriving: Arriving | None = None) -> Fetched:
+        """`url` into the cache or the output dir, checked against `expected` (else a sidecar
+        checksum); `arriving` hears each attempt begin and each piece written, for a reader
+        that follows the part file as it grows (fetch/arriving.py)."""
         name = file_name(url)
         directory = self.output_dir or self.cache_dir
         for d in dict.fromkeys((self.cache_dir, directory)):
@@ -166,10 +171,10 @@ class Downloader:
         _must_be_a_file_or_nothing(dest)
         expected = expected or expected_for(name, None)
         with self._locked(dest):
-            return self._fetch(url, name, dest, expected, use_sidecar)
+            return self._fetch(url, name, dest, expected, use_sidecar, arriving)
 
     def _fetch(self, url: str, name: str, dest: Path, expected: Expected | None,
-               use_sidecar: bool) -> Fetched:
+               use_sidecar: bool, arriving: Arriving | None = None) -> Fetched:
         _must_be_a_file_or_nothing(dest)
         present = dest.exists()
         if present and expected is not None:
@@ -180,7 +185,7 @@ class Downloader:
         if expected is None and use_sidecar:
             expected = self.sidecar(url)
             if expected is not None:
-                return self._fetch(url, name, dest, expected, use_sidecar=False)
+                return self._fetch(url, name, dest, expected, False, arriving)
         if expected is None and present:
             current = self._still_current(url, dest)
             if current is not None:
@@ -202,9 +207,11 @@ class Downloader:
         validators: dict[str, str] = {}
         attempt = 0
         self.on_status(f"downloading {escape(name)} from {server(url)}")
+        digest = _PartDigest(expected.algorithm if expected is not None else "sha256")
         while True:
             try:
-                start, validators = self._download(url, name, part, expected, limit)
+                start, validators = self._download(url, name, part, expected, limit, digest,
+                                                   arriving)
                 if resumed_from is None:
                     resumed_from = start
                 break
@@ -224,9 +231,8 @@ class Downloader:
         if expected is not None and expected.size and size != expected.size:
             part.unlink()
             raise size_mismatch(name, expected, size, "as downloaded")
-        self.on_status(f"checking the sha256 of {escape(name)} as downloaded")
-        sha = file_digest(part)
-        got = sha if expected is None or expected.algorithm == "sha256" else file_digest(part, expected.algorithm)
+        digest.catch_up(part, size)  # a part found complete (416) was not written by this run
+        sha, got = digest.hexdigests()
         if expected is not None and got != expected.digest:
             part.unlink()
             raise mismatch(escape(name), expected, got)
@@ -328,7 +334,8 @@ class Downloader:
     # --- one attempt ----------------------------------------------------------------------------
 
     def _download(self, url: str, name: str, part: Path, expected: Expected | None,
-                  limit: int | None) -> tuple[int, dict[str, str]]:
+                  limit: int | None, digest: "_PartDigest",
+                  arriving: Arriving | None = None) -> tuple[int, dict[str, str]]:
         """Fetch into `part`, resuming it when the server agrees; return (the offset it resumed
         at, 0 when it started over; the server's validators for the cache)."""
         have = part.stat().st_size if part.exists() else 0
@@ -397,21 +404,31 @@ class Downloader:
                 part.unlink(missing_ok=True)
                 raise size_mismatch(name, expected, total, "as the server says")
             cap = limit if limit is not None else (total if total is not None else MAX_ARCHIVE)
+            # the bytes kept are hashed before the new ones (read back once, on a resume)
+            digest.catch_up(part, start)
             self._write(r, url, name, part, mode, start, total, cap,
-                        expected if limit is not None else None)
+                        expected if limit is not None else None, digest, arriving)
             return start, validators
 
     def _write(self, r: requests.Response, url: str, name: str, part: Path, mode: str,
-               have: int, total: int | None, cap: int, promised: Expected | None) -> None:
+               have: int, total: int | None, cap: int, promised: Expected | None,
+               digest: "_PartDigest", arriving: Arriving | None = None) -> None:
         done = have
         budget_before = self.client.budget.left
 
         try:
             with _open_part(part, mode) as f:
+                if arriving is not None:  # the part exists now, `have` bytes long
+                    arriving.begin(part, have, part.with_name(name))
+
                 def sink(chunk: bytes) -> None:
                     nonlocal done
                     f.write(chunk)
+                    digest.update(chunk)  # the bytes written are the bytes hashed
                     done += len(chunk)
+                    if arriving is not None:
+                        f.flush()  # in the file before a follower is told it may read them
+                        arriving.wrote(done)
                     if self.on_progress:
                         self.on_progress(done, total)
 
@@ -438,6 +455,48 @@ class Downloader:
                                  "manifest is wrong: check the mirror", code="body-too-long")
         if total is not None and done < total:
             raise _Retry(f"connection closed after {done} of {total} bytes")
+
+
+class _PartDigest:
+    """The part's checksums, computed on the bytes as they are written: sha256 (the cache's
+    record) and the algorithm a checksum was published in, when it is another (md5). Bytes a
+    run finds in the part already (a resume) are read back once; an attempt that starts over
+    starts the hashes over."""
+
+    def __init__(self, algorithm: str):
+        self.algorithm = algorithm
+        self.hashes = self._fresh()
+        self.done = 0
+
+    def _fresh(self) -> list:
+        names = ["sha256"] + ([self.algorithm] if self.algorithm != "sha256" else [])
+        return [hashlib.new(n) for n in names]
+
+    def update(self, chunk: bytes) -> None:
+        for h in self.hashes:
+            h.update(chunk)
+        self.done += len(chunk)
+
+    def catch_up(self, part: Path, upto: int) -> None:
+        """Hash the part's first `upto` bytes, which this run did not write: from the start
+        unless what was hashed is exactly a prefix of them."""
+        if upto == self.done:
+            return
+        if upto < self.done:
+            self.hashes, self.done = self._fresh(), 0
+            if upto == 0:
+                return
+        with open(part, "rb") as f:
+            f.seek(self.done)
+            while self.done < upto:
+                piece = f.read(min(CHUNK, upto - self.done))
+                if not piece:
+                    raise OSError(errno.EIO, f"{part.name} was cut short while it was read")
+                self.update(piece)
+
+    def hexdigests(self) -> tuple[str, str]:
+        """(sha256, the published algorithm's digest)."""
+        return self.hashes[0].hexdigest(), self.hashes[-1].hexdigest()
 
 
 class _ArchiveLock:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator, Mapping, Sequence
 
+from cudnn_setup.archive.decoders import Growing
 from cudnn_setup.archive.listing import Progress
 from cudnn_setup.archive.package import Package
 from cudnn_setup.errors import SetupError, os_error
@@ -96,7 +97,10 @@ class Request:
     checksum published for the release asked for, by which an archive already installed is
     known without reading it (same_archive); `verify_content`: hash the installed files to
     judge them, not only their stat; `clients` names the frameworks on this machine, asked
-    when a JIT flavour is judged (judge.flavour_notes)."""
+    when a JIT flavour is judged (judge.flavour_notes). While the archive is still being
+    downloaded (then `archive` is where it will be): `follow` opens it as it arrives (archive.decoders.Growing), and
+    `arrived` waits for the download's verdict (its checksum matched, or its error raised)
+    and gives the provenance to record; nothing outside staging changes before it answers."""
 
     archive: Path
     root: CudaRoot
@@ -114,6 +118,8 @@ class Request:
     verify_content: bool = False
     clients: Callable[[], Sequence[str] | None] = _no_clients
     lock_timeout: float = 300.0
+    follow: Callable[[], Growing] | None = None
+    arrived: Callable[[], dict | None] | None = None
 
 
 @dataclass(frozen=True)
@@ -181,7 +187,8 @@ def _again(asked: Asked, old: Manifest | None, recovered: str | None = None,
     request = asked.request
     if request.force or request.extra_wheels:
         return None
-    found = plan_again(None if unread else request.archive, request.root, old,
+    arriving = request.follow is not None  # nothing at `archive` to look at yet
+    found = plan_again(None if unread or arriving else request.archive, request.root, old,
                        asked.include_rel, asked.lib_rel, request.known, request.driver,
                        request.verify_content)
     if found is None:
@@ -199,7 +206,8 @@ def judged_in(asked: Asked, work: Path, state: StateDir) -> Judged:
     r = asked.request
     return stage_and_judge(r.archive, work, r.root, state, expected=r.expected,
                            on_read=r.on_read, xz=r.xz, env=r.env, driver=r.driver,
-                           force=r.force, say=r.on_status, clients=r.clients)
+                           force=r.force, say=r.on_status, clients=r.clients,
+                           source=r.follow() if r.follow is not None else None)
 
 
 def plan_install(asked: Asked, judged: Judged, work: Path) -> tuple[list[Desired], Plan]:
@@ -254,6 +262,10 @@ def _install(asked: Asked, state: StateDir, fs: Filesystem | None) -> Outcome:
             notes = list(judged.notes)  # with the dependency libraries left alone
             if plan.conflicts:
                 raise conflict_error(plan.conflicts, r.root.path, "replaced")
+            # the commit point: an archive still arriving must have matched its checksum
+            provenance = r.arrived() if r.arrived is not None else r.provenance
+            if r.arrived is not None:  # the file read as it grew is now whole, in its place
+                before = archive_stat(r.archive)
             if plan.changed or judged.old is None:
                 r.on_status(f"placing cuDNN {judged.package.cudnn_version} into "
                             f"{r.root.path}: {plural(len(plan.ops), 'change')} in one "
@@ -262,7 +274,7 @@ def _install(asked: Asked, state: StateDir, fs: Filesystem | None) -> Outcome:
                 after = archive_stat(r.archive)
                 manifest = manifest_for(txid, judged.package, desired, plan, asked.include_rel,
                                         asked.lib_rel, r.archive.name, judged.built,
-                                        r.provenance, before if before == after else None)
+                                        provenance, before if before == after else None)
                 notes += place(state, txid, desired, plan, manifest, fs)
             else:
                 manifest = judged.old

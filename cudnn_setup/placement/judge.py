@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 from cudnn_setup.archive import read_package
+from cudnn_setup.archive.decoders import Growing
 from cudnn_setup.archive.listing import Progress
 from cudnn_setup.archive.package import Package
 from cudnn_setup.digest import content_hash
@@ -38,12 +39,13 @@ class Judged:
 
 def stage(archive: Path, staging: Path, expected: Expected | None,
           on_read: Progress | None, xz: str | None,
-          env: Mapping[str, str]) -> Package:
-    """The archive read into `staging`; its checksum and its installability checked."""
+          env: Mapping[str, str], source: Growing | None = None) -> Package:
+    """The archive read into `staging` (from `source` as it arrives, when given); its
+    checksum and its installability checked."""
     pkg = read_package(archive, staging, on_read=on_read, xz=xz, env=env,
                        expected_sha256=expected.digest if expected and
                        expected.algorithm == "sha256" else None,
-                       content_hash=content_hash())
+                       content_hash=content_hash(), source=source)
     refusal = package_refusal(pkg, archive.name, expected)
     if refusal is not None:
         raise refusal
@@ -80,14 +82,15 @@ def stage_and_judge(archive: Path, work: Path, root: CudaRoot, state: StateDir, 
                     xz: str | None, env: Mapping[str, str],
                     driver: Callable[[], DriverFacts | None], force: bool,
                     say: Callable[[str], None],
-                    clients: Callable[[], Sequence[str] | None]) -> Judged:
+                    clients: Callable[[], Sequence[str] | None],
+                    source: Growing | None = None) -> Judged:
     """Stage the archive under `work` and judge it against the root (its CUDA major) and this
     machine (`driver` waits for its facts); a misfit is refused unless `force`. `clients`
     names the frameworks on this machine, asked only when the release is the JIT flavour
     (flavour_notes)."""
     # the step a log names again while the members are decoded after the bytes are read
     say(f"staging {escape(archive.name)}: reading, checking and writing its members")
-    pkg = stage(archive, work / "staging", expected, on_read, xz, env)
+    pkg = stage(archive, work / "staging", expected, on_read, xz, env, source)
     say(f"judging cuDNN {pkg.cudnn_version or '(version unknown)'}: whether it fits "
         f"{root.path} and this machine's GPUs and driver")
     built = built_for(pkg, work / "probe", env)

@@ -44,6 +44,7 @@ from cudnn_setup.sources.local import LocalArchive
 # What reads a tree or an index or downloads (requests and what it imports, about 70 ms) is
 # imported by the functions that do: an install of a local archive needs none of it.
 if TYPE_CHECKING:
+    from cudnn_setup.fetch.arriving import Arriving
     from cudnn_setup.fetch.downloader import Fetched
     from cudnn_setup.fetch.resolve import Tree
     from cudnn_setup.sources.tree import RedistTree
@@ -149,11 +150,12 @@ def target(root: CudaRoot | None, cuda: str | None,
 
 def fetcher(result: Result, ctx: Context, headers: list[str] | None, cache_dir: Path | None,
             source: Source | None = None, output_dir: Path | None = None,
-            record: bool = True) -> Fetch:
+            record: bool = True, arriving: Arriving | None = None) -> Fetch:
     """The Fetch a source is handed: the Downloader into the cache or `output_dir` (a PyPI
     source's own, which carries pip's CA bundle), its outcome rendered into `result` (unless
     not `record`: a dependency's download is said in its own key). A tree's archive is fetched
-    through the client that read its manifests: one waiting budget."""
+    through the client that read its manifests: one waiting budget. `arriving` hears the
+    bytes as they are written (steps/overlap.py)."""
     from cudnn_setup.steps.fetching import fetch
     from cudnn_setup.fetch.remote import Reader
     from cudnn_setup.sources.tree import RedistTree
@@ -165,7 +167,8 @@ def fetcher(result: Result, ctx: Context, headers: list[str] | None, cache_dir: 
 
     def run(url: str, expected) -> Fetched:
         return fetch(result, ctx, url, None, headers, cache_dir, expected=expected,
-                     downloader=own, output_dir=output_dir, client=client, record=record)
+                     downloader=own, output_dir=output_dir, client=client, record=record,
+                     arriving=arriving)
     return run
 
 
@@ -236,6 +239,18 @@ class Release:
         return self.vouched
 
 
+def archive_name(source: str, release: Release | None) -> str | None:
+    """The name of the archive SOURCE will download (a release's, or a URL's), before it is
+    fetched; None when nothing is downloaded (a path)."""
+    if release is not None:
+        return release.offer.file_name
+    if classify(source) == URL:
+        from cudnn_setup.fetch.downloader import file_name
+
+        return file_name(source)
+    return None
+
+
 def release_for(result: Result, ctx: Context, source: str, root: CudaRoot, *,
                 cuda: str | None, mirror: str | None, sha256: str | None,
                 headers: list[str] | None, cache_dir: Path | None,
@@ -280,17 +295,19 @@ def release_for(result: Result, ctx: Context, source: str, root: CudaRoot, *,
 
 
 def obtain(result: Result, ctx: Context, source: str, release: Release | None, *,
-           sha256: str | None, headers: list[str] | None, cache_dir: Path | None) -> Obtained:
+           sha256: str | None, headers: list[str] | None, cache_dir: Path | None,
+           arriving: Arriving | None = None) -> Obtained:
     """SOURCE as the local file to install, the checksum it must have, and where both came
     from: `release` (release_for) fetched into the cache, else the archive SOURCE names,
-    downloaded first when it is a URL."""
+    downloaded first when it is a URL (`arriving` hears its bytes as they are written)."""
     if release is not None:
-        return release.source.obtain(release.offer, fetcher(result, ctx, headers, cache_dir,
-                                                            release.source), sha256)
+        return release.source.obtain(release.offer, fetcher(
+            result, ctx, headers, cache_dir, release.source, arriving=arriving), sha256)
     if classify(source) == URL:
         from cudnn_setup.sources.url import UrlArchive
 
-        return UrlArchive(source).obtain(None, fetcher(result, ctx, headers, cache_dir), sha256)
+        return UrlArchive(source).obtain(None, fetcher(result, ctx, headers, cache_dir,
+                                                       arriving=arriving), sha256)
     return LocalArchive(source).take(sha256)
 
 

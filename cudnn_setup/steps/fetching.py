@@ -15,6 +15,7 @@ from cudnn_setup.report import Result
 from cudnn_setup.text import escape, show_path
 
 if TYPE_CHECKING:  # requests and what it imports (about 70 ms): only for what downloads
+    from cudnn_setup.fetch.arriving import Arriving
     from cudnn_setup.fetch.downloader import Downloader, Fetched
     from cudnn_setup.fetch.http import Client
 
@@ -70,9 +71,10 @@ def fetch(result: Result, ctx: Context, url: str, sha256: str | None,
           headers: list[str] | None, cache_dir: Path | None,
           expected: Expected | None = None, downloader: Downloader | None = None,
           output_dir: Path | None = None, client: Client | None = None,
-          record: bool = True) -> Fetched:
+          record: bool = True, arriving: Arriving | None = None) -> Fetched:
     """Download `url` into the cache, or `output_dir` (or reuse it), checked against what is
-    known of it (`expected`, when the caller knows where the checksum comes from)."""
+    known of it (`expected`, when the caller knows where the checksum comes from); `arriving`
+    hears the bytes as they are written, for an install that reads them meanwhile."""
     from cudnn_setup.fetch.downloader import file_name
 
     downloader = downloader or downloader_for(ctx, headers, cache_dir, client=client,
@@ -82,7 +84,7 @@ def fetch(result: Result, ctx: Context, url: str, sha256: str | None,
     name = file_name(url)
     # progress goes to the CLI's renderer: a bar on a terminal, a line every few seconds else
     downloader.on_progress = ctx.progress(f"downloading {escape(name)}")
-    fetched = downloader.fetch(url, expected or expected_for(name, sha256))
+    fetched = downloader.fetch(url, expected or expected_for(name, sha256), arriving=arriving)
     if record:  # the one download a command is about (a dependency's is said in its own key)
         result.add("download", fetched.to_dict())
     if fetched.from_cache:

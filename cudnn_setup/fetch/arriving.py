@@ -1,0 +1,211 @@
+"""An archive arriving: the download writes its `.part` file and says, as it goes, how many of
+its bytes are written and how the download ended; a follower reads the growing file as the
+bytes come, so an install decodes and stages members while the rest is still on the wire.
+
+The downloader (fetch/downloader.py) calls `begin` before each attempt writes (with the offset
+it writes from: the part already there is readable at once), `wrote` after each piece is in the
+file, and whoever ran the download `finish`es or `fail`s it. A follower starts at byte 0, waits
+for bytes (waking on progress) and ends only when the whole download ended well and matched its
+checksum: the bytes it handed out are then the bytes that were hashed, unless an attempt wrote
+over some of them again (a server that ignored the Range request), which the follower refuses
+rather than hand out a mixture (`ArrivalFailed`).
+"""
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+# How long a follower waits between looks at a download that said nothing: the download wakes
+# it on progress; this only bounds how late a cancel or a signal is seen.
+WAKE_SECONDS = 1.0
+
+
+class ArrivalFailed(OSError):
+    """The download a follower reads failed, was cancelled, or wrote over bytes already read.
+    An OSError without errno, which the archive reader takes as the end of the stream; the
+    install says the download's own error instead (steps/overlap.py)."""
+
+
+class Cancelled(Exception):
+    """Raised in the downloading thread once the install that reads it has given up."""
+
+
+class Arriving:
+    """What one download has written so far, shared by the downloading thread and followers."""
+
+    def __init__(self, expected_size: int | None = None):
+        self._cond = threading.Condition()
+        self.expected_size = expected_size  # what the source promised, when it did
+        self.path: Path | None = None  # the file written: the part, then the archive
+        self.dest: Path | None = None  # the archive's own path once it is complete
+        self.written = 0  # bytes of the part file that are written (flushed to the file)
+        self.starts: list[int] = []  # the byte each attempt began writing at, in order
+        self.sha256: str | None = None
+        self.size: int | None = None
+        self.finished = False
+        self.rewound = False  # a follower met bytes an attempt wrote again
+        self.error: BaseException | None = None
+        self.cancelled = False
+
+    # --- the downloading side ---------------------------------------------------------------
+
+    def begin(self, part: Path, start: int, dest: Path) -> None:
+        """An attempt is about to write `part` (to become `dest`) from byte `start` (0:
+        starting over); the bytes before `start` are there already and stay as they are."""
+        with self._cond:
+            self.check_cancelled()
+            self.path, self.dest, self.written = part, dest, start
+            self.starts.append(start)
+            self._cond.notify_all()
+
+    def wrote(self, done: int) -> None:
+        with self._cond:
+            self.check_cancelled()
+            self.written = done
+            self._cond.notify_all()
+
+    def check_cancelled(self) -> None:
+        if self.cancelled:
+            raise Cancelled("the install reading this download gave up")
+
+    def finish(self, path: Path, sha256: str | None, size: int) -> None:
+        """The download is complete and matched its checksum: `path` holds it."""
+        with self._cond:
+            if self.generation == 0:  # found complete (the cache): nothing was streamed
+                self.path = path
+            self.dest = path
+            self.sha256, self.size, self.written = sha256, size, size
+            self.finished = True
+            self._cond.notify_all()
+
+    def fail(self, error: BaseException) -> None:
+        with self._cond:
+            self.error = error
+            self._cond.notify_all()
+
+    def cancel(self) -> None:
+        """The reader gives up: the download stops at its next piece."""
+        with self._cond:
+            self.cancelled = True
+            self._cond.notify_all()
+
+    # --- the reading side -------------------------------------------------------------------
+
+    @property
+    def ended(self) -> bool:
+        return self.error is not None or self.finished
+
+    @property
+    def generation(self) -> int:
+        """Attempts begun: a follower reopens the part at each."""
+        return len(self.starts)
+
+    def rewrote(self, since: int, below: int) -> bool:
+        """Whether an attempt after the `since`-th began writing before byte `below`."""
+        return any(start < below for start in self.starts[since:])
+
+    @property
+    def streaming(self) -> bool:
+        """Whether an attempt began writing (False when the file was found complete)."""
+        return self.generation > 0
+
+    def wait_started(self) -> None:
+        """Until an attempt begins writing, or the download ends without one."""
+        with self._cond:
+            while not self.streaming and not self.ended:
+                self._cond.wait(WAKE_SECONDS)
+
+    def follow(self) -> Follower:
+        return Follower(self)
+
+
+class Follower:
+    """The arriving archive as a read-only stream from byte 0 (readinto, peek), blocking until
+    the bytes asked for are written; its end is the download's good end."""
+
+    def __init__(self, arriving: Arriving):
+        self.arriving = arriving
+        self.pos = 0
+        self.fd: int | None = None
+        self.generation = 0
+        self.name = ""
+
+    def _available(self, want_end: int) -> int:
+        """Bytes from self.pos on that may be read now (0 at the good end), having waited for
+        at least one, or for `want_end` - pos of them; raises when the download failed or
+        rewrote what was read."""
+        a = self.arriving
+        with a._cond:
+            while True:
+                if a.error is not None:
+                    raise ArrivalFailed(f"the download failed: {a.error}")
+                if a.cancelled:
+                    raise ArrivalFailed("the download was cancelled")
+                if a.path is not None and self.generation != a.generation:
+                    if self.generation and a.rewrote(self.generation, self.pos):
+                        raise self._rewound()
+                    # the part, else (renamed when it was complete) the archive
+                    if self._reopen(a.dest if a.finished and a.dest is not None else a.path):
+                        self.generation = a.generation
+                    else:  # renamed into place, and the download not said finished yet
+                        a._cond.wait(WAKE_SECONDS)
+                        continue
+                if self.fd is not None and (a.written >= want_end or a.finished) \
+                        and a.written > self.pos:
+                    return a.written - self.pos
+                if a.finished and self.fd is not None and a.written <= self.pos:
+                    return 0
+                a._cond.wait(WAKE_SECONDS)
+
+    def _rewound(self) -> ArrivalFailed:
+        self.arriving.rewound = True  # the download goes on: the archive is read once whole
+        return ArrivalFailed("the download started over after bytes had been read")
+
+    def _reopen(self, path: Path) -> bool:
+        """Open `path` in place of the file read so far; False when it is gone (the part,
+        renamed into place once complete)."""
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+        try:
+            self.fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+        except FileNotFoundError:
+            return False
+        self.name = path.name
+        return True
+
+    def readinto(self, buffer) -> int:
+        view = memoryview(buffer).cast("B")
+        while True:
+            ready = self._available(self.pos + 1)
+            if not ready:
+                return 0
+            assert self.fd is not None
+            n = os.preadv(self.fd, [view[:min(ready, len(view))]], self.pos)
+            a = self.arriving
+            with a._cond:  # an attempt that began meanwhile may have rewritten what was read
+                if a.rewrote(self.generation, self.pos + n):
+                    raise self._rewound()
+            if n:
+                self.pos += n
+                return n
+
+    def peek(self, n: int) -> bytes:
+        """The first bytes of the archive, up to `n`, without moving (to tell its format)."""
+        ready = self._available(n)
+        assert self.fd is not None
+        return os.pread(self.fd, min(n, ready + self.pos), 0)
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+    @property
+    def sha256(self) -> str | None:
+        return self.arriving.sha256
+
+    @property
+    def size(self) -> int | None:
+        return self.arriving.size
