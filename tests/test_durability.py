@@ -42,6 +42,7 @@ def _joined(lines):
     pending = {}
     for line in lines:
         pid, _, rest = line.partition(" ")
+        rest = rest.lstrip()  # strace pads the pid column: "5415  fsync(…"
         if rest.endswith("<unfinished ...>"):
             pending[pid] = rest[: -len("<unfinished ...>")]
             continue
