@@ -246,7 +246,10 @@ def main() -> int:
     home.mkdir(exist_ok=True)
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("CUDA_", "CUDNN_SETUP_", "XDG_", "THEANO"))}
-    env.update({"HOME": str(home), "PYTHONPATH": str(REPO)})
+    # the tree first, then whatever path the caller's dependencies come from (a machine where
+    # they are installed with --target, not into the interpreter)
+    env.update({"HOME": str(home), "PYTHONPATH": os.pathsep.join(
+        [str(REPO)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))})
     load_before = os.getloadavg()
     results = []
     for archive in archives:
