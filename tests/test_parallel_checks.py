@@ -157,3 +157,10 @@ def test_the_frameworks_children_start_before_the_loaders_facts_are_asked(tmp_pa
     took = time.monotonic() - start
     assert "cupy" in checks["frameworks"].detail
     assert took < 1.7 * WAIT, took  # one after the other: at least 2 * WAIT
+
+
+def test_every_check_says_what_it_does_when_it_starts():
+    """The line a person sees as a check starts names its work, not its name twice."""
+    from cudnn_setup.checks.suite import DOING, ORDER
+    assert set(DOING) == set(ORDER)
+    assert all(DOING[name] != name for name in ORDER)

@@ -45,6 +45,7 @@ DOING = {"files": "comparing the files with the record", "elf": "reading the lib
          "compile": "compiling and running a program against cuDNN",
          "gpu": "running a convolution on the GPU",
          "frameworks": "what the deep-learning frameworks load (each imported in a child)",
+         "clients": "judging which clients this cuDNN serves",
          "theano": "running Theano's graphs (the first run compiles them)"}
 
 
@@ -57,7 +58,7 @@ class Steps:
     def __call__(self, name: str) -> None:
         if self.status is not None and name in self.names:
             k = self.names.index(name) + 1
-            self.status(f"check {k} of {len(self.names)}: {name} — {DOING.get(name, name)}")
+            self.status(f"check {k} of {len(self.names)}: {name} — {DOING[name]}")
 
 
 # The checks that wait on children: started together at the start of a run, each waiting
