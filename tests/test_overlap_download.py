@@ -56,6 +56,11 @@ def _start(home, *args) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+def _fd(path: Path) -> int:
+    """A descriptor of `path` as the downloader holds its part: open for writing and reading."""
+    return os.open(path, os.O_RDWR)
+
+
 def _staged(root: Path) -> list[Path]:
     """The files staged so far in the root's state dir (a transaction's staging)."""
     state = root / ".cudnn-setup"
@@ -234,7 +239,7 @@ def test_a_follower_reads_the_kept_prefix_at_once_and_waits_for_the_rest(tmp_pat
     part = tmp_path / "a.tar.part"
     part.write_bytes(b"kept" * 10)
     arriving = Arriving()
-    arriving.begin(part, 40, tmp_path / "a.tar")
+    arriving.begin(part, 40, tmp_path / "a.tar", _fd(part))
     follower = arriving.follow()
     assert follower.peek(8) == b"keptkept"
     buf = bytearray(100)
@@ -262,16 +267,16 @@ def test_a_follower_raises_when_the_download_fails_or_starts_over(tmp_path):
     part = tmp_path / "a.tar.part"
     part.write_bytes(b"x" * 10)
     arriving = Arriving()
-    arriving.begin(part, 10, tmp_path / "a.tar")
+    arriving.begin(part, 10, tmp_path / "a.tar", _fd(part))
     follower = arriving.follow()
     assert follower.readinto(bytearray(4)) == 4
-    arriving.begin(part, 0, tmp_path / "a.tar")  # the server ignored Range
+    arriving.begin(part, 0, tmp_path / "a.tar", _fd(part))  # the server ignored Range
     with pytest.raises(ArrivalFailed, match="started over"):
         follower.readinto(bytearray(4))
     assert arriving.rewound
 
     arriving = Arriving()
-    arriving.begin(part, 10, tmp_path / "a.tar")
+    arriving.begin(part, 10, tmp_path / "a.tar", _fd(part))
     follower = arriving.follow()
     arriving.fail(RuntimeError("connection lost"))
     with pytest.raises(ArrivalFailed, match="connection lost"):
@@ -370,5 +375,101 @@ def test_sigterm_mid_overlap_is_answered_at_once_and_changes_nothing(mirror, cud
     out = json.loads(stdout)
     assert proc.returncode == 5 and out["error"]["code"] == "interrupted", out["error"]
     assert "Traceback" not in stderr
+    assert took < 10, f"SIGTERM was answered after {took:.0f} s"
+    assert tree_state(root) == before
+
+
+def test_the_bytes_installed_are_the_bytes_hashed_whatever_the_cache_path_holds_later(
+        mirror, cuda_root, home, tmp_path):
+    """The install waits for the root's lock while the download completes and is renamed into
+    the cache; another archive of the same size then takes its place there. The follower reads
+    the download's own file, so what is installed is what matched the checksum."""
+    import fcntl
+    root = cuda_root(version="12.4", layout="lib")
+    state = root / ".cudnn-setup"
+    state.mkdir(mode=0o755)
+    data = mirror.archives[X86_12].read_bytes()
+    other = [p for p in mirror.archives.values() if p.name != X86_12][0].read_bytes()
+    other = (other + bytes(len(data)))[:len(data)]  # same size, other bytes
+    lock = os.open(state, os.O_RDONLY | os.O_DIRECTORY)
+    fcntl.flock(lock, fcntl.LOCK_EX)  # another install holds the root
+    try:
+        with ArchiveServer() as s:
+            s.files[f"/{X86_12}"] = data
+            proc = _start(home, "install", f"{s.base}/{X86_12}", "--sha256",
+                          hashlib.sha256(data).hexdigest(), "--cuda-root", str(root),
+                          "--no-theanorc", "--no-verify", "--json")
+            cached = home / "cache" / "cudnn-setup" / X86_12
+            assert _wait_for(cached.exists)
+            swap = cached.with_name("swap")
+            swap.write_bytes(other)
+            os.replace(swap, cached)
+            fcntl.flock(lock, fcntl.LOCK_UN)
+            stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        os.close(lock)
+    out = json.loads(stdout)
+    assert proc.returncode == 0, stderr
+    assert out["cudnn_version"] == "9.1.7", out["cudnn_version"]
+    assert out["provenance"]["sha256"] == hashlib.sha256(data).hexdigest()
+
+
+def test_an_archive_rejected_while_arriving_is_judged_by_its_checksum_first(
+        mirror, cuda_root, home):
+    """A server that first sends other bytes: the reader rejects them before the download
+    ends; the answer is the checksum's (its part removed), and the next run succeeds."""
+    root = cuda_root(version="12.4", layout="lib")
+    data = mirror.archives[X86_12].read_bytes()
+    sha = hashlib.sha256(data).hexdigest()
+    args = ["install", "URL", "--sha256", sha, "--cuda-root", str(root), "--no-theanorc",
+            "--no-verify"]
+    env = {"XDG_CACHE_HOME": str(home / "cache")}
+    with ArchiveServer() as s:
+        url = f"{s.base}/{X86_12}"
+        args[1] = url
+        s.files[f"/{X86_12}"] = b"<html>" + os.urandom(20000) + b"</html>"
+        s.throttle[f"/{X86_12}"] = 1.0  # the reader judges the first bytes before the end
+        done, out = run_json(args, home, env)
+        assert done.returncode == 3 and out["error"]["code"] == "checksum-mismatch", out["error"]
+        assert not list((home / "cache").rglob("*.part"))
+        s.files[f"/{X86_12}"] = data
+        s.throttle.pop(f"/{X86_12}")
+        s.requests.clear()
+        done, out = run_json(args, home, env)
+        assert done.returncode == 0, out["error"]
+        assert all(r["headers"].get("Range") is None for r in s.requests)
+
+
+@pytest.mark.parametrize("suffix", [".tar.gz", ".tar.xz"])
+def test_sigterm_while_the_wire_is_silent_is_answered_whatever_decodes(
+        mirror, cuda_root, home, suffix):
+    """A .tar.gz (read ahead on a thread) and a multi-block .tar.xz (fed to xz by a thread):
+    the reader's threads wait for bytes that do not come; SIGTERM still ends the install."""
+    import gzip
+    import lzma
+    tar = lzma.decompress(mirror.archives[X86_12].read_bytes())
+    data = gzip.compress(tar, compresslevel=1, mtime=0) if suffix == ".tar.gz" else \
+        subprocess.run(["xz", "-T2", "--block-size=65536", "-c"], input=tar,
+                       capture_output=True, check=True).stdout
+    name = X86_12.replace(".tar.xz", suffix)
+    root = cuda_root(version="12.4", layout="lib")
+    before = tree_state(root)
+    with ArchiveServer() as s:
+        s.files[f"/{name}"] = data
+        _held(s, f"/{name}", 0.9)
+        proc = _start(home, "install", f"{s.base}/{name}", "--sha256",
+                      hashlib.sha256(data).hexdigest(), "--cuda-root", str(root),
+                      "--no-theanorc", "--no-verify", "--json")
+        try:
+            assert _wait_for(lambda: _staged(root))
+            time.sleep(0.5)
+            proc.send_signal(signal.SIGTERM)
+            started = time.monotonic()
+            stdout, stderr = proc.communicate(timeout=60)
+            took = time.monotonic() - started
+        finally:
+            proc.kill()
+            s.released.set()
+    assert proc.returncode == 5, stderr
     assert took < 10, f"SIGTERM was answered after {took:.0f} s"
     assert tree_state(root) == before

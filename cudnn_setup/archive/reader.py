@@ -79,6 +79,8 @@ def read(path: Path, staging_dir: Path, want: Wanted, limits: Limits | None = No
                 raise unreadable(path, exc) from None
             listing.problems.append(corrupt(str(exc) or type(exc).__name__))
         finally:
+            if not complete and source is not None:  # its waits for bytes end, so the
+                source.stop()  # decoder's threads can be joined while the wire is silent
             try:
                 complaint = decoder.finish(complete)
             except OSError as exc:  # the rapidgzip feeder could not read the file

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 from cudnn_setup.archive.wheel import WHEEL
+from cudnn_setup.errors import ArchiveRejected
 from cudnn_setup.placement import engine
 from cudnn_setup.steps.command_wrapper import command
 from cudnn_setup.steps.context import Context, reading, which
@@ -186,6 +187,13 @@ def _install_arriving(result: Result, ctx: Context, source: str, release: Releas
             clients=(lambda: None) if no_frameworks else (lambda: framework_names(ctx, python)),
             follow=download.follow, arrived=download.provenance))
         obtained = download.result()  # the verdict, when the root had it already
+    except ArchiveRejected:
+        # judged from bytes no checksum has vouched for yet: the download's verdict comes
+        # first (a mismatch says so and removes its part, which a next run would resume)
+        if download.arriving.rewound:
+            return None, download.result()
+        download.result()
+        raise
     except Exception:
         if download.arriving.rewound:  # a server that ignored Range sent it all again
             return None, download.result()  # read once whole; the staging was discarded
@@ -196,6 +204,8 @@ def _install_arriving(result: Result, ctx: Context, source: str, release: Releas
     except BaseException:  # interrupted: said as such, the download stopped
         download.failure()
         raise
+    finally:
+        download.arriving.close()
     result.add("provenance", obtained.provenance.to_dict())
     return outcome, obtained
 

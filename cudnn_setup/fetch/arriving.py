@@ -47,14 +47,22 @@ class Arriving:
         self.rewound = False  # a follower met bytes an attempt wrote again
         self.error: BaseException | None = None
         self.cancelled = False
+        # each attempt's file, held open from the moment its writer opened it: a follower reads
+        # the very bytes the download hashed, never whatever a path names later (the archive's
+        # place in the cache once it is renamed there, which another run may have replaced)
+        self.fds: list[int] = []
+        self.closed = False
 
     # --- the downloading side ---------------------------------------------------------------
 
-    def begin(self, part: Path, start: int, dest: Path) -> None:
+    def begin(self, part: Path, start: int, dest: Path, fd: int) -> None:
         """An attempt is about to write `part` (to become `dest`) from byte `start` (0:
-        starting over); the bytes before `start` are there already and stay as they are."""
+        starting over) through `fd`, open for reading too; the bytes before `start` are there
+        already and stay as they are."""
         with self._cond:
             self.check_cancelled()
+            if not self.closed:
+                self.fds.append(os.dup(fd))
             self.path, self.dest, self.written = part, dest, start
             self.starts.append(start)
             self._cond.notify_all()
@@ -89,6 +97,14 @@ class Arriving:
         with self._cond:
             self.cancelled = True
             self._cond.notify_all()
+
+    def close(self) -> None:
+        """Once nothing follows the download any more: the attempts' files are let go."""
+        with self._cond:
+            self.closed = True
+            for fd in self.fds:
+                os.close(fd)
+            self.fds.clear()
 
     # --- the reading side -------------------------------------------------------------------
 
@@ -130,6 +146,7 @@ class Follower:
         self.fd: int | None = None
         self.generation = 0
         self.name = ""
+        self.stopped = False
 
     def _available(self, want_end: int) -> int:
         """Bytes from self.pos on that may be read now (0 at the good end), having waited for
@@ -142,15 +159,15 @@ class Follower:
                     raise ArrivalFailed(f"the download failed: {a.error}")
                 if a.cancelled:
                     raise ArrivalFailed("the download was cancelled")
-                if a.path is not None and self.generation != a.generation:
+                if self.stopped:
+                    raise ArrivalFailed("the reading stopped")
+                if self.generation != a.generation and a.fds:
                     if self.generation and a.rewrote(self.generation, self.pos):
                         raise self._rewound()
-                    # the part, else (renamed when it was complete) the archive
-                    if self._reopen(a.dest if a.finished and a.dest is not None else a.path):
-                        self.generation = a.generation
-                    else:  # renamed into place, and the download not said finished yet
-                        a._cond.wait(WAKE_SECONDS)
-                        continue
+                    self._reopen(a.fds[a.generation - 1], a.dest or a.path)
+                    self.generation = a.generation
+                elif a.finished and self.fd is None:  # found complete: nothing was streamed
+                    raise ArrivalFailed("the archive was not downloaded as it was read")
                 if self.fd is not None and (a.written >= want_end or a.finished) \
                         and a.written > self.pos:
                     return a.written - self.pos
@@ -162,18 +179,13 @@ class Follower:
         self.arriving.rewound = True  # the download goes on: the archive is read once whole
         return ArrivalFailed("the download started over after bytes had been read")
 
-    def _reopen(self, path: Path) -> bool:
-        """Open `path` in place of the file read so far; False when it is gone (the part,
-        renamed into place once complete)."""
+    def _reopen(self, fd: int, path: Path | None) -> None:
+        """Read the latest attempt's file (`fd`, the download's own) in place of the one read
+        so far."""
         if self.fd is not None:
             os.close(self.fd)
-            self.fd = None
-        try:
-            self.fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
-        except FileNotFoundError:
-            return False
-        self.name = path.name
-        return True
+        self.fd = os.dup(fd)
+        self.name = path.name if path is not None else ""
 
     def readinto(self, buffer) -> int:
         view = memoryview(buffer).cast("B")
@@ -190,12 +202,21 @@ class Follower:
             if n:
                 self.pos += n
                 return n
+            if self.generation == a.generation:  # the file holds less than its writer wrote
+                raise ArrivalFailed(f"{self.name or 'the download'} is shorter than written")
 
     def peek(self, n: int) -> bytes:
         """The first bytes of the archive, up to `n`, without moving (to tell its format)."""
         ready = self._available(n)
         assert self.fd is not None
         return os.pread(self.fd, min(n, ready + self.pos), 0)
+
+    def stop(self) -> None:
+        """The reader gives up (a signal, a failure of its own): whoever waits for bytes here
+        stops waiting, so that the decoder's threads can be joined while the wire is silent."""
+        with self.arriving._cond:
+            self.stopped = True
+            self.arriving._cond.notify_all()
 
     def close(self) -> None:
         if self.fd is not None:

@@ -419,7 +419,7 @@ class Downloader:
         try:
             with _open_part(part, mode) as f:
                 if arriving is not None:  # the part exists now, `have` bytes long
-                    arriving.begin(part, have, part.with_name(name))
+                    arriving.begin(part, have, part.with_name(name), f.fileno())
 
                 def sink(chunk: bytes) -> None:
                     nonlocal done
@@ -592,8 +592,9 @@ FILE_MODE = 0o644  # a download, whatever the umask: readable by all, writable b
 def _open_part(part: Path, mode: str) -> IO[bytes]:
     """The `.part` file opened to append ("ab") or start over ("wb"), FILE_MODE whatever the
     umask (under `umask 000` open() gives 0666: anyone could change the bytes between the
-    checksum and the install), never through a link planted since it was looked at."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+    checksum and the install), never through a link planted since it was looked at. Open for
+    reading too: an install following the download reads this very file (fetch/arriving.py)."""
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
     if mode == "ab":
         flags |= os.O_APPEND
     else:  # a new file: one planted under its name since it was removed is not written into

@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 from typing import Callable
 
+from cudnn_setup.archive import check_readable
 from cudnn_setup.fetch.arriving import Arriving, Cancelled, Follower
 from cudnn_setup.sources.base import Obtained
 
@@ -41,6 +42,8 @@ class Download:
     def _body(self) -> None:
         try:
             got = self._run(self.arriving)
+            if got.fetched is None:  # a file:// mirror's own copy: said as a local one is
+                check_readable(got.path)
             size = got.fetched.size if got.fetched is not None else got.path.stat().st_size
             self.obtained = got
             self.arriving.finish(got.path, got.fetched.sha256 if got.fetched else None, size)
