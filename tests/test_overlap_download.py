@@ -61,6 +61,47 @@ def _fd(path: Path) -> int:
     return os.open(path, os.O_RDWR)
 
 
+def _as(mirror, suffix: str) -> tuple[str, bytes]:
+    """The standard 9.1.7 archive's tar as a .tar.gz, a multi-block .tar.xz or a plain .tar:
+    its name and bytes."""
+    import gzip
+    import lzma
+    tar = lzma.decompress(mirror.archives[X86_12].read_bytes())
+    if suffix == ".tar.gz":
+        data = gzip.compress(tar, compresslevel=1, mtime=0)
+    elif suffix == ".tar.xz":
+        data = subprocess.run(["xz", "-T2", "--block-size=65536", "-c"], input=tar,
+                              capture_output=True, check=True).stdout
+    else:
+        data = tar
+    return X86_12.replace(".tar.xz", suffix), data
+
+
+def _install_held(home, s: ArchiveServer, name: str, data: bytes, root: Path) -> subprocess.Popen:
+    """`install URL` of `data`, served by `s` up to 90% and then held."""
+    s.files[f"/{name}"] = data
+    _held(s, f"/{name}", 0.9)
+    return _start(home, "install", f"{s.base}/{name}", "--sha256",
+                  hashlib.sha256(data).hexdigest(), "--cuda-root", str(root),
+                  "--no-theanorc", "--no-verify", "--json")
+
+
+def _terminated_once_staged(proc: subprocess.Popen, s: ArchiveServer, root: Path,
+                            settle: float = 0.0) -> tuple[str, str, float]:
+    """SIGTERM to `proc` once members are staged (and `settle` seconds more): its stdout,
+    stderr and how long it took to end; the server released whatever happened."""
+    try:
+        assert _wait_for(lambda: _staged(root))
+        time.sleep(settle)
+        proc.send_signal(signal.SIGTERM)
+        started = time.monotonic()
+        stdout, stderr = proc.communicate(timeout=60)
+        return stdout, stderr, time.monotonic() - started
+    finally:
+        proc.kill()
+        s.released.set()
+
+
 def _staged(root: Path) -> list[Path]:
     """The files staged so far in the root's state dir (a transaction's staging)."""
     state = root / ".cudnn-setup"
@@ -328,20 +369,11 @@ def test_an_arriving_xz_goes_to_the_decoder_its_first_block_allows():
 def test_a_url_of_a_gzip_or_plain_tar_is_staged_as_it_arrives(mirror, cuda_root, home, suffix):
     """The other tar decoders read the arriving archive too: ISA-L (or zlib) on a thread of its
     own, and a plain tar straight from the follower."""
-    import gzip
-    import lzma
-
-    tar = lzma.decompress(mirror.archives[X86_12].read_bytes())
-    data = gzip.compress(tar, compresslevel=1, mtime=0) if suffix == ".tar.gz" else tar
-    name = X86_12.replace(".tar.xz", suffix)
+    name, data = _as(mirror, suffix)
     root = cuda_root(version="12.4", layout="lib")
     before = _outside_state(root)
     with ArchiveServer() as s:
-        s.files[f"/{name}"] = data
-        _held(s, f"/{name}", 0.9)
-        proc = _start(home, "install", f"{s.base}/{name}", "--sha256",
-                      hashlib.sha256(data).hexdigest(), "--cuda-root", str(root),
-                      "--no-theanorc", "--no-verify", "--json")
+        proc = _install_held(home, s, name, data, root)
         try:
             assert _wait_for(lambda: _staged(root)), "nothing was staged before the end"
             assert proc.poll() is None and _outside_state(root) == before
@@ -363,15 +395,7 @@ def test_sigterm_mid_overlap_is_answered_at_once_and_changes_nothing(mirror, cud
         url = _serve(mirror, s)
         _held(s, ARCHIVE_12, 0.9)
         proc = _start(home, *_args("9.1", root, url))
-        try:
-            assert _wait_for(lambda: _staged(root))
-            proc.send_signal(signal.SIGTERM)
-            started = time.monotonic()
-            stdout, stderr = proc.communicate(timeout=60)
-            took = time.monotonic() - started
-        finally:
-            proc.kill()
-            s.released.set()
+        stdout, stderr, took = _terminated_once_staged(proc, s, root)
     out = json.loads(stdout)
     assert proc.returncode == 5 and out["error"]["code"] == "interrupted", out["error"]
     assert "Traceback" not in stderr
@@ -445,31 +469,12 @@ def test_sigterm_while_the_wire_is_silent_is_answered_whatever_decodes(
         mirror, cuda_root, home, suffix):
     """A .tar.gz (read ahead on a thread) and a multi-block .tar.xz (fed to xz by a thread):
     the reader's threads wait for bytes that do not come; SIGTERM still ends the install."""
-    import gzip
-    import lzma
-    tar = lzma.decompress(mirror.archives[X86_12].read_bytes())
-    data = gzip.compress(tar, compresslevel=1, mtime=0) if suffix == ".tar.gz" else \
-        subprocess.run(["xz", "-T2", "--block-size=65536", "-c"], input=tar,
-                       capture_output=True, check=True).stdout
-    name = X86_12.replace(".tar.xz", suffix)
+    name, data = _as(mirror, suffix)
     root = cuda_root(version="12.4", layout="lib")
     before = tree_state(root)
     with ArchiveServer() as s:
-        s.files[f"/{name}"] = data
-        _held(s, f"/{name}", 0.9)
-        proc = _start(home, "install", f"{s.base}/{name}", "--sha256",
-                      hashlib.sha256(data).hexdigest(), "--cuda-root", str(root),
-                      "--no-theanorc", "--no-verify", "--json")
-        try:
-            assert _wait_for(lambda: _staged(root))
-            time.sleep(0.5)
-            proc.send_signal(signal.SIGTERM)
-            started = time.monotonic()
-            stdout, stderr = proc.communicate(timeout=60)
-            took = time.monotonic() - started
-        finally:
-            proc.kill()
-            s.released.set()
+        proc = _install_held(home, s, name, data, root)
+        stdout, stderr, took = _terminated_once_staged(proc, s, root, settle=0.5)
     assert proc.returncode == 5, stderr
     assert took < 10, f"SIGTERM was answered after {took:.0f} s"
     assert tree_state(root) == before
