@@ -5,7 +5,9 @@ import json
 import pytest
 
 from cudnn_setup.installation import locate
-from cudnn_setup.checks.driver_check import built_for_cuda, check_driver_with
+from cudnn_setup.checks.driver_check import check_driver_with
+from cudnn_setup.facts.cuda import FROM_LIBRARY
+from cudnn_setup.installation.built_for import BuiltFor, built_for
 from cudnn_setup.placement.fit import fit_before_install, install_refusal
 from cudnn_setup.probing.driver import driver_facts
 from cudnn_setup.probing.load_answer import LoadAnswer
@@ -42,7 +44,7 @@ def test_fitting_gpu_and_driver_pass_listing_them(tmp_path, cudnn9):
     check = check_driver_with(cudnn9, facts, load_data=LoadAnswer(cudart_version=12040))
     assert check.status == "pass", check.detail
     assert check.detail == ("NVIDIA H200 (compute capability 9.0); driver ? (runs CUDA 13.0 at "
-                            "most); cuDNN 9.3.0 for CUDA 12.4 (cudnnGetCudartVersion()) supports them")
+                            "most); cuDNN 9.3.0 for CUDA 12.4 (cudnnGetCudartVersion() of the library) supports them")
     assert check.data["misfits"] == [] and check.data["cuda_built_for"] == "12.4"
 
 
@@ -93,8 +95,8 @@ def test_a_driver_that_crashes_or_prints_garbage_is_data_not_a_traceback(tmp_pat
 
 
 def test_cuda_built_for_comes_from_the_library_first(tmp_path, cudnn9):
-    assert built_for_cuda(cudnn9, LoadAnswer(cudart_version=12040)) == ("12.4", "cudnnGetCudartVersion()")
-    assert built_for_cuda(cudnn9, None) == ("12", "wheel name")
+    assert built_for(cudnn9, LoadAnswer(cudart_version=12040)) == BuiltFor("12.4", FROM_LIBRARY)
+    assert built_for(cudnn9, None) == BuiltFor("12", "wheel name")
 
 
 def test_install_is_refused_for_a_gpu_it_cannot_run_on_with_a_release_that_fits(tmp_path):

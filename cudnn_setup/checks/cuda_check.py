@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from cudnn_setup.installation.built_for import built_for
 from cudnn_setup.installation.model import Installation
 from cudnn_setup.facts import cuda
 from cudnn_setup.probing.load_answer import LoadAnswer
@@ -19,27 +20,25 @@ def check_cuda(inst: Installation, facts: CheckFacts) -> Check:
 
 def check_cuda_with(inst: Installation, load_data: LoadAnswer | None) -> Check:
     root_version = inst.root.version
-    built_for = inst.manifest.cuda_version if inst.manifest else None
-    source = inst.manifest.cuda_learnt_from if inst.manifest else ""
-    if not built_for and load_data is not None and load_data.cuda:
-        built_for, source = load_data.cuda, "cudnnGetCudartVersion()"
-    if not root_version or not built_for:
+    learnt = built_for(inst, load_data)
+    built, source = learnt.version, learnt.source or ""
+    if not root_version or not built:
         return Check("cuda", SKIP, "CUDA version of the root or of cuDNN's build unknown",
-                     {"root": root_version, "cudnn_built_for": built_for})
-    data = {"root": root_version, "cudnn_built_for": built_for, "source": source,
+                     {"root": root_version, "cudnn_built_for": built})
+    data = {"root": root_version, "cudnn_built_for": built, "source": source,
             "root_path": str(inst.root.path), "root_found_via": inst.root.found_via}
     root = root_phrase(inst)
-    if not cuda.same_major(built_for, root_version):
+    if not cuda.same_major(built, root_version):
         if inst.origin is None:  # the root's own cuDNN: another archive is the fix
             hint = (f"install the build for CUDA {root_version.split('.')[0]}: `cudnn-setup "
                     f"install {inst.major or 'VERSION'} --cuda-root {inst.root.path}` picks it")
         else:  # a cuDNN elsewhere, judged against a toolkit it may not be meant for
-            hint = (f"pass --cuda-root naming the CUDA {built_for.split('.')[0]} toolkit your "
+            hint = (f"pass --cuda-root naming the CUDA {built.split('.')[0]} toolkit your "
                     f"programs build against, or use a cuDNN built for CUDA "
                     f"{root_version.split('.')[0]}")
-        return Check("cuda", FAIL, f"this cuDNN was built for CUDA {built_for} ({source}) but "
+        return Check("cuda", FAIL, f"this cuDNN was built for CUDA {built} ({source}) but "
                      f"{root} is CUDA {root_version}", dict(data, hint=hint))
-    return Check("cuda", PASS, f"built for CUDA {built_for} ({source}); {root} is CUDA "
+    return Check("cuda", PASS, f"built for CUDA {built} ({source}); {root} is CUDA "
                  f"{root_version}", data)
 
 

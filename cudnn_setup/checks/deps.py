@@ -52,6 +52,7 @@ from cudnn_setup.facts.ldresolve.runtime_names import Versions
 from cudnn_setup.facts.loader import loader_environment
 from cudnn_setup.parallel import at_once
 from cudnn_setup.state.view import command_line
+from cudnn_setup.installation.built_for import built_for
 from cudnn_setup.report import FAIL, PASS, SKIP, WARN, Check
 from cudnn_setup.text import plural
 
@@ -65,16 +66,9 @@ MAX_SHOWN = 4  # missing dependencies named in the one-line detail; data lists t
 
 def versions_for(inst: Installation, load_data: LoadAnswer | None) -> Versions:
     """cuDNN's version and the CUDA it was built for: what the load probe asked the library
-    (cudnnGetVersion, cudnnGetCudartVersion), else the header, the manifest, the wheel's name."""
+    (cudnnGetVersion), else the installation's version; the CUDA from `built_for`."""
     cudnn = load_data.cudnn if load_data is not None else None
-    cuda = load_data.cuda if load_data is not None else None
-    cudnn = cudnn or inst.version
-    if cuda is None:
-        cuda = inst.manifest.cuda_version if inst.manifest else None
-    if cuda is None:
-        major = (inst.origin_facts.get("wheel") or {}).get("cuda_major")
-        cuda = str(major) if major else None
-    return Versions(cudnn=cudnn, cuda=cuda)
+    return Versions(cudnn=cudnn or inst.version, cuda=built_for(inst, load_data).version)
 
 
 def roots_of(inst: Installation) -> list[Path]:

@@ -9,7 +9,6 @@ placement/fit.py's.
 """
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING
 
 from cudnn_setup.facts import gpu_support as S
@@ -17,28 +16,13 @@ from cudnn_setup.installation.locate import skipped_without_cudnn
 from cudnn_setup.installation.model import Installation
 from cudnn_setup.probing.driver import DriverFacts, describe_gpus, has_driver
 from cudnn_setup.probing.load_answer import LoadAnswer
+from cudnn_setup.installation.built_for import built_for
 from cudnn_setup.report import FAIL, PASS, SKIP, WARN, Check
 
 if TYPE_CHECKING:
     from cudnn_setup.checks.check_facts import CheckFacts
 
 NAME = "driver"
-
-
-def built_for_cuda(inst: Installation,
-                   load_data: LoadAnswer | None = None) -> tuple[str | None, str | None]:
-    """(CUDA version this cuDNN was built for, where that came from): cudnnGetCudartVersion()
-    of the loaded library, else what the manifest kept (and how the install learnt it), else
-    the wheel's name."""
-    if load_data is not None and load_data.cuda:
-        return load_data.cuda, "cudnnGetCudartVersion()"
-    recorded = inst.manifest.cuda_version if inst.manifest else None
-    if inst.manifest and isinstance(recorded, str) and re.fullmatch(r"\d+(?:\.\d+)?", recorded):
-        return recorded, inst.manifest.cuda_learnt_from
-    major = (inst.origin_facts.get("wheel") or {}).get("cuda_major")
-    if isinstance(major, int):
-        return str(major), "wheel name"
-    return None, None
 
 
 def check_driver(inst: Installation, facts: CheckFacts) -> Check:
@@ -58,7 +42,8 @@ def check_driver_with(inst: Installation, driver: DriverFacts, *,
         return Check(NAME, SKIP, driver.reason or "no NVIDIA driver", data)
     seen = describe_gpus(driver)
     version = inst.version
-    variant, source = built_for_cuda(inst, load_data)
+    learnt = built_for(inst, load_data)
+    variant, source = learnt.version, learnt.source
     data.update(cudnn_version=version, cuda_built_for=variant, cuda_built_for_source=source)
     if not version:
         return Check(NAME, SKIP, f"{seen}; no cuDNN to judge against them", data)

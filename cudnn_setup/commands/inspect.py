@@ -11,7 +11,9 @@ from cudnn_setup.archive import read_package
 from cudnn_setup.archive.package import Package
 from cudnn_setup.steps.command_wrapper import command
 from cudnn_setup.steps.context import Context, reading, which
-from cudnn_setup.placement.fit import BuiltFor, built_for, machine_fit
+from cudnn_setup.facts.cuda import FROM_NAME
+from cudnn_setup.installation.built_for import BuiltFor
+from cudnn_setup.placement.fit import built_for, machine_fit
 from cudnn_setup.placement.judge import fit_refusal, package_refusal
 from cudnn_setup.errors import ArchiveRejected
 from cudnn_setup.facts.cuda import find_cuda_root
@@ -34,7 +36,7 @@ def inspect(result: Result, ctx: Context, archive: Path, cuda_root: Path | None 
         pkg = read_package(archive, Path(tmp) / "staging", xz=which(ctx, "xz"), env=ctx.env,
                            on_read=reading(ctx, archive),
                            expected_sha256=expected.digest if expected else None)
-        built = BuiltFor(pkg.cuda_version, "archive name" if pkg.cuda_version else
+        built = BuiltFor(pkg.cuda_version, FROM_NAME if pkg.cuda_version else
                          "unknown (not in the file name)")
         refusal = package_refusal(pkg, archive.name, expected)
         if refusal is None and root is not None:

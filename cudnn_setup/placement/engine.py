@@ -24,7 +24,7 @@ from cudnn_setup.errors import SetupError, os_error
 from cudnn_setup.facts.cuda import CudaRoot
 from cudnn_setup.fetch.checksums import Expected
 from cudnn_setup.placement.commit import manifest_for, place, remove
-from cudnn_setup.placement.fit import BuiltFor
+from cudnn_setup.installation.built_for import BuiltFor
 from cudnn_setup.placement.judge import Judged, stage_and_judge
 from cudnn_setup.placement.same_archive import archive_stat, plan_again
 from cudnn_setup.placement.targets import dependency_entries, desired_entries, root_dirs
@@ -196,7 +196,7 @@ def _again(asked: Asked, old: Manifest | None, recovered: str | None = None,
     plan, how = found
     assert old is not None  # plan_again answers only from a manifest
     return Outcome(False, plan, None, old.to_dict(), recovered, lib_dir=asked.lib_dir,
-                   built_for=BuiltFor(old.cuda_version, old.cuda_source or "manifest"),
+                   built_for=BuiltFor(old.cuda_version, old.cuda_learnt_from),
                    notes=[f"the archive was not read again: {how}"])
 
 

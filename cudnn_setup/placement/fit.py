@@ -4,7 +4,6 @@ staged library in a child), the root's CUDA major, and this machine's GPUs and d
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
@@ -20,23 +19,13 @@ from cudnn_setup.facts import cuda as cuda_facts
 from cudnn_setup.facts import cudnn as gen
 from cudnn_setup.facts.cuda import CudaRoot
 from cudnn_setup.fetch import known_releases
+from cudnn_setup.installation.built_for import BuiltFor
 from cudnn_setup.state.manifest import Manifest
 from cudnn_setup.report import FAIL
 from cudnn_setup.text import escape
 
 PROBE_TIMEOUT = 60.0
 GPU_UNSUPPORTED, DRIVER_TOO_OLD = "gpu-unsupported", "driver-too-old"
-
-
-@dataclass
-class BuiltFor:
-    """The CUDA version an archive's cuDNN was built for, and how that was learnt."""
-
-    version: str | None
-    source: str
-
-    def to_dict(self) -> dict:
-        return {"version": self.version, "source": self.source}
 
 
 def built_for(pkg: Package, work: Path, env: Mapping[str, str] | None) -> BuiltFor:
