@@ -25,7 +25,9 @@ single process's (getrusage of the children, as /usr/bin/time -v reports it). Th
 (under a scratch HOME) and --runs times more.
 
 --tool-and-floor times only (c) and (b), alternated, --runs times each (for a shared machine:
-min and median of each, c/b of both, the load average before and after), then the peak memory.
+min and median of each, c/b of both, the load average before and after), each decoder of (b)
+also writing the tar into one fsync'd file ("write:" floors, decode-and-write), then the peak
+memory.
 """
 from __future__ import annotations
 
@@ -303,7 +305,8 @@ def tool_and_floor(archive: Path, runs: int, base: Path) -> dict:
     """(b) and (c) alone, alternated, `runs` times each: min and median, for a shared machine
     where the minimum is the cleaner figure and the median the fairer one."""
     ways = floor_ways(archive)
-    times: dict[str, list[float]] = {"tool": [], **{f"floor:{w}": [] for w in ways}}
+    times: dict[str, list[float]] = {"tool": [], **{f"floor:{w}": [] for w in ways},
+                                     **{f"floor:write:{w}": [] for w in ways}}
     cpu: dict[str, list[float]] = {k: [] for k in times}
     load = [round(x, 2) for x in os.getloadavg()]
 
@@ -313,10 +316,16 @@ def tool_and_floor(archive: Path, runs: int, base: Path) -> dict:
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         cpu[key].append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
 
+    written = base / "floor.tar"
     for i in range(runs):
         for way in ways:
             subprocess.run(["sync"])
             run(f"floor:{way}", lambda: decode(archive, way))
+            # decode-and-write: the same decoder writing the tar into one file beside the
+            # roots, fsync'd, as the tool must write and fsync what it decodes
+            subprocess.run(["sync"])
+            run(f"floor:write:{way}", lambda: decode(archive, way, written))
+            written.unlink()
         root = fresh_root(base, i, cuda_of(archive))
         subprocess.run(["sync"])
         run("tool", lambda: tool(archive, root))
@@ -334,7 +343,7 @@ def tool_and_floor(archive: Path, runs: int, base: Path) -> dict:
            # least
            "cpu_median_s": {k: round(statistics.median(v), 3) for k, v in cpu.items()},
            "tool_peak_rss_mib": peak}
-    for way in ways:
+    for way in [*ways, *(f"write:{w}" for w in ways)]:
         for stat in ("min_s", "median_s"):
             out.setdefault("tool_vs_floor", {})[f"{way} ({stat[:-2]})"] = round(
                 out[stat]["tool"] / out[stat][f"floor:{way}"], 3)

@@ -27,6 +27,9 @@ START = time.perf_counter()
 # transaction, the frameworks' what-if and verify.
 PHASES = [
     "cudnn_setup.archive:read_package",
+    "cudnn_setup.archive.wheel:_members",
+    "cudnn_setup.archive.wheel:_hash_file",
+    "cudnn_setup.archive.staging:stage_pieces",
     "cudnn_setup.archive.library_facts:read_facts",
     "cudnn_setup.archive.staging:consume",
     "cudnn_setup.archive.decoders:Decoder.finish",
