@@ -125,8 +125,8 @@ def main() -> int:
     for s, e, name, thread in sorted(spans):
         print(f"{s:7.3f} {e:7.3f} {e - s:6.3f}  {thread} / {name}", file=err)
     print(f"command: {end:.3f} s wall, {usage.ru_utime + usage.ru_stime:.3f} s CPU in this "
-          f"process (user {usage.ru_utime:.3f}, system {usage.ru_stime:.3f}); exit {rc}",
-          file=err)
+          f"process (user {usage.ru_utime:.3f}, system {usage.ru_stime:.3f}), peak RSS "
+          f"{usage.ru_maxrss >> 10} MiB; exit {rc}", file=err)
     return int(rc or 0)
 
 

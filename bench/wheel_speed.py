@@ -1,7 +1,8 @@
 """Time `cudnn-setup install WHEEL` against pip and uv installing the same wheel.
 
-    python bench/wheel_speed.py WHEEL [--runs 3] [--uv UV] [--work DIR] [--json OUT]
+    python bench/wheel_speed.py WHEEL [--runs 3] [--uv UV] [--work DIR] [--json OUT] [--old DIR]
 
+With --old DIR, the tool of another checkout runs too, as `old`, alternated with this one.
 WHEEL is NVIDIA's nvidia-cudnn-cuNN wheel (`pip download --no-deps nvidia-cudnn-cu12==9.28.0.42`).
 Each of --runs rounds runs, in an order that rotates from round to round, into fresh targets
 on the --work filesystem, each run followed by `sync` inside its timing (the tool fsyncs what
@@ -125,14 +126,22 @@ def floor_inflater() -> str:
     return "isal"
 
 
-def commands(wheel: Path, uv: str | None, scratch: Path, template: Path) -> dict:
-    """Each installer: (prepare a fresh target, its command, the check of what it left)."""
+def tool_in(tree: Path, wheel: Path, root: Path, template: Path) -> tuple:
+    """The tool of the checkout `tree`: (prepare, command, check), its env naming the tree."""
+    env = dict(ENV, PYTHONPATH=os.pathsep.join([str(tree), ENV["PYTHONPATH"]]))
+    return (lambda: shutil.copytree(template, root, symlinks=True),
+            [sys.executable, "-m", "cudnn_setup", "install", str(wheel), "--cuda-root",
+             str(root), "--no-verify", "--no-theanorc", "--no-frameworks", "--json"],
+            lambda done: check_tool(done, root, wheel), env)
+
+
+def commands(wheel: Path, uv: str | None, scratch: Path, template: Path,
+             old: Path | None = None) -> dict:
+    """Each installer: (prepare a fresh target, its command, the check of what it left[, env])."""
     root, target = scratch / "root", scratch / "target"
     return {
-        "tool": (lambda: shutil.copytree(template, root, symlinks=True),
-                 [sys.executable, "-m", "cudnn_setup", "install", str(wheel), "--cuda-root",
-                  str(root), "--no-verify", "--no-theanorc", "--no-frameworks", "--json"],
-                 lambda done: check_tool(done, root, wheel)),
+        "tool": tool_in(REPO, wheel, root, template),
+        **({"old": tool_in(old, wheel, root, template)} if old else {}),
         "pip": (lambda: None,
                 [sys.executable, "-m", "pip", "install", "--no-deps", "--no-index",
                  "--disable-pip-version-check", "--target", str(target), str(wheel)],
@@ -148,7 +157,8 @@ def commands(wheel: Path, uv: str | None, scratch: Path, template: Path) -> dict
     }
 
 
-def one_run(prepare, cmd: list[str], check, scratch: Path, home: Path) -> tuple[float, float, str | None]:
+def one_run(prepare, cmd: list[str], check, scratch: Path, home: Path,
+            env: dict | None = None) -> tuple[float, float, str | None]:
     """(wall seconds including the sync after, CPU seconds of the children, why it does not count)."""
     shutil.rmtree(scratch, ignore_errors=True)
     scratch.mkdir(parents=True)
@@ -156,7 +166,8 @@ def one_run(prepare, cmd: list[str], check, scratch: Path, home: Path) -> tuple[
     subprocess.run(["sync"], check=True)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    done = subprocess.run(cmd, env=dict(ENV, HOME=str(home)), capture_output=True, text=True)
+    done = subprocess.run(cmd, env=dict(env or ENV, HOME=str(home)), capture_output=True,
+                          text=True)
     subprocess.run(["sync"], check=True)
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -179,6 +190,8 @@ def main() -> int:
     ap.add_argument("--work", type=Path, default=None,
                     help="where the targets go (default: the system temporary dir)")
     ap.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    ap.add_argument("--old", type=Path, default=None, help="another checkout of the tool, timed "
+                    "as `old` beside this one, run for run")
     args = ap.parse_args()
     wheel = args.wheel.resolve()
     tool = subprocess.run([sys.executable, "-c", "import cudnn_setup.commands.install"],
@@ -196,7 +209,8 @@ def main() -> int:
     template = base / "cuda-root"  # built once (gcc compiles its libcudart), copied per run
     cuda = CUDA.get(re.search(r"cu(\d+)", wheel.name)[1], "12.4")
     make_cuda_root(template, cuda)
-    ways = {name: way for name, way in commands(wheel, uv, base / "scratch", template).items()
+    ways = {name: way for name, way in commands(wheel, uv, base / "scratch", template,
+                                                args.old and args.old.resolve()).items()
             if name not in skipped}
     names = list(ways)
     wall: dict[str, list[float]] = {n: [] for n in names}  # only the installers that run here
@@ -209,7 +223,8 @@ def main() -> int:
             order = names[i % len(names):] + names[:i % len(names)]
             for name in order:
                 load = loadavg()
-                w, c, why = one_run(*ways[name], base / "scratch", home)
+                prepare, cmd, check, *env = ways[name]
+                w, c, why = one_run(prepare, cmd, check, base / "scratch", home, *env)
                 at_start.append({"run": i, "way": name, "load": load, "s": round(w, 3)})
                 if why is None:
                     wall[name].append(w)
@@ -228,7 +243,7 @@ def main() -> int:
            "median_s": {n: round(statistics.median(v), 3) for n, v in wall.items() if v},
            "median_cpu_s": {n: round(statistics.median(v), 3) for n, v in cpu.items() if v},
            "runs_s": at_start, "failed": failed}
-    for other in ("uv", "pip", "floor"):
+    for other in ("uv", "pip", "floor", "old"):
         if wall.get("tool") and wall.get(other):
             out[f"tool/{other}"] = {
                 "min": round(min(wall["tool"]) / min(wall[other]), 2),
