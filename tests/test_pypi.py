@@ -517,3 +517,20 @@ def test_a_command_makes_one_http_client_and_one_waiting_budget(wheels, cuda_roo
     assert done.returncode == 0, done.stderr
     assert len(made) == 1, f"{len(made)} clients made"
     assert len({id(c.budget) for c in made}) == 1
+
+
+def test_a_version_only_for_other_cuda_majors_names_the_nearest(wheels, cuda_root, home,
+                                                                   tmp_path, compiler):
+    """Asked for CUDA 11, with builds for 12 and 13 only: the hint names 12, the major nearest
+    the root's, not the newest."""
+    cu13 = build_wheel(tmp_path / "cu13", FINAL, "13", compiler)
+    root = cuda_root("11.8", "lib")
+    with IndexServer() as server:
+        index = serve(server, wheels)
+        server.routes["/simple/nvidia-cudnn-cu13/"] = (JSON, project_json(
+            "nvidia-cudnn-cu13", [IndexFile(cu13.name, f"{server.base}/files/{cu13.name}",
+                                            sha256(cu13))]))
+        server.routes[f"/files/{cu13.name}"] = ("application/octet-stream", cu13.read_bytes())
+        done, out = install(root, home, index, FINAL, "--dry-run")
+    assert done.returncode == ARCHIVE_REJECTED and out["error"]["code"] == "no-cuda-variant"
+    assert "its wheels are for CUDA 12, 13: pass --cuda 12 " in out["error"]["hint"], out

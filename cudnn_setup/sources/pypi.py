@@ -209,12 +209,15 @@ class PypiIndex(Source):
             raise NoVariant(f"{project} {request} has no wheel for this machine "
                             f"({self.tags[0] if self.tags else 'no platform tags'})",
                             f"its wheels are for: {', '.join(tags)[:300]}")
-        others = self._other_majors(request, platform, redist.parse_cuda(cuda_version)[0])
+        asked = redist.parse_cuda(cuda_version)[0]
+        others = self._other_majors(request, platform, asked)
         if others:
-            raise NoVariant(f"cuDNN {request} has no wheel for CUDA "
-                            f"{redist.parse_cuda(cuda_version)[0]} ({project}) on {self.where}",
+            # the major nearest the root's (the newer on a tie): the smallest toolkit change
+            nearest = min(others, key=lambda m: (abs(m - asked), -m))
+            raise NoVariant(f"cuDNN {request} has no wheel for CUDA {asked} ({project}) on "
+                            f"{self.where}",
                             f"its wheels are for CUDA {', '.join(map(str, others))}: pass "
-                            f"--cuda {others[-1]} or use a CUDA root of that major")
+                            f"--cuda {nearest} or use a CUDA root of that major")
         versions = {o.version for o in every if not o.prerelease}
         near = nearest_versions(request, versions) if versions else []
         if not versions and notes:  # the index has no such project at all: say only that
