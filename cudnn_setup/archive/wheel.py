@@ -38,7 +38,7 @@ from typing import IO, Callable, Iterator
 from packaging.version import Version
 
 from cudnn_setup import parallel
-from cudnn_setup.archive import deflate_split, library_facts, staging
+from cudnn_setup.archive import library_facts, staging
 from cudnn_setup.archive.decoders import CHUNK, DECODED_PIECE, IsalError, usable_cores
 from cudnn_setup.archive.listing import Listing, Member, Progress, Wanted
 from cudnn_setup.archive.problems import Problem
@@ -343,10 +343,9 @@ def _members(f: IO[bytes], wheel: WheelName, staging_dir: Path, want: Wanted,
 
     def stage(member: Member, info: zipfile.ZipInfo) -> Callable[[threading.Event], None]:
         hashing = writer.lane() if info.file_size > share else None
-        threads = deflate_split.threads_for(info.file_size, share, cores)
         return lambda stop: staging.stage_pieces(
-            decoded(fd, info, end, stop, threads), member, staging_dir if want(member) else None,
-            writer, hashing)
+            decoded(fd, info, end, stop), member, staging_dir if want(member) else None, writer,
+            hashing)
 
     jobs: list[tuple[int, Callable[[threading.Event], object]]] = [
         (end // HASH_COST, lambda stop: _hash_file(fd, on_read, stop))]
@@ -387,14 +386,10 @@ def data_range(fd: int, info: zipfile.ZipInfo, file_size: int) -> tuple[int, int
 
 
 def decoded(fd: int, info: zipfile.ZipInfo, file_size: int,
-            stop: threading.Event, threads: int = 1) -> Iterator[bytes]:
-    """A member's bytes, decoded in pieces on the calling thread (or, given `threads`, on that
-    many: deflate_split.py); the end checks that they are the size and CRC-32 the central
-    directory declares, and nothing more."""
+            stop: threading.Event) -> Iterator[bytes]:
+    """A member's bytes, decoded in pieces on the calling thread; the end checks that they
+    are the size and CRC-32 the central directory declares, and nothing more."""
     start, end = data_range(fd, info, file_size)
-    if info.compress_type == zipfile.ZIP_DEFLATED and threads > 1:
-        yield from _split(fd, info, start, end, threads, stop)
-        return
     if info.compress_type == zipfile.ZIP_DEFLATED:
         inflater, crc32 = _inflater()
     elif info.compress_type == zipfile.ZIP_STORED:
@@ -432,23 +427,6 @@ def decoded(fd: int, info: zipfile.ZipInfo, file_size: int,
             raise zipfile.BadZipFile(f"{escape(info.filename)} holds more than it declares")
         crc = crc32(out, crc)
         yield out
-    _ends_as_declared(info, left, crc)
-
-
-def _split(fd: int, info: zipfile.ZipInfo, start: int, end: int, threads: int,
-           stop: threading.Event) -> Iterator[bytes]:
-    crc32 = _inflater()[1]
-    left, crc = info.file_size, 0
-    for out in deflate_split.inflated(fd, start, end, threads, DECODED_PIECE, stop):
-        left -= len(out)
-        if left < 0:
-            raise zipfile.BadZipFile(f"{escape(info.filename)} holds more than it declares")
-        crc = crc32(out, crc)
-        yield out
-    _ends_as_declared(info, left, crc)
-
-
-def _ends_as_declared(info: zipfile.ZipInfo, left: int, crc: int) -> None:
     if left:
         raise EOFError(f"unexpected end of data in {escape(info.filename)}")
     if crc != info.CRC:
