@@ -9,6 +9,7 @@ import hashlib
 import io
 import json
 import os
+import signal
 import struct
 import threading
 import zipfile
@@ -22,7 +23,8 @@ from cudnn_setup.errors import ARCHIVE_REJECTED
 from cudnn_setup.fetch.arriving import ArrivalFailed, Arriving
 from fixtures.wheels import build_wheel, wheel_files
 from httpserver import ArchiveServer
-from test_overlap_download import _outside_state, _staged, _start, _wait_for
+from test_overlap_download import (_outside_state, _staged, _start, _terminated_once_staged,
+                                   _wait_for)
 
 VERSION = "9.1.7.99"
 LIBS = "nvidia/cudnn/lib/"
@@ -214,6 +216,59 @@ def test_a_server_that_ignores_range_has_the_wheel_read_again_whole(good, cuda_r
     assert code == 0, stderr
     assert out["download"]["resumed_from"] == 0  # the server sent it all again
     _installed(root, good)
+
+
+def test_sigkill_mid_overlap_leaves_the_old_install_and_the_next_run_completes(
+        good, cuda_root, home, tmp_path, compiler):
+    """Killed while members of a newer wheel are staged: the root holds the old release, not a
+    mixture, and the next run installs the new one."""
+    newer = build_wheel(tmp_path / "newer", "9.4.2.99", "12", compiler)
+    root = cuda_root(version="12.4", layout="lib")
+    with ArchiveServer() as s:
+        data = good.read_bytes()
+        code, out, stderr = _install(home, s, good.name, data, root,
+                                     hashlib.sha256(data).hexdigest(), hold=None)
+        assert code == 0, stderr
+        old = _outside_state(root)
+        s.released.clear()
+        s.files[f"/{newer.name}"] = newer.read_bytes()
+        s.hold_after[f"/{newer.name}"], s.holds_left = int(newer.stat().st_size * 0.9), 1
+        args = ["install", f"{s.base}/{newer.name}", "--sha256",
+                hashlib.sha256(newer.read_bytes()).hexdigest(), "--cuda-root", str(root),
+                "--no-theanorc", "--no-verify", "--json"]
+        proc = _start(home, *args)
+        try:
+            assert _wait_for(lambda: _staged(root)), "nothing was staged before the kill"
+            proc.send_signal(signal.SIGKILL)
+            proc.communicate(timeout=60)
+        finally:
+            s.released.set()
+        assert _outside_state(root) == old  # old, not a mixture
+        again = _start(home, *args)
+        stdout, stderr = again.communicate(timeout=300)
+    assert again.returncode == 0, stderr
+    assert json.loads(stdout)["cudnn_version"] == "9.4.2"
+    assert (root / "lib" / "libcudnn.so.9.4.2").is_file()
+    assert not (root / "lib" / "libcudnn.so.9.1.7").exists()
+
+
+def test_sigterm_while_a_wheel_arrives_is_answered_at_once_and_changes_nothing(
+        good, cuda_root, home):
+    root = cuda_root(version="12.4", layout="lib")
+    before = tree_state(root)
+    data = good.read_bytes()
+    with ArchiveServer() as s:
+        s.files[f"/{good.name}"] = data
+        s.hold_after[f"/{good.name}"], s.holds_left = int(len(data) * 0.9), 1
+        proc = _start(home, "install", f"{s.base}/{good.name}", "--sha256",
+                      hashlib.sha256(data).hexdigest(), "--cuda-root", str(root),
+                      "--no-theanorc", "--no-verify", "--json")
+        stdout, stderr, took = _terminated_once_staged(proc, s, root)
+    out = json.loads(stdout)
+    assert proc.returncode == 5 and out["error"]["code"] == "interrupted", out["error"]
+    assert "Traceback" not in stderr
+    assert took < 10, f"SIGTERM was answered after {took:.0f} s"
+    assert tree_state(root) == before
 
 
 def _feed(arriving: Arriving, part: Path, data: bytes, pieces: list[int],
