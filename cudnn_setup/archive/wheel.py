@@ -17,6 +17,10 @@ decoding, and each library's facts are read for the judge as soon as its file is
 unchanged (size, mtime, ctime) when all of it has been read: a file rewritten during the install
 cannot pass the checksum with one content and install another. Nothing leaves staging before the
 caller has compared that checksum with the one expected.
+
+A wheel still downloading is read by wheel_stream.py, from its local headers as the bytes come,
+with the same pieces: `admitted` (the central directory's judgement), `as_archive` (one file's
+member), `new_writer`, `stage_job` and `decoded` (one member from any reader of offsets).
 """
 from __future__ import annotations
 
