@@ -30,13 +30,12 @@ import os
 import struct
 import threading
 import zipfile
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
 from cudnn_setup import parallel
 from cudnn_setup.archive import library_facts, staging, wheel
-from cudnn_setup.archive.decoders import Growing, IsalError, usable_cores
+from cudnn_setup.archive.decoders import Growing, usable_cores
 from cudnn_setup.archive.listing import Listing, Member, Wanted
 from cudnn_setup.archive.problems import Problem
 from cudnn_setup.archive.rules import Limits, MemberRules, Stop, corrupt
@@ -45,13 +44,10 @@ from cudnn_setup.facts import cudnn as gen
 from cudnn_setup.trees import remove_tree
 
 LOCAL = b"PK\x03\x04"
-CENTRAL = b"PK\x01\x02"
 LOCAL_SIZE = 30
 VERSION_HEADER = wheel.PREFIX + "include/cudnn_version.h"
-# What a member that lies can do before the central directory is read: an early member is
-# judged by MemberRules of its own; these are what stops the walk instead of decoding.
+# flag bits of a local header: sizes after the bytes, encryption, names in UTF-8
 _DATA_DESCRIPTOR, _ENCRYPTED, _UTF8 = 0x8, 0x1, 0x800
-_FAULTS = (zipfile.BadZipFile, zlib.error, IsalError, EOFError, ValueError, NotImplementedError)
 
 
 @dataclass
@@ -116,11 +112,12 @@ def _read(name: wheel.WheelName, staging_dir: Path, want: Wanted, source: Growin
         try:
             _walk(name, staging_dir, want, source, limits, writer, lanes, early)
             size = source.reach(1 << 62)  # the download's good end: all of it, hashed
-        except Exception:
+        except BaseException as exc:  # a signal too: no thread may go on waiting for bytes
+            first = lanes.error  # a decoding thread's fault, which stopped the walk
             source.stop()
             lanes.join(quiet=True)
-            if lanes.error is not None:  # what stopped the walk: a decoding thread's fault
-                raise lanes.error from None
+            if first is not None and isinstance(exc, Exception):
+                raise first from None
             raise
         fd = source.fileno()
         before = os.fstat(fd)
@@ -169,10 +166,10 @@ def _walk(name: wheel.WheelName, staging_dir: Path, want: Wanted, source: Growin
     full: str | None = None
     at = 0
     for _ in range(limits.members):
-        info = _local(source, at)
-        if info is None:
+        found = _local(source, at)
+        if found is None:
             return
-        end = info.header_offset + _data_start(source, info) + info.compress_size
+        info, end = found
         at = end
         if not info.filename.startswith(wheel.PREFIX) or info.is_dir():
             continue
@@ -197,14 +194,15 @@ def _walk(name: wheel.WheelName, staging_dir: Path, want: Wanted, source: Growin
                              writer))
 
 
-def _local(source: Growing, at: int) -> zipfile.ZipInfo | None:
-    """The local header at `at` as a ZipInfo (header_offset, name, method, CRC, sizes), or
-    None where the walk stops: the central directory, or anything it cannot follow."""
+def _local(source: Growing, at: int) -> tuple[zipfile.ZipInfo, int] | None:
+    """The local header at `at` as a ZipInfo (header_offset, name, method, CRC, sizes) and
+    where its member's bytes end; None where the walk stops: the central directory, or
+    anything it cannot follow."""
     if source.reach(at + LOCAL_SIZE) < at + LOCAL_SIZE:
         return None
     head = source.pread(LOCAL_SIZE, at)
     if head[:4] != LOCAL:
-        return None  # the central directory (CENTRAL), or a stream out of step
+        return None  # the central directory, or a stream out of step
     (_version, flags, method, _time, _date, crc, csize, usize, name_len,
      extra_len) = struct.unpack_from("<HHHHHIIIHH", head, 4)
     if flags & (_DATA_DESCRIPTOR | _ENCRYPTED) or 0xFFFFFFFF in (csize, usize) \
@@ -213,17 +211,11 @@ def _local(source: Growing, at: int) -> zipfile.ZipInfo | None:
     raw = source.pread(name_len, at + LOCAL_SIZE)
     if len(raw) != name_len:
         return None
+    # decoded as zipfile decodes the central directory's names, so that the two compare
     info = zipfile.ZipInfo(raw.decode("utf-8" if flags & _UTF8 else "cp437", "replace"))
-    info.orig_filename = info.filename if "\\" not in info.filename else info.orig_filename
     info.header_offset, info.flag_bits, info.compress_type = at, flags, method
     info.CRC, info.compress_size, info.file_size = crc, csize, usize
-    info.extra = b"\0" * extra_len  # only its length counts: where the data starts
-    return info
-
-
-def _data_start(source: Growing, info: zipfile.ZipInfo) -> int:
-    return LOCAL_SIZE + len(info.orig_filename.encode(
-        "utf-8" if info.flag_bits & _UTF8 else "cp437", "replace")) + len(info.extra)
+    return info, at + LOCAL_SIZE + name_len + extra_len + csize
 
 
 def _version(source: Growing, info: zipfile.ZipInfo, end: int) -> str | None:
@@ -232,7 +224,7 @@ def _version(source: Growing, info: zipfile.ZipInfo, end: int) -> str | None:
         return None
     try:
         text = b"".join(wheel.decoded(source.pread, info, end, threading.Event()))
-    except _FAULTS:
+    except wheel.FAULTS:
         return None
     version = gen.header_version(text.decode("utf-8", "replace"))
     return "%d.%d.%d" % version if version else None
@@ -245,7 +237,7 @@ def _early_job(staged: Early, source: Growing, end: int, staging_dir: Path | Non
     def run(stop: threading.Event) -> None:
         try:
             job(stop)
-        except _FAULTS:  # the local header's word only: the central directory's is judged
+        except wheel.FAULTS:  # the local header's word only: the central directory's is judged
             staged.failed = True
         else:
             staged.done = True
