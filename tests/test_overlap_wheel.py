@@ -23,8 +23,8 @@ from cudnn_setup.errors import ARCHIVE_REJECTED
 from cudnn_setup.fetch.arriving import ArrivalFailed, Arriving
 from fixtures.wheels import build_wheel, wheel_files
 from httpserver import ArchiveServer
-from test_overlap_download import (_outside_state, _staged, _start, _terminated_once_staged,
-                                   _wait_for)
+from test_overlap_download import (_install_held, _interrupted_at_once, _outside_state,
+                                   _staged, _start, _terminated_once_staged, _wait_for)
 
 VERSION = "9.1.7.99"
 LIBS = "nvidia/cudnn/lib/"
@@ -236,13 +236,7 @@ def test_sigkill_mid_overlap_leaves_the_old_install_and_the_next_run_completes(
         args = ["install", f"{s.base}/{newer.name}", "--sha256",
                 hashlib.sha256(newer.read_bytes()).hexdigest(), "--cuda-root", str(root),
                 "--no-theanorc", "--no-verify", "--json"]
-        proc = _start(home, *args)
-        try:
-            assert _wait_for(lambda: _staged(root)), "nothing was staged before the kill"
-            proc.send_signal(signal.SIGKILL)
-            proc.communicate(timeout=60)
-        finally:
-            s.released.set()
+        _terminated_once_staged(_start(home, *args), s, root, sig=signal.SIGKILL)
         assert _outside_state(root) == old  # old, not a mixture
         again = _start(home, *args)
         stdout, stderr = again.communicate(timeout=300)
@@ -256,19 +250,9 @@ def test_sigterm_while_a_wheel_arrives_is_answered_at_once_and_changes_nothing(
         good, cuda_root, home):
     root = cuda_root(version="12.4", layout="lib")
     before = tree_state(root)
-    data = good.read_bytes()
     with ArchiveServer() as s:
-        s.files[f"/{good.name}"] = data
-        s.hold_after[f"/{good.name}"], s.holds_left = int(len(data) * 0.9), 1
-        proc = _start(home, "install", f"{s.base}/{good.name}", "--sha256",
-                      hashlib.sha256(data).hexdigest(), "--cuda-root", str(root),
-                      "--no-theanorc", "--no-verify", "--json")
-        stdout, stderr, took = _terminated_once_staged(proc, s, root)
-    out = json.loads(stdout)
-    assert proc.returncode == 5 and out["error"]["code"] == "interrupted", out["error"]
-    assert "Traceback" not in stderr
-    assert took < 10, f"SIGTERM was answered after {took:.0f} s"
-    assert tree_state(root) == before
+        proc = _install_held(home, s, good.name, good.read_bytes(), root)
+        _interrupted_at_once(proc, s, root, before)
 
 
 def _feed(arriving: Arriving, part: Path, data: bytes, pieces: list[int],

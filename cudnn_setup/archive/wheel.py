@@ -166,6 +166,13 @@ def read(path: Path, staging_dir: Path, want: Wanted, limits: Limits | None = No
     return listing, wheel
 
 
+# How a wheel's bytes show they are not what they claim, as decoding meets them. (isal's stubs
+# call IsalError an instance; it is a class.)
+FAULTS: tuple[type[Exception], ...] = (  # type: ignore[assignment]
+    zipfile.BadZipFile, zlib.error, IsalError, EOFError, NotImplementedError, RuntimeError,
+    ValueError)
+
+
 def unchanged(fd: int, before: os.stat_result, size: int) -> None:
     """The file is as it was `before` it was read (size, mtime, ctime), `size` bytes long:
     else it may have passed its checksum with one content and been decoded from another."""
@@ -189,8 +196,7 @@ def faults(path: Path, staging_dir: Path, listing: Listing) -> Iterator[None]:
         raise staging_failed(staging_dir, exc) from None
     except Changed:
         listing.problems.append(corrupt("the file changed while it was read"))
-    except (zipfile.BadZipFile, zlib.error, IsalError, EOFError, NotImplementedError,
-            RuntimeError, ValueError) as exc:
+    except FAULTS as exc:
         listing.problems.append(corrupt(str(exc)[:200] or type(exc).__name__))
     except Stop as stop:
         listing.problems.append(stop.problem)
