@@ -266,8 +266,9 @@ def _feed(arriving: Arriving, part: Path, data: bytes, pieces: list[int],
             for n in pieces:
                 if done >= hold_at:
                     gate.wait(30)
-                os.write(fd, data[done:done + n])
-                done += n
+                piece = data[done:done + n]
+                os.write(fd, piece)
+                done += len(piece)
                 arriving.wrote(done)
             arriving.finish(part, hashlib.sha256(data).hexdigest(), len(data))
         finally:
