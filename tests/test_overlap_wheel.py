@@ -363,3 +363,30 @@ def test_a_follower_at_offsets_fails_when_the_download_starts_over(tmp_path):
         os.close(f)
     follower.close()
     arriving.close()
+
+
+def test_a_wheel_changed_between_its_download_and_its_last_member_is_refused(
+        good, tmp_path, monkeypatch):
+    """The download's checksum vouches for the bytes it wrote: a file touched after that (here
+    its mtime moved while the central directory is read) is refused as changed, as a whole
+    file changed during its read is."""
+    from cudnn_setup.archive import wheel as W, wheel_stream
+
+    data = good.read_bytes()
+    part = tmp_path / (good.name + ".part")
+    arriving = Arriving()
+    _feed(arriving, part, data, [len(data)], threading.Event(), len(data)).join(10)
+    real = W.admitted
+
+    def touched(*args):
+        st = part.stat()
+        os.utime(part, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+        return real(*args)
+
+    monkeypatch.setattr(W, "admitted", touched)
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    listing, _ = wheel_stream.read(part.with_name(good.name), staging, wanted, arriving.follow())
+    assert [p.message for p in listing.problems] == [
+        "the archive is truncated or corrupt (the file changed while it was read)"]
+    assert listing.sha256 is None
