@@ -8,7 +8,9 @@ file, and whoever ran the download `finish`es or `fail`s it. A follower starts a
 for bytes (waking on progress) and ends only when the whole download ended well and matched its
 checksum: the bytes it handed out are then the bytes that were hashed, unless an attempt wrote
 over some of them again (a server that ignored the Range request), which the follower refuses
-rather than hand out a mixture (`ArrivalFailed`).
+rather than hand out a mixture (`ArrivalFailed`). A wheel's reader reads it at offsets instead
+(`reach`, `pread`, from several threads): everything below the furthest byte reached counts as
+read.
 """
 from __future__ import annotations
 
