@@ -2,10 +2,14 @@
 throttled to a given rate: the download overlapped with the install, measured.
 
     python bench/overlap_speed.py --archive PATH [--rates 100,1000] [--runs 3] [--json OUT]
+    python bench/overlap_speed.py --wheel WHEEL [--rates 100,1000] [--runs 3] [--json OUT]
 
 PATH is a cuDNN archive under NVIDIA's name (cudnn-<platform>-X.Y.Z.B_cudaNN-archive.tar.xz or
 .tar.gz); `--gzip` also makes a .tar.gz of the same tar (gzip -1, kept in --work) and times it
-too. A server in this process serves it as a mirror of NVIDIA's tree (one redistrib JSON with
+too. WHEEL is NVIDIA's nvidia_cudnn_cuNN-X.Y.Z.B-…whl (an --archive of that name is taken as
+one): it is served as a PEP 503 index (`--index-url URL`, the sha256 in the link, as PyPI
+gives it) and the commands below get VERSION with `--index-url` instead of `--mirror`.
+A server in this process serves an archive as a mirror of NVIDIA's tree (one redistrib JSON with
 its sha256 and size, Range requests honoured) at each rate of --rates, in MB/s (10**6 bytes).
 For each archive and rate, --runs rounds, each alternating, each into a fresh cache and root:
 
@@ -46,6 +50,7 @@ from fixtures.generate import make_cuda_root  # noqa: E402
 
 NAME = re.compile(r"cudnn-(?P<platform>[a-z0-9_-]+?)-(?P<version>\d+\.\d+\.\d+\.\d+)_cuda"
                   r"(?P<cuda>\d+)-archive\.tar\.(?:xz|gz)\Z")
+WHEEL = re.compile(r"nvidia_cudnn_cu(?P<cuda>\d+)-(?P<version>\d+\.\d+\.\d+\.\d+)-.*\.whl\Z")
 PIECE = 256 << 10
 
 
@@ -83,6 +88,8 @@ class Throttled:
                 if start:
                     self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
                 self.send_header("Content-Length", str(len(data) - start))
+                if self.path.endswith("/"):  # a page of the index, or the mirror's listing
+                    self.send_header("Content-Type", "text/html")
                 self.end_headers()
                 if not body:
                     return
@@ -135,6 +142,22 @@ def mirror_files(archive: Path) -> tuple[dict[str, bytes], str, str]:
     return files, version, cuda
 
 
+def index_files(wheel: Path) -> tuple[dict[str, bytes], str, str]:
+    """A PEP 503 index holding the wheel (its page, the wheel) by path; the version; CUDA
+    major."""
+    from fixtures.wheels import IndexFile, project_html
+
+    m = WHEEL.match(wheel.name)
+    if m is None:
+        sys.exit(f"{wheel.name} is not named as NVIDIA names its cuDNN wheels")
+    data = wheel.read_bytes()
+    project = f"nvidia-cudnn-cu{m['cuda']}"
+    page = project_html(project, [IndexFile(wheel.name, f"/files/{wheel.name}",
+                                            hashlib.sha256(data).hexdigest())])
+    return ({f"/simple/{project}/": page, f"/files/{wheel.name}": data}, m["version"],
+            m["cuda"])
+
+
 def gzip_copy(archive: Path, work: Path) -> Path:
     out = work / archive.name.replace(".tar.xz", ".tar.gz")
     if not out.exists():
@@ -175,15 +198,21 @@ def summary(values: list[float]) -> dict:
 
 
 def bench(archive: Path, rate_mb: float, runs: int, work: Path, env: dict) -> dict:
-    files, version, cuda = mirror_files(archive)
-    rel = f"cudnn/{NAME.match(archive.name)['platform']}/{archive.name}"  # type: ignore[index]
+    is_wheel = archive.name.endswith(".whl")
+    if is_wheel:
+        files, version, cuda = index_files(archive)
+        rel = f"files/{archive.name}"
+    else:
+        files, version, cuda = mirror_files(archive)
+        rel = f"cudnn/{NAME.match(archive.name)['platform']}/{archive.name}"  # type: ignore[index]
     size = len(files[f"/{rel}"])
     sha256 = hashlib.sha256(files[f"/{rel}"]).hexdigest()
     walls: dict[str, list[float]] = {"download": [], "install": [], "local": []}
     cpus: dict[str, list[float]] = {k: [] for k in walls}
     with Throttled(files, rate_mb * 1e6) as server:
         # NVIDIA's trees hold .tar.xz only: a .tar.gz is installed by its URL and --sha256
-        source = ([version, "--mirror", server.url] if archive.name.endswith(".tar.xz") else
+        source = ([version, "--index-url", server.url + "simple/"] if is_wheel else
+                  [version, "--mirror", server.url] if archive.name.endswith(".tar.xz") else
                   [server.url + rel, "--sha256", sha256])
         for i in range(runs):
             scratch = Path(tempfile.mkdtemp(prefix="overlap-", dir=work))
@@ -231,7 +260,9 @@ def bench(archive: Path, rate_mb: float, runs: int, work: Path, env: dict) -> di
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--archive", type=Path, required=True)
+    what = parser.add_mutually_exclusive_group(required=True)
+    what.add_argument("--archive", type=Path)
+    what.add_argument("--wheel", type=Path, help="NVIDIA's cuDNN wheel, served as an index")
     parser.add_argument("--rates", default="100,1000", help="MB/s, comma-separated")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--gzip", action="store_true", help="also a .tar.gz of the same tar")
@@ -241,7 +272,9 @@ def main() -> int:
     args = parser.parse_args()
     work = args.work or Path(tempfile.mkdtemp(prefix="overlap-speed-"))
     work.mkdir(parents=True, exist_ok=True)
-    archives = [args.archive] + ([gzip_copy(args.archive, work)] if args.gzip else [])
+    archive = args.archive or args.wheel
+    archives = [archive] + ([gzip_copy(archive, work)] if args.gzip and archive.name.endswith(
+        ".tar.xz") else [])
     home = work / "home"
     home.mkdir(exist_ok=True)
     env = {k: v for k, v in os.environ.items()

@@ -7,10 +7,12 @@ ThreadPoolExecutor's, they hold up neither an error nor the interpreter's exit (
 child runs ends the command; each child still has its own time limit).
 
 `spread` runs CPU work that releases the GIL (a wheel's members inflated and hashed) on as many
-threads as there are cores, stopping them all at the first error.
+threads as there are cores, stopping them all at the first error; `Lanes` does the same for
+work handed over as it becomes known (members of a wheel as their bytes arrive).
 """
 from __future__ import annotations
 
+import queue
 import threading
 from typing import Callable, Generic, Iterable, Sequence, TypeVar
 
@@ -110,3 +112,60 @@ def spread(calls: Sequence[Callable[[threading.Event], T]], threads: int) -> lis
     if first:
         raise first[0]
     return results
+
+
+class Lanes:
+    """`threads` threads taking calls in the order they are `put`, each given a stop event to
+    check between pieces of its work. After the first error no call starts, the running ones
+    are asked to stop and `on_error` is told at once (to end waits a call may be blocked in);
+    `join` raises that error once every thread has finished."""
+
+    def __init__(self, threads: int, on_error: Callable[[], None] | None = None):
+        self.stop = threading.Event()
+        self.error: BaseException | None = None
+        self._on_error = on_error
+        self._lock = threading.Lock()
+        self._calls: queue.SimpleQueue = queue.SimpleQueue()
+        self._threads = [threading.Thread(target=self._work, daemon=True, name=f"lane-{n}")
+                         for n in range(max(1, threads))]
+        for t in self._threads:
+            t.start()
+
+    def put(self, call: Callable[[threading.Event], object]) -> None:
+        self._calls.put(call)
+
+    def _work(self) -> None:
+        while (call := self._calls.get()) is not None:
+            if self.stop.is_set():
+                continue
+            try:
+                call(self.stop)
+            except BaseException as exc:  # raised on the joining thread
+                with self._lock:
+                    first = self.error is None and not isinstance(exc, Cancelled)
+                    if first:
+                        self.error = exc
+                self.stop.set()
+                if first and self._on_error is not None:
+                    self._on_error()
+
+    def join(self, quiet: bool = False) -> None:
+        """Once every call put so far has run (or was skipped after an error); the first
+        error raised unless `quiet` (the caller is already failing). Only once."""
+        if not self._threads:
+            return
+        if quiet:
+            self.stop.set()
+        for _ in self._threads:
+            self._calls.put(None)
+        try:
+            for t in self._threads:
+                while t.is_alive():
+                    t.join(1.0)  # in slices, so that a signal is seen
+        finally:
+            self.stop.set()
+            for t in self._threads:
+                t.join()
+            self._threads = []
+        if self.error is not None and not quiet:
+            raise self.error

@@ -87,13 +87,14 @@ def _install_held(home, s: ArchiveServer, name: str, data: bytes, root: Path) ->
 
 
 def _terminated_once_staged(proc: subprocess.Popen, s: ArchiveServer, root: Path,
-                            settle: float = 0.0) -> tuple[str, str, float]:
-    """SIGTERM to `proc` once members are staged (and `settle` seconds more): its stdout,
+                            settle: float = 0.0, sig: int = signal.SIGTERM
+                            ) -> tuple[str, str, float]:
+    """`sig` to `proc` once members are staged (and `settle` seconds more): its stdout,
     stderr and how long it took to end; the server released whatever happened."""
     try:
-        assert _wait_for(lambda: _staged(root))
+        assert _wait_for(lambda: _staged(root)), "nothing was staged before the signal"
         time.sleep(settle)
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(sig)
         started = time.monotonic()
         stdout, stderr = proc.communicate(timeout=60)
         return stdout, stderr, time.monotonic() - started
@@ -259,12 +260,7 @@ def test_sigkill_mid_overlap_leaves_the_old_install_and_the_next_run_completes(
         old = _outside_state(root)
         _held(s, ARCHIVE_13, 0.9)
         proc = _start(home, *_args("9.4", root, url))
-        try:
-            assert _wait_for(lambda: _staged(root)), "nothing was staged before the kill"
-            proc.send_signal(signal.SIGKILL)
-            proc.communicate(timeout=60)
-        finally:
-            s.released.set()
+        _terminated_once_staged(proc, s, root, sig=signal.SIGKILL)
         assert _outside_state(root) == old  # old, not a mixture
         done, out = run_json(_args("9.4", root, url)[:-1], home,
                              {"XDG_CACHE_HOME": str(home / "cache")}, process=True)
@@ -394,8 +390,14 @@ def test_sigterm_mid_overlap_is_answered_at_once_and_changes_nothing(mirror, cud
     with ArchiveServer() as s:
         url = _serve(mirror, s)
         _held(s, ARCHIVE_12, 0.9)
-        proc = _start(home, *_args("9.1", root, url))
-        stdout, stderr, took = _terminated_once_staged(proc, s, root)
+        _interrupted_at_once(_start(home, *_args("9.1", root, url)), s, root, before)
+
+
+def _interrupted_at_once(proc: subprocess.Popen, s: ArchiveServer, root: Path,
+                         before: dict) -> None:
+    """SIGTERM once members are staged is answered `interrupted` (exit 5) within seconds, the
+    root's tree as it was `before`."""
+    stdout, stderr, took = _terminated_once_staged(proc, s, root)
     out = json.loads(stdout)
     assert proc.returncode == 5 and out["error"]["code"] == "interrupted", out["error"]
     assert "Traceback" not in stderr

@@ -47,3 +47,43 @@ def test_the_first_error_stops_the_running_calls_and_starts_no_more():
         spread([a, b, c], 2)
     assert b_saw_stop == [True]
     assert ran == []
+
+
+def test_lanes_take_calls_as_they_are_handed_over_and_stop_at_the_first_error():
+    """parallel.Lanes: calls put one at a time run on as many threads as asked; the first
+    error tells `on_error` at once (a call blocked elsewhere is woken so), stops the running
+    calls, starts no more, and is raised by join."""
+    from cudnn_setup.parallel import Lanes
+
+    woken = threading.Event()
+    both = threading.Barrier(2, timeout=10)
+    ran: list[str] = []
+    saw_stop: list[bool] = []
+
+    def waiting(stop: threading.Event):
+        both.wait()  # the two lanes run at once, or this fails
+        saw_stop.append(stop.wait(10) and woken.is_set())
+
+    def failing(stop: threading.Event):
+        both.wait()
+        raise ValueError("the second call's fault")
+
+    lanes = Lanes(2, on_error=woken.set)
+    lanes.put(waiting)
+    lanes.put(failing)
+    lanes.put(lambda stop: ran.append("never"))
+    with pytest.raises(ValueError, match="second call"):
+        lanes.join()
+    assert saw_stop == [True] and ran == []
+    lanes.join()  # once joined, again is nothing
+
+
+def test_lanes_run_every_call_put_before_join_in_order_on_one_lane():
+    from cudnn_setup.parallel import Lanes
+
+    order: list[int] = []
+    lanes = Lanes(1)
+    for i in range(5):
+        lanes.put(lambda stop, i=i: order.append(i))
+    lanes.join()
+    assert order == [0, 1, 2, 3, 4]

@@ -34,16 +34,20 @@ def read_package(path: Path, staging: Path, machine: str | None = None,
     archive NVIDIA made of the same files (archive/wheel.py); `expected_sha256` lets a wheel
     that does not match stop before it is placed. `content_hash`: what each member is hashed
     with (digest.content_hash for an install; sha256, which `inspect` shows, by default).
-    `source`: a tar archive as it arrives, read instead of the file at `path`, which is not
-    there yet (a wheel is read from its central directory, once it is whole)."""
+    `source`: the archive as it arrives, read instead of the file at `path`, which is not
+    there yet (a wheel's members as their bytes come: archive/wheel_stream.py)."""
     if source is None:
         check_readable(path)
+    if wheel.is_wheel(path) and source is not None:
+        from cudnn_setup.archive import wheel_stream
+
+        listing, name = wheel_stream.read(path, staging, wanted, source,
+                                          content_hash=content_hash)
+        name_facts: gen.NameFacts | None = name.name_facts()
     elif wheel.is_wheel(path):
-        raise ValueError("a wheel is read once it is whole, not as it arrives")
-    if wheel.is_wheel(path):
         listing, name = wheel.read(path, staging, wanted, on_read=on_read,
                                    expected_sha256=expected_sha256, content_hash=content_hash)
-        name_facts: gen.NameFacts | None = name.name_facts()
+        name_facts = name.name_facts()
     else:
         listing = reader.read(path, staging, wanted, on_read=on_read, xz=xz, env=env,
                               content_hash=content_hash, source=source)

@@ -64,13 +64,20 @@ DECODE_ERRORS = (tarfile.TarError, EOFError, lzma.LZMAError, zlib.error, IsalErr
 class Growing(Protocol):
     """An archive read while it arrives (fetch/arriving.Follower): a stream from byte 0 that
     blocks for bytes not there yet and ends only once the whole archive matched its checksum,
-    which was computed on the same bytes as they were written."""
+    which was computed on the same bytes as they were written; or, for a wheel, bytes read at
+    offsets (`reach`, `pread`) as they arrive."""
 
     name: str
 
     def readinto(self, buffer) -> int: ...
 
     def peek(self, n: int) -> bytes: ...
+
+    def reach(self, end: int) -> int: ...
+
+    def pread(self, n: int, at: int) -> bytes: ...
+
+    def fileno(self) -> int: ...
 
     def stop(self) -> None: ...
 

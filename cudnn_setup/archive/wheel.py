@@ -17,6 +17,10 @@ decoding, and each library's facts are read for the judge as soon as its file is
 unchanged (size, mtime, ctime) when all of it has been read: a file rewritten during the install
 cannot pass the checksum with one content and install another. Nothing leaves staging before the
 caller has compared that checksum with the one expected.
+
+A wheel still downloading is read by wheel_stream.py, from its local headers as the bytes come,
+with the same pieces: `admitted` (the central directory's judgement), `as_archive` (one file's
+member), `new_writer`, `stage_job` and `decoded` (one member from any reader of offsets).
 """
 from __future__ import annotations
 
@@ -24,6 +28,7 @@ import contextlib
 
 import hashlib
 import os
+import queue
 import re
 import stat
 import struct
@@ -134,40 +139,23 @@ def read(path: Path, staging_dir: Path, want: Wanted, limits: Limits | None = No
     except OSError as exc:
         raise unreadable(path, exc) from None
     listing.facts = library_facts.FactsReader()
-    handed_over = False
+    read_whole = False
     with f:
         before = os.fstat(f.fileno())
         listing.size = before.st_size
         try:
-            whole = before.st_size  # the wheel is hashed from start to end: its bytes count
-            counted = None if on_read is None else (lambda done: on_read(done, whole))
-            sha256, size = _members(f, wheel, staging_dir, want, MemberRules(limits), listing,
-                                    counted, content_hash)
-            after = os.fstat(f.fileno())
-            if (after.st_size, after.st_mtime_ns, after.st_ctime_ns) != (
-                    before.st_size, before.st_mtime_ns, before.st_ctime_ns) or size != after.st_size:
-                raise Changed()
-        except ReadFailed as failed:
-            raise unreadable(path, failed.exc) from None
-        except OSError as exc:  # the zip directory could not be read
-            raise unreadable(path, exc) from None
-        except staging.StagingWriteFailed as exc:
-            raise staging_failed(staging_dir, exc) from None
-        except Changed:
-            listing.problems.append(corrupt("the file changed while it was read"))
-            return _unless_mismatch(f, expected_sha256, listing), wheel
-        except (zipfile.BadZipFile, zlib.error, IsalError, EOFError, NotImplementedError,
-                RuntimeError, ValueError) as exc:
-            listing.problems.append(corrupt(str(exc)[:200] or type(exc).__name__))
-            return _unless_mismatch(f, expected_sha256, listing), wheel
-        except Stop as stop:
-            listing.problems.append(stop.problem)
-            return _unless_mismatch(f, expected_sha256, listing), wheel
-        else:
-            handed_over = True
+            with faults(path, staging_dir, listing):
+                whole = before.st_size  # the wheel is hashed from start to end: its bytes count
+                counted = None if on_read is None else (lambda done: on_read(done, whole))
+                sha256, size = decode_whole(f, wheel, staging_dir, want, MemberRules(limits),
+                                            listing, counted, content_hash)
+                unchanged(f.fileno(), before, size)
+                read_whole = True
         finally:
-            if not handed_over:  # refused: nothing reads the staged files any more
+            if not read_whole:  # refused: nothing reads the staged files any more
                 listing.facts.close()
+        if not read_whole:
+            return _unless_mismatch(f, expected_sha256, listing), wheel
     listing.size = size
     listing.sha256 = sha256
     if expected_sha256 is not None and sha256 != expected_sha256:
@@ -176,6 +164,42 @@ def read(path: Path, staging_dir: Path, want: Wanted, limits: Limits | None = No
     else:
         listing.facts.wait()
     return listing, wheel
+
+
+# How a wheel's bytes show they are not what they claim, as decoding meets them. (isal's stubs
+# call IsalError an instance; it is a class.)
+FAULTS: tuple[type[Exception], ...] = (  # type: ignore[assignment]
+    zipfile.BadZipFile, zlib.error, IsalError, EOFError, NotImplementedError, RuntimeError,
+    ValueError)
+
+
+def unchanged(fd: int, before: os.stat_result, size: int) -> None:
+    """The file is as it was `before` it was read (size, mtime, ctime), `size` bytes long:
+    else it may have passed its checksum with one content and been decoded from another."""
+    after = os.fstat(fd)
+    if (after.st_size, after.st_mtime_ns, after.st_ctime_ns) != (
+            before.st_size, before.st_mtime_ns, before.st_ctime_ns) or size != after.st_size:
+        raise Changed()
+
+
+@contextlib.contextmanager
+def faults(path: Path, staging_dir: Path, listing: Listing) -> Iterator[None]:
+    """One pass over a wheel: the machine's faults raised (the file cannot be read, staging
+    cannot be written), the wheel's recorded as a problem of `listing` and the pass ended."""
+    try:
+        yield
+    except ReadFailed as failed:
+        raise unreadable(path, failed.exc) from None
+    except OSError as exc:  # the zip directory could not be read
+        raise unreadable(path, exc) from None
+    except staging.StagingWriteFailed as exc:
+        raise staging_failed(staging_dir, exc) from None
+    except Changed:
+        listing.problems.append(corrupt("the file changed while it was read"))
+    except FAULTS as exc:
+        listing.problems.append(corrupt(str(exc)[:200] or type(exc).__name__))
+    except Stop as stop:
+        listing.problems.append(stop.problem)
 
 
 def _unless_mismatch(f: IO[bytes], expected_sha256: str | None, listing: Listing) -> Listing:
@@ -192,7 +216,7 @@ def _unless_mismatch(f: IO[bytes], expected_sha256: str | None, listing: Listing
     return Listing(compression=WHEEL, sha256=sha256, size=size)
 
 
-def _pread(fd: int, n: int, at: int) -> bytes:
+def pread(fd: int, n: int, at: int) -> bytes:
     try:
         return os.pread(fd, n, at)
     except OSError as exc:
@@ -268,30 +292,36 @@ def layout(z: zipfile.ZipFile, wheel: WheelName
     for dir_name in ("", "/include", "/lib"):
         yield _info(top + dir_name + "/", 0, 0o755, tarfile.DIRTYPE), None
     for info in sorted(entries, key=lambda i: i.header_offset):
-        if not info.filename.startswith(PREFIX) or info.is_dir():
-            continue
-        rel = info.filename[len(PREFIX):]
-        mode = (info.external_attr >> 16) & 0o7777 or 0o644
-        ftype = (info.external_attr >> 16) & 0o170000
-        if ftype and ftype != stat.S_IFREG:
-            yield Problem("special-file", f"wheel member {escape(info.filename)} is not a "
-                          "regular file", "NVIDIA's wheels hold regular files only; do not use it")
-            continue
-        if info.flag_bits & 0x1:
-            yield Problem("corrupt", f"wheel member {escape(info.filename)} is encrypted",
-                          "NVIDIA's wheels are not; do not use it")
-            continue
-        links: list[tuple[str, str]] = []
-        base = rel.rsplit("/", 1)[-1]
-        shared = _SONAME_FILE.match(base) if rel.startswith("lib/") and "/" not in rel[4:] else None
-        if shared:
-            # NVIDIA's layout: the file under its full version, the SONAME and .so linked
-            file_name = f"{shared['stem']}.so.{full}"
-            links = [(base, file_name), (f"{shared['stem']}.so", base)]
-            rel, mode = f"lib/{file_name}", mode | 0o755
-        yield _info(f"{top}/{rel}", info.file_size, mode), info
-        for link, target in links:
-            yield _info(f"{top}/lib/{link}", 0, 0o777, tarfile.SYMTYPE, target), None
+        if info.filename.startswith(PREFIX) and not info.is_dir():
+            yield from as_archive(info, top, full)
+
+
+def as_archive(info: zipfile.ZipInfo, top: str, full: str
+               ) -> Iterator[Problem | tuple[tarfile.TarInfo, zipfile.ZipInfo | None]]:
+    """One file of the wheel's `nvidia/cudnn/` as NVIDIA's archive holds it, `full` the
+    release's version: the member, then the links a library gets; or a Problem."""
+    rel = info.filename[len(PREFIX):]
+    mode = (info.external_attr >> 16) & 0o7777 or 0o644
+    ftype = (info.external_attr >> 16) & 0o170000
+    if ftype and ftype != stat.S_IFREG:
+        yield Problem("special-file", f"wheel member {escape(info.filename)} is not a "
+                      "regular file", "NVIDIA's wheels hold regular files only; do not use it")
+        return
+    if info.flag_bits & 0x1:
+        yield Problem("corrupt", f"wheel member {escape(info.filename)} is encrypted",
+                      "NVIDIA's wheels are not; do not use it")
+        return
+    links: list[tuple[str, str]] = []
+    base = rel.rsplit("/", 1)[-1]
+    shared = _SONAME_FILE.match(base) if rel.startswith("lib/") and "/" not in rel[4:] else None
+    if shared:
+        # NVIDIA's layout: the file under its full version, the SONAME and .so linked
+        file_name = f"{shared['stem']}.so.{full}"
+        links = [(base, file_name), (f"{shared['stem']}.so", base)]
+        rel, mode = f"lib/{file_name}", mode | 0o755
+    yield _info(f"{top}/{rel}", info.file_size, mode), info
+    for link, target in links:
+        yield _info(f"{top}/lib/{link}", 0, 0o777, tarfile.SYMTYPE, target), None
 
 
 def read_to_end(data: IO[bytes], name: str) -> None:
@@ -308,12 +338,10 @@ IN_PIECE = 64 << 10
 HASH_COST = 3
 
 
-def _members(f: IO[bytes], wheel: WheelName, staging_dir: Path, want: Wanted,
-             rules: MemberRules, listing: Listing, on_read: Callable[[int], None] | None,
-             content_hash: str) -> tuple[str, int]:
-    """Admit every member in the wheel's order, then hash the file and decode the admitted
-    members on every usable core, the costliest first; (the file's sha256, its size)."""
-    z = open_zip(f, rules.limits)
+def admitted(z: zipfile.ZipFile, wheel: WheelName, rules: MemberRules, listing: Listing
+             ) -> list[tuple[Member, zipfile.ZipInfo]]:
+    """Every member of the central directory's layout judged in the wheel's order, problems
+    and members recorded in `listing`: the files to decode, with the entries holding them."""
     staged: list[tuple[Member, zipfile.ZipInfo]] = []
     for item in layout(z, wheel):
         if isinstance(item, Problem):
@@ -323,33 +351,61 @@ def _members(f: IO[bytes], wheel: WheelName, staging_dir: Path, want: Wanted,
         verdict = _admit(rules, listing, tar_info)
         if isinstance(verdict, Member) and zip_info is not None:
             staged.append((verdict, zip_info))
-    fd = f.fileno()
-    end = os.fstat(fd).st_size
-    cores = usable_cores()
-    facts = listing.facts
+    return staged
+
+
+def new_writer(staging_dir: Path, cores: int, facts: library_facts.FactsReader | None,
+               content_hash: str) -> staging.Writer:
+    """The staging writer of one pass, each library's facts read once its file is staged."""
 
     def complete(member: Member) -> None:  # its facts read while the rest decodes
         if facts is not None and member.staged is not None and library_facts.early(member.name):
             facts.submit(member.staged)
 
-    writer = staging.Writer(direct=staging.direct_io_allowed(staging_dir),
-                            lanes=staging.hash_lanes(cores), writers=staging.write_threads(cores),
-                            pool_chunks=staging.Writer.POOL_CHUNKS + cores,
-                            on_complete=complete, content_hash=content_hash)
+    return staging.Writer(direct=staging.direct_io_allowed(staging_dir),
+                          lanes=staging.hash_lanes(cores), writers=staging.write_threads(cores),
+                          pool_chunks=staging.Writer.POOL_CHUNKS + cores,
+                          on_complete=complete, content_hash=content_hash)
+
+
+# Reads `n` bytes at an offset of the wheel: (n, offset) -> bytes.
+ReadAt = Callable[[int, int], bytes]
+
+
+def stage_job(read: ReadAt, info: zipfile.ZipInfo, end: int, member: Member,
+              staging_dir: Path | None, writer: staging.Writer,
+              hashing: "queue.SimpleQueue | None" = None) -> Callable[[threading.Event], None]:
+    """Decoding, checking and staging one member (under `staging_dir`, or only hashed when
+    None), for a thread of `parallel`; `end`: where the bytes read may end."""
+    return lambda stop: staging.stage_pieces(decoded(read, info, end, stop), member,
+                                             staging_dir, writer, hashing)
+
+
+def decode_whole(f: IO[bytes], wheel: WheelName, staging_dir: Path, want: Wanted,
+             rules: MemberRules, listing: Listing, on_read: Callable[[int], None] | None,
+             content_hash: str) -> tuple[str, int]:
+    """Admit every member in the wheel's order, then hash the file and decode the admitted
+    members on every usable core, the costliest first; (the file's sha256, its size)."""
+    z = open_zip(f, rules.limits)
+    staged = admitted(z, wheel, rules, listing)
+    fd = f.fileno()
+    end = os.fstat(fd).st_size
+    cores = usable_cores()
+    writer = new_writer(staging_dir, cores, listing.facts, content_hash)
     # A member bigger than a core's share of all the decoding outlasts the rest: its thread is
     # the install's critical path, so its hash runs on a lane beside its decoding (on 2 cores
     # no member is: both are busy to the end).
     share = sum(info.file_size for _, info in staged) // cores
 
-    def stage(member: Member, info: zipfile.ZipInfo) -> Callable[[threading.Event], None]:
-        hashing = writer.lane() if info.file_size > share else None
-        return lambda stop: staging.stage_pieces(
-            decoded(fd, info, end, stop), member, staging_dir if want(member) else None, writer,
-            hashing)
+    def read(n: int, at: int) -> bytes:
+        return pread(fd, n, at)
 
     jobs: list[tuple[int, Callable[[threading.Event], object]]] = [
         (end // HASH_COST, lambda stop: _hash_file(fd, on_read, stop))]
-    jobs += [(info.file_size, stage(member, info)) for member, info in staged]
+    jobs += [(info.file_size, stage_job(read, info, end, member,
+                                        staging_dir if want(member) else None, writer,
+                                        writer.lane() if info.file_size > share else None))
+             for member, info in staged]
     jobs.sort(key=lambda job: -job[0])
     try:
         results = parallel.spread([call for _, call in jobs], cores)
@@ -368,15 +424,15 @@ def _inflater():
     return isal_zlib.decompressobj(-zlib.MAX_WBITS), isal_zlib.crc32
 
 
-def data_range(fd: int, info: zipfile.ZipInfo, file_size: int) -> tuple[int, int]:
+def data_range(read: ReadAt, info: zipfile.ZipInfo, file_size: int) -> tuple[int, int]:
     """Where a member's compressed bytes lie: after its local header, which must be a local
     header and name the central directory's file, and within the file."""
-    head = _pread(fd, 30, info.header_offset)
+    head = read(30, info.header_offset)
     if len(head) != 30 or head[:4] != b"PK\x03\x04":
         raise zipfile.BadZipFile(f"{escape(info.filename)}: bad magic number for its file header")
     flags, = struct.unpack_from("<H", head, 6)
     name_len, extra_len = struct.unpack_from("<HH", head, 26)
-    name = _pread(fd, name_len, info.header_offset + 30)
+    name = read(name_len, info.header_offset + 30)
     if name.decode("utf-8" if flags & 0x800 else "cp437", "replace") != info.orig_filename:
         raise zipfile.BadZipFile(f"{escape(info.filename)}: its file header names another file")
     start = info.header_offset + 30 + name_len + extra_len
@@ -385,11 +441,11 @@ def data_range(fd: int, info: zipfile.ZipInfo, file_size: int) -> tuple[int, int
     return start, start + info.compress_size
 
 
-def decoded(fd: int, info: zipfile.ZipInfo, file_size: int,
+def decoded(read: ReadAt, info: zipfile.ZipInfo, file_size: int,
             stop: threading.Event) -> Iterator[bytes]:
     """A member's bytes, decoded in pieces on the calling thread; the end checks that they
-    are the size and CRC-32 the central directory declares, and nothing more."""
-    start, end = data_range(fd, info, file_size)
+    are the size and CRC-32 `info` declares (the central directory's), and nothing more."""
+    start, end = data_range(read, info, file_size)
     if info.compress_type == zipfile.ZIP_DEFLATED:
         inflater, crc32 = _inflater()
     elif info.compress_type == zipfile.ZIP_STORED:
@@ -401,7 +457,7 @@ def decoded(fd: int, info: zipfile.ZipInfo, file_size: int,
     while at < end and not (inflater is not None and inflater.eof):
         if stop.is_set():
             raise parallel.Cancelled()
-        data = _pread(fd, min(IN_PIECE, end - at), at)
+        data = read(min(IN_PIECE, end - at), at)
         if not data:
             break
         at += len(data)

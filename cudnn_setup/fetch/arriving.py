@@ -8,7 +8,9 @@ file, and whoever ran the download `finish`es or `fail`s it. A follower starts a
 for bytes (waking on progress) and ends only when the whole download ended well and matched its
 checksum: the bytes it handed out are then the bytes that were hashed, unless an attempt wrote
 over some of them again (a server that ignored the Range request), which the follower refuses
-rather than hand out a mixture (`ArrivalFailed`).
+rather than hand out a mixture (`ArrivalFailed`). A wheel's reader reads it at offsets instead
+(`reach`, `pread`, from several threads): everything below the furthest byte reached counts as
+read.
 """
 from __future__ import annotations
 
@@ -147,6 +149,9 @@ class Follower:
         self.generation = 0
         self.name = ""
         self.stopped = False
+        # files of earlier attempts, kept open until close: a thread may still pread from one
+        # while another moves the follower on to the next attempt's
+        self.earlier: list[int] = []
 
     def _available(self, want_end: int) -> int:
         """Bytes from self.pos on that may be read now (0 at the good end), having waited for
@@ -183,7 +188,7 @@ class Follower:
         """Read the latest attempt's file (`fd`, the download's own) in place of the one read
         so far."""
         if self.fd is not None:
-            os.close(self.fd)
+            self.earlier.append(self.fd)
         self.fd = os.dup(fd)
         self.name = path.name if path is not None else ""
 
@@ -205,6 +210,33 @@ class Follower:
             if self.generation == a.generation:  # the file holds less than its writer wrote
                 raise ArrivalFailed(f"{self.name or 'the download'} is shorter than written")
 
+    def reach(self, end: int) -> int:
+        """Wait until the first `end` bytes are written, or for the download's good end: how
+        many bytes may be read from now on (`end` or more, fewer only at the good end). For a
+        reader that jumps about (a wheel's members): everything below the answer counts as
+        read, so an attempt that writes any of it again fails the reading."""
+        with self.arriving._cond:
+            if end > self.pos:
+                ready = self._available(end)  # waits: other threads may move pos meanwhile
+                self.pos += ready
+            return self.pos
+
+    def pread(self, n: int, at: int) -> bytes:
+        """`n` bytes from `at`, once they are written (fewer only at the good end); from any
+        thread."""
+        ready = self.reach(at + n) - at
+        fd = self.fd
+        assert fd is not None
+        data = os.pread(fd, min(n, max(ready, 0)), at)
+        if len(data) < min(n, ready):
+            raise ArrivalFailed(f"{self.name or 'the download'} is shorter than written")
+        return data
+
+    def fileno(self) -> int:
+        """The file read now: the download's own (once `reach` answered)."""
+        assert self.fd is not None
+        return self.fd
+
     def peek(self, n: int) -> bytes:
         """The first bytes of the archive, up to `n`, without moving (to tell its format)."""
         ready = self._available(n)
@@ -219,6 +251,9 @@ class Follower:
             self.arriving._cond.notify_all()
 
     def close(self) -> None:
+        for fd in self.earlier:
+            os.close(fd)
+        self.earlier.clear()
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None

@@ -4,9 +4,10 @@ arrive (fetch/arriving.py). The install's commit waits for the download's verdic
 that fails, or whose checksum does not match, fails the install with the download's own error,
 its staging discarded and the root untouched.
 
-A tar (.tar.xz, .tar.gz, .tgz, .tar) is a stream and overlaps; a wheel is a zip, read from its
-central directory at the end, and is read once it is whole, as is an archive found complete in
-the cache or on a file:// mirror.
+A tar (.tar.xz, .tar.gz, .tgz, .tar) is a stream and overlaps; so does a wheel, whose members
+are decoded from their local headers as they arrive and confirmed by its central directory at
+the end (archive/wheel_stream.py). An archive found complete in the cache or on a file://
+mirror is read as it is.
 """
 from __future__ import annotations
 
@@ -23,8 +24,8 @@ CANCEL_WAIT = 5.0
 
 
 def overlaps(file_name: str) -> bool:
-    """Whether an archive of this name can be read as it arrives: a tar stream, not a wheel."""
-    return file_name.endswith((".tar.xz", ".txz", ".tar.gz", ".tgz", ".tar"))
+    """Whether an archive of this name can be read as it arrives: a tar stream, or a wheel."""
+    return file_name.endswith((".tar.xz", ".txz", ".tar.gz", ".tgz", ".tar", ".whl"))
 
 
 class Download:
