@@ -7,7 +7,8 @@ import pytest
 from cudnn_setup.installation import locate
 from cudnn_setup.checks.driver_check import check_driver_with
 from cudnn_setup.facts.cuda import FROM_LIBRARY
-from cudnn_setup.installation.built_for import BuiltFor, built_for
+from cudnn_setup.facts.cuda import BuiltFor
+from cudnn_setup.installation.built_for import built_for
 from cudnn_setup.placement.fit import fit_before_install, install_refusal
 from cudnn_setup.probing.driver import driver_facts
 from cudnn_setup.probing.load_answer import LoadAnswer

@@ -4,7 +4,8 @@ import os
 
 from cudnn_setup.checks.deps import versions_for
 from cudnn_setup.facts.cuda import FROM_LIBRARY
-from cudnn_setup.installation.built_for import BuiltFor, built_for
+from cudnn_setup.facts.cuda import BuiltFor
+from cudnn_setup.installation.built_for import built_for
 from cudnn_setup.checks.load_check import load_libcudnn
 from cudnn_setup.checks.cuda_check import check_cuda_with
 from cudnn_setup.facts.cuda import CudaRoot

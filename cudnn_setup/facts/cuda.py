@@ -22,8 +22,23 @@ TARGET_TRIPLES = ("x86_64-linux", "ppc64le-linux", "sbsa-linux", "aarch64-linux"
 # How the CUDA version a cuDNN was built for is learnt, as install says it and its manifest keeps
 FROM_NAME = "archive name"
 FROM_LIBRARY = "cudnnGetCudartVersion() of the library"
+FROM_WHEEL_NAME = "wheel name"  # only the major, from nvidia-cudnn-cuNN
 _CUDA_HEADERS = ("cuda.h", "cuda_runtime.h", "cuda_runtime_api.h")
 _EXEC_LINE = re.compile(r"^[ \t]*exec[ \t]+(?P<path>/\S+/bin/nvcc)\b", re.M)
+
+
+@dataclass(frozen=True)
+class BuiltFor:
+    """The CUDA version a cuDNN was built for ("12.4", or only the major "12" from a wheel's
+    name), and how that was learnt (FROM_NAME, FROM_LIBRARY, FROM_WHEEL_NAME, the manifest's
+    record), as the install and the checks say it: an archive's, before it is installed, by
+    placement/fit.py; an installed one's by installation/built_for.py."""
+
+    version: str | None
+    source: str | None
+
+    def to_dict(self) -> dict:
+        return {"version": self.version, "source": self.source}
 
 
 @dataclass(frozen=True)

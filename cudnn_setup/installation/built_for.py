@@ -8,26 +8,9 @@ header or library, and said so), then the major in an NVIDIA wheel's name.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from cudnn_setup.facts.cuda import FROM_LIBRARY
+from cudnn_setup.facts.cuda import FROM_LIBRARY, FROM_WHEEL_NAME, BuiltFor
 from cudnn_setup.installation.model import Installation
 from cudnn_setup.probing.load_answer import LoadAnswer
-
-FROM_WHEEL_NAME = "wheel name"
-
-
-@dataclass(frozen=True)
-class BuiltFor:
-    """The CUDA version a cuDNN was built for ("12.4", or only the major "12" from a wheel's
-    name), and how that was learnt, as the install and the checks say it. An archive's, before
-    it is installed, is learnt by placement/fit.py."""
-
-    version: str | None
-    source: str | None
-
-    def to_dict(self) -> dict:
-        return {"version": self.version, "source": self.source}
 
 
 def built_for(inst: Installation, load: LoadAnswer | None) -> BuiltFor:

@@ -15,7 +15,7 @@ from pathlib import Path
 from cudnn_setup import __version__
 from cudnn_setup.archive.package import Package
 from cudnn_setup.durable import make_dirs, make_durable
-from cudnn_setup.installation.built_for import BuiltFor
+from cudnn_setup.facts.cuda import BuiltFor
 from cudnn_setup.state.files import record_stats
 from cudnn_setup.state.journal import PUT
 from cudnn_setup.state.layout import StateDir
