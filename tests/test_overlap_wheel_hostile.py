@@ -507,3 +507,117 @@ def _judged_alike(whole, got, left: set[str]) -> None:
 def test_an_arriving_hostile_wheel_is_judged_as_the_whole_file_is(case, files, tmp_path):
     whole, got, left = both(CASES[case](files), tmp_path)
     _judged_alike(whole, got, left)
+
+
+# --- through the CLI, served by a real HTTP server ------------------------------------------
+
+
+def _by_file(home, cuda_root, data: bytes, tmp: Path):
+    """`install FILE` of `data`: (exit code, the JSON, the root outside the state dir)."""
+    path = tmp / "file" / NAME
+    path.parent.mkdir(parents=True)
+    path.write_bytes(data)
+    root = cuda_root(version="12.4", layout="lib")
+    done, out = run_json(["install", str(path), "--sha256", hashlib.sha256(data).hexdigest(),
+                          "--cuda-root", str(root), "--no-theanorc", "--no-verify"], home)
+    return done.returncode, out, _outside_state(root)
+
+
+def _by_url(home, cuda_root, data: bytes, s: ArchiveServer, seconds: float = 0.5,
+            resumed_at: int = 0):
+    """`install URL` of `data`, its body spread over `seconds` so that members are decoded as
+    it arrives: (exit code, the JSON, the root outside the state dir), asserting that nothing
+    outside the state dir changed while the download was under way (the last attempt sends
+    from `resumed_at`)."""
+    root = cuda_root(version="12.4", layout="lib")
+    before = _outside_state(root)
+    s.files[f"/{NAME}"] = data
+    s.throttle[f"/{NAME}"] = seconds
+    s.sent.pop(f"/{NAME}", None)
+    proc = _start(home, "install", f"{s.base}/{NAME}", "--sha256",
+                  hashlib.sha256(data).hexdigest(), "--cuda-root", str(root), "--no-theanorc",
+                  "--no-verify", "--json")
+    while proc.poll() is None and s.sent.get(f"/{NAME}", 0) < len(data) - resumed_at:
+        assert _outside_state(root) == before
+        time.sleep(0.01)
+    stdout, stderr = proc.communicate(timeout=120)
+    lines = stdout.strip().splitlines()
+    assert len(lines) == 1, stderr
+    return proc.returncode, json.loads(lines[0]), _outside_state(root)
+
+
+def _same_outcome(by_file, by_url) -> None:
+    (code, out, tree), (url_code, url_out, url_tree) = by_file, by_url
+    assert url_code == code != 70, url_out
+    if code == 0:
+        assert url_tree == tree
+        assert url_out["install"]["plan"] == out["install"]["plan"]
+    else:
+        assert url_out["error"]["code"] == out["error"]["code"]
+        assert url_out["error"]["message"].split(" (and ")[0] == \
+            out["error"]["message"].split(" (and ")[0]
+
+
+# the default run's sample: lies the central directory overrules, and ones it refuses
+CLI_SAMPLE = ["local-only-duplicate", "central-points-at-hidden-header",
+              "version-twice-local-first-other", "local-name-dotdot", "version-twice-named-other"]
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, marks=() if c in CLI_SAMPLE else pytest.mark.slow)
+                                  for c in sorted(CASES)])
+def test_install_url_of_a_hostile_wheel_ends_as_install_file_does(case, files, cuda_root, home,
+                                                                  tmp_path):
+    data = CASES[case](files)
+    by_file = _by_file(home, cuda_root, data, tmp_path)
+    with ArchiveServer() as s:
+        _same_outcome(by_file, _by_url(home, cuda_root, data, s))
+
+
+def _local_header_starts(data: bytes) -> list[int]:
+    with zipfile.ZipFile(__import__("io").BytesIO(data)) as z:
+        return sorted(i.header_offset for i in z.infolist())
+
+
+def test_a_drop_mid_local_header_resumes_and_installs_what_install_file_does(
+        files, cuda_root, home, tmp_path):
+    data = CASES["honest"](files)
+    at = _local_header_starts(data)[3] + 17  # inside the fourth member's local header
+    by_file = _by_file(home, cuda_root, data, tmp_path)
+    with ArchiveServer() as s:
+        s.drop_after, s.drops_left = at, 1
+        by_url = _by_url(home, cuda_root, data, s, resumed_at=at)
+        assert [r["headers"].get("Range") for r in s.file_requests(".whl")] == [
+            None, f"bytes={at}-"]
+    _same_outcome(by_file, by_url)
+
+
+def test_other_bytes_on_a_range_retry_fail_the_checksum_and_change_nothing(
+        files, cuda_root, home, tmp_path):
+    """The first attempt serves the published wheel's start, the retry another wheel's rest:
+    whatever was decoded from the mixture, the checksum refuses it and the root is as it was."""
+    data = CASES["honest"](files)
+    at = _local_header_starts(data)[5] + 40
+    other = bytearray(data)
+    other[at + 200] ^= 0x10  # in a later member's bytes
+    root = cuda_root(version="12.4", layout="lib")
+    before = tree_state(root)
+
+    with ArchiveServer() as s:
+        s.files[f"/{NAME}"] = data
+        s.drop_after, s.drops_left = at, 1
+        s.ignore_range = False
+        original = s.file_requests
+
+        def swap_when_dropped():
+            _wait_for(lambda: len(original(".whl")) >= 1, 30)
+            s.files[f"/{NAME}"] = bytes(other)
+
+        swapper = threading.Thread(target=swap_when_dropped)
+        swapper.start()
+        done, out = run_json(["install", f"{s.base}/{NAME}", "--sha256",
+                              hashlib.sha256(data).hexdigest(), "--cuda-root", str(root),
+                              "--no-theanorc", "--no-verify"], home)
+        swapper.join(30)
+    assert done.returncode == ARCHIVE_REJECTED, out
+    assert out["error"]["code"] == "checksum-mismatch", out["error"]
+    assert tree_state(root) == before
