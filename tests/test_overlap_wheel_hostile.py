@@ -10,10 +10,7 @@ stall mid-member, a drop mid-local-header, other bytes on a Range retry) through
 import hashlib
 import json
 import os
-import resource
 import struct
-import subprocess
-import sys
 import threading
 import time
 import zipfile
@@ -29,7 +26,8 @@ from cudnn_setup.errors import ARCHIVE_REJECTED
 from cudnn_setup.fetch.arriving import Arriving
 from fixtures.wheels import wheel_files, wheel_name
 from httpserver import ArchiveServer
-from test_overlap_download import _outside_state, _start, _staged, _wait_for
+from sandboxfs import require, run_cli_in, tree_listing
+from test_overlap_download import _outside_state, _start, _wait_for
 
 VERSION = "9.1.7.99"
 LIBS = "nvidia/cudnn/lib/"
@@ -260,6 +258,18 @@ def _bomb_local_declares_big(f):
     return zip_bytes(es)
 
 
+def _local_only_bomb(size: int):
+    """A member the central directory does not name, before the libraries: a deflate bomb
+    whose local header declares all it inflates to."""
+    def build(f):
+        es = _entries(f)
+        bomb = Entry(f"{LIBS}libcudnn_bomb.so.9".encode(), b"", central=None,
+                     payload=_bomb(size), local=dict(usize=size, crc=zlib.crc32(bytes(size))))
+        es.insert(1, bomb)
+        return zip_bytes(es)
+    return build
+
+
 def _stored_wrong_size(where: str):
     def build(f):
         es = _entries(f)
@@ -393,6 +403,7 @@ CASES = {
     "local-4gib-csize-short-file": _huge_csize_short_file,
     "bomb-small-declared": _bomb_small_declared,
     "bomb-local-declares-big": _bomb_local_declares_big,
+    "local-only-bomb": _local_only_bomb(16 << 20),
     "stored-wrong-size-local": _stored_wrong_size("local"),
     "stored-wrong-size-central": _stored_wrong_size("central"),
     "stored-wrong-size-both": _stored_wrong_size("both"),
@@ -621,3 +632,37 @@ def test_other_bytes_on_a_range_retry_fail_the_checksum_and_change_nothing(
     assert done.returncode == ARCHIVE_REJECTED, out
     assert out["error"]["code"] == "checksum-mismatch", out["error"]
     assert tree_state(root) == before
+
+
+@pytest.mark.parametrize("trailer", [b"", os.urandom(70 << 10)], ids=["installs", "not-a-zip"])
+def test_a_bomb_the_central_directory_does_not_name_cannot_fill_the_disk_and_fail_the_install(
+        files, cuda_root, home, tmp_path, trailer):
+    """Staged early on the word of its local header alone, a member the central directory
+    does not name fills a small filesystem: the install must still end as the whole-file read
+    of the same bytes does on the same filesystem (installed; refused as no zip at all), not
+    fail as a full disk."""
+    require("tmpfs")
+    data = _local_only_bomb(64 << 20)(files) + trailer
+    path = tmp_path / "file" / NAME
+    path.parent.mkdir()
+    path.write_bytes(data)
+    root = cuda_root(version="12.4", layout="lib")
+    outcomes = []
+    with ArchiveServer() as s:
+        s.files[f"/{NAME}"] = data
+        s.throttle[f"/{NAME}"] = 0.5
+        for source in (path, f"{s.base}/{NAME}"):
+            mnt = tmp_path / f"small{len(outcomes)}"
+            mnt.mkdir()
+            setup = f"mount -t tmpfs -o size=16m tmpfs {mnt} && cp -a {root} {mnt}/"
+            done = run_cli_in(setup, ["install", source, "--sha256",
+                                      hashlib.sha256(data).hexdigest(), "--cuda-root",
+                                      mnt / root.name, "--no-theanorc", "--no-verify",
+                                      "--json"], home, after=tree_listing(mnt / root.name))
+            answer, _, after = done.stdout.partition("--after--\n")
+            outcomes.append((done.returncode, (json.loads(answer).get("error") or {}).get("code"),
+                             [ln for ln in after.splitlines() if "cudnn-setup" not in ln]))
+    assert outcomes[1] == outcomes[0]
+    code, _, tree = outcomes[0]
+    assert (code == 0) == (not trailer)
+    assert not trailer or code == ARCHIVE_REJECTED
