@@ -23,12 +23,13 @@ import pytest
 
 from conftest import run_json, tree_state
 from cudnn_setup.archive.package import wanted
-from cudnn_setup.errors import ARCHIVE_REJECTED
+from cudnn_setup.errors import ARCHIVE_REJECTED, DOWNLOAD_FAILED
 from cudnn_setup.fetch.arriving import Arriving
-from fixtures.wheels import wheel_files, wheel_name
-from httpserver import ArchiveServer
+from fixtures.wheels import IndexFile, project_json, wheel_files, wheel_name
+from httpserver import ArchiveServer, IndexServer
 from sandboxfs import require, run_cli_in, tree_listing
 from test_overlap_download import _outside_state, _start, _wait_for
+from test_overlap_wheel import _feed
 
 VERSION = "9.1.7.99"
 LIBS = "nvidia/cudnn/lib/"
@@ -151,20 +152,13 @@ def _case_honest(f):
     return zip_bytes(_entries(f))
 
 
-def _local_lie(field_name, value):
+def _lie(where: str, field_name: str, value):
+    """The first library's `field_name` said otherwise in its "local" header or its "central"
+    directory entry."""
     def build(f):
         es = _entries(f)
         lib = _libs(es)[0]
-        lib.local[field_name] = value(lib) if callable(value) else value
-        return zip_bytes(es)
-    return build
-
-
-def _central_lie(field_name, value):
-    def build(f):
-        es = _entries(f)
-        lib = _libs(es)[0]
-        lib.central[field_name] = value(lib) if callable(value) else value
+        getattr(lib, where)[field_name] = value(lib) if callable(value) else value
         return zip_bytes(es)
     return build
 
@@ -384,12 +378,12 @@ def _many(n: int, under_cudnn: bool):
 
 CASES = {
     "honest": _case_honest,
-    "local-crc": _local_lie("crc", _crc),
-    "local-usize": _local_lie("usize", lambda e: len(e.data) + 7),
-    "local-csize-more": _local_lie("csize", lambda e: len(e.encoded()) + 100),
-    "local-csize-less": _local_lie("csize", lambda e: len(e.encoded()) - 100),
-    "local-method-stored": _local_lie("method", zipfile.ZIP_STORED),
-    "local-method-99": _local_lie("method", 99),
+    "local-crc": _lie("local", "crc", _crc),
+    "local-usize": _lie("local", "usize", lambda e: len(e.data) + 7),
+    "local-csize-more": _lie("local", "csize", lambda e: len(e.encoded()) + 100),
+    "local-csize-less": _lie("local", "csize", lambda e: len(e.encoded()) - 100),
+    "local-method-stored": _lie("local", "method", zipfile.ZIP_STORED),
+    "local-method-99": _lie("local", "method", 99),
     "local-name-other-lib": _name_of_lib(f"{LIBS}libcudnn_zzz.so.9".encode()),
     "local-name-dotdot": _name_of_lib(b"nvidia/cudnn/lib/../../../../evil.so.9"),
     "local-name-absolute": _name_of_lib(b"/etc/evil"),
@@ -397,9 +391,9 @@ CASES = {
     "local-name-64k": _name_of_lib(LIBS.encode() + b"a" * (65535 - len(LIBS))),
     "local-name-bad-utf8": lambda f: _flagged_bad_name(f),
     "local-utf8-flag-toggled": _utf8_toggled,
-    "central-crc": _central_lie("crc", _crc),
-    "central-usize": _central_lie("usize", lambda e: len(e.data) + 7),
-    "central-offset-wrong": _central_lie("offset", 0),
+    "central-crc": _lie("central", "crc", _crc),
+    "central-usize": _lie("central", "usize", lambda e: len(e.data) + 7),
+    "central-offset-wrong": _lie("central", "offset", 0),
     "both-name-dotdot": _both_names(b"nvidia/cudnn/../../evil"),
     "both-name-absolute": _both_names(b"nvidia/cudnn//abs"),
     "both-name-nul": _both_names(b"nvidia/cudnn/include/a.h\0.so"),
@@ -454,24 +448,6 @@ def _flagged_bad_name(f):
 # --- both readers over the same bytes -------------------------------------------------------
 
 
-def _feed(arriving: Arriving, part: Path, data: bytes, piece: int) -> threading.Thread:
-    """A downloader writing `data` to `part` piece by piece, then vouching for its sha256."""
-    def run():
-        fd = os.open(part, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            arriving.begin(part, 0, part.with_name(part.name[:-5]), fd)
-            for done in range(0, len(data), piece):
-                os.write(fd, data[done:done + piece])
-                arriving.wrote(min(done + piece, len(data)))
-                time.sleep(0)
-            arriving.finish(part, hashlib.sha256(data).hexdigest(), len(data))
-        finally:
-            os.close(fd)
-    t = threading.Thread(target=run, daemon=True)
-    t.start()
-    return t
-
-
 def _verdict(read):
     """(problems, members, staged bytes) of one reading, or the exception it raised."""
     try:
@@ -509,7 +485,8 @@ def both(data: bytes, tmp: Path, piece: int = 4096):
     staging = tmp / "as"
     staging.mkdir()
     arriving = Arriving()
-    feeder = _feed(arriving, part, data, piece)
+    feeder = _feed(arriving, part, data, [piece] * (len(data) // piece + 1), threading.Event(),
+                   len(data) + 1)
     try:
         got = _verdict(lambda: wheel_stream.read(part.with_name(NAME), staging, wanted,
                                                  arriving.follow()))
@@ -705,3 +682,55 @@ def test_decoding_the_central_directory_disowns_stops_once_the_download_ends(fil
     assert _cpu() - before < 1.5
     _judged_alike(whole, got, left)
     assert not whole[0]  # installed
+
+
+@pytest.mark.parametrize("case", _params(["local-only-duplicate", "local-name-dotdot"],
+                                         fast=["local-only-duplicate"]))
+def test_install_version_from_an_index_of_a_hostile_wheel_ends_as_install_file_does(
+        case, files, cuda_root, home, tmp_path):
+    """The index publishes the hostile wheel's own sha256 (PEP 691 JSON) and serves it slowly
+    from a real server: `install VERSION --from pypi` ends as `install FILE` of those bytes."""
+    data = CASES[case](files)
+    by_file = _by_file(home, cuda_root, data, tmp_path)
+    root = cuda_root(version="12.4", layout="lib")
+    before = _outside_state(root)
+    with ArchiveServer() as s, IndexServer() as index:
+        s.files[f"/{NAME}"] = data
+        s.throttle[f"/{NAME}"] = 0.5
+        index.routes["/simple/nvidia-cudnn-cu12/"] = (
+            "application/vnd.pypi.simple.v1+json", project_json("nvidia-cudnn-cu12", [
+                IndexFile(NAME, f"{s.base}/{NAME}", hashlib.sha256(data).hexdigest())]))
+        proc = _start(home, "install", "9.1.7", "--from", "pypi", "--index-url",
+                      f"{index.base}/simple/", "--cuda-root", str(root), "--no-theanorc",
+                      "--no-verify", "--json")
+        while proc.poll() is None and s.sent.get(f"/{NAME}", 0) < len(data):
+            assert _outside_state(root) == before
+            time.sleep(0.01)
+        stdout, stderr = proc.communicate(timeout=120)
+        assert s.file_requests(".whl"), stderr
+    _same_outcome(by_file, (proc.returncode, json.loads(stdout), _outside_state(root)))
+
+
+@pytest.mark.slow
+def test_a_server_that_stalls_mid_member_ends_the_install_within_its_waiting_budget(
+        files, cuda_root, home):
+    """Every attempt stalls halfway through a library's bytes, its members before staged: the
+    command ends once its one waiting budget is spent, as a failed download, the root as it
+    was and nothing left staged."""
+    data = CASES["honest"](files)
+    root = cuda_root(version="12.4", layout="lib")
+    before = tree_state(root)
+    with ArchiveServer() as s:
+        s.files[f"/{NAME}"] = data
+        s.hold_after[f"/{NAME}"], s.holds_left = int(len(data) * 0.6), 1000
+        started = time.monotonic()
+        proc = _start(home, "install", f"{s.base}/{NAME}", "--sha256",
+                      hashlib.sha256(data).hexdigest(), "--cuda-root", str(root),
+                      "--no-theanorc", "--no-verify", "--json")
+        stdout, stderr = proc.communicate(timeout=240)
+        took = time.monotonic() - started
+    out = json.loads(stdout)
+    assert proc.returncode == DOWNLOAD_FAILED, stderr
+    assert out["error"]["code"] in ("download-timeout", "download-failed", "network"), out
+    assert took < 150, took
+    assert tree_state(root) == before
