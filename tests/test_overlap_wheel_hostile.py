@@ -163,6 +163,15 @@ def _lie(where: str, field_name: str, value):
     return build
 
 
+def _central_mode(mode: int):
+    """The first library's mode and type in the central directory (a local header has none)."""
+    def build(f):
+        es = _entries(f)
+        _libs(es)[0].mode = mode
+        return zip_bytes(es)
+    return build
+
+
 def _crc(e):
     return zlib.crc32(e.data) ^ 0x5A5A
 
@@ -394,6 +403,9 @@ CASES = {
     "central-crc": _lie("central", "crc", _crc),
     "central-usize": _lie("central", "usize", lambda e: len(e.data) + 7),
     "central-offset-wrong": _lie("central", "offset", 0),
+    "central-mode-symlink": _central_mode(0o120777),
+    "central-mode-setuid": _central_mode(0o104755),
+    "central-mode-executable": _central_mode(0o100755),
     "both-name-dotdot": _both_names(b"nvidia/cudnn/../../evil"),
     "both-name-absolute": _both_names(b"nvidia/cudnn//abs"),
     "both-name-nul": _both_names(b"nvidia/cudnn/include/a.h\0.so"),
