@@ -160,12 +160,15 @@ def run_json(args, home: Path, env_extra=None, **kw):
     return done, json.loads(lines[0])
 
 
-def tree_state(root: Path) -> dict:
-    """Everything that makes two trees byte-for-byte equal: types, bytes, modes, link targets."""
+def tree_state(root: Path, leave_out: str | None = None) -> dict:
+    """Everything that makes two trees byte-for-byte equal: types, bytes, modes, link targets;
+    without the top directory `leave_out` (not even walked: a command may be changing it)."""
     out = {}
     if not root.exists():
         return out
     for dirpath, dirnames, filenames in os.walk(root):
+        if leave_out is not None and dirpath == str(root):
+            dirnames[:] = [d for d in dirnames if d != leave_out]
         for name in sorted(dirnames + filenames):
             p = Path(dirpath) / name
             rel = str(p.relative_to(root))

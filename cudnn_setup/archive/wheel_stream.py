@@ -16,8 +16,11 @@ and the member got the same name and decoded cleanly; one it names that was not 
 descriptor, an encrypted or zip64 entry, anything the walk stopped at) is decoded then. When
 anything staged early is not what the central directory says (a local header that lies, a
 member it does not name) the early staging is thrown away and the whole wheel is decoded again
-from the central directory, as if it had been read once whole. Nothing is placed from here:
-the install's commit waits for the download's verdict (steps/overlap.py).
+from the central directory, as if it had been read once whole; early decoding it disowns is
+stopped rather than waited for. An early member that fails, to decode or to be staged (a bomb
+whose local header alone declares gigabytes fills the disk), is the local header's word only:
+the central directory's pass decides, never the early staging's fault. Nothing is placed from
+here: the install's commit waits for the download's verdict (steps/overlap.py).
 
 A download that started over after bytes were read fails the pass (Follower.reach), as it does
 a tar's; the install then reads the file once whole. The file must be unchanged (size, mtime,
@@ -57,12 +60,13 @@ class Early:
     info: zipfile.ZipInfo  # what the local header says
     member: Member  # named and staged as the whole-file read would, from the local header
     done: bool = False  # decoded and checked against the local header, staged whole
-    failed: bool = False
+    failed: bool = False  # did not decode as the local header says, or could not be staged
 
     def agrees(self, info: zipfile.ZipInfo, member: Member) -> bool:
-        """Whether the central directory's entry and member are what was staged."""
+        """Whether the central directory's entry and member are what the local header said
+        (decoded or not)."""
         local = self.info
-        return (self.done and not self.failed and member.path == self.member.path
+        return (member.path == self.member.path
                 and member.kind == "file" and info.header_offset == local.header_offset
                 and info.orig_filename == local.orig_filename
                 and info.compress_type == local.compress_type and info.CRC == local.CRC
@@ -108,6 +112,8 @@ def _read(name: wheel.WheelName, staging_dir: Path, want: Wanted, source: Growin
     writer = wheel.new_writer(staging_dir, cores, listing.facts, content_hash)
     lanes = parallel.Lanes(cores, on_error=source.stop)
     early: dict[int, Early] = {}
+    discarded = False  # the early staging thrown away, its writer's faults with it
+    judged = False
     try:
         try:
             _walk(name, staging_dir, want, source, limits, writer, lanes, early)
@@ -123,10 +129,15 @@ def _read(name: wheel.WheelName, staging_dir: Path, want: Wanted, source: Growin
         before = os.fstat(fd)
         with os.fdopen(os.dup(fd), "rb") as f, wheel.open_zip(f, limits) as z:
             staged = wheel.admitted(z, name, MemberRules(limits), listing)
-            lanes.join()  # the early members decoded, each staged whole or failed
             late = _late(staged, early)
+            if late is not None:
+                lanes.join()  # the early members decoded, each staged whole or failed
+                if not all(e.done for e in early.values()):
+                    late = None
             if late is None:  # staged early what the central directory disowns: start over
-                writer.finish()
+                lanes.join(quiet=True)  # what it disowns is not decoded on
+                discarded = True
+                _discard(writer)
                 _again(staging_dir, listing)
                 listing.members.clear()
                 listing.problems.clear()
@@ -150,9 +161,13 @@ def _read(name: wheel.WheelName, staging_dir: Path, want: Wanted, source: Growin
         for member, info in staged:
             if (e := early.get(info.header_offset)) is not None:
                 _take(member, e.member)
+        judged = True
     finally:
         lanes.join(quiet=True)
-        writer.finish()
+        if judged:
+            writer.finish()
+        elif not discarded:  # the fault under way is the pass's verdict, not the staging's
+            _discard(writer)
     listing.sha256, listing.size = source.sha256, size
 
 
@@ -230,6 +245,10 @@ def _version(source: Growing, info: zipfile.ZipInfo, end: int) -> str | None:
     return "%d.%d.%d" % version if version else None
 
 
+# An early member's faults: the wheel's, and a staging disk it filled
+_EARLY_FAULTS: tuple[type[Exception], ...] = (*wheel.FAULTS, staging.StagingWriteFailed)
+
+
 def _early_job(staged: Early, source: Growing, end: int, staging_dir: Path | None,
                writer: staging.Writer):
     job = wheel.stage_job(source.pread, staged.info, end, staged.member, staging_dir, writer)
@@ -237,7 +256,9 @@ def _early_job(staged: Early, source: Growing, end: int, staging_dir: Path | Non
     def run(stop: threading.Event) -> None:
         try:
             job(stop)
-        except wheel.FAULTS:  # the local header's word only: the central directory's is judged
+        # the local header's word only, which the central directory judges: what it declares
+        # may not decode, nor fit the staging disk (a bomb the central directory does not name)
+        except _EARLY_FAULTS:
             staged.failed = True
         else:
             staged.done = True
@@ -274,6 +295,16 @@ def _take(member: Member, staged: Member) -> None:
 
 def _reader(fd: int) -> wheel.ReadAt:
     return lambda n, at: wheel.pread(fd, n, at)
+
+
+def _discard(writer: staging.Writer) -> None:
+    """The early staging's writer ended, its faults dropped with what it wrote: a disk filled
+    by members the central directory disowns is not the install's fault, and one filled by
+    what it names fills again when they are decoded anew."""
+    try:
+        writer.finish()
+    except staging.StagingWriteFailed:
+        pass
 
 
 def _again(staging_dir: Path, listing: Listing) -> None:
