@@ -2,6 +2,7 @@ import hashlib
 import io
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -31,6 +32,47 @@ def pytest_collection_modifyitems(items):
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     # stable: within a module the tests keep their order, so a module's fixtures stay together
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+
+
+# CUDNN_SETUP_TEST_CPU=PREFIX: each process writes PREFIX.<worker>.tsv, one line per test phase
+# (setup, call, teardown) with the CPU seconds it took, its own and its waited-for children's, and
+# a `collect` line: ranked by CPU, not wall time, which other work on the machine stretches.
+CPU_LOG = os.environ.get("CUDNN_SETUP_TEST_CPU")
+
+
+def cpu_seconds() -> float:
+    own, children = (resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def log_cpu(nodeid: str, phase: str, seconds: float) -> None:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    with open(f"{CPU_LOG}.{worker}.tsv", "a") as log:
+        log.write(f"{nodeid}\t{phase}\t{seconds:.3f}\n")
+
+
+if CPU_LOG:
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_setup(item):
+        start = cpu_seconds()
+        yield
+        log_cpu(item.nodeid, "setup", cpu_seconds() - start)
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_call(item):
+        start = cpu_seconds()
+        yield
+        log_cpu(item.nodeid, "call", cpu_seconds() - start)
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_teardown(item):
+        start = cpu_seconds()
+        yield
+        log_cpu(item.nodeid, "teardown", cpu_seconds() - start)
+
+    def pytest_collection_finish(session):
+        # the interpreter's start, the plugins' and every test module's imports, and collection
+        log_cpu("", "collect", cpu_seconds())
 
 
 @pytest.fixture(scope="session")
