@@ -1,11 +1,13 @@
 import hashlib
 import io
 import json
+import lzma
 import os
 import resource
 import shutil
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -15,7 +17,9 @@ sys.path.insert(0, str(REPO))
 
 from cudnn_setup.cli import main  # noqa: E402
 from fixtures import buildcache  # noqa: E402
-from fixtures.generate import Compiler, build, make_cuda_root  # noqa: E402
+from cudnn_setup.archive.decoders import CHUNK  # noqa: E402
+from fixtures.generate import (SPECS, Compiler, build, compress, make_cuda_root,  # noqa: E402
+                               spec_entries, tar_bytes)
 
 
 # The modules that hold the longest tests (Theano's first compiles, the Ansible role's plays, the
@@ -85,6 +89,38 @@ def archives(tmp_path_factory, compiler) -> dict[str, Path]:
     """Every generated sample archive, by file name."""
     out = tmp_path_factory.mktemp("archives")
     return {p.name: p for p in build(out, cc=compiler)}
+
+
+PADDED_NAME = "cudnn-linux-x86_64-9.3.0.99_cuda12-archive"
+# Two libraries past the direct-I/O threshold, one not a whole number of chunks (so its last
+# write is a short one), and one below it; 12 MiB of incompressible bytes in all.
+PADDED = {"libcudnn_engines_precompiled": 6 * CHUNK + 99, "libcudnn_adv": 4 * CHUNK,
+          "libcudnn_ops": 2 * CHUNK + 5}
+
+
+@pytest.fixture(scope="session")
+def padded(tmp_path_factory, compiler) -> dict:
+    """The 9.3 archive with its libraries padded (PADDED): its tar bytes ("raw"), its files by
+    name, and the archive as one xz block ("single"), as 1 MiB xz blocks ("multi", through
+    `xz -T2`) and as gzip ("gz"). xz takes seconds over random bytes, so each form is compressed
+    once for the session, all workers together (fixtures/buildcache.py)."""
+    out = tmp_path_factory.mktemp("padded")
+    entries = spec_entries(SPECS[f"{PADDED_NAME}.tar.xz"], compiler, PADDED)
+    raw = tar_bytes(entries)
+    forms = {
+        "single": (f"{PADDED_NAME}.tar.xz", lambda: lzma.compress(raw, preset=0)),
+        "multi": (f"{PADDED_NAME}.tar.xz", lambda: subprocess.run(
+            ["xz", "-T2", "-0", "--block-size=1MiB", "-c"], input=raw, capture_output=True,
+            check=True).stdout),
+        "gz": (f"{PADDED_NAME}.tgz", lambda: compress(raw, ".tgz")),
+    }
+    made = {"raw": raw, "files": {e.name: e.data for e in entries if e.type == tarfile.REGTYPE}}
+    digest = hashlib.sha256(raw).hexdigest()
+    for key, (name, make) in forms.items():
+        made[key] = out / key / name
+        made[key].parent.mkdir()
+        made[key].write_bytes(buildcache.built(buildcache.key_of("padded", key, digest), make))
+    return made
 
 
 def session_dir(tmp_path_factory, name: str) -> Path:
