@@ -39,20 +39,24 @@ def pytest_collection_modifyitems(items):
 
 
 # CUDNN_SETUP_TEST_CPU=PREFIX: each process writes PREFIX.<worker>.tsv, one line per test phase
-# (setup, call, teardown) with the CPU seconds it took, its own and its waited-for children's, and
-# a `collect` line: ranked by CPU, not wall time, which other work on the machine stretches.
+# (setup, call, teardown): the CPU seconds it took, its own and its waited-for children's
+# together, then the children's alone; and a `collect` line. Ranked by CPU, not wall time, which
+# other work on the machine stretches.
 CPU_LOG = os.environ.get("CUDNN_SETUP_TEST_CPU")
 
 
-def cpu_seconds() -> float:
-    own, children = (resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
-    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+def cpu_seconds() -> tuple[float, float]:
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    spent = children.ru_utime + children.ru_stime
+    return own.ru_utime + own.ru_stime + spent, spent
 
 
-def log_cpu(nodeid: str, phase: str, seconds: float) -> None:
+def log_cpu(nodeid: str, phase: str, start: tuple[float, float] = (0.0, 0.0)) -> None:
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    total, children = (now - then for now, then in zip(cpu_seconds(), start))
     with open(f"{CPU_LOG}.{worker}.tsv", "a") as log:
-        log.write(f"{nodeid}\t{phase}\t{seconds:.3f}\n")
+        log.write(f"{nodeid}\t{phase}\t{total:.3f}\t{children:.3f}\n")
 
 
 if CPU_LOG:
@@ -60,23 +64,23 @@ if CPU_LOG:
     def pytest_runtest_setup(item):
         start = cpu_seconds()
         yield
-        log_cpu(item.nodeid, "setup", cpu_seconds() - start)
+        log_cpu(item.nodeid, "setup", start)
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_call(item):
         start = cpu_seconds()
         yield
-        log_cpu(item.nodeid, "call", cpu_seconds() - start)
+        log_cpu(item.nodeid, "call", start)
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_teardown(item):
         start = cpu_seconds()
         yield
-        log_cpu(item.nodeid, "teardown", cpu_seconds() - start)
+        log_cpu(item.nodeid, "teardown", start)
 
     def pytest_collection_finish(session):
         # the interpreter's start, the plugins' and every test module's imports, and collection
-        log_cpu("", "collect", cpu_seconds())
+        log_cpu("", "collect")
 
 
 @pytest.fixture(scope="session")
