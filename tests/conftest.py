@@ -172,6 +172,22 @@ def copy_of_theano_cache(theano_compiledir: Path, to: Path) -> Path:
     return to
 
 
+@pytest.fixture(scope="session")
+def bare_python(tmp_path_factory) -> Path:
+    """An interpreter with the standard library alone (a venv made without pip): verify finds
+    neither Theano nor a framework for it, so given as --python its theano and frameworks checks
+    skip. For tests that verify installs whose subject is neither: no Theano is started for
+    each (a CPU-second or more)."""
+    venv = tmp_path_factory.mktemp("bare-python")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True,
+                   capture_output=True)
+    python = venv / "bin" / "python"
+    found = subprocess.run([python, "-c", "import importlib.util as u; print(u.find_spec('theano'))"
+                            ], capture_output=True, text=True, check=True)
+    assert found.stdout.strip() == "None", found.stdout
+    return python
+
+
 @pytest.fixture
 def home(tmp_path, theano_compiledir) -> Path:
     """A fresh home. Its ~/.theano, where Theano keeps its compile cache, is the session's."""
