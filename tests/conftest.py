@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import time
 from pathlib import Path
 
 import pytest
@@ -40,41 +41,46 @@ def pytest_collection_modifyitems(items):
 
 # CUDNN_SETUP_TEST_CPU=PREFIX: each process writes PREFIX.<worker>.tsv, one line per test phase
 # (setup, call, teardown): the CPU seconds it took, its own and its waited-for children's
-# together, then the children's alone; and a `collect` line. Ranked by CPU, not wall time, which
-# other work on the machine stretches.
+# together, then the children's alone, then the wall seconds; and a `collect` line. Ranked by
+# CPU, not wall time, which other work on the machine stretches; wall time far above CPU time is
+# a test waiting.
 CPU_LOG = os.environ.get("CUDNN_SETUP_TEST_CPU")
 
 
-def cpu_seconds() -> tuple[float, float]:
+def clocks() -> tuple[float, float, float]:
+    """CPU seconds so far, this process's and its waited-for children's; the children's; and
+    the monotonic clock."""
     own = resource.getrusage(resource.RUSAGE_SELF)
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
     spent = children.ru_utime + children.ru_stime
-    return own.ru_utime + own.ru_stime + spent, spent
+    return own.ru_utime + own.ru_stime + spent, spent, time.monotonic()
 
 
-def log_cpu(nodeid: str, phase: str, start: tuple[float, float] = (0.0, 0.0)) -> None:
+def log_cpu(nodeid: str, phase: str, start: tuple[float, float, float] = (0.0, 0.0, 0.0)) -> None:
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
-    total, children = (now - then for now, then in zip(cpu_seconds(), start))
+    total, children, wall = (now - then for now, then in zip(clocks(), start))
+    if phase == "collect":
+        wall = 0.0
     with open(f"{CPU_LOG}.{worker}.tsv", "a") as log:
-        log.write(f"{nodeid}\t{phase}\t{total:.3f}\t{children:.3f}\n")
+        log.write(f"{nodeid}\t{phase}\t{total:.3f}\t{children:.3f}\t{wall:.3f}\n")
 
 
 if CPU_LOG:
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_setup(item):
-        start = cpu_seconds()
+        start = clocks()
         yield
         log_cpu(item.nodeid, "setup", start)
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_call(item):
-        start = cpu_seconds()
+        start = clocks()
         yield
         log_cpu(item.nodeid, "call", start)
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_teardown(item):
-        start = cpu_seconds()
+        start = clocks()
         yield
         log_cpu(item.nodeid, "teardown", start)
 
