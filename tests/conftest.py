@@ -281,11 +281,3 @@ def tree_state(root: Path) -> dict:
             else:
                 out[rel] = ("file", oct(st.st_mode & 0o7777), hashlib.sha256(p.read_bytes()).hexdigest())
     return out
-
-
-def theano_imports(home: Path) -> None:
-    """A user whose Theano 1.0.5 imports on this machine: the `[blas] ldflags` line the tool
-    writes where numpy has no blas_opt_info (without it `import theano` fails, and so does
-    verify's theano check, which runs Theano under the user's own config). For tests whose
-    subject is not Theano's config but that verify."""
-    (home / ".theanorc").write_text("[blas]\nldflags =\n")
