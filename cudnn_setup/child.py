@@ -272,6 +272,11 @@ class Runner:
                             continue
                         if not chunk:
                             sel.unregister(key.fd)
+                            if reply is not None and key.data is out:
+                                # the line can no longer come: a child waiting for the reply
+                                # reads the end of its stdin now, not at its time limit
+                                _close(proc.stdin)
+                                reply = None
                             continue
                         key.data.add(chunk)
                         if reply is not None and key.data is out and out.has_line(reply[0]):

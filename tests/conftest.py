@@ -1,10 +1,14 @@
 import hashlib
 import io
 import json
+import lzma
 import os
+import resource
 import shutil
 import subprocess
 import sys
+import tarfile
+import time
 from pathlib import Path
 
 import pytest
@@ -14,7 +18,9 @@ sys.path.insert(0, str(REPO))
 
 from cudnn_setup.cli import main  # noqa: E402
 from fixtures import buildcache  # noqa: E402
-from fixtures.generate import Compiler, build, make_cuda_root  # noqa: E402
+from cudnn_setup.archive.decoders import CHUNK  # noqa: E402
+from fixtures.generate import (SPECS, Compiler, build, compress, make_cuda_root,  # noqa: E402
+                               spec_entries, tar_bytes)
 
 
 # The modules that hold the longest tests (Theano's first compiles, the Ansible role's plays, the
@@ -33,6 +39,56 @@ def pytest_collection_modifyitems(items):
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
 
 
+# CUDNN_SETUP_TEST_CPU=PREFIX: each process writes PREFIX.<worker>.tsv, one line per test phase
+# (setup, call, teardown): the CPU seconds it took, its own and its waited-for children's
+# together, then the children's alone, then the wall seconds; and a `collect` line. Ranked by
+# CPU, not wall time, which other work on the machine stretches; wall time far above CPU time is
+# a test waiting.
+CPU_LOG = os.environ.get("CUDNN_SETUP_TEST_CPU")
+
+
+def clocks() -> tuple[float, float, float]:
+    """CPU seconds so far, this process's and its waited-for children's; the children's; and
+    the monotonic clock."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    spent = children.ru_utime + children.ru_stime
+    return own.ru_utime + own.ru_stime + spent, spent, time.monotonic()
+
+
+def log_cpu(nodeid: str, phase: str, start: tuple[float, float, float] = (0.0, 0.0, 0.0)) -> None:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    total, children, wall = (now - then for now, then in zip(clocks(), start))
+    if phase == "collect":
+        wall = 0.0
+    with open(f"{CPU_LOG}.{worker}.tsv", "a") as log:
+        log.write(f"{nodeid}\t{phase}\t{total:.3f}\t{children:.3f}\t{wall:.3f}\n")
+
+
+if CPU_LOG:
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_setup(item):
+        start = clocks()
+        yield
+        log_cpu(item.nodeid, "setup", start)
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_call(item):
+        start = clocks()
+        yield
+        log_cpu(item.nodeid, "call", start)
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_teardown(item):
+        start = clocks()
+        yield
+        log_cpu(item.nodeid, "teardown", start)
+
+    def pytest_collection_finish(session):
+        # the interpreter's start, the plugins' and every test module's imports, and collection
+        log_cpu("", "collect")
+
+
 @pytest.fixture(scope="session")
 def compiler(tmp_path_factory):
     return Compiler(tmp_path_factory.mktemp("cc"))
@@ -43,6 +99,38 @@ def archives(tmp_path_factory, compiler) -> dict[str, Path]:
     """Every generated sample archive, by file name."""
     out = tmp_path_factory.mktemp("archives")
     return {p.name: p for p in build(out, cc=compiler)}
+
+
+PADDED_NAME = "cudnn-linux-x86_64-9.3.0.99_cuda12-archive"
+# Two libraries past the direct-I/O threshold, one not a whole number of chunks (so its last
+# write is a short one), and one below it; 12 MiB of incompressible bytes in all.
+PADDED = {"libcudnn_engines_precompiled": 6 * CHUNK + 99, "libcudnn_adv": 4 * CHUNK,
+          "libcudnn_ops": 2 * CHUNK + 5}
+
+
+@pytest.fixture(scope="session")
+def padded(tmp_path_factory, compiler) -> dict:
+    """The 9.3 archive with its libraries padded (PADDED): its tar bytes ("raw"), its files by
+    name, and the archive as one xz block ("single"), as 1 MiB xz blocks ("multi", through
+    `xz -T2`) and as gzip ("gz"). xz takes seconds over random bytes, so each form is compressed
+    once for the session, all workers together (fixtures/buildcache.py)."""
+    out = tmp_path_factory.mktemp("padded")
+    entries = spec_entries(SPECS[f"{PADDED_NAME}.tar.xz"], compiler, PADDED)
+    raw = tar_bytes(entries)
+    forms = {
+        "single": (f"{PADDED_NAME}.tar.xz", lambda: lzma.compress(raw, preset=0)),
+        "multi": (f"{PADDED_NAME}.tar.xz", lambda: subprocess.run(
+            ["xz", "-T2", "-0", "--block-size=1MiB", "-c"], input=raw, capture_output=True,
+            check=True).stdout),
+        "gz": (f"{PADDED_NAME}.tgz", lambda: compress(raw, ".tgz")),
+    }
+    made = {"raw": raw, "files": {e.name: e.data for e in entries if e.type == tarfile.REGTYPE}}
+    digest = hashlib.sha256(raw).hexdigest()
+    for key, (name, make) in forms.items():
+        made[key] = out / key / name
+        made[key].parent.mkdir()
+        made[key].write_bytes(buildcache.built(buildcache.key_of("padded", key, digest), make))
+    return made
 
 
 def session_dir(tmp_path_factory, name: str) -> Path:
@@ -88,6 +176,22 @@ def copy_of_theano_cache(theano_compiledir: Path, to: Path) -> Path:
         pass  # a file removed while it was copied (Theano cleaning up): the rest is copied
     to.mkdir(exist_ok=True)
     return to
+
+
+@pytest.fixture(scope="session")
+def bare_python(tmp_path_factory) -> Path:
+    """An interpreter with the standard library alone (a venv made without pip): verify finds
+    neither Theano nor a framework for it, so given as --python its theano and frameworks checks
+    skip. For tests that verify installs whose subject is neither: no Theano is started for
+    each (a CPU-second or more)."""
+    venv = tmp_path_factory.mktemp("bare-python")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True,
+                   capture_output=True)
+    python = venv / "bin" / "python"
+    found = subprocess.run([python, "-c", "import importlib.util as u; print(u.find_spec('theano'))"
+                            ], capture_output=True, text=True, check=True)
+    assert found.stdout.strip() == "None", found.stdout
+    return python
 
 
 @pytest.fixture
@@ -180,11 +284,3 @@ def tree_state(root: Path, leave_out: str | None = None) -> dict:
             else:
                 out[rel] = ("file", oct(st.st_mode & 0o7777), hashlib.sha256(p.read_bytes()).hexdigest())
     return out
-
-
-def theano_imports(home: Path) -> None:
-    """A user whose Theano 1.0.5 imports on this machine: the `[blas] ldflags` line the tool
-    writes where numpy has no blas_opt_info (without it `import theano` fails, and so does
-    verify's theano check, which runs Theano under the user's own config). For tests whose
-    subject is not Theano's config but that verify."""
-    (home / ".theanorc").write_text("[blas]\nldflags =\n")

@@ -149,6 +149,19 @@ def test_the_reply_is_written_only_after_the_child_says_it_is_ready():
     assert done.out.splitlines() == ["nothing yet", "READY", "got secret"]
 
 
+def test_a_child_whose_stdout_ends_before_it_is_ready_reads_the_end_of_its_stdin():
+    """The ready line can no longer come once stdout has ended (a library's constructor closed
+    it; a read of the pipe failed): the child waiting for the reply is not left blocked on its
+    stdin until the time limit."""
+    code = ("import os, sys\n"
+            "os.close(1)\n"
+            "sys.exit(4 if sys.stdin.readline() == '' else 0)\n")
+    start = time.monotonic()
+    done = Runner().run([sys.executable, "-c", code], 20, reply=(b"READY", b"secret\n"))
+    assert not done.timed_out and done.returncode == 4, done
+    assert time.monotonic() - start < 10
+
+
 def test_the_end_of_a_command_leaves_a_runners_child_to_its_runner(tmp_path):
     """What a Runner waits for (a probe on another thread) is neither killed nor reaped by the
     subreaper's end: its exit status stays its Runner's; an orphan is ended."""

@@ -129,10 +129,12 @@ def damaged(draw, data: bytes):
     return bytes(out)
 
 
-def test_fuzzed_libraries_raise_only_the_tools_own_errors(real_library, tmp_path):
+# A plain run takes 100 damaged libraries; CI (`slow`) 300.
+@pytest.mark.parametrize("examples", [100, pytest.param(300, marks=pytest.mark.slow)])
+def test_fuzzed_libraries_raise_only_the_tools_own_errors(examples, real_library, tmp_path):
     path = tmp_path / "lib.so"
 
-    @settings(max_examples=300, deadline=None, database=None,
+    @settings(max_examples=examples, deadline=None, database=None,
               suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
     @given(damaged(real_library))
     def one(data):

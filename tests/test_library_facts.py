@@ -153,26 +153,37 @@ def test_the_one_read_scan_finds_the_one_export_after_thousands_of_imports(impor
     assert E.code_problem(gone) == "exports no symbols: a library with this name but no code to call"
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(st.lists(st.tuples(st.integers(0, 10**9), st.integers(0, 255)), min_size=1, max_size=12),
-       st.booleans())
-@example(edits=[(9, 8)], in_header=True)  # the table's section flagged SHF_COMPRESSED
-@example(edits=[(36, 45)], in_header=True)  # a table size of 193 GB, far past the file's end
-def test_the_one_read_scan_agrees_with_pyelftools_on_corrupted_tables(importer, tmp_path, edits,
-                                                                       in_header):
-    """Bytes of the symbol table (or of the section headers that place it) changed at random:
-    both scans say the same, whatever they say."""
-    data = bytearray(importer.read_bytes())
-    with open(importer, "rb") as f:
-        elf = ELFFile(f)
-        dynsym = elf.get_section_by_name(".dynsym")
-        start, size = dynsym["sh_offset"], dynsym["sh_size"]
-        if in_header:
-            start = elf.header["e_shoff"] + elf.get_section_index(".dynsym") * \
-                elf.header["e_shentsize"]
-            size = elf.header["e_shentsize"]
-    for at, value in edits:
-        data[start + at % size] = value
-    bad = tmp_path / "libcudnn_bad.so.9"
-    bad.write_bytes(bytes(data))
-    assert one_read_exports(bad) == pyelftools_exports(bad)
+def _corrupted_tables(examples: int):
+    """The scans compared over `examples` random corruptions (a fresh hypothesis test each)."""
+
+    @settings(max_examples=examples, deadline=None,
+              suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(st.lists(st.tuples(st.integers(0, 10**9), st.integers(0, 255)), min_size=1,
+                    max_size=12), st.booleans())
+    @example(edits=[(9, 8)], in_header=True)  # the table's section flagged SHF_COMPRESSED
+    @example(edits=[(36, 45)], in_header=True)  # a table size of 193 GB, far past the file's end
+    def test(importer, tmp_path, edits, in_header):
+        """Bytes of the symbol table (or of the section headers that place it) changed at random:
+        both scans say the same, whatever they say."""
+        data = bytearray(importer.read_bytes())
+        with open(importer, "rb") as f:
+            elf = ELFFile(f)
+            dynsym = elf.get_section_by_name(".dynsym")
+            start, size = dynsym["sh_offset"], dynsym["sh_size"]
+            if in_header:
+                start = elf.header["e_shoff"] + elf.get_section_index(".dynsym") * \
+                    elf.header["e_shentsize"]
+                size = elf.header["e_shentsize"]
+        for at, value in edits:
+            data[start + at % size] = value
+        bad = tmp_path / "libcudnn_bad.so.9"
+        bad.write_bytes(bytes(data))
+        assert one_read_exports(bad) == pyelftools_exports(bad)
+
+    return test
+
+
+# A plain run takes 20 corruptions and the two examples; CI (`slow`) 60.
+test_the_one_read_scan_agrees_with_pyelftools_on_corrupted_tables = _corrupted_tables(20)
+test_the_one_read_scan_agrees_with_pyelftools_on_many_corrupted_tables = \
+    pytest.mark.slow(_corrupted_tables(60))

@@ -63,9 +63,7 @@ NAMES = st.from_regex(r"\A(/[a-z]{1,3}){0,2}/?lib(cudnn|cudnn_|CUDNN|cublas)[A-Z
                       r"(\.so(\.[0-9]{1,2}){0,3}|\.a|\.so\.|\.so\.9\.bak)?\n?\Z")
 
 
-@settings(max_examples=400, deadline=None)
-@given(NAMES)
-def test_one_stem_rule_for_files_and_the_names_libraries_name(name):
+def _one_stem_rule(name):
     """library_stem is the rule the composition of a release used (any name up to .so that
     starts with libcudnn, versioned or not, the base name of a path) and, for the names a
     library file has, the rule installed files were read by."""
@@ -76,3 +74,10 @@ def test_one_stem_rule_for_files_and_the_names_libraries_name(name):
         stem, file = gen.library_stem(name), gen.LIBRARY_NAME.match(name)
         if stem is None or re.fullmatch(r"libcudnn[a-z_]*", stem):
             assert stem == (file["stem"] if file else None)
+
+
+# A plain run takes 100 names; CI (`slow`) 400.
+test_one_stem_rule_for_files_and_the_names_libraries_name = \
+    settings(max_examples=100, deadline=None)(given(NAMES)(_one_stem_rule))
+test_one_stem_rule_for_many_names = \
+    pytest.mark.slow(settings(max_examples=400, deadline=None)(given(NAMES)(_one_stem_rule)))

@@ -8,7 +8,6 @@ import hashlib
 import lzma
 import shutil
 import subprocess
-import tarfile
 from pathlib import Path
 
 import pytest
@@ -19,29 +18,8 @@ from fixtures.generate import SPECS, Entry, compress, spec_entries, tar_bytes
 
 NAME = "cudnn-linux-x86_64-9.3.0.99_cuda12-archive"
 XZ = shutil.which("xz")
-PAD = {"libcudnn_engines_precompiled": 6 * decoders.CHUNK + 99, "libcudnn_adv": 3 * decoders.CHUNK,
-       "libcudnn_ops": 2 * decoders.CHUNK + 5}
 HAS_RAPIDGZIP = pytest.mark.skipif(decoders.importlib.util.find_spec("rapidgzip") is None,
                                    reason="rapidgzip is not installed")
-
-
-@pytest.fixture(scope="module")
-def made(tmp_path_factory, compiler) -> dict:
-    out = tmp_path_factory.mktemp("one-stream")
-    entries = spec_entries(SPECS[f"{NAME}.tar.xz"], compiler, PAD)
-    raw = tar_bytes(entries)
-    files = {e.name: e.data for e in entries if e.type == tarfile.REGTYPE}
-    paths = {}
-    for key, data in (("single", lzma.compress(raw, preset=0)), ("gz", compress(raw, ".tgz"))):
-        paths[key] = out / key / (NAME + (".tar.xz" if key == "single" else ".tgz"))
-        paths[key].parent.mkdir()
-        paths[key].write_bytes(data)
-    paths["multi"] = out / "multi" / f"{NAME}.tar.xz"
-    paths["multi"].parent.mkdir()
-    with open(paths["multi"], "wb") as f:
-        subprocess.run([XZ, "-T2", "-0", "--block-size=1MiB", "-c"], input=raw, stdout=f,
-                       check=True)
-    return {"raw": raw, "files": files, **paths}
 
 
 def _read(path: Path, staging_dir: Path, gzip_decoder: str | None = None, on_read=None):
@@ -50,11 +28,11 @@ def _read(path: Path, staging_dir: Path, gzip_decoder: str | None = None, on_rea
                        gzip=gzip_decoder)
 
 
-def _other_archive(made: dict, key: str) -> bytes:
+def _other_archive(padded: dict, key: str) -> bytes:
     """The archive `key` with two MiB of its largest library swapped: same names, other bytes."""
-    raw = made["raw"]
-    lib = next(n for n in made["files"] if "engines_precompiled" in n)
-    start = raw.index(made["files"][lib][:4096]) + (1 << 20)
+    raw = padded["raw"]
+    lib = next(n for n in padded["files"] if "engines_precompiled" in n)
+    start = raw.index(padded["files"][lib][:4096]) + (1 << 20)
     half = decoders.CHUNK
     swapped = raw[:start] + raw[start + half:start + 2 * half] + raw[start:start + half] + \
         raw[start + 2 * half:]
@@ -67,25 +45,25 @@ def _other_archive(made: dict, key: str) -> bytes:
                           capture_output=True, check=True).stdout
 
 
-def _check(listing, made, path: Path) -> None:
+def _check(listing, padded, path: Path) -> None:
     assert not listing.problems, listing.problems
     assert listing.sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
     assert listing.size == path.stat().st_size
     for m in listing.files():
-        assert m.staged.read_bytes() == made["files"][m.path], m.path
-        assert m.sha256 == hashlib.sha256(made["files"][m.path]).hexdigest(), m.path
+        assert m.staged.read_bytes() == padded["files"][m.path], m.path
+        assert m.sha256 == hashlib.sha256(padded["files"][m.path]).hexdigest(), m.path
 
 
 @pytest.mark.parametrize("decoder", [decoders.ISAL, decoders.ZLIB,
                                      pytest.param(decoders.RAPIDGZIP, marks=HAS_RAPIDGZIP)])
-def test_every_gzip_decoder_stages_the_same_bytes(decoder, made, tmp_path):
+def test_every_gzip_decoder_stages_the_same_bytes(decoder, padded, tmp_path):
     if decoder == decoders.ISAL and decoders.importlib.util.find_spec("isal") is None:
         pytest.skip("isal is not installed")
     seen = []
-    listing = _read(made["gz"], tmp_path / "s", decoder,
+    listing = _read(padded["gz"], tmp_path / "s", decoder,
                     on_read=lambda done, total: seen.append((done, total)))
-    _check(listing, made, made["gz"])
-    size = made["gz"].stat().st_size
+    _check(listing, padded, padded["gz"])
+    size = padded["gz"].stat().st_size
     assert seen and seen[-1] == (size, size)  # progress reaches the whole file, of its size
     assert seen == sorted(seen)
 
@@ -93,7 +71,7 @@ def test_every_gzip_decoder_stages_the_same_bytes(decoder, made, tmp_path):
 @pytest.mark.parametrize("key,decoder", [
     ("multi", None), ("single", None), ("gz", decoders.ISAL), ("gz", decoders.ZLIB),
     pytest.param("gz", decoders.RAPIDGZIP, marks=HAS_RAPIDGZIP)])
-def test_a_file_rewritten_during_the_read_is_hashed_as_decoded(key, decoder, made, tmp_path):
+def test_a_file_rewritten_during_the_read_is_hashed_as_decoded(key, decoder, padded, tmp_path):
     """Rewritten in place once the read has begun: the hash is of the bytes that were decoded.
 
     The rewrite swaps two MiBs of a large library's payload, so the new file decodes to a valid
@@ -101,11 +79,11 @@ def test_a_file_rewritten_during_the_read_is_hashed_as_decoded(key, decoder, mad
     sha256 must be that of the bytes read (old up to the rewrite, new after it), never that of
     the old file, which a second read of the file from its start might have seen.
     """
-    victim = tmp_path / "in" / made[key].name
+    victim = tmp_path / "in" / padded[key].name
     victim.parent.mkdir()
-    shutil.copy(made[key], victim)
+    shutil.copy(padded[key], victim)
     old = victim.read_bytes()
-    new = _other_archive(made, key)
+    new = _other_archive(padded, key)
     rewritten = []
 
     def rewrite(count: int, total: int | None) -> None:
@@ -136,13 +114,13 @@ def test_a_file_rewritten_during_the_read_is_hashed_as_decoded(key, decoder, mad
         assert listing.sha256 != hashlib.sha256(old).hexdigest()
 
 
-def test_install_refuses_a_file_rewritten_after_its_checksum_was_taken(made, cuda_root, home,
+def test_install_refuses_a_file_rewritten_after_its_checksum_was_taken(padded, cuda_root, home,
                                                                        monkeypatch, tmp_path):
     """--sha256 of the original; the file changes under the install: refused, root unchanged."""
-    victim = tmp_path / made["gz"].name
-    shutil.copy(made["gz"], victim)
+    victim = tmp_path / padded["gz"].name
+    shutil.copy(padded["gz"], victim)
     good = hashlib.sha256(victim.read_bytes()).hexdigest()
-    other = _other_archive(made, "gz")  # a valid archive, other bytes
+    other = _other_archive(padded, "gz")  # a valid archive, other bytes
     original = decoders.ArchiveFile.readinto
 
     def readinto(self, buffer):
@@ -165,9 +143,9 @@ def test_install_refuses_a_file_rewritten_after_its_checksum_was_taken(made, cud
 
 @HAS_RAPIDGZIP
 @pytest.mark.parametrize("damage", ["truncated", "flipped", "zeros-after-end", "two-members"])
-def test_rapidgzip_doubts_are_settled_by_a_second_decoder(damage, made, tmp_path):
-    raw = made["raw"]
-    data = made["gz"].read_bytes()
+def test_rapidgzip_doubts_are_settled_by_a_second_decoder(damage, padded, tmp_path):
+    raw = padded["raw"]
+    data = padded["gz"].read_bytes()
     if damage == "truncated":  # rapidgzip alone would take this for the whole stream
         data = data[: len(data) * 3 // 4]
     elif damage == "flipped":
@@ -178,7 +156,7 @@ def test_rapidgzip_doubts_are_settled_by_a_second_decoder(damage, made, tmp_path
     else:  # two gzip members, as `cat a.gz b.gz` makes: the trailer holds the last one's size
         cut = len(raw) // 3
         data = gzip.compress(raw[:cut], mtime=0) + gzip.compress(raw[cut:], mtime=0)
-    path = tmp_path / "in" / made["gz"].name
+    path = tmp_path / "in" / padded["gz"].name
     path.parent.mkdir()
     path.write_bytes(data)
     by_rapidgzip = _read(path, tmp_path / "r", decoders.RAPIDGZIP)
@@ -186,7 +164,7 @@ def test_rapidgzip_doubts_are_settled_by_a_second_decoder(damage, made, tmp_path
     assert [p.code for p in by_rapidgzip.problems] == [p.code for p in by_isal.problems]
     assert by_rapidgzip.sha256 == by_isal.sha256
     if damage in ("zeros-after-end", "two-members"):
-        _check(by_rapidgzip, made, path)
+        _check(by_rapidgzip, padded, path)
     else:
         assert [p.code for p in by_rapidgzip.problems] == ["corrupt"]
         assert not [m for m in by_rapidgzip.files() if m.staged and not m.staged.exists()]
@@ -210,7 +188,7 @@ def test_the_gzip_decoder_follows_the_cores(monkeypatch):
 
 
 @pytest.mark.parametrize("lanes", [1, 3])
-def test_files_hashed_on_several_lanes_keep_their_own_digests(lanes, made, tmp_path, monkeypatch):
+def test_files_hashed_on_several_lanes_keep_their_own_digests(lanes, padded, tmp_path, monkeypatch):
     monkeypatch.setattr(staging, "hash_lanes", lambda cores: lanes)
     made_lanes = []
     original = staging.Writer.__init__
@@ -220,9 +198,9 @@ def test_files_hashed_on_several_lanes_keep_their_own_digests(lanes, made, tmp_p
         original(self, direct, lanes, writers=3, **kw)  # several writers, whatever this machine has
 
     monkeypatch.setattr(staging.Writer, "__init__", init)
-    listing = _read(made["single"], tmp_path / "s")
+    listing = _read(padded["single"], tmp_path / "s")
     assert made_lanes == [lanes]
-    _check(listing, made, made["single"])
+    _check(listing, padded, padded["single"])
 
 
 def test_hash_lanes_and_writers_grow_with_cores_and_stop_at_four():

@@ -3,12 +3,13 @@ fixture archives' gcc-built ELF libraries, under nvidia/cudnn/) served by a real
 503 index on 127.0.0.1, placed into a CUDA root in NVIDIA's archive layout."""
 import base64
 import json
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from conftest import theano_imports, run_json, tree_state
+from conftest import run_json, tree_state
 from cudnn_setup.archive import inspect_archive
 from cudnn_setup.errors import ARCHIVE_REJECTED, DOWNLOAD_FAILED, USAGE, UsageError
 from cudnn_setup.sources.pipconf import PYPI, index_config
@@ -18,16 +19,18 @@ from fixtures.wheels import (IndexFile, build_wheel, project_html, project_json,
 from httpserver import IndexServer
 
 
-@pytest.fixture(autouse=True)
-def _theano_imports(home):
-    """These tests verify an install whose subject is not Theano: the user's Theano imports."""
-    theano_imports(home)
-
-
 PROJECT = "nvidia-cudnn-cu12"
 JSON = "application/vnd.pypi.simple.v1+json"
 FINAL, OLDER, PRE = "9.1.7.99", "9.0.0.3", "9.2.0.5rc1"
-NO_FLAGS = ["--no-theanorc", "--no-frameworks"]
+NO_FLAGS = ["--no-theanorc", "--no-frameworks"]  # and --python (below)
+
+
+@pytest.fixture(autouse=True)
+def _python_without_theano(bare_python, monkeypatch):
+    """These tests verify installs whose subject is not Theano: the interpreter they name has
+    none, so the theano check skips instead of running Theano's graphs after every install."""
+    monkeypatch.setattr(sys.modules[__name__], "NO_FLAGS",
+                        [*NO_FLAGS, "--python", str(bare_python)])
 
 
 @pytest.fixture(scope="module")
