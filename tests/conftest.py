@@ -195,6 +195,15 @@ def bare_python(tmp_path_factory) -> Path:
 
 
 @pytest.fixture
+def verify_without_theano(bare_python, monkeypatch, request):
+    """For a module whose installs are not about Theano: its NO_FLAGS name `bare_python`, so the
+    verification after each install skips the theano check instead of running Theano's graphs
+    (use with `pytestmark = pytest.mark.usefixtures("verify_without_theano")`)."""
+    monkeypatch.setattr(request.module, "NO_FLAGS",
+                        [*request.module.NO_FLAGS, "--python", str(bare_python)])
+
+
+@pytest.fixture
 def home(tmp_path, theano_compiledir) -> Path:
     """A fresh home. Its ~/.theano, where Theano keeps its compile cache, is the session's."""
     h = tmp_path / "home"

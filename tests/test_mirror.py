@@ -4,7 +4,6 @@ with --mirror; and built from a PyPI index, whose wheels it repacks and marks as
 import hashlib
 import json
 import shutil
-import sys
 
 import pytest
 
@@ -17,15 +16,9 @@ from httpserver import DirectoryServer as Served, IndexServer
 
 
 X86_12, X86_13, SBSA_12 = STANDARD[0], STANDARD[1], STANDARD[2]
-NO_FLAGS = ["--no-theanorc", "--no-frameworks"]  # and --python (below)
+NO_FLAGS = ["--no-theanorc", "--no-frameworks"]  # and --python (verify_without_theano)
 
-
-@pytest.fixture(autouse=True)
-def _python_without_theano(bare_python, monkeypatch):
-    """These tests verify installs whose subject is not Theano: the interpreter they name has
-    none, so the theano check skips instead of running Theano's graphs after every install."""
-    monkeypatch.setattr(sys.modules[__name__], "NO_FLAGS",
-                        [*NO_FLAGS, "--python", str(bare_python)])
+pytestmark = pytest.mark.usefixtures("verify_without_theano")
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,6 @@ fixture archives' gcc-built ELF libraries, under nvidia/cudnn/) served by a real
 503 index on 127.0.0.1, placed into a CUDA root in NVIDIA's archive layout."""
 import base64
 import json
-import sys
 import time
 from pathlib import Path
 
@@ -22,15 +21,9 @@ from httpserver import IndexServer
 PROJECT = "nvidia-cudnn-cu12"
 JSON = "application/vnd.pypi.simple.v1+json"
 FINAL, OLDER, PRE = "9.1.7.99", "9.0.0.3", "9.2.0.5rc1"
-NO_FLAGS = ["--no-theanorc", "--no-frameworks"]  # and --python (below)
+NO_FLAGS = ["--no-theanorc", "--no-frameworks"]  # and --python (verify_without_theano)
 
-
-@pytest.fixture(autouse=True)
-def _python_without_theano(bare_python, monkeypatch):
-    """These tests verify installs whose subject is not Theano: the interpreter they name has
-    none, so the theano check skips instead of running Theano's graphs after every install."""
-    monkeypatch.setattr(sys.modules[__name__], "NO_FLAGS",
-                        [*NO_FLAGS, "--python", str(bare_python)])
+pytestmark = pytest.mark.usefixtures("verify_without_theano")
 
 
 @pytest.fixture(scope="module")
