@@ -206,6 +206,7 @@ def _call(session: _Session, parsed: Parsed) -> int:
     previous = signal.getsignal(signal.SIGTERM)
     in_main_thread = _main_thread()
     if in_main_thread:
+        _deferred[0] = 0
         signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         result = run(session.context(parsed.as_json), **parsed.values)
@@ -223,7 +224,40 @@ def _main_thread() -> bool:
 
 
 def _on_sigterm(signum, frame):  # set by _call only: signal is imported by then
+    if _in_io_close(frame) and _deferred[0] < MAX_DEFERRALS:
+        # A file object left to the garbage collector is closed by io's finalizer, which drops
+        # whatever close() raises, without a word: the signal would be lost, and the command
+        # would go on (waiting for bytes that never come, say). It is raised again a moment
+        # later, in the main thread, once out of the close; a close that outlasts the
+        # deferrals gets it where it is.
+        import signal
+        import threading
+
+        main = threading.main_thread().ident
+        if main is not None:
+            _deferred[0] += 1
+            threading.Timer(RESIGNAL_S, signal.pthread_kill, (main, signum)).start()
+            return
     raise Interrupted()
+
+
+RESIGNAL_S = 0.05
+MAX_DEFERRALS = 20  # a second at most
+_deferred = [0]  # deferrals of this command's signal (reset by _call)
+_CLOSE_DEPTH = 8  # frames looked at: close() and what it calls (a hasher's stop, a join)
+
+
+def _in_io_close(frame) -> bool:
+    """Whether the signal landed in a file object's close(), or in what it calls."""
+    import io
+
+    for _ in range(_CLOSE_DEPTH):
+        if frame is None:
+            return False
+        if frame.f_code.co_name == "close" and isinstance(frame.f_locals.get("self"), io.IOBase):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def main(argv: list[str] | None = None, *, env: Mapping[str, str] | None = None,

@@ -1,0 +1,55 @@
+"""A SIGTERM that lands while a file object is being closed by the garbage collector is not
+lost: io's finalizer drops whatever close() raises, so the CLI's handler raises it again once
+out of the close (before, the command went on as if nothing had been asked: an install waiting
+for bytes a held connection never sent ran until the download's own timeout)."""
+import io
+import signal
+import sys
+import time
+
+import pytest
+
+from cudnn_setup import cli
+from cudnn_setup.errors import Interrupted
+
+
+class _SignalledWhileClosing(io.RawIOBase):
+    """A file object whose close() is where the signal's handler runs (as if SIGTERM arrived
+    then); it is never closed explicitly: the finalizer closes it."""
+
+    def close(self):
+        if not self.closed:
+            cli._on_sigterm(signal.SIGTERM, sys._getframe())
+        super().close()
+
+
+@pytest.fixture
+def handler():
+    previous = signal.signal(signal.SIGTERM, cli._on_sigterm)
+    cli._deferred[0] = 0
+    yield
+    signal.signal(signal.SIGTERM, previous)
+
+
+def test_a_signal_in_a_finalized_close_is_raised_again_once_out_of_it(handler):
+    with pytest.raises(Interrupted):
+        _SignalledWhileClosing()  # dropped at once: io's finalizer closes it
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:  # the program goes on: the signal reaches it here
+            time.sleep(0.01)
+
+
+def test_a_close_that_outlasts_the_deferrals_gets_the_signal_where_it_is(handler):
+    cli._deferred[0] = cli.MAX_DEFERRALS
+    with pytest.raises(Interrupted):
+        cli._on_sigterm(signal.SIGTERM, sys._getframe())  # no close here: raised at once
+    frames = []
+
+    class Closing(io.RawIOBase):
+        def close(self):
+            frames.append(sys._getframe())
+            super().close()
+
+    Closing().close()
+    with pytest.raises(Interrupted):  # in a close, but the deferrals are spent
+        cli._on_sigterm(signal.SIGTERM, frames[0])
