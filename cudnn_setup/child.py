@@ -29,9 +29,10 @@ import subprocess
 import tempfile
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
+from typing import Iterator, Mapping
 
 from cudnn_setup import loader_traps
 from cudnn_setup.text import decode_output
@@ -41,6 +42,7 @@ OUTPUT_LIMIT = 1 << 20  # bytes of stderr kept per child; the rest is dropped
 STDOUT_LIMIT = 4 << 20  # bytes of stdout kept (a probe's JSON line)
 DRAIN_S = 0.5  # after the child exits, how long what is still in its pipes is read
 _POLL_S = 0.05  # how often the child's exit is checked where no pidfd tells it
+END_WAIT_S = 2.0  # how long a command's end waits for the threads of killed children
 
 _waited: set[int] = set()  # the pids some Runner of this process has started and not yet reaped
 _waited_lock = threading.Lock()
@@ -51,6 +53,10 @@ def waited_for() -> set[int]:
     them to their Runner, which reaps them)."""
     with _waited_lock:
         return set(_waited)
+
+
+class CommandEnded(Exception):
+    """Raised by `Runner.scratch` once the command has ended: nothing new is started."""
 
 
 @dataclass
@@ -89,9 +95,11 @@ class Runner:
     def __init__(self, scratch_parent: Path | None = None):
         self.scratch_parent = scratch_parent  # where scratch dirs go (None: the temp dir)
         self._lock = threading.Lock()
+        self._scratch_done = threading.Condition(self._lock)
         self._known: dict[str, str] = {}
         self._live: dict[int, subprocess.Popen] = {}
-        self._scratch: set[Path] = set()  # the scratch dirs of the children not yet done
+        # the scratch dirs in use, by the thread using each (see `end`)
+        self._scratch: dict[Path, int] = {}
         self._cancelled = False
         self._ended = False  # the command ended: a thread it left behind starts no child
         self._traps: dict[str, str | None] = {}  # LD_LIBRARY_PATH: what on it would hang a child
@@ -143,19 +151,46 @@ class Runner:
             self._ended = False
 
     def end(self) -> None:
-        """Kill every running child's group and remove their scratch dirs (the threads that
-        ran them may never get to: the process may leave first). For a command's end: a
-        child still running then is one no step waits for, and a thread that would start
-        another after it (the driver probe's second step, once the first was killed) is
-        refused until the next command begins."""
+        """Kill every running child's group, then wait (at most END_WAIT_S) for the threads
+        that ran them to remove their scratch dirs, and remove what is left. For a command's
+        end: a child still running then is one no step waits for, and a thread that would
+        start another after it (the driver probe's second step, once the first was killed) or
+        make another scratch dir is refused until the next command begins. So when the command
+        returns, nothing it started still writes or removes files: a caller that looks at the
+        disk next (a test, the next command in the same process) sees the command's result,
+        not a removal under way, and a process that leaves at once leaves no scratch dir."""
         with self._lock:
             self._ended = True
             live = list(self._live.values())
-            scratch = list(self._scratch)
         for proc in live:
             _kill_group(proc)
-        for path in scratch:
+        me = threading.get_ident()
+        deadline = time.monotonic() + END_WAIT_S
+        with self._scratch_done:
+            # not the caller's own: it removes those itself once `end` returns to it
+            while any(t != me for t in self._scratch.values()) and \
+                    (left := deadline - time.monotonic()) > 0:
+                self._scratch_done.wait(left)
+            stuck = [p for p, t in self._scratch.items() if t != me]
+        for path in stuck:
             remove_tree_quietly(path)
+
+    @contextmanager
+    def scratch(self, prefix: str = "cudnn-setup-child-") -> Iterator[Path]:
+        """A fresh directory for a child's files, removed when the block is left and waited
+        for by `end`. Raises CommandEnded once the command has ended."""
+        with self._lock:
+            if self._ended:
+                raise CommandEnded("not run: the command had ended")
+            path = Path(tempfile.mkdtemp(prefix=prefix, dir=self.scratch_parent))
+            self._scratch[path] = threading.get_ident()
+        try:
+            yield path
+        finally:
+            remove_tree_quietly(path)
+            with self._scratch_done:
+                self._scratch.pop(path, None)
+                self._scratch_done.notify_all()
 
     def run(self, cmd: list[str], timeout: float, env: Mapping[str, str] | None = None,
             cwd: Path | None = None, *, key: str | None = None, what: str | None = None,
@@ -179,18 +214,14 @@ class Runner:
         trapped = self._trapped(env)
         if trapped is not None:
             return Finished(None, b"", b"", error=f"was not run: {trapped}", known=trapped)
-        scratch = None
-        if cwd is None:
-            scratch = Path(tempfile.mkdtemp(prefix="cudnn-setup-child-", dir=self.scratch_parent))
-            with self._lock:
-                self._scratch.add(scratch)
-        try:
-            done = self._run(cmd, timeout, env, cwd or scratch, stdin, reply)
-        finally:
-            if scratch is not None:
-                remove_tree_quietly(scratch)
-                with self._lock:
-                    self._scratch.discard(scratch)
+        if cwd is not None:
+            done = self._run(cmd, timeout, env, cwd, stdin, reply)
+        else:
+            try:
+                with self.scratch() as scratch:
+                    done = self._run(cmd, timeout, env, scratch, stdin, reply)
+            except CommandEnded as ended:
+                return Finished(None, b"", b"", error=str(ended), interrupted=True)
         if done.timed_out and key is not None and remember:
             self.remember(key, f"{what or ' '.join(cmd[:2])} did not finish in {timeout:.0f} s "
                           "earlier in this run; not tried again")
@@ -210,11 +241,16 @@ class Runner:
             return Finished(None, b"", b"", False, f"{cmd[0]}: {getattr(exc, 'strerror', None) or exc}")
         with self._lock:
             self._live[proc.pid] = proc
+            # started while `end` or `cancel` killed the others: it goes as they did
+            late = ("interrupted" if self._cancelled else
+                    "not run: the command had ended" if self._ended else None)
         with _waited_lock:
             _waited.add(proc.pid)
         out, err = _Tail(STDOUT_LIMIT), _Tail(OUTPUT_LIMIT)
         timed_out = interrupted = False
         try:
+            if late is not None:
+                return Finished(None, b"", b"", error=late, interrupted=True)
             if stdin is not None:
                 _feed(proc, stdin, close=reply is None)
             timed_out, interrupted = self._wait(proc, timeout, out, err, reply)

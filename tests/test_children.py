@@ -707,6 +707,42 @@ def test_a_runner_starts_no_child_after_its_command_ended(tmp_path):
     assert runner.run(["touch", str(marker)], timeout=10).returncode == 0 and marker.exists()
 
 
+def test_a_commands_end_waits_for_the_scratch_dirs_of_the_threads_it_left(tmp_path):
+    """A check still running on a thread when its command ends (a fault ended the command
+    first) removed its scratch dir after the command had returned: a caller looking at the
+    disk then met a directory vanishing under it. end() kills the child and returns only once
+    the thread's own clean-up has run, and no scratch dir is made after it."""
+    import threading
+
+    from cudnn_setup.child import CommandEnded
+
+    runner = Runner(scratch_parent=tmp_path)
+    killed = threading.Event()
+
+    def check() -> None:
+        with runner.scratch("cudnn-setup-compile-") as tmp:
+            (tmp / "check.c").write_text("int main(void){return 0;}")
+            done = runner.run(["sleep", "30"], 60)  # a scratch dir of its own, inside
+            killed.set() if done.returncode != 0 else None
+            time.sleep(0.4)  # a slow clean-up, still the thread's own
+
+    thread = threading.Thread(target=check, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while len(list(tmp_path.iterdir())) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert len(list(tmp_path.iterdir())) == 2
+    started = time.monotonic()
+    runner.end()
+    assert killed.is_set() and list(tmp_path.iterdir()) == []
+    assert time.monotonic() - started < 5
+    with pytest.raises(CommandEnded):
+        with runner.scratch():
+            pass
+    assert list(tmp_path.iterdir()) == []
+    thread.join(5)
+
+
 def test_a_child_that_leaves_a_deep_tree_in_its_scratch_dir_is_no_exit_70(tmp_path):
     """shutil.rmtree of the scratch dir recursed once per level: an interpreter (`--python`)
     that made 1,500 nested directories there ended verify with RecursionError, exit 70."""

@@ -6,7 +6,6 @@ import os
 import re
 import secrets
 import shutil
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -95,8 +94,8 @@ def check_compile(inst: Installation, facts: CheckFacts) -> Check:
         link = f"-l:{target.name}"
         note = (f"; {inst.lib_dir} has no libcudnn.so development link, so a build with "
                 f"-lcudnn (as Theano's) would not find this cuDNN: linked with {link}")
-    with tempfile.TemporaryDirectory(prefix="cudnn-setup-compile-") as tmp:
-        src, exe = Path(tmp) / "check.c", Path(tmp) / "check"
+    with runner.scratch("cudnn-setup-compile-") as tmp:  # waited for by the command's end
+        src, exe = tmp / "check.c", tmp / "check"
         src.write_text(PROGRAM)
         cmd = [compiler, str(src), "-o", str(exe), f"-I{inst.include_dir}",
                *(f"-I{d}" for d in includes), f"-L{inst.lib_dir}", link,
