@@ -14,6 +14,11 @@ bash scripts/setup-venv.sh test,theano
 # The tests start the tool hundreds of times, as users do: where the environment forbids writing
 # bytecode (PYTHONDONTWRITEBYTECODE, set on some machines and CI images) each start compiled the
 # package from source again, 62 of the suite's 432 CPU-seconds on 2 cores. Compiled once here.
-.venv/bin/python -m compileall -q -j 0 cudnn_setup fixtures tests bench >/dev/null
+# So is pytest's rewrite of the test modules' asserts, which it caches only where bytecode may be
+# written: else each worker rewrote every module again (5 CPU-seconds each, 1.4 once cached).
+.venv/bin/python -m compileall -q -j 0 cudnn_setup fixtures tests bench >/dev/null &
+PYTHONDONTWRITEBYTECODE= .venv/bin/python -m pytest --collect-only -q -p no:cacheprovider \
+    >/dev/null 2>&1 || true  # a module that fails to import is reported by the run below
+wait
 if [ "${CI:-}" = true ]; then set -- -m "" "$@"; fi
 exec .venv/bin/python -m pytest -q -n "$(( $(nproc) * 2 ))" --dist worksteal "$@"
