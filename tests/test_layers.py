@@ -9,6 +9,7 @@ install engine is placement/, which needs no verification layer; the mirror's is
 Probes run in other interpreters and import nothing of the package.
 """
 import ast
+import functools
 from pathlib import Path
 
 from conftest import REPO
@@ -30,13 +31,24 @@ def _module(path: Path) -> str:
     return ".".join(parts)
 
 
-def _imports() -> dict[str, set[str]]:
+@functools.cache  # a dozen tests read the package's modules: parsed once per worker
+def _tree(path: Path) -> ast.Module:
+    return ast.parse(path.read_text())
+
+
+@functools.cache
+def _nodes(path: Path) -> tuple[ast.AST, ...]:
+    return tuple(ast.walk(_tree(path)))
+
+
+@functools.cache
+def _imports() -> dict[str, frozenset[str]]:
     """Every module of the package → the package's modules it imports (anywhere in its body)."""
     modules = {_module(p): p for p in PACKAGE.rglob("*.py")}
-    out: dict[str, set[str]] = {}
+    out: dict[str, frozenset[str]] = {}
     for name, path in modules.items():
         found = set()
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in _nodes(path):
             if isinstance(node, ast.ImportFrom) and node.level:
                 found.add(f"relative import in {name}")  # not followed: see test_imports_are_seen
             elif isinstance(node, ast.ImportFrom) and node.module:
@@ -46,7 +58,8 @@ def _imports() -> dict[str, set[str]]:
                     found.add(candidate if candidate in modules else base)
             elif isinstance(node, ast.Import):
                 found.update(a.name for a in node.names)
-        out[name] = {m for m in found if (m in modules or m.startswith("relative")) and m != name}
+        out[name] = frozenset(m for m in found
+                              if (m in modules or m.startswith("relative")) and m != name)
     return out
 
 
@@ -173,7 +186,7 @@ def test_commands_hold_no_engine():
         path = PACKAGE / "commands" / f"{name}.py"
         lines = len(path.read_text().splitlines())
         assert lines <= budget, f"commands/{name}.py has {lines} lines, more than {budget}"
-        tree = ast.parse(path.read_text())
+        tree = _tree(path)
         classes = [n.name for n in tree.body if isinstance(n, ast.ClassDef)]
         assert not classes, f"commands/{name}.py defines {classes}"
         engine = sorted(m for m in graph[f"cudnn_setup.commands.{name}"]
@@ -230,7 +243,7 @@ def test_checks_holds_the_verification_layers_only():
 
 def _checks_of_the_facts(path: Path) -> list[str]:
     """The functions of a module that take (inst, facts): what the suite can run."""
-    return [n.name for n in ast.parse(path.read_text()).body
+    return [n.name for n in _tree(path).body
             if isinstance(n, ast.FunctionDef) and [a.arg for a in n.args.args] == ["inst", "facts"]]
 
 
@@ -279,7 +292,7 @@ def test_no_parameter_is_a_value_or_a_function_returning_it():
     assert _value_or_callable(ast.parse("int | Callable[[], int]", mode="eval").body)
     assert not _value_or_callable(ast.parse("Callable[[], int] | None", mode="eval").body)
     for path in sorted(PACKAGE.rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in _nodes(path):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
                     and node.func.id == "callable":
                 found.append(f"{_module(path)}:{node.lineno} callable()")
@@ -296,14 +309,14 @@ def test_the_install_engines_steps_are_named_functions_not_closures():
     module that a test or a reader can find by name: none is defined inside another."""
     nested = []
     for path in sorted((PACKAGE / "placement").glob("*.py")):
-        for outer in ast.walk(ast.parse(path.read_text())):
+        for outer in _nodes(path):
             if isinstance(outer, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 nested += [f"{path.name}: {inner.name} inside {outer.name}"
                            for inner in ast.walk(outer) if inner is not outer
                            and isinstance(inner, (ast.FunctionDef, ast.AsyncFunctionDef))]
     assert not nested, "\n".join(nested)
     names = {n.name for path in (PACKAGE / "placement").glob("*.py")
-             for n in ast.parse(path.read_text()).body if isinstance(n, ast.FunctionDef)}
+             for n in _tree(path).body if isinstance(n, ast.FunctionDef)}
     assert {"stage_and_judge", "plan_install", "place", "commit_manifest", "commit_removal",
             "install", "uninstall", "recover_pending"} <= names
 
@@ -320,7 +333,7 @@ def _below_the_cli():
         name = _module(path)
         if name.split(".")[1:2] in (["cli"], ["__main__"], ["probes"]):
             continue  # the CLI builds the Context; probes run in children of their own
-        yield name, ast.parse(path.read_text())
+        yield name, _tree(path)
 
 
 def test_nothing_below_the_cli_reads_hidden_state():
