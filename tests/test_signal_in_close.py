@@ -53,3 +53,38 @@ def test_a_close_that_outlasts_the_deferrals_gets_the_signal_where_it_is(handler
     Closing().close()
     with pytest.raises(Interrupted):  # in a close, but the deferrals are spent
         cli._on_sigterm(signal.SIGTERM, frames[0])
+
+
+def test_a_signal_while_the_command_ends_finishes_the_clean_up_and_says_what_stands(
+        tmp_path, cuda_root, monkeypatch):
+    """The command's end now waits (up to seconds) for the threads of killed children, so a
+    SIGTERM may land there, after the change was committed. Before, it escaped the wrapper:
+    the clean-up stopped half-way (no orphan reaped) and the CLI said the change was rolled
+    back. Now the clean-up is finished and the answer says the committed change stands."""
+    import io as _io
+    import json
+
+    from cudnn_setup.child import Runner
+    from conftest import REPO
+
+    ends = []
+    real_end = Runner.end
+
+    def end(self):
+        ends.append(1)
+        if len(ends) == 1:
+            raise Interrupted()
+        real_end(self)
+
+    monkeypatch.setattr(Runner, "end", end)
+    root, home = cuda_root(), tmp_path / "home"
+    home.mkdir()
+    sample = REPO / "fixtures" / "samples" / "cudnn-10.0-linux-x64-v7.4.2.24.tgz"
+    out = _io.StringIO()
+    code = cli.main(["install", str(sample), "--cuda-root", str(root), "--no-verify",
+                     "--no-theanorc", "--no-frameworks", "--json"], env={"HOME": str(home)},
+                    home=home, stdout=out, stderr=_io.StringIO())
+    answer = json.loads(out.getvalue())
+    assert answer["changed"] and answer["error"]["code"] == "interrupted", answer["error"]
+    assert "committed" in answer["error"]["message"] and code != 5, answer["error"]
+    assert len(ends) == 2 and (root / "lib64" / "libcudnn.so.7.4.2").is_file()

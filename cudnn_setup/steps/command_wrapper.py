@@ -57,19 +57,37 @@ def command(name: str, fails_as: type[SetupError] = InstallFailed, read_only: bo
                              outcome=committed_outcome(result))
                     if isinstance(exc, OSError) else internal_error(exc))
             finally:
+                # A child still running now is one no step waits for (a probe started ahead,
+                # then a refusal): it runs in a session of its own, so leaving would orphan it.
+                if _end(ctx, reaper) and result.error is None:
+                    result.error = interrupted(result, read_only)
                 if result.error is not None and result.error.exit_code == INSTALL_FAILED and \
                         (result.changed or read_only):
                     result.error = NothingRolledBack.of(result.error)
-                # A child still running now is one no step waits for (a probe started ahead,
-                # then a refusal): it runs in a session of its own, so leaving would orphan it.
-                if ctx is not None:
-                    ctx.runner.end()
-                reaper.end()  # then what they left running out of their sessions
             return result
 
         return run
 
     return wrap
+
+
+def _end(ctx: Context | None, reaper: Subreaper) -> bool:
+    """The command's children killed and their threads' scratch dirs removed, then what they
+    left running out of their sessions; whether a signal came meanwhile. A SIGTERM or Ctrl-C
+    here does not cut the clean-up short (the runner's end waits up to seconds for threads):
+    it is finished first, and the result says it was interrupted, with what it had done."""
+    signalled = False
+    while ctx is not None:
+        try:
+            ctx.runner.end()  # again after a signal: it only kills, waits and removes
+            break
+        except (KeyboardInterrupt, Interrupted):
+            signalled = True
+    try:
+        reaper.end()
+    except (KeyboardInterrupt, Interrupted):
+        signalled = True  # its own `finally` leaves the process's state as it found it
+    return signalled
 
 
 def _absolute(value, cwd: Path):
