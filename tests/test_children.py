@@ -118,6 +118,32 @@ def test_children_run_in_a_scratch_dir_of_their_own(tmp_path):
     assert not (Path.cwd() / "dropped").exists()
 
 
+def test_the_tools_own_probes_run_no_users_site_code(tmp_path, home, cuda_root, archives):
+    """The probes that need the standard library only (loading libcudnn, its sub-libraries,
+    the driver, the GPU steps) ran with site: a user's sitecustomize (which may import a
+    framework, seconds each) ran in every one of them, and their PYTHONPATH could shadow
+    ctypes. They now run isolated; the tool itself still starts as the user runs it."""
+    site, mark = tmp_path / "site", tmp_path / "mark"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(
+        "import os, sys\nwith open(os.environ['MARK'], 'a') as f:\n"
+        "    f.write(repr(sys.argv) + '\\n')\n")
+    root = cuda_root("12.4")
+    env = {"PYTHONPATH": f"{site}:{REPO}", "MARK": str(mark)}
+    done, out = run_json(["install", archives["cudnn-linux-x86_64-9.3.0.99_cuda12-archive.tar.xz"],
+                          "--cuda-root", root, "--no-theanorc", "--no-frameworks", "--no-verify"],
+                         home, env, process=True)
+    assert done.returncode == 0, out["error"]
+    done, out = run_json(["verify", "--cuda-root", root, "--no-theano", "--no-frameworks"], home,
+                         env, process=True)
+    ran = {c["name"]: c["status"] for c in out["checks"]}
+    assert ran["load"] == "pass" and ran["coherence"] == "pass", out["checks"]
+    seen = mark.read_text().splitlines()
+    assert seen, "the tool itself starts as the user runs it"
+    probes = [line for line in seen if "/probes/" in line]
+    assert not probes, probes
+
+
 def test_output_without_end_is_kept_as_a_bounded_tail(tmp_path):
     done = Runner().run([sys.executable, "-c", "import os\nfor _ in range(300): "
                          "os.write(1, b'x' * (1 << 20)); os.write(2, b'y' * (1 << 20))\n"

@@ -50,7 +50,7 @@ from cudnn_setup.probing.driver import driver_present as machine_has_driver
 from cudnn_setup.probing.load_answer import LoadAnswer
 from cudnn_setup.installation.model import Installation
 from cudnn_setup.probing.sublib_answer import SublibsAnswer, SubLibraryAnswer
-from cudnn_setup.probing.probe import loads_key, probe_module, run_probe
+from cudnn_setup.probing.probe import loads_key, run_probe, stdlib_probe
 from cudnn_setup.child import Runner
 from cudnn_setup.facts import cudnn as gen
 from cudnn_setup.facts.ldresolve.closure import closure
@@ -266,7 +266,7 @@ def check_coherence_with(inst: Installation, env: Mapping[str, str], *,
     # The runner skips it when loading libcudnn hung earlier; its own 60 s per sub-library
     # are the probe's, not a hang of libcudnn's.
     key = loads_key(target)
-    result = run_probe(probe_module("sublibs") + [*first, str(target), *args], timeout, dict(env),
+    result = run_probe(stdlib_probe("sublibs") + [*first, str(target), *args], timeout, dict(env),
                        python, runner=runner, key=key, remember=False)
     data: dict = {"library": {"path": str(target), "directory": _real_dir(str(target))},
                   "ld_library_path": loader.ld_library_path, "sublibraries": []}
@@ -281,7 +281,7 @@ def check_coherence_with(inst: Installation, env: Mapping[str, str], *,
     if retry:
         for i in retry:
             args[i] = by_cudnn[_stem(probed[i])]
-        again = run_probe(probe_module("sublibs") + [*first, str(target), *args], timeout,
+        again = run_probe(stdlib_probe("sublibs") + [*first, str(target), *args], timeout,
                           dict(env), python, runner=runner, key=key, remember=False)
         if again.data is not None:
             probe = SublibsAnswer.read(again.data)

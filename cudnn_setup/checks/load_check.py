@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Mapping
 
 from cudnn_setup.installation.model import Installation
 from cudnn_setup.probing.load_answer import WHAT, LoadAnswer
-from cudnn_setup.probing.probe import ProbeResult, child_env, loads_key, probe_module, run_probe
+from cudnn_setup.probing.probe import ProbeResult, child_env, loads_key, run_probe, stdlib_probe
 from cudnn_setup.child import Runner
 from cudnn_setup.untrusted import kind
 from cudnn_setup.facts import cudnn as gen
@@ -102,7 +102,7 @@ def load_libcudnn(inst: Installation, env: Mapping[str, str], runner: Runner | N
     if bad is not None:
         runner.remember(key, bad)  # no later check hands it to a loader either
         return Check("load", FAIL, f"{bad}: nothing can load it"), None
-    result = run_probe(probe_module("load") + [str(target)], LOAD_TIMEOUT,
+    result = run_probe(stdlib_probe("load") + [str(target)], LOAD_TIMEOUT,
                        child_env(inst.lib_dir, env), runner=runner, key=key,
                        what=f"loading {target.name}")
     if result.known:

@@ -11,7 +11,7 @@ from cudnn_setup.archive.package import Package
 from cudnn_setup.facts import gpu_support as S
 from cudnn_setup.probing.driver import DriverFacts
 from cudnn_setup.probing.load_answer import WHAT as LOAD_ANSWER, LoadAnswer
-from cudnn_setup.probing.probe import child_env, probe_module, run_probe
+from cudnn_setup.probing.probe import child_env, run_probe, stdlib_probe
 from cudnn_setup.archive.problems import Problem
 from cudnn_setup.durable import make_dirs
 from cudnn_setup.errors import ArchiveRejected
@@ -46,7 +46,7 @@ def built_for(pkg: Package, work: Path, env: Mapping[str, str] | None) -> BuiltF
             if not os.path.lexists(work / name):
                 os.symlink(os.path.abspath(lib.member.staged), work / name)
     target = main.elf.soname if main.elf and main.elf.soname else main.name
-    result = run_probe(probe_module("load") + [str(work / target)], PROBE_TIMEOUT,
+    result = run_probe(stdlib_probe("load") + [str(work / target)], PROBE_TIMEOUT,
                        child_env(work, env or {}))
     cuda = LoadAnswer.read(result.answer(LOAD_ANSWER)).cuda
     if cuda is not None:

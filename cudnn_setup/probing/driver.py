@@ -24,7 +24,7 @@ from cudnn_setup.facts.ldresolve.ldconfig import read_cache
 from cudnn_setup.facts.ldresolve.loader_facts import probe_loader
 from cudnn_setup.facts.ldresolve.process import Process
 from cudnn_setup.probing.answer_values import Fields
-from cudnn_setup.probing.probe import ProbeResult, probe_module, run_probe
+from cudnn_setup.probing.probe import ProbeResult, run_probe, stdlib_probe
 from cudnn_setup.report import PASS, SKIP
 
 PROC_DRIVER = Path("/proc/driver/nvidia/version")  # there when the NVIDIA kernel module is loaded
@@ -138,8 +138,7 @@ def driver_facts(env: Mapping[str, str], *, python: str | None = None,
     if absent is not None:
         return DriverFacts(status=SKIP, reason=absent)
     runner = runner or Runner()
-    # standard library only: no site, no user's PYTHON* settings (a third of the child's start)
-    args = ["-I", "-S", *probe_module("driver")]
+    args = stdlib_probe("driver")
     started, limit = time.monotonic(), min(NVML_TIMEOUT, timeout)
     hidden = [name for name in CUDA_DEVICE_ENV if name in env]
     asked = ProbeResult(None, None, "") if hidden else run_probe(
