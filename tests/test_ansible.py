@@ -18,10 +18,10 @@ pytestmark = pytest.mark.skipif(shutil.which("ansible-playbook", path=str(Path(s
                                 is None, reason="ansible-core is not installed (test extra)")
 
 
-def play(tmp_path, home, variables, *extra):
+def play(tmp_path, home, variables, *extra, env_extra=None):
     vars_file = tmp_path / "vars.json"
     vars_file.write_text(json.dumps(variables))
-    env = clean_env(home, ANSIBLE_ROLES_PATH=str(REPO / "contrib" / "ansible" / "roles"),
+    env = clean_env(home, **(env_extra or {}), ANSIBLE_ROLES_PATH=str(REPO / "contrib" / "ansible" / "roles"),
                     ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"),
                     ANSIBLE_REMOTE_TEMP=str(tmp_path / "ansible-tmp"),
                     ANSIBLE_NOCOLOR="1", ANSIBLE_RETRY_FILES_ENABLED="0",
@@ -56,6 +56,23 @@ def test_first_run_changes_second_run_does_not(variables, tmp_path, home):
     assert "files | pass" in done.stdout  # verify's checks are shown
     done, changed, failed = play(tmp_path, home, variables)
     assert failed == 0 and changed == 0, done.stdout
+
+
+def test_the_roles_install_imports_no_framework(variables, tmp_path, home):
+    """The role shows install's plan only, and its verify task reports the frameworks: the
+    install's look ahead at what they would load after its change (each framework imported
+    twice, seconds each with torch, on every converge of every node) was never read."""
+    site, tries = tmp_path / "site", tmp_path / "tries"
+    pkg = site / "cupy"  # a framework the probes find, whose import says so
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text(f"open({str(tries)!r}, 'a').write('imported\\n')\n"
+                                     "__version__ = '13.0.0'\n")
+    variables["cudnn_setup_verify"] = False
+    done, changed, failed = play(tmp_path, home, variables,
+                                 env_extra={"PYTHONPATH": f"{REPO}:{site}"})
+    assert failed == 0 and changed >= 2, done.stdout
+    assert (Path(variables["cudnn_setup_cuda_root"]) / "lib64" / "libcudnn.so.7.4.2").is_file()
+    assert not tries.exists(), tries.read_text()
 
 
 def test_check_mode_changes_nothing_and_reports_what_would(variables, tmp_path, home):
