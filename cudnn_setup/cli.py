@@ -203,17 +203,23 @@ def _call(session: _Session, parsed: Parsed) -> int:
 
     module, name = parsed.command.target.split(":")  # the one command this run needs
     run = getattr(importlib.import_module(f"{cudnn_setup.commands.__name__}.{module}"), name)
-    previous = signal.getsignal(signal.SIGTERM)
+    previous = {signal.SIGTERM: signal.getsignal(signal.SIGTERM)}
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        # Ctrl-C as Python raises it, with the same care in a close (an ignored SIGINT, a
+        # background job's, stays ignored; a host program's own handler stays its own)
+        previous[signal.SIGINT] = signal.default_int_handler
     in_main_thread = _main_thread()
     if in_main_thread:
         _deferred[0] = 0
-        signal.signal(signal.SIGTERM, _on_sigterm)
+        for signum in previous:
+            signal.signal(signum, _on_signal)
     try:
         result = run(session.context(parsed.as_json), **parsed.values)
     finally:
         session.quiet()
         if in_main_thread:
-            signal.signal(signal.SIGTERM, previous)
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
     return _render(session, result, parsed.as_json)
 
 
@@ -223,7 +229,9 @@ def _main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
 
 
-def _on_sigterm(signum, frame):  # set by _call only: signal is imported by then
+def _on_signal(signum, frame):  # set by _call only: signal is imported by then
+    """SIGTERM raises Interrupted, SIGINT KeyboardInterrupt, where the program is; both roll
+    back the same way (steps/command_wrapper.py)."""
     if _in_io_close(frame) and _deferred[0] < MAX_DEFERRALS:
         # A file object left to the garbage collector is closed by io's finalizer, which drops
         # whatever close() raises, without a word: the signal would be lost, and the command
@@ -238,6 +246,10 @@ def _on_sigterm(signum, frame):  # set by _call only: signal is imported by then
             _deferred[0] += 1
             threading.Timer(RESIGNAL_S, signal.pthread_kill, (main, signum)).start()
             return
+    import signal
+
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt
     raise Interrupted()
 
 

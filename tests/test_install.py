@@ -363,7 +363,7 @@ import os, signal, sys
 sys.path.insert(0, {repo!r})
 from pathlib import Path
 from cudnn_setup.placement import engine as inst
-from cudnn_setup.cli import _on_sigterm
+from cudnn_setup.cli import _on_signal
 from cudnn_setup.facts.cuda import find_cuda_root
 from cudnn_setup.state.transaction import Filesystem
 
@@ -375,7 +375,7 @@ class Killer(Filesystem):
             os.kill(os.getpid(), signal.{sig})
         super().replace(src, dst)
 
-signal.signal(signal.SIGTERM, _on_sigterm)
+signal.signal(signal.SIGTERM, _on_signal)
 root = find_cuda_root({{}}, Path({root!r}))
 inst.{call}
 print("finished")

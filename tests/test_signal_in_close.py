@@ -6,6 +6,7 @@ import io
 import signal
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -19,13 +20,13 @@ class _SignalledWhileClosing(io.RawIOBase):
 
     def close(self):
         if not self.closed:
-            cli._on_sigterm(signal.SIGTERM, sys._getframe())
+            cli._on_signal(signal.SIGTERM, sys._getframe())
         super().close()
 
 
 @pytest.fixture
 def handler():
-    previous = signal.signal(signal.SIGTERM, cli._on_sigterm)
+    previous = signal.signal(signal.SIGTERM, cli._on_signal)
     cli._deferred[0] = 0
     yield
     signal.signal(signal.SIGTERM, previous)
@@ -39,10 +40,59 @@ def test_a_signal_in_a_finalized_close_is_raised_again_once_out_of_it(handler):
             time.sleep(0.01)
 
 
+class _InterruptedWhileClosing(io.RawIOBase):
+    """As _SignalledWhileClosing, for Ctrl-C."""
+
+    def close(self):
+        if not self.closed:
+            cli._on_signal(signal.SIGINT, sys._getframe())
+        super().close()
+
+
+def test_a_ctrl_c_in_a_finalized_close_is_raised_again_once_out_of_it():
+    """Python's own SIGINT handler raises KeyboardInterrupt where the signal lands: in a close
+    run by io's finalizer, it was dropped like SIGTERM's Interrupted, and Ctrl-C did nothing."""
+    previous = signal.signal(signal.SIGINT, cli._on_signal)
+    cli._deferred[0] = 0
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            _InterruptedWhileClosing()
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline:
+                time.sleep(0.01)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def test_the_command_takes_ctrl_c_only_where_python_would_raise_it(monkeypatch):
+    """An ignored SIGINT (a background job's) stays ignored while a command runs, and Python's
+    own handler becomes the command's; both are as they were after it."""
+    import io as _io
+
+    seen = {}
+
+    def context(self, *args, **kwargs):  # made once the command's handlers are in place
+        seen["handler"] = signal.getsignal(signal.SIGINT)
+        return original(self, *args, **kwargs)
+
+    original = cli._Session.context
+    monkeypatch.setattr(cli._Session, "context", context)
+    for before, during in ((signal.SIG_IGN, signal.SIG_IGN),
+                           (signal.default_int_handler, cli._on_signal)):
+        previous = signal.signal(signal.SIGINT, before)
+        try:
+            cli.main(["list", "--json"], env={"HOME": "/nonexistent"}, home=Path("/nonexistent"),
+                     stdout=_io.StringIO(), stderr=_io.StringIO())
+            assert seen.pop("handler") is during
+            assert signal.getsignal(signal.SIGINT) is before
+        finally:
+            signal.signal(signal.SIGINT, previous)
+
+
 def test_a_close_that_outlasts_the_deferrals_gets_the_signal_where_it_is(handler):
     cli._deferred[0] = cli.MAX_DEFERRALS
     with pytest.raises(Interrupted):
-        cli._on_sigterm(signal.SIGTERM, sys._getframe())  # no close here: raised at once
+        cli._on_signal(signal.SIGTERM, sys._getframe())  # no close here: raised at once
     frames = []
 
     class Closing(io.RawIOBase):
@@ -52,7 +102,7 @@ def test_a_close_that_outlasts_the_deferrals_gets_the_signal_where_it_is(handler
 
     Closing().close()
     with pytest.raises(Interrupted):  # in a close, but the deferrals are spent
-        cli._on_sigterm(signal.SIGTERM, frames[0])
+        cli._on_signal(signal.SIGTERM, frames[0])
 
 
 def test_a_signal_while_the_command_ends_finishes_the_clean_up_and_says_what_stands(
