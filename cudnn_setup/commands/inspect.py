@@ -11,12 +11,10 @@ from cudnn_setup.archive import read_package
 from cudnn_setup.archive.package import Package
 from cudnn_setup.steps.command_wrapper import command
 from cudnn_setup.steps.context import Context, reading, which
-from cudnn_setup.facts.cuda import FROM_NAME
-from cudnn_setup.facts.cuda import BuiltFor
 from cudnn_setup.placement.fit import built_for, machine_fit
 from cudnn_setup.placement.judge import fit_refusal, package_refusal
 from cudnn_setup.errors import ArchiveRejected
-from cudnn_setup.facts.cuda import find_cuda_root
+from cudnn_setup.facts.cuda import FROM_NAME, BuiltFor, find_cuda_root
 from cudnn_setup.fetch.checksums import expected_for
 from cudnn_setup.report import Result
 from cudnn_setup.state.view import look

@@ -21,10 +21,9 @@ from cudnn_setup.archive.decoders import Growing
 from cudnn_setup.archive.listing import Progress
 from cudnn_setup.archive.package import Package
 from cudnn_setup.errors import SetupError, os_error
-from cudnn_setup.facts.cuda import CudaRoot
+from cudnn_setup.facts.cuda import BuiltFor, CudaRoot
 from cudnn_setup.fetch.checksums import Expected
 from cudnn_setup.placement.commit import manifest_for, place, remove
-from cudnn_setup.facts.cuda import BuiltFor
 from cudnn_setup.placement.judge import Judged, stage_and_judge
 from cudnn_setup.placement.same_archive import archive_stat, plan_again
 from cudnn_setup.placement.targets import dependency_entries, desired_entries, root_dirs

@@ -17,9 +17,8 @@ from cudnn_setup.durable import make_dirs
 from cudnn_setup.errors import ArchiveRejected
 from cudnn_setup.facts import cuda as cuda_facts
 from cudnn_setup.facts import cudnn as gen
-from cudnn_setup.facts.cuda import CudaRoot
+from cudnn_setup.facts.cuda import BuiltFor, CudaRoot
 from cudnn_setup.fetch import known_releases
-from cudnn_setup.facts.cuda import BuiltFor
 from cudnn_setup.state.manifest import Manifest
 from cudnn_setup.report import FAIL
 from cudnn_setup.text import escape

@@ -16,9 +16,8 @@ from cudnn_setup.digest import content_hash
 from cudnn_setup.errors import ArchiveRejected
 from cudnn_setup.facts import clients as client_facts
 from cudnn_setup.facts import cudnn as gen
-from cudnn_setup.facts.cuda import CudaRoot
+from cudnn_setup.facts.cuda import BuiltFor, CudaRoot
 from cudnn_setup.fetch.checksums import Expected, mismatch
-from cudnn_setup.facts.cuda import BuiltFor
 from cudnn_setup.placement.fit import built_for, cuda_mismatch, machine_fit
 from cudnn_setup.state.layout import StateDir
 from cudnn_setup.state.manifest import Manifest
