@@ -43,6 +43,7 @@ STDOUT_LIMIT = 4 << 20  # bytes of stdout kept (a probe's JSON line)
 DRAIN_S = 0.5  # after the child exits, how long what is still in its pipes is read
 _POLL_S = 0.05  # how often the child's exit is checked where no pidfd tells it
 END_WAIT_S = 2.0  # how long a command's end waits for the threads of killed children
+ENDED = "not run: the command had ended"  # said of a child asked for after the end
 
 _waited: set[int] = set()  # the pids some Runner of this process has started and not yet reaped
 _waited_lock = threading.Lock()
@@ -181,7 +182,7 @@ class Runner:
         for by `end`. Raises CommandEnded once the command has ended."""
         with self._lock:
             if self._ended:
-                raise CommandEnded("not run: the command had ended")
+                raise CommandEnded(ENDED)
             path = Path(tempfile.mkdtemp(prefix=prefix, dir=self.scratch_parent))
             self._scratch[path] = threading.get_ident()
         try:
@@ -209,7 +210,7 @@ class Runner:
             return Finished(None, b"", b"", error=earlier, known=earlier)
         with self._lock:
             if self._ended:
-                return Finished(None, b"", b"", error="not run: the command had ended",
+                return Finished(None, b"", b"", error=ENDED,
                                 interrupted=True)
         trapped = self._trapped(env)
         if trapped is not None:
@@ -243,7 +244,7 @@ class Runner:
             self._live[proc.pid] = proc
             # started while `end` or `cancel` killed the others: it goes as they did
             late = ("interrupted" if self._cancelled else
-                    "not run: the command had ended" if self._ended else None)
+                    ENDED if self._ended else None)
         with _waited_lock:
             _waited.add(proc.pid)
         out, err = _Tail(STDOUT_LIMIT), _Tail(OUTPUT_LIMIT)
