@@ -232,13 +232,14 @@ def _main_thread() -> bool:
 def _on_signal(signum, frame):  # set by _call only: signal is imported by then
     """SIGTERM raises Interrupted, SIGINT KeyboardInterrupt, where the program is; both roll
     back the same way (steps/command_wrapper.py)."""
+    import signal
+
     if _in_io_close(frame) and _deferred[0] < MAX_DEFERRALS:
         # A file object left to the garbage collector is closed by io's finalizer, which drops
         # whatever close() raises, without a word: the signal would be lost, and the command
         # would go on (waiting for bytes that never come, say). It is raised again a moment
         # later, in the main thread, once out of the close; a close that outlasts the
         # deferrals gets it where it is.
-        import signal
         import threading
 
         main = threading.main_thread().ident
@@ -246,8 +247,6 @@ def _on_signal(signum, frame):  # set by _call only: signal is imported by then
             _deferred[0] += 1
             threading.Timer(RESIGNAL_S, signal.pthread_kill, (main, signum)).start()
             return
-    import signal
-
     if signum == signal.SIGINT:
         raise KeyboardInterrupt
     raise Interrupted()
