@@ -17,8 +17,10 @@ bash scripts/setup-venv.sh test,theano
 # So is pytest's rewrite of the test modules' asserts, which it caches only where bytecode may be
 # written: else each worker rewrote every module again (5 CPU-seconds each, 1.4 once cached).
 .venv/bin/python -m compileall -q -j 0 cudnn_setup fixtures tests bench >/dev/null &
-PYTHONDONTWRITEBYTECODE= .venv/bin/python -m pytest --collect-only -q -p no:cacheprovider \
-    >/dev/null 2>&1 || true  # a module that fails to import is reported by the run below
+if [ -n "${PYTHONDONTWRITEBYTECODE:-}" ]; then  # else the workers keep that cache themselves
+  PYTHONDONTWRITEBYTECODE= .venv/bin/python -m pytest --collect-only -q -p no:cacheprovider \
+      >/dev/null 2>&1 || true  # a module that fails to import is reported by the run below
+fi
 wait
 if [ "${CI:-}" = true ]; then set -- -m "" "$@"; fi
 exec .venv/bin/python -m pytest -q -n "$(( $(nproc) * 2 ))" --dist worksteal "$@"
