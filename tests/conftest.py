@@ -65,24 +65,21 @@ def log_cpu(nodeid: str, phase: str, start: tuple[float, float, float] = (0.0, 0
         log.write(f"{nodeid}\t{phase}\t{total:.3f}\t{children:.3f}\t{wall:.3f}\n")
 
 
+def _logged(phase: str):
+    """The hook wrapper of one test phase that logs its CPU seconds."""
+    @pytest.hookimpl(hookwrapper=True)
+    def hook(item):
+        start = clocks()
+        yield
+        log_cpu(item.nodeid, phase, start)
+
+    return hook
+
+
 if CPU_LOG:
-    @pytest.hookimpl(hookwrapper=True)
-    def pytest_runtest_setup(item):
-        start = clocks()
-        yield
-        log_cpu(item.nodeid, "setup", start)
-
-    @pytest.hookimpl(hookwrapper=True)
-    def pytest_runtest_call(item):
-        start = clocks()
-        yield
-        log_cpu(item.nodeid, "call", start)
-
-    @pytest.hookimpl(hookwrapper=True)
-    def pytest_runtest_teardown(item):
-        start = clocks()
-        yield
-        log_cpu(item.nodeid, "teardown", start)
+    pytest_runtest_setup = _logged("setup")
+    pytest_runtest_call = _logged("call")
+    pytest_runtest_teardown = _logged("teardown")
 
     def pytest_collection_finish(session):
         # the interpreter's start, the plugins' and every test module's imports, and collection
