@@ -89,3 +89,22 @@ def test_no_parameter_is_a_value_or_a_function_returning_it():
                     and node.func.id == "callable":
                 found.append(f"{path.relative_to(REPO)}:{node.lineno}")
     assert not found, found
+
+
+def test_the_loaders_children_are_the_commands(tmp_path):
+    """ldconfig -p and ld.so, asked for the loader's facts on a thread of their own, ran on a
+    runner of their own: the command's end neither ended them nor waited for them, and their
+    scratch dirs were removed after the command had returned (the fault sweep met one
+    vanishing as it walked the tree). They are the command's children now."""
+    from cudnn_setup.steps.command_facts import Facts
+
+    ran = []
+
+    class Recording(Runner):
+        def run(self, cmd, *args, **kwargs):
+            ran.append(os.path.basename(cmd[0]))
+            return super().run(cmd, *args, **kwargs)
+
+    Facts({}, tmp_path, Recording()).loader()
+    assert "ldconfig" in ran or ldconfig.ldconfig_binary() is None, ran
+    assert "true" in ran, ran  # the loader's run of /bin/true under LD_DEBUG

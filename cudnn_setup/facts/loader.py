@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from cudnn_setup.durable import write_atomic
-from cudnn_setup.child import run_command
+from cudnn_setup.child import Runner, run_command
 from cudnn_setup.facts.cudnn import library_file_version
 from cudnn_setup.facts.ldresolve.environment import Environment
 from cudnn_setup.facts.ldresolve.ldconfig import CacheEntry, ldconfig_binary, read_cache
@@ -99,13 +99,16 @@ def remove_conf(conf_dir: Path, lib_dir: Path) -> bool:
 
 def loader_environment(env: Mapping[str, str], cache: Sequence[CacheEntry] | None = None,
                        facts: LoaderFacts | None = None,
-                       objects: Objects | None = None) -> Environment:
+                       objects: Objects | None = None, runner: Runner | None = None
+                       ) -> Environment:
     """What a program started from `env` has its loader work from. An empty LD_LIBRARY_PATH is
     no LD_LIBRARY_PATH for glibc (dl-load.c _dl_init_paths). The checks that share it read
-    each library's ELF facts once (`objects`, else a memo of its own)."""
+    each library's ELF facts once (`objects`, else a memo of its own). `runner`: the
+    command's, which runs the loader's children (ldconfig -p, ld.so), so that the command's end
+    ends them and waits for what they leave."""
     llp = env.get("LD_LIBRARY_PATH") or None
-    return Environment(ld_library_path=llp, cache=read_cache() if cache is None else cache,
-                       facts=probe_loader() if facts is None else facts,
+    return Environment(ld_library_path=llp, cache=read_cache(runner=runner) if cache is None else cache,
+                       facts=probe_loader(runner=runner) if facts is None else facts,
                        objects=objects or Objects())
 
 

@@ -87,7 +87,7 @@ class Facts:
 
     # The loader's cache and search order, with one memo of the libraries' ELF facts.
     def _loader_later(self) -> Later[Environment]:
-        return self._once(LOADER, loader_environment, self.env)
+        return self._once(LOADER, lambda: loader_environment(self.env, runner=self.runner))
 
     def loader(self) -> Environment:
         return self._loader_later().result()

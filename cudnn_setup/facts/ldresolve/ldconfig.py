@@ -6,7 +6,7 @@ import os
 import re
 from dataclasses import dataclass
 
-from cudnn_setup.child import run_command
+from cudnn_setup.child import Runner, run_command
 from cudnn_setup.facts.ldresolve.loadable import NotLoadable, read_object
 
 # Where ldconfig is installed (glibc puts it in /sbin; merged-/usr systems have both).
@@ -90,11 +90,12 @@ def ldconfig_binary() -> str | None:
 
 
 def read_cache(ldconfig: str | None = None, cache_file: str | None = None,
-               timeout: float = 30.0) -> list[CacheEntry]:
-    """The loader cache as `ldconfig -p` prints it ([] when ldconfig cannot be run)."""
+               timeout: float = 30.0, runner: Runner | None = None) -> list[CacheEntry]:
+    """The loader cache as `ldconfig -p` prints it ([] when ldconfig cannot be run);
+    `runner`: the command's, so that its end ends the child too."""
     binary = ldconfig or ldconfig_binary()
     if binary is None:
         return []
     done = run_command([binary, "-p"] + (["-C", cache_file] if cache_file else []), timeout,
-                       env={})
+                       env={}, runner=runner)
     return parse_ldconfig_p(done.stdout.decode(errors="replace")) if done.ok else []

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from cudnn_setup.child import run_command
+from cudnn_setup.child import Runner, run_command
 from cudnn_setup.facts.elf import interpreter as interpreter_of
 
 # glibc's trusted directories when the loader cannot be asked (x86-64 Debian/Ubuntu, then
@@ -26,19 +26,20 @@ class LoaderFacts:
 
 
 def probe_loader(program: str = "/bin/true", interpreter: str | None = None,
-                 timeout: float = 10.0) -> LoaderFacts:
+                 timeout: float = 10.0, runner: Runner | None = None) -> LoaderFacts:
     """Ask the real ld.so: `ld.so --help` lists the default directories (glibc 2.33+), and one
     run of `program` under LD_DEBUG=libs shows how $LIB, $PLATFORM and the hwcaps
-    subdirectories expand. Falls back to built-in defaults, saying so in `found_via`."""
+    subdirectories expand. Falls back to built-in defaults, saying so in `found_via`. `runner`:
+    the command's, so that its end ends the children too."""
     facts = LoaderFacts()
     interp = interpreter or interpreter_of(program)
     dirs: list[str] = []
     if interp:
-        out = run_command([interp, "--help"], timeout, env={}).out
+        out = run_command([interp, "--help"], timeout, env={}, runner=runner).out
         dirs = re.findall(r"^[ \t]+(/\S+) \(system search path\)$", out, re.M)
     marker = "/nonexistent-cudnn-setup-probe"
     err = run_command([program], timeout, env={"LD_LIBRARY_PATH": f"{marker}/$LIB/@/$PLATFORM/@",
-                                               "LD_DEBUG": "libs"}).err
+                                               "LD_DEBUG": "libs"}, runner=runner).err
     m = re.search(r"search path=(\S*)\s+\(LD_LIBRARY_PATH\)", err)
     if not m:
         if dirs:
