@@ -782,3 +782,41 @@ def test_a_child_that_leaves_a_deep_tree_in_its_scratch_dir_is_no_exit_70(tmp_pa
     finally:  # pytest's own clean-up of old runs recurses too: leave no such tree behind
         for left in tmp_path.iterdir():
             remove_tree(left)
+
+
+def test_a_compiler_ended_with_verify_leaves_no_temporary_file(tmp_path, home, cuda_root):
+    """A C compiler writes temporary files of its own into $TMPDIR (gcc's cc*.s and cc*.o) and
+    leaves them there when it is killed. The compile check gives it its scratch dir as TMPDIR,
+    removed with the command, so a verify interrupted while it compiles leaves the user's
+    temporary directory as it was. The compiler here makes its temporary file as gcc does
+    first, then waits to be ended; the same check with gcc itself passes in the other tests."""
+    root = cuda_root("10.0")
+    done, _ = run_json(["install", REPO / "fixtures" / "samples" /
+                        "cudnn-10.0-linux-x64-v7.4.2.24.tgz", "--cuda-root", root, "--no-verify",
+                        "--no-theanorc"], home)
+    assert done.returncode == 0, done.stderr
+    tmp, seen = tmp_path / "tmp", tmp_path / "cc-tmpdir"
+    tmp.mkdir()
+    cc = tmp_path / "cc"
+    cc.write_text(f'#!/bin/sh\nmktemp "${{TMPDIR:-/tmp}}/ccXXXXXX.s" > {seen}.part\n'
+                  f'mv {seen}.part {seen}\nsleep 60\nexec gcc "$@"\n')
+    cc.chmod(0o755)
+    proc = subprocess.Popen([sys.executable, "-m", "cudnn_setup", "verify", "--cuda-root",
+                             str(root), "--no-theano", "--no-frameworks", "--json"],
+                            env=clean_env(home, CC=str(cc), TMPDIR=str(tmp)),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        while not seen.exists() and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+        assert seen.exists(), proc.communicate(timeout=30)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 1 and json.loads(out)["error"]["code"] == "interrupted", err
+    made = Path(seen.read_text().strip())
+    assert made.parent.parent == tmp and made.parent.name.startswith("cudnn-setup-compile-")
+    assert not list(tmp.iterdir()), "left in the user's temporary directory"

@@ -100,7 +100,9 @@ def check_compile(inst: Installation, facts: CheckFacts) -> Check:
         cmd = [compiler, str(src), "-o", str(exe), f"-I{inst.include_dir}",
                *(f"-I{d}" for d in includes), f"-L{inst.lib_dir}", link,
                f"-Wl,-rpath,{inst.lib_dir}"]
-        built = runner.run(cmd, COMPILE_TIMEOUT, env)
+        # gcc's own temporary files (cc*.s, cc*.o) go in the scratch dir too: a compiler
+        # killed with the command would leave them in the user's /tmp
+        built = runner.run(cmd, COMPILE_TIMEOUT, {**env, "TMPDIR": str(tmp)})
         if built.timed_out or built.error:
             return Check("compile", FAIL, f"the compiler {built.error or 'did not finish in time'}")
         stderr = built.err
