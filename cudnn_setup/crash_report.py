@@ -11,6 +11,8 @@ import re
 import stat
 from pathlib import Path
 
+from cudnn_setup.private_dirs import make_private_dir
+
 # `--header` values are secrets whatever their names; these look like secrets wherever they are.
 # Every repetition is bounded or followed by nothing that can fail, so matching stays linear.
 _WHOLE_VALUE = re.compile(r"(?i)\b((?:proxy-)?authorization|(?:set-)?cookie)"
@@ -85,7 +87,7 @@ def save(directory: Path, name: str, text: str, euid: int) -> Path:
     """Write `text` as `directory/name`, mode 0600 whatever the umask, the directory made 0700
     if missing. A directory that is a link, is not the user's, or that others may write is not
     used (OSError, saying why): a file there could be read, replaced or planted by them."""
-    _make_private_dir(directory)
+    make_private_dir(directory)
     flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
         dir_fd = os.open(directory, flags)
@@ -114,19 +116,3 @@ def save(directory: Path, name: str, text: str, euid: int) -> Path:
     finally:
         os.close(dir_fd)
     return directory / name
-
-
-def _make_private_dir(directory: Path) -> None:
-    """Create the missing parts of `directory`, each 0700 (its parents too: ~/.cache is the
-    user's alone)."""
-    missing = []
-    for part in (directory, *directory.parents):
-        if os.path.lexists(part):
-            break
-        missing.append(part)
-    for part in reversed(missing):
-        try:
-            os.mkdir(part, 0o700)
-        except FileExistsError:
-            continue
-        os.chmod(part, 0o700, follow_symlinks=False)
