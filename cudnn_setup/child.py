@@ -105,6 +105,10 @@ class Runner:
         self._ended = False  # the command ended: a thread it left behind starts no child
         self._traps: dict[str, str | None] = {}  # LD_LIBRARY_PATH: what on it would hang a child
 
+    def temp_dir(self) -> Path:
+        """Where scratch dirs go by default."""
+        return self.scratch_parent or Path(tempfile.gettempdir())
+
     def __enter__(self) -> "Runner":
         return self
 
@@ -177,13 +181,15 @@ class Runner:
             remove_tree_quietly(path)
 
     @contextmanager
-    def scratch(self, prefix: str = "cudnn-setup-child-") -> Iterator[Path]:
-        """A fresh directory for a child's files, removed when the block is left and waited
-        for by `end`. Raises CommandEnded once the command has ended."""
+    def scratch(self, prefix: str = "cudnn-setup-child-",
+                parent: Path | None = None) -> Iterator[Path]:
+        """A fresh directory for a child's files (in `parent`, else the runner's), removed when
+        the block is left and waited for by `end`. Raises CommandEnded once the command has
+        ended."""
         with self._lock:
             if self._ended:
                 raise CommandEnded(ENDED)
-            path = Path(tempfile.mkdtemp(prefix=prefix, dir=self.scratch_parent))
+            path = Path(tempfile.mkdtemp(prefix=prefix, dir=parent or self.scratch_parent))
             self._scratch[path] = threading.get_ident()
         try:
             yield path

@@ -11,7 +11,9 @@ from typing import TYPE_CHECKING
 
 from cudnn_setup.checks import load_check
 from cudnn_setup.checks.load_check import not_a_library
+from cudnn_setup.facts import mounts
 from cudnn_setup.installation.model import Installation
+from cudnn_setup.private_dirs import private_dir
 from cudnn_setup.probing.probe import child_env, loads_key
 from cudnn_setup.report import FAIL, PASS, SKIP, WARN, Check
 
@@ -64,6 +66,26 @@ def program_answer(out: bytes, key: str) -> str | None:
     return None
 
 
+def build_dir(facts: CheckFacts) -> Path | None | str:
+    """Where the program is built and run: the command's temporary directory (None), unless
+    programs may not run from it (a noexec mount, as hardened machines have /tmp): then a
+    directory of the user's cache. A string says why neither will do."""
+    tmp = facts.runner.temp_dir()
+    if mounts.allows_exec(tmp):
+        return None
+    why = f"programs may not run from {tmp} (mounted noexec)"
+    if facts.cache_dir is not None:
+        spare = facts.cache_dir / "tmp"
+        try:
+            if mounts.allows_exec(private_dir(spare, os.geteuid())):
+                return spare
+            why += f", nor from {spare}"
+        except OSError as exc:
+            why += f", and {spare} cannot be used: {exc.strerror or exc}"
+    return (f"not built: {why}, so no program built against cuDNN can run here; to check, "
+            "set TMPDIR to a directory on a filesystem that allows running programs")
+
+
 def check_compile(inst: Installation, facts: CheckFacts) -> Check:
     """Build, link and run PROGRAM against `inst` with the compiler the command's environment
     names ($CC, else cc or gcc on its PATH), after the load check: a library that hangs or
@@ -94,7 +116,10 @@ def check_compile(inst: Installation, facts: CheckFacts) -> Check:
         link = f"-l:{target.name}"
         note = (f"; {inst.lib_dir} has no libcudnn.so development link, so a build with "
                 f"-lcudnn (as Theano's) would not find this cuDNN: linked with {link}")
-    with runner.scratch("cudnn-setup-compile-") as tmp:  # waited for by the command's end
+    parent = build_dir(facts)
+    if isinstance(parent, str):
+        return Check("compile", SKIP, parent)
+    with runner.scratch("cudnn-setup-compile-", parent) as tmp:  # waited for by the end
         src, exe = tmp / "check.c", tmp / "check"
         src.write_text(PROGRAM)
         cmd = [compiler, str(src), "-o", str(exe), f"-I{inst.include_dir}",
@@ -131,6 +156,7 @@ def check_compile(inst: Installation, facts: CheckFacts) -> Check:
     if not ran.ok or versions is None:
         why = ("header and library versions differ: " + (versions or "?") if ran.returncode == 3
                else "it did not finish in time" if ran.timed_out
+               else f"it could not be started: {ran.error}" if ran.returncode is None
                else f"exit status {ran.returncode}: {ran.err.strip()[-200:]}" if ran.returncode
                else "it exited with status 0 without printing its answer (something it loaded "
                     f"ended it before main() could){': ' + ran.err.strip()[-200:] if ran.err.strip() else ''}")

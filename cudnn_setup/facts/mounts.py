@@ -1,4 +1,5 @@
-"""Which filesystem holds a path, read from /proc/self/mountinfo."""
+"""Which filesystem holds a path (read from /proc/self/mountinfo), and whether programs may run
+from it."""
 from __future__ import annotations
 
 import os
@@ -31,3 +32,13 @@ def fs_type(path: Path, mountinfo: str | None = None) -> str | None:
         if inside and len(point) >= len(best):  # the last of equal mounts is the one on top
             best, best_type = point, right.split()[0]
     return best_type
+
+
+def allows_exec(path: Path) -> bool:
+    """Whether programs may run from files under `path`: False where its filesystem is mounted
+    noexec (hardened machines mount /tmp so); True where that cannot be told, so that running
+    says what goes wrong."""
+    try:
+        return not os.statvfs(path).f_flag & os.ST_NOEXEC
+    except OSError:
+        return True
