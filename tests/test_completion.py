@@ -2,6 +2,7 @@
 completion function it registers is called with COMP_WORDS and COMP_CWORD set as bash sets them,
 and it runs the program to get its answer."""
 import os
+import shutil
 import subprocess
 import sys
 
@@ -87,3 +88,22 @@ def test_install_completion_writes_into_the_users_shell_config(on_path, home):
     sourced = list((home / ".bash_completions").iterdir())
     assert [p.name for p in sourced] == ["cudnn-setup.sh"]
     assert "_cudnn_setup_completion" in sourced[0].read_text()
+
+
+@pytest.mark.skipif(shutil.which("fish") is None, reason="fish is not installed (.ci/run installs it)")
+def test_fish_offers_commands_and_options_through_the_script_it_sources(on_path):
+    """fish's own `complete -C` asks the completion the script registers, as typing would."""
+    source = script("fish", on_path)
+
+    def fish(line: str) -> list[str]:
+        done = subprocess.run(["fish", "--no-config", "-c", f"{source}\ncomplete -C {line!r}"],
+                              env=on_path, capture_output=True, text=True, timeout=120, cwd=REPO)
+        assert done.returncode == 0, done.stderr
+        return [row.split("\t")[0] for row in done.stdout.splitlines()]
+
+    assert fish("cudnn-setup ins") == ["inspect", "install"]
+    assert fish("cudnn-setup verify --cuda-r") == ["--cuda-root"]
+    offered = fish("cudnn-setup verify --")
+    assert {"--cuda-root", "--theanorc", "--json", "--help"} <= set(offered)
+    assert "--sha256" not in offered
+    assert fish("cudnn-setup zzz") == []
