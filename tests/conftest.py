@@ -1,7 +1,6 @@
 import hashlib
 import io
 import json
-import lzma
 import os
 import resource
 import shutil
@@ -19,8 +18,8 @@ sys.path.insert(0, str(REPO))
 from cudnn_setup.cli import main  # noqa: E402
 from fixtures import buildcache  # noqa: E402
 from cudnn_setup.archive.decoders import CHUNK  # noqa: E402
-from fixtures.generate import (SPECS, Compiler, build, compress, make_cuda_root,  # noqa: E402
-                               spec_entries, tar_bytes)
+from fixtures.generate import (SPECS, XZ_FAST, Compiler, build, compress,  # noqa: E402
+                               make_cuda_root, spec_entries, tar_bytes, xz_fast)
 
 
 # The modules that hold the longest tests (Theano's first compiles, the Ansible role's plays, the
@@ -109,15 +108,16 @@ PADDED = {"libcudnn_engines_precompiled": 6 * CHUNK + 99, "libcudnn_adv": 4 * CH
 def padded(tmp_path_factory, compiler) -> dict:
     """The 9.3 archive with its libraries padded (PADDED): its tar bytes ("raw"), its files by
     name, and the archive as one xz block ("single"), as 1 MiB xz blocks ("multi", through
-    `xz -T2`) and as gzip ("gz"). xz takes seconds over random bytes, so each form is compressed
-    once for the session, all workers together (fixtures/buildcache.py)."""
+    `xz -T2`) and as gzip ("gz"). xz takes seconds over random bytes (even with
+    fixtures.generate's FAST_LZMA2), so each form is compressed once for the session, all
+    workers together (fixtures/buildcache.py)."""
     out = tmp_path_factory.mktemp("padded")
     entries = spec_entries(SPECS[f"{PADDED_NAME}.tar.xz"], compiler, PADDED)
     raw = tar_bytes(entries)
     forms = {
-        "single": (f"{PADDED_NAME}.tar.xz", lambda: lzma.compress(raw, preset=0)),
+        "single": (f"{PADDED_NAME}.tar.xz", lambda: xz_fast(raw)),
         "multi": (f"{PADDED_NAME}.tar.xz", lambda: subprocess.run(
-            ["xz", "-T2", "-0", "--block-size=1MiB", "-c"], input=raw, capture_output=True,
+            ["xz", "-T2", XZ_FAST, "--block-size=1MiB", "-c"], input=raw, capture_output=True,
             check=True).stdout),
         "gz": (f"{PADDED_NAME}.tgz", lambda: compress(raw, ".tgz")),
     }

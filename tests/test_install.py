@@ -504,16 +504,14 @@ def _random_kills(tmp_path, compiler, cuda_root, home, archives, pad: dict[str, 
     """Kill a 9.x install over 8.x at random moments (timed from its transaction's start),
     `kills` times or until `enough` kills landed inside the transaction; after each, the next
     command must leave exactly old or exactly new. Returns (kills inside, outcomes)."""
-    import lzma
     import random
 
-    from fixtures.generate import SPECS, spec_entries, tar_bytes
+    from fixtures.generate import SPECS, spec_entries, tar_bytes, xz_fast
 
     name = V9
     big = tmp_path / name
-    # the padding is random bytes: xz's fastest preset stores them as well as its default does
-    big.write_bytes(lzma.compress(tar_bytes(spec_entries(SPECS[name], compiler, pad)),
-                                  format=lzma.FORMAT_XZ, check=lzma.CHECK_CRC64, preset=0))
+    # the padding is random bytes: xz's fastest matching stores them as well as its default does
+    big.write_bytes(xz_fast(tar_bytes(spec_entries(SPECS[name], compiler, pad))))
     reference = cuda_root("12.4")
     _install(archives, V8L, reference, home)
     old = _without_manifest(tree_state(reference))

@@ -5,7 +5,6 @@ whenever it finds fault with an archive, ISA-L or zlib reads it again and their 
 """
 import gzip
 import hashlib
-import lzma
 import shutil
 import subprocess
 from pathlib import Path
@@ -14,7 +13,8 @@ import pytest
 
 from conftest import run_json, tree_state
 from cudnn_setup.archive import decoders, reader, staging
-from fixtures.generate import SPECS, Entry, compress, spec_entries, tar_bytes
+from fixtures.generate import (SPECS, XZ_FAST, Entry, compress, spec_entries, tar_bytes,
+                               xz_fast)
 
 NAME = "cudnn-linux-x86_64-9.3.0.99_cuda12-archive"
 XZ = shutil.which("xz")
@@ -40,8 +40,8 @@ def _other_archive(padded: dict, key: str) -> bytes:
     if key == "gz":
         return compress(swapped, ".tgz")
     if key == "single":
-        return lzma.compress(swapped, preset=0)
-    return subprocess.run([XZ, "-T2", "-0", "--block-size=1MiB", "-c"], input=swapped,
+        return xz_fast(swapped)
+    return subprocess.run([XZ, "-T2", XZ_FAST, "--block-size=1MiB", "-c"], input=swapped,
                           capture_output=True, check=True).stdout
 
 
