@@ -13,6 +13,7 @@ import pytest
 
 from conftest import run_json, tree_state
 from cudnn_setup.archive import decoders, reader, staging
+from fixtures import buildcache
 from fixtures.generate import (SPECS, XZ_FAST, Entry, compress, spec_entries, tar_bytes,
                                xz_fast)
 
@@ -29,7 +30,9 @@ def _read(path: Path, staging_dir: Path, gzip_decoder: str | None = None, on_rea
 
 
 def _other_archive(padded: dict, key: str) -> bytes:
-    """The archive `key` with two MiB of its largest library swapped: same names, other bytes."""
+    """The archive `key` with two MiB of its largest library swapped: same names, other bytes,
+    compressed as conftest's `padded` compresses that form. Made once for the session, all
+    workers together (fixtures/buildcache.py): the gz form is asked for by four tests."""
     raw = padded["raw"]
     lib = next(n for n in padded["files"] if "engines_precompiled" in n)
     start = raw.index(padded["files"][lib][:4096]) + (1 << 20)
@@ -37,12 +40,14 @@ def _other_archive(padded: dict, key: str) -> bytes:
     swapped = raw[:start] + raw[start + half:start + 2 * half] + raw[start:start + half] + \
         raw[start + 2 * half:]
     assert swapped != raw
-    if key == "gz":
-        return compress(swapped, ".tgz")
-    if key == "single":
-        return xz_fast(swapped)
-    return subprocess.run([XZ, "-T2", XZ_FAST, "--block-size=1MiB", "-c"], input=swapped,
-                          capture_output=True, check=True).stdout
+    forms = {
+        "gz": lambda: compress(swapped, ".tgz"),
+        "single": lambda: xz_fast(swapped),
+        "multi": lambda: subprocess.run([XZ, "-T2", XZ_FAST, "--block-size=1MiB", "-c"],
+                                        input=swapped, capture_output=True, check=True).stdout,
+    }
+    digest = hashlib.sha256(swapped).hexdigest()
+    return buildcache.built(buildcache.key_of("padded-other", key, digest), forms[key])
 
 
 def _check(listing, padded, path: Path) -> None:
