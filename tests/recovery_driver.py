@@ -1,13 +1,14 @@
 """Kill a transaction, then kill its recovery at every one of its steps, for real.
 
-    python tests/recovery_driver.py SCENARIO ARCHIVE_DIR WORK_DIR
+    python tests/recovery_driver.py SCENARIO ARCHIVE_DIR WORK_DIR [EVERY]
 
-For n = 1, 2, …: build a fresh root, run the scenario's command in a forked child that SIGKILLs
-itself at a fixed step (leaving a journal), then run recovery in forked children that SIGKILL
-themselves at their n-th filesystem step (twice: the first recovery and the one after it); then run
-the recovery that install, uninstall and repair run first (one more, unkilled) and compare
-the root with the trees before and after the scenario's command. The sweep ends at the first n
-that recovery completes without meeting. Prints one JSON object.
+For n = 1, 2, … (with EVERY > 1, a sample of them: kill_points): build a fresh root, run the
+scenario's command in a forked child that SIGKILLs itself at a fixed step (leaving a journal),
+then run recovery in forked children that SIGKILL themselves at their n-th filesystem step
+(twice: the first recovery and the one after it); then run the recovery that install,
+uninstall and repair run first (one more, unkilled) and compare the root with the trees before
+and after the scenario's command. The sweep ends at the first n that recovery completes without
+meeting. Prints one JSON object.
 
 Forked children keep each attempt to milliseconds (no interpreter start); the kills are real
 SIGKILLs, and every recovery runs in a process of its own.
@@ -153,7 +154,22 @@ class Scenario:
             placement.install(placement.Request(self.archives / V9, root, force=True), fs=fs)
 
 
-def sweep(scenario: Scenario, work: Path) -> dict:
+def kill_points(trace: list, every: int) -> list[int]:
+    """The n a sweep kills at, given the steps of one whole recovery: 1, 2, … len(trace) and
+    one more that recovery never meets; with every > 1 only each every-th of them from 1, the
+    last two, and each n that kills between the journal's removal and the tx dir's (the order
+    of those two is what an earlier release got wrong)."""
+    total = len(trace) + 1
+    if every == 1:
+        return list(range(1, total + 1))
+    steps = [f"{name} {path}" for name, path in trace]
+    journal = steps.index("unlink .cudnn-setup/journal.json")
+    tx = next(i for i, s in enumerate(steps) if s.startswith("remove_tree .cudnn-setup/tx/"))
+    between = range(journal + 2, tx + 2)  # killed at step n: steps 1 … n-1 were made
+    return sorted(set(range(1, total + 1, every)) | set(between) | {total - 1, total})
+
+
+def sweep(scenario: Scenario, work: Path, every: int = 1) -> dict:
     reference = scenario.setup(work / "reference")
     old = without_state(tree_state(reference.path))
     scenario.command(reference, None)
@@ -161,9 +177,9 @@ def sweep(scenario: Scenario, work: Path) -> dict:
     assert old != new
     runs = []
     trace: list = []
-    n = 0
-    while True:
-        n += 1
+    points = [1]  # the rest once the trace of a whole recovery says how many steps it has
+    while len(runs) < len(points):
+        n = points[len(runs)]
         root = scenario.setup(work / f"root{n}")
         killed = in_child(lambda: scenario.command(root, Killer(scenario.kill_at,
                                                                   scenario.after_commit)))
@@ -177,6 +193,7 @@ def sweep(scenario: Scenario, work: Path) -> dict:
             tracer = Killer(None)
             placement.recover_pending(probe, fs=tracer)
             trace = [(name, os.path.relpath(p, probe.path)) for name, p in tracer.trace]
+            points = kill_points(trace, every)
         kills = 0  # recovery killed at its n-th step, and the recovery after it too
         while kills < 2 and in_child(
                 lambda: placement.recover_pending(root, fs=Killer(n))) == "killed":
@@ -192,10 +209,12 @@ def sweep(scenario: Scenario, work: Path) -> dict:
                      "journal_left": journal.exists(),
                      "tx_left": (root.path / ".cudnn-setup" / "tx").exists()})
         if kills == 0:
-            return {"trace": trace, "runs": runs}
+            break
+    return {"trace": trace, "runs": runs}
 
 
 if __name__ == "__main__":
     name, archives, work = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
+    every = int(sys.argv[4]) if len(sys.argv) > 4 else 1
     (work / "cc").mkdir(parents=True, exist_ok=True)
-    print(json.dumps(sweep(Scenario(name, archives, Compiler(work / "cc")), work)))
+    print(json.dumps(sweep(Scenario(name, archives, Compiler(work / "cc")), work, every)))
