@@ -141,15 +141,32 @@ def test_version_without_a_build_for_the_root_fails_with_the_tools_message(by_ve
     assert "cuda13" in done.stdout and tree_state(root) == before
 
 
-@pytest.mark.parametrize("change,complaint", [
-    ({"cudnn_setup_version": 9.1}, "quote the version"),
-    ({"cudnn_setup_archive_src": "x.tgz"}, "not both"),
-    ({"cudnn_setup_version": ""}, "not both"),
-])
-def test_archive_or_version_exactly_one_and_quoted(by_version, tmp_path, home, change, complaint):
-    by_version.update(change)
-    done, changed, failed = play(tmp_path, home, by_version)
-    assert failed == 1 and complaint in done.stdout, done.stdout
+def test_archive_or_version_exactly_one_and_quoted(by_version, tmp_path, home):
+    """Three nodes of one play, each given one of the mistakes (a version YAML read as a
+    number; an archive and a version; neither): each node fails the play with its own
+    complaint. One ansible-playbook run for the three, as for a fleet: these checks run on the
+    controller, so a run per mistake was a second of its start-up each."""
+    mistakes = {"unquoted": ({"cudnn_setup_version": 9.1}, "quote the version"),
+                "both": ({"cudnn_setup_archive_src": "x.tgz"}, "not both"),
+                "neither": ({"cudnn_setup_version": ""}, "not both")}
+    # inventory variables, not extra ones: those would override each node's own
+    nodes = {name: {**by_version, **change, "ansible_connection": "local",
+                    "ansible_python_interpreter": sys.executable}
+             for name, (change, _) in mistakes.items()}
+    inventory = tmp_path / "fleet.yml"
+    inventory.write_text(json.dumps({"all": {"hosts": nodes}}))  # JSON is YAML
+    env = clean_env(home, ANSIBLE_ROLES_PATH=str(REPO / "contrib" / "ansible" / "roles"),
+                    ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"), ANSIBLE_NOCOLOR="1",
+                    ANSIBLE_RETRY_FILES_ENABLED="0")
+    done = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i",
+                           str(inventory), "-e", "cudnn_setup_test_hosts=all", str(PLAYBOOK)],
+                          env=env, capture_output=True, text=True, timeout=600)
+    for name, (_, complaint) in mistakes.items():
+        recap = re.search(rf"^{name}\s*:\s*ok=\d+\s+changed=\d+\s+unreachable=0\s+failed=(\d+)",
+                          done.stdout, re.M)
+        assert recap and recap.group(1) == "1", done.stdout + done.stderr
+        fatal = [line for line in done.stdout.splitlines() if line.startswith(f"fatal: [{name}]")]
+        assert len(fatal) == 1 and complaint in fatal[0], done.stdout
 
 
 # --- by version, from a mirror that `cudnn-setup mirror` built ---------------------------------
