@@ -85,9 +85,12 @@ def find_blas(env: Mapping[str, str], runner: Runner | None = None) -> BlasFlags
         if path is None:
             tried.append(f"lib{name}.so not found")
             continue
-        # the program on stdin, the executable to /dev/null: the link alone is the proof
-        linked = (runner or Runner()).run([cc, "-x", "c", "-", "-o", os.devnull, f"-l{name}"],
-                                          LINK_TIMEOUT, env, stdin=_LINK_PROGRAM)
+        # the program on stdin, the executable to /dev/null: the link alone is the proof; the
+        # compiler's own temporary files go in a scratch dir, which a kill cannot leave behind
+        runs = runner or Runner()
+        with runs.scratch("cudnn-setup-compile-") as tmp:
+            linked = runs.run([cc, "-x", "c", "-", "-o", os.devnull, f"-l{name}"], LINK_TIMEOUT,
+                             {**env, "TMPDIR": str(tmp)}, cwd=tmp, stdin=_LINK_PROGRAM)
         if not linked.ok:
             tried.append(f"{path} does not link dgemm_")
             continue

@@ -826,3 +826,45 @@ def test_a_compiler_ended_with_verify_leaves_no_temporary_file(tmp_path, home, c
     made = Path(seen.read_text().strip())
     assert made.parent.parent == tmp and made.parent.name.startswith("cudnn-setup-compile-")
     assert not list(tmp.iterdir()), "left in the user's temporary directory"
+
+
+def test_a_blas_link_ended_with_theanorc_leaves_no_temporary_file(tmp_path, home, cuda_root):
+    """The same for the link that proves a BLAS for Theano's `[blas] ldflags`: the compiler's
+    temporary files go in a scratch dir of the command's, so `theanorc` interrupted while it
+    links leaves the user's temporary directory as it was. The BLAS is a real library the
+    linker finds through LIBRARY_PATH; `cc` makes its temporary file as gcc does, then waits."""
+    root = cuda_root("10.0")
+    done, _ = run_json(["install", REPO / "fixtures" / "samples" /
+                        "cudnn-10.0-linux-x64-v7.4.2.24.tgz", "--cuda-root", root, "--no-verify",
+                        "--no-theanorc"], home)
+    assert done.returncode == 0, done.stderr
+    libs, bindir, tmp, seen = (tmp_path / n for n in ("libs", "bin", "tmp", "cc-tmpfile"))
+    for d in (libs, bindir, tmp):
+        d.mkdir()
+    subprocess.run(["gcc", "-shared", "-fPIC", "-x", "c", "-", "-o", str(libs / "libopenblas.so")],
+                   input=b"void dgemm_(void) {}\n", check=True)
+    cc = bindir / "cc"
+    cc.write_text('#!/bin/sh\ncase "$*" in *-print-file-name=*) exec gcc "$@";; esac\n'
+                  f'mktemp "${{TMPDIR:-/tmp}}/ccXXXXXX.s" > {seen}.part\n'
+                  f'mv {seen}.part {seen}\nsleep 60\nexec gcc "$@"\n')
+    cc.chmod(0o755)
+    env = clean_env(home, TMPDIR=str(tmp), LIBRARY_PATH=str(libs))
+    env["PATH"] = f"{bindir}{os.pathsep}{env.get('PATH', os.defpath)}"
+    proc = subprocess.Popen([sys.executable, "-m", "cudnn_setup", "theanorc", "--cuda-root",
+                             str(root), "--json"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        while not seen.exists() and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+        assert seen.exists(), proc.communicate(timeout=30)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert json.loads(out)["error"]["code"] == "interrupted", err
+    made = Path(seen.read_text().strip())
+    assert made.parent.parent == tmp and made.parent.name.startswith("cudnn-setup-compile-")
+    assert not list(tmp.iterdir()), "left in the user's temporary directory"
