@@ -790,6 +790,30 @@ def test_a_child_that_leaves_a_deep_tree_in_its_scratch_dir_is_no_exit_70(tmp_pa
             remove_tree(left)
 
 
+def _interrupt_while_compiling(argv: list[str], env: dict, seen: Path, tmp: Path) -> int:
+    """The tool run with `argv`, Ctrl-C'd once its compiler has written `seen` (the name of the
+    temporary file it made in its $TMPDIR): the command says it was interrupted, that file was
+    in a scratch dir of the command's in `tmp`, and `tmp` is left empty. Its exit status."""
+    proc = subprocess.Popen([sys.executable, "-m", "cudnn_setup", *argv, "--json"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        while not seen.exists() and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+        assert seen.exists(), proc.communicate(timeout=30)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert json.loads(out)["error"]["code"] == "interrupted", err
+    made = Path(seen.read_text().strip())
+    assert made.parent.parent == tmp and made.parent.name.startswith("cudnn-setup-compile-")
+    assert not list(tmp.iterdir()), "left in the user's temporary directory"
+    return proc.returncode
+
+
 def test_a_compiler_ended_with_verify_leaves_no_temporary_file(tmp_path, home, cuda_root):
     """A C compiler writes temporary files of its own into $TMPDIR (gcc's cc*.s and cc*.o) and
     leaves them there when it is killed. The compile check gives it its scratch dir as TMPDIR,
@@ -807,25 +831,9 @@ def test_a_compiler_ended_with_verify_leaves_no_temporary_file(tmp_path, home, c
     cc.write_text(f'#!/bin/sh\nmktemp "${{TMPDIR:-/tmp}}/ccXXXXXX.s" > {seen}.part\n'
                   f'mv {seen}.part {seen}\nsleep 60\nexec gcc "$@"\n')
     cc.chmod(0o755)
-    proc = subprocess.Popen([sys.executable, "-m", "cudnn_setup", "verify", "--cuda-root",
-                             str(root), "--no-theano", "--no-frameworks", "--json"],
-                            env=clean_env(home, CC=str(cc), TMPDIR=str(tmp)),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        deadline = time.monotonic() + 60
-        while not seen.exists() and time.monotonic() < deadline and proc.poll() is None:
-            time.sleep(0.05)
-        assert seen.exists(), proc.communicate(timeout=30)
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == 1 and json.loads(out)["error"]["code"] == "interrupted", err
-    made = Path(seen.read_text().strip())
-    assert made.parent.parent == tmp and made.parent.name.startswith("cudnn-setup-compile-")
-    assert not list(tmp.iterdir()), "left in the user's temporary directory"
+    assert _interrupt_while_compiling(["verify", "--cuda-root", str(root), "--no-theano",
+                                       "--no-frameworks"],
+                                      clean_env(home, CC=str(cc), TMPDIR=str(tmp)), seen, tmp) == 1
 
 
 def test_a_blas_link_ended_with_theanorc_leaves_no_temporary_file(tmp_path, home, cuda_root):
@@ -850,21 +858,5 @@ def test_a_blas_link_ended_with_theanorc_leaves_no_temporary_file(tmp_path, home
     cc.chmod(0o755)
     env = clean_env(home, TMPDIR=str(tmp), LIBRARY_PATH=str(libs))
     env["PATH"] = f"{bindir}{os.pathsep}{env.get('PATH', os.defpath)}"
-    proc = subprocess.Popen([sys.executable, "-m", "cudnn_setup", "theanorc", "--cuda-root",
-                             str(root), "--json"], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        deadline = time.monotonic() + 60
-        while not seen.exists() and time.monotonic() < deadline and proc.poll() is None:
-            time.sleep(0.05)
-        assert seen.exists(), proc.communicate(timeout=30)
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert json.loads(out)["error"]["code"] == "interrupted", err
-    made = Path(seen.read_text().strip())
-    assert made.parent.parent == tmp and made.parent.name.startswith("cudnn-setup-compile-")
-    assert not list(tmp.iterdir()), "left in the user's temporary directory"
+    # nothing written yet: a command that writes says it rolled back (exit 5)
+    assert _interrupt_while_compiling(["theanorc", "--cuda-root", str(root)], env, seen, tmp) == 5
