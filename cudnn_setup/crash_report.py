@@ -5,13 +5,11 @@ URLs' passwords).
 """
 from __future__ import annotations
 
-import errno
 import os
 import re
-import stat
 from pathlib import Path
 
-from cudnn_setup.private_dirs import make_private_dir
+from cudnn_setup.private_dirs import open_private_dir
 
 # `--header` values are secrets whatever their names; these look like secrets wherever they are.
 # Every repetition is bounded or followed by nothing that can fail, so matching stays linear.
@@ -87,21 +85,8 @@ def save(directory: Path, name: str, text: str, euid: int) -> Path:
     """Write `text` as `directory/name`, mode 0600 whatever the umask, the directory made 0700
     if missing. A directory that is a link, is not the user's, or that others may write is not
     used (OSError, saying why): a file there could be read, replaced or planted by them."""
-    make_private_dir(directory)
-    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    dir_fd = open_private_dir(directory, euid)
     try:
-        dir_fd = os.open(directory, flags)
-    except OSError as exc:
-        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-            raise OSError(f"{directory} is a link or not a directory") from None
-        raise
-    try:
-        info = os.fstat(dir_fd)
-        if info.st_uid != euid:
-            raise OSError(f"{directory} belongs to uid {info.st_uid}, not to this user")
-        if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-            raise OSError(f"{directory} is writable by others "
-                          f"(mode {stat.S_IMODE(info.st_mode):04o})")
         fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
                      0o600, dir_fd=dir_fd)
         try:

@@ -2,6 +2,7 @@
 refused where another user could replace or plant a file in them."""
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from pathlib import Path
@@ -23,15 +24,33 @@ def make_private_dir(directory: Path) -> None:
         os.chmod(part, 0o700, follow_symlinks=False)
 
 
-def private_dir(directory: Path, euid: int) -> Path:
-    """`directory`, made if missing; OSError, saying why, where it is a link or not a
-    directory, belongs to another user or may be written by others."""
+def open_private_dir(directory: Path, euid: int) -> int:
+    """`directory`, made if missing, opened (a descriptor to use it through, so it cannot be
+    swapped after the checks); OSError, saying why, where it is a link or not a directory,
+    belongs to another user or may be written by others."""
     make_private_dir(directory)
-    info = os.lstat(directory)
-    if not stat.S_ISDIR(info.st_mode):
-        raise OSError(f"{directory} is a link or not a directory")
-    if info.st_uid != euid:
-        raise OSError(f"{directory} belongs to uid {info.st_uid}, not to this user")
-    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        raise OSError(f"{directory} is writable by others (mode {stat.S_IMODE(info.st_mode):04o})")
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(directory, flags)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise OSError(f"{directory} is a link or not a directory") from None
+        raise
+    try:
+        info = os.fstat(fd)
+        if info.st_uid != euid:
+            raise OSError(f"{directory} belongs to uid {info.st_uid}, not to this user")
+        if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            raise OSError(f"{directory} is writable by others "
+                          f"(mode {stat.S_IMODE(info.st_mode):04o})")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def private_dir(directory: Path, euid: int) -> Path:
+    """`directory`, as open_private_dir judges it, for a caller that goes on by its path (a
+    scratch dir made inside it, 0700 itself)."""
+    os.close(open_private_dir(directory, euid))
     return directory
