@@ -69,12 +69,13 @@ def fallback_gzip(available: Collection[str]) -> str:
 
 
 def rapidgzip_memory(archive_bytes: int, cores: int) -> int:
-    """What rapidgzip may hold decoding `archive_bytes` from a pipe on `cores` threads, high.
+    """What rapidgzip may hold decoding `archive_bytes` on `cores` threads, high.
 
-    Fed through a pipe (which the one stream needs) it keeps much of what it has read: measured
-    peaks were 315 MiB for a 200 MB prefix and 449 MiB for a 635 MB .tar.gz on 2 threads, 589 MiB
-    for a 349 MiB one on 16 (docs/evidence/performance-history.md). So: the archive, 256 MiB,
-    16 MiB a thread.
+    Fed through a pipe it kept much of what it had read: measured peaks were 315 MiB for a
+    200 MB prefix and 449 MiB for a 635 MB .tar.gz on 2 threads, 589 MiB for a 349 MiB one on 16
+    (docs/evidence/performance-history.md). Reading the file itself it holds less (485 MiB of
+    peak RSS for a 741 MB one on 16 threads); the estimate stays the pipe's: the archive,
+    256 MiB, 16 MiB a thread.
     """
     return archive_bytes + (256 << 20) + cores * (16 << 20)
 

@@ -16,7 +16,6 @@ import lzma
 import os
 import queue
 import subprocess
-import sys
 import tarfile
 import threading
 import zlib
@@ -24,6 +23,7 @@ from pathlib import Path
 from typing import IO, Callable, Mapping, Protocol
 
 from cudnn_setup.archive import decoder_choice as choice
+from cudnn_setup.archive import whole_file
 # The names of compressions and decoders, here too for the reader and the tests.
 from cudnn_setup.archive.decoder_choice import (BZIP2, GZIP, ISAL, LIBLZMA, PLAIN_TAR,  # noqa: F401
                                                 RAPIDGZIP, RAPIDGZIP_MIN_CORES, XZ,
@@ -40,11 +40,12 @@ CHUNK = 1 << 20
 # page fault per 4 KiB), smaller ones come back from malloc's free list still in the cache.
 DECODED_PIECE = 128 << 10
 
-# The rapidgzip feeder, run as a script by file path (standard library only).
-TEE_SCRIPT = Path(__file__).resolve().parent.parent / "probes" / "hashing_tee.py"
 # Said by the rapidgzip path when the decoded size disagrees with gzip's trailer: the archive
 # is then read again by ISA-L or zlib, whose verdict stands (see archive.reader).
 GZIP_SIZE_MISMATCH = "the decoded size does not match the gzip trailer"
+# Said by the rapidgzip path when the file changed while it was read; the one-stream reread
+# that follows hashes what it decodes.
+FILE_CHANGED = "the file changed while it was read"
 
 try:  # ISA-L's gzip decoder, when installed, reports damage with its own error type
     from isal.igzip_lib import IsalError
@@ -236,7 +237,8 @@ class Decoder:
     decodes it in this process, straight into the buffers the writer thread writes from (the
     pipe out of `xz` would cost it 7% of its time). gzip is decoded by rapidgzip on many cores
     (see `gzip_decoder`), else by ISA-L or zlib on a thread of their own, as is bzip2. Whatever
-    decodes, the archive is read once and the bytes decoded are the bytes hashed.
+    decodes, the bytes decoded are the bytes hashed: read once, or, by rapidgzip, read at
+    offsets from a file that must not change while it is read (whole_file.py).
     """
 
     def __init__(self, path: Path, compression: str, on_read: Callable[[int], None] | None,
@@ -244,11 +246,12 @@ class Decoder:
                  source: Growing | None = None):
         """`xz`: the xz program, if any; `gzip`: a gzip decoder to use instead of choosing;
         `env`: the command's environment, which the xz program runs in (without XZ_OPT and
-        XZ_DEFAULTS) and the rapidgzip feeder too; `source`: the archive as it arrives, read
+        XZ_DEFAULTS); `source`: the archive as it arrives, read
         instead of `path` (rapidgzip, which must read a file of its own, and xz's index, at
         the archive's end, are then not used)."""
-        self.proc: subprocess.Popen | None = None  # the decoder's or the feeder's child
+        self.proc: subprocess.Popen | None = None  # xz's child
         self.feeder: threading.Thread | None = None
+        self.hashing: _Hashing | None = None  # the archive's sha256 beside rapidgzip
         self.stream: IO[bytes]
         self.env = env
         if compression == GZIP:
@@ -279,8 +282,8 @@ class Decoder:
         elif gzip == RAPIDGZIP:
             try:
                 self.stream = self._rapidgzip(on_read)
-            except Exception:  # no child, or no threads for rapidgzip (a pids limit): the
-                self._stop_tee()  # archive is not at fault, and ISA-L or zlib reads it
+            except Exception:  # no threads for rapidgzip or the hash (a pids limit): the
+                self.hashing = None  # archive is not at fault, and ISA-L or zlib reads it
                 self.raw.close()
                 self.name = gzip = fallback_gzip()
                 self.raw = ArchiveFile(path, on_read, hash_aside=True)
@@ -307,47 +310,41 @@ class Decoder:
                 pass
 
     def _rapidgzip(self, on_read: Callable[[int], None] | None) -> IO[bytes]:
-        """rapidgzip decoding what a child reads from our open file and hashes on the way.
+        """rapidgzip decoding our open file on its own threads, at offsets, while a thread of
+        ours hashes the same file at offsets (whole_file.py: the file must not change).
 
-        rapidgzip holds the GIL while it waits for input, so no thread of this process could
-        feed it; the child reads the very file this process opened (its stdin shares our file
-        offset, which is how progress is seen) and reports the sha256 of what it passed on.
-        """
+        rapidgzip reads a file it is given faster than any feeder could pipe it the bytes, and
+        hashing beside it rather than in front of it takes the sha256 off its path."""
         import rapidgzip
 
-        self.proc = subprocess.Popen([sys.executable, "-I", "-S", str(TEE_SCRIPT)],
-                                     stdin=self.raw.file, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, bufsize=0, env=dict(self.env),
-                                     start_new_session=True)
-        _widen_pipe(self.proc.stdout)
-        decoded = rapidgzip.open(self.proc.stdout.fileno(), parallelization=usable_cores())
-        return _Progress(decoded, self.raw.file.fileno(), on_read)
-
-    def _stop_tee(self) -> None:
-        proc, self.proc = self.proc, None
-        if proc is not None:
-            proc.kill()
-            proc.stdout.close()
-            proc.stderr.close()
-            proc.wait()
+        fd = self.raw.fileno()
+        self.before = whole_file.settled_stat(fd)
+        self.hashing = _Hashing(fd)
+        try:
+            decoded = rapidgzip.open(fd, parallelization=usable_cores())
+        except BaseException:
+            self.hashing.stop()
+            self.hashing.result()  # no read of ours outlives the file's descriptor
+            raise
+        return _Progress(decoded, on_read)
 
     @property
-    def _teed(self) -> bool:
-        """Whether rapidgzip's feeder child reads and hashes the archive (a child, no feeder)."""
-        return self.proc is not None and self.feeder is None
+    def _beside(self) -> bool:
+        """Whether the archive is hashed beside rapidgzip (rather than as it is read)."""
+        return self.hashing is not None
 
     @property
     def sha256(self) -> str:
-        return self.tee_sha256 if self._teed else self.raw.hasher.hexdigest()
+        return self.beside_sha256 if self._beside else self.raw.hasher.hexdigest()
 
     @property
     def size(self) -> int:
-        return self.tee_size if self._teed else self.raw.count
+        return self.beside_size if self._beside else self.raw.count
 
     def finish(self, complete: bool) -> str | None:
         """Close the decoder; return the decoder's complaint if it found the input damaged."""
-        if self._teed:
-            return self._finish_tee(complete)
+        if self._beside:
+            return self._finish_beside(complete)
         if self.proc is None:
             try:
                 if complete:
@@ -375,7 +372,8 @@ class Decoder:
             return err.splitlines()[-1] if err else f"xz exited with status {rc}"
         return None
 
-    def _finish_tee(self, complete: bool) -> str | None:
+    def _finish_beside(self, complete: bool) -> str | None:
+        assert self.hashing is not None
         complaint = None
         try:
             if complete:
@@ -385,36 +383,62 @@ class Decoder:
             complaint = str(exc) or type(exc).__name__
         finally:
             if not complete or complaint:
-                self.proc.kill()
+                self.hashing.stop()
             self.stream.close()
-            report = self.proc.stderr.read(4096).decode(errors="replace")
-            self.proc.stdout.close()
-            self.proc.stderr.close()
-            rc = self.proc.wait()
+            hashed = self.hashing.result()
+        try:
+            if not complete or complaint:
+                return complaint
+            if isinstance(hashed, whole_file.ReadFailed):
+                raise hashed.exc
+            self.beside_sha256, self.beside_size = hashed
+            fd = self.raw.fileno()
+            try:
+                whole_file.unchanged(fd, self.before, self.beside_size)
+            except whole_file.Changed:
+                return FILE_CHANGED
+            # rapidgzip takes a stream cut short for a whole one; gzip's last 4 bytes hold the
+            # decoded size mod 2**32 (of the last member: a file of several members is re-read).
+            tail = os.pread(fd, 4, self.beside_size - 4) if self.beside_size >= 4 else b""
+            isize = int.from_bytes(tail, "little") if len(tail) == 4 else -1
+            if isize != self.stream.decoded & 0xFFFFFFFF:
+                return GZIP_SIZE_MISMATCH
+            return None
+        finally:
             self.raw.close()
-        fields = report.split()
-        if fields[:1] == ["error"] and len(fields) > 2 and fields[1].isdigit():
-            raise OSError(int(fields[1]), " ".join(fields[2:]))
-        if not complete or complaint:
-            return complaint
-        if rc != 0 or len(fields) != 3 or len(fields[0]) != 64 or not fields[1].isdigit():
-            return f"the reading child exited with status {rc}: {escape(report[-200:])}"
-        self.tee_sha256, self.tee_size = fields[0], int(fields[1])
-        # rapidgzip takes a stream cut short for a whole one; gzip's last 4 bytes hold the
-        # decoded size mod 2**32 (of the last member: a file of several members is re-read).
-        isize = int.from_bytes(bytes.fromhex(fields[2]), "little") if fields[2] != "-" else -1
-        if isize != self.stream.decoded & 0xFFFFFFFF:
-            return GZIP_SIZE_MISMATCH
-        return None
+
+
+class _Hashing:
+    """The archive's sha256, taken at offsets on a thread of its own beside rapidgzip."""
+
+    def __init__(self, fd: int):
+        self.stopped = threading.Event()
+        self.outcome: tuple[str, int] | whole_file.ReadFailed | None = None
+        self.thread = threading.Thread(target=self._run, args=(fd,), daemon=True)
+        self.thread.start()
+
+    def _run(self, fd: int) -> None:
+        try:
+            self.outcome = whole_file.hash_file(fd, None, self.stopped)
+        except whole_file.ReadFailed as failed:
+            self.outcome = failed
+        except Exception:  # stopped (parallel.Cancelled): nobody asks for the digest
+            self.outcome = None
+
+    def stop(self) -> None:
+        self.stopped.set()
+
+    def result(self) -> tuple[str, int] | whole_file.ReadFailed | None:
+        self.thread.join()
+        return self.outcome
 
 
 class _Progress(io.RawIOBase):
-    """rapidgzip's output, counted, reporting how far the archive has been read (shared offset)."""
+    """rapidgzip's output, counted, reporting how far into the archive it has decoded."""
 
-    def __init__(self, source, fd: int, on_read: Callable[[int], None] | None):
+    def __init__(self, source, on_read: Callable[[int], None] | None):
         self.source = source
         self.decoded = 0
-        self.fd = fd
         self.on_read = on_read
 
     def readable(self) -> bool:
@@ -427,7 +451,7 @@ class _Progress(io.RawIOBase):
             raise RapidgzipError(str(exc) or type(exc).__name__) from None
         self.decoded += n
         if self.on_read:
-            self.on_read(os.lseek(self.fd, 0, os.SEEK_CUR))
+            self.on_read(self.source.tell_compressed() // 8)  # rapidgzip counts bits
         return n
 
     def close(self) -> None:

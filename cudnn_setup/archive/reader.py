@@ -83,7 +83,7 @@ def read(path: Path, staging_dir: Path, want: Wanted, limits: Limits | None = No
                 source.stop()  # decoder's threads can be joined while the wire is silent
             try:
                 complaint = decoder.finish(complete)
-            except OSError as exc:  # the rapidgzip feeder could not read the file
+            except OSError as exc:  # the hash beside rapidgzip could not read the file
                 raise unreadable(path, exc) from None
         handed_over = not (decoded_by_rapidgzip and (complaint or not complete))
     finally:

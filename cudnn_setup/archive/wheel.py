@@ -49,6 +49,8 @@ from cudnn_setup.archive.listing import Listing, Member, Progress, Wanted
 from cudnn_setup.archive.problems import Problem
 from cudnn_setup.archive.reader import staging_failed, unreadable
 from cudnn_setup.archive.rules import Limits, MemberRules, Stop, corrupt
+from cudnn_setup.archive.whole_file import (Changed, ReadFailed, hash_file, settled_stat,
+                                             unchanged)
 from cudnn_setup.durable import make_dirs
 from cudnn_setup.digest import SHA256
 from cudnn_setup.errors import ArchiveRejected
@@ -61,18 +63,6 @@ _DIST = re.compile(r"^nvidia-cudnn-cu(\d{1,2})\Z")
 _SONAME_FILE = re.compile(r"^(?P<stem>libcudnn[a-z0-9_]*)\.so\.(?P<major>\d{1,3})\Z")
 MAX_VERSION_HEADER = 1 << 20  # cudnn_version.h is about 3 KB
 _ARCH = {"x86_64": "x86_64", "aarch64": "aarch64"}  # the platform tag's machine → archive arch
-
-
-class Changed(Exception):
-    """The file changed while it was read."""
-
-
-class ReadFailed(Exception):
-    """Reading the wheel file failed (an I/O error): the machine's fault, not the wheel's."""
-
-    def __init__(self, exc: OSError):
-        super().__init__(str(exc))
-        self.exc = exc
 
 
 @dataclass(frozen=True)
@@ -141,7 +131,7 @@ def read(path: Path, staging_dir: Path, want: Wanted, limits: Limits | None = No
     listing.facts = library_facts.FactsReader()
     read_whole = False
     with f:
-        before = os.fstat(f.fileno())
+        before = settled_stat(f.fileno())
         listing.size = before.st_size
         try:
             with faults(path, staging_dir, listing):
@@ -173,15 +163,6 @@ FAULTS: tuple[type[Exception], ...] = (  # type: ignore[assignment]
     ValueError)
 
 
-def unchanged(fd: int, before: os.stat_result, size: int) -> None:
-    """The file is as it was `before` it was read (size, mtime, ctime), `size` bytes long:
-    else it may have passed its checksum with one content and been decoded from another."""
-    after = os.fstat(fd)
-    if (after.st_size, after.st_mtime_ns, after.st_ctime_ns) != (
-            before.st_size, before.st_mtime_ns, before.st_ctime_ns) or size != after.st_size:
-        raise Changed()
-
-
 @contextlib.contextmanager
 def faults(path: Path, staging_dir: Path, listing: Listing) -> Iterator[None]:
     """One pass over a wheel: the machine's faults raised (the file cannot be read, staging
@@ -208,7 +189,7 @@ def _unless_mismatch(f: IO[bytes], expected_sha256: str | None, listing: Listing
     if expected_sha256 is None:
         return listing
     try:
-        sha256, size = _hash_file(f.fileno(), None, threading.Event())
+        sha256, size = hash_file(f.fileno(), None, threading.Event())
     except ReadFailed:
         return listing
     if sha256 == expected_sha256:
@@ -221,27 +202,6 @@ def pread(fd: int, n: int, at: int) -> bytes:
         return os.pread(fd, n, at)
     except OSError as exc:
         raise ReadFailed(exc) from None
-
-
-def _hash_file(fd: int, on_read: Callable[[int], None] | None,
-               stop: threading.Event) -> tuple[str, int]:
-    """The sha256 and size of the whole file, read from its start to its end."""
-    h = hashlib.sha256()
-    buf = bytearray(CHUNK)
-    view = memoryview(buf)
-    done = 0
-    while not stop.is_set():
-        try:
-            n = os.preadv(fd, [buf], done)
-        except OSError as exc:
-            raise ReadFailed(exc) from None
-        if not n:
-            return h.hexdigest(), done
-        h.update(view[:n])
-        done += n
-        if on_read is not None:
-            on_read(done)
-    raise parallel.Cancelled()
 
 
 def _info(name: str, size: int, mode: int, kind: bytes = tarfile.REGTYPE,
@@ -401,7 +361,7 @@ def decode_whole(f: IO[bytes], wheel: WheelName, staging_dir: Path, want: Wanted
         return pread(fd, n, at)
 
     jobs: list[tuple[int, Callable[[threading.Event], object]]] = [
-        (end // HASH_COST, lambda stop: _hash_file(fd, on_read, stop))]
+        (end // HASH_COST, lambda stop: hash_file(fd, on_read, stop))]
     jobs += [(info.file_size, stage_job(read, info, end, member,
                                         staging_dir if want(member) else None, writer,
                                         writer.lane() if info.file_size > share else None))

@@ -38,6 +38,7 @@ from pathlib import Path
 
 from cudnn_setup import parallel
 from cudnn_setup.archive import library_facts, staging, wheel
+from cudnn_setup.archive.whole_file import unchanged
 from cudnn_setup.archive.decoders import Growing, usable_cores
 from cudnn_setup.archive.listing import Listing, Member, Wanted
 from cudnn_setup.archive.problems import Problem
@@ -144,7 +145,7 @@ def _read(name: wheel.WheelName, staging_dir: Path, want: Wanted, source: Growin
                 sha256, size = wheel.decode_whole(f, name, staging_dir, want,
                                                   MemberRules(limits), listing, None,
                                                   content_hash)
-                wheel.unchanged(fd, before, size)
+                unchanged(fd, before, size)
                 listing.sha256, listing.size = sha256, size
                 return
             late_lanes = parallel.Lanes(cores)
@@ -157,7 +158,7 @@ def _read(name: wheel.WheelName, staging_dir: Path, want: Wanted, source: Growin
             finally:
                 late_lanes.join()
         writer.finish()  # every staged file closed, its mode set: now the central's mode
-        wheel.unchanged(fd, before, size)
+        unchanged(fd, before, size)
         for member, info in staged:
             if (e := early.get(info.header_offset)) is not None:
                 _take(member, e.member)
