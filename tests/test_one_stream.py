@@ -229,6 +229,21 @@ def test_the_stat_a_read_is_checked_against_is_taken_once_ctime_has_settled(tmp_
         assert (st.st_size, st.st_ctime_ns) == (1, os.fstat(f.fileno()).st_ctime_ns)
 
 
+def test_a_ctime_ahead_of_this_clock_costs_one_wait_not_a_second(tmp_path, monkeypatch):
+    """A file server whose clock runs ahead stamps a ctime this machine's clock has not
+    reached: waiting cannot age it, so one wait that leaves it as it was ends the waiting."""
+    path = tmp_path / "from-a-server"
+    path.write_bytes(b"x")
+    real = time.time_ns
+    monkeypatch.setattr(whole_file.time, "time_ns", lambda: real() - 60 * 10**9)  # 1 min behind
+    waits = []
+    monkeypatch.setattr(whole_file.time, "sleep", waits.append)
+    with open(path, "rb") as f:
+        st = whole_file.settled_stat(f.fileno())
+    assert len(waits) == 1 and waits[0] <= whole_file.SETTLED_NS / 1e9
+    assert st.st_ctime_ns == path.stat().st_ctime_ns
+
+
 @HAS_RAPIDGZIP
 @pytest.mark.parametrize("damage", ["truncated", "flipped", "zeros-after-end", "two-members"])
 def test_rapidgzip_doubts_are_settled_by_a_second_decoder(damage, padded, tmp_path):

@@ -39,14 +39,20 @@ class ReadFailed(Exception):
 
 def settled_stat(fd: int) -> os.stat_result:
     """The open file's stat, taken once its ctime is old enough that any later write moves it
-    (a file changed in the last 50 ms waits that long; any other costs one fstat)."""
+    (a file changed in the last 50 ms waits that long; any other costs one fstat).
+
+    A ctime ahead of this machine's clock (a file server whose clock runs ahead) cannot be
+    aged by waiting: once a wait leaves ctime as it was, the stat is taken. A file still being
+    written is waited for while its ctime keeps moving, a second at most."""
     st = os.fstat(fd)
     for _ in range(SETTLE_TRIES):
         age = time.time_ns() - st.st_ctime_ns
         if age >= SETTLED_NS:
             break
         time.sleep((SETTLED_NS - max(age, 0)) / 1e9)
-        st = os.fstat(fd)
+        before, st = st, os.fstat(fd)
+        if st.st_ctime_ns == before.st_ctime_ns:
+            break
     return st
 
 
