@@ -43,9 +43,9 @@ DECODED_PIECE = 128 << 10
 # Said by the rapidgzip path when the decoded size disagrees with gzip's trailer: the archive
 # is then read again by ISA-L or zlib, whose verdict stands (see archive.reader).
 GZIP_SIZE_MISMATCH = "the decoded size does not match the gzip trailer"
-# Said by the rapidgzip path when the file changed while it was read; the one-stream reread
-# that follows hashes what it decodes.
-FILE_CHANGED = "the file changed while it was read"
+# Said by the rapidgzip path when someone opened the file to write it while it was read (its
+# lease broke); the one-stream reread that follows hashes what it decodes.
+FILE_CHANGED = "the file was opened for writing while it was read"
 
 try:  # ISA-L's gzip decoder, when installed, reports damage with its own error type
     from isal.igzip_lib import IsalError
@@ -238,7 +238,7 @@ class Decoder:
     pipe out of `xz` would cost it 7% of its time). gzip is decoded by rapidgzip on many cores
     (see `gzip_decoder`), else by ISA-L or zlib on a thread of their own, as is bzip2. Whatever
     decodes, the bytes decoded are the bytes hashed: read once, or, by rapidgzip, read at
-    offsets from a file that must not change while it is read (whole_file.py).
+    offsets from a file nobody may write while it is read (its lease: whole_file.py).
     """
 
     def __init__(self, path: Path, compression: str, on_read: Callable[[int], None] | None,
@@ -252,6 +252,7 @@ class Decoder:
         self.proc: subprocess.Popen | None = None  # xz's child
         self.feeder: threading.Thread | None = None
         self.hashing: _Hashing | None = None  # the archive's sha256 beside rapidgzip
+        self.steady: whole_file.Steady | None = None  # the archive's lease while it reads
         self.stream: IO[bytes]
         self.env = env
         if compression == GZIP:
@@ -280,14 +281,14 @@ class Decoder:
             self.feeder = threading.Thread(target=self._feed, daemon=True)
             self.feeder.start()
         elif gzip == RAPIDGZIP:
+            steady = whole_file.Steady(self.raw.fileno())
             try:
-                self.stream = self._rapidgzip(on_read)
+                self.stream = self._rapidgzip(on_read, steady) if steady.held else \
+                    self._one_stream(path, compression, on_read)
             except Exception:  # no threads for rapidgzip or the hash (a pids limit): the
-                self.hashing = None  # archive is not at fault, and ISA-L or zlib reads it
-                self.raw.close()
-                self.name = gzip = fallback_gzip()
-                self.raw = ArchiveFile(path, on_read, hash_aside=True)
-                self.stream = _in_process_stream(compression, self.raw, gzip)
+                steady.release()  # archive is not at fault, and ISA-L or zlib reads it
+                self.hashing = self.steady = None
+                self.stream = self._one_stream(path, compression, on_read)
         else:
             self.stream = _in_process_stream(compression, self.raw, gzip)
 
@@ -309,16 +310,27 @@ class Decoder:
             except OSError:
                 pass
 
-    def _rapidgzip(self, on_read: Callable[[int], None] | None) -> IO[bytes]:
+    def _one_stream(self, path: Path, compression: str,
+                    on_read: Callable[[int], None] | None) -> IO[bytes]:
+        """ISA-L or zlib reading the archive as one stream, its bytes hashed as decoded: for a
+        file that cannot be kept from changing (whole_file.Steady), or where rapidgzip could
+        not start."""
+        self.raw.close()
+        self.name = fallback_gzip()
+        self.raw = ArchiveFile(path, on_read, hash_aside=True)
+        return _in_process_stream(compression, self.raw, self.name)
+
+    def _rapidgzip(self, on_read: Callable[[int], None] | None,
+                   steady: whole_file.Steady) -> IO[bytes]:
         """rapidgzip decoding our open file on its own threads, at offsets, while a thread of
-        ours hashes the same file at offsets (whole_file.py: the file must not change).
+        ours hashes the same file at offsets, all under `steady`, the file's read lease.
 
         rapidgzip reads a file it is given faster than any feeder could pipe it the bytes, and
         hashing beside it rather than in front of it takes the sha256 off its path."""
         import rapidgzip
 
         fd = self.raw.fileno()
-        self.before = whole_file.settled_stat(fd)
+        self.steady = steady
         self.hashing = _Hashing(fd)
         try:
             decoded = rapidgzip.open(fd, parallelization=usable_cores())
@@ -373,38 +385,36 @@ class Decoder:
         return None
 
     def _finish_beside(self, complete: bool) -> str | None:
-        assert self.hashing is not None
-        complaint = None
+        assert self.hashing is not None and self.steady is not None
         try:
             if complete:
-                while self.stream.read(CHUNK):  # padding after the tar's end marker
-                    pass
-        except DECODE_ERRORS as exc:
-            complaint = str(exc) or type(exc).__name__
-        finally:
-            if not complete or complaint:
-                self.hashing.stop()
-            self.stream.close()
+                try:
+                    while self.stream.read(CHUNK):  # padding after the tar's end marker
+                        pass
+                except DECODE_ERRORS as exc:
+                    return str(exc) or type(exc).__name__
+            else:
+                return None
             hashed = self.hashing.result()
-        try:
-            if not complete or complaint:
-                return complaint
             if isinstance(hashed, whole_file.ReadFailed):
                 raise hashed.exc
+            assert hashed is not None  # not stopped: the hash ran to the file's end
             self.beside_sha256, self.beside_size = hashed
-            fd = self.raw.fileno()
-            try:
-                whole_file.unchanged(fd, self.before, self.beside_size)
-            except whole_file.Changed:
+            if not self.steady.kept():  # someone asked to write it: the readers may differ
                 return FILE_CHANGED
             # rapidgzip takes a stream cut short for a whole one; gzip's last 4 bytes hold the
             # decoded size mod 2**32 (of the last member: a file of several members is re-read).
+            fd = self.raw.fileno()
             tail = os.pread(fd, 4, self.beside_size - 4) if self.beside_size >= 4 else b""
             isize = int.from_bytes(tail, "little") if len(tail) == 4 else -1
             if isize != self.stream.decoded & 0xFFFFFFFF:
                 return GZIP_SIZE_MISMATCH
             return None
-        finally:
+        finally:  # whatever ends the pass (a Ctrl-C too): no reader outlives the descriptor
+            self.hashing.stop()
+            self.stream.close()
+            self.hashing.result()
+            self.steady.release()
             self.raw.close()
 
 

@@ -148,18 +148,21 @@ class _Counts:
             self.on_read(self.total, self.total)
 
 
-def staging_failed(staging_dir: Path, exc: staging.StagingWriteFailed) -> Exception:
+def staging_failed(staging_dir: Path, exc: staging.StagingWriteFailed | OSError) -> Exception:
     """Writing the staging copy failed: the machine's fault (disk full, permissions, a name
     too long), said by errno."""
     what = f"cannot write the staging copy under {show_path(staging_dir.parent)}"
-    cause = exc.__cause__
+    cause = exc if isinstance(exc, OSError) else exc.__cause__
     if isinstance(cause, OSError):
         return os_error(cause, what)
     return InstallFailed(f"{what}: {escape(str(cause))}", "fix it, then run again")
 
 
 def _empty(staging_dir: Path) -> None:
-    """Remove what a first pass staged, leaving the (caller's) directory itself."""
+    """Remove what a first pass staged, leaving the (caller's) directory itself (made with
+    the first file staged: a pass that staged nothing may leave none)."""
+    if not staging_dir.exists():
+        return
     for entry in staging_dir.iterdir():
         remove_tree(entry)
 

@@ -13,10 +13,12 @@ The members are independent deflate streams, so they are inflated, checked (CRC,
 hashed on every usable core at once, the largest first, beside the wheel's own sha256 (read from
 the same open file); a member bigger than a core's share hashes on a writer lane beside its
 decoding, and each library's facts are read for the judge as soon as its file is staged
-(library_facts.py), not after the last member; the first fault stops them all. The file must be
-unchanged (size, mtime, ctime) when all of it has been read: a file rewritten during the install
-cannot pass the checksum with one content and install another. Nothing leaves staging before the
-caller has compared that checksum with the one expected.
+(library_facts.py), not after the last member; the first fault stops them all. All that reading
+at offsets runs under the file's read lease (whole_file.Steady), which nobody can write through:
+a wheel that cannot be leased is read from a private copy instead, and one whose lease broke (a
+writer asked in) is refused as changed. So a file rewritten during the install cannot pass the
+checksum with one content and install another. Nothing leaves staging before the caller has
+compared that checksum with the one expected.
 
 A wheel still downloading is read by wheel_stream.py, from its local headers as the bytes come,
 with the same pieces: `admitted` (the central directory's judgement), `as_archive` (one file's
@@ -49,13 +51,14 @@ from cudnn_setup.archive.listing import Listing, Member, Progress, Wanted
 from cudnn_setup.archive.problems import Problem
 from cudnn_setup.archive.reader import staging_failed, unreadable
 from cudnn_setup.archive.rules import Limits, MemberRules, Stop, corrupt
-from cudnn_setup.archive.whole_file import (Changed, ReadFailed, hash_file, settled_stat,
-                                             unchanged)
+from cudnn_setup.archive.whole_file import (Changed, ReadFailed, Steady, hash_file,
+                                             private_copy, unchanged)
 from cudnn_setup.durable import make_dirs
 from cudnn_setup.digest import SHA256
 from cudnn_setup.errors import ArchiveRejected
 from cudnn_setup.facts import cudnn as gen
 from cudnn_setup.text import escape
+from cudnn_setup.untrusted import open_regular
 
 WHEEL = "wheel"  # Listing.compression of a wheel
 PREFIX = "nvidia/cudnn/"
@@ -125,13 +128,17 @@ def read(path: Path, staging_dir: Path, want: Wanted, limits: Limits | None = No
     limits = limits or Limits()
     listing = Listing(compression=WHEEL)
     try:
-        f = open(path, "rb", buffering=0)
+        f = open_regular(path, buffering=0)  # a FIFO swapped in for the wheel is refused
     except OSError as exc:
         raise unreadable(path, exc) from None
     listing.facts = library_facts.FactsReader()
     read_whole = False
-    with f:
-        before = settled_stat(f.fileno())
+    with f, contextlib.ExitStack() as held:
+        steady = Steady(f.fileno())
+        held.callback(steady.release)
+        if not steady.held:  # someone may write it while its members are read at offsets
+            f = held.enter_context(_private(f, staging_dir))
+        before = os.fstat(f.fileno())
         listing.size = before.st_size
         try:
             with faults(path, staging_dir, listing):
@@ -140,6 +147,8 @@ def read(path: Path, staging_dir: Path, want: Wanted, limits: Limits | None = No
                 sha256, size = decode_whole(f, wheel, staging_dir, want, MemberRules(limits),
                                             listing, counted, content_hash)
                 unchanged(f.fileno(), before, size)
+                if steady.held and not steady.kept():
+                    raise Changed()
                 read_whole = True
         finally:
             if not read_whole:  # refused: nothing reads the staged files any more
@@ -195,6 +204,16 @@ def _unless_mismatch(f: IO[bytes], expected_sha256: str | None, listing: Listing
     if sha256 == expected_sha256:
         return listing
     return Listing(compression=WHEEL, sha256=sha256, size=size)
+
+
+def _private(f: IO[bytes], staging_dir: Path) -> IO[bytes]:
+    """A copy of the wheel no other process can open, in `staging_dir` (made here): read at
+    offsets in its place, its bytes are the bytes hashed."""
+    try:
+        make_dirs(staging_dir)
+        return private_copy(f, staging_dir)
+    except OSError as exc:
+        raise staging_failed(staging_dir, exc) from None
 
 
 def pread(fd: int, n: int, at: int) -> bytes:

@@ -1,28 +1,29 @@
-"""An archive file read by several readers at once: its sha256 taken beside the decoding, and
-the proof that the file did not change while it was read.
+"""An archive file read by several readers at once: kept from changing while they read, its
+sha256 taken beside them.
 
 A wheel's members are inflated at their own offsets, and a .tar.gz is decoded by rapidgzip's
-own threads; neither can hand its bytes to one hasher. So the file is hashed at offsets too,
-from the same open file, and it must be unchanged (size, mtime, ctime) once all of it has been
-read: a write moves ctime, which no user can set back, so a file rewritten during the install
-cannot pass the checksum with one content and be decoded from another.
+own threads; neither can hand its bytes to one hasher, so the file is hashed at offsets too,
+from the same open file. That is only sound while nobody can change the file, and no stat can
+prove it: a store through a shared writable mapping whose page is already dirty moves neither
+size, mtime nor ctime. So the readers run under a read lease (`Steady`), which the kernel
+grants only while no process has the file open for writing or mapped writable, and which it
+breaks (holding the writer's open until the lease is let go) when one tries. A file that cannot
+be leased (another user's, a file system without leases, one open for writing) is read as one
+stream instead, or from a private copy.
 """
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
+import signal
 import threading
-import time
-from typing import Callable
+from typing import IO, Callable
 
 from cudnn_setup import parallel
 
 CHUNK = 1 << 20
-# The kernel stamps ctime from a clock that moves in ticks (up to 10 ms), so a write in the
-# same tick as the first stat would leave ctime as that stat saw it. Once ctime is this far in
-# the past, any later write gives it a newer value.
-SETTLED_NS = 50_000_000
-SETTLE_TRIES = 20  # a file written on and on for a second: taken as it is, the end check judges
+F_SETSIG = getattr(fcntl, "F_SETSIG", 10)  # Linux's value; Python names it from 3.12 on
 
 
 class Changed(Exception):
@@ -37,23 +38,57 @@ class ReadFailed(Exception):
         self.exc = exc
 
 
-def settled_stat(fd: int) -> os.stat_result:
-    """The open file's stat, taken once its ctime is old enough that any later write moves it
-    (a file changed in the last 50 ms waits that long; any other costs one fstat).
+class Steady:
+    """A read lease on the open (read-only) file `fd`, held until `release`.
 
-    A ctime ahead of this machine's clock (a file server whose clock runs ahead) cannot be
-    aged by waiting: once a wait leaves ctime as it was, the stat is taken. A file still being
-    written is waited for while its ctime keeps moving, a second at most."""
-    st = os.fstat(fd)
-    for _ in range(SETTLE_TRIES):
-        age = time.time_ns() - st.st_ctime_ns
-        if age >= SETTLED_NS:
-            break
-        time.sleep((SETTLED_NS - max(age, 0)) / 1e9)
-        before, st = st, os.fstat(fd)
-        if st.st_ctime_ns == before.st_ctime_ns:
-            break
-    return st
+    The kernel tells of a break with a signal; SIGURG's default is to ignore it, where SIGIO's,
+    the default signal, would end the process. `held`: whether the lease was granted (EAGAIN:
+    the file is open for writing or mapped writable somewhere; EACCES: another user's file;
+    EINVAL: a file system without leases)."""
+
+    def __init__(self, fd: int):
+        self.fd = fd
+        self.held = False
+        try:
+            fcntl.fcntl(fd, F_SETSIG, signal.SIGURG)
+            fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_RDLCK)
+        except OSError:
+            return
+        self.held = True
+
+    def kept(self) -> bool:
+        """Whether the lease is still whole: nobody opened the file to write it, truncated it
+        or asked to, since it was granted."""
+        if not self.held:
+            return False
+        try:
+            return fcntl.fcntl(self.fd, fcntl.F_GETLEASE) == fcntl.F_RDLCK
+        except OSError:
+            return False
+
+    def release(self) -> None:
+        """Let the lease go (a writer waiting on it goes on); idempotent."""
+        if self.held:
+            self.held = False
+            try:
+                fcntl.fcntl(self.fd, fcntl.F_SETLEASE, fcntl.F_UNLCK)
+            except OSError:
+                pass  # already broken and taken back by the kernel
+
+
+def private_copy(source: IO[bytes], directory: str | os.PathLike) -> IO[bytes]:
+    """An unnamed copy of `source` (from its start) in `directory`, open for reading: no other
+    process can open it, so many readers may take it at offsets. OSError: the copy could not
+    be written (the directory's file system full, say)."""
+    import tempfile
+
+    copy = tempfile.TemporaryFile(dir=directory)  # O_TMPFILE where there is one: no name
+    src, dst = source.fileno(), copy.fileno()
+    done = 0
+    while n := os.sendfile(dst, src, done, 1 << 30):
+        done += n
+    copy.seek(0)
+    return copy
 
 
 def unchanged(fd: int, before: os.stat_result, size: int) -> None:
