@@ -117,9 +117,12 @@ class Plain:
         with self._lock:
             if self._beat is not None:
                 return
-            self._beat = threading.Thread(target=self._heartbeat, daemon=True,
-                                          name="cudnn-setup-status")
-        self._beat.start()
+            beat = self._beat = threading.Thread(target=self._heartbeat, daemon=True,
+                                                 name="cudnn-setup-status")
+        try:
+            beat.start()
+        except RuntimeError:  # no thread to be had (a pids limit): the heartbeat goes unsaid,
+            pass  # and the command meets the limit where it matters
 
     def _heartbeat(self) -> None:
         """Nothing said for `every` seconds: a count that moved since it was last said is
@@ -139,7 +142,7 @@ class Plain:
         self._stop.set()
         with self._lock:
             self._current = self._step = None
-        if self._beat is not None:
+        if self._beat is not None and self._beat.ident is not None:  # started
             self._beat.join(timeout=2)
 
 

@@ -120,6 +120,12 @@ _OS_ERRORS = {
                          "whole path 4095)"),
     errno.EIO: ("io-error", "input/output error{ on path}",
                 "the disk or filesystem reports an error (see `dmesg`); fix it, then run again"),
+    # what fork and clone say at the limit on processes and threads (and what a thread that
+    # could not be started is taken for: steps/command_wrapper.py)
+    errno.EAGAIN: ("process-limit", "no more processes or threads could be started (Resource "
+                   "temporarily unavailable)", "raise the limit on processes and threads "
+                   "(ulimit -u; a container's or cgroup's pids.max), or run it with fewer "
+                   "processes about"),
 }
 _OS_ERRORS[errno.EPERM] = _OS_ERRORS[errno.EACCES]
 _PATH_PART = re.compile(r"\{([^{}]*)path\}")

@@ -104,10 +104,10 @@ class FactsReader:
         with self.lock:
             if self.closed or len(self.futures) >= MAX_EARLY:
                 return
-            if self.pool is None:
-                self.pool = threading.Thread(target=self._work, name="library-facts",
-                                             daemon=True)
-                self.pool.start()
+            if self.pool is None:  # kept once started: one that could not be is never joined
+                pool = threading.Thread(target=self._work, name="library-facts", daemon=True)
+                pool.start()
+                self.pool = pool
             read = self.futures[os.fspath(path)] = _Read(path)
             self.queue.put(read)
 

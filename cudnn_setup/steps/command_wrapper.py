@@ -3,7 +3,9 @@ error of the tool, an OSError by errno, an interrupt, a bug as exit 70), never r
 """
 from __future__ import annotations
 
+import errno
 import functools
+import os
 import sys
 import traceback
 from pathlib import Path
@@ -52,6 +54,7 @@ def command(name: str, fails_as: type[SetupError] = InstallFailed, read_only: bo
                     ctx.runner.cancel()  # children still running on other threads
                 result.error = interrupted(result, read_only)
             except Exception as exc:  # requests' errors are OSErrors too: asked first
+                exc = no_thread(exc)
                 result.error = library_error(exc, name) or (
                     os_error(exc, f"{name} failed", kind=fails_as,
                              outcome=committed_outcome(result))
@@ -107,6 +110,14 @@ def committed_outcome(result: Result) -> str:
     if result.changed:
         return "this came after the change was committed, which stands"
     return ""
+
+
+def no_thread(exc: Exception) -> Exception:
+    """A thread that could not be started, as what it is: the machine's limit on processes and
+    threads (CPython says so with a RuntimeError of these words, where fork says EAGAIN)."""
+    if type(exc) is RuntimeError and str(exc).startswith("can't start new thread"):
+        return OSError(errno.EAGAIN, os.strerror(errno.EAGAIN))
+    return exc
 
 
 def library_error(exc: Exception, name: str) -> SetupError | None:
