@@ -9,7 +9,7 @@ from cudnn_setup.probing.answer_values import BadAnswer, Fields
 from cudnn_setup.installation.model import Installation, find_cudart
 from cudnn_setup.probing.gpu_answer import BenchAnswer
 from cudnn_setup.probing.probe import ProbeResult, child_env, probe_module, run_probe, stdlib_probe
-from cudnn_setup.child import Runner
+from cudnn_setup.child import Runner, Unanswered
 from cudnn_setup.checks.theano_check import INSTALL_HINT, has_theano, with_fixed_hash_seed
 from cudnn_setup.report import FAIL, PASS, SKIP, WARN, Check
 from cudnn_setup.theanorc_merge import unreadable_for_theano
@@ -97,7 +97,12 @@ def theano_checks(inst: Installation | None, python: str, theanorc: Path | None,
                   env: Mapping[str, str],
                   status: Callable[[str], None] = lambda line: None,
                   runner: Runner | None = None) -> list[Check]:
-    if not has_theano(python, env, runner):
+    try:
+        installed = has_theano(python, env, runner)
+    except Unanswered as silent:
+        return [Check("theano-conv", FAIL, f"could not ask {python} whether Theano is "
+                                           f"installed: {silent}")]
+    if not installed:
         return [Check("theano-conv", SKIP, f"Theano is not installed for {python}; {INSTALL_HINT}")]
     if (why := unreadable_for_theano(theanorc)) is not None:
         return [Check("theano-conv", FAIL, f"Theano cannot start with its config: {why}")]

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Iterator, Mapping
 
 from cudnn_setup import loader_traps
-from cudnn_setup.text import decode_output
+from cudnn_setup.text import decode_output, escape
 from cudnn_setup.trees import remove_tree_quietly
 
 OUTPUT_LIMIT = 1 << 20  # bytes of stderr kept per child; the rest is dropped
@@ -75,6 +75,29 @@ class Finished:
         return self.returncode == 0 and not self.timed_out
 
     @property
+    def answered(self) -> bool:
+        """Whether the child ran to its own end: started, in time, not interrupted. Only then
+        is what it said, or did not say, an answer; any other end is no "no"."""
+        return (self.returncode is not None and not self.timed_out and not self.interrupted
+                and self.known is None)
+
+    def unanswered(self) -> str:
+        """How a child that gave no answer ended, for a message ("… could not be asked: it
+        could not be started: …")."""
+        if self.known is not None:
+            return f"it was not run: {self.known}"
+        if self.returncode is None:
+            return f"it could not be started: {self.error}"
+        if self.timed_out:
+            return "it did not finish in time"
+        if self.interrupted:
+            return "it was interrupted"
+        last = next((line.strip() for line in reversed(self.err.splitlines()) if line.strip()),
+                    "")
+        return f"it exited with status {self.returncode}" + (
+            f" ({escape(last[:200])})" if last else "")
+
+    @property
     def out(self) -> str:
         return decode_output(self.stdout)
 
@@ -85,6 +108,11 @@ class Finished:
     def text(self) -> str:
         """stdout and stderr together, decoded, for a message."""
         return (self.out + self.err).strip() or (self.error or "")
+
+
+class Unanswered(Exception):
+    """A child asked a question ended without answering it (Finished.unanswered says how): the
+    caller says it could not tell, never takes it for a no."""
 
 
 class Runner:

@@ -13,9 +13,9 @@ import shutil
 from dataclasses import dataclass
 from typing import Mapping
 
-from cudnn_setup.child import Runner, run_command
+from cudnn_setup.child import Runner, Unanswered, run_command
 from cudnn_setup.probing.answer_values import Fields
-from cudnn_setup.text import printable
+from cudnn_setup.text import escape, printable
 
 NUMPY_TIMEOUT = 60.0  # importing numpy.distutils: a second or two, more on a cold disk
 LINK_TIMEOUT = 30.0
@@ -26,11 +26,16 @@ CANDIDATES = ("openblas", "blas")  # in order of preference: OpenBLAS is the fas
 _NUMPY_PROBE = """\
 import importlib.metadata as m, importlib.util as u, json, os
 found = u.find_spec("numpy")
-path = os.path.join(os.path.dirname(found.origin), "distutils", "__config__.py")
-spec = u.spec_from_file_location("numpy_distutils_config", path)
-config = u.module_from_spec(spec)
-spec.loader.exec_module(config)
-print(json.dumps({"numpy": m.version("numpy"), "blas_opt_info": hasattr(config, "blas_opt_info")}))
+path = found and found.origin and os.path.join(os.path.dirname(found.origin), "distutils",
+                                               "__config__.py")
+if not path or not os.path.isfile(path):
+    print(json.dumps({"numpy": None}))  # no numpy, or one without numpy.distutils
+else:
+    spec = u.spec_from_file_location("numpy_distutils_config", path)
+    config = u.module_from_spec(spec)
+    spec.loader.exec_module(config)
+    print(json.dumps({"numpy": m.version("numpy"),
+                      "blas_opt_info": hasattr(config, "blas_opt_info")}))
 """
 # dgemm_ is the Fortran symbol Theano's C gemm calls; linking it proves the library is a BLAS.
 _LINK_PROGRAM = b"extern void dgemm_(void);\nint main(void) { dgemm_(); return 0; }\n"
@@ -48,22 +53,27 @@ class BlasFlags:
 
     ldflags: str
     why: str
+    unanswered: bool = False  # the linker could not be asked: `why` says so
 
 
 def numpy_blas(python: str, env: Mapping[str, str], runner: Runner | None = None
                ) -> NumpyBlas | None:
     """What `python`'s numpy says of its BLAS build info; None when numpy.distutils cannot be
-    imported there (no numpy, or one without distutils: Theano 1.0.5 does not run there)."""
+    imported there (no numpy, or one without distutils: Theano 1.0.5 does not run there).
+    Unanswered when `python` does not say (it could not be started, hung, or failed)."""
     done = run_command([python, "-c", _NUMPY_PROBE], NUMPY_TIMEOUT, env, runner=runner)
     if not done.ok:
-        return None
+        raise Unanswered(done.unanswered())
     try:
-        found = Fields(json.loads(done.out.strip().splitlines()[-1]), "numpy's answer")
+        said = json.loads(done.out.strip().splitlines()[-1])
     except (ValueError, IndexError):
+        raise Unanswered(f"it printed no answer ({escape(done.out.strip()[-200:])})") from None
+    if isinstance(said, dict) and "numpy" in said and said["numpy"] is None:
         return None
+    found = Fields(said, "numpy's answer")
     numpy, blas_opt_info = found.text("numpy", 50), found.flag("blas_opt_info")
     if numpy is None or blas_opt_info is None:
-        return None
+        raise Unanswered(f"its answer cannot be used ({escape(done.out.strip()[-200:])})")
     return NumpyBlas(numpy, blas_opt_info)
 
 
@@ -79,6 +89,15 @@ def find_blas(env: Mapping[str, str], runner: Runner | None = None) -> BlasFlags
     if cc is None:
         return BlasFlags("", f"empty: no C compiler (cc) on PATH to find {names} with, and "
                              "Theano without one runs its Python code, which needs no BLAS")
+    try:
+        return _find_blas(cc, env, runner)
+    except Unanswered as why:  # empty keeps Theano importable; the reason says it is a guess
+        return BlasFlags("", f"empty, for now: the linker could not be asked ({cc} {why}), so "
+                             "Theano uses its own slower gemm; run `cudnn-setup theanorc` again "
+                             "to look for a BLAS", unanswered=True)
+
+
+def _find_blas(cc: str, env: Mapping[str, str], runner: Runner | None) -> BlasFlags:
     tried = []
     for name in CANDIDATES:
         path = _linker_finds(cc, name, env, runner)
@@ -91,6 +110,8 @@ def find_blas(env: Mapping[str, str], runner: Runner | None = None) -> BlasFlags
         with runs.scratch("cudnn-setup-compile-") as tmp:
             linked = runs.run([cc, "-x", "c", "-", "-o", os.devnull, f"-l{name}"], LINK_TIMEOUT,
                              {**env, "TMPDIR": str(tmp)}, cwd=tmp, stdin=_LINK_PROGRAM)
+        if not linked.answered:
+            raise Unanswered(linked.unanswered())
         if not linked.ok:
             tried.append(f"{path} does not link dgemm_")
             continue
@@ -113,5 +134,7 @@ def find_blas(env: Mapping[str, str], runner: Runner | None = None) -> BlasFlags
 def _linker_finds(cc: str, name: str, env: Mapping[str, str],
                   runner: Runner | None) -> str | None:
     done = run_command([cc, f"-print-file-name=lib{name}.so"], LINK_TIMEOUT, env, runner=runner)
+    if not done.answered:
+        raise Unanswered(done.unanswered())
     path = done.out.strip() if done.ok else ""
     return path if os.path.isabs(path) and os.path.exists(path) else None

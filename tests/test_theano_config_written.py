@@ -203,6 +203,7 @@ def test_numpy_is_asked_for_the_build_info_theano_reads(tmp_path):
     theano extra's numpy 1.23.5 has no blas_opt_info; a numpy whose build recorded one has."""
     import os
 
+    from cudnn_setup.child import Unanswered
     from cudnn_setup.theano_blas import NumpyBlas, numpy_blas
 
     env = {"PATH": os.environ["PATH"]}
@@ -220,7 +221,8 @@ def test_numpy_is_asked_for_the_build_info_theano_reads(tmp_path):
     older = numpy_blas(sys.executable, {**env, "PYTHONPATH": str(site)})
     assert older == NumpyBlas("1.19.5", True)
     (site / "numpy" / "distutils" / "__config__.py").write_text("raise SystemExit(3)\n")
-    assert numpy_blas(sys.executable, {**env, "PYTHONPATH": str(site)}) is None
+    with pytest.raises(Unanswered, match="exited with status 3"):  # no answer, no "no numpy"
+        numpy_blas(sys.executable, {**env, "PYTHONPATH": str(site)})
 
 
 @needs_theano

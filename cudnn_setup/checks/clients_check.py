@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from cudnn_setup.checks.framework_entry import FrameworkEntry
 from cudnn_setup.checks.theano_check import has_theano, theano_range_note, theano_supports
+from cudnn_setup.child import Unanswered
 from cudnn_setup.installation.model import Installation
 from cudnn_setup.facts import clients
 from cudnn_setup.facts import cudnn as gen
@@ -39,7 +40,12 @@ def check_clients(inst: Installation, facts: CheckFacts) -> Check:
     if skipped is not None:
         return skipped
     entries = facts.machine.frameworks(facts.python).entries if facts.frameworks else []
-    theano = has_theano(facts.python, facts.env, facts.runner) if facts.theano else None
+    theano = None  # not judged: --no-theano, or the interpreter gave no answer (the theano
+    if facts.theano:  # check, which asks it too, says so)
+        try:
+            theano = has_theano(facts.python, facts.env, facts.runner)
+        except Unanswered:
+            pass
     return check_clients_with(inst, entries, theano)
 
 

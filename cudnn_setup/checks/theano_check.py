@@ -9,13 +9,14 @@ from typing import TYPE_CHECKING, Mapping
 from cudnn_setup.probing.answer_values import BadAnswer, Fields
 from cudnn_setup.installation.model import Installation
 from cudnn_setup.checks.gpu import GpuCheck
-from cudnn_setup.child import Runner, run_command
+from cudnn_setup.child import Runner, Unanswered, run_command
 from cudnn_setup.probing.probe import probe_module, run_probe
 from cudnn_setup.probing.theano_answer import WHAT, TheanoAnswer
 from cudnn_setup.facts import gpus
 from cudnn_setup.facts import theano as theano_facts
 from cudnn_setup.facts.cudnn import split_version
 from cudnn_setup.report import FAIL, PASS, SKIP, WARN, Check
+from cudnn_setup.text import escape
 from cudnn_setup.theanorc_merge import config_files, unreadable_for_theano
 
 if TYPE_CHECKING:
@@ -95,10 +96,15 @@ def import_failure(error: str, numpy: str | None, run: TheanoRun) -> str:
 
 def has_theano(python: str, env: Mapping[str, str], runner: Runner | None = None) -> bool:
     """Whether `python`, started from `env` (the command's: its PYTHONPATH counts), finds
-    Theano; nothing is imported."""
-    done = run_command([python, "-c", "import importlib.util as u, sys; "
-                        "sys.exit(0 if u.find_spec('theano') else 1)"], 60, env, runner=runner)
-    return done.returncode == 0
+    Theano; nothing is imported. Unanswered when it does not say (it could not be started, it
+    hung, it failed before asking): that is no "not installed"."""
+    done = run_command([python, "-c", "import importlib.util as u; "
+                        "print('theano', bool(u.find_spec('theano')))"], 60, env, runner=runner)
+    said = done.out.split()[-2:] if done.answered and done.returncode == 0 else []
+    if said not in (["theano", "True"], ["theano", "False"]):
+        raise Unanswered(done.unanswered() if not done.ok else
+                         f"it printed no answer ({escape(done.out.strip()[-200:])})")
+    return said[1] == "True"
 
 
 def theano_range_note(version: str | None) -> str | None:
@@ -162,7 +168,12 @@ def check_theano(inst: Installation, facts: CheckFacts) -> Check:
     if not facts.theano:
         return Check("theano", SKIP, "--no-theano")
     python, theanorc, env, runner = facts.python, facts.theanorc, facts.env, facts.runner
-    if not has_theano(python, env, runner):
+    try:
+        installed = has_theano(python, env, runner)
+    except Unanswered as silent:
+        return Check("theano", FAIL,
+                     f"could not ask {python} whether Theano is installed: {silent}")
+    if not installed:
         note = theano_range_note(inst.version) if not theano_supports(inst.version) else None
         return Check("theano", SKIP, (f"{note}; besides, " if note else "")
                      + f"Theano is not installed for {python}; {INSTALL_HINT}")

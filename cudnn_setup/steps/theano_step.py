@@ -8,6 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
+from cudnn_setup.child import Unanswered
 from cudnn_setup.checks.theano_check import theano_range_note, theano_supports
 from cudnn_setup.facts.cudnn import split_version
 from cudnn_setup.facts.theano import rule_for
@@ -55,6 +56,8 @@ def theanorc_step(result: Result, path: Path, root: Path, lib_dir: Path, dry_run
     except TheanorcRefused as exc:  # also what an OSError became: the install still stands
         return Check("theanorc", FAIL, f"{exc.message} — {exc.hint}",
                      {"code": exc.code, "message": exc.message, "hint": exc.hint})
+    if ctx is not None and about["blas"].get("unanswered"):  # a guess, or nothing: said
+        change = replace(change, warnings=(*change.warnings, f"[blas] {about['blas']['why']}"))
     active = any(w.startswith(KEPT_ACTIVE) for w in change.warnings)
     about["optimizer_including_cudnn"] = cudnn or active  # what the file holds now
     if not usable:
@@ -95,7 +98,11 @@ def blas_needed(ctx: Context, python: str, path: Path,
     config files Theano reads, nor `path`, sets ldflags already."""
     if (rc := ldflags_set_in(ctx, path)) is not None:
         return None, {"needed": False, "why": f"{rc} sets [blas] ldflags already"}
-    info = numpy_info() if numpy_info else numpy_blas(python, ctx.env, ctx.runner)
+    try:
+        info = numpy_info() if numpy_info else numpy_blas(python, ctx.env, ctx.runner)
+    except Unanswered as why:  # nothing written: Theano's own import says what it misses
+        return None, {"needed": None, "unanswered": True,
+                      "why": f"could not ask {python}'s numpy for its BLAS: {why}"}
     if info is None:
         return None, {"needed": False, "why": f"numpy.distutils cannot be imported by {python}"}
     if info.has_blas_opt_info:
@@ -103,7 +110,8 @@ def blas_needed(ctx: Context, python: str, path: Path,
     found = find_blas(ctx.env, ctx.runner)
     flags = BlasFlags(found.ldflags, f"numpy {info.numpy} has no blas_opt_info, which Theano "
                                      f"1.0.5 reads at import unless ldflags is set; {found.why}")
-    return flags, {"needed": True, "ldflags": flags.ldflags, "why": flags.why}
+    return flags, {"needed": True, "ldflags": flags.ldflags, "why": flags.why,
+                   **({"unanswered": True} if found.unanswered else {})}
 
 
 def numpy_asked_early(ctx: Context, python: str, explicit: Path | None
