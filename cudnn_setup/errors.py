@@ -131,6 +131,14 @@ _OS_ERRORS[errno.EPERM] = _OS_ERRORS[errno.EACCES]
 _PATH_PART = re.compile(r"\{([^{}]*)path\}")
 
 
+def no_thread(exc: BaseException | None) -> BaseException | None:
+    """A thread that could not be started, as what it is: the machine's limit on processes and
+    threads (CPython says so with a RuntimeError of these words, where fork says EAGAIN)."""
+    if type(exc) is RuntimeError and str(exc).startswith("can't start new thread"):
+        return OSError(errno.EAGAIN, os.strerror(errno.EAGAIN))
+    return exc
+
+
 def os_error(exc: OSError, action: str = "", *, kind: type[SetupError] = InstallFailed,
              outcome: str = "") -> SetupError:
     """The SetupError for an OSError: a stable code and a hint chosen by errno, never by text.

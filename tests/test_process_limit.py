@@ -54,3 +54,36 @@ def test_verify_and_doctor_under_a_process_limit_say_only_what_they_saw(home, cu
             if check["name"] == "load" and check["status"] == "fail":
                 assert any(w in check["detail"] for w in COULD_NOT), (command, limit, check)
     assert seen["verify", 64][0] == 0 and seen["doctor", 64][0] == 0
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.geteuid() != 0 or not os.access(PIDS, os.W_OK),
+                    reason="needs a writable cgroup v1 pids hierarchy")
+def test_a_wheel_installed_under_a_process_limit_is_never_called_corrupt(home, cuda_root,
+                                                                        tmp_path, compiler):
+    """A wheel's members are inflated on threads: where none could be started, the wheel was
+    called "truncated or corrupt" (exit 3, download it again). It is the machine's limit."""
+    from fixtures.wheels import build_wheel
+
+    wheel = build_wheel(tmp_path / "w", "9.3.0.75", "12", compiler)
+    env = clean_env(home)
+    group = PIDS / f"cudnn-setup-test-{os.getpid()}"
+    group.mkdir()
+    seen = {}
+    try:
+        for limit in range(2, 20):
+            root = cuda_root("12.4")
+            (group / "pids.max").write_text(str(limit))
+            done = subprocess.run(
+                ["sh", "-c", f'echo $$ > {group}/tasks; exec "$@"', "sh", sys.executable, "-m",
+                 "cudnn_setup", "install", str(wheel), "--cuda-root", str(root), "--no-verify",
+                 "--no-theanorc", "--no-frameworks", "--json"],
+                env=env, capture_output=True, text=True, timeout=300)
+            error = json.loads(done.stdout.strip().splitlines()[-1]).get("error") or {}
+            seen[limit] = (done.returncode, error.get("code"))
+            if done.returncode == 0:
+                break
+    finally:
+        group.rmdir()
+    assert seen[max(seen)] == (0, None), seen
+    assert all(v == (5, "process-limit") for k, v in seen.items() if k < max(seen)), seen

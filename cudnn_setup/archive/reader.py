@@ -19,7 +19,7 @@ from cudnn_setup.archive.listing import Listing, Member, Progress, Wanted
 from cudnn_setup.archive.problems import Problem
 from cudnn_setup.archive.rules import Limits, MemberRules, Stop, corrupt
 from cudnn_setup.digest import SHA256
-from cudnn_setup.errors import ArchiveRejected, InstallFailed, os_error
+from cudnn_setup.errors import ArchiveRejected, InstallFailed, no_thread, os_error
 from cudnn_setup.text import escape, show_path
 from cudnn_setup.trees import remove_tree
 from cudnn_setup.untrusted import open_regular
@@ -152,7 +152,7 @@ def staging_failed(staging_dir: Path, exc: staging.StagingWriteFailed | OSError)
     """Writing the staging copy failed: the machine's fault (disk full, permissions, a name
     too long), said by errno."""
     what = f"cannot write the staging copy under {show_path(staging_dir.parent)}"
-    cause = exc if isinstance(exc, OSError) else exc.__cause__
+    cause = no_thread(exc if isinstance(exc, OSError) else exc.__cause__)
     if isinstance(cause, OSError):
         return os_error(cause, what)
     return InstallFailed(f"{what}: {escape(str(cause))}", "fix it, then run again")

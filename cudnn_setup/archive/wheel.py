@@ -55,7 +55,7 @@ from cudnn_setup.archive.whole_file import (Changed, ReadFailed, Steady, hash_fi
                                              private_copy, unchanged)
 from cudnn_setup.durable import make_dirs
 from cudnn_setup.digest import SHA256
-from cudnn_setup.errors import ArchiveRejected
+from cudnn_setup.errors import ArchiveRejected, no_thread
 from cudnn_setup.facts import cudnn as gen
 from cudnn_setup.text import escape
 from cudnn_setup.untrusted import open_regular
@@ -187,6 +187,8 @@ def faults(path: Path, staging_dir: Path, listing: Listing) -> Iterator[None]:
     except Changed:
         listing.problems.append(corrupt("the file changed while it was read"))
     except FAULTS as exc:
+        if (limit := no_thread(exc)) is not exc:  # the machine's limit, not the wheel's fault
+            raise limit from None
         listing.problems.append(corrupt(str(exc)[:200] or type(exc).__name__))
     except Stop as stop:
         listing.problems.append(stop.problem)

@@ -3,9 +3,7 @@ error of the tool, an OSError by errno, an interrupt, a bug as exit 70), never r
 """
 from __future__ import annotations
 
-import errno
 import functools
-import os
 import sys
 import traceback
 from pathlib import Path
@@ -13,7 +11,7 @@ from typing import Callable
 
 from cudnn_setup.child import waited_for
 from cudnn_setup.errors import (INSTALL_FAILED, DownloadFailed, InstallFailed, InternalError,
-                                 Interrupted, NothingRolledBack, SetupError, os_error)
+                                 Interrupted, NothingRolledBack, SetupError, no_thread, os_error)
 from cudnn_setup.orphans import Subreaper
 from cudnn_setup.report import Result
 from cudnn_setup.state.view import command_line
@@ -110,14 +108,6 @@ def committed_outcome(result: Result) -> str:
     if result.changed:
         return "this came after the change was committed, which stands"
     return ""
-
-
-def no_thread(exc: Exception) -> Exception:
-    """A thread that could not be started, as what it is: the machine's limit on processes and
-    threads (CPython says so with a RuntimeError of these words, where fork says EAGAIN)."""
-    if type(exc) is RuntimeError and str(exc).startswith("can't start new thread"):
-        return OSError(errno.EAGAIN, os.strerror(errno.EAGAIN))
-    return exc
 
 
 def library_error(exc: Exception, name: str) -> SetupError | None:
