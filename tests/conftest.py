@@ -223,11 +223,16 @@ def cuda_root(tmp_path, compiler):
 
 def clean_env(home: Path, **extra) -> dict:
     """The caller's environment for a run of the tool with `home` as its home: no CUDA or Theano
-    settings, and no XDG dirs, which would put its download cache and config outside `home`."""
+    settings, and no XDG dirs, which would put its download cache and config outside `home`.
+    Its TMPDIR is a directory beside `home`: what a run killed with SIGKILL leaves there (its
+    children's scratch dirs; nothing can remove them at the time) goes with the test's own."""
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("CUDA_", "THEANO", "LD_LIBRARY_PATH", "CUDNN_SETUP_MIRROR",
                                 "XDG_"))}
-    env.update({"HOME": str(home), "PYTHONPATH": str(REPO), **extra})
+    tmp = home.parent / "tool-tmp"
+    tmp.mkdir(mode=0o1777, exist_ok=True)
+    tmp.chmod(0o1777)  # a second user's run writes there too
+    env.update({"HOME": str(home), "PYTHONPATH": str(REPO), "TMPDIR": str(tmp), **extra})
     return env
 
 
