@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from cudnn_setup.durable import write_atomic
-from cudnn_setup.child import Runner, run_command
+from cudnn_setup.child import Runner, Unanswered, run_command
 from cudnn_setup.facts.cudnn import library_file_version
 from cudnn_setup.facts.ldresolve.environment import Environment
 from cudnn_setup.facts.ldresolve.ldconfig import CacheEntry, ldconfig_binary, read_cache
@@ -107,16 +107,26 @@ def loader_environment(env: Mapping[str, str], cache: Sequence[CacheEntry] | Non
     command's, which runs the loader's children (ldconfig -p, ld.so), so that the command's end
     ends them and waits for what they leave."""
     llp = env.get("LD_LIBRARY_PATH") or None
-    return Environment(ld_library_path=llp, cache=read_cache(runner=runner) if cache is None else cache,
+    cache_error = None
+    if cache is None:
+        try:
+            cache = read_cache(runner=runner)
+        except Unanswered as why:  # searched without it, each "not found" saying so
+            cache, cache_error = [], f"ldconfig -p: {why}"
+    return Environment(ld_library_path=llp, cache=cache, cache_error=cache_error,
                        facts=probe_loader(runner=runner) if facts is None else facts,
                        objects=objects or Objects())
 
 
 def cache_entries(name_prefix: str = "libcudnn", cache_file: str | None = None) \
         -> list[tuple[str, str]]:
-    """(soname, path) pairs of the loader cache for names with the prefix."""
-    return [(e.name, e.path) for e in read_cache(cache_file=cache_file)
-            if e.name.startswith(name_prefix)]
+    """(soname, path) pairs of the loader cache for names with the prefix; none when ldconfig
+    gave no answer (copies_of also looks in the directories the cache is made from)."""
+    try:
+        entries = read_cache(cache_file=cache_file)
+    except Unanswered:
+        return []
+    return [(e.name, e.path) for e in entries if e.name.startswith(name_prefix)]
 
 
 def _resolve_version(path: Path) -> str | None:

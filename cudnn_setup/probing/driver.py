@@ -20,8 +20,6 @@ from typing import Mapping
 from cudnn_setup.child import Runner
 from cudnn_setup.facts import gpu_support as S
 from cudnn_setup.facts.ldresolve.environment import Environment
-from cudnn_setup.facts.ldresolve.ldconfig import read_cache
-from cudnn_setup.facts.ldresolve.loader_facts import probe_loader
 from cudnn_setup.facts.ldresolve.process import Process
 from cudnn_setup.probing.answer_values import Fields
 from cudnn_setup.probing.probe import ProbeResult, run_probe, stdlib_probe
@@ -49,8 +47,9 @@ def no_driver(env: Mapping[str, str], loader: Environment | None = None,
     if smi and shutil.which("nvidia-smi", path=env.get("PATH", os.defpath)):
         return None
     if loader is None:
-        loader = Environment(ld_library_path=env.get("LD_LIBRARY_PATH") or None,
-                             cache=read_cache(), facts=probe_loader())
+        from cudnn_setup.facts.loader import loader_environment
+
+        loader = loader_environment(env)
     found = Process(loader).find("libcuda.so.1", None)[0]
     if found.found:
         return None

@@ -20,5 +20,6 @@ class Environment:
     cwd: str = "/"
     executable: str | None = None  # its DT_RPATH counts last in the RPATH chain
     inhibit_cache: bool = False
+    cache_error: str | None = None  # why `cache` is empty: ldconfig -p gave no answer
     # the files read for this environment's questions, once each (None: read every time)
     objects: Objects | None = field(default=None, compare=False, repr=False)

@@ -6,7 +6,7 @@ import os
 import re
 from dataclasses import dataclass
 
-from cudnn_setup.child import Runner, run_command
+from cudnn_setup.child import Runner, Unanswered, run_command
 from cudnn_setup.facts.ldresolve.loadable import NotLoadable, read_object
 
 # Where ldconfig is installed (glibc puts it in /sbin; merged-/usr systems have both).
@@ -91,11 +91,15 @@ def ldconfig_binary() -> str | None:
 
 def read_cache(ldconfig: str | None = None, cache_file: str | None = None,
                timeout: float = 30.0, runner: Runner | None = None) -> list[CacheEntry]:
-    """The loader cache as `ldconfig -p` prints it ([] when ldconfig cannot be run);
-    `runner`: the command's, so that its end ends the child too."""
+    """The loader cache as `ldconfig -p` prints it ([] when there is no ldconfig, or it says
+    there is no cache); `runner`: the command's, so that its end ends the child too.
+    Unanswered when ldconfig could not be started or did not finish: the cache is not known
+    to be empty."""
     binary = ldconfig or ldconfig_binary()
     if binary is None:
         return []
     done = run_command([binary, "-p"] + (["-C", cache_file] if cache_file else []), timeout,
                        env={}, runner=runner)
+    if not done.answered:
+        raise Unanswered(done.unanswered())
     return parse_ldconfig_p(done.stdout.decode(errors="replace")) if done.ok else []

@@ -43,6 +43,8 @@ class Process(Search):
             wrong_class = next((why for _, why in res.skipped if why.startswith("wrong ELF class")), None)
             res.error = f"{name}: {wrong_class}" if wrong_class else \
                 f"{name}: cannot open shared object file: No such file or directory"
+            if self.env.cache_error and not wrong_class:
+                res.error += f" (searched without the loader cache, {self.env.cache_error})"
             return res, None
         res.path, res.via = obj.path, via
         return res, self._add(obj, name, requester)
