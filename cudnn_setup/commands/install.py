@@ -97,7 +97,8 @@ def install(result: Result, ctx: Context, source: str, *, cuda_root: Path | None
             on_read=reading(ctx, archive), xz=which(ctx, "xz"), env=ctx.env,
             driver=facts.driver, on_status=ctx.status, provenance=provenance,
             extra_wheels=[d.path for d in deps], known=known, verify_content=verify_content,
-            clients=(lambda: None) if no_frameworks else (lambda: framework_names(ctx, python))))
+            clients=(lambda: None) if no_frameworks else (lambda: framework_names(ctx, python)),
+            on_commit=lambda: setattr(result, "changed", True)))
     pkg = outcome.package
     if pkg is not None and pkg.compression == WHEEL and not dry_run:
         outcome.notes += wheel_runpath_notes(pkg, outcome.lib_dir or root.lib_dir(), root.path)
@@ -185,7 +186,8 @@ def _install_arriving(result: Result, ctx: Context, source: str, release: Releas
             dest, root, force=force, xz=which(ctx, "xz"), env=ctx.env, driver=ctx.facts.driver,
             on_status=ctx.status, known=known, verify_content=verify_content,
             clients=(lambda: None) if no_frameworks else (lambda: framework_names(ctx, python)),
-            follow=download.follow, arrived=download.provenance))
+            follow=download.follow, arrived=download.provenance,
+            on_commit=lambda: setattr(result, "changed", True)))
         obtained = download.result()  # the verdict, when the root had it already
     except ArchiveRejected:
         # judged from bytes no checksum has vouched for yet: the download's verdict comes

@@ -22,7 +22,8 @@ def repair(result: Result, ctx: Context, *, cuda_root: Path | None = None,
     result.cuda_root = str(root.path)
     outcome = engine.repair(root, lambda manifest: obtain(result, ctx, manifest),
                             dry_run=dry_run, lock_timeout=ctx.lock_timeout,
-                            on_status=ctx.status, xz=which(ctx, "xz"), env=ctx.env)
+                            on_status=ctx.status, xz=which(ctx, "xz"), env=ctx.env,
+                            on_commit=lambda: setattr(result, "changed", True))
     result.cudnn_version = outcome.manifest.cudnn_version if outcome.manifest else None
     result.changed = outcome.changed and not dry_run
     result.add("repair", outcome.to_dict())

@@ -21,7 +21,8 @@ def uninstall(result: Result, ctx: Context, *, cuda_root: Path | None = None,
     root = find_cuda_root(ctx.env, cuda_root)
     result.cuda_root = str(root.path)
     outcome = engine.uninstall(root, force=force, dry_run=dry_run,
-                               lock_timeout=ctx.lock_timeout, on_status=ctx.status)
+                               lock_timeout=ctx.lock_timeout, on_status=ctx.status,
+                               on_commit=lambda: setattr(result, "changed", True))
     version = (outcome.manifest or {}).get("cudnn_version")
     result.cudnn_version = version
     result.changed = outcome.changed and not dry_run

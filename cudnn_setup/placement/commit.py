@@ -11,6 +11,7 @@ import datetime
 import os
 from functools import partial
 from pathlib import Path
+from typing import Callable
 
 from cudnn_setup import __version__
 from cudnn_setup.archive.package import Package
@@ -68,7 +69,8 @@ def make_links(desired: list[Desired]) -> None:
 
 
 def place(state: StateDir, txid: str, desired: list[Desired], plan: Plan, manifest: Manifest,
-          fs: Filesystem | None = None) -> list[str]:
+          fs: Filesystem | None = None, on_commit: Callable[[], None] = lambda: None
+          ) -> list[str]:
     """Apply `plan` to the root as the transaction `txid`, committed by writing `manifest`;
     the staged bytes are on disk before the journal names them. Notes when tidying up after
     the commit failed."""
@@ -77,15 +79,16 @@ def place(state: StateDir, txid: str, desired: list[Desired], plan: Plan, manife
                  state.tx_dir(txid))
     transaction = Transaction(state, txid, fs)
     transaction.run(plan.ops, partial(commit_manifest, state.root, state.manifest_path, manifest),
-                    txid)
+                    txid, on_commit)
     return unfinished(transaction)
 
 
-def remove(state: StateDir, txid: str, plan: Plan, fs: Filesystem | None = None) -> list[str]:
+def remove(state: StateDir, txid: str, plan: Plan, fs: Filesystem | None = None,
+           on_commit: Callable[[], None] = lambda: None) -> list[str]:
     """Apply an uninstall's `plan` as the transaction `txid`, committed by removing the
     manifest."""
     transaction = Transaction(state, txid, fs)
-    transaction.run(plan.ops, partial(commit_removal, state.manifest_path), None)
+    transaction.run(plan.ops, partial(commit_removal, state.manifest_path), None, on_commit)
     return unfinished(transaction)
 
 

@@ -116,6 +116,7 @@ class Request:
     known: Expected | None = None
     verify_content: bool = False
     clients: Callable[[], Sequence[str] | None] = _no_clients
+    on_commit: Callable[[], None] = field(default=lambda: None)  # told when the change stands
     lock_timeout: float = 300.0
     follow: Callable[[], Growing] | None = None
     arrived: Callable[[], dict | None] | None = None
@@ -274,7 +275,7 @@ def _install(asked: Asked, state: StateDir, fs: Filesystem | None) -> Outcome:
                 manifest = manifest_for(txid, judged.package, desired, plan, asked.include_rel,
                                         asked.lib_rel, r.archive.name, judged.built,
                                         provenance, before if before == after else None)
-                notes += place(state, txid, desired, plan, manifest, fs)
+                notes += place(state, txid, desired, plan, manifest, fs, r.on_commit)
             else:
                 manifest = judged.old
         finally:
@@ -318,7 +319,8 @@ def recover_pending(root: CudaRoot, lock_timeout: float = 300.0,
 
 def uninstall(root: CudaRoot, *, force: bool = False, dry_run: bool = False,
               fs: Filesystem | None = None, lock_timeout: float = 300.0,
-              on_status: Callable[[str], None] | None = None) -> Outcome:
+              on_status: Callable[[str], None] | None = None,
+              on_commit: Callable[[], None] = lambda: None) -> Outcome:
     if root.include_dir.exists() or root.lib_dir().exists():
         root_dirs(root)  # a dir a link takes out of the root: said as such, before the state
     state = StateDir(root.path)
@@ -340,7 +342,7 @@ def uninstall(root: CudaRoot, *, force: bool = False, dry_run: bool = False,
         try:
             if manifest is not None:
                 kept = changed.uninstall_note(root.path, True)
-                notes += remove(state, new_txid(), plan, fs) + kept
+                notes += remove(state, new_txid(), plan, fs, on_commit) + kept
         finally:
             if state.exists():
                 state.tidy()

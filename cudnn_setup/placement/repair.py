@@ -184,6 +184,7 @@ def _damage(record: FileRecord, found: Content | None) -> str | None:
 def repair(root: CudaRoot, obtain: Obtain, *, dry_run: bool = False,
            fs: Filesystem | None = None, lock_timeout: float = 300.0,
            on_status: Callable[[str], None] | None = None,
+           on_commit: Callable[[], None] = lambda: None,
            on_read: Progress | None = None, xz: str | None = None,
            env: Mapping[str, str] | None = None) -> RepairOutcome:
     """Put the install the root's manifest records back; `obtain(manifest)` gives the local
@@ -224,8 +225,8 @@ def repair(root: CudaRoot, obtain: Obtain, *, dry_run: bool = False,
         txid = new_txid()
         tx = state.tx_dir(txid)
         try:
-            outcome = _repair(state, manifest, damage, txid, obtain, ahead, fs, say, on_read,
-                              xz, env or {})
+            outcome = _repair(state, manifest, damage, txid, obtain, ahead, fs, say, on_commit,
+                              on_read, xz, env or {})
             outcome.recovered = recovered
         finally:
             # A journal still there (a rollback or the tidying after the commit failed) needs
@@ -257,7 +258,8 @@ def _fetched_ahead(state: StateDir, obtain: Obtain) -> dict[str, Path]:
 
 def _repair(state: StateDir, manifest: Manifest, damage: list[Damage], txid: str,
             obtain: Obtain, ahead: dict[str, Path], fs: Filesystem | None,
-            say: Callable[[str], None], on_read, xz, env) -> RepairOutcome:
+            say: Callable[[str], None], on_commit: Callable[[], None], on_read, xz,
+            env) -> RepairOutcome:
     """The repair of `damage` as the transaction `txid`; the archive is the one obtained
     before the lock (`ahead`, by sha256) when the manifest still records it, else obtained."""
     root = state.root
@@ -308,7 +310,8 @@ def _repair(state: StateDir, manifest: Manifest, damage: list[Damage], txid: str
     say(f"putting back {plural(len(damage), 'file and link', 'files and links')} in {root}: "
         "one transaction")
     transaction = Transaction(state, txid, fs)
-    transaction.run(ops, partial(commit_manifest, root, state.manifest_path, repaired), txid)
+    transaction.run(ops, partial(commit_manifest, root, state.manifest_path, repaired), txid,
+                    on_commit)
     return RepairOutcome(True, damage, repaired, kept_in=kept_in, archive=archive,
                          notes=unfinished(transaction))
 

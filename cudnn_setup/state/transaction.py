@@ -127,11 +127,15 @@ class Transaction:
         self.unfinished: str | None = None  # why tidying up after the commit point failed
 
     def run(self, ops: list[Op], commit: Callable[[Filesystem], None],
-            manifest_txid: str | None) -> None:
-        """Apply `ops`, then `commit`; on any exception (even KeyboardInterrupt) undo it all.
+            manifest_txid: str | None, on_commit: Callable[[], None] = lambda: None) -> None:
+        """Apply `ops`, then `commit`; on any exception (even KeyboardInterrupt) undo it all,
+        unless the commit point was reached: the disk says (`committed`), not how far this
+        code got, so an interrupt in the commit's last fsync or just after it is no rollback.
 
         `manifest_txid`: the commit writes the manifest of that txid; None: it removes it.
-        """
+        `on_commit` is told as soon as the change stands, before anything else may be
+        interrupted (the tidying after it included), so the caller never reports a committed
+        change as rolled back."""
         self.state.check()
         for op in ops:  # a missing source fails here, before the journal names it
             if op.action == PUT:
@@ -144,7 +148,11 @@ class Transaction:
                 self._apply(op)
             self._sync(ops)
             commit(self.fs)
+            on_commit()
         except BaseException:
+            if committed(self.state, journal):  # it stands: tell, then let the error go on
+                on_commit()
+                raise
             rollback(self.state, journal, self.fs)
             raise
         try:
