@@ -229,7 +229,7 @@ def _main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
 
 
-def _on_signal(signum, frame):  # set by _call only: signal is imported by then
+def _on_signal(signum, frame):  # set by _call and console_main: signal is imported by then
     """SIGTERM raises Interrupted, SIGINT KeyboardInterrupt, where the program is; both roll
     back the same way (steps/command_wrapper.py)."""
     import signal
@@ -454,6 +454,23 @@ def _observed() -> bool:
         for tool in (monitoring.PROFILER_ID, monitoring.DEBUGGER_ID, monitoring.COVERAGE_ID))
 
 
+def _sigterm_interrupts() -> None:
+    """SIGTERM, from the program's first line, ends the command as Ctrl-C does, with its
+    answer: while arguments are parsed and the command's modules load (a quarter second) it
+    used to end the process without one. One that was ignored (a parent's choice) stays so."""
+    import signal
+
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _on_signal)
+
+
+def _sigterm_ignored() -> None:
+    """The answer is out: a SIGTERM now changes nothing, and no longer the exit status."""
+    import signal
+
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
 def console_main() -> None:
     """The program: main() on the process's own argv, environment and streams, then exit.
 
@@ -464,7 +481,9 @@ def console_main() -> None:
     coverage), which write their results as the interpreter exits, it exits as usual."""
     _standard_streams()
     _leave_loader_traps()
+    _sigterm_interrupts()
     code = main()
+    _sigterm_ignored()
     if _observed():
         sys.exit(code)
     for stream in (sys.stdout, sys.stderr):

@@ -1,14 +1,19 @@
 """A SIGTERM at or after a transaction's commit point: the change stands and is said to stand
-(exit 1, `changed: true`, "interrupted after the change was committed"), never "rolled back".
+(exit 1, `changed: true`, "interrupted after the change was committed"), never "rolled back";
+and one before the program's commands are even loaded still ends with its one JSON answer.
 
 The signals are real: the process sends SIGTERM to itself from inside the step named, and the
 tool's own handler turns it into an interruption where the program is."""
+import json
 import os
 import signal
+import subprocess
+import sys
+import time
 
 import pytest
 
-from conftest import REPO, run_json, tree_state
+from conftest import REPO, clean_env, run_json, tree_state
 from cudnn_setup.state import transaction
 
 SAMPLE = REPO / "fixtures" / "samples" / "cudnn-10.0-linux-x64-v7.4.2.24.tgz"
@@ -64,4 +69,41 @@ def test_a_sigterm_once_the_uninstall_is_committed_says_it_stands(monkeypatch, h
     monkeypatch.undo()
     done, out = run_json(["uninstall", "--cuda-root", root], home)  # finishes the tidying
     assert done.returncode == 0, out
+    assert tree_state(root) == before
+
+
+SIGTERM_CAUGHT = 1 << (signal.SIGTERM - 1)
+
+
+def _catches_sigterm(pid: int) -> bool:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("SigCgt:"):
+                return bool(int(line.split()[1], 16) & SIGTERM_CAUGHT)
+    return False
+
+
+def test_a_sigterm_while_the_program_loads_still_gets_its_answer(home, cuda_root):
+    """Killed as soon as the program has taken SIGTERM in hand, while it loads its modules:
+    one JSON object, exit 5 "interrupted", nothing changed. Before, SIGTERM was only taken in
+    hand once the command's module was loaded, and the process died without a word."""
+    root = cuda_root("10.0")
+    before = tree_state(root)
+    proc = subprocess.Popen([sys.executable, "-m", "cudnn_setup", "install", str(SAMPLE),
+                             "--cuda-root", str(root), "--json"], env=clean_env(home),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while not _catches_sigterm(proc.pid):
+        assert proc.poll() is None and time.monotonic() < deadline, "SIGTERM never taken in hand"
+        time.sleep(0.0005)
+    with open(f"/proc/{proc.pid}/maps") as f:  # the archive modules (lzma's among them) are
+        loading = "_lzma" not in f.read()  # not loaded yet: this is the program's start
+    proc.send_signal(signal.SIGTERM)
+    assert loading, "SIGTERM was taken in hand only once the command was loaded"
+    out, err = proc.communicate(timeout=120)
+    lines = out.strip().splitlines()
+    assert len(lines) == 1, (proc.returncode, out, err)
+    answer = json.loads(lines[0])
+    assert (proc.returncode, answer["error"]["code"]) == (5, "interrupted"), answer
+    assert answer["changed"] is False
     assert tree_state(root) == before
