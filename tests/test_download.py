@@ -411,3 +411,23 @@ def test_a_part_another_user_planted_is_not_resumed(server, tmp_path, home):
     done, out = run_json(["download", url, "--cache-dir", shared], home)
     assert done.returncode == 0, out["error"]
     assert (shared / V7).read_bytes() == real and out["download"]["sha256"] == _sha(real)
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("host, code", [(None, "connection-refused"),
+                                        ("cudnn-setup-test.invalid", "unknown-host")])
+@pytest.mark.parametrize("argv", [["download", "7.4"], ["install", "7.4", "--dry-run"]])
+def test_a_mirror_that_cannot_be_reached_is_coded_as_the_downloader_codes_it(argv, host, code,
+                                                                             home, cuda_root):
+    """The release manifests and indexes are read before any archive is downloaded: a mirror
+    that refuses the connection, or whose host does not resolve (.invalid never does), has
+    the codes docs/json.md gives those failures, not plain download-failed."""
+    mirror = f"http://{host or f'127.0.0.1:{_closed_port()}'}/"
+    done, out = run_json([*argv, "--mirror", mirror, "--cuda-root", cuda_root("12.4")], home)
+    assert done.returncode == 6, out
+    assert out["error"]["code"] == code, out["error"]

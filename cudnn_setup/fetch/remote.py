@@ -15,7 +15,8 @@ from typing import Mapping
 import requests
 
 from cudnn_setup.errors import DownloadFailed
-from cudnn_setup.fetch.http import Client, Stalled, TimedOut, reason, status_error
+from cudnn_setup.fetch.http import (Client, Stalled, TimedOut, connection_failure, reason,
+                                    status_error)
 from cudnn_setup.fetch.redist import listed_labels, local_path
 from cudnn_setup.text import show_path
 from cudnn_setup.untrusted import NotRegular, read_regular, regular_size
@@ -122,9 +123,12 @@ class Reader:
                            if self.mirror else f"check the network, {ELSEWHERE}") from None
         except requests.RequestException as exc:
             network = "the network (proxy settings come from the environment)"
+            # the codes the downloader gives the same failures (docs/json.md)
+            code = "tls-error" if isinstance(exc, requests.exceptions.SSLError) else \
+                connection_failure(exc, url)
             raise DownloadFailed(f"cannot reach {redact(url)}: {reason(exc, url)}",
                                  f"check the mirror URL and {network}" if self.mirror
-                                 else f"check {network}, {ELSEWHERE}") from None
+                                 else f"check {network}, {ELSEWHERE}", code=code) from None
 
     def _get(self, url: str, limit: int, absent) -> bytes | None:
         response = self._request(url, {})
