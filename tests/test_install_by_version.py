@@ -347,6 +347,32 @@ def test_mirror_setting_precedence(tmp_path, home):
     assert chosen(env={"XDG_CONFIG_HOME": str(xdg)}) == dirs["user"].as_uri() + "/"
 
 
+@pytest.mark.parametrize("where", ["user", "env"])
+def test_a_mirror_the_command_line_does_not_name_is_said_with_where_it_was_set(where, home):
+    """Set by the user's config.ini (or $CUDNN_SETUP_MIRROR): the run says which mirror it uses
+    and who set it, and a mirror that cannot be reached is blamed on that setting."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}/cudnn/"
+    user = home / ".config" / "cudnn-setup" / "config.ini"
+    env = None
+    if where == "user":
+        user.parent.mkdir(parents=True)
+        user.write_text(f"[cudnn-setup]\nmirror = {dead}\n")
+        origin = str(user)
+    else:
+        env, origin = {"CUDNN_SETUP_MIRROR": dead}, "$CUDNN_SETUP_MIRROR"
+    done, out = run_json(["list", "--cuda", "12"], home, env)
+    assert f"using the mirror {dead}, set by {origin}" in done.stderr
+    assert out["error"]["code"] == "connection-refused", out["error"]
+    assert f"check the mirror (set by {origin})" in out["error"]["hint"]
+    done, out = run_json(["list", "--cuda", "12", "--mirror", dead], home, env)
+    assert "using the mirror" not in done.stderr  # named on the command line: the user knows
+    assert "set by" not in out["error"]["hint"]
+
+
 def test_relative_mirror_option_is_taken_from_the_callers_directory(tmp_path, home):
     """The directory comes from main()'s caller (the shell's), never from this process's cwd."""
     (tmp_path / "here" / "rel").mkdir(parents=True)

@@ -38,15 +38,17 @@ ELSEWHERE = "or install from a mirror (--mirror) or a PyPI index (--from pypi)"
 class Reader:
     """Reads small files below http(s) and file URLs; every failure other than "not there" is
     DownloadFailed (exit 6), with the URL shown without credentials. `mirror`: whether the
-    tree is a mirror someone set (its URL may be wrong), or NVIDIA's own."""
+    tree is a mirror someone set (its URL may be wrong), or NVIDIA's own; `set_by`: where a
+    mirror was set when not on the command line (a settings file, a variable), for the hints."""
 
     def __init__(self, session: requests.Session | None = None,
                  headers: Mapping[str, str] | None = None,
                  timeout: tuple[float, float] = (10.0, 30.0), client: Client | None = None,
-                 mirror: bool = True):
+                 mirror: bool = True, set_by: str | None = None):
         self.client = client or Client(headers, session=session, timeout=timeout)
         self.mirror = mirror
         self.tree = "the mirror" if mirror else "NVIDIA's redist tree"
+        self.the_mirror = f"the mirror (set by {set_by})" if set_by else "the mirror"
 
     @property
     def requests_made(self) -> int:
@@ -119,7 +121,7 @@ class Reader:
         try:
             return self.client.request("GET", url, headers)
         except Stalled as exc:
-            raise TimedOut(f"{redact(url)}: {exc}", "check the mirror and the network"
+            raise TimedOut(f"{redact(url)}: {exc}", f"check {self.the_mirror} and the network"
                            if self.mirror else f"check the network, {ELSEWHERE}") from None
         except requests.RequestException as exc:
             network = "the network (proxy settings come from the environment)"
@@ -127,7 +129,7 @@ class Reader:
             code = "tls-error" if isinstance(exc, requests.exceptions.SSLError) else \
                 connection_failure(exc, url)
             raise DownloadFailed(f"cannot reach {redact(url)}: {reason(exc, url)}",
-                                 f"check the mirror URL and {network}" if self.mirror
+                                 f"check {self.the_mirror} and {network}" if self.mirror
                                  else f"check {network}, {ELSEWHERE}", code=code) from None
 
     def _get(self, url: str, limit: int, absent) -> bytes | None:
@@ -136,6 +138,6 @@ class Reader:
             if response.status_code in absent:
                 return None
             if response.status_code != 200:
-                raise status_error(url, response.status_code, "check the mirror and run again"
-                                   if self.mirror else f"run again later, {ELSEWHERE}")
+                raise status_error(url, response.status_code, f"check {self.the_mirror} and run "
+                                   "again" if self.mirror else f"run again later, {ELSEWHERE}")
             return self.client.read_small(response, url, limit, self.tree, READ_DEADLINE)

@@ -37,6 +37,7 @@ from cudnn_setup.fetch.candidates import UnknownVersion, is_version_request, par
 from cudnn_setup.fetch.checksums import Expected
 from cudnn_setup.report import Result
 from cudnn_setup.settings import mirror_setting, user_config_path
+from cudnn_setup.text import escape
 from cudnn_setup.urls import redact
 from cudnn_setup.sources.base import NVIDIA, PYPI, Fetch, Obtained, Offer, Source
 from cudnn_setup.sources.local import LocalArchive
@@ -84,11 +85,13 @@ def _tree_source(ctx: Context, mirror: str | None, headers: list[str] | None,
 
     user_config = ctx.user_config or user_config_path(ctx.env, ctx.home)
     setting = mirror_setting(mirror, ctx.env, user_config, ctx.system_config)
-    reader = Reader(client=client_for(ctx, headers), mirror=setting is not None)
     if setting is None:
-        return NvidiaTree(reader)
+        return NvidiaTree(Reader(client=client_for(ctx, headers), mirror=False))
     on_command_line = setting.origin == "--mirror"
     origin = option if on_command_line else setting.origin  # --from MIRROR says --from
+    if not on_command_line:  # a mirror the user did not name here: said, and by whom
+        ctx.status(f"using the mirror {escape(redact(setting.value))}, set by {escape(origin)}")
+    reader = Reader(client=client_for(ctx, headers), set_by=None if on_command_line else origin)
     try:
         # a relative path is taken from the shell's directory on the command line only
         return Mirror(setting.value, reader, ctx.cwd if on_command_line else None)
