@@ -367,7 +367,7 @@ def test_a_mirror_the_command_line_does_not_name_is_said_with_where_it_was_set(w
     done, out = run_json(["list", "--cuda", "12"], home, env)
     assert f"using the mirror {dead}, set by {origin}" in done.stderr
     assert out["error"]["code"] == "connection-refused", out["error"]
-    assert f"check the mirror (set by {origin})" in out["error"]["hint"]
+    assert f"check the mirror URL (set by {origin})" in out["error"]["hint"]
     done, out = run_json(["list", "--cuda", "12", "--mirror", dead], home, env)
     assert "using the mirror" not in done.stderr  # named on the command line: the user knows
     assert "set by" not in out["error"]["hint"]

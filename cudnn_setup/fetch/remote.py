@@ -48,7 +48,7 @@ class Reader:
         self.client = client or Client(headers, session=session, timeout=timeout)
         self.mirror = mirror
         self.tree = "the mirror" if mirror else "NVIDIA's redist tree"
-        self.the_mirror = f"the mirror (set by {set_by})" if set_by else "the mirror"
+        self.set_by = f" (set by {set_by})" if set_by else ""
 
     @property
     def requests_made(self) -> int:
@@ -121,7 +121,7 @@ class Reader:
         try:
             return self.client.request("GET", url, headers)
         except Stalled as exc:
-            raise TimedOut(f"{redact(url)}: {exc}", f"check {self.the_mirror} and the network"
+            raise TimedOut(f"{redact(url)}: {exc}", f"check the mirror{self.set_by} and the network"
                            if self.mirror else f"check the network, {ELSEWHERE}") from None
         except requests.RequestException as exc:
             network = "the network (proxy settings come from the environment)"
@@ -129,7 +129,7 @@ class Reader:
             code = "tls-error" if isinstance(exc, requests.exceptions.SSLError) else \
                 connection_failure(exc, url)
             raise DownloadFailed(f"cannot reach {redact(url)}: {reason(exc, url)}",
-                                 f"check {self.the_mirror} and {network}" if self.mirror
+                                 f"check the mirror URL{self.set_by} and {network}" if self.mirror
                                  else f"check {network}, {ELSEWHERE}", code=code) from None
 
     def _get(self, url: str, limit: int, absent) -> bytes | None:
@@ -138,6 +138,6 @@ class Reader:
             if response.status_code in absent:
                 return None
             if response.status_code != 200:
-                raise status_error(url, response.status_code, f"check {self.the_mirror} and run "
-                                   "again" if self.mirror else f"run again later, {ELSEWHERE}")
+                raise status_error(url, response.status_code, f"check the mirror{self.set_by} and "
+                                   "run again" if self.mirror else f"run again later, {ELSEWHERE}")
             return self.client.read_small(response, url, limit, self.tree, READ_DEADLINE)
