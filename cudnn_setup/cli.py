@@ -333,10 +333,10 @@ def main(argv: list[str] | None = None, *, env: Mapping[str, str] | None = None,
         # Ctrl-C while arguments were parsed or a command module loaded: nothing had started
         if session.rendered:
             return session.code
-        from cudnn_setup.steps.command_wrapper import interrupted
+        from cudnn_setup.errors import interruption
         from cudnn_setup.report import Result
 
-        return _render(session, Result(command, error=interrupted(Result(command))), as_json)
+        return _render(session, Result(command, error=interruption(False, read_only=True)), as_json)
     except Exception as exc:
         return _last_resort(session, command, exc, as_json)
 

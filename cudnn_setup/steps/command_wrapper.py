@@ -11,10 +11,10 @@ from typing import Callable
 
 from cudnn_setup.child import waited_for
 from cudnn_setup.errors import (INSTALL_FAILED, DownloadFailed, InstallFailed, InternalError,
-                                 Interrupted, NothingRolledBack, SetupError, no_thread, os_error)
+                                 Interrupted, NothingRolledBack, SetupError, interruption,
+                                 no_thread, os_error)
 from cudnn_setup.orphans import Subreaper
 from cudnn_setup.report import Result
-from cudnn_setup.state.view import command_line
 from cudnn_setup.steps.context import Context
 from cudnn_setup.text import escape
 from cudnn_setup.urls import scrub
@@ -130,13 +130,4 @@ def internal_error(exc: BaseException) -> InternalError:
 
 
 def interrupted(result: Result, read_only: bool = False) -> SetupError:
-    if read_only:
-        return InstallFailed("interrupted; nothing was changed", "run the command again",
-                             code="interrupted")
-    if result.changed:
-        verify = (command_line("verify", result.cuda_root) if result.cuda_root
-                  else "cudnn-setup verify")
-        return InstallFailed("interrupted after the change was committed; it stands",
-                             f"run `{verify}` to check it", code="interrupted")
-    return InstallFailed("interrupted; nothing was changed (a change in progress was rolled back)",
-                         "run the command again", code="interrupted")
+    return interruption(result.changed, result.cuda_root, read_only)
