@@ -131,18 +131,16 @@ _OS_ERRORS[errno.EPERM] = _OS_ERRORS[errno.EACCES]
 _PATH_PART = re.compile(r"\{([^{}]*)path\}")
 
 
-def interruption(changed: bool, cuda_root: str | None = None,
+def interruption(changed: bool, verify: str = "cudnn-setup verify",
                  read_only: bool = False) -> SetupError:
     """What a Ctrl-C or SIGTERM left, in words: nothing (a command that only looks, or one
     interrupted before it began, which is why this module holds it: light enough to say so
-    while the command's own modules are still loading), a rollback, or a committed change."""
+    while the command's own modules are still loading), a rollback, or a committed change,
+    which `verify` (the command line) checks."""
     if read_only:
         return InstallFailed("interrupted; nothing was changed", "run the command again",
                              code="interrupted")
     if changed:
-        from cudnn_setup.state.view import command_line
-
-        verify = command_line("verify", cuda_root) if cuda_root else "cudnn-setup verify"
         return InstallFailed("interrupted after the change was committed; it stands",
                              f"run `{verify}` to check it", code="interrupted")
     return InstallFailed("interrupted; nothing was changed (a change in progress was rolled back)",

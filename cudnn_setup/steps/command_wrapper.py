@@ -15,6 +15,7 @@ from cudnn_setup.errors import (INSTALL_FAILED, DownloadFailed, InstallFailed, I
                                  no_thread, os_error)
 from cudnn_setup.orphans import Subreaper
 from cudnn_setup.report import Result
+from cudnn_setup.state.view import command_line
 from cudnn_setup.steps.context import Context
 from cudnn_setup.text import escape
 from cudnn_setup.urls import scrub
@@ -130,4 +131,5 @@ def internal_error(exc: BaseException) -> InternalError:
 
 
 def interrupted(result: Result, read_only: bool = False) -> SetupError:
-    return interruption(result.changed, result.cuda_root, read_only)
+    return interruption(result.changed, command_line("verify", result.cuda_root)
+                        if result.cuda_root else "cudnn-setup verify", read_only)
