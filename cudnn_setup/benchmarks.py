@@ -8,7 +8,8 @@ from typing import Callable, Mapping
 from cudnn_setup.probing.answer_values import BadAnswer, Fields
 from cudnn_setup.installation.model import Installation, find_cudart
 from cudnn_setup.probing.gpu_answer import BenchAnswer
-from cudnn_setup.probing.probe import ProbeResult, child_env, probe_module, run_probe, stdlib_probe
+from cudnn_setup.probing.probe import (ProbeResult, child_env, numpy_path, probe_module,
+                                       run_probe, stdlib_probe)
 from cudnn_setup.child import Runner, Unanswered
 from cudnn_setup.checks.theano_check import INSTALL_HINT, has_theano, with_fixed_hash_seed
 from cudnn_setup.report import FAIL, PASS, SKIP, WARN, Check
@@ -150,7 +151,7 @@ def algorithm_check(inst: Installation | None, env: Mapping[str, str],
     if inst is None or target is None:
         return Check("cudnn-algorithms", SKIP, f"the root's cuDNN cannot be used: {unusable}"
                      if unusable else "no cuDNN installed in the CUDA root")
-    args = stdlib_probe("gpu_steps") + ["--bench", str(target)]
+    args = stdlib_probe("gpu_steps") + ["--bench", *numpy_path(), str(target)]
     cudart = find_cudart(inst)
     if cudart:
         args.append(cudart)

@@ -496,3 +496,28 @@ def test_the_json_is_written_from_the_typed_answer_not_the_childs_object(tmp_pat
     assert got["engine"] == {"global_index": None, "runtime_compiled": None, "tensor_core": True,
                              "down_converts": None}
     assert check.answer.compute_capability == "9.0"  # what the theano check reads
+
+
+def test_the_probe_run_without_site_is_handed_numpy_and_says_so_when_it_cannot_be(tmp_path):
+    """The probe runs as stdlib_probe runs it (-I -S: no site), and every step is checked
+    against numpy: the check hands it numpy's directory. Without it, the probe says numpy
+    cannot be imported and skips; it once blamed libcudnn_graph for every step instead, on
+    every machine with a GPU. The driver is the stand-in (the GPU is what is not here)."""
+    from cudnn_setup.probing.probe import numpy_path, stdlib_probe
+    from fixtures import libcuda
+
+    driver = libcuda.build(tmp_path / "driver")
+    lib = layouts.built_set(tmp_path / "cudnn", tmp_path / "w")
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("LD_")},
+           "LD_LIBRARY_PATH": str(driver)}
+    bare = run_probe(stdlib_probe("gpu_steps") + [str(lib / "libcudnn.so.9")], 60, env)
+    assert bare.data is not None, bare.stderr
+    assert bare.data["status"] == "skip", bare.data
+    assert "numpy cannot be imported" in bare.data["reason"]
+    assert numpy_path()  # this interpreter has numpy: the tool's runs hand it over
+    told = run_probe(stdlib_probe("gpu_steps") + numpy_path() + [str(lib / "libcudnn.so.9")], 60,
+                     env)
+    assert told.data is not None, told.stderr
+    assert "numpy" not in json.dumps(told.data), told.data  # past the references' import
+    check = check_gpu_with(inst(tmp_path), env)
+    assert "numpy" not in check.detail, check.detail

@@ -21,7 +21,8 @@ from cudnn_setup.probing.answer_values import shown
 from cudnn_setup.probing.gpu_answer import GpuAnswer
 from cudnn_setup.probing.driver import no_driver
 from cudnn_setup.installation.model import Installation, find_cudart
-from cudnn_setup.probing.probe import child_env, loads_key, run_probe, stdlib_probe
+from cudnn_setup.probing.probe import (child_env, loads_key, numpy_path, run_probe,
+                                       stdlib_probe)
 from cudnn_setup.child import Runner
 from cudnn_setup.facts import cudnn as gen
 from cudnn_setup.facts.ldresolve.environment import Environment
@@ -114,7 +115,7 @@ def check_gpu_with(inst: Installation, env: Mapping[str, str], runner: Runner | 
     if absent is not None:
         said = GpuAnswer(status=SKIP, reason=absent)  # what the probe would have answered
         return GpuCheck(NAME, SKIP, absent, said.to_dict(), said)
-    args = probe or stdlib_probe("gpu_steps")
+    args = probe or stdlib_probe("gpu_steps") + numpy_path()
     comp = inst.composition() if inst.generation else None
     jit = comp is not None and comp.flavour == gen.JIT
     if comp is not None and jit:  # no legacy API, heuristics or precompiled engines: those steps cannot run

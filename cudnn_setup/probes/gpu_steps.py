@@ -1091,21 +1091,30 @@ def main(argv):
     bench_mode = argv[:1] == ["--bench"]
     args = argv[1:] if bench_mode else argv
     only = have = plans = None
-    while args[:1] in (["--only"], ["--have"], ["--plan-cache"]) and len(args) > 1:
+    while args[:1] in (["--only"], ["--have"], ["--plan-cache"], ["--numpy-path"]) and \
+            len(args) > 1:
         if args[0] == "--plan-cache":
             plans = args[1]
+        elif args[0] == "--numpy-path":  # run without site: numpy's directory, named outright
+            sys.path.append(args[1])
         else:
             names = set(args[1].split(","))
             only, have = (names, have) if args[0] == "--only" else (only, names)
         args = args[2:]
     if not args:
         return {"status": "fail", "reason": "usage: gpu.py [--bench] [--only STEP,…] "
-                                            "[--have LIBRARY,…] [--plan-cache DIR] LIBCUDNN "
-                                            "[LIBCUDART]"}
+                                            "[--have LIBRARY,…] [--plan-cache DIR] "
+                                            "[--numpy-path DIR] LIBCUDNN [LIBCUDART]"}
     mark = time.monotonic()
     out, why = device_facts()
     if out is None:
         return {"status": "skip", "reason": why}
+    try:  # the references every step is checked against: without them nothing can pass
+        __import__("numpy")
+    except ImportError as exc:
+        return {"status": "skip", "reason": f"numpy cannot be imported here ({exc}), and every "
+                "step is checked against numpy's result; install numpy where cudnn-setup "
+                "runs to check cuDNN on the GPU"}
     timings = {"device": round(time.monotonic() - mark, 4)}
     try:
         mark = time.monotonic()

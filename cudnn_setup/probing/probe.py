@@ -122,6 +122,18 @@ def stdlib_probe(name: str) -> list[str]:
     return ["-I", "-S", *probe_module(name)]
 
 
+def numpy_path() -> list[str]:
+    """The GPU probe's argument naming numpy's directory, found (not imported) where this
+    interpreter finds it: the probe runs without site, as stdlib_probe's do, and needs numpy
+    alone of what site would add. None where this interpreter has no numpy."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("numpy")
+    if spec is None or not spec.submodule_search_locations:
+        return []
+    return ["--numpy-path", str(Path(list(spec.submodule_search_locations)[0]).parent)]
+
+
 def child_env(lib_dir: Path, base: Mapping[str, str]) -> dict[str, str]:
     env = dict(base)
     old = env.get("LD_LIBRARY_PATH")
