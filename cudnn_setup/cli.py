@@ -214,13 +214,18 @@ def _call(session: _Session, parsed: Parsed) -> int:
         for signum in previous:
             signal.signal(signum, _on_signal)
     try:
-        result = run(session.context(parsed.as_json), **parsed.values)
+        try:
+            result = run(session.context(parsed.as_json), **parsed.values)
+            if in_main_thread:  # the answer is decided: a signal now could only make it false
+                for signum in previous:  # ("interrupted; nothing was changed" of a done install)
+                    signal.signal(signum, signal.SIG_IGN)
+        finally:
+            session.quiet()
+        return _render(session, result, parsed.as_json)
     finally:
-        session.quiet()
         if in_main_thread:
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
-    return _render(session, result, parsed.as_json)
 
 
 def _main_thread() -> bool:

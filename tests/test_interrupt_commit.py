@@ -112,3 +112,23 @@ def test_a_sigterm_while_the_program_loads_its_command_still_gets_its_answer(hom
     assert (proc.returncode, answer["error"]["code"]) == (5, "interrupted"), answer
     assert answer["changed"] is False
     assert tree_state(root) == before
+
+
+def test_a_sigterm_while_the_answer_is_written_leaves_the_answer_true(monkeypatch, home,
+                                                                     cuda_root):
+    """The install is done and its answer is being written when SIGTERM comes: the answer is
+    the install's (exit 0, changed), not "interrupted; nothing was changed" of a root that
+    was changed."""
+    from cudnn_setup import cli
+
+    original = cli._render
+
+    def render_after_sigterm(session, result, as_json):
+        os.kill(os.getpid(), signal.SIGTERM)
+        return original(session, result, as_json)
+
+    monkeypatch.setattr(cli, "_render", render_after_sigterm)
+    root = cuda_root("10.0")
+    done, out = run_json(["install", SAMPLE, "--cuda-root", root, "--no-verify",
+                          "--no-theanorc", "--no-frameworks"], home)
+    assert (done.returncode, out["changed"], out["error"]) == (0, True, None), out
