@@ -120,13 +120,13 @@ _OS_ERRORS = {
                          "whole path 4095)"),
     errno.EIO: ("io-error", "input/output error{ on path}",
                 "the disk or filesystem reports an error (see `dmesg`); fix it, then run again"),
-    # what fork and clone say at the limit on processes and threads (and what a thread that
-    # could not be started is taken for: steps/command_wrapper.py)
-    errno.EAGAIN: ("process-limit", "no more processes or threads could be started (Resource "
-                   "temporarily unavailable)", "raise the limit on processes and threads "
-                   "(ulimit -u; a container's or cgroup's pids.max), or run it with fewer "
-                   "processes about"),
 }
+# A thread that could not be started (ProcessLimit, made by no_thread): by its class, not by
+# EAGAIN, which an O_NONBLOCK open meeting another process's lease says too.
+_PROCESS_LIMIT = ("process-limit", "no more processes or threads could be started (Resource "
+                  "temporarily unavailable)", "raise the limit on processes and threads "
+                  "(ulimit -u; a container's or cgroup's pids.max), or run it with fewer "
+                  "processes about")
 _OS_ERRORS[errno.EPERM] = _OS_ERRORS[errno.EACCES]
 _PATH_PART = re.compile(r"\{([^{}]*)path\}")
 
@@ -147,11 +147,15 @@ def interruption(changed: bool, verify: str = "cudnn-setup verify",
                          "run the command again", code="interrupted")
 
 
+class ProcessLimit(OSError):
+    """No thread could be started: the machine's limit on processes and threads."""
+
+
 def no_thread(exc: BaseException | None) -> BaseException | None:
     """A thread that could not be started, as what it is: the machine's limit on processes and
-    threads (CPython says so with a RuntimeError of these words, where fork says EAGAIN)."""
+    threads (CPython says so with a RuntimeError of these words)."""
     if type(exc) is RuntimeError and str(exc).startswith("can't start new thread"):
-        return OSError(errno.EAGAIN, os.strerror(errno.EAGAIN))
+        return ProcessLimit(errno.EAGAIN, os.strerror(errno.EAGAIN))
     return exc
 
 
@@ -167,7 +171,7 @@ def os_error(exc: OSError, action: str = "", *, kind: type[SetupError] = Install
     names = [n for n in (exc.filename, exc.filename2) if n is not None]
     path = " -> ".join(escape(os.fsdecode(n)) if isinstance(n, (str, bytes)) else escape(str(n))
                        for n in names)
-    known = _OS_ERRORS.get(exc.errno or 0)
+    known = _PROCESS_LIMIT if isinstance(exc, ProcessLimit) else _OS_ERRORS.get(exc.errno or 0)
     if known:
         code, what, hint = known
         what = _PATH_PART.sub(lambda m: f"{m.group(1)}{path}" if path else "", what)
