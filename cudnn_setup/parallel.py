@@ -100,14 +100,16 @@ def spread(calls: Sequence[Callable[[threading.Event], T]], threads: int) -> lis
 
     workers = [threading.Thread(target=work, daemon=True, name=f"spread-{n}")
                for n in range(max(1, min(threads, len(calls))))]
-    for t in workers:
-        t.start()
+    started: list[threading.Thread] = []
     try:
         for t in workers:
+            t.start()  # may fail at a process limit: those running are stopped below
+            started.append(t)
+        for t in started:
             t.join()
-    finally:  # interrupted while waiting: the calls stop at their next piece
+    finally:  # interrupted while waiting, or short of threads: the calls stop at their next piece
         stop.set()
-        for t in workers:
+        for t in started:
             t.join()
     if first:
         raise first[0]
@@ -126,10 +128,19 @@ class Lanes:
         self._on_error = on_error
         self._lock = threading.Lock()
         self._calls: queue.SimpleQueue = queue.SimpleQueue()
-        self._threads = [threading.Thread(target=self._work, daemon=True, name=f"lane-{n}")
-                         for n in range(max(1, threads))]
-        for t in self._threads:
-            t.start()
+        self._threads: list[threading.Thread] = []
+        for n in range(max(1, threads)):
+            t = threading.Thread(target=self._work, daemon=True, name=f"lane-{n}")
+            try:
+                t.start()
+            except BaseException:  # short of threads: those started end before this is said
+                self.stop.set()
+                for _ in self._threads:
+                    self._calls.put(None)
+                for started in self._threads:
+                    started.join()
+                raise
+            self._threads.append(t)
 
     def put(self, call: Callable[[threading.Event], object]) -> None:
         self._calls.put(call)

@@ -58,10 +58,19 @@ class Writer:
         self.error: Exception | None = None
         self.writes: queue.SimpleQueue = queue.SimpleQueue()
         self.lanes = [queue.SimpleQueue() for _ in range(max(1, lanes))]
-        self.threads = [threading.Thread(target=self._run, args=(q,), daemon=True)
-                        for q in [self.writes] * max(1, writers) + self.lanes]
-        for t in self.threads:
-            t.start()
+        self.threads: list[threading.Thread] = []
+        queues = [self.writes] * max(1, writers) + self.lanes
+        for q in queues:
+            t = threading.Thread(target=self._run, args=(q,), daemon=True)
+            try:
+                t.start()
+            except BaseException:  # short of threads: those started end before this is said
+                for started in queues[:len(self.threads)]:
+                    started.put(None)
+                for started_thread in self.threads:
+                    started_thread.join()
+                raise
+            self.threads.append(t)
         self.turn = 0
         self.open_sinks: set[Sink] = set()
         self.text_left = MAX_HEADER_BYTES  # header text still to be kept (under text_lock:
