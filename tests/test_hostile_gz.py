@@ -43,6 +43,7 @@ def test_rapidgzip_failing_before_anything_is_staged_is_reread_not_an_os_error(
 
 _LATE_CTRL_C = """
 import os, signal, sys, threading
+from pathlib import Path
 from cudnn_setup.archive import decoders, reader
 path, staging = Path(sys.argv[1]), Path(sys.argv[2])
 staging.mkdir()
