@@ -37,6 +37,10 @@ else:
     print(json.dumps({"numpy": m.version("numpy"),
                       "blas_opt_info": hasattr(config, "blas_opt_info")}))
 """
+# What the linker says when the library is there but is no BLAS (or cannot be linked): any
+# other failure of the compiler driver (it could not start cc1, as or ld) is no answer.
+LINK_MISSES = ("undefined reference", "cannot find -l", "file format not recognized",
+               "skipping incompatible")
 # dgemm_ is the Fortran symbol Theano's C gemm calls; linking it proves the library is a BLAS.
 _LINK_PROGRAM = b"extern void dgemm_(void);\nint main(void) { dgemm_(); return 0; }\n"
 
@@ -113,6 +117,8 @@ def _find_blas(cc: str, env: Mapping[str, str], runner: Runner | None) -> BlasFl
         if not linked.answered:
             raise Unanswered(linked.unanswered())
         if not linked.ok:
+            if not any(miss in linked.err for miss in LINK_MISSES):  # the driver ran; its
+                raise Unanswered(linked.unanswered())  # linker or assembler may not have
             tried.append(f"{path} does not link dgemm_")
             continue
         own = {k: v for k, v in env.items() if k != "LIBRARY_PATH"}

@@ -94,3 +94,20 @@ def test_the_numpy_probe_says_no_numpy_in_words(tmp_path):
     bare = _program(tmp_path / "py", "#!/bin/sh\nexec python3 -I -S \"$@\"\n")
     assert subprocess.run([bare, "-c", "import numpy"], capture_output=True).returncode != 0
     assert numpy_blas(str(bare), {}) is None
+
+
+@pytest.mark.parametrize("said, unanswered", [
+    ("gcc: fatal error: cannot execute 'as': fork: Resource temporarily unavailable", True),
+    ("/usr/bin/ld: /tmp/cc.o: undefined reference to dgemm_", False)])
+def test_a_link_that_failed_for_want_of_a_process_is_no_missing_blas(said, unanswered, tmp_path):
+    """The compiler driver ran but could not start its assembler or linker (a pids limit):
+    no answer, as a cc that cannot start is none. An undefined dgemm_ is a real "no"."""
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    cc = _program(tools / "cc", "#!/bin/sh\ncase \"$1\" in -print-file-name=*) echo \"$0\" ;;\n"
+                  f"*) echo \"{said}\" >&2; exit 1 ;;\nesac\n")
+    found = find_blas({"PATH": str(tools)})
+    assert found.unanswered is unanswered, found
+    assert ("the linker could not be asked" in found.why) is unanswered
+    if not unanswered:
+        assert f"{cc} does not link dgemm_" in found.why
