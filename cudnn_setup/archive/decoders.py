@@ -331,6 +331,7 @@ class Decoder:
 
         fd = self.raw.fileno()
         self.steady = steady
+        self.before = os.fstat(fd)  # and a stat, where a lease is granted but not kept by all
         self.hashing = _Hashing(fd)
         try:
             decoded = rapidgzip.open(fd, parallelization=usable_cores())
@@ -401,6 +402,10 @@ class Decoder:
             assert hashed is not None  # not stopped: the hash ran to the file's end
             self.beside_sha256, self.beside_size = hashed
             if not self.steady.kept():  # someone asked to write it: the readers may differ
+                return FILE_CHANGED
+            try:  # (a writer a file system's lease does not see: FUSE, a network mount)
+                whole_file.unchanged(self.raw.fileno(), self.before, self.beside_size)
+            except whole_file.Changed:
                 return FILE_CHANGED
             # rapidgzip takes a stream cut short for a whole one; gzip's last 4 bytes hold the
             # decoded size mod 2**32 (of the last member: a file of several members is re-read).
