@@ -83,11 +83,15 @@ def private_copy(source: IO[bytes], directory: str | os.PathLike) -> IO[bytes]:
     import tempfile
 
     copy = tempfile.TemporaryFile(dir=directory)  # O_TMPFILE where there is one: no name
-    src, dst = source.fileno(), copy.fileno()
-    done = 0
-    while n := os.sendfile(dst, src, done, 1 << 30):
-        done += n
-    copy.seek(0)
+    try:
+        src, dst = source.fileno(), copy.fileno()
+        done = 0
+        while n := os.sendfile(dst, src, done, 1 << 30):
+            done += n
+        copy.seek(0)
+    except BaseException:  # its space goes back now, not when the collector gets to it
+        copy.close()
+        raise
     return copy
 
 
