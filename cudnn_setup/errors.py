@@ -131,6 +131,10 @@ _OS_ERRORS[errno.EPERM] = _OS_ERRORS[errno.EACCES]
 _PATH_PART = re.compile(r"\{([^{}]*)path\}")
 
 
+# What a failure after a command's change leaves, said beside the failure
+COMMITTED_STANDS = "this came after the change was committed, which stands"
+
+
 def interruption(changed: bool, verify: str = "cudnn-setup verify",
                  read_only: bool = False) -> SetupError:
     """What a Ctrl-C or SIGTERM left, in words: nothing (a command that only looks, or one

@@ -132,3 +132,21 @@ def test_a_sigterm_while_the_answer_is_written_leaves_the_answer_true(monkeypatc
     done, out = run_json(["install", SAMPLE, "--cuda-root", root, "--no-verify",
                           "--no-theanorc", "--no-frameworks"], home)
     assert (done.returncode, out["changed"], out["error"]) == (0, True, None), out
+
+
+def test_an_os_error_after_the_commit_says_the_change_stands(monkeypatch, home, cuda_root):
+    """The install is committed; tidying the state dir after it fails (EIO): exit 1, changed,
+    and the message says the change stands, not only "install failed"."""
+    import errno
+
+    from cudnn_setup.state.layout import StateDir
+
+    def tidy_fails(self):
+        raise OSError(errno.EIO, os.strerror(errno.EIO), str(self.path))
+
+    monkeypatch.setattr(StateDir, "tidy", tidy_fails)
+    root = cuda_root("10.0")
+    done, out = run_json(["install", SAMPLE, "--cuda-root", root, "--no-verify",
+                          "--no-theanorc", "--no-frameworks"], home)
+    assert (done.returncode, out["changed"]) == (1, True), out
+    assert "after the change was committed, which stands" in out["error"]["message"], out["error"]

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Callable, Iterator, Mapping, Sequence
 from cudnn_setup.archive.decoders import Growing
 from cudnn_setup.archive.listing import Progress
 from cudnn_setup.archive.package import Package
-from cudnn_setup.errors import SetupError, os_error
+from cudnn_setup.errors import COMMITTED_STANDS, SetupError, os_error
 from cudnn_setup.facts.cuda import BuiltFor, CudaRoot
 from cudnn_setup.fetch.checksums import Expected
 from cudnn_setup.placement.commit import manifest_for, place, remove
@@ -245,7 +245,8 @@ def _install(asked: Asked, state: StateDir, fs: Filesystem | None) -> Outcome:
     r = asked.request
     before = archive_stat(r.archive)
     created_state = not state.exists()
-    with _rolled_back_errors("install"), state.locked(r.lock_timeout, r.on_status):
+    committed: list[bool] = []
+    with _rolled_back_errors("install", committed), state.locked(r.lock_timeout, r.on_status):
         recovered = recover(state)
         if recovered:
             r.on_status(recovered)
@@ -275,7 +276,8 @@ def _install(asked: Asked, state: StateDir, fs: Filesystem | None) -> Outcome:
                 manifest = manifest_for(txid, judged.package, desired, plan, asked.include_rel,
                                         asked.lib_rel, r.archive.name, judged.built,
                                         provenance, before if before == after else None)
-                notes += place(state, txid, desired, plan, manifest, fs, r.on_commit)
+                notes += place(state, txid, desired, plan, manifest, fs,
+                               _telling(committed, r.on_commit))
             else:
                 manifest = judged.old
         finally:
@@ -292,12 +294,24 @@ def _install(asked: Asked, state: StateDir, fs: Filesystem | None) -> Outcome:
 
 
 @contextmanager
-def _rolled_back_errors(what: str) -> Iterator[None]:
-    """OSErrors of a transaction as the tool's exit-5 error, said by errno (errors.os_error)."""
+def _rolled_back_errors(what: str, committed: Sequence[bool] = ()) -> Iterator[None]:
+    """OSErrors of a transaction as the tool's error, said by errno (errors.os_error); once
+    `committed` holds anything (the transaction's on_commit put it there), one that comes
+    after says the change stands."""
     try:
         yield
     except OSError as exc:
-        raise os_error(exc, f"{what} failed") from None
+        raise os_error(exc, f"{what} failed",
+                       outcome=COMMITTED_STANDS if committed else "") from None
+
+
+def _telling(committed: list[bool], on_commit: Callable[[], None]) -> Callable[[], None]:
+    """`on_commit`, which also notes the commit in `committed`."""
+    def told() -> None:
+        committed.append(True)
+        on_commit()
+
+    return told
 
 
 def recover_pending(root: CudaRoot, lock_timeout: float = 300.0,
@@ -332,7 +346,8 @@ def uninstall(root: CudaRoot, *, force: bool = False, dry_run: bool = False,
                        notes=changed.uninstall_note(root.path, False) if manifest else [])
     if not state.exists():
         return Outcome(False, Plan(), notes=["cudnn-setup has installed nothing here"])
-    with _rolled_back_errors("uninstall"), state.locked(lock_timeout, on_status):
+    committed: list[bool] = []
+    with _rolled_back_errors("uninstall", committed), state.locked(lock_timeout, on_status):
         recovered = recover(state)
         manifest = state.manifest()
         plan = uninstall_plan(root.path, manifest, state.originals_rel, force)
@@ -342,7 +357,7 @@ def uninstall(root: CudaRoot, *, force: bool = False, dry_run: bool = False,
         try:
             if manifest is not None:
                 kept = changed.uninstall_note(root.path, True)
-                notes += remove(state, new_txid(), plan, fs, on_commit) + kept
+                notes += remove(state, new_txid(), plan, fs, _telling(committed, on_commit)) + kept
         finally:
             if state.exists():
                 state.tidy()

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Callable
 
 from cudnn_setup.child import waited_for
-from cudnn_setup.errors import (INSTALL_FAILED, DownloadFailed, InstallFailed, InternalError,
+from cudnn_setup.errors import (COMMITTED_STANDS, INSTALL_FAILED, DownloadFailed, InstallFailed, InternalError,
                                  Interrupted, NothingRolledBack, SetupError, interruption,
                                  no_thread, os_error)
 from cudnn_setup.orphans import Subreaper
@@ -106,9 +106,7 @@ def _absolute(value, cwd: Path):
 
 def committed_outcome(result: Result) -> str:
     """What a failure after the command's change leaves; only said when it is known."""
-    if result.changed:
-        return "this came after the change was committed, which stands"
-    return ""
+    return COMMITTED_STANDS if result.changed else ""
 
 
 def library_error(exc: Exception, name: str) -> SetupError | None:
