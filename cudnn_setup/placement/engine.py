@@ -15,6 +15,7 @@ import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from functools import partial
 from typing import TYPE_CHECKING, Callable, Iterator, Mapping, Sequence
 
 from cudnn_setup.archive.decoders import Growing
@@ -277,7 +278,7 @@ def _install(asked: Asked, state: StateDir, fs: Filesystem | None) -> Outcome:
                                         asked.lib_rel, r.archive.name, judged.built,
                                         provenance, before if before == after else None)
                 notes += place(state, txid, desired, plan, manifest, fs,
-                               _telling(committed, r.on_commit))
+                               partial(_tell, committed, r.on_commit))
             else:
                 manifest = judged.old
         finally:
@@ -305,13 +306,10 @@ def _rolled_back_errors(what: str, committed: Sequence[bool] = ()) -> Iterator[N
                        outcome=COMMITTED_STANDS if committed else "") from None
 
 
-def _telling(committed: list[bool], on_commit: Callable[[], None]) -> Callable[[], None]:
-    """`on_commit`, which also notes the commit in `committed`."""
-    def told() -> None:
-        committed.append(True)
-        on_commit()
-
-    return told
+def _tell(committed: list[bool], on_commit: Callable[[], None]) -> None:
+    """The transaction's commit, noted in `committed` and told to `on_commit`."""
+    committed.append(True)
+    on_commit()
 
 
 def recover_pending(root: CudaRoot, lock_timeout: float = 300.0,
@@ -357,7 +355,8 @@ def uninstall(root: CudaRoot, *, force: bool = False, dry_run: bool = False,
         try:
             if manifest is not None:
                 kept = changed.uninstall_note(root.path, True)
-                notes += remove(state, new_txid(), plan, fs, _telling(committed, on_commit)) + kept
+                notes += remove(state, new_txid(), plan, fs,
+                                partial(_tell, committed, on_commit)) + kept
         finally:
             if state.exists():
                 state.tidy()
