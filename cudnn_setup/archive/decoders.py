@@ -331,7 +331,7 @@ class Decoder:
 
         fd = self.raw.fileno()
         self.steady = steady
-        self.before = os.fstat(fd)  # and a stat, where a lease is granted but not kept by all
+        self.before = os.fstat(fd)
         self.hashing = _Hashing(fd)
         try:
             decoded = rapidgzip.open(fd, parallelization=usable_cores())
@@ -401,15 +401,13 @@ class Decoder:
                 raise hashed.exc
             assert hashed is not None  # not stopped: the hash ran to the file's end
             self.beside_sha256, self.beside_size = hashed
-            if not self.steady.kept():  # someone asked to write it: the readers may differ
-                return FILE_CHANGED
-            try:  # (a writer a file system's lease does not see: FUSE, a network mount)
-                whole_file.unchanged(self.raw.fileno(), self.before, self.beside_size)
-            except whole_file.Changed:
+            fd = self.raw.fileno()
+            try:
+                whole_file.unchanged(fd, self.before, self.beside_size, self.steady)
+            except whole_file.Changed:  # the readers may have read two contents
                 return FILE_CHANGED
             # rapidgzip takes a stream cut short for a whole one; gzip's last 4 bytes hold the
             # decoded size mod 2**32 (of the last member: a file of several members is re-read).
-            fd = self.raw.fileno()
             tail = os.pread(fd, 4, self.beside_size - 4) if self.beside_size >= 4 else b""
             isize = int.from_bytes(tail, "little") if len(tail) == 4 else -1
             if isize != self.stream.decoded & 0xFFFFFFFF:

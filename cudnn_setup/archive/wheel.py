@@ -146,9 +146,7 @@ def read(path: Path, staging_dir: Path, want: Wanted, limits: Limits | None = No
                 counted = None if on_read is None else (lambda done: on_read(done, whole))
                 sha256, size = decode_whole(f, wheel, staging_dir, want, MemberRules(limits),
                                             listing, counted, content_hash)
-                unchanged(f.fileno(), before, size)
-                if steady.held and not steady.kept():
-                    raise Changed()
+                unchanged(f.fileno(), before, size, steady)
                 read_whole = True
         finally:
             if not read_whole:  # refused: nothing reads the staged files any more

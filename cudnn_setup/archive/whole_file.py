@@ -95,9 +95,13 @@ def private_copy(source: IO[bytes], directory: str | os.PathLike) -> IO[bytes]:
     return copy
 
 
-def unchanged(fd: int, before: os.stat_result, size: int) -> None:
-    """The file is as it was `before` it was read (size, mtime, ctime), `size` bytes long:
-    else it may have passed its checksum with one content and been decoded from another."""
+def unchanged(fd: int, before: os.stat_result, size: int, steady: Steady | None = None) -> None:
+    """The file is as it was `before` it was read (size, mtime, ctime), `size` bytes long, and
+    its lease (`steady`, where one was held) is whole: else it may have passed its checksum
+    with one content and been decoded from another. The stat stays beside the lease for file
+    systems that grant a lease their remote writers never break (FUSE, network mounts)."""
+    if steady is not None and steady.held and not steady.kept():
+        raise Changed()
     after = os.fstat(fd)
     if (after.st_size, after.st_mtime_ns, after.st_ctime_ns) != (
             before.st_size, before.st_mtime_ns, before.st_ctime_ns) or size != after.st_size:
