@@ -78,6 +78,10 @@ class Growing(Protocol):
 
     def pread(self, n: int, at: int) -> bytes: ...
 
+    def readinto_at(self, buffer, at: int) -> int: ...
+
+    def again(self) -> Growing: ...
+
     def fileno(self) -> int: ...
 
     def stop(self) -> None: ...
@@ -89,6 +93,9 @@ class Growing(Protocol):
 
     @property
     def size(self) -> int | None: ...
+
+    @property
+    def announced(self) -> int | None: ...
 
 
 def sniff(path: Path, source: Growing | None = None) -> str:
@@ -253,11 +260,14 @@ class Decoder:
         self.feeder: threading.Thread | None = None
         self.hashing: _Hashing | None = None  # the archive's sha256 beside rapidgzip
         self.steady: whole_file.Steady | None = None  # the archive's lease while it reads
+        self.announced: int | None = None  # an arriving archive's size, as rapidgzip was told
+        self.source = source  # what an arriving archive is read through
+        self.at_offsets: _AtOffsets | None = None  # what rapidgzip reads an arriving one from
         self.stream: IO[bytes]
         self.env = env
         if compression == GZIP:
-            gzip = gzip or (fallback_gzip() if source is not None else
-                            gzip_decoder(archive_bytes=path.stat().st_size))
+            gzip = gzip or (gzip_decoder(archive_bytes=path.stat().st_size) if source is None
+                            else _arriving_gzip(source.announced))
             self.name = gzip
         else:
             gzip = None
@@ -280,6 +290,16 @@ class Decoder:
             self.stream = self.proc.stdout  # type: ignore[assignment]
             self.feeder = threading.Thread(target=self._feed, daemon=True)
             self.feeder.start()
+        elif gzip == RAPIDGZIP and source is not None:
+            try:
+                self.stream = self._rapidgzip_arriving(source, on_read)
+            except Exception:  # no threads for rapidgzip (a pids limit): one stream, from
+                self.announced = None  # byte 0 again, whatever rapidgzip's threads reached
+                self.raw.close()
+                self.name = fallback_gzip()
+                self.source = source.again()
+                self.raw = ArchiveFile(path, on_read, source=self.source)
+                self.stream = _in_process_stream(compression, self.raw, self.name)
         elif gzip == RAPIDGZIP:
             steady = whole_file.Steady(self.raw.fileno())
             try:
@@ -341,6 +361,38 @@ class Decoder:
             raise
         return _Progress(decoded, on_read)
 
+    def _rapidgzip_arriving(self, source: Growing, on_read: Callable[[int], None] | None
+                            ) -> IO[bytes]:
+        """rapidgzip decoding an archive still arriving, on its own threads, each reading at
+        offsets and waiting for the bytes there (fetch/arriving.py): so a .tar.gz is decoded on
+        every core as it comes. The bytes are those the download hashed; rapidgzip is told the
+        size announced before the end, which `finish` holds against the size that arrived."""
+        import rapidgzip
+
+        assert source.announced is not None
+        self.announced = source.announced
+        self.at_offsets = _AtOffsets(source, self.announced)
+        decoded = rapidgzip.open(self.at_offsets, parallelization=usable_cores())
+        try:  # on a thread of its own, so that this one waits in Python, where a signal is
+            # seen, even while the wire is silent and rapidgzip's threads wait for bytes
+            return ReadAhead(_Progress(decoded, on_read, self.at_offsets))
+        except BaseException:
+            source.stop()  # rapidgzip's threads stop waiting for bytes, and are joined
+            decoded.close()
+            raise
+
+    @property
+    def arrival_failed(self) -> bool:
+        """Whether rapidgzip's pass over an arriving archive ended because the download did
+        (failed, or started over): reading it again would not help."""
+        return self.at_offsets is not None and self.at_offsets.failed is not None
+
+    def stop(self) -> None:
+        """The reading gave up: an arriving archive's waits for bytes end, so that the
+        decoder's threads can be joined while the wire is silent."""
+        if self.source is not None:
+            self.source.stop()
+
     @property
     def _beside(self) -> bool:
         """Whether the archive is hashed beside rapidgzip (rather than as it is read)."""
@@ -352,6 +404,8 @@ class Decoder:
 
     @property
     def size(self) -> int:
+        if self.announced is not None:  # read at offsets, and found to be the size that arrived
+            return self.announced
         return self.beside_size if self._beside else self.raw.count
 
     def finish(self, complete: bool) -> str | None:
@@ -363,7 +417,9 @@ class Decoder:
                 if complete:
                     while self.stream.read(CHUNK):  # padding after the tar's end marker
                         pass
-                    self.raw.drain()
+                    self.raw.drain()  # an arriving archive: until the download's good end
+                    if self.announced is not None:
+                        return self._arrived_whole()
             except DECODE_ERRORS as exc:
                 return str(exc) or type(exc).__name__
             finally:
@@ -384,6 +440,17 @@ class Decoder:
         if complete and rc != 0:
             return err.splitlines()[-1] if err else f"xz exited with status {rc}"
         return None
+
+    def _arrived_whole(self) -> str | None:
+        """rapidgzip's verdict on an arriving archive, once the whole of it matched its
+        checksum: it read as many bytes as arrived, and decoded as many as gzip's trailer says
+        (it takes a stream cut short for a whole one)."""
+        source = self.raw.file
+        if source.size != self.announced:
+            return f"{self.announced} bytes were announced and {source.size} arrived"
+        assert isinstance(self.stream, ReadAhead) and isinstance(self.stream.source, _Progress)
+        return _trailer_disagrees(source.pread(4, self.announced - 4) if self.announced >= 4
+                                  else b"", self.stream.source.decoded)
 
     def _finish_beside(self, complete: bool) -> str | None:
         assert self.hashing is not None and self.steady is not None
@@ -409,16 +476,62 @@ class Decoder:
             # rapidgzip takes a stream cut short for a whole one; gzip's last 4 bytes hold the
             # decoded size mod 2**32 (of the last member: a file of several members is re-read).
             tail = os.pread(fd, 4, self.beside_size - 4) if self.beside_size >= 4 else b""
-            isize = int.from_bytes(tail, "little") if len(tail) == 4 else -1
-            if isize != self.stream.decoded & 0xFFFFFFFF:
-                return GZIP_SIZE_MISMATCH
-            return None
+            return _trailer_disagrees(tail, self.stream.decoded)
         finally:  # whatever ends the pass (a Ctrl-C too): no reader outlives the descriptor
             self.hashing.stop()
             self.stream.close()
             self.hashing.result()
             self.steady.release()
             self.raw.close()
+
+
+def _trailer_disagrees(tail: bytes, decoded: int) -> str | None:
+    """GZIP_SIZE_MISMATCH unless `tail`, gzip's last 4 bytes, holds the decoded size mod 2**32
+    (of the last member: a file of several members is then read again)."""
+    isize = int.from_bytes(tail, "little") if len(tail) == 4 else -1
+    return GZIP_SIZE_MISMATCH if isize != decoded & 0xFFFFFFFF else None
+
+
+def _arriving_gzip(announced: int | None) -> str:
+    """The gzip decoder for an archive still arriving: as for a file of the size announced;
+    one stream where no size was (rapidgzip must know where the file ends)."""
+    return gzip_decoder(archive_bytes=announced) if announced else fallback_gzip()
+
+
+class _AtOffsets(io.RawIOBase):
+    """An arriving archive as a file rapidgzip's threads read at offsets, each read waiting
+    for its bytes; its end is the size announced."""
+
+    def __init__(self, source: Growing, size: int):
+        self.source, self.size = source, size
+        self.pos = 0
+        # why the bytes stopped coming (the download failed or started over): rapidgzip says
+        # only that a read failed
+        self.failed: OSError | None = None
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        base = {os.SEEK_SET: 0, os.SEEK_CUR: self.pos, os.SEEK_END: self.size}[whence]
+        self.pos = max(base + offset, 0)
+        return self.pos
+
+    def tell(self) -> int:
+        return self.pos
+
+    def readinto(self, buffer) -> int:
+        view = memoryview(buffer).cast("B")[:max(self.size - self.pos, 0)]
+        try:
+            n = self.source.readinto_at(view, self.pos) if len(view) else 0
+        except OSError as exc:
+            self.failed = self.failed or exc
+            raise
+        self.pos += n
+        return n
 
 
 class _Hashing:
@@ -449,10 +562,12 @@ class _Hashing:
 class _Progress(io.RawIOBase):
     """rapidgzip's output, counted, reporting how far into the archive it has decoded."""
 
-    def __init__(self, source, on_read: Callable[[int], None] | None):
+    def __init__(self, source, on_read: Callable[[int], None] | None,
+                 read_from: _AtOffsets | None = None):
         self.source = source
         self.decoded = 0
         self.on_read = on_read
+        self.read_from = read_from  # an arriving archive, whose own failure is said instead
 
     def readable(self) -> bool:
         return True
@@ -461,6 +576,8 @@ class _Progress(io.RawIOBase):
         try:
             n = self.source.readinto(buffer)
         except Exception as exc:  # ValueError, RuntimeError ("End of file reached!")…
+            if self.read_from is not None and self.read_from.failed is not None:
+                raise self.read_from.failed from None
             raise RapidgzipError(str(exc) or type(exc).__name__) from None
         self.decoded += n
         if self.on_read:

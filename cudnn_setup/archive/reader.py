@@ -79,20 +79,23 @@ def read(path: Path, staging_dir: Path, want: Wanted, limits: Limits | None = No
                 raise unreadable(path, exc) from None
             listing.problems.append(corrupt(str(exc) or type(exc).__name__))
         finally:
-            if not complete and source is not None:  # its waits for bytes end, so the
-                source.stop()  # decoder's threads can be joined while the wire is silent
+            if not complete:
+                decoder.stop()
             try:
                 complaint = decoder.finish(complete)
             except OSError as exc:  # the hash beside rapidgzip could not read the file
                 raise unreadable(path, exc) from None
-        handed_over = not (decoded_by_rapidgzip and (complaint or not complete))
+        read_again = decoded_by_rapidgzip and (complaint or not complete) \
+            and not decoder.arrival_failed
+        handed_over = not read_again
     finally:
         if not handed_over:  # nothing reads the staged files once this pass gives up on them
             listing.facts.close()
-    if decoded_by_rapidgzip and (complaint or not complete):
+    if read_again:
         _empty(staging_dir)
         return read(path, staging_dir, want, limits, on_read, xz, gzip=fallback_gzip(), env=env,
-                    content_hash=content_hash)
+                    content_hash=content_hash,
+                    source=source.again() if source is not None else None)
     if complaint:
         listing.problems.append(corrupt(complaint))
     if complete and not complaint:

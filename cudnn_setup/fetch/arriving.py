@@ -42,6 +42,7 @@ class Arriving:
         self.path: Path | None = None  # the file written: the part, then the archive
         self.dest: Path | None = None  # the archive's own path once it is complete
         self.written = 0  # bytes of the part file that are written (flushed to the file)
+        self.announced: int | None = None  # the whole archive's size, as the latest attempt said
         self.starts: list[int] = []  # the byte each attempt began writing at, in order
         self.sha256: str | None = None
         self.size: int | None = None
@@ -57,15 +58,18 @@ class Arriving:
 
     # --- the downloading side ---------------------------------------------------------------
 
-    def begin(self, part: Path, start: int, dest: Path, fd: int) -> None:
+    def begin(self, part: Path, start: int, dest: Path, fd: int,
+              total: int | None = None) -> None:
         """An attempt is about to write `part` (to become `dest`) from byte `start` (0:
         starting over) through `fd`, open for reading too; the bytes before `start` are there
-        already and stay as they are."""
+        already and stay as they are. `total`: the whole archive's size, where the server or
+        the manifest said it."""
         with self._cond:
             self.check_cancelled()
             if not self.closed:
                 self.fds.append(os.dup(fd))
             self.path, self.dest, self.written = part, dest, start
+            self.announced = total
             self.starts.append(start)
             self._cond.notify_all()
 
@@ -208,7 +212,7 @@ class Follower:
                 self.pos += n
                 return n
             if self.generation == a.generation:  # the file holds less than its writer wrote
-                raise ArrivalFailed(f"{self.name or 'the download'} is shorter than written")
+                raise self._short()
 
     def reach(self, end: int) -> int:
         """Wait until the first `end` bytes are written, or for the download's good end: how
@@ -224,13 +228,38 @@ class Follower:
     def pread(self, n: int, at: int) -> bytes:
         """`n` bytes from `at`, once they are written (fewer only at the good end); from any
         thread."""
+        fd, want = self._ready_at(at, n)
+        data = os.pread(fd, want, at)
+        if len(data) < want:
+            raise self._short()
+        return data
+
+    def readinto_at(self, buffer, at: int) -> int:
+        """Bytes from `at` into `buffer`, as many as are written and it holds, once at least
+        one is (0 only at the good end); from any thread."""
+        view = memoryview(buffer).cast("B")
+        ready = self.reach(at + 1) - at if len(view) else 0  # reach moves on to all written
+        fd = self.fd
+        assert fd is not None
+        want = min(len(view), max(ready, 0))
+        n = os.preadv(fd, [view[:want]], at) if want else 0
+        if n < want:
+            raise self._short()
+        return n
+
+    def _ready_at(self, at: int, n: int) -> tuple[int, int]:
+        """The file to read and how many of the `n` bytes from `at` are in it, once written."""
         ready = self.reach(at + n) - at
         fd = self.fd
         assert fd is not None
-        data = os.pread(fd, min(n, max(ready, 0)), at)
-        if len(data) < min(n, ready):
-            raise ArrivalFailed(f"{self.name or 'the download'} is shorter than written")
-        return data
+        return fd, min(n, max(ready, 0))
+
+    def _short(self) -> ArrivalFailed:
+        return ArrivalFailed(f"{self.name or 'the download'} is shorter than written")
+
+    def again(self) -> Follower:
+        """Another follower of the same download, from byte 0: to read it once more."""
+        return self.arriving.follow()
 
     def fileno(self) -> int:
         """The file read now: the download's own (once `reach` answered)."""
@@ -265,3 +294,8 @@ class Follower:
     @property
     def size(self) -> int | None:
         return self.arriving.size
+
+    @property
+    def announced(self) -> int | None:
+        """The whole archive's size as the download was told it, before its end."""
+        return self.arriving.announced

@@ -419,7 +419,9 @@ class Downloader:
         try:
             with _open_part(part, mode) as f:
                 if arriving is not None:  # the part exists now, `have` bytes long
-                    arriving.begin(part, have, part.with_name(name), f.fileno())
+                    arriving.begin(part, have, part.with_name(name), f.fileno(),
+                                   total if total is not None else
+                                   promised.size if promised is not None else None)
 
                 def sink(chunk: bytes) -> None:
                     nonlocal done

@@ -1,0 +1,221 @@
+"""A .tar.gz still arriving, decoded by rapidgzip on its own threads: each reads at offsets of
+the part file the download writes and waits for the bytes there. Real gzip streams, a real part
+file written piece by piece by a thread as a download writes it, real signals."""
+import gzip
+import hashlib
+import io
+import os
+import signal
+import tarfile
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from cudnn_setup.archive import decoders, reader
+from cudnn_setup.fetch.arriving import Arriving
+
+HAS_RAPIDGZIP = pytest.mark.skipif(decoders.importlib.util.find_spec("rapidgzip") is None,
+                                   reason="rapidgzip is not installed")
+PIECE = 256 << 10
+
+
+def _archive() -> bytes:
+    """A .tar.gz of several MiB (rapidgzip splits it into chunks), half of it incompressible."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for i, data in enumerate([os.urandom(3 << 20), b"cudnn " * (600 << 10),
+                                  os.urandom(2 << 20), b"tail" * 1000]):
+            info = tarfile.TarInfo(f"cuda/lib64/part{i}.bin")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return gzip.compress(buf.getvalue(), compresslevel=1, mtime=0)
+
+
+@pytest.fixture(scope="module")
+def archive() -> bytes:
+    return _archive()
+
+
+class Download:
+    """A thread writing `data` into a part file piece by piece, as the downloader does: each
+    piece flushed, then announced; it stops at `hold` bytes until `go` is set, and fails there
+    instead when `fail` is; it pauses `pause` seconds after each piece."""
+
+    def __init__(self, tmp: Path, data: bytes, announced: int | None, hold: int | None = None,
+                 pause: float = 0.002):
+        self.data, self.part, self.dest = data, tmp / "a.tar.gz.part", tmp / "a.tar.gz"
+        self.arriving = Arriving()
+        self.hold = hold
+        self.go, self.fail, self.held = threading.Event(), threading.Event(), threading.Event()
+        self.announced, self.pause = announced, pause
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        with open(self.part, "w+b") as f:
+            self.arriving.begin(self.part, 0, self.dest, f.fileno(), self.announced)
+            for at in range(0, len(self.data), PIECE):
+                if self.hold is not None and at >= self.hold and not self.go.is_set():
+                    self.held.set()
+                    self.go.wait()
+                    if self.fail.is_set():
+                        self.arriving.fail(ConnectionError("connection lost"))
+                        return
+                f.write(self.data[at:at + PIECE])
+                f.flush()
+                self.arriving.wrote(min(at + PIECE, len(self.data)))
+                time.sleep(self.pause)
+        os.replace(self.part, self.dest)
+        self.arriving.finish(self.dest, hashlib.sha256(self.data).hexdigest(), len(self.data))
+
+
+def _decoders_in_use(monkeypatch) -> list:
+    made, used = decoders.Decoder.__init__, []
+
+    def init(self, *a, **k):
+        made(self, *a, **k)
+        used.append(self)
+
+    monkeypatch.setattr(decoders.Decoder, "__init__", init)
+    return used
+
+
+def _read(tmp: Path, dl: Download, **kw):
+    staging = tmp / "staging"
+    staging.mkdir(exist_ok=True)
+    return reader.read(dl.dest, staging, lambda m: True, source=dl.arriving.follow(), **kw)
+
+
+def _whole(listing, data: bytes) -> None:
+    assert not listing.problems, listing.problems
+    assert listing.sha256 == hashlib.sha256(data).hexdigest() and listing.size == len(data)
+    members = {m.path: m for m in listing.files()}
+    assert len(members) == 4
+    for m in members.values():
+        assert m.sha256 == hashlib.sha256(m.staged.read_bytes()).hexdigest(), m.path
+
+
+def _tasks() -> set[str]:
+    return set(os.listdir("/proc/self/task"))
+
+
+def _threads_left(before: set[str]) -> set[str]:
+    """The threads of this process begun since `before` and still there (rapidgzip's among
+    them), after a moment for those ending."""
+    for _ in range(50):
+        left = _tasks() - before
+        if not left:
+            break
+        time.sleep(0.02)
+    return left
+
+
+@HAS_RAPIDGZIP
+def test_rapidgzip_decodes_and_stages_members_while_the_archive_still_arrives(
+        archive, tmp_path, monkeypatch):
+    """A download that takes a second or more: the first member is staged before it ends;
+    then the pass ends whole, read once by rapidgzip, with the download's checksum and size.
+    (Stalled, rapidgzip may stop altogether: its threads share one reader of the file, and the
+    one waiting for bytes holds it.)"""
+    used = _decoders_in_use(monkeypatch)
+    dl = Download(tmp_path, archive, len(archive), pause=0.05)
+    got = {}
+    reading = threading.Thread(target=lambda: got.update(
+        listing=_read(tmp_path, dl, gzip=decoders.RAPIDGZIP)))
+    reading.start()
+    while not list((tmp_path / "staging").rglob("part0.bin")) and reading.is_alive():
+        time.sleep(0.01)
+    assert not dl.arriving.finished, "nothing was staged before the download ended"
+    reading.join(60)
+    assert [d.name for d in used] == [decoders.RAPIDGZIP]
+    _whole(got["listing"], archive)
+
+
+@HAS_RAPIDGZIP
+@pytest.mark.parametrize("off", [-1000, 1000])
+def test_a_size_announced_wrongly_is_read_again_as_one_stream(archive, tmp_path, monkeypatch,
+                                                               off):
+    """rapidgzip is told where the file ends before it ends; told wrong, the pass is not
+    trusted and the arrived archive is read again from byte 0 by ISA-L or zlib."""
+    used = _decoders_in_use(monkeypatch)
+    dl = Download(tmp_path, archive, len(archive) + off)
+    listing = _read(tmp_path, dl, gzip=decoders.RAPIDGZIP)
+    assert [d.name for d in used] == [decoders.RAPIDGZIP, decoders.fallback_gzip()]
+    _whole(listing, archive)
+
+
+@HAS_RAPIDGZIP
+def test_a_download_that_fails_ends_rapidgzips_pass_without_a_hang(archive, tmp_path):
+    """Cut off half way while rapidgzip's threads wait for the rest: the pass ends at once
+    with the download's own failure, not read again, and no thread of rapidgzip's is left."""
+    before = _tasks()
+    dl = Download(tmp_path, archive, len(archive), hold=len(archive) // 2 // PIECE * PIECE)
+    got = {}
+    reading = threading.Thread(target=lambda: got.update(
+        listing=_read(tmp_path, dl, gzip=decoders.RAPIDGZIP)))
+    reading.start()
+    assert dl.held.wait(30)
+    time.sleep(0.5)  # rapidgzip's threads wait for bytes
+    assert reading.is_alive()
+    dl.fail.set()
+    dl.go.set()
+    reading.join(20)
+    assert not reading.is_alive(), "the pass did not end when the download failed"
+    listing = got["listing"]
+    assert listing.problems and "connection lost" in listing.problems[-1].message
+    assert listing.sha256 is None
+    dl.thread.join(10)
+    assert not _threads_left(before)
+
+
+@HAS_RAPIDGZIP
+def test_a_signal_while_the_wire_is_silent_ends_the_read_at_once(archive, tmp_path):
+    """The download stalls; a signal's handler raises in this thread, which waits in Python
+    while rapidgzip's threads wait for bytes: the read ends within a second or two and no
+    thread of rapidgzip's is left."""
+    class Stop(Exception):
+        pass
+
+    def handler(signum, frame):
+        raise Stop()
+
+    before = _tasks()
+    dl = Download(tmp_path, archive, len(archive), hold=len(archive) // 2 // PIECE * PIECE)
+    old = signal.signal(signal.SIGALRM, handler)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 1.0)
+        started = time.monotonic()
+        with pytest.raises(Stop):
+            _read(tmp_path, dl, gzip=decoders.RAPIDGZIP)
+        assert time.monotonic() - started < 5
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+        dl.fail.set()
+        dl.go.set()
+    assert dl.held.is_set()
+    dl.thread.join(10)
+    assert not _threads_left(before)
+
+
+def test_without_a_size_announced_an_arriving_gzip_is_one_stream(archive, tmp_path,
+                                                                monkeypatch):
+    """No Content-Length and no manifest size: rapidgzip cannot be told where the file ends,
+    so ISA-L or zlib reads it as one stream, whatever this machine would choose."""
+    monkeypatch.setattr(decoders, "gzip_decoder", lambda *a, **k: decoders.RAPIDGZIP)
+    used = _decoders_in_use(monkeypatch)
+    dl = Download(tmp_path, archive, None)
+    _whole(_read(tmp_path, dl), archive)
+    assert [d.name for d in used] == [decoders.fallback_gzip()]
+
+
+@HAS_RAPIDGZIP
+def test_with_a_size_announced_an_arriving_gzip_goes_to_this_machines_decoder(
+        archive, tmp_path, monkeypatch):
+    monkeypatch.setattr(decoders, "gzip_decoder", lambda *a, **k: decoders.RAPIDGZIP)
+    used = _decoders_in_use(monkeypatch)
+    dl = Download(tmp_path, archive, len(archive))
+    _whole(_read(tmp_path, dl), archive)
+    assert [d.name for d in used] == [decoders.RAPIDGZIP]
