@@ -69,7 +69,8 @@ class InstallFailed(SetupError):
 class NothingRolledBack(SetupError):
     """A failure that rolled nothing back, so not exit 5: a change that was committed and
     stands (what came after it failed, or was interrupted), or a command that only looks
-    (verify, doctor, list, inspect) and could not finish. Its `code` stays the cause's."""
+    (verify, doctor, list, inspect) and could not finish. Its `code` stays the cause's
+    (LeftUnfinished, a transaction that could not be settled either way, has its own)."""
 
     exit_code = VERIFY_FAILED
     default_code = "install-failed"  # never used alone: `of` keeps the cause's code
@@ -77,6 +78,15 @@ class NothingRolledBack(SetupError):
     @classmethod
     def of(cls, exc: SetupError) -> "NothingRolledBack":
         return cls(exc.message, exc.hint, problems=exc.problems, code=exc.code)
+
+
+class LeftUnfinished(NothingRolledBack):
+    """A transaction that failed and could be neither rolled back nor shown to be committed
+    (the state dir could not be read back, or the rollback itself failed): nothing was rolled
+    back for sure, so exit 1, and the command says `changed` (the root may hold part of the
+    change). The journal stays on disk for the next run's recovery."""
+
+    default_code = "transaction-unfinished"
 
 
 class DownloadFailed(SetupError):

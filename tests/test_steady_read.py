@@ -257,3 +257,70 @@ def test_another_users_archive_is_read_as_one_stream(padded):
         shutil.rmtree(base, ignore_errors=True)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == [decoders.fallback_gzip(), "False"]
+
+
+_OPEN_TO_WRITE = """
+import sys
+with open(sys.argv[1], "r+b") as f:  # held back by the reader's lease until it is let go
+    if sys.argv[2] == "zeros":
+        size = len(f.read())
+        f.seek(0)
+        f.write(bytes(size))
+print("written")
+"""
+
+
+def _breaking(path: Path) -> bool:
+    """Whether the kernel is breaking a lease on `path` (/proc/locks: a writer's open waits)."""
+    st = path.stat()
+    ident = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino} "
+    return any("LEASE" in line and "BREAKING" in line and ident in line
+               for line in Path("/proc/locks").read_text().splitlines())
+
+
+@pytest.mark.parametrize("writes", ["nothing", "zeros"])
+def test_a_wheel_opened_for_writing_mid_read_is_read_again_from_a_copy(writes, tmp_path,
+                                                                       compiler):
+    """Another process opens the wheel for writing while its members are read: the open breaks
+    the lease, and the kernel holds it back. The pass proves nothing, so the wheel is copied
+    (before that writer goes on) and read again from the copy: the wheel as it was passes, with
+    its own sha256 and the expected one, whether the writer then wrote nothing or zeros over
+    it. Nothing but the staging dir changed, and it holds only the second pass's files."""
+    import sys
+
+    from fixtures.wheels import build_wheel
+
+    path = build_wheel(tmp_path / "w", "9.3.0.75", "12", compiler)
+    old = path.read_bytes()
+    children: list[subprocess.Popen] = []
+
+    def on_read(done, total):
+        if children:
+            return
+        children.append(subprocess.Popen([sys.executable, "-c", _OPEN_TO_WRITE, str(path),
+                                          writes], stdout=subprocess.PIPE, text=True))
+        deadline = time.monotonic() + 10
+        while not _breaking(path) and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert children[0].poll() is None, "the writer was not held back by the lease"
+
+    staging_dir = tmp_path / "s"
+    outside = sorted(p for p in tmp_path.rglob("*") if staging_dir not in p.parents)
+    try:
+        listing, _ = wheel.read(path, staging_dir, lambda m: True, on_read=on_read,
+                                expected_sha256=hashlib.sha256(old).hexdigest())
+    finally:
+        for child in children:
+            out, _ = child.communicate(timeout=60)
+    assert children and children[0].returncode == 0 and out.strip() == "written"
+    assert not listing.problems, listing.problems
+    assert listing.sha256 == hashlib.sha256(old).hexdigest() and listing.size == len(old)
+    assert path.read_bytes() == (old if writes == "nothing" else bytes(len(old)))
+    files = list(listing.files())
+    assert files
+    for m in files:
+        assert m.sha256 == hashlib.sha256(m.staged.read_bytes()).hexdigest(), m.path
+    staged = {p for p in staging_dir.rglob("*") if p.is_file() and not p.is_symlink()}
+    assert staged == {m.staged for m in files}  # the first pass left nothing behind
+    assert sorted(p for p in tmp_path.rglob("*") if staging_dir not in p.parents
+                  and p != staging_dir) == [p for p in outside if p != staging_dir]

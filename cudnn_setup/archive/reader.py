@@ -92,7 +92,7 @@ def read(path: Path, staging_dir: Path, want: Wanted, limits: Limits | None = No
         if not handed_over:  # nothing reads the staged files once this pass gives up on them
             listing.facts.close()
     if read_again:
-        _empty(staging_dir)
+        empty_staging(staging_dir)
         return read(path, staging_dir, want, limits, on_read, xz, gzip=fallback_gzip(), env=env,
                     content_hash=content_hash,
                     source=source.again() if source is not None else None)
@@ -161,7 +161,7 @@ def staging_failed(staging_dir: Path, exc: staging.StagingWriteFailed | OSError)
     return InstallFailed(f"{what}: {escape(str(cause))}", "fix it, then run again")
 
 
-def _empty(staging_dir: Path) -> None:
+def empty_staging(staging_dir: Path) -> None:
     """Remove what a first pass staged, leaving the (caller's) directory itself (made with
     the first file staged: a pass that staged nothing may leave none)."""
     if not staging_dir.exists():

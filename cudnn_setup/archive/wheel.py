@@ -15,10 +15,10 @@ the same open file); a member bigger than a core's share hashes on a writer lane
 decoding, and each library's facts are read for the judge as soon as its file is staged
 (library_facts.py), not after the last member; the first fault stops them all. All that reading
 at offsets runs under the file's read lease (whole_file.Steady), which nobody can write through:
-a wheel that cannot be leased is read from a private copy instead, and one whose lease broke (a
-writer asked in) is refused as changed. So a file rewritten during the install cannot pass the
-checksum with one content and install another. Nothing leaves staging before the caller has
-compared that checksum with the one expected.
+a wheel that cannot be leased is read from a private copy instead, and so is one whose lease
+broke (a writer asked in): copied while that writer is held back, and read once more. So a file
+rewritten during the install cannot pass the checksum with one content and install another.
+Nothing leaves staging before the caller has compared that checksum with the one expected.
 
 A wheel still downloading is read by wheel_stream.py, from its local headers as the bytes come,
 with the same pieces: `admitted` (the central directory's judgement), `as_archive` (one file's
@@ -27,7 +27,7 @@ member), `new_writer`, `stage_job` and `decoded` (one member from any reader of 
 from __future__ import annotations
 
 import contextlib
-
+import functools
 import hashlib
 import os
 import queue
@@ -49,7 +49,7 @@ from cudnn_setup.archive import library_facts, staging
 from cudnn_setup.archive.decoders import CHUNK, DECODED_PIECE, IsalError, usable_cores
 from cudnn_setup.archive.listing import Listing, Member, Progress, Wanted
 from cudnn_setup.archive.problems import Problem
-from cudnn_setup.archive.reader import staging_failed, unreadable
+from cudnn_setup.archive.reader import empty_staging, staging_failed, unreadable
 from cudnn_setup.archive.rules import Limits, MemberRules, Stop, corrupt
 from cudnn_setup.archive.whole_file import (Changed, ReadFailed, Steady, hash_file,
                                              private_copy, unchanged)
@@ -126,33 +126,67 @@ def read(path: Path, staging_dir: Path, want: Wanted, limits: Limits | None = No
         raise ArchiveRejected(f"{escape(path.name)} is not an nvidia-cudnn-cuNN wheel",
                               "give NVIDIA's cuDNN wheel (nvidia_cudnn_cu12-…whl) or archive")
     limits = limits or Limits()
-    listing = Listing(compression=WHEEL)
     try:
         f = open_regular(path, buffering=0)  # a FIFO swapped in for the wheel is refused
     except OSError as exc:
         raise unreadable(path, exc) from None
-    listing.facts = library_facts.FactsReader()
-    read_whole = False
-    with f, contextlib.ExitStack() as held:
+    one = functools.partial(_pass, path=path, wheel=wheel, staging_dir=staging_dir, want=want,
+                            limits=limits, on_read=on_read, expected_sha256=expected_sha256,
+                            content_hash=content_hash)
+    with f:
         steady = Steady(f.fileno())
-        held.callback(steady.release)
-        if not steady.held:  # someone may write it while its members are read at offsets
-            f = held.enter_context(_private(f, staging_dir))
-        before = os.fstat(f.fileno())
-        listing.size = before.st_size
         try:
-            with faults(path, staging_dir, listing):
-                whole = before.st_size  # the wheel is hashed from start to end: its bytes count
-                counted = None if on_read is None else (lambda done: on_read(done, whole))
-                sha256, size = decode_whole(f, wheel, staging_dir, want, MemberRules(limits),
-                                            listing, counted, content_hash)
-                unchanged(f.fileno(), before, size, steady)
-                read_whole = True
+            if steady.held:
+                listing = one(f, steady)
+                if listing is not None:
+                    return listing, wheel
+                # Someone asked to write the wheel while it was read: its bytes may never have
+                # changed (any open for writing breaks the lease). What the pass staged goes;
+                # the wheel is copied while that writer is still held back (up to the kernel's
+                # lease-break-time) and the copy, judged on its own, is what counts.
+                empty_staging(staging_dir)
+            with _private(f, staging_dir) as copy:
+                steady.release()  # a writer waiting goes on: nothing reads the wheel any more
+                listing = one(copy, None)
+                assert listing is not None  # a pass without a lease is never taken again
+                return listing, wheel
         finally:
-            if not read_whole:  # refused: nothing reads the staged files any more
-                listing.facts.close()
-        if not read_whole:
-            return _unless_mismatch(f, expected_sha256, listing), wheel
+            steady.release()
+
+
+def _pass(f: IO[bytes], steady: Steady | None, *, path: Path, wheel: WheelName,
+          staging_dir: Path, want: Wanted, limits: Limits, on_read: Progress | None,
+          expected_sha256: str | None, content_hash: str) -> Listing | None:
+    """One read of the open wheel `f`, under the lease `steady` (None: `f` is a copy nobody
+    else can open). None: the lease broke (or the file's stat moved) and the pass failed or
+    did not end: it proves nothing about the wheel, and its staged files are the caller's to
+    throw away."""
+    listing = Listing(compression=WHEEL)
+    listing.facts = library_facts.FactsReader()
+    before = os.fstat(f.fileno())
+    listing.size = before.st_size
+    read_whole = moved = False
+    try:
+        with faults(path, staging_dir, listing):
+            whole = before.st_size  # the wheel is hashed from start to end: its bytes count
+            counted = None if on_read is None else (lambda done: on_read(done, whole))
+            sha256, size = decode_whole(f, wheel, staging_dir, want, MemberRules(limits),
+                                        listing, counted, content_hash)
+            try:
+                unchanged(f.fileno(), before, size, steady)
+            except Changed:
+                if steady is None:
+                    raise
+                moved = True
+            else:
+                read_whole = True
+    finally:
+        if not read_whole:  # refused: nothing reads the staged files any more
+            listing.facts.close()
+    if steady is not None and not read_whole and (moved or not steady.kept()):
+        return None  # what was decoded after the lease broke may be a writer's half-done work
+    if not read_whole:
+        return _unless_mismatch(f, expected_sha256, listing)
     listing.size = size
     listing.sha256 = sha256
     if expected_sha256 is not None and sha256 != expected_sha256:
@@ -160,7 +194,7 @@ def read(path: Path, staging_dir: Path, want: Wanted, limits: Limits | None = No
         listing.members.clear()  # staged, never to be placed: the caller refuses the mismatch
     else:
         listing.facts.wait()
-    return listing, wheel
+    return listing
 
 
 # How a wheel's bytes show they are not what they claim, as decoding meets them. (isal's stubs

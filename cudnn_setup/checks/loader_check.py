@@ -17,9 +17,27 @@ def check_loader(inst: Installation, facts: CheckFacts) -> Check:
     """Whether a program started from the command's environment loads this cuDNN, from the
     loader's cache the command's facts read; the fix is what the command advises (install:
     instead of LD_LIBRARY_PATH where that would break a framework)."""
-    cache = [(e.name, e.path) for e in facts.machine.loader().cache
-             if e.name.startswith("libcudnn")]
-    return check_loader_with(inst, facts.env, facts.conf, fix=facts.loader_fix(), cache=cache)
+    environment = facts.machine.loader()
+    cache = [(e.name, e.path) for e in environment.cache if e.name.startswith("libcudnn")]
+    return without_cache(check_loader_with(inst, facts.env, facts.conf,
+                                           fix=facts.loader_fix(), cache=cache),
+                         environment.cache_error)
+
+
+def without_cache(check: Check, why: str | None) -> Check:
+    """The check as judged when the loader cache could not be read (`why`; None: it was):
+    said in its detail and hint. Only ours found first on LD_LIBRARY_PATH, which the loader
+    searches before its cache, still passes; any other pass is a warning, since a copy the
+    cache lists may come first."""
+    if why is None or check.status == SKIP:
+        return check
+    copies = check.data.get("copies") or []
+    settled = check.status == PASS and copies[0]["via"] == "LD_LIBRARY_PATH"
+    clause, hint = loader.cache_unread(why)
+    detail = f"{check.detail}; {clause}" + ("" if settled else
+                                             ", and a copy it lists may be loaded first")
+    return Check(check.name, WARN if check.status == PASS and not settled else check.status,
+                 detail, {**check.data, "cache_error": why, "hint": hint})
 
 
 def check_loader_with(inst: Installation, env: Mapping[str, str],

@@ -74,6 +74,10 @@ def doctor(result: Result, ctx: Context, message: str | None = None,
                             status=ctx.status)
         result.cudnn_version = inst.version
     extra = d.findings
+    if d.cache_error is not None and not any(c.data.get("cache_error") for c in checks):
+        clause, hint = loader.cache_unread(d.cache_error)
+        extra.append({"severity": WARN, "check": "loader",
+                      "message": f"which cuDNN a program loads was {clause}", "fix": hint})
     if damaged is not None:
         extra.append({"severity": FAIL, "check": "state", "message": damaged.message,
                       "fix": damaged.hint})
@@ -95,6 +99,7 @@ class Diagnosis:
     loads: list[dict] = field(default_factory=list)
     theano_config: dict = field(default_factory=dict)
     findings: list[dict] = field(default_factory=list)  # the survey's own, for problems_from
+    cache_error: str | None = None  # why the loader cache could not be read (`ldconfig -p`)
     problems: list[dict] = field(default_factory=list)
     explanation: list[dict] = field(default_factory=list)
     system: dict = field(default_factory=dict)
@@ -116,9 +121,13 @@ class Diagnosis:
                             copies or "none found"))
         for load in self.loads:
             first = load["would_load"]
-            checks.append(Check(f"loads-{load['name']}", PASS if first else WARN,
-                                f"{first['path']} (via {first['via']})" if first
-                                else self.not_loaded(load["name"])))
+            detail = (f"{first['path']} (via {first['via']})" if first
+                      else self.not_loaded(load["name"]))
+            settled = first is not None and (self.cache_error is None
+                                             or first["via"] == "LD_LIBRARY_PATH")
+            if self.cache_error is not None:
+                detail += f"; {loader.cache_unread(self.cache_error)[0]}"
+            checks.append(Check(f"loads-{load['name']}", PASS if settled else WARN, detail))
         eff = self.theano_config.get("effective", {})
         shown = ", ".join(f"{k}={v['value']} ({v['from']})" for k, v in eff.items()) or "defaults"
         errors = self.theano_config.get("errors", [])
@@ -134,8 +143,9 @@ class Diagnosis:
         copies = [c["path"] for c in self.cudnn_copies
                   if (c.get("version") or "").split(".")[0] == major]
         shown = ", ".join(copies[:3]) + (" …" if len(copies) > 3 else "")
+        cache = "" if self.cache_error is not None else " the ldconfig cache,"
         return (f"a program started without help would not find {name}: it is in none of "
-                "LD_LIBRARY_PATH, the ldconfig cache, the ld.so.conf directories and the default "
+                f"LD_LIBRARY_PATH,{cache} the ld.so.conf directories and the default "
                 f"ones; the cuDNN {major} found here ({shown or 'none'}) is loaded only by "
                 "programs that name its directory themselves (LD_LIBRARY_PATH, an RPATH, a "
                 "framework's own loader)")
@@ -183,9 +193,13 @@ def survey(d: Diagnosis, ctx: Context, message: str | None) -> None:
                            "fix": "install the CUDA toolkit or pass --cuda-root"})
     d.cudnn_copies = machine_cudnn(d.cuda_roots, ctx.ld_so_conf)
     majors = sorted({c["version"].split(".")[0] for c in d.cudnn_copies if c.get("version")})
+    if majors:  # the cache read once, as the loader check reads it
+        environment = ctx.facts.loader()
+        d.cache_error = environment.cache_error
+        cache = [(e.name, e.path) for e in environment.cache if e.name.startswith("libcudnn")]
     for major in majors:
         name = f"libcudnn.so.{major}"
-        chain = loader.copies_of(name, env, ctx.ld_so_conf)
+        chain = loader.copies_of(name, env, ctx.ld_so_conf, cache)
         d.loads.append({"name": name, "would_load": chain[0] if chain else None, "candidates": chain})
     if len({c["version"] for c in d.cudnn_copies if c.get("version")}) > 1:
         listing = "; ".join(f"{c['path']} ({c['version']}, {c['via']})" for c in d.cudnn_copies)

@@ -118,6 +118,15 @@ def loader_environment(env: Mapping[str, str], cache: Sequence[CacheEntry] | Non
                        objects=objects or Objects())
 
 
+def cache_unread(why: str) -> tuple[str, str]:
+    """What a judgement made without the loader cache says (`why`: how `ldconfig -p` failed,
+    Environment.cache_error): a clause for its detail and its hint, one line each."""
+    binary = ldconfig_binary() or "ldconfig"
+    return (f"judged without the loader cache, which could not be read ({why})",
+            f"run `{binary} -p` to see why it fails (as root, `{binary}` rebuilds a damaged "
+            "/etc/ld.so.cache), then run this again")
+
+
 def cache_entries(name_prefix: str = "libcudnn", cache_file: str | None = None) \
         -> list[tuple[str, str]]:
     """(soname, path) pairs of the loader cache for names with the prefix; none when ldconfig

@@ -32,7 +32,7 @@ from cudnn_setup.state import changed, writable
 from cudnn_setup.state.layout import StateDir
 from cudnn_setup.state.manifest import Manifest
 from cudnn_setup.state.plan import Desired, Plan, conflict_error, make_plan, uninstall_plan
-from cudnn_setup.state.transaction import Filesystem, new_txid, recover
+from cudnn_setup.state.transaction import Filesystem, left_unfinished, new_txid, recover
 from cudnn_setup.text import plural
 from cudnn_setup.trees import remove_tree
 
@@ -283,13 +283,15 @@ def _install(asked: Asked, state: StateDir, fs: Filesystem | None) -> Outcome:
                 manifest = judged.old
         finally:
             # A journal still there (a rollback or the tidying after the commit failed) needs
-            # the transaction's dir: the next run finishes the job with it.
-            if os.path.lexists(tx) and not os.path.lexists(state.journal_path):
-                remove_tree(tx)
-            if state.exists():
-                state.tidy()
-                if created_state and not os.path.lexists(state.manifest_path):
-                    state.remove_if_empty()
+            # the transaction's dir: the next run finishes the job with it. A transaction left
+            # unfinished leaves the state dir as it is, for the next run to settle.
+            if not left_unfinished():
+                if os.path.lexists(tx) and not os.path.lexists(state.journal_path):
+                    remove_tree(tx)
+                if state.exists():
+                    state.tidy()
+                    if created_state and not os.path.lexists(state.manifest_path):
+                        state.remove_if_empty()
     return Outcome(plan.changed, plan, judged.package, manifest.to_dict(), recovered,
                    lib_dir=asked.lib_dir, built_for=judged.built, notes=notes)
 
@@ -358,7 +360,7 @@ def uninstall(root: CudaRoot, *, force: bool = False, dry_run: bool = False,
                 notes += remove(state, new_txid(), plan, fs,
                                 partial(_tell, committed, on_commit)) + kept
         finally:
-            if state.exists():
+            if not left_unfinished() and state.exists():
                 state.tidy()
         state.remove_if_empty()
     return Outcome(manifest is not None, plan, manifest=manifest.to_dict() if manifest else None,

@@ -36,7 +36,8 @@ from cudnn_setup.state.layout import StateDir
 from cudnn_setup.state.paths import damaged_error
 from cudnn_setup.state.manifest import DIR, FILE, SYMLINK, Content, FileRecord, Manifest
 from cudnn_setup.state.files import describe, describe_known
-from cudnn_setup.state.transaction import Filesystem, Transaction, new_txid, recover
+from cudnn_setup.state.transaction import (Filesystem, Transaction, left_unfinished, new_txid,
+                                           recover)
 from cudnn_setup.text import escape, plural
 from cudnn_setup.trees import remove_tree
 
@@ -230,11 +231,13 @@ def repair(root: CudaRoot, obtain: Obtain, *, dry_run: bool = False,
             outcome.recovered = recovered
         finally:
             # A journal still there (a rollback or the tidying after the commit failed) needs
-            # the transaction's dir: the next run finishes the job with it.
-            if os.path.lexists(tx) and not os.path.lexists(state.journal_path):
-                remove_tree(tx)
-            if state.exists():
-                state.tidy()
+            # the transaction's dir: the next run finishes the job with it. A transaction left
+            # unfinished leaves the state dir as it is, for the next run to settle.
+            if not left_unfinished():
+                if os.path.lexists(tx) and not os.path.lexists(state.journal_path):
+                    remove_tree(tx)
+                if state.exists():
+                    state.tidy()
     return outcome
 
 

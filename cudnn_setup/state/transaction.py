@@ -17,19 +17,23 @@ from __future__ import annotations
 import os
 import secrets
 import stat
+import sys
 from pathlib import Path
 from typing import Callable
 
 from cudnn_setup.durable import DIR_MODE, fsync_dir, make_dirs, sync_dirs
+from cudnn_setup.errors import Interrupted, LeftUnfinished, SetupError, os_error
 from cudnn_setup.state import changed
 from cudnn_setup.state.journal import MKDIR, PUT, REMOVE, RMDIR, Journal, Op
 from cudnn_setup.state.layout import StateDir, write_manifest
 from cudnn_setup.state.manifest import Manifest
 from cudnn_setup.state.paths import Damaged, contained
+from cudnn_setup.state.view import command_line
+from cudnn_setup.text import escape
 from cudnn_setup.trees import remove_tree
 
 __all__ = ["Filesystem", "Transaction", "Op", "PUT", "REMOVE", "MKDIR", "RMDIR", "rollback",
-           "finish", "recover"]
+           "finish", "recover", "left_unfinished"]
 
 
 
@@ -132,6 +136,12 @@ class Transaction:
         unless the commit point was reached: the disk says (`committed`), not how far this
         code got, so an interrupt in the commit's last fsync or just after it is no rollback.
 
+        When that question cannot be answered (the state dir unreadable) once the commit was
+        begun, or the rollback itself fails, nothing is undone or finished further and
+        `LeftUnfinished` says so (exit 1, `changed`): the journal stays, and the next run
+        that takes the lock settles it by what the disk then says. Before the commit was
+        begun nothing can have committed it, so an unanswered question there is a rollback.
+
         `manifest_txid`: the commit writes the manifest of that txid; None: it removes it.
         `on_commit` is told as soon as the change stands, before anything else may be
         interrupted (the tidying after it included), so the caller never reports a committed
@@ -143,22 +153,47 @@ class Transaction:
         journal = Journal(self.txid, ops, manifest_txid)
         self.fs.makedirs(self.backup_dir)
         self.state.write_journal(journal)
+        committing = False
         try:
             for op in ops:
                 self._apply(op)
             self._sync(ops)
+            committing = True
             commit(self.fs)
             on_commit()
-        except BaseException:
-            if committed(self.state, journal):  # it stands: tell, then let the error go on
+        except BaseException as failure:
+            try:
+                stands = committed(self.state, journal)
+            except BaseException as unread:
+                if committing:  # the commit may have been written: neither undo nor finish
+                    raise self._unfinished(failure, "whether it was committed cannot be read "
+                                           f"back ({_said(unread)})") from failure
+                stands = False  # the commit point was never reached: nothing can stand
+            if stands:  # it stands: tell, then let the error go on
                 on_commit()
                 raise
-            rollback(self.state, journal, self.fs)
+            try:
+                _undo(self.state, journal, self.fs)
+            except BaseException as undoing:
+                raise self._unfinished(failure, "rolling it back failed too "
+                                       f"({_said(undoing)})") from failure
+            _drop(self.state, journal, self.fs)  # the root is as it was: leftovers at worst
             raise
         try:
             finish(self.state, journal, self.fs)
         except OSError as exc:  # committed: the change stands, the next run tidies up
             self.unfinished = str(exc)
+
+    def _unfinished(self, failure: BaseException, then: str) -> LeftUnfinished:
+        """The transaction failed, then could not be settled either way: its journal stays
+        for the next run, which rolls it back or finishes it by what the disk then says."""
+        return LeftUnfinished(
+            f"{_said(failure)}; {then}, so the change was neither rolled back nor finished: "
+            f"{self.root} may hold part of it, and the journal {self.state.journal_path} is "
+            "kept",
+            f"once {self.state.path} can be read and written again, run the command again: "
+            "it first rolls back or finishes this transaction; "
+            f"`{command_line('verify', self.root)}` says what stands meanwhile")
 
     def _apply(self, op: Op) -> None:
         dest = self.paths.dest(op)
@@ -185,12 +220,35 @@ class Transaction:
         sync_dirs(dirs, self.fs.fsync_dir)
 
 
+def left_unfinished() -> bool:
+    """Whether the exception passing through the caller's `finally` is a transaction left
+    unfinished: its state dir (journal, staging, backups) is then left exactly as it is."""
+    return isinstance(sys.exc_info()[1], LeftUnfinished)
+
+
+def _said(exc: BaseException) -> str:
+    """What went wrong, in the words the tool would say it with on its own."""
+    if isinstance(exc, SetupError):
+        return exc.message
+    if isinstance(exc, OSError):
+        return os_error(exc).message
+    if isinstance(exc, (KeyboardInterrupt, Interrupted)):
+        return "interrupted"
+    return escape(f"{type(exc).__name__}: {str(exc)[:200]}")
+
+
 def rollback(state: StateDir, journal: Journal, fs: Filesystem | None = None) -> None:
     """Undo whatever part of the journal's operations reached the disk, newest first.
 
     Safe to repeat after a kill at any step: each undo acts only if its effect is still there.
     """
     fs = fs or Filesystem()
+    _undo(state, journal, fs)
+    _drop(state, journal, fs)
+
+
+def _undo(state: StateDir, journal: Journal, fs: Filesystem) -> None:
+    """The root put back as it was before the journal's operations; the journal kept."""
     paths = _Paths(state, journal.txid)
     for op in reversed(journal.ops):
         dest = paths.dest(op)
@@ -210,7 +268,6 @@ def rollback(state: StateDir, journal: Journal, fs: Filesystem | None = None) ->
             backup = paths.backup(op)
             if os.path.lexists(backup):
                 fs.replace(backup, dest)
-    _drop(state, journal, fs)
 
 
 def finish(state: StateDir, journal: Journal, fs: Filesystem | None = None) -> None:

@@ -11,8 +11,8 @@ from typing import Callable
 
 from cudnn_setup.child import waited_for
 from cudnn_setup.errors import (COMMITTED_STANDS, INSTALL_FAILED, DownloadFailed, InstallFailed, InternalError,
-                                 Interrupted, NothingRolledBack, SetupError, interruption,
-                                 no_thread, os_error)
+                                 Interrupted, LeftUnfinished, NothingRolledBack, SetupError,
+                                 interruption, no_thread, os_error)
 from cudnn_setup.orphans import Subreaper
 from cudnn_setup.report import Result
 from cudnn_setup.state.view import command_line
@@ -48,6 +48,8 @@ def command(name: str, fails_as: type[SetupError] = InstallFailed, read_only: bo
                 body(result, *args, **kwargs)
             except SetupError as exc:
                 result.error = exc
+                if isinstance(exc, LeftUnfinished):  # the root may hold part of the change
+                    result.changed = True
             except (KeyboardInterrupt, Interrupted):
                 if ctx is not None:
                     ctx.runner.cancel()  # children still running on other threads

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 from dataclasses import dataclass
 
 from cudnn_setup.child import Runner, Unanswered, run_command
 from cudnn_setup.facts.ldresolve.loadable import NotLoadable, read_object
+from cudnn_setup.text import escape
 
 # Where ldconfig is installed (glibc puts it in /sbin; merged-/usr systems have both).
 LDCONFIG_PATHS = ("/sbin/ldconfig", "/usr/sbin/ldconfig")
@@ -92,9 +94,10 @@ def ldconfig_binary() -> str | None:
 def read_cache(ldconfig: str | None = None, cache_file: str | None = None,
                timeout: float = 30.0, runner: Runner | None = None) -> list[CacheEntry]:
     """The loader cache as `ldconfig -p` prints it ([] when there is no ldconfig, or it says
-    there is no cache); `runner`: the command's, so that its end ends the child too.
-    Unanswered when ldconfig could not be started or did not finish: the cache is not known
-    to be empty."""
+    there is no cache file); `runner`: the command's, so that its end ends the child too.
+    Unanswered when ldconfig could not be started, did not finish, failed otherwise (a crash,
+    an unreadable cache) or printed something other than a cache listing: the cache is then
+    not known to be empty."""
     binary = ldconfig or ldconfig_binary()
     if binary is None:
         return []
@@ -102,4 +105,40 @@ def read_cache(ldconfig: str | None = None, cache_file: str | None = None,
                        env={}, runner=runner)
     if not done.answered:
         raise Unanswered(done.unanswered())
-    return parse_ldconfig_p(done.stdout.decode(errors="replace")) if done.ok else []
+    if done.returncode != 0:
+        if _NO_CACHE in done.err and "No such file or directory" in done.err:
+            return []  # no cache file: the loader has none either
+        if done.returncode is not None and done.returncode < 0:
+            raise Unanswered(f"it was killed by {_signal_name(-done.returncode)}")
+        raise Unanswered(done.unanswered())
+    return _listing(done.stdout.decode(errors="replace"))
+
+
+_NO_CACHE = "Can't open cache file"  # ldconfig's words (the C locale: its env is empty)
+# The first line of `ldconfig -p`: "539 libs found in cache `/etc/ld.so.cache'"
+_HEADER = re.compile(r"^(\d{1,9}) libs? found in cache\b")
+
+
+def _listing(text: str) -> list[CacheEntry]:
+    """The entries of `ldconfig -p`'s output, which must be what it prints: its count of
+    entries first, then that many entry lines. Unanswered for anything else (a program that
+    printed other words, a listing cut short), which would otherwise pass for a cache that
+    holds nothing."""
+    lines = text.splitlines()
+    first = next((line.strip() for line in lines if line.strip()), "")
+    m = _HEADER.match(first)
+    if m is None:
+        shown = escape(first[:120]) if first else "nothing"
+        raise Unanswered(f"it printed no cache listing (its first line: {shown})"
+                         if first else "it printed nothing")
+    listed = sum(1 for line in lines if _CACHE_LINE.match(line))
+    if listed != int(m[1]):
+        raise Unanswered(f"it announced {m[1]} entries and listed {listed}")
+    return parse_ldconfig_p(text)
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
