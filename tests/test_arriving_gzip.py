@@ -57,18 +57,27 @@ class Download:
         with open(self.part, "w+b") as f:
             self.arriving.begin(self.part, 0, self.dest, f.fileno(), self.announced)
             for at in range(0, len(self.data), PIECE):
-                if self.hold is not None and at >= self.hold and not self.go.is_set():
-                    self.held.set()
-                    self.go.wait()
-                    if self.fail.is_set():
-                        self.arriving.fail(ConnectionError("connection lost"))
-                        return
+                if not self._carry_on(at):
+                    return
                 f.write(self.data[at:at + PIECE])
                 f.flush()
                 self.arriving.wrote(min(at + PIECE, len(self.data)))
                 time.sleep(self.pause)
+        if not self._carry_on(len(self.data)):
+            return
         os.replace(self.part, self.dest)
         self.arriving.finish(self.dest, hashlib.sha256(self.data).hexdigest(), len(self.data))
+
+
+    def _carry_on(self, at: int) -> bool:
+        """At byte `at`: held there until `go` when it is the hold, then failed if `fail`."""
+        if self.hold is not None and at >= self.hold and not self.go.is_set():
+            self.held.set()
+            self.go.wait()
+            if self.fail.is_set():
+                self.arriving.fail(ConnectionError("connection lost"))
+                return False
+        return True
 
 
 def _decoders_in_use(monkeypatch) -> list:
@@ -168,6 +177,27 @@ def test_a_download_that_fails_ends_rapidgzips_pass_without_a_hang(archive, tmp_
     assert listing.sha256 is None
     dl.thread.join(10)
     assert not _threads_left(before)
+
+
+@HAS_RAPIDGZIP
+def test_a_download_that_fails_at_its_end_is_said_and_not_read_again(archive, tmp_path,
+                                                                     monkeypatch):
+    """Every byte came, then the download failed (its checksum, say): rapidgzip's pass had
+    decoded it all; its answer is the download's failure, and the archive is not read again."""
+    used = _decoders_in_use(monkeypatch)
+    dl = Download(tmp_path, archive, len(archive), hold=len(archive))
+    got = {}
+    reading = threading.Thread(target=lambda: got.update(
+        listing=_read(tmp_path, dl, gzip=decoders.RAPIDGZIP)))
+    reading.start()
+    assert dl.held.wait(30)
+    dl.fail.set()
+    dl.go.set()
+    reading.join(20)
+    assert not reading.is_alive()
+    assert [d.name for d in used] == [decoders.RAPIDGZIP]
+    assert "connection lost" in got["listing"].problems[-1].message
+    assert got["listing"].sha256 is None
 
 
 @HAS_RAPIDGZIP

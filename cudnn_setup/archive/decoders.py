@@ -263,6 +263,7 @@ class Decoder:
         self.announced: int | None = None  # an arriving archive's size, as rapidgzip was told
         self.source = source  # what an arriving archive is read through
         self.at_offsets: _AtOffsets | None = None  # what rapidgzip reads an arriving one from
+        self.arrival_error: OSError | None = None  # how an arriving one's download ended badly
         self.stream: IO[bytes]
         self.env = env
         if compression == GZIP:
@@ -385,7 +386,8 @@ class Decoder:
     def arrival_failed(self) -> bool:
         """Whether rapidgzip's pass over an arriving archive ended because the download did
         (failed, or started over): reading it again would not help."""
-        return self.at_offsets is not None and self.at_offsets.failed is not None
+        return self.arrival_error is not None or \
+            (self.at_offsets is not None and self.at_offsets.failed is not None)
 
     def stop(self) -> None:
         """The reading gave up: an arriving archive's waits for bytes end, so that the
@@ -421,6 +423,8 @@ class Decoder:
                     if self.announced is not None:
                         return self._arrived_whole()
             except DECODE_ERRORS as exc:
+                if self.announced is not None and isinstance(exc, OSError) and exc.errno is None:
+                    self.arrival_error = exc  # the download failed at its end: nothing to reread
                 return str(exc) or type(exc).__name__
             finally:
                 self.stream.close()
