@@ -6,7 +6,7 @@ throttled to a given rate: the download overlapped with the install, measured.
 
 PATH is a cuDNN archive under NVIDIA's name (cudnn-<platform>-X.Y.Z.B_cudaNN-archive.tar.xz or
 .tar.gz); `--gzip` also makes a .tar.gz of the same tar (gzip -1, kept in --work) and times it
-too. WHEEL is NVIDIA's nvidia_cudnn_cuNN-X.Y.Z.B-…whl (an --archive of that name is taken as
+too (`--gzip-only`: only that). WHEEL is NVIDIA's nvidia_cudnn_cuNN-X.Y.Z.B-…whl (an --archive of that name is taken as
 one): it is served as a PEP 503 index (`--index-url URL`, the sha256 in the link, as PyPI
 gives it) and the commands below get VERSION with `--index-url` instead of `--mirror`.
 A server in this process serves an archive as a mirror of NVIDIA's tree (one redistrib JSON with
@@ -266,6 +266,8 @@ def main() -> int:
     parser.add_argument("--rates", default="100,1000", help="MB/s, comma-separated")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--gzip", action="store_true", help="also a .tar.gz of the same tar")
+    parser.add_argument("--gzip-only", action="store_true",
+                        help="only the .tar.gz of --gzip, not the .tar.xz itself")
     parser.add_argument("--work", type=Path, default=None, help="scratch space (default: a "
                         "temporary dir on the filesystem of --archive's copy)")
     parser.add_argument("--json", type=Path, default=None)
@@ -275,6 +277,8 @@ def main() -> int:
     archive = args.archive or args.wheel
     archives = [archive] + ([gzip_copy(archive, work)] if args.gzip and archive.name.endswith(
         ".tar.xz") else [])
+    if args.gzip_only:
+        archives = archives[1:]
     home = work / "home"
     home.mkdir(exist_ok=True)
     env = {k: v for k, v in os.environ.items()
