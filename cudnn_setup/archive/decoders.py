@@ -40,6 +40,9 @@ CHUNK = 1 << 20
 # page fault per 4 KiB), smaller ones come back from malloc's free list still in the cache.
 DECODED_PIECE = 128 << 10
 
+# The piece of an arriving .tar.gz each of rapidgzip's threads decodes (rapidgzip's default).
+ARRIVING_CHUNK = 4 << 20
+
 # Said by the rapidgzip path when the decoded size disagrees with gzip's trailer: the archive
 # is then read again by ISA-L or zlib, whose verdict stands (see archive.reader).
 GZIP_SIZE_MISMATCH = "the decoded size does not match the gzip trailer"
@@ -373,7 +376,8 @@ class Decoder:
         assert source.announced is not None
         self.announced = source.announced
         self.at_offsets = _AtOffsets(source, self.announced)
-        decoded = rapidgzip.open(self.at_offsets, parallelization=usable_cores())
+        decoded = rapidgzip.RapidgzipFile(self.at_offsets, parallelization=usable_cores(),
+                                          chunk_size=ARRIVING_CHUNK)
         try:  # on a thread of its own, so that this one waits in Python, where a signal is
             # seen, even while the wire is silent and rapidgzip's threads wait for bytes
             return ReadAhead(_Progress(decoded, on_read, self.at_offsets))
