@@ -446,6 +446,7 @@ def _configure(path: Path, target: Path, found: tuple[bytes, int] | None, root: 
     if dry_run or not change.changed:
         return change
     mode = 0o644
+    owner = _owner_to_keep(target, found is not None)
     if found is not None:
         raw, mode = found
         if not mode & 0o222:
@@ -453,6 +454,18 @@ def _configure(path: Path, target: Path, found: tuple[bytes, int] | None, root: 
                                   "make it writable (chmod u+w) if cudnn-setup may change it",
                                   code="theanorc-read-only")
         change.backup = target.with_name(target.name + BACKUP_SUFFIX)
-        write_atomic(change.backup, raw, mode)
-    write_atomic(target, after.encode("utf-8"), mode)
+        write_atomic(change.backup, raw, mode, owner=owner)
+    write_atomic(target, after.encode("utf-8"), mode, owner=owner)
     return change
+
+
+def _owner_to_keep(target: Path, exists: bool) -> tuple[int, int] | None:
+    """Whose the written config (and its backup) must be: root run with a user's HOME (`sudo`
+    keeps it on many systems) writes a file that user owns, as the one it replaces (or, for a
+    new one, the directory it goes in), else the user could no longer read or edit their own
+    config (a 0600 one came back root's, and Theano run as them read none). None: the writer's
+    own, for any other user, who cannot give files away."""
+    if os.geteuid() != 0:
+        return None
+    st = os.lstat(target if exists else target.parent)
+    return (st.st_uid, st.st_gid) if (st.st_uid, st.st_gid) != (0, 0) else None

@@ -432,3 +432,32 @@ def test_theanorc_for_a_root_without_cudnn_is_refused_and_writes_nothing(cuda_ro
                                     f"{root / 'lib64'}): a real run refuses until cuDNN is "
                                     "installed there")
     assert (home / ".theanorc").read_text() == before
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root writes a file another user owns")
+def test_root_run_with_a_users_home_leaves_their_config_theirs(archives, cuda_root, home):
+    """`sudo cudnn-setup install …` keeps the user's HOME on many systems: root merges their
+    ~/.theanorc. The file and its backup stay the user's, mode and all; a new one in their home
+    is theirs too. Else a 0600 config came back root's, and Theano run as them read none."""
+    nobody = 65534
+    root = cuda_root()
+    run_json(["install", archives["cudnn-10.0-linux-x64-v7.4.2.24.tgz"], "--cuda-root", root,
+              "--no-theanorc", "--no-verify"], home)
+    rc = home / ".theanorc"
+    rc.write_text("[global]\nfloatX = float32\n")
+    rc.chmod(0o600)
+    os.chown(rc, nobody, nobody)
+    os.chown(home, nobody, nobody)
+    done, out = run_json(["theanorc", "--cuda-root", root], home)
+    assert done.returncode == 0 and out["theanorc"]["changed"] is True, done.stderr
+    backup = home / (".theanorc" + BACKUP_SUFFIX)
+    for path in (rc, backup):
+        st = path.stat()
+        assert (st.st_uid, st.st_gid, st.st_mode & 0o777) == (nobody, nobody, 0o600), path
+    assert "library_path" in rc.read_text()
+    rc.unlink()
+    backup.unlink()
+    done, out = run_json(["theanorc", "--cuda-root", root], home)
+    assert out["theanorc"]["created"] is True
+    st = rc.stat()
+    assert (st.st_uid, st.st_gid, st.st_mode & 0o777) == (nobody, nobody, 0o644)
