@@ -352,7 +352,8 @@ _GIVEN = "CUDNN_SETUP_GIVEN_LD_LIBRARY_PATH"  # the user's LD_LIBRARY_PATH, acro
 # The variables that name files or directories and that children read: a relative value means
 # "from the directory the command was given in", which a child (run in a scratch dir of its own)
 # would read from elsewhere.
-_PATH_VARIABLES = ("HOME", "THEANORC", "XDG_CACHE_HOME", "XDG_CONFIG_HOME")
+_PATH_VARIABLES = ("HOME", "THEANORC", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "CUDA_ROOT",
+                   "CUDA_PATH", "CUDA_HOME")
 
 
 def _working_dir() -> Path | None:

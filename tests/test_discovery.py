@@ -159,3 +159,23 @@ def test_real_toolkit_read_only():
     assert nvcc_toolkit(Path("/usr/local/bin/nvcc")).resolve() == REAL.resolve()
     assert os.stat(REAL).st_mtime == before.st_mtime
     assert not (REAL / ".cudnn-setup").exists()
+
+
+@pytest.mark.parametrize("variable", ["CUDA_ROOT", "CUDA_PATH", "CUDA_HOME"])
+def test_a_relative_root_in_the_environment_is_the_one_under_the_working_dir(
+        archives, cuda_root, home, bare_python, variable):
+    """`CUDA_HOME=cuda1 cudnn-setup doctor`: the root is the one under the directory the
+    command was given in, for every check. doctor's survey kept the relative name, and its
+    children, started in scratch dirs of their own, found no library there: load, deps and
+    compile failed a cuDNN that loads."""
+    from fixtures.generate import GENERATION_SAMPLES
+
+    root = cuda_root()
+    run_json(["install", archives[GENERATION_SAMPLES["v4-v7"]], "--cuda-root", root,
+              "--no-verify", "--no-theanorc"], home)
+    done, out = run_json(["doctor", "--python", bare_python], home,
+                         env_extra={variable: root.name}, cwd=root.parent)
+    found = next(r for r in out["cuda_roots"] if r["found_via"] == f"${variable}")
+    assert found["path"] == str(root), found
+    fails = [p["message"] for p in out["problems"] if p["severity"] == "fail"]
+    assert done.returncode == 0 and not fails, fails
