@@ -122,3 +122,24 @@ def test_a_relative_home_is_the_one_the_user_meant(tmp_path, theano_compiledir):
     theano = next(c for c in json.loads(done.stdout)["checks"] if c["name"] == "theano")
     assert "import theano` fails" not in theano["detail"], theano
     assert str(work / "sandbox" / "home" / ".theanorc") in theano["detail"], theano
+
+
+@needs_theano
+@pytest.mark.skipif(__import__("os").geteuid() != 0, reason="root with another user's HOME")
+def test_root_with_a_users_home_leaves_nothing_of_its_own_in_it(archives, cuda_root, home):
+    """`sudo cudnn-setup install …` keeps the user's HOME on many systems. Theano run by the
+    check as root made ~/.theano and its compiledir root's (0750): the user's own Theano then
+    stopped ("Unable to create the compiledir directory"). It compiles in a scratch dir."""
+    import os
+
+    nobody = 65534
+    (home / ".theano").unlink()  # the session's compile cache: here the user has none yet
+    os.chown(home, nobody, nobody)
+    root = cuda_root(version="10.0")
+    done, out = run_json(["install", archives[GENERATION_SAMPLES["v4-v7"]], "--cuda-root", root,
+                          "--no-frameworks"], home, timeout=900)
+    theano = {c["name"]: c for c in out["checks"]}["theano"]
+    assert theano["status"] == "warn" and "T.exp ok" in theano["detail"], theano
+    left = {p.name: p.stat().st_uid for p in home.iterdir()}
+    assert ".theano" not in left and left == {".theanorc": nobody}, left
+    assert "scratch base_compiledir" in theano["detail"], theano
