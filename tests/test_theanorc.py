@@ -461,3 +461,23 @@ def test_root_run_with_a_users_home_leaves_their_config_theirs(archives, cuda_ro
     assert out["theanorc"]["created"] is True
     st = rc.stat()
     assert (st.st_uid, st.st_gid, st.st_mode & 0o777) == (nobody, nobody, 0o644)
+
+
+def test_a_config_theano_flags_override_is_not_said_to_be_in_use(archives, cuda_root, home):
+    """THEANO_FLAGS (set once in a ~/.bashrc, say) win over every config file: with a dnn path
+    there, `theanorc` said `pass: created ~/.theanorc` while Theano kept using the old cuDNN;
+    with an optimizer_including there, the file's cudnn was replaced. It warns, naming each."""
+    root = cuda_root()
+    run_json(["install", archives["cudnn-10.0-linux-x64-v7.4.2.24.tgz"], "--cuda-root", root,
+              "--no-theanorc", "--no-verify"], home)
+    flags = "floatX=float32,dnn.library_path=/old/cuda/lib64,optimizer_including=fusion"
+    done, out = run_json(["theanorc", "--cuda-root", root], home, {"THEANO_FLAGS": flags})
+    check = out["checks"][0]
+    assert done.returncode == 0 and check["status"] == "warn", check
+    assert (f"THEANO_FLAGS sets dnn.library_path=/old/cuda/lib64, which Theano takes over the "
+            f"config's {root / 'lib64'}") in check["detail"], check
+    assert "THEANO_FLAGS sets optimizer_including=fusion, which replaces" in check["detail"]
+    # flags that agree with the config, or set other things, are no warning
+    flags = f"floatX=float32,dnn.library_path={root / 'lib64'},optimizer_including=fusion:cudnn"
+    done, out = run_json(["theanorc", "--cuda-root", root], home, {"THEANO_FLAGS": flags})
+    assert out["checks"][0]["status"] == "pass", out["checks"]

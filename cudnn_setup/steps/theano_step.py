@@ -17,7 +17,7 @@ from cudnn_setup.report import FAIL, PASS, WARN, Check, Result
 from cudnn_setup.steps.context import Context
 from cudnn_setup.theano_blas import BlasFlags, NumpyBlas, find_blas, numpy_blas
 from cudnn_setup.theanorc_merge import (KEPT_ACTIVE, TheanorcRefused, config_files, configure,
-                                        default_path, read_config)
+                                        default_path, read_config, settings, theano_flags)
 
 
 def theanorc_path(ctx: Context, explicit: Path | None) -> Path:
@@ -58,6 +58,10 @@ def theanorc_step(result: Result, path: Path, root: Path, lib_dir: Path, dry_run
                      {"code": exc.code, "message": exc.message, "hint": exc.hint})
     if ctx is not None and about["blas"].get("unanswered"):  # a guess, or nothing: said
         change = replace(change, warnings=(*change.warnings, f"[blas] {about['blas']['why']}"))
+    if ctx is not None:
+        change = replace(change, warnings=(
+            *change.warnings, *overridden_by_flags(ctx.env.get("THEANO_FLAGS", ""), root,
+                                                   lib_dir, cudnn)))
     active = any(w.startswith(KEPT_ACTIVE) for w in change.warnings)
     about["optimizer_including_cudnn"] = cudnn or active  # what the file holds now
     if not usable:
@@ -79,6 +83,37 @@ def theanorc_step(result: Result, path: Path, root: Path, lib_dir: Path, dry_run
     detail = f"{verb} {change.path}" + (f" (backup {change.backup})" if change.backup else "")
     detail += "".join(f"; {w}" for w in change.warnings)
     return Check("theanorc", WARN if change.warnings else PASS, detail)
+
+
+def overridden_by_flags(flags: str, root: Path, lib_dir: Path, cudnn: bool) -> list[str]:
+    """What of the written config THEANO_FLAGS overrides, in words. Theano reads its flags
+    after every config file: a dnn path or cuda.root set there is the one Theano uses, and an
+    optimizer_including there replaces the file's whole list, so a config that says the right
+    thing is no config that is used."""
+    try:
+        given = {(k if "." in k else f"global.{k}").lower(): v
+                 for k, v in theano_flags(flags).items()}
+    except ValueError:  # Theano stops at import: the theano check says so
+        return []
+    said = []
+    for section, keys in settings(root, lib_dir).items():
+        for key, value in keys.items():
+            name = f"{section}.{key}"
+            if name in given and given[name] != value:
+                said.append(f"THEANO_FLAGS sets {name}={given[name]}, which Theano takes over "
+                            f"the config's {value}: unset it, or set it to {value}")
+    if given.get("dnn.enabled", "").lower() == "false":
+        said.append("THEANO_FLAGS sets dnn.enabled=False: Theano uses no cuDNN, whatever the "
+                    "config says")
+    if cudnn:
+        including = given.get("global.optimizer_including")
+        if including is not None and "cudnn" not in including.split(":"):
+            said.append(f"THEANO_FLAGS sets optimizer_including={including}, which replaces the "
+                        "config's list: cudnn is not in it; add it (…:cudnn), or unset it")
+        if "cudnn" in given.get("global.optimizer_excluding", "").split(":"):
+            said.append("THEANO_FLAGS sets optimizer_excluding with cudnn: Theano leaves cuDNN "
+                        "out, whatever the config says")
+    return said
 
 
 def _serving(cudnn_version: str | None, cuda_version: str | None, ctx: Context | None):
