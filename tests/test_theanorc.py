@@ -481,3 +481,28 @@ def test_a_config_theano_flags_override_is_not_said_to_be_in_use(archives, cuda_
     flags = f"floatX=float32,dnn.library_path={root / 'lib64'},optimizer_including=fusion:cudnn"
     done, out = run_json(["theanorc", "--cuda-root", root], home, {"THEANO_FLAGS": flags})
     assert out["checks"][0]["status"] == "pass", out["checks"]
+
+
+def test_a_config_theano_does_not_read_or_that_a_later_one_overrides_is_said(archives,
+                                                                             cuda_root, home):
+    """`theanorc --theanorc FILE` for a FILE Theano never reads here (it reads $THEANORC's
+    files, else ~/.theanorc) said `pass: created FILE`; so did a file $THEANORC lists before one
+    that sets its own dnn.library_path, which Theano takes. Both warn, saying why."""
+    root = cuda_root()
+    run_json(["install", archives["cudnn-10.0-linux-x64-v7.4.2.24.tgz"], "--cuda-root", root,
+              "--no-theanorc", "--no-verify"], home)
+    elsewhere = home / "elsewhere.rc"
+    done, out = run_json(["theanorc", "--cuda-root", root, "--theanorc", elsewhere], home)
+    check = out["checks"][0]
+    assert check["status"] == "warn" and f"Theano does not read {elsewhere} here: it reads " \
+        f"{home / '.theanorc'}" in check["detail"], check
+    first, last = home / "a.rc", home / "b.rc"
+    last.write_text("[dnn]\nlibrary_path = /old/cuda/lib64\n")
+    env = {"THEANORC": f"{first}:{last}"}
+    done, out = run_json(["theanorc", "--cuda-root", root, "--theanorc", first], home, env)
+    check = out["checks"][0]
+    assert check["status"] == "warn" and (f"{last}, which Theano reads after {first}, sets "
+                                          "dnn.library_path=/old/cuda/lib64") in check["detail"]
+    # the file read last, as `theanorc` picks by default: what it writes is what Theano uses
+    done, out = run_json(["theanorc", "--cuda-root", root], home, env)
+    assert out["checks"][0]["status"] == "pass", out["checks"]

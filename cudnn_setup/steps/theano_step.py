@@ -3,6 +3,7 @@ what this Theano needs to import and run."""
 from __future__ import annotations
 
 import configparser
+import os
 import platform
 from dataclasses import replace
 from pathlib import Path
@@ -15,6 +16,7 @@ from cudnn_setup.facts.theano import rule_for
 from cudnn_setup.parallel import Later
 from cudnn_setup.report import FAIL, PASS, WARN, Check, Result
 from cudnn_setup.steps.context import Context
+from cudnn_setup.text import show_path
 from cudnn_setup.theano_blas import BlasFlags, NumpyBlas, find_blas, numpy_blas
 from cudnn_setup.theanorc_merge import (KEPT_ACTIVE, TheanorcRefused, config_files, configure,
                                         default_path, read_config, settings, theano_flags)
@@ -60,8 +62,8 @@ def theanorc_step(result: Result, path: Path, root: Path, lib_dir: Path, dry_run
         change = replace(change, warnings=(*change.warnings, f"[blas] {about['blas']['why']}"))
     if ctx is not None:
         change = replace(change, warnings=(
-            *change.warnings, *overridden_by_flags(ctx.env.get("THEANO_FLAGS", ""), root,
-                                                   lib_dir, cudnn)))
+            *change.warnings, *unread_or_overridden(ctx, path, root, lib_dir),
+            *overridden_by_flags(ctx.env.get("THEANO_FLAGS", ""), root, lib_dir, cudnn)))
     active = any(w.startswith(KEPT_ACTIVE) for w in change.warnings)
     about["optimizer_including_cudnn"] = cudnn or active  # what the file holds now
     if not usable:
@@ -83,6 +85,36 @@ def theanorc_step(result: Result, path: Path, root: Path, lib_dir: Path, dry_run
     detail = f"{verb} {change.path}" + (f" (backup {change.backup})" if change.backup else "")
     detail += "".join(f"; {w}" for w in change.warnings)
     return Check("theanorc", WARN if change.warnings else PASS, detail)
+
+
+def unread_or_overridden(ctx: Context, path: Path, root: Path, lib_dir: Path) -> list[str]:
+    """Whether Theano, in this environment, reads the config written: `--theanorc` may name a
+    file it never reads (only $THEANORC's files, else ~/.theanorc), and a file $THEANORC lists
+    after it wins where it sets a dnn path or cuda.root of its own."""
+    files = config_files(ctx.env, ctx.home)
+    reals = [os.path.realpath(f) for f in files]
+    mine = os.path.realpath(path)
+    if mine not in reals:
+        return [f"Theano does not read {show_path(path)} here: it reads "
+                f"{', '.join(show_path(f) for f in files)} ($THEANORC, else ~/.theanorc); set "
+                f"THEANORC={show_path(path)} for the programs that should use it"]
+    said = []
+    for later in files[reals.index(mine) + 1:]:
+        parser = configparser.ConfigParser(interpolation=None)
+        try:
+            found = read_config(later)
+            if found is None:
+                continue
+            parser.read_string(found[0].decode("utf-8"))
+        except (OSError, ValueError, TheanorcRefused, configparser.Error):
+            continue  # what Theano makes of it is the theano check's (and doctor's) to say
+        for section, keys in settings(root, lib_dir).items():
+            for key, value in keys.items():
+                if parser.has_option(section, key) and parser.get(section, key) != value:
+                    said.append(f"{show_path(later)}, which Theano reads after "
+                                f"{show_path(path)}, sets {section}.{key}="
+                                f"{parser.get(section, key)}: Theano takes that, not {value}")
+    return said
 
 
 def overridden_by_flags(flags: str, root: Path, lib_dir: Path, cudnn: bool) -> list[str]:
