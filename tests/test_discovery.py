@@ -31,9 +31,26 @@ def test_order_explicit_then_env_vars(cuda_root, prefix):
 
 
 def test_env_var_that_is_not_a_toolkit_is_skipped(cuda_root, prefix, tmp_path):
+    """Skipped, and said: `CUDA_ROOT=/typo cudnn-setup install …` installed into the root a
+    later step found, saying only "found via $CUDA_HOME" (or nvcc, or /usr/local/cuda)."""
     good = cuda_root()
-    env = {"CUDA_ROOT": str(tmp_path / "missing"), "CUDA_HOME": str(good), "PATH": ""}
-    assert find_cuda_root(env, None, prefix).found_via == "$CUDA_HOME"
+    missing = tmp_path / "missing"
+    env = {"CUDA_ROOT": str(missing), "CUDA_HOME": str(good), "PATH": ""}
+    assert find_cuda_root(env, None, prefix).found_via == (
+        f"$CUDA_HOME, not $CUDA_ROOT {missing} ({missing} does not exist)")
+
+
+def test_install_says_when_it_passed_over_the_root_the_user_set(archives, cuda_root, home,
+                                                                tmp_path):
+    from fixtures.generate import GENERATION_SAMPLES
+
+    good, typo = cuda_root(), tmp_path / "cuda-typo"
+    done, out = run_json(["install", archives[GENERATION_SAMPLES["v4-v7"]], "--no-verify",
+                          "--no-theanorc"], home,
+                         env_extra={"CUDA_ROOT": str(typo), "CUDA_PATH": str(good)})
+    assert done.returncode == 0 and out["cuda_root"] == str(good), out["error"]
+    assert (f"into {good} (found via $CUDA_PATH, not $CUDA_ROOT {typo} ({typo} does not "
+            "exist))") in done.stderr, done.stderr
 
 
 def test_nvcc_wrapper_script_on_path(cuda_root, prefix, tmp_path):
