@@ -143,3 +143,24 @@ def test_root_with_a_users_home_leaves_nothing_of_its_own_in_it(archives, cuda_r
     left = {p.name: p.stat().st_uid for p in home.iterdir()}
     assert ".theano" not in left and left == {".theanorc": nobody}, left
     assert "scratch base_compiledir" in theano["detail"], theano
+
+
+@needs_theano
+def test_without_home_the_config_named_is_the_one_theano_reads(tmp_path):
+    """HOME unset (a systemd unit, `env -i`, some fleet runners): Theano reads ~/.theanorc of
+    this user's home in the password database, as os.path.expanduser does. The check said
+    "no Theano config (~/.theanorc (HOME unset) does not exist)" even where that file exists
+    and Theano read it, or, given the file install writes there, "THEANORC set to the file
+    --theanorc names", an option nobody gave, and pointed Theano at it by THEANORC."""
+    import os
+    import pwd
+
+    own = Path(pwd.getpwuid(os.getuid()).pw_dir) / ".theanorc"
+    env = {k: v for k, v in clean_env(tmp_path / "home").items() if k != "HOME"}
+    # compiled in a directory of the test's: Theano without HOME compiles in the real home
+    env["THEANO_FLAGS"] = f"base_compiledir={tmp_path / 'compiled'},blas.ldflags="
+    check = check_theano(inst_of(tmp_path, "7.6.5"),
+                         check_facts(env, sys.executable, theanorc=own, gpu=NO_GPU))
+    assert "THEANORC set" not in check.detail and "HOME unset" not in check.detail, check
+    assert (f"with config {own}, THEANO_FLAGS" in check.detail
+            or f"with no Theano config ({own} does not exist)" in check.detail), check

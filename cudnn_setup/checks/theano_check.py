@@ -80,7 +80,7 @@ def user_run(base: Mapping[str, str], theanorc: Path | None) -> TheanoRun:
     the files Theano would read is put in THEANORC, so that the file asked about is the one
     checked; the detail says so."""
     env = with_fixed_hash_seed(base)
-    home = env.get("HOME")
+    home = env.get("HOME") or home_without_home_set()
     files = config_files(env, Path(home)) if home else []
     own = needs_scratch_compiledir(env)
     if theanorc is not None and os.path.realpath(theanorc) not in {
@@ -88,6 +88,18 @@ def user_run(base: Mapping[str, str], theanorc: Path | None) -> TheanoRun:
         env["THEANORC"] = str(theanorc)
         return TheanoRun(env, (theanorc,), True, own)
     return TheanoRun(env, tuple(files), False, own)
+
+
+def home_without_home_set() -> str | None:
+    """The home Theano reads `~/.theanorc` from when HOME is unset (a systemd unit, `env -i`,
+    some cron and fleet runners): os.path.expanduser's, this user's home in the password
+    database. None where it has none."""
+    import pwd
+
+    try:
+        return pwd.getpwuid(os.getuid()).pw_dir or None
+    except KeyError:
+        return None
 
 
 def needs_scratch_compiledir(env: Mapping[str, str]) -> bool:
