@@ -35,7 +35,11 @@ def write_atomic(path: Path, data: bytes, mode: int = 0o644, dir_fd: int | None 
             f.write(data)
             f.flush()
             if owner is not None:
-                os.fchown(f.fileno(), *owner)
+                try:
+                    os.fchown(f.fileno(), *owner)
+                except OSError as exc:  # an owner this namespace cannot map: the writer's
+                    if exc.errno not in (errno.EPERM, errno.EINVAL):
+                        raise
             os.fchmod(f.fileno(), mode)
             os.fsync(f.fileno())
         os.replace(tmp, path, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
