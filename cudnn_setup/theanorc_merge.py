@@ -126,17 +126,20 @@ def config_files(env: Mapping[str, str], home: Path) -> list[Path]:
     """The files Theano reads, in order (later ones win): $THEANORC's entries, else ~/.theanorc.
 
     Theano splits $THEANORC on os.pathsep and expands `~` in each entry
-    (theano/configparser.py, `config_files_from_theanorc`).
+    (theano/configparser.py, `config_files_from_theanorc`); ~/.theanorc is its default only
+    where THEANORC is not set at all: set empty, it names no file, and Theano reads none.
     """
-    entries = [e for e in env.get("THEANORC", "").split(os.pathsep) if e]
-    if not entries:
+    if "THEANORC" not in env:
         return [home / ".theanorc"]
+    entries = [e for e in env["THEANORC"].split(os.pathsep) if e]
     return [home if e == "~" else home / e[2:] if e.startswith("~/") else Path(e) for e in entries]
 
 
 def default_path(env: Mapping[str, str], home: Path) -> Path:
-    """The file to write: the one read last, so its values win."""
-    return config_files(env, home)[-1]
+    """The file to write: the one read last, so its values win (~/.theanorc where $THEANORC is
+    set empty: Theano reads none, which the theanorc check says)."""
+    files = config_files(env, home)
+    return files[-1] if files else home / ".theanorc"
 
 
 # The settings that decide whether Theano uses cuDNN, as "section.option".

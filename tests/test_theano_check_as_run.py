@@ -164,3 +164,28 @@ def test_without_home_the_config_named_is_the_one_theano_reads(tmp_path):
     assert "THEANORC set" not in check.detail and "HOME unset" not in check.detail, check
     assert (f"with config {own}, THEANO_FLAGS" in check.detail
             or f"with no Theano config ({own} does not exist)" in check.detail), check
+
+
+@needs_theano
+def test_theanorc_set_empty_is_no_config_for_the_check_or_the_merge(tmp_path, home, archives,
+                                                                     cuda_root):
+    """THEANORC set but empty (`THEANORC= python …`): Theano reads no config file at all; its
+    ~/.theanorc default is only for THEANORC unset. The tool took ~/.theanorc: `theanorc`
+    passed with "created ~/.theanorc", and the check pointed Theano at it through THEANORC,
+    ran graphs the user's Theano cannot, and named an option nobody gave."""
+    rc = home / ".theanorc"
+    rc.write_text("[blas]\nldflags =\n")  # Theano would import, had it read it
+    assert "blas_opt_info" in run_as_user(home, THEANORC="").stderr  # the user's own Theano
+    env = clean_env(home, THEANORC="")
+    check = check_theano(inst_of(tmp_path, "7.6.5"),
+                         check_facts(env, sys.executable, theanorc=rc, gpu=NO_GPU))
+    assert check.status == "fail" and "--theanorc" not in check.detail, check
+    assert "no Theano config ($THEANORC is set but names no file" in check.detail, check
+    assert "Fix: unset THEANORC" in check.detail
+    root = cuda_root()
+    run_json(["install", archives[GENERATION_SAMPLES["v4-v7"]], "--cuda-root", root,
+              "--no-theanorc", "--no-verify"], home)
+    done, out = run_json(["theanorc", "--cuda-root", root], home, {"THEANORC": ""})
+    step = out["checks"][0]
+    assert step["status"] == "warn" and "Theano reads no config file here: $THEANORC is set " \
+        "but names none" in step["detail"], step

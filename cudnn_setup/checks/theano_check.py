@@ -19,7 +19,7 @@ from cudnn_setup.facts import theano as theano_facts
 from cudnn_setup.facts.cudnn import split_version
 from cudnn_setup.report import FAIL, PASS, SKIP, WARN, Check
 from cudnn_setup.text import escape
-from cudnn_setup.theanorc_merge import config_files, unreadable_for_theano
+from cudnn_setup.theanorc_merge import config_files, default_path, unreadable_for_theano
 
 if TYPE_CHECKING:
     from cudnn_setup.checks.check_facts import CheckFacts
@@ -67,6 +67,9 @@ class TheanoRun:
             flags_words += (" (run as root with another user's HOME: Theano compiled in a "
                             "scratch base_compiledir, so that root leaves nothing of its own "
                             "in their ~/.theano)")
+        if not self.files and "THEANORC" in self.env:
+            return ("no Theano config ($THEANORC is set but names no file, so Theano reads "
+                    f"none){how}{flags_words}")
         if not self.existing:
             named = " or ".join(map(str, self.files)) or "~/.theanorc (HOME unset)"
             return f"no Theano config ({named} does not exist){how}{flags_words}"
@@ -83,8 +86,13 @@ def user_run(base: Mapping[str, str], theanorc: Path | None) -> TheanoRun:
     home = env.get("HOME") or home_without_home_set()
     files = config_files(env, Path(home)) if home else []
     own = needs_scratch_compiledir(env)
+    # the file written by default where Theano reads none ($THEANORC set empty) is not one
+    # --theanorc named: Theano runs as the user's does, reading none, and the detail says so
+    default = default_path(env, Path(home)) if home else None
     if theanorc is not None and os.path.realpath(theanorc) not in {
-            os.path.realpath(f) for f in files}:
+            os.path.realpath(f) for f in files} and not (
+            not files and default is not None
+            and os.path.realpath(theanorc) == os.path.realpath(default)):
         env["THEANORC"] = str(theanorc)
         return TheanoRun(env, (theanorc,), True, own)
     return TheanoRun(env, tuple(files), False, own)
@@ -139,6 +147,10 @@ def import_failure(error: str, numpy: str | None, run: TheanoRun) -> str:
     said = f"`import theano` fails with {run.config_words()}: {error}"
     if "blas_opt_info" not in error:
         return said
+    if not run.files and "THEANORC" in run.env:
+        return (f"{said}; numpy {numpy or '?'} has no blas_opt_info, which Theano 1.0.5 reads "
+                "unless [blas] ldflags is set, and $THEANORC, set empty, names no config to set "
+                "it in. Fix: unset THEANORC (or name a file in it), then `cudnn-setup theanorc`")
     where = run.files[-1] if run.files else Path("~/.theanorc")
     return (f"{said}; numpy {numpy or '?'} has no blas_opt_info, which Theano 1.0.5 reads "
             "unless [blas] ldflags is set, and no config it reads sets it. Fix: `cudnn-setup "

@@ -94,6 +94,10 @@ def unread_or_overridden(ctx: Context, path: Path, root: Path, lib_dir: Path) ->
     files = config_files(ctx.env, ctx.home)
     reals = [os.path.realpath(f) for f in files]
     mine = os.path.realpath(path)
+    if not files:
+        return [f"Theano reads no config file here: $THEANORC is set but names none, so it "
+                f"does not read {show_path(path)}; unset THEANORC, or set "
+                f"THEANORC={show_path(path)}"]
     if mine not in reals:
         return [f"Theano does not read {show_path(path)} here: it reads "
                 f"{', '.join(show_path(f) for f in files)} ($THEANORC, else ~/.theanorc); set "
