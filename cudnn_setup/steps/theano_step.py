@@ -174,8 +174,12 @@ def blas_needed(ctx: Context, python: str, path: Path,
     except Unanswered as why:  # nothing written: Theano's own import says what it misses
         return None, {"needed": None, "unanswered": True,
                       "why": f"could not ask {python}'s numpy for its BLAS: {why}"}
-    if info is None:
-        return None, {"needed": False, "why": f"numpy.distutils cannot be imported by {python}"}
+    if info is None:  # no Theano 1.0.5 runs there: the Theano the config serves is elsewhere
+        return None, {"needed": None, "unanswered": True,
+                      "why": f"not judged: numpy.distutils cannot be imported by {python}, so "
+                             "no Theano 1.0.5 runs there; where Theano runs under another "
+                             "interpreter with numpy 1.22 or later, it needs [blas] ldflags to "
+                             "import (`cudnn-setup install … --python THAT` writes it)"}
     if info.has_blas_opt_info:
         return None, {"needed": False, "why": f"numpy {info.numpy} has blas_opt_info"}
     found = find_blas(ctx.env, ctx.runner)
