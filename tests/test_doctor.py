@@ -121,5 +121,6 @@ def test_theano_1_0s_line_for_an_unusable_cudnn_is_explained(archives, cuda_root
                       ("Device not supported", "compute capability"),
                       ("cuDNN version is too old. Update to v5* or higher, was 4007.", "v5 to v7"),
                       ("Use cuDNN 7.0.2 or higher for Volta.", "7.0.2")):
-        parts = {p["part"]: p["meaning"] for p in explain(f"Can not use cuDNN on context cuda0: {why}")}
+        said = explain(f"Can not use cuDNN on context cuda0: {why}")
+        parts = {p["part"]: p["meaning"] for p in said}
         assert says in parts[why], (why, parts)
