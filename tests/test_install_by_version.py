@@ -550,3 +550,15 @@ def test_root_with_a_users_home_keeps_its_downloads_in_its_own_cache(served, cud
     assert done.returncode == 0 and json.loads(answer)["changed"] is True, done.stderr
     assert list(home.iterdir()) == [], list(home.iterdir())
     assert X86_12 in cached.split(), cached
+
+
+def test_list_from_a_mirror_with_no_manifests_warns_in_the_json_too(served, home):
+    """A mistyped mirror URL (404 for everything) lists the known table's releases, as a mirror
+    without a directory listing does: said in a human note, while the JSON had no check at all
+    (ok, exit 0, 50 releases, none of them on that mirror). A program keys off checks."""
+    done, out = run_json(["list", "--mirror", served.url + "no-such-dir/", "--cuda", "12"], home)
+    assert done.returncode == 0 and out["releases"], out
+    assert [(c["name"], c["status"]) for c in out["checks"]] == [("manifests", "warn")], out
+    assert "lists no redistrib_*.json" in out["checks"][0]["detail"]
+    done, out = run_json(["list", "--mirror", served.url, "--cuda", "12"], home)
+    assert out["checks"] == [] and out["releases"], out  # a mirror with manifests: nothing to say
