@@ -11,7 +11,8 @@ from cudnn_setup.probing.gpu_answer import BenchAnswer
 from cudnn_setup.probing.probe import (ProbeResult, child_env, numpy_path, probe_module,
                                        run_probe, stdlib_probe)
 from cudnn_setup.child import Runner, Unanswered
-from cudnn_setup.checks.theano_check import INSTALL_HINT, has_theano, with_fixed_hash_seed
+from cudnn_setup.checks.theano_check import (INSTALL_HINT, has_theano, scratch_compiledir,
+                                              with_fixed_hash_seed)
 from cudnn_setup.report import FAIL, PASS, SKIP, WARN, Check
 from cudnn_setup.theanorc_merge import unreadable_for_theano
 
@@ -111,9 +112,10 @@ def theano_checks(inst: Installation | None, python: str, theanorc: Path | None,
     base = theano_env(env, theanorc, lib_dir)
     status("bench step 1 of 2: Theano's conv net and MLP with cuDNN allowed (the first run "
            "compiles them)")
-    with_dnn, err1 = _theano_run(python, base, "optimizer_including=cudnn", runner)
-    status("bench step 2 of 2: the same with cuDNN excluded")
-    without, err2 = _theano_run(python, base, "optimizer_excluding=cudnn", runner)
+    with scratch_compiledir(base) as base:
+        with_dnn, err1 = _theano_run(python, base, "optimizer_including=cudnn", runner)
+        status("bench step 2 of 2: the same with cuDNN excluded")
+        without, err2 = _theano_run(python, base, "optimizer_excluding=cudnn", runner)
     if with_dnn is None or without is None:
         return [Check("theano-conv", FAIL, f"the Theano benchmark failed: {err1 or err2}")]
     data: dict = {"with_cudnn": with_dnn.to_dict(), "without_cudnn": without.to_dict()}

@@ -204,6 +204,10 @@ def _call(session: _Session, parsed: Parsed) -> int:
     module, name = parsed.command.target.split(":")  # the one command this run needs
     run = getattr(importlib.import_module(f"{cudnn_setup.commands.__name__}.{module}"), name)
     previous = {signal.SIGTERM: signal.getsignal(signal.SIGTERM)}
+    if signal.getsignal(signal.SIGHUP) in (signal.SIG_DFL, _on_signal):
+        # the terminal closed (an ssh session dropped): as SIGTERM, not a death that leaves
+        # a transaction half done and no answer (a nohup'd run's stays ignored)
+        previous[signal.SIGHUP] = signal.getsignal(signal.SIGHUP)
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         # Ctrl-C as Python raises it, with the same care in a close (an ignored SIGINT, a
         # background job's, stays ignored; a host program's own handler stays its own)
@@ -235,8 +239,8 @@ def _main_thread() -> bool:
 
 
 def _on_signal(signum, frame):  # set by _call and console_main: signal is imported by then
-    """SIGTERM raises Interrupted, SIGINT KeyboardInterrupt, where the program is; both roll
-    back the same way (steps/command_wrapper.py)."""
+    """SIGTERM (and SIGHUP) raises Interrupted, SIGINT KeyboardInterrupt, where the program
+    is; both roll back the same way (steps/command_wrapper.py)."""
     import signal
 
     if _in_io_close(frame) and _deferred[0] < MAX_DEFERRALS:
@@ -352,7 +356,8 @@ _GIVEN = "CUDNN_SETUP_GIVEN_LD_LIBRARY_PATH"  # the user's LD_LIBRARY_PATH, acro
 # The variables that name files or directories and that children read: a relative value means
 # "from the directory the command was given in", which a child (run in a scratch dir of its own)
 # would read from elsewhere.
-_PATH_VARIABLES = ("HOME", "THEANORC", "XDG_CACHE_HOME", "XDG_CONFIG_HOME")
+_PATH_VARIABLES = ("HOME", "THEANORC", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "CUDA_ROOT",
+                   "CUDA_PATH", "CUDA_HOME")
 
 
 def _working_dir() -> Path | None:
@@ -465,15 +470,18 @@ def _sigterm_interrupts() -> None:
     used to end the process without one. One that was ignored (a parent's choice) stays so."""
     import signal
 
-    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
-        signal.signal(signal.SIGTERM, _on_signal)
+    for signum in (signal.SIGTERM, signal.SIGHUP):  # SIGHUP: the terminal closed
+        if signal.getsignal(signum) is signal.SIG_DFL:
+            signal.signal(signum, _on_signal)
 
 
 def _sigterm_ignored() -> None:
-    """The answer is out: a SIGTERM now changes nothing, and no longer the exit status."""
+    """The answer is out: a SIGTERM (or SIGHUP) now changes nothing, and no longer the exit
+    status."""
     import signal
 
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
 
 
 def console_main() -> None:

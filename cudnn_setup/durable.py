@@ -19,12 +19,14 @@ from typing import Callable, Iterable
 from cudnn_setup import parallel
 
 
-def write_atomic(path: Path, data: bytes, mode: int = 0o644, dir_fd: int | None = None) -> None:
+def write_atomic(path: Path, data: bytes, mode: int = 0o644, dir_fd: int | None = None,
+                 owner: tuple[int, int] | None = None) -> None:
     """Replace `path` so that a crash leaves either the old bytes or the new ones, never a mix:
     write `data` to a new file beside it (`mode` whatever the umask), fsync that, rename it over
     `path`, then fsync the directory so the rename itself survives a power cut. With `dir_fd`,
     `path` is a name in the directory open as `dir_fd` (one its caller reached without
-    following a link, as a mirror's are), and nothing is looked up by path."""
+    following a link, as a mirror's are), and nothing is looked up by path. `owner`: (uid, gid)
+    the new file is given before it takes the name (root writing a user's file)."""
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}")  # beside it
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
                  0o600, dir_fd=dir_fd)
@@ -32,6 +34,12 @@ def write_atomic(path: Path, data: bytes, mode: int = 0o644, dir_fd: int | None 
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
+            if owner is not None:
+                try:
+                    os.fchown(f.fileno(), *owner)
+                except OSError as exc:  # an owner this namespace cannot map: the writer's
+                    if exc.errno not in (errno.EPERM, errno.EINVAL):
+                        raise
             os.fchmod(f.fileno(), mode)
             os.fsync(f.fileno())
         os.replace(tmp, path, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)

@@ -8,11 +8,12 @@ system file (`/etc/cudnn-setup.conf`). Both files are INI:
     mirror = http://mirror.internal/nvidia/cudnn/redist/
 
 The caller hands in the environment, the home directory and both paths: nothing here reads
-os.environ, `~` or /etc on its own.
+os.environ, `~` or /etc on its own, but for root's own home (user_cache_dir).
 """
 from __future__ import annotations
 
 import configparser
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
@@ -48,7 +49,28 @@ def user_cache_dir(env: Mapping[str, str], home: Path) -> Path:
     XDG base directory spec like user_config_path (a relative $XDG_CACHE_HOME is ignored)."""
     base = env.get("XDG_CACHE_HOME", "")
     root = Path(base) if base and Path(base).is_absolute() else home / ".cache"
-    return root / "cudnn-setup"
+    return _not_another_users(root) / "cudnn-setup"
+
+
+def _not_another_users(cache: Path) -> Path:
+    """`cache`, unless root runs with another user's HOME (`sudo` keeps it on many systems)
+    and `cache` lies in what that user owns: then root's own `~/.cache`. Else root made
+    ~/.cache and ~/.cache/cudnn-setup there root's, and that user's own downloads (and any
+    other program caching under ~/.cache) failed with permission denied."""
+    if os.geteuid() != 0:
+        return cache
+    nearest = cache
+    while not os.path.lexists(nearest) and nearest.parent != nearest:
+        nearest = nearest.parent
+    try:
+        if os.stat(nearest).st_uid == 0:
+            return cache
+        import pwd
+
+        own = pwd.getpwuid(0).pw_dir
+    except (OSError, KeyError):
+        return cache
+    return Path(own or "/root") / ".cache"
 
 
 def read_config(path: Path) -> dict[str, str]:

@@ -20,7 +20,46 @@ _NEW_BACKEND = re.compile(r"Mapped name \S{1,200} to device (?P<dev>\S{1,200}):(
 _CUDNN_VERSION = re.compile(r"(?:Using )?cuDNN (?:version )?(?P<v>\d{4,5})")
 _CNMEM = re.compile(r"CNMeM is (enabled|disabled)(?: with initial size: (?P<pct>\d{1,3}(?:\.\d{1,6})?)% "
                     r"of memory)?")
+# Theano 1.0's gpuarray backend (device=cuda): "Can not use cuDNN on context None: <why>", the
+# why being dnn.dnn_available.msg (theano/gpuarray/dnn.py), which may run over lines.
+_CANNOT_USE = re.compile(r"Can not use cuDNN on context (?P<ctx>\S{1,200}): (?P<why>.*)", re.S)
 MAX_MESSAGE = 4096  # characters of a startup line looked at; Theano's are under 200
+
+
+def _why_not_used(why: str) -> str:
+    """What Theano 1.0.5's reason for not using cuDNN (dnn.py's messages) means, and the fix."""
+    if why.startswith("cannot compile with cuDNN"):
+        if "cannot find -lcudnn" in why:
+            return ("Theano's test program could not link -lcudnn: no libcudnn.so (the unversioned "
+                    "development link) in [dnn] library_path nor the linker's own directories; "
+                    "`cudnn-setup theanorc` writes library_path, and `cudnn-setup verify` (its "
+                    "compile check builds the same program) says what is missing")
+        if "cudnn.h" in why:
+            return ("Theano's test program could not find cudnn.h in [dnn] include_path (nor "
+                    "[cuda] include_path); `cudnn-setup theanorc` writes the paths of the root "
+                    "cuDNN was installed into, and `cudnn-setup verify` checks the header")
+        error = next((ln.strip() for ln in why.splitlines()[1:] if "error" in ln), "")
+        return ("Theano's test program against cuDNN (cudnn.h, -lcudnn) did not build"
+                + (f" ({error[:200]})" if error else "") + "; `cudnn-setup verify`'s compile "
+                "check builds the same program and says why")
+    if why.startswith("cuDNN version is too old"):
+        return ("Theano 1.0.5 uses cuDNN v5 to v7 only; this one is older: install a v5-v7 "
+                "release built for the root's CUDA (7.6.5 for CUDA 10.x)")
+    if why.startswith("Disabled by dnn.enabled flag"):
+        return ("dnn.enabled=False in Theano's config or THEANO_FLAGS turns cuDNN off; remove it "
+                "(`cudnn-setup doctor` shows where it is set)")
+    if why.startswith("PyGPU not available"):
+        return ("pygpu (libgpuarray's Python module), which Theano's GPU backend needs, is not "
+                "importable: no GPU code runs, cuDNN or not; install libgpuarray and pygpu")
+    if why.startswith("Not on a CUDA device"):
+        return "the context is not a CUDA GPU (OpenCL, say): cuDNN runs on NVIDIA GPUs only"
+    if why.startswith("Device not supported"):
+        return (f"the GPU's compute capability is below {gpus.THEANO_MIN_CC}, the minimum of "
+                "Theano's cuDNN support: no cuDNN install can change that")
+    if why.startswith("Use cuDNN 7.0.2 or higher for Volta"):
+        return ("a Volta (or newer) GPU with a cuDNN older than 7.0.2, which takes hours there: "
+                "install 7.0.2 or later, up to 7.6.5")
+    return "Theano's own reason, not one this tool knows; `cudnn-setup verify` checks each layer"
 
 
 def explain(message: str) -> list[dict]:
@@ -77,6 +116,14 @@ def explain(message: str) -> list[dict]:
         number = int(v["v"])
         parts.append({"part": v.group(0), "meaning": f"Theano uses cuDNN {version_text(number)} "
                       f"(CUDNN_VERSION {number}): convolutions go through cuDNN"})
+    cannot = _CANNOT_USE.search(text)
+    if cannot:
+        why = cannot["why"].strip()
+        parts.append({"part": f"Can not use cuDNN on context {cannot['ctx']}", "meaning":
+                      "Theano 1.0's GPU backend (device=cuda) will not use cuDNN on this GPU "
+                      "context: convolutions run without it (Theano's own GEMM-based kernels)"})
+        parts.append({"part": why.splitlines()[0] if why else why,
+                      "meaning": _why_not_used(why)})
     if "Mixed dnn version" in text:
         parts.append({"part": "Mixed dnn version", "meaning": "the cudnn.h Theano compiled "
                       "against and the libcudnn it loaded are different versions; reinstall one "

@@ -126,17 +126,20 @@ def config_files(env: Mapping[str, str], home: Path) -> list[Path]:
     """The files Theano reads, in order (later ones win): $THEANORC's entries, else ~/.theanorc.
 
     Theano splits $THEANORC on os.pathsep and expands `~` in each entry
-    (theano/configparser.py, `config_files_from_theanorc`).
+    (theano/configparser.py, `config_files_from_theanorc`); ~/.theanorc is its default only
+    where THEANORC is not set at all: set empty, it names no file, and Theano reads none.
     """
-    entries = [e for e in env.get("THEANORC", "").split(os.pathsep) if e]
-    if not entries:
+    if "THEANORC" not in env:
         return [home / ".theanorc"]
+    entries = [e for e in env["THEANORC"].split(os.pathsep) if e]
     return [home if e == "~" else home / e[2:] if e.startswith("~/") else Path(e) for e in entries]
 
 
 def default_path(env: Mapping[str, str], home: Path) -> Path:
-    """The file to write: the one read last, so its values win."""
-    return config_files(env, home)[-1]
+    """The file to write: the one read last, so its values win (~/.theanorc where $THEANORC is
+    set empty: Theano reads none, which the theanorc check says)."""
+    files = config_files(env, home)
+    return files[-1] if files else home / ".theanorc"
 
 
 # The settings that decide whether Theano uses cuDNN, as "section.option".
@@ -446,6 +449,7 @@ def _configure(path: Path, target: Path, found: tuple[bytes, int] | None, root: 
     if dry_run or not change.changed:
         return change
     mode = 0o644
+    owner = _owner_to_keep(target, found is not None)
     if found is not None:
         raw, mode = found
         if not mode & 0o222:
@@ -453,6 +457,18 @@ def _configure(path: Path, target: Path, found: tuple[bytes, int] | None, root: 
                                   "make it writable (chmod u+w) if cudnn-setup may change it",
                                   code="theanorc-read-only")
         change.backup = target.with_name(target.name + BACKUP_SUFFIX)
-        write_atomic(change.backup, raw, mode)
-    write_atomic(target, after.encode("utf-8"), mode)
+        write_atomic(change.backup, raw, mode, owner=owner)
+    write_atomic(target, after.encode("utf-8"), mode, owner=owner)
     return change
+
+
+def _owner_to_keep(target: Path, exists: bool) -> tuple[int, int] | None:
+    """Whose the written config (and its backup) must be: root run with a user's HOME (`sudo`
+    keeps it on many systems) writes a file that user owns, as the one it replaces (or, for a
+    new one, the directory it goes in), else the user could no longer read or edit their own
+    config (a 0600 one came back root's, and Theano run as them read none). None: the writer's
+    own, for any other user, who cannot give files away."""
+    if os.geteuid() != 0:
+        return None
+    st = os.lstat(target if exists else target.parent)
+    return (st.st_uid, st.st_gid) if (st.st_uid, st.st_gid) != (0, 0) else None

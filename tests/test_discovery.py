@@ -31,9 +31,26 @@ def test_order_explicit_then_env_vars(cuda_root, prefix):
 
 
 def test_env_var_that_is_not_a_toolkit_is_skipped(cuda_root, prefix, tmp_path):
+    """Skipped, and said: `CUDA_ROOT=/typo cudnn-setup install …` installed into the root a
+    later step found, saying only "found via $CUDA_HOME" (or nvcc, or /usr/local/cuda)."""
     good = cuda_root()
-    env = {"CUDA_ROOT": str(tmp_path / "missing"), "CUDA_HOME": str(good), "PATH": ""}
-    assert find_cuda_root(env, None, prefix).found_via == "$CUDA_HOME"
+    missing = tmp_path / "missing"
+    env = {"CUDA_ROOT": str(missing), "CUDA_HOME": str(good), "PATH": ""}
+    assert find_cuda_root(env, None, prefix).found_via == (
+        f"$CUDA_HOME, not $CUDA_ROOT {missing} ({missing} does not exist)")
+
+
+def test_install_says_when_it_passed_over_the_root_the_user_set(archives, cuda_root, home,
+                                                                tmp_path):
+    from fixtures.generate import GENERATION_SAMPLES
+
+    good, typo = cuda_root(), tmp_path / "cuda-typo"
+    done, out = run_json(["install", archives[GENERATION_SAMPLES["v4-v7"]], "--no-verify",
+                          "--no-theanorc"], home,
+                         env_extra={"CUDA_ROOT": str(typo), "CUDA_PATH": str(good)})
+    assert done.returncode == 0 and out["cuda_root"] == str(good), out["error"]
+    assert (f"into {good} (found via $CUDA_PATH, not $CUDA_ROOT {typo} ({typo} does not "
+            "exist))") in done.stderr, done.stderr
 
 
 def test_nvcc_wrapper_script_on_path(cuda_root, prefix, tmp_path):
@@ -159,3 +176,23 @@ def test_real_toolkit_read_only():
     assert nvcc_toolkit(Path("/usr/local/bin/nvcc")).resolve() == REAL.resolve()
     assert os.stat(REAL).st_mtime == before.st_mtime
     assert not (REAL / ".cudnn-setup").exists()
+
+
+@pytest.mark.parametrize("variable", ["CUDA_ROOT", "CUDA_PATH", "CUDA_HOME"])
+def test_a_relative_root_in_the_environment_is_the_one_under_the_working_dir(
+        archives, cuda_root, home, bare_python, variable):
+    """`CUDA_HOME=cuda1 cudnn-setup doctor`: the root is the one under the directory the
+    command was given in, for every check. doctor's survey kept the relative name, and its
+    children, started in scratch dirs of their own, found no library there: load, deps and
+    compile failed a cuDNN that loads."""
+    from fixtures.generate import GENERATION_SAMPLES
+
+    root = cuda_root()
+    run_json(["install", archives[GENERATION_SAMPLES["v4-v7"]], "--cuda-root", root,
+              "--no-verify", "--no-theanorc"], home)
+    done, out = run_json(["doctor", "--python", bare_python], home,
+                         env_extra={variable: root.name}, cwd=root.parent)
+    found = next(r for r in out["cuda_roots"] if r["found_via"] == f"${variable}")
+    assert found["path"] == str(root), found
+    fails = [p["message"] for p in out["problems"] if p["severity"] == "fail"]
+    assert done.returncode == 0 and not fails, fails

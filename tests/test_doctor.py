@@ -102,3 +102,25 @@ def test_relative_paths_are_taken_from_the_callers_directory(archives, cuda_root
         _, by_abs = run_json([*argv, absolute], home, cwd=tmp_path)
         statuses = lambda out: {c["name"]: c["status"] for c in out["checks"]}
         assert statuses(by_rel) == statuses(by_abs), argv
+
+
+def test_theano_1_0s_line_for_an_unusable_cudnn_is_explained(archives, cuda_root, home):
+    """Theano 1.0.5 (device=cuda) says "Can not use cuDNN on context None: <why>" when cuDNN
+    cannot be used; doctor answered "not a Theano startup line this tool knows" to it, the line
+    a user of this Theano pastes most."""
+    line = ("Can not use cuDNN on context None: cannot compile with cuDNN. We got this error:\n"
+            "/usr/bin/ld: cannot find -lcudnn\ncollect2: error: ld returned 1 exit status")
+    root = cuda_root()
+    done, out = run_json(["doctor", line, "--cuda-root", root], home)
+    parts = {p["part"]: p["meaning"] for p in out["explanation"]}
+    assert "Theano 1.0's GPU backend (device=cuda) will not use cuDNN" in \
+        parts["Can not use cuDNN on context None"], parts
+    assert "could not link -lcudnn" in parts["cannot compile with cuDNN. We got this error:"]
+    for why, says in (("Disabled by dnn.enabled flag", "dnn.enabled=False"),
+                      ("PyGPU not available", "pygpu"),
+                      ("Device not supported", "compute capability"),
+                      ("cuDNN version is too old. Update to v5* or higher, was 4007.", "v5 to v7"),
+                      ("Use cuDNN 7.0.2 or higher for Volta.", "7.0.2")):
+        said = explain(f"Can not use cuDNN on context cuda0: {why}")
+        parts = {p["part"]: p["meaning"] for p in said}
+        assert says in parts[why], (why, parts)

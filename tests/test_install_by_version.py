@@ -511,3 +511,54 @@ def test_target_follows_the_machine_and_the_cuda_option(mirror):
     assert got.release.file_name == "cudnn-linux-sbsa-9.1.7.99_cuda12-archive.tar.xz"
     with pytest.raises(UsageError):
         target(None, "12.x", "x86_64")
+
+
+def _roots_cache() -> Path | None:
+    import os
+    import pwd
+
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        return None
+    cache = Path(pwd.getpwuid(0).pw_dir) / ".cache"
+    return cache if cache.is_dir() else None
+
+
+@pytest.mark.skipif(_roots_cache() is None,
+                    reason="needs root, unshare and root's ~/.cache to mount a tmpfs on")
+def test_root_with_a_users_home_keeps_its_downloads_in_its_own_cache(served, cuda_root, home):
+    """`sudo cudnn-setup install 9.1 …` keeps the user's HOME on many systems: the download
+    made ~/.cache and ~/.cache/cudnn-setup there root's, and the user's own `download` and
+    `install VERSION` then failed with permission denied (so did any program caching under
+    ~/.cache). Root's downloads go to root's own cache (a tmpfs over it here, in a mount
+    namespace of the command's own, so the machine's is untouched)."""
+    import os
+    import subprocess
+    import sys
+
+    nobody = 65534
+    os.chown(home, nobody, nobody)
+    (home / ".theano").unlink()
+    root = cuda_root(version="12.4", layout="lib")
+    own = _roots_cache()
+    script = (f'mount -t tmpfs tmpfs "{own}" && "$0" -m cudnn_setup "$@"; rc=$?; '
+              f'echo --after--; ls -A "{own}/cudnn-setup"; exit $rc')
+    done = subprocess.run(["unshare", "-m", "sh", "-c", script, sys.executable, "install", "9.1",
+                           "--mirror", served.url, "--cuda-root", str(root), "--no-verify",
+                           "--no-theanorc", "--json"], env=clean_env(home), cwd=REPO,
+                          capture_output=True, text=True, timeout=300)
+    answer, _, cached = done.stdout.partition("--after--\n")
+    assert done.returncode == 0 and json.loads(answer)["changed"] is True, done.stderr
+    assert list(home.iterdir()) == [], list(home.iterdir())
+    assert X86_12 in cached.split(), cached
+
+
+def test_list_from_a_mirror_with_no_manifests_warns_in_the_json_too(served, home):
+    """A mistyped mirror URL (404 for everything) lists the known table's releases, as a mirror
+    without a directory listing does: said in a human note, while the JSON had no check at all
+    (ok, exit 0, 50 releases, none of them on that mirror). A program keys off checks."""
+    done, out = run_json(["list", "--mirror", served.url + "no-such-dir/", "--cuda", "12"], home)
+    assert done.returncode == 0 and out["releases"], out
+    assert [(c["name"], c["status"]) for c in out["checks"]] == [("manifests", "warn")], out
+    assert "lists no redistrib_*.json" in out["checks"][0]["detail"]
+    done, out = run_json(["list", "--mirror", served.url, "--cuda", "12"], home)
+    assert out["checks"] == [] and out["releases"], out  # a mirror with manifests: nothing to say

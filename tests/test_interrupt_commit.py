@@ -150,3 +150,46 @@ def test_an_os_error_after_the_commit_says_the_change_stands(monkeypatch, home, 
                           "--no-theanorc", "--no-frameworks"], home)
     assert (done.returncode, out["changed"]) == (1, True), out
     assert "after the change was committed, which stands" in out["error"]["message"], out["error"]
+
+
+def test_a_hangup_is_answered_as_a_sigterm(home, cuda_root):
+    """The terminal closed (an ssh session dropped) while install waits for the root's lock:
+    SIGHUP, whose default ends the process at once, with no answer (status 129), and, had it
+    come while staging or placing, with the transaction left half done in the root and
+    hundreds of MB staged there until the next run. It ends as SIGTERM does: one JSON
+    object, exit 5 "interrupted", nothing changed. A nohup'd run's SIGHUP stays ignored."""
+    import fcntl
+
+    root = cuda_root("10.0")
+    state = root / ".cudnn-setup"
+    state.mkdir()
+    before = tree_state(root)
+    lock = os.open(state, os.O_RDONLY)
+    fcntl.flock(lock, fcntl.LOCK_EX)  # another run's, as far as install can tell
+    try:
+        for nohup in (False, True):
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "cudnn_setup", "install", str(SAMPLE), "--cuda-root",
+                 str(root), "--json", "--no-verify"], env=clean_env(home),
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                preexec_fn=(lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN)) if nohup
+                else None)
+            deadline = time.monotonic() + 60
+            seen = b""
+            while b"waiting for the lock" not in seen:
+                assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+                seen += os.read(proc.stderr.fileno(), 4096)
+            proc.send_signal(signal.SIGHUP)
+            if nohup:
+                time.sleep(1)
+                assert proc.poll() is None  # ignored: still waiting
+                proc.send_signal(signal.SIGTERM)
+            out, err = proc.communicate(timeout=120)
+            lines = out.strip().splitlines()
+            assert len(lines) == 1, (proc.returncode, out, err)
+            answer = json.loads(lines[0])
+            assert (proc.returncode, answer["error"]["code"]) == (5, "interrupted"), answer
+            assert answer["changed"] is False
+    finally:
+        os.close(lock)
+    assert tree_state(root) == before

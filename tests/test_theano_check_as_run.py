@@ -122,3 +122,70 @@ def test_a_relative_home_is_the_one_the_user_meant(tmp_path, theano_compiledir):
     theano = next(c for c in json.loads(done.stdout)["checks"] if c["name"] == "theano")
     assert "import theano` fails" not in theano["detail"], theano
     assert str(work / "sandbox" / "home" / ".theanorc") in theano["detail"], theano
+
+
+@needs_theano
+@pytest.mark.skipif(__import__("os").geteuid() != 0, reason="root with another user's HOME")
+def test_root_with_a_users_home_leaves_nothing_of_its_own_in_it(archives, cuda_root, home):
+    """`sudo cudnn-setup install …` keeps the user's HOME on many systems. Theano run by the
+    check as root made ~/.theano and its compiledir root's (0750): the user's own Theano then
+    stopped ("Unable to create the compiledir directory"). It compiles in a scratch dir."""
+    import os
+
+    nobody = 65534
+    (home / ".theano").unlink()  # the session's compile cache: here the user has none yet
+    os.chown(home, nobody, nobody)
+    root = cuda_root(version="10.0")
+    done, out = run_json(["install", archives[GENERATION_SAMPLES["v4-v7"]], "--cuda-root", root,
+                          "--no-frameworks"], home, timeout=900)
+    theano = {c["name"]: c for c in out["checks"]}["theano"]
+    assert theano["status"] == "warn" and "T.exp ok" in theano["detail"], theano
+    left = {p.name: p.stat().st_uid for p in home.iterdir()}
+    assert ".theano" not in left and left == {".theanorc": nobody}, left
+    assert "scratch base_compiledir" in theano["detail"], theano
+
+
+@needs_theano
+def test_without_home_the_config_named_is_the_one_theano_reads(tmp_path):
+    """HOME unset (a systemd unit, `env -i`, some fleet runners): Theano reads ~/.theanorc of
+    this user's home in the password database, as os.path.expanduser does. The check said
+    "no Theano config (~/.theanorc (HOME unset) does not exist)" even where that file exists
+    and Theano read it, or, given the file install writes there, "THEANORC set to the file
+    --theanorc names", an option nobody gave, and pointed Theano at it by THEANORC."""
+    import os
+    import pwd
+
+    own = Path(pwd.getpwuid(os.getuid()).pw_dir) / ".theanorc"
+    env = {k: v for k, v in clean_env(tmp_path / "home").items() if k != "HOME"}
+    # compiled in a directory of the test's: Theano without HOME compiles in the real home
+    env["THEANO_FLAGS"] = f"base_compiledir={tmp_path / 'compiled'},blas.ldflags="
+    check = check_theano(inst_of(tmp_path, "7.6.5"),
+                         check_facts(env, sys.executable, theanorc=own, gpu=NO_GPU))
+    assert "THEANORC set" not in check.detail and "HOME unset" not in check.detail, check
+    assert (f"with config {own}, THEANO_FLAGS" in check.detail
+            or f"with no Theano config ({own} does not exist)" in check.detail), check
+
+
+@needs_theano
+def test_theanorc_set_empty_is_no_config_for_the_check_or_the_merge(tmp_path, home, archives,
+                                                                     cuda_root):
+    """THEANORC set but empty (`THEANORC= python …`): Theano reads no config file at all; its
+    ~/.theanorc default is only for THEANORC unset. The tool took ~/.theanorc: `theanorc`
+    passed with "created ~/.theanorc", and the check pointed Theano at it through THEANORC,
+    ran graphs the user's Theano cannot, and named an option nobody gave."""
+    rc = home / ".theanorc"
+    rc.write_text("[blas]\nldflags =\n")  # Theano would import, had it read it
+    assert "blas_opt_info" in run_as_user(home, THEANORC="").stderr  # the user's own Theano
+    env = clean_env(home, THEANORC="")
+    check = check_theano(inst_of(tmp_path, "7.6.5"),
+                         check_facts(env, sys.executable, theanorc=rc, gpu=NO_GPU))
+    assert check.status == "fail" and "--theanorc" not in check.detail, check
+    assert "no Theano config ($THEANORC is set but names no file" in check.detail, check
+    assert "Fix: unset THEANORC" in check.detail
+    root = cuda_root()
+    run_json(["install", archives[GENERATION_SAMPLES["v4-v7"]], "--cuda-root", root,
+              "--no-theanorc", "--no-verify"], home)
+    done, out = run_json(["theanorc", "--cuda-root", root], home, {"THEANORC": ""})
+    step = out["checks"][0]
+    assert step["status"] == "warn" and "Theano reads no config file here: $THEANORC is set " \
+        "but names none" in step["detail"], step

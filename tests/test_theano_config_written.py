@@ -308,3 +308,17 @@ def test_a_flag_forced_earlier_is_said_active_not_contradicted(tmp_path):
     assert theanorc()["optimizer_including_cudnn"] is True
     text = rc.read_text()
     assert "optimizer_including = cudnn" in text and "not set by cudnn-setup" not in text
+
+
+def test_a_python_without_numpy_leaves_the_blas_unjudged_and_says_so(archives, cuda_root, home,
+                                                                    bare_python):
+    """cudnn-setup installed on its own (pipx, a venv of its own): its default --python has no
+    numpy and no Theano. The merge wrote no [blas] ldflags and passed, while the user's Theano,
+    under another interpreter with numpy 1.23, could not import with that config. It warns."""
+    root = cuda_root(version="10.0")
+    done, out = run_json(["install", archives["cudnn-10.0-linux-x64-v7.4.2.24.tgz"],
+                          "--cuda-root", root, "--python", bare_python, "--no-verify"], home)
+    step = {c["name"]: c for c in out["checks"]}["theanorc"]
+    assert done.returncode == 0 and step["status"] == "warn", step
+    assert f"[blas] not judged: numpy.distutils cannot be imported by {bare_python}" \
+        in step["detail"], step

@@ -110,9 +110,10 @@ def test_install_and_theanorc_say_when_theano_cannot_use_the_cudnn_they_configur
     step = {c["name"]: c for c in out["checks"]}["theanorc"]
     assert (step["status"], out["cudnn_version"]) == ("warn", "9.3.0")
     assert "already up to date" in step["detail"] and "cuDNN 9.3.0" in step["detail"]
-    v7 = cuda_root(version="10.2")  # inside v5-v7: nothing to say
+    v7 = cuda_root(version="10.2")  # inside v5-v7: nothing to say (of a file Theano reads)
     done, out = run_json(["install", archives[GENERATION_SAMPLES["v4-v7"]], "--cuda-root", v7,
-                          "--theanorc", home / "v7.rc", "--no-verify", "--no-frameworks"], home)
+                          "--theanorc", home / "v7.rc", "--no-verify", "--no-frameworks"], home,
+                         {"THEANORC": str(home / "v7.rc")})
     step = {c["name"]: c for c in out["checks"]}["theanorc"]
     assert step["status"] == "pass" and out["theanorc"]["warnings"] == []
 

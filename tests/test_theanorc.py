@@ -432,3 +432,77 @@ def test_theanorc_for_a_root_without_cudnn_is_refused_and_writes_nothing(cuda_ro
                                     f"{root / 'lib64'}): a real run refuses until cuDNN is "
                                     "installed there")
     assert (home / ".theanorc").read_text() == before
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root writes a file another user owns")
+def test_root_run_with_a_users_home_leaves_their_config_theirs(archives, cuda_root, home):
+    """`sudo cudnn-setup install …` keeps the user's HOME on many systems: root merges their
+    ~/.theanorc. The file and its backup stay the user's, mode and all; a new one in their home
+    is theirs too. Else a 0600 config came back root's, and Theano run as them read none."""
+    nobody = 65534
+    root = cuda_root()
+    run_json(["install", archives["cudnn-10.0-linux-x64-v7.4.2.24.tgz"], "--cuda-root", root,
+              "--no-theanorc", "--no-verify"], home)
+    rc = home / ".theanorc"
+    rc.write_text("[global]\nfloatX = float32\n")
+    rc.chmod(0o600)
+    os.chown(rc, nobody, nobody)
+    os.chown(home, nobody, nobody)
+    done, out = run_json(["theanorc", "--cuda-root", root], home)
+    assert done.returncode == 0 and out["theanorc"]["changed"] is True, done.stderr
+    backup = home / (".theanorc" + BACKUP_SUFFIX)
+    for path in (rc, backup):
+        st = path.stat()
+        assert (st.st_uid, st.st_gid, st.st_mode & 0o777) == (nobody, nobody, 0o600), path
+    assert "library_path" in rc.read_text()
+    rc.unlink()
+    backup.unlink()
+    done, out = run_json(["theanorc", "--cuda-root", root], home)
+    assert out["theanorc"]["created"] is True
+    st = rc.stat()
+    assert (st.st_uid, st.st_gid, st.st_mode & 0o777) == (nobody, nobody, 0o644)
+
+
+def test_a_config_theano_flags_override_is_not_said_to_be_in_use(archives, cuda_root, home):
+    """THEANO_FLAGS (set once in a ~/.bashrc, say) win over every config file: with a dnn path
+    there, `theanorc` said `pass: created ~/.theanorc` while Theano kept using the old cuDNN;
+    with an optimizer_including there, the file's cudnn was replaced. It warns, naming each."""
+    root = cuda_root()
+    run_json(["install", archives["cudnn-10.0-linux-x64-v7.4.2.24.tgz"], "--cuda-root", root,
+              "--no-theanorc", "--no-verify"], home)
+    flags = "floatX=float32,dnn.library_path=/old/cuda/lib64,optimizer_including=fusion"
+    done, out = run_json(["theanorc", "--cuda-root", root], home, {"THEANO_FLAGS": flags})
+    check = out["checks"][0]
+    assert done.returncode == 0 and check["status"] == "warn", check
+    assert (f"THEANO_FLAGS sets dnn.library_path=/old/cuda/lib64, which Theano takes over the "
+            f"config's {root / 'lib64'}") in check["detail"], check
+    assert "THEANO_FLAGS sets optimizer_including=fusion, which replaces" in check["detail"]
+    # flags that agree with the config, or set other things, are no warning
+    flags = f"floatX=float32,dnn.library_path={root / 'lib64'},optimizer_including=fusion:cudnn"
+    done, out = run_json(["theanorc", "--cuda-root", root], home, {"THEANO_FLAGS": flags})
+    assert out["checks"][0]["status"] == "pass", out["checks"]
+
+
+def test_a_config_theano_does_not_read_or_that_a_later_one_overrides_is_said(archives,
+                                                                             cuda_root, home):
+    """`theanorc --theanorc FILE` for a FILE Theano never reads here (it reads $THEANORC's
+    files, else ~/.theanorc) said `pass: created FILE`; so did a file $THEANORC lists before one
+    that sets its own dnn.library_path, which Theano takes. Both warn, saying why."""
+    root = cuda_root()
+    run_json(["install", archives["cudnn-10.0-linux-x64-v7.4.2.24.tgz"], "--cuda-root", root,
+              "--no-theanorc", "--no-verify"], home)
+    elsewhere = home / "elsewhere.rc"
+    done, out = run_json(["theanorc", "--cuda-root", root, "--theanorc", elsewhere], home)
+    check = out["checks"][0]
+    assert check["status"] == "warn" and f"Theano does not read {elsewhere} here: it reads " \
+        f"{home / '.theanorc'}" in check["detail"], check
+    first, last = home / "a.rc", home / "b.rc"
+    last.write_text("[dnn]\nlibrary_path = /old/cuda/lib64\n")
+    env = {"THEANORC": f"{first}:{last}"}
+    done, out = run_json(["theanorc", "--cuda-root", root, "--theanorc", first], home, env)
+    check = out["checks"][0]
+    assert check["status"] == "warn" and (f"{last}, which Theano reads after {first}, sets "
+                                          "dnn.library_path=/old/cuda/lib64") in check["detail"]
+    # the file read last, as `theanorc` picks by default: what it writes is what Theano uses
+    done, out = run_json(["theanorc", "--cuda-root", root], home, env)
+    assert out["checks"][0]["status"] == "pass", out["checks"]

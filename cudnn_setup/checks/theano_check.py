@@ -1,10 +1,12 @@
 """The theano layer: build the classic graphs in the user's interpreter and see what Theano chose."""
 from __future__ import annotations
 
+import contextlib
 import os
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING, Iterator, Mapping
 
 from cudnn_setup.probing.answer_values import BadAnswer, Fields
 from cudnn_setup.installation.model import Installation
@@ -17,7 +19,7 @@ from cudnn_setup.facts import theano as theano_facts
 from cudnn_setup.facts.cudnn import split_version
 from cudnn_setup.report import FAIL, PASS, SKIP, WARN, Check
 from cudnn_setup.text import escape
-from cudnn_setup.theanorc_merge import config_files, unreadable_for_theano
+from cudnn_setup.theanorc_merge import config_files, default_path, unreadable_for_theano
 
 if TYPE_CHECKING:
     from cudnn_setup.checks.check_facts import CheckFacts
@@ -48,6 +50,7 @@ class TheanoRun:
     env: dict
     files: tuple[Path, ...]
     named_by_option: bool  # THEANORC set to the file --theanorc names, outside the user's list
+    scratch_compiledir: bool = False  # root with another user's HOME: see scratch_compiledir
 
     @property
     def existing(self) -> list[Path]:
@@ -60,6 +63,13 @@ class TheanoRun:
                if self.named_by_option else "")
         flags = self.env.get("THEANO_FLAGS")
         flags_words = ", THEANO_FLAGS " + (repr(flags) if flags else "unset")
+        if self.scratch_compiledir:
+            flags_words += (" (run as root with another user's HOME: Theano compiled in a "
+                            "scratch base_compiledir, so that root leaves nothing of its own "
+                            "in their ~/.theano)")
+        if not self.files and "THEANORC" in self.env:
+            return ("no Theano config ($THEANORC is set but names no file, so Theano reads "
+                    f"none){how}{flags_words}")
         if not self.existing:
             named = " or ".join(map(str, self.files)) or "~/.theanorc (HOME unset)"
             return f"no Theano config ({named} does not exist){how}{flags_words}"
@@ -73,13 +83,63 @@ def user_run(base: Mapping[str, str], theanorc: Path | None) -> TheanoRun:
     the files Theano would read is put in THEANORC, so that the file asked about is the one
     checked; the detail says so."""
     env = with_fixed_hash_seed(base)
-    home = env.get("HOME")
+    home = env.get("HOME") or home_without_home_set()
     files = config_files(env, Path(home)) if home else []
+    own = needs_scratch_compiledir(env)
+    # the file written by default where Theano reads none ($THEANORC set empty) is not one
+    # --theanorc named: Theano runs as the user's does, reading none, and the detail says so
+    default = default_path(env, Path(home)) if home else None
     if theanorc is not None and os.path.realpath(theanorc) not in {
-            os.path.realpath(f) for f in files}:
+            os.path.realpath(f) for f in files} and not (
+            not files and default is not None
+            and os.path.realpath(theanorc) == os.path.realpath(default)):
         env["THEANORC"] = str(theanorc)
-        return TheanoRun(env, (theanorc,), True)
-    return TheanoRun(env, tuple(files), False)
+        return TheanoRun(env, (theanorc,), True, own)
+    return TheanoRun(env, tuple(files), False, own)
+
+
+def home_without_home_set() -> str | None:
+    """The home Theano reads `~/.theanorc` from when HOME is unset (a systemd unit, `env -i`,
+    some cron and fleet runners): os.path.expanduser's, this user's home in the password
+    database. None where it has none."""
+    import pwd
+
+    try:
+        return pwd.getpwuid(os.getuid()).pw_dir or None
+    except KeyError:
+        return None
+
+
+def needs_scratch_compiledir(env: Mapping[str, str]) -> bool:
+    """Whether this is root running Theano with another user's HOME (`sudo` keeps it on many
+    systems) and no base_compiledir in THEANO_FLAGS: Theano would make ~/.theano and its
+    compiledir there as root's (0750), and that user's own Theano then stops ("Unable to
+    create the compiledir directory")."""
+    home = env.get("HOME")
+    if os.geteuid() != 0 or not home or "base_compiledir" in env.get("THEANO_FLAGS", ""):
+        return False
+    try:
+        return os.stat(home).st_uid != 0
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def scratch_compiledir(env: Mapping[str, str]) -> Iterator[dict[str, str]]:
+    """`env`, where needs_scratch_compiledir, with THEANO_FLAGS' base_compiledir a scratch
+    directory of root's, removed afterwards (Theano compiles again each time, which only
+    such a run pays). Nothing else of how Theano runs changes."""
+    run_env = dict(env)
+    if not needs_scratch_compiledir(env):
+        yield run_env
+        return
+    with tempfile.TemporaryDirectory(prefix="cudnn-setup-theano-") as scratch:
+        if "," in scratch or "=" in scratch:  # THEANO_FLAGS could not carry it
+            yield run_env
+            return
+        flags = run_env.get("THEANO_FLAGS", "")
+        run_env["THEANO_FLAGS"] = ",".join(f for f in (flags, f"base_compiledir={scratch}") if f)
+        yield run_env
 
 
 def import_failure(error: str, numpy: str | None, run: TheanoRun) -> str:
@@ -87,6 +147,10 @@ def import_failure(error: str, numpy: str | None, run: TheanoRun) -> str:
     said = f"`import theano` fails with {run.config_words()}: {error}"
     if "blas_opt_info" not in error:
         return said
+    if not run.files and "THEANORC" in run.env:
+        return (f"{said}; numpy {numpy or '?'} has no blas_opt_info, which Theano 1.0.5 reads "
+                "unless [blas] ldflags is set, and $THEANORC, set empty, names no config to set "
+                "it in. Fix: unset THEANORC (or name a file in it), then `cudnn-setup theanorc`")
     where = run.files[-1] if run.files else Path("~/.theanorc")
     return (f"{said}; numpy {numpy or '?'} has no blas_opt_info, which Theano 1.0.5 reads "
             "unless [blas] ldflags is set, and no config it reads sets it. Fix: `cudnn-setup "
@@ -179,11 +243,13 @@ def check_theano(inst: Installation, facts: CheckFacts) -> Check:
                      + f"Theano is not installed for {python}; {INSTALL_HINT}")
     if (why := unreadable_for_theano(theanorc)) is not None:
         return Check("theano", FAIL, f"Theano cannot start with its config: {why}")
-    # Nothing is added to the user's environment but the hash seed (with_fixed_hash_seed): not
-    # the library dir (the loader check says whether programs find it), not a blas.ldflags.
+    # Nothing is added to the user's environment but the hash seed (with_fixed_hash_seed) and,
+    # for root with another user's HOME, where Theano compiles (scratch_compiledir): not the
+    # library dir (the loader check says whether programs find it), not a blas.ldflags.
     run = user_run(env, theanorc)
-    result = run_probe(probe_module("theano_graph"), THEANO_TIMEOUT, run.env, python=python,
-                       runner=runner)
+    with scratch_compiledir(run.env) as probe_env:
+        result = run_probe(probe_module("theano_graph"), THEANO_TIMEOUT, probe_env,
+                           python=python, runner=runner)
     if result.data is None:
         what = "timed out" if result.timed_out else f"failed ({result.crashed or result.returncode})"
         return Check("theano", FAIL, f"Theano's test graphs {what} with "

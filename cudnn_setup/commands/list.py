@@ -24,6 +24,7 @@ from cudnn_setup.facts.cuda import CudaRoot
 from cudnn_setup.facts.host import wheel_tags_for
 from cudnn_setup.fetch import known_releases, redist
 from cudnn_setup.fetch.candidates import Release, newest_first
+from cudnn_setup.fetch.resolve import TABLE
 from cudnn_setup.sources.base import MIRROR, NVIDIA, Offer
 from cudnn_setup.sources.tree import RedistTree, offer_of
 from cudnn_setup.report import WARN, Check, Result
@@ -151,6 +152,12 @@ def list_releases(result: Result, ctx: Context, *, cuda: str | None = None,
     if installed:
         result.cudnn_version = installed["version"]
     listed = rows(releases, installed, machine_judge(ctx.facts.driver()))
+    if source.kind == MIRROR and listed and all(r["source"] == TABLE for r in listed):
+        # said in the human note too: a program keys off checks, and a mirror URL mistyped
+        # (404 for everything) would list as many releases as a good one, ok and exit 0
+        result.checks.append(Check("manifests", WARN, f"the mirror {source.where} lists no "
+                                   "redistrib_*.json: these are the known table's releases, "
+                                   "not checked one by one against the mirror"))
     result.add("releases", listed)
     result.add("platform", choice.primary)
     result.add("platforms", list(choice.platforms))

@@ -190,6 +190,7 @@ def explicit_via(env: Mapping[str, str], explicit: Path) -> str:
 def find_cuda_root(env: Mapping[str, str], explicit: Path | None = None,
                    prefix: Path = Path("/")) -> CudaRoot:
     tried: list[str] = []
+    passed_over: list[str] = []  # a variable the user set that names no toolkit
     for step in discovery_steps(env, explicit, prefix):
         path, via, why = step()
         if path is not None:
@@ -197,7 +198,11 @@ def find_cuda_root(env: Mapping[str, str], explicit: Path | None = None,
             why = why_not_toolkit(path)
             if why is None:
                 version, source = cuda_version(path, env)
+                if passed_over:  # said wherever the root is: not the one the user set
+                    via += f", not {'; '.join(passed_over)}"
                 return CudaRoot(path=path, found_via=via, version=version, version_source=source)
+            if via.startswith("$"):
+                passed_over.append(f"{via} {path} ({why})")
         tried.append(f"{via}: {why}")
         if explicit is not None and via == explicit_via(env, explicit):
             if why and "Permission denied" in why:  # a toolkit this user may not read, not none

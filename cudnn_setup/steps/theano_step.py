@@ -3,6 +3,7 @@ what this Theano needs to import and run."""
 from __future__ import annotations
 
 import configparser
+import os
 import platform
 from dataclasses import replace
 from pathlib import Path
@@ -15,9 +16,10 @@ from cudnn_setup.facts.theano import rule_for
 from cudnn_setup.parallel import Later
 from cudnn_setup.report import FAIL, PASS, WARN, Check, Result
 from cudnn_setup.steps.context import Context
+from cudnn_setup.text import show_path
 from cudnn_setup.theano_blas import BlasFlags, NumpyBlas, find_blas, numpy_blas
 from cudnn_setup.theanorc_merge import (KEPT_ACTIVE, TheanorcRefused, config_files, configure,
-                                        default_path, read_config)
+                                        default_path, read_config, settings, theano_flags)
 
 
 def theanorc_path(ctx: Context, explicit: Path | None) -> Path:
@@ -58,6 +60,10 @@ def theanorc_step(result: Result, path: Path, root: Path, lib_dir: Path, dry_run
                      {"code": exc.code, "message": exc.message, "hint": exc.hint})
     if ctx is not None and about["blas"].get("unanswered"):  # a guess, or nothing: said
         change = replace(change, warnings=(*change.warnings, f"[blas] {about['blas']['why']}"))
+    if ctx is not None:
+        change = replace(change, warnings=(
+            *change.warnings, *unread_or_overridden(ctx, path, root, lib_dir),
+            *overridden_by_flags(ctx.env.get("THEANO_FLAGS", ""), root, lib_dir, cudnn)))
     active = any(w.startswith(KEPT_ACTIVE) for w in change.warnings)
     about["optimizer_including_cudnn"] = cudnn or active  # what the file holds now
     if not usable:
@@ -79,6 +85,71 @@ def theanorc_step(result: Result, path: Path, root: Path, lib_dir: Path, dry_run
     detail = f"{verb} {change.path}" + (f" (backup {change.backup})" if change.backup else "")
     detail += "".join(f"; {w}" for w in change.warnings)
     return Check("theanorc", WARN if change.warnings else PASS, detail)
+
+
+def unread_or_overridden(ctx: Context, path: Path, root: Path, lib_dir: Path) -> list[str]:
+    """Whether Theano, in this environment, reads the config written: `--theanorc` may name a
+    file it never reads (only $THEANORC's files, else ~/.theanorc), and a file $THEANORC lists
+    after it wins where it sets a dnn path or cuda.root of its own."""
+    files = config_files(ctx.env, ctx.home)
+    reals = [os.path.realpath(f) for f in files]
+    mine = os.path.realpath(path)
+    if not files:
+        return [f"Theano reads no config file here: $THEANORC is set but names none, so it "
+                f"does not read {show_path(path)}; unset THEANORC, or set "
+                f"THEANORC={show_path(path)}"]
+    if mine not in reals:
+        return [f"Theano does not read {show_path(path)} here: it reads "
+                f"{', '.join(show_path(f) for f in files)} ($THEANORC, else ~/.theanorc); set "
+                f"THEANORC={show_path(path)} for the programs that should use it"]
+    said = []
+    for later in files[reals.index(mine) + 1:]:
+        parser = configparser.ConfigParser(interpolation=None)
+        try:
+            found = read_config(later)
+            if found is None:
+                continue
+            parser.read_string(found[0].decode("utf-8"))
+        except (OSError, ValueError, TheanorcRefused, configparser.Error):
+            continue  # what Theano makes of it is the theano check's (and doctor's) to say
+        for section, keys in settings(root, lib_dir).items():
+            for key, value in keys.items():
+                if parser.has_option(section, key) and parser.get(section, key) != value:
+                    said.append(f"{show_path(later)}, which Theano reads after "
+                                f"{show_path(path)}, sets {section}.{key}="
+                                f"{parser.get(section, key)}: Theano takes that, not {value}")
+    return said
+
+
+def overridden_by_flags(flags: str, root: Path, lib_dir: Path, cudnn: bool) -> list[str]:
+    """What of the written config THEANO_FLAGS overrides, in words. Theano reads its flags
+    after every config file: a dnn path or cuda.root set there is the one Theano uses, and an
+    optimizer_including there replaces the file's whole list, so a config that says the right
+    thing is no config that is used."""
+    try:
+        given = {(k if "." in k else f"global.{k}").lower(): v
+                 for k, v in theano_flags(flags).items()}
+    except ValueError:  # Theano stops at import: the theano check says so
+        return []
+    said = []
+    for section, keys in settings(root, lib_dir).items():
+        for key, value in keys.items():
+            name = f"{section}.{key}"
+            if name in given and given[name] != value:
+                said.append(f"THEANO_FLAGS sets {name}={given[name]}, which Theano takes over "
+                            f"the config's {value}: unset it, or set it to {value}")
+    if given.get("dnn.enabled", "").lower() == "false":
+        said.append("THEANO_FLAGS sets dnn.enabled=False: Theano uses no cuDNN, whatever the "
+                    "config says")
+    if cudnn:
+        including = given.get("global.optimizer_including")
+        if including is not None and "cudnn" not in including.split(":"):
+            said.append(f"THEANO_FLAGS sets optimizer_including={including}, which replaces the "
+                        "config's list: cudnn is not in it; add it (…:cudnn), or unset it")
+        if "cudnn" in given.get("global.optimizer_excluding", "").split(":"):
+            said.append("THEANO_FLAGS sets optimizer_excluding with cudnn: Theano leaves cuDNN "
+                        "out, whatever the config says")
+    return said
 
 
 def _serving(cudnn_version: str | None, cuda_version: str | None, ctx: Context | None):
@@ -103,8 +174,12 @@ def blas_needed(ctx: Context, python: str, path: Path,
     except Unanswered as why:  # nothing written: Theano's own import says what it misses
         return None, {"needed": None, "unanswered": True,
                       "why": f"could not ask {python}'s numpy for its BLAS: {why}"}
-    if info is None:
-        return None, {"needed": False, "why": f"numpy.distutils cannot be imported by {python}"}
+    if info is None:  # no Theano 1.0.5 runs there: the Theano the config serves is elsewhere
+        return None, {"needed": None, "unanswered": True,
+                      "why": f"not judged: numpy.distutils cannot be imported by {python}, so "
+                             "no Theano 1.0.5 runs there; where Theano runs under another "
+                             "interpreter with numpy 1.22 or later, it needs [blas] ldflags to "
+                             "import (`cudnn-setup install … --python THAT` writes it)"}
     if info.has_blas_opt_info:
         return None, {"needed": False, "why": f"numpy {info.numpy} has blas_opt_info"}
     found = find_blas(ctx.env, ctx.runner)
