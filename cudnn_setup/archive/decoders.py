@@ -1,8 +1,9 @@
 """Decoders: the decompressed tar stream of an archive, from the fastest decoder at hand.
 
 `xz -T0` decodes multi-block .tar.xz on every core; liblzma decodes one-block .tar.xz in this
-process straight into the writer's buffers; ISA-L (else zlib) decodes gzip, bz2 decodes bzip2,
-each on a thread of its own a few MiB ahead of the reader. Which one is decided by
+process straight into the writer's buffers; rapidgzip decodes gzip on many cores, reading at
+offsets (a whole file under its lease, or an arriving one as its bytes come); else ISA-L (else
+zlib) decodes gzip, and bz2 bzip2, each on a thread of its own a few MiB ahead of the reader. Which one is decided by
 archive/decoder_choice.py from facts gathered here (the archive's xz blocks, the decoders
 installed) and in facts/host.py (cores, memory, the xz version); this module starts it.
 """
@@ -248,7 +249,8 @@ class Decoder:
     pipe out of `xz` would cost it 7% of its time). gzip is decoded by rapidgzip on many cores
     (see `gzip_decoder`), else by ISA-L or zlib on a thread of their own, as is bzip2. Whatever
     decodes, the bytes decoded are the bytes hashed: read once, or, by rapidgzip, read at
-    offsets from a file nobody may write while it is read (its lease: whole_file.py).
+    offsets from a file nobody may write while it is read (its lease: whole_file.py), or from
+    a download's part file, whose checksum the download took of the bytes it wrote there.
     """
 
     def __init__(self, path: Path, compression: str, on_read: Callable[[int], None] | None,
