@@ -51,11 +51,11 @@ def test_a_framework_that_loads_its_own_cudnn_would_break_pointed_at_this_one(tm
     assert check_clients_with(locate.locate(full), [own], theano=None).status == "pass"
 
 
-def test_the_jit_flavour_without_clients_says_what_it_serves(tmp_path):
+def test_the_jit_flavour_without_clients_says_what_it_ships_for_whom(tmp_path):
     lib = layouts.loading_set9(tmp_path / "jit", tmp_path / "w", subs=layouts.JIT9)
     check = check_clients_with(locate.locate(lib), [], theano=None)
     assert check.status == "pass", check.detail
-    assert check.detail.startswith("no client of cuDNN found on this machine; it serves: "
+    assert check.detail.startswith("no client of cuDNN found on this machine; it ships what these call: "
                                    "PyTorch's fp16 convolution")
     assert "; not: ONNX Runtime and code written for cuDNN v7" in check.detail
     assert "Theano" not in check.detail  # no cuDNN 9 serves Theano 1.0.5
@@ -79,10 +79,10 @@ def test_theano_uses_no_cudnn_9_which_is_a_warn_where_it_is_installed(tmp_path):
         assert there.detail.startswith("theano would not use this cuDNN: Theano 1.0.5 "
                                        "supports cuDNN v5 to v7"), there.detail
         assert "runs without cuDNN" in there.detail and "would work" not in there.detail
-        assert "Theano" not in there.detail.split("it serves: ")[1]
+        assert "Theano" not in there.detail.split("it ships what these call: ")[1]
         assert there.data["clients"] == [{"client": "theano", "present": True,
                                           "loads_this": True, "works": False,
-                                          "why": there.detail.split("; it serves")[0]}]
+                                          "why": there.detail.split("; it ships")[0]}]
 
 
 def test_pytorch_needs_the_runtime_compiled_engines_too(tmp_path):

@@ -109,7 +109,9 @@ def check_clients_with(inst: Installation, frameworks: Sequence[FrameworkEntry],
     working = [v["client"] for v in verdicts if v["works"]]
     detail = (f"{', '.join(working)} would work with this cuDNN; " if working
               else "" if unused else "no client of cuDNN found on this machine; ")
-    detail += f"it serves: {serves}"
+    # what the release ships, not what loads here: a sub-library whose own dependencies are
+    # missing (cuBLAS, say) is the deps check's failure, which names what it breaks
+    detail += f"it ships what these call: {serves}"
     for v in verdicts:
         if not v["works"] and v["client"] not in unused:  # not installed here: said, not failed
             detail += f"; {v['client']} is not installed, and would not work: {v['why']}"
