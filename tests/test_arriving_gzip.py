@@ -249,3 +249,55 @@ def test_with_a_size_announced_an_arriving_gzip_goes_to_this_machines_decoder(
     dl = Download(tmp_path, archive, len(archive))
     _whole(_read(tmp_path, dl), archive)
     assert [d.name for d in used] == [decoders.RAPIDGZIP]
+
+
+@HAS_RAPIDGZIP
+def test_a_download_that_starts_over_ends_rapidgzips_pass_for_a_whole_reread(
+        archive, tmp_path, monkeypatch):
+    """A second attempt writes from byte 0 again (a server that ignored Range) over bytes
+    rapidgzip had read: the pass ends saying so, marks the download rewound (the install then
+    reads the archive once whole), is not read again here, and leaves no thread behind."""
+    before = _tasks()
+    used = _decoders_in_use(monkeypatch)
+    dl = Download(tmp_path, archive, len(archive), hold=len(archive) // 2 // PIECE * PIECE)
+    got = {}
+    reading = threading.Thread(target=lambda: got.update(
+        listing=_read(tmp_path, dl, gzip=decoders.RAPIDGZIP)))
+    reading.start()
+    assert dl.held.wait(30)
+    time.sleep(0.5)
+    with open(dl.part, "r+b") as f:  # the server ignored Range: a new attempt from byte 0
+        dl.arriving.begin(dl.part, 0, dl.dest, f.fileno(), len(archive))
+    reading.join(20)
+    assert not reading.is_alive()
+    assert dl.arriving.rewound
+    assert [d.name for d in used] == [decoders.RAPIDGZIP]
+    assert "started over" in got["listing"].problems[-1].message
+    dl.fail.set()
+    dl.go.set()
+    dl.thread.join(10)
+    assert not _threads_left(before)
+
+
+@pytest.mark.parametrize("kept", [0, 5000])
+def test_the_downloader_announces_the_whole_size_to_a_follower(archive, tmp_path, kept):
+    """What rapidgzip is told the file's size from: the server's Content-Length, or for a
+    resumed part Content-Range's total, before the first byte of the body is written."""
+    from cudnn_setup.fetch.downloader import Downloader
+    from httpserver import ArchiveServer
+
+    announced = []
+
+    class Watching(Arriving):
+        def begin(self, part, start, dest, fd, total=None):
+            announced.append((start, total))
+            super().begin(part, start, dest, fd, total)
+
+    if kept:
+        (tmp_path / "a.tar.gz.part").write_bytes(archive[:kept])
+    with ArchiveServer() as s:
+        s.files["/a.tar.gz"] = archive
+        got = Downloader(tmp_path, retries=0).fetch(f"{s.base}/a.tar.gz", use_sidecar=False,
+                                                    arriving=Watching())
+    assert got.path.read_bytes() == archive
+    assert announced == [(kept, len(archive))]
