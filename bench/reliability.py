@@ -26,10 +26,12 @@ GROUPS = [  # (label, test-name prefix, or several)
     ("damaged archives given to install: root unchanged", "test_damaged_archive_changes_nothing"),
     ("property test over generated tar streams (150 examples)", "test_tar_streams"),
     ("OSError injected at each filesystem step (install, upgrade, uninstall)", "test_fault_at_each_step"),
-    ("full disk during install (a real tmpfs and a real ext4 image): exit 5, tree intact",
+    ("full disk during install (a real tmpfs and a real ext4 image, 64 KiB left): exit 5 "
+     "`disk-full`, tree intact",
      "test_full_disk_exits_5"),
     ("SIGKILL at fixed steps of an upgrade, then any command", "test_sigkill_mid_install"),
-    ("SIGKILL at random moments of a 32 MiB install, until 10 land mid-transaction",
+    ("SIGKILL at random moments of a 32 MiB install, until 10 land inside its transaction "
+     "(30 at most)",
      "test_sigkill_at_random"),
     ("SIGTERM mid-install rolls back", "test_sigterm_mid_install"),
     ("4 concurrent installs of different versions", "test_concurrent_installs"),
