@@ -97,6 +97,15 @@ def _read(tmp: Path, dl: Download, **kw):
     return reader.read(dl.dest, staging, lambda m: True, source=dl.arriving.follow(), **kw)
 
 
+def _reading(tmp: Path, dl: Download) -> tuple[threading.Thread, dict]:
+    """rapidgzip reading `dl` on a thread of its own: the thread, and where its listing goes."""
+    got: dict = {}
+    reading = threading.Thread(target=lambda: got.update(
+        listing=_read(tmp, dl, gzip=decoders.RAPIDGZIP)))
+    reading.start()
+    return reading, got
+
+
 def _whole(listing, data: bytes) -> None:
     assert not listing.problems, listing.problems
     assert listing.sha256 == hashlib.sha256(data).hexdigest() and listing.size == len(data)
@@ -130,10 +139,7 @@ def test_rapidgzip_decodes_and_stages_members_while_the_archive_still_arrives(
     one waiting for bytes holds it.)"""
     used = _decoders_in_use(monkeypatch)
     dl = Download(tmp_path, archive, len(archive), pause=0.05)
-    got = {}
-    reading = threading.Thread(target=lambda: got.update(
-        listing=_read(tmp_path, dl, gzip=decoders.RAPIDGZIP)))
-    reading.start()
+    reading, got = _reading(tmp_path, dl)
     while not list((tmp_path / "staging").rglob("part0.bin")) and reading.is_alive():
         time.sleep(0.01)
     assert not dl.arriving.finished, "nothing was staged before the download ended"
@@ -161,10 +167,7 @@ def test_a_download_that_fails_ends_rapidgzips_pass_without_a_hang(archive, tmp_
     with the download's own failure, not read again, and no thread of rapidgzip's is left."""
     before = _tasks()
     dl = Download(tmp_path, archive, len(archive), hold=len(archive) // 2 // PIECE * PIECE)
-    got = {}
-    reading = threading.Thread(target=lambda: got.update(
-        listing=_read(tmp_path, dl, gzip=decoders.RAPIDGZIP)))
-    reading.start()
+    reading, got = _reading(tmp_path, dl)
     assert dl.held.wait(30)
     time.sleep(0.5)  # rapidgzip's threads wait for bytes
     assert reading.is_alive()
@@ -186,10 +189,7 @@ def test_a_download_that_fails_at_its_end_is_said_and_not_read_again(archive, tm
     decoded it all; its answer is the download's failure, and the archive is not read again."""
     used = _decoders_in_use(monkeypatch)
     dl = Download(tmp_path, archive, len(archive), hold=len(archive))
-    got = {}
-    reading = threading.Thread(target=lambda: got.update(
-        listing=_read(tmp_path, dl, gzip=decoders.RAPIDGZIP)))
-    reading.start()
+    reading, got = _reading(tmp_path, dl)
     assert dl.held.wait(30)
     dl.fail.set()
     dl.go.set()
@@ -260,10 +260,7 @@ def test_a_download_that_starts_over_ends_rapidgzips_pass_for_a_whole_reread(
     before = _tasks()
     used = _decoders_in_use(monkeypatch)
     dl = Download(tmp_path, archive, len(archive), hold=len(archive) // 2 // PIECE * PIECE)
-    got = {}
-    reading = threading.Thread(target=lambda: got.update(
-        listing=_read(tmp_path, dl, gzip=decoders.RAPIDGZIP)))
-    reading.start()
+    reading, got = _reading(tmp_path, dl)
     assert dl.held.wait(30)
     time.sleep(0.5)
     with open(dl.part, "r+b") as f:  # the server ignored Range: a new attempt from byte 0

@@ -105,12 +105,7 @@ def test_a_sigterm_while_the_program_loads_its_command_still_gets_its_answer(hom
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
         time.sleep(0.01)
     proc.send_signal(signal.SIGTERM)
-    out, err = proc.communicate(timeout=120)
-    lines = out.strip().splitlines()
-    assert len(lines) == 1, (proc.returncode, out, err)
-    answer = json.loads(lines[0])
-    assert (proc.returncode, answer["error"]["code"]) == (5, "interrupted"), answer
-    assert answer["changed"] is False
+    _rolled_back_answer(proc)
     assert tree_state(root) == before
 
 
@@ -184,12 +179,17 @@ def test_a_hangup_is_answered_as_a_sigterm(home, cuda_root):
                 time.sleep(1)
                 assert proc.poll() is None  # ignored: still waiting
                 proc.send_signal(signal.SIGTERM)
-            out, err = proc.communicate(timeout=120)
-            lines = out.strip().splitlines()
-            assert len(lines) == 1, (proc.returncode, out, err)
-            answer = json.loads(lines[0])
-            assert (proc.returncode, answer["error"]["code"]) == (5, "interrupted"), answer
-            assert answer["changed"] is False
+            _rolled_back_answer(proc)
     finally:
         os.close(lock)
     assert tree_state(root) == before
+
+
+def _rolled_back_answer(proc: subprocess.Popen) -> None:
+    """`proc`, signalled, answers with one JSON object: interrupted, exit 5, nothing changed."""
+    out, err = proc.communicate(timeout=120)
+    lines = out.strip().splitlines()
+    assert len(lines) == 1, (proc.returncode, out, err)
+    answer = json.loads(lines[0])
+    assert (proc.returncode, answer["error"]["code"]) == (5, "interrupted"), answer
+    assert answer["changed"] is False
