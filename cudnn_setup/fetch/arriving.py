@@ -228,7 +228,7 @@ class Follower:
     def pread(self, n: int, at: int) -> bytes:
         """`n` bytes from `at`, once they are written (fewer only at the good end); from any
         thread."""
-        fd, want = self._ready_at(at, n)
+        fd, want = self._ready_at(at, n, n)
         data = os.pread(fd, want, at)
         if len(data) < want:
             raise self._short()
@@ -238,21 +238,21 @@ class Follower:
         """Bytes from `at` into `buffer`, as many as are written and it holds, once at least
         one is (0 only at the good end); from any thread."""
         view = memoryview(buffer).cast("B")
-        ready = self.reach(at + 1) - at if len(view) else 0  # reach moves on to all written
-        fd = self.fd
-        assert fd is not None
-        want = min(len(view), max(ready, 0))
+        if not len(view):
+            return 0
+        fd, want = self._ready_at(at, 1, len(view))  # reach moves on to all that is written
         n = os.preadv(fd, [view[:want]], at) if want else 0
         if n < want:
             raise self._short()
         return n
 
-    def _ready_at(self, at: int, n: int) -> tuple[int, int]:
-        """The file to read and how many of the `n` bytes from `at` are in it, once written."""
-        ready = self.reach(at + n) - at
+    def _ready_at(self, at: int, need: int, most: int) -> tuple[int, int]:
+        """The file to read, and how many bytes from `at` to read there (`most` at most), once
+        `need` of them are written (fewer only at the good end)."""
+        ready = self.reach(at + need) - at
         fd = self.fd
         assert fd is not None
-        return fd, min(n, max(ready, 0))
+        return fd, min(most, max(ready, 0))
 
     def _short(self) -> ArrivalFailed:
         return ArrivalFailed(f"{self.name or 'the download'} is shorter than written")
