@@ -265,10 +265,8 @@ class Decoder:
         self.feeder: threading.Thread | None = None
         self.hashing: _Hashing | None = None  # the archive's sha256 beside rapidgzip
         self.steady: whole_file.Steady | None = None  # the archive's lease while it reads
-        self.announced: int | None = None  # an arriving archive's size, as rapidgzip was told
         self.source = source  # what an arriving archive is read through
         self.at_offsets: _AtOffsets | None = None  # what rapidgzip reads an arriving one from
-        self.arrival_error: OSError | None = None  # how an arriving one's download ended badly
         self.stream: IO[bytes]
         self.env = env
         if compression == GZIP:
@@ -300,12 +298,9 @@ class Decoder:
             try:
                 self.stream = self._rapidgzip_arriving(source, on_read)
             except Exception:  # no threads for rapidgzip (a pids limit): one stream, from
-                self.announced = None  # byte 0 again, whatever rapidgzip's threads reached
-                self.raw.close()
-                self.name = fallback_gzip()
+                self.at_offsets = None  # byte 0 again, whatever rapidgzip's threads reached
                 self.source = source.again()
-                self.raw = ArchiveFile(path, on_read, source=self.source)
-                self.stream = _in_process_stream(compression, self.raw, self.name)
+                self.stream = self._one_stream(path, compression, on_read, self.source)
         elif gzip == RAPIDGZIP:
             steady = whole_file.Steady(self.raw.fileno())
             try:
@@ -336,14 +331,14 @@ class Decoder:
             except OSError:
                 pass
 
-    def _one_stream(self, path: Path, compression: str,
-                    on_read: Callable[[int], None] | None) -> IO[bytes]:
-        """ISA-L or zlib reading the archive as one stream, its bytes hashed as decoded: for a
-        file that cannot be kept from changing (whole_file.Steady), or where rapidgzip could
-        not start."""
+    def _one_stream(self, path: Path, compression: str, on_read: Callable[[int], None] | None,
+                    source: Growing | None = None) -> IO[bytes]:
+        """ISA-L or zlib reading the archive as one stream, its bytes hashed as decoded (or,
+        `source` arriving, as its download wrote them): for a file that cannot be kept from
+        changing (whole_file.Steady), or where rapidgzip could not start."""
         self.raw.close()
         self.name = fallback_gzip()
-        self.raw = ArchiveFile(path, on_read, hash_aside=True)
+        self.raw = ArchiveFile(path, on_read, hash_aside=source is None, source=source)
         return _in_process_stream(compression, self.raw, self.name)
 
     def _rapidgzip(self, on_read: Callable[[int], None] | None,
@@ -376,8 +371,7 @@ class Decoder:
         import rapidgzip
 
         assert source.announced is not None
-        self.announced = source.announced
-        self.at_offsets = _AtOffsets(source, self.announced)
+        self.at_offsets = _AtOffsets(source, source.announced)
         decoded = rapidgzip.RapidgzipFile(self.at_offsets, parallelization=usable_cores(),
                                           chunk_size=ARRIVING_CHUNK)
         try:  # on a thread of its own, so that this one waits in Python, where a signal is
@@ -392,8 +386,12 @@ class Decoder:
     def arrival_failed(self) -> bool:
         """Whether rapidgzip's pass over an arriving archive ended because the download did
         (failed, or started over): reading it again would not help."""
-        return self.arrival_error is not None or \
-            (self.at_offsets is not None and self.at_offsets.failed is not None)
+        return self.at_offsets is not None and self.at_offsets.failed is not None
+
+    @property
+    def announced(self) -> int | None:
+        """The size rapidgzip was told an arriving archive has (None: not read so)."""
+        return self.at_offsets.size if self.at_offsets is not None else None
 
     def stop(self) -> None:
         """The reading gave up: an arriving archive's waits for bytes end, so that the
@@ -429,8 +427,8 @@ class Decoder:
                     if self.announced is not None:
                         return self._arrived_whole()
             except DECODE_ERRORS as exc:
-                if self.announced is not None and isinstance(exc, OSError) and exc.errno is None:
-                    self.arrival_error = exc  # the download failed at its end: nothing to reread
+                if self.at_offsets is not None and isinstance(exc, OSError) and exc.errno is None:
+                    self.at_offsets.failed = exc  # the download failed at its end: no reread
                 return str(exc) or type(exc).__name__
             finally:
                 self.stream.close()
@@ -515,8 +513,8 @@ class _AtOffsets(io.RawIOBase):
     def __init__(self, source: Growing, size: int):
         self.source, self.size = source, size
         self.pos = 0
-        # why the bytes stopped coming (the download failed or started over): rapidgzip says
-        # only that a read failed
+        # why the bytes stopped coming (the download failed or started over, while rapidgzip
+        # read or at the end): rapidgzip says only that a read failed
         self.failed: OSError | None = None
 
     def readable(self) -> bool:
