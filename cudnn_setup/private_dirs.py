@@ -8,6 +8,21 @@ import stat
 from pathlib import Path
 
 
+def root_in_another_users(path: Path) -> bool:
+    """Whether this process is root and `path` (where it does not exist yet, its nearest
+    parent that does) belongs to another user: `sudo` keeps the caller's HOME on many systems,
+    and whatever root made there would be root's, in their home, in their way."""
+    if os.geteuid() != 0:
+        return False
+    nearest = path
+    while not os.path.lexists(nearest) and nearest.parent != nearest:
+        nearest = nearest.parent
+    try:
+        return os.stat(nearest).st_uid != 0
+    except OSError:
+        return False
+
+
 def make_private_dir(directory: Path) -> None:
     """Create the missing parts of `directory`, each 0700 (its parents too: ~/.cache is the
     user's alone)."""

@@ -13,12 +13,12 @@ os.environ, `~` or /etc on its own, but for root's own home (user_cache_dir).
 from __future__ import annotations
 
 import configparser
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
 from cudnn_setup.errors import UsageError
+from cudnn_setup.private_dirs import root_in_another_users
 from cudnn_setup.text import escape, show_path
 from cudnn_setup.untrusted import NotRegular, read_regular
 from cudnn_setup.urls import scrub
@@ -57,18 +57,13 @@ def _not_another_users(cache: Path) -> Path:
     and `cache` lies in what that user owns: then root's own `~/.cache`. Else root made
     ~/.cache and ~/.cache/cudnn-setup there root's, and that user's own downloads (and any
     other program caching under ~/.cache) failed with permission denied."""
-    if os.geteuid() != 0:
+    if not root_in_another_users(cache):
         return cache
-    nearest = cache
-    while not os.path.lexists(nearest) and nearest.parent != nearest:
-        nearest = nearest.parent
     try:
-        if os.stat(nearest).st_uid == 0:
-            return cache
         import pwd
 
         own = pwd.getpwuid(0).pw_dir
-    except (OSError, KeyError):
+    except KeyError:
         return cache
     return Path(own or "/root") / ".cache"
 

@@ -17,6 +17,7 @@ from cudnn_setup.probing.theano_answer import WHAT, TheanoAnswer
 from cudnn_setup.facts import gpus
 from cudnn_setup.facts import theano as theano_facts
 from cudnn_setup.facts.cudnn import split_version
+from cudnn_setup.private_dirs import root_in_another_users
 from cudnn_setup.report import FAIL, PASS, SKIP, WARN, Check
 from cudnn_setup.text import escape
 from cudnn_setup.theanorc_merge import config_files, default_path, unreadable_for_theano
@@ -116,12 +117,9 @@ def needs_scratch_compiledir(env: Mapping[str, str]) -> bool:
     compiledir there as root's (0750), and that user's own Theano then stops ("Unable to
     create the compiledir directory")."""
     home = env.get("HOME")
-    if os.geteuid() != 0 or not home or "base_compiledir" in env.get("THEANO_FLAGS", ""):
+    if not home or "base_compiledir" in env.get("THEANO_FLAGS", ""):
         return False
-    try:
-        return os.stat(home).st_uid != 0
-    except OSError:
-        return False
+    return os.path.lexists(home) and root_in_another_users(Path(home))
 
 
 @contextlib.contextmanager
