@@ -18,7 +18,7 @@ def check_loader(inst: Installation, facts: CheckFacts) -> Check:
     loader's cache the command's facts read; the fix is what the command advises (install:
     instead of LD_LIBRARY_PATH where that would break a framework)."""
     environment = facts.machine.loader()
-    cache = [(e.name, e.path) for e in environment.cache if e.name.startswith("libcudnn")]
+    cache = loader.named(environment.cache)
     return without_cache(check_loader_with(inst, facts.env, facts.conf,
                                            fix=facts.loader_fix(), cache=cache),
                          environment.cache_error)
@@ -32,7 +32,7 @@ def without_cache(check: Check, why: str | None) -> Check:
     if why is None or check.status == SKIP:
         return check
     copies = check.data.get("copies") or []
-    settled = check.status == PASS and copies[0]["via"] == "LD_LIBRARY_PATH"
+    settled = check.status == PASS and loader.found_before_the_cache(copies[0])
     clause, hint = loader.cache_unread(why)
     detail = f"{check.detail}; {clause}" + ("" if settled else
                                              ", and a copy it lists may be loaded first")

@@ -124,7 +124,7 @@ class Diagnosis:
             detail = (f"{first['path']} (via {first['via']})" if first
                       else self.not_loaded(load["name"]))
             settled = first is not None and (self.cache_error is None
-                                             or first["via"] == "LD_LIBRARY_PATH")
+                                             or loader.found_before_the_cache(first))
             if self.cache_error is not None:
                 detail += f"; {loader.cache_unread(self.cache_error)[0]}"
             checks.append(Check(f"loads-{load['name']}", PASS if settled else WARN, detail))
@@ -196,7 +196,7 @@ def survey(d: Diagnosis, ctx: Context, message: str | None) -> None:
     if majors:  # the cache read once, as the loader check reads it
         environment = ctx.facts.loader()
         d.cache_error = environment.cache_error
-        cache = [(e.name, e.path) for e in environment.cache if e.name.startswith("libcudnn")]
+        cache = loader.named(environment.cache)
     for major in majors:
         name = f"libcudnn.so.{major}"
         chain = loader.copies_of(name, env, ctx.ld_so_conf, cache)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import glob
 import os
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Iterable, Mapping, Sequence
 
 from cudnn_setup.durable import write_atomic
 from cudnn_setup.child import Runner, Unanswered, run_command
@@ -25,6 +25,8 @@ from cudnn_setup.untrusted import read_regular
 DEFAULT_DIRS = ("/lib", "/usr/lib", "/lib64", "/usr/lib64", "/lib/x86_64-linux-gnu",
                 "/usr/lib/x86_64-linux-gnu")
 CONF_NAME = "cudnn-setup.conf"
+# How a copy found on LD_LIBRARY_PATH is named: the one search the loader makes before its cache
+BEFORE_THE_CACHE = "LD_LIBRARY_PATH"
 MAX_CONF_BYTES = 1 << 20  # of one ld.so.conf file: real ones are a few lines
 
 
@@ -135,7 +137,18 @@ def cache_entries(name_prefix: str = "libcudnn", cache_file: str | None = None) 
         entries = read_cache(cache_file=cache_file)
     except Unanswered:
         return []
+    return named(entries, name_prefix)
+
+
+def named(entries: Iterable[CacheEntry], name_prefix: str = "libcudnn") -> list[tuple[str, str]]:
+    """(soname, path) pairs of the cache `entries` whose names have the prefix."""
     return [(e.name, e.path) for e in entries if e.name.startswith(name_prefix)]
+
+
+def found_before_the_cache(copy: dict) -> bool:
+    """Whether `copy` (one of copies_of's) is loaded whatever the loader cache holds: only
+    LD_LIBRARY_PATH is searched before it."""
+    return copy["via"] == BEFORE_THE_CACHE
 
 
 def _resolve_version(path: Path) -> str | None:
@@ -156,7 +169,7 @@ def copies_of(name: str, env: Mapping[str, str], conf: Path = Path("/etc/ld.so.c
                           "version": _resolve_version(path)})
 
     for d in [d for d in env.get("LD_LIBRARY_PATH", "").split(":") if d]:
-        add(Path(d) / name, "LD_LIBRARY_PATH")
+        add(Path(d) / name, BEFORE_THE_CACHE)
     entries = cache if cache is not None else cache_entries("libcudnn")
     for soname, path in entries:
         if soname == name:
