@@ -186,7 +186,7 @@ def effective_config(env: Mapping[str, str], home: Path) -> dict:
     flags = env.get("THEANO_FLAGS", "")
     try:
         for name, value in theano_flags(flags).items():
-            full = name.lower() if "." in name else f"global.{name.lower()}"
+            full = flag_name(name)
             if full in RELEVANT_KEYS:
                 effective[full] = {"value": value, "from": "THEANO_FLAGS"}
     except ValueError as exc:
@@ -205,6 +205,11 @@ def theano_flags(flags: str) -> dict[str, str]:
         if eq:
             out[key] = value
     return out
+
+
+def flag_name(name: str) -> str:
+    """A THEANO_FLAGS key as section.option, lower case ("floatX" is global.floatx)."""
+    return name.lower() if "." in name else f"global.{name.lower()}"
 
 
 def _first_line(exc: Exception) -> str:

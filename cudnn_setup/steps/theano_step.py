@@ -7,7 +7,7 @@ import os
 import platform
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Mapping
 
 from cudnn_setup.child import Unanswered
 from cudnn_setup.checks.theano_check import theano_range_note, theano_supports
@@ -19,7 +19,8 @@ from cudnn_setup.steps.context import Context
 from cudnn_setup.text import show_path
 from cudnn_setup.theano_blas import BlasFlags, NumpyBlas, find_blas, numpy_blas
 from cudnn_setup.theanorc_merge import (KEPT_ACTIVE, TheanorcRefused, config_files, configure,
-                                        default_path, read_config, settings, theano_flags)
+                                        default_path, flag_name, read_config, settings,
+                                        theano_flags)
 
 
 def theanorc_path(ctx: Context, explicit: Path | None) -> Path:
@@ -112,13 +113,20 @@ def unread_or_overridden(ctx: Context, path: Path, root: Path, lib_dir: Path) ->
             parser.read_string(found[0].decode("utf-8"))
         except (OSError, ValueError, TheanorcRefused, configparser.Error):
             continue  # what Theano makes of it is the theano check's (and doctor's) to say
-        for section, keys in settings(root, lib_dir).items():
-            for key, value in keys.items():
-                if parser.has_option(section, key) and parser.get(section, key) != value:
-                    said.append(f"{show_path(later)}, which Theano reads after "
-                                f"{show_path(path)}, sets {section}.{key}="
-                                f"{parser.get(section, key)}: Theano takes that, not {value}")
+        taken = {f"{s}.{k}": v for s in parser.sections() for k, v in parser.items(s)}
+        said += [f"{show_path(later)}, which Theano reads after {show_path(path)}, sets "
+                 f"{name}={theirs}: Theano takes that, not {value}"
+                 for name, value, theirs in _overridden(taken, root, lib_dir)]
     return said
+
+
+def _overridden(taken: Mapping[str, str], root: Path, lib_dir: Path
+                ) -> list[tuple[str, str, str]]:
+    """(section.key, the value written, the one `taken` has instead) for each setting of the
+    written config that `taken` (section.key: value, as Theano reads it later) sets otherwise."""
+    return [(f"{section}.{key}", value, taken[f"{section}.{key}"])
+            for section, keys in settings(root, lib_dir).items() for key, value in keys.items()
+            if f"{section}.{key}" in taken and taken[f"{section}.{key}"] != value]
 
 
 def overridden_by_flags(flags: str, root: Path, lib_dir: Path, cudnn: bool) -> list[str]:
@@ -127,17 +135,12 @@ def overridden_by_flags(flags: str, root: Path, lib_dir: Path, cudnn: bool) -> l
     optimizer_including there replaces the file's whole list, so a config that says the right
     thing is no config that is used."""
     try:
-        given = {(k if "." in k else f"global.{k}").lower(): v
-                 for k, v in theano_flags(flags).items()}
+        given = {flag_name(k): v for k, v in theano_flags(flags).items()}
     except ValueError:  # Theano stops at import: the theano check says so
         return []
-    said = []
-    for section, keys in settings(root, lib_dir).items():
-        for key, value in keys.items():
-            name = f"{section}.{key}"
-            if name in given and given[name] != value:
-                said.append(f"THEANO_FLAGS sets {name}={given[name]}, which Theano takes over "
-                            f"the config's {value}: unset it, or set it to {value}")
+    said = [f"THEANO_FLAGS sets {name}={theirs}, which Theano takes over the config's "
+            f"{value}: unset it, or set it to {value}"
+            for name, value, theirs in _overridden(given, root, lib_dir)]
     if given.get("dnn.enabled", "").lower() == "false":
         said.append("THEANO_FLAGS sets dnn.enabled=False: Theano uses no cuDNN, whatever the "
                     "config says")
