@@ -32,9 +32,8 @@ from cudnn_setup.state import changed, writable
 from cudnn_setup.state.layout import StateDir
 from cudnn_setup.state.manifest import Manifest
 from cudnn_setup.state.plan import Desired, Plan, conflict_error, make_plan, uninstall_plan
-from cudnn_setup.state.transaction import Filesystem, left_unfinished, new_txid, recover
+from cudnn_setup.state.transaction import Filesystem, new_txid, recover, tidied_after
 from cudnn_setup.text import plural
-from cudnn_setup.trees import remove_tree
 
 if TYPE_CHECKING:
     from cudnn_setup.probing.driver import DriverFacts
@@ -257,7 +256,7 @@ def _install(asked: Asked, state: StateDir, fs: Filesystem | None) -> Outcome:
             return same
         txid = new_txid()
         tx = state.tx_dir(txid)
-        try:
+        with tidied_after(state, tx, drop_if_empty=created_state):
             state.check()
             judged = judged_in(asked, tx, state)
             desired, plan = plan_install(asked, judged, tx)
@@ -281,17 +280,6 @@ def _install(asked: Asked, state: StateDir, fs: Filesystem | None) -> Outcome:
                                partial(_tell, committed, r.on_commit))
             else:
                 manifest = judged.old
-        finally:
-            # A journal still there (a rollback or the tidying after the commit failed) needs
-            # the transaction's dir: the next run finishes the job with it. A transaction left
-            # unfinished leaves the state dir as it is, for the next run to settle.
-            if not left_unfinished():
-                if os.path.lexists(tx) and not os.path.lexists(state.journal_path):
-                    remove_tree(tx)
-                if state.exists():
-                    state.tidy()
-                    if created_state and not os.path.lexists(state.manifest_path):
-                        state.remove_if_empty()
     return Outcome(plan.changed, plan, judged.package, manifest.to_dict(), recovered,
                    lib_dir=asked.lib_dir, built_for=judged.built, notes=notes)
 
@@ -354,14 +342,11 @@ def uninstall(root: CudaRoot, *, force: bool = False, dry_run: bool = False,
         if plan.conflicts:
             raise conflict_error(plan.conflicts, root.path, "removed")
         notes: list[str] = []
-        try:
+        with tidied_after(state):
             if manifest is not None:
                 kept = changed.uninstall_note(root.path, True)
                 notes += remove(state, new_txid(), plan, fs,
                                 partial(_tell, committed, on_commit)) + kept
-        finally:
-            if not left_unfinished() and state.exists():
-                state.tidy()
         state.remove_if_empty()
     return Outcome(manifest is not None, plan, manifest=manifest.to_dict() if manifest else None,
                    recovered=recovered, notes=notes)

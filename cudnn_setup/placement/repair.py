@@ -36,10 +36,9 @@ from cudnn_setup.state.layout import StateDir
 from cudnn_setup.state.paths import damaged_error
 from cudnn_setup.state.manifest import DIR, FILE, SYMLINK, Content, FileRecord, Manifest
 from cudnn_setup.state.files import describe, describe_known
-from cudnn_setup.state.transaction import (Filesystem, Transaction, left_unfinished, new_txid,
-                                           recover)
+from cudnn_setup.state.transaction import (Filesystem, Transaction, new_txid, recover,
+                                           tidied_after)
 from cudnn_setup.text import escape, plural
-from cudnn_setup.trees import remove_tree
 
 MISSING, CHANGED_BYTES, MODE, REPLACED, LINK_MISSING, REPOINTED = (
     "missing", "changed", "mode", "replaced", "link-missing", "re-pointed")
@@ -225,19 +224,10 @@ def repair(root: CudaRoot, obtain: Obtain, *, dry_run: bool = False,
             return RepairOutcome(False, [], manifest, recovered)
         txid = new_txid()
         tx = state.tx_dir(txid)
-        try:
+        with tidied_after(state, tx):
             outcome = _repair(state, manifest, damage, txid, obtain, ahead, fs, say, on_commit,
                               on_read, xz, env or {})
             outcome.recovered = recovered
-        finally:
-            # A journal still there (a rollback or the tidying after the commit failed) needs
-            # the transaction's dir: the next run finishes the job with it. A transaction left
-            # unfinished leaves the state dir as it is, for the next run to settle.
-            if not left_unfinished():
-                if os.path.lexists(tx) and not os.path.lexists(state.journal_path):
-                    remove_tree(tx)
-                if state.exists():
-                    state.tidy()
     return outcome
 
 

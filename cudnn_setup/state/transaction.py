@@ -17,9 +17,9 @@ from __future__ import annotations
 import os
 import secrets
 import stat
-import sys
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 from cudnn_setup.durable import DIR_MODE, fsync_dir, make_dirs, sync_dirs
 from cudnn_setup.errors import Interrupted, LeftUnfinished, SetupError, os_error
@@ -33,7 +33,7 @@ from cudnn_setup.text import escape
 from cudnn_setup.trees import remove_tree
 
 __all__ = ["Filesystem", "Transaction", "Op", "PUT", "REMOVE", "MKDIR", "RMDIR", "rollback",
-           "finish", "recover", "left_unfinished"]
+           "finish", "recover", "tidied_after"]
 
 
 
@@ -220,10 +220,28 @@ class Transaction:
         sync_dirs(dirs, self.fs.fsync_dir)
 
 
-def left_unfinished() -> bool:
-    """Whether the exception passing through the caller's `finally` is a transaction left
-    unfinished: its state dir (journal, staging, backups) is then left exactly as it is."""
-    return isinstance(sys.exc_info()[1], LeftUnfinished)
+@contextmanager
+def tidied_after(state: StateDir, tx: Path | None = None,
+                 drop_if_empty: bool = False) -> Iterator[None]:
+    """Tidies the state dir once the block ends, however it ends, except by a transaction left
+    unfinished: its state dir (journal, staging, backups) is then left exactly as it is, for
+    the next run to settle. `tx`, the transaction's dir, goes unless a journal still needs it
+    (a rollback, or the tidying after the commit, failed: the next run finishes the job with
+    it); `drop_if_empty` removes a state dir this run created and left with no manifest."""
+    unfinished = False
+    try:
+        yield
+    except LeftUnfinished:
+        unfinished = True
+        raise
+    finally:
+        if not unfinished:
+            if tx is not None and os.path.lexists(tx) and not os.path.lexists(state.journal_path):
+                remove_tree(tx)
+            if state.exists():
+                state.tidy()
+                if drop_if_empty and not os.path.lexists(state.manifest_path):
+                    state.remove_if_empty()
 
 
 def _said(exc: BaseException) -> str:
