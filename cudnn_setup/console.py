@@ -50,6 +50,11 @@ def done_of(done: int, total: Optional[int]) -> str:
     return f"{part} of {whole} ({min(done, total) * 100 // total}%)"
 
 
+def seconds(took: float) -> str:
+    """"0.4 s", "12 s": tenths where they are a large part of the whole."""
+    return f"{took:.1f} s" if took < 10 else f"{took:.0f} s"
+
+
 class Plain:
     """Lines for a log: a step when it starts, then at most one line per `every` seconds."""
 
@@ -96,8 +101,8 @@ class Plain:
                     took = now - started[0]
                     if first:  # all at once: said, no more
                         self._write(f"{label}: {amount(done)}")
-                    elif took >= self.every:  # a long step says it ended
-                        self._write(f"{label}: {amount(done)} in {took:.0f} s")
+                    else:  # a count said part-way ("10 bytes of 366 MB (0%)") says it ended
+                        self._write(f"{label}: {amount(done)} in {seconds(took)}")
                     # the step these bytes belong to goes on (staging what was read, say)
                     self._current, self._since = self._step, self._step_since
                     self._moved = False
