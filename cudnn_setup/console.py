@@ -87,17 +87,23 @@ class Plain:
         self._start_heartbeat()
 
     def progress(self, label: str) -> Callable[[int, Optional[int]], None]:
-        started = [None]  # when the first update came
+        started: list[Optional[float]] = [None]  # when the first update came
+        ended = [False]  # the end was said: one more like it is not said again
 
         def update(done: int, total: Optional[int]) -> None:
             now = self.clock()
             with self._lock:
+                finished = total is not None and done >= total
+                if ended[0]:
+                    if finished:
+                        return
+                    started[0], ended[0] = None, False  # counted again from the start
                 first = started[0] is None
                 if first:
                     started[0] = now
-                finished = total is not None and done >= total
                 line = f"{label}: {done_of(done, total)}"
                 if finished:
+                    ended[0] = True
                     took = now - started[0]
                     if first:  # all at once: said, no more
                         self._write(f"{label}: {amount(done)}")

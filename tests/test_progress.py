@@ -82,15 +82,20 @@ def test_plain_lines_say_a_step_at_once_then_at_most_one_per_beat():
 
 def test_a_count_said_part_way_says_it_ended_however_short():
     """A read whose first bytes were said ("10 bytes of 366 MB (0%)") and that ended before
-    the next beat says it ended: a log must not stop at 0 %."""
+    the next beat says it ended, once: a log must not stop at 0 %."""
     out = io.StringIO()
     plain = console.Plain(out, every=5)
     update = plain.progress("reading cudnn.tar.gz")
     update(10, 366 * 10**6)
     update(366 * 10**6, 366 * 10**6)
+    update(366 * 10**6, 366 * 10**6)  # the reader and its caller both say the end: said once
+    update(2 * 10**6, 366 * 10**6)  # read again from the start: counted and ended again
+    update(366 * 10**6, 366 * 10**6)
     plain.close()
     assert out.getvalue().splitlines() == [
         "cudnn-setup: reading cudnn.tar.gz: 10 bytes of 366 MB (0%)",
+        "cudnn-setup: reading cudnn.tar.gz: 366 MB in 0.0 s",
+        "cudnn-setup: reading cudnn.tar.gz: 2.0 of 366 MB (0%)",
         "cudnn-setup: reading cudnn.tar.gz: 366 MB in 0.0 s"]
 
 
