@@ -97,6 +97,46 @@ def test_bad_archive_fails_the_play_with_the_tools_message(variables, tmp_path, 
     assert tree_state(root) == before
 
 
+@pytest.fixture
+def tool_venv(tmp_path) -> Path:
+    """The tool in a virtualenv of its own, as the role installs it on a node: its dependencies,
+    but neither numpy nor Theano, which live in the users' interpreter."""
+    import sysconfig
+
+    venv = tmp_path / "tool-venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True,
+                   capture_output=True)
+    site = Path(subprocess.run([venv / "bin" / "python", "-c", "import sysconfig; print("
+                                "sysconfig.get_paths()['purelib'])"], check=True,
+                               capture_output=True, text=True).stdout.strip())
+    for entry in Path(sysconfig.get_paths()["purelib"]).iterdir():
+        if not entry.name.lower().startswith(("numpy", "scipy", "theano")):
+            (site / entry.name).symlink_to(entry)
+    tool = venv / "bin" / "cudnn-setup"
+    tool.write_text(f"#!{venv / 'bin' / 'python'}\nimport sys\n"
+                    "from cudnn_setup.cli import console_main\nsys.exit(console_main())\n")
+    tool.chmod(0o755)
+    has_numpy = subprocess.run([venv / "bin" / "python", "-c", "import numpy"],
+                               capture_output=True)
+    assert has_numpy.returncode != 0
+    return venv
+
+
+def test_the_theanorc_written_lets_the_users_theano_import(variables, tool_venv, tmp_path,
+                                                            home):
+    """The tool's own venv has no numpy: asked nothing else, the config it wrote lacked the
+    [blas] ldflags that Theano 1.0.5 needs under numpy 1.22 or later, and the users' Theano
+    (cudnn_setup_theano_python) then failed `import theano` while every task was ok."""
+    variables.update(cudnn_setup_venv=str(tool_venv), cudnn_setup_theano_python=sys.executable,
+                     cudnn_setup_verify=False)
+    done, changed, failed = play(tmp_path, home, variables)
+    assert failed == 0 and changed >= 2, done.stdout + done.stderr
+    assert "ldflags" in (home / ".theanorc").read_text()
+    imported = subprocess.run([sys.executable, "-c", "import theano"], cwd=tmp_path,
+                              env=clean_env(home), capture_output=True, text=True, timeout=300)
+    assert imported.returncode == 0, imported.stderr[-2000:]
+
+
 # --- by version, from a mirror of NVIDIA's redist tree on the node's disk ----------------------
 
 @pytest.fixture(scope="module")

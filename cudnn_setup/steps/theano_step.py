@@ -182,7 +182,7 @@ def blas_needed(ctx: Context, python: str, path: Path,
                       "why": f"not judged: numpy.distutils cannot be imported by {python}, so "
                              "no Theano 1.0.5 runs there; where Theano runs under another "
                              "interpreter with numpy 1.22 or later, it needs [blas] ldflags to "
-                             "import (`cudnn-setup install … --python THAT` writes it)"}
+                             "import (`cudnn-setup theanorc --python THAT` writes it)"}
     if info.has_blas_opt_info:
         return None, {"needed": False, "why": f"numpy {info.numpy} has blas_opt_info"}
     found = find_blas(ctx.env, ctx.runner)
