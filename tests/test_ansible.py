@@ -18,7 +18,7 @@ pytestmark = pytest.mark.skipif(shutil.which("ansible-playbook", path=str(Path(s
                                 is None, reason="ansible-core is not installed (test extra)")
 
 
-def play(tmp_path, home, variables, *extra, env_extra=None):
+def play(tmp_path, home, variables, *extra, env_extra=None, playbook=PLAYBOOK):
     vars_file = tmp_path / "vars.json"
     vars_file.write_text(json.dumps(variables))
     env = clean_env(home, **(env_extra or {}), ANSIBLE_ROLES_PATH=str(REPO / "contrib" / "ansible" / "roles"),
@@ -30,7 +30,7 @@ def play(tmp_path, home, variables, *extra, env_extra=None):
                     ANSIBLE_PIPELINING="1")
     cmd = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", "-c", "local",
            "-e", f"ansible_python_interpreter={sys.executable}", "-e", f"@{vars_file}",
-           str(PLAYBOOK), *extra]
+           str(playbook), *extra]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     m = RECAP.search(done.stdout)
     assert m, done.stdout + done.stderr
@@ -168,6 +168,18 @@ def test_version_from_a_mirror_installs_the_roots_build_then_changes_nothing(by_
     assert "files | pass" in done.stdout
     done, changed, failed = play(tmp_path, home, by_version)
     assert failed == 0 and changed == 0, done.stdout
+
+
+def test_the_shipped_playbook_installs_by_version_as_its_readme_says(by_version, tmp_path, home):
+    """The README's by-version command runs contrib/ansible/playbook.yml, which pinned the
+    sha256 of one 8.9.7 archive for every run: any version given there was refused as a
+    checksum mismatch with a --sha256 nobody typed."""
+    root = Path(by_version["cudnn_setup_cuda_root"])
+    # become: the play's escalation to root; this test runs as the user the nodes' tool would
+    done, changed, failed = play(tmp_path, home, by_version, "-e", "ansible_become=false",
+                                 playbook=REPO / "contrib" / "ansible" / "playbook.yml")
+    assert failed == 0 and changed >= 1, done.stdout
+    assert (root / "lib" / "libcudnn.so.9.1.7").is_file()
 
 
 def test_version_without_a_build_for_the_root_fails_with_the_tools_message(by_version, tmp_path,
