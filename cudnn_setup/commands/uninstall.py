@@ -25,7 +25,8 @@ def uninstall(result: Result, ctx: Context, *, cuda_root: Path | None = None,
                                on_commit=lambda: setattr(result, "changed", True))
     version = (outcome.manifest or {}).get("cudnn_version")
     result.cudnn_version = version
-    result.changed = outcome.changed and not dry_run
+    # finishing or rolling back what a killed run left changed the root too
+    result.changed = (outcome.changed or outcome.recovered is not None) and not dry_run
     result.add("uninstall", outcome.to_dict())
     if outcome.recovered:
         result.lines.append(outcome.recovered)

@@ -118,6 +118,8 @@ class RepairOutcome:
 
 
 Obtain = Callable[[Manifest], Path]
+PENDING_FIRST = ("an interrupted transaction will be completed first (rolled back, or finished "
+                 "where it was committed, as its journal says)")
 
 
 def not_managed(root: Path) -> UsageError:
@@ -198,9 +200,10 @@ def repair(root: CudaRoot, obtain: Obtain, *, dry_run: bool = False,
     if dry_run:
         manifest = state.manifest() if state.exists() else None
         if manifest is None:
+            if state.pending():  # what the real run does: complete it, which may be all
+                return RepairOutcome(True, [], None, notes=[PENDING_FIRST])
             raise not_managed(root.path)
-        notes = (["an interrupted transaction will be completed first"]
-                 if state.pending() else [])
+        notes = [PENDING_FIRST] if state.pending() else []
         damage = survey(root.path, manifest)
         return RepairOutcome(bool(damage), damage, manifest, notes=notes)
     if not state.exists() or not os.path.lexists(state.manifest_path):
@@ -218,11 +221,13 @@ def repair(root: CudaRoot, obtain: Obtain, *, dry_run: bool = False,
         manifest = state.manifest()
         if manifest is None:
             state.tidy()
+            if recovered:  # an install killed before its commit, rolled back: that was all
+                return RepairOutcome(True, [], None, recovered)
             raise not_managed(root.path)
         damage = survey(root.path, manifest)
         if not damage:
             state.tidy()
-            return RepairOutcome(False, [], manifest, recovered)
+            return RepairOutcome(recovered is not None, [], manifest, recovered)
         txid = new_txid()
         tx = state.tx_dir(txid)
         try:
