@@ -424,6 +424,40 @@ def test_repair_completes_a_killed_first_install_as_verify_says_it_will(archives
     assert not list((other / "lib64").glob("libcudnn*"))
 
 
+def test_a_shared_cache_root_filled_serves_a_user_who_cannot_write_it(shared, compiler):
+    """A fleet sets CUDNN_SETUP_CACHE_DIR once; root fills it (`download`, under umask 077).
+    A user's `install VERSION` into their own root then failed, exit 5 `permission-denied` on
+    the cache's lock file, though the archive was there, readable, with the published sha256.
+    The copy is used as it is, checked against that sha256; the mirror is not asked for it."""
+    from fixtures.mirror import build_mirror
+    from httpserver import DirectoryServer
+
+    mirror = build_mirror(shared / "mirror", cc=compiler)
+    cache = shared / "cache"
+    user_root = make_cuda_root(shared / "user-cuda", "12.4", "lib64", cc=compiler)
+    subprocess.run(["chown", "-R", "65534:65534", str(user_root)], check=True)
+    with DirectoryServer(mirror.root) as served:
+        done, out = _cli(["download", "9.1", "--mirror", served.url, "--cuda", "12",
+                          "--cache-dir", cache], _home(shared, "admin"), umask=0o077)
+        assert done.returncode == 0, out
+        fetched = len(served.log)
+        done, out = _cli(["install", "9.1", "--mirror", served.url, "--cache-dir", cache,
+                          "--cuda-root", user_root, "--no-theanorc", "--no-verify"],
+                         _home(shared, "user"), user=True)
+        assert done.returncode == 0 and out["changed"] is True, out
+        assert out["download"]["from_cache"] is True, out["download"]
+        assert not [p for p in served.paths()[fetched:] if p.endswith(".tar.xz")]
+    assert (user_root / "lib64" / "libcudnn.so.9.1.7").is_file()
+    # a copy whose bytes are not the published ones is never taken: the error stands
+    archive = next(cache.glob("*.tar.xz"))
+    archive.write_bytes(archive.read_bytes()[:-1] + b"x")
+    with DirectoryServer(mirror.root) as served:
+        done, out = _cli(["install", "9.1", "--mirror", served.url, "--cache-dir", cache,
+                          "--cuda-root", user_root, "--no-theanorc", "--no-verify", "--force"],
+                         _home(shared, "user2"), user=True)
+    assert done.returncode != 0 and out["error"]["code"] == "permission-denied", out
+
+
 def test_a_root_this_user_cannot_write_is_refused_before_anything_is_downloaded(
         root12, shared, compiler):
     """As an ordinary user, `install VERSION --from pypi` into a root-owned root stops at once:
