@@ -84,6 +84,33 @@ def test_check_mode_changes_nothing_and_reports_what_would(variables, tmp_path, 
     assert tree_state(root) == before and not (home / ".theanorc").exists()
 
 
+def test_check_mode_on_a_node_without_the_tool_says_so(variables, tmp_path, home):
+    """A fleet's first `--check`: check mode installs no tool, and the role then ran the missing
+    program and failed every node with a template error ("object of type 'dict' has no
+    attribute 'error'"). It says what check mode cannot see, and changes nothing."""
+    root = Path(variables["cudnn_setup_cuda_root"])
+    venv = tmp_path / "node-venv"
+    variables.update(cudnn_setup_install_tool=True, cudnn_setup_venv=str(venv),
+                     cudnn_setup_pip_spec=str(REPO))
+    before = tree_state(root)
+    done, changed, failed = play(tmp_path, home, variables, "--check")
+    assert failed == 0 and changed >= 1, done.stdout + done.stderr
+    assert f"cudnn-setup is not in {venv} yet" in done.stdout, done.stdout
+    assert tree_state(root) == before and not venv.exists()
+    assert not (home / ".theanorc").exists()
+
+
+def test_a_tool_that_answers_no_json_fails_with_what_happened(variables, tmp_path, home):
+    """No JSON at all (the tool not where cudnn_setup_venv says) was a template error of the
+    lock-held retry; it is the role's own failure, naming the program it ran."""
+    missing = tmp_path / "no-venv"
+    variables["cudnn_setup_venv"] = str(missing)
+    done, changed, failed = play(tmp_path, home, variables)
+    assert failed == 1, done.stdout
+    assert "Error while evaluating conditional" not in done.stdout, done.stdout
+    assert "[no-output, exit" in done.stdout and f"{missing}/bin/cudnn-setup" in done.stdout
+
+
 def test_bad_archive_fails_the_play_with_the_tools_message(variables, tmp_path, home, compiler):
     from fixtures.hostile import CASES, build_case
 
