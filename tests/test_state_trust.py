@@ -418,6 +418,10 @@ def test_repair_completes_a_killed_first_install_as_verify_says_it_will(archives
     assert not list((root / "lib64").glob("libcudnn*"))
     other = cuda_root()
     _killed_upgrade(archives, other, first=True)
+    before = tree_state(other)
+    done, out = run_json(["uninstall", "--cuda-root", other, "--dry-run"], home)
+    assert done.returncode == 0 and "completed first" in " ".join(out["uninstall"]["notes"]), out
+    assert "nothing to do" not in done.stderr and tree_state(other) == before
     done, out = run_json(["uninstall", "--cuda-root", other], home)
     assert done.returncode == 0 and out["changed"] is True, out
     assert "rolled back" in out["uninstall"]["recovered"], out

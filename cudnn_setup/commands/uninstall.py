@@ -31,7 +31,9 @@ def uninstall(result: Result, ctx: Context, *, cuda_root: Path | None = None,
     if outcome.recovered:
         result.lines.append(outcome.recovered)
     if outcome.manifest is None:
-        result.lines.append(f"cudnn-setup has installed nothing in {root.path}; nothing to do")
+        result.lines += [f"note: {n}" for n in outcome.notes]
+        result.lines.append(f"cudnn-setup has installed nothing in {root.path}"
+                            + (" besides that" if outcome.notes else "; nothing to do"))
         return
     head = "plan:" if dry_run else f"removed cuDNN {version or '(version not recorded)'} from {root.path}:"
     rc = theanorc_path(ctx, None)

@@ -27,7 +27,7 @@ from cudnn_setup.errors import ArchiveRejected, InstallFailed, UsageError
 from cudnn_setup.facts.cuda import CudaRoot
 from cudnn_setup.fetch.checksums import Expected
 from cudnn_setup.placement.commit import commit_manifest, unfinished
-from cudnn_setup.placement.engine import _rolled_back_errors
+from cudnn_setup.placement.engine import PENDING_FIRST, _rolled_back_errors
 from cudnn_setup.placement.judge import stage
 from cudnn_setup.placement.targets import desired_entries, root_dirs
 from cudnn_setup.state.changed import kept_rel
@@ -118,8 +118,6 @@ class RepairOutcome:
 
 
 Obtain = Callable[[Manifest], Path]
-PENDING_FIRST = ("an interrupted transaction will be completed first (rolled back, or finished "
-                 "where it was committed, as its journal says)")
 
 
 def not_managed(root: Path) -> UsageError:
