@@ -84,6 +84,21 @@ def test_check_mode_changes_nothing_and_reports_what_would(variables, tmp_path, 
     assert tree_state(root) == before and not (home / ".theanorc").exists()
 
 
+def test_verify_reads_the_theanorc_the_role_wrote(variables, tmp_path, home):
+    """The verify task ran the theano check under the config of the user the play runs as
+    (root's ~/.theanorc on a node, which the role never writes): with no config there, Theano
+    1.0.5 could not import, and the play failed although the file it wrote was right."""
+    written = tmp_path / "user" / ".theanorc"
+    written.parent.mkdir()
+    variables.update(cudnn_setup_theanorc_files=[str(written)],
+                     cudnn_setup_theano_python=sys.executable)
+    done, changed, failed = play(tmp_path, home, variables)
+    assert failed == 0 and changed >= 2, done.stdout
+    assert re.search(rf"theano \| (pass|warn) \| [^|]*with config {re.escape(str(written))}",
+                     done.stdout), done.stdout
+    assert not (home / ".theanorc").exists()
+
+
 def test_check_mode_on_a_node_without_the_tool_says_so(variables, tmp_path, home):
     """A fleet's first `--check`: check mode installs no tool, and the role then ran the missing
     program and failed every node with a template error ("object of type 'dict' has no
