@@ -99,6 +99,17 @@ def test_verify_reads_the_theanorc_the_role_wrote(variables, tmp_path, home):
     assert not (home / ".theanorc").exists()
 
 
+def test_a_verify_that_could_not_run_fails_the_host(variables, tmp_path, home):
+    """Only verify's exit 1 (a failed check) failed the host: an error, here a
+    cudnn_setup_theano_python that does not exist (exit 2), verified nothing, showed no checks
+    and the play was ok."""
+    missing = tmp_path / "no-such-python"
+    variables.update(cudnn_setup_theanorc_files=[], cudnn_setup_theano_python=str(missing))
+    done, changed, failed = play(tmp_path, home, variables)
+    assert failed == 1, done.stdout
+    assert "cudnn-setup verify failed [usage, exit 2]" in done.stdout and str(missing) in done.stdout
+
+
 def test_check_mode_on_a_node_without_the_tool_says_so(variables, tmp_path, home):
     """A fleet's first `--check`: check mode installs no tool, and the role then ran the missing
     program and failed every node with a template error ("object of type 'dict' has no
