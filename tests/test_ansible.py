@@ -110,6 +110,16 @@ def test_a_verify_that_could_not_run_fails_the_host(variables, tmp_path, home):
     assert "cudnn-setup verify failed [usage, exit 2]" in done.stdout and str(missing) in done.stdout
 
 
+def test_what_the_theanorc_writes_warn_of_is_shown(variables, tmp_path, home):
+    """A theanorc file Theano does not read there was reported `changed`, and the tool's
+    warning saying so was dropped: the fleet's Theano ran without cuDNN, unwarned."""
+    elsewhere = tmp_path / "elsewhere.rc"
+    variables.update(cudnn_setup_theanorc_files=[str(elsewhere)], cudnn_setup_verify=False)
+    done, changed, failed = play(tmp_path, home, variables)
+    assert failed == 0 and elsewhere.is_file(), done.stdout
+    assert f"Theano does not read {elsewhere} here" in done.stdout, done.stdout
+
+
 def test_check_mode_on_a_node_without_the_tool_says_so(variables, tmp_path, home):
     """A fleet's first `--check`: check mode installs no tool, and the role then ran the missing
     program and failed every node with a template error ("object of type 'dict' has no
