@@ -204,7 +204,9 @@ COMMANDS = {c.name: c for c in (
             "links and modes.", (), (CUDA_ROOT, DRY_RUN, JSON)),
     Command("theanorc", "theanorc:theanorc", "Write the cuDNN settings into Theano's config.", (),
             (CUDA_ROOT, THEANORC, DRY_RUN.said("show the diff, change nothing"),
-             FORCE_THEANO_CUDNN, JSON)),
+             FORCE_THEANO_CUDNN,
+             PYTHON.said("interpreter whose Theano the config serves: its numpy decides "
+                         "[blas] ldflags (default: the one running cudnn-setup)"), JSON)),
     Command("verify", "verify:verify",
             "Check, layer by layer, that cuDNN is installed right and works.", (),
             (CUDA_ROOT, THEANORC.said(f"Theano config the Theano check reads {_RC_DEFAULT}"),

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.skipif(shutil.which("ansible-playbook", path=str(Path(s
                                 is None, reason="ansible-core is not installed (test extra)")
 
 
-def play(tmp_path, home, variables, *extra, env_extra=None):
+def play(tmp_path, home, variables, *extra, env_extra=None, playbook=PLAYBOOK):
     vars_file = tmp_path / "vars.json"
     vars_file.write_text(json.dumps(variables))
     env = clean_env(home, **(env_extra or {}), ANSIBLE_ROLES_PATH=str(REPO / "contrib" / "ansible" / "roles"),
@@ -30,7 +30,7 @@ def play(tmp_path, home, variables, *extra, env_extra=None):
                     ANSIBLE_PIPELINING="1")
     cmd = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", "-c", "local",
            "-e", f"ansible_python_interpreter={sys.executable}", "-e", f"@{vars_file}",
-           str(PLAYBOOK), *extra]
+           str(playbook), *extra]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     m = RECAP.search(done.stdout)
     assert m, done.stdout + done.stderr
@@ -84,6 +84,69 @@ def test_check_mode_changes_nothing_and_reports_what_would(variables, tmp_path, 
     assert tree_state(root) == before and not (home / ".theanorc").exists()
 
 
+def test_verify_reads_the_theanorc_the_role_wrote(variables, tmp_path, home):
+    """The verify task ran the theano check under the config of the user the play runs as
+    (root's ~/.theanorc on a node, which the role never writes): with no config there, Theano
+    1.0.5 could not import, and the play failed although the file it wrote was right."""
+    written = tmp_path / "user" / ".theanorc"
+    written.parent.mkdir()
+    variables.update(cudnn_setup_theanorc_files=[str(written)],
+                     cudnn_setup_theano_python=sys.executable)
+    done, changed, failed = play(tmp_path, home, variables)
+    assert failed == 0 and changed >= 2, done.stdout
+    assert re.search(rf"theano \| (pass|warn) \| [^|]*with config {re.escape(str(written))}",
+                     done.stdout), done.stdout
+    assert not (home / ".theanorc").exists()
+
+
+def test_a_verify_that_could_not_run_fails_the_host(variables, tmp_path, home):
+    """Only verify's exit 1 (a failed check) failed the host: an error, here a
+    cudnn_setup_theano_python that does not exist (exit 2), verified nothing, showed no checks
+    and the play was ok."""
+    missing = tmp_path / "no-such-python"
+    variables.update(cudnn_setup_theanorc_files=[], cudnn_setup_theano_python=str(missing))
+    done, changed, failed = play(tmp_path, home, variables)
+    assert failed == 1, done.stdout
+    assert "cudnn-setup verify failed [usage, exit 2]" in done.stdout and str(missing) in done.stdout
+
+
+def test_what_the_theanorc_writes_warn_of_is_shown(variables, tmp_path, home):
+    """A theanorc file Theano does not read there was reported `changed`, and the tool's
+    warning saying so was dropped: the fleet's Theano ran without cuDNN, unwarned."""
+    elsewhere = tmp_path / "elsewhere.rc"
+    variables.update(cudnn_setup_theanorc_files=[str(elsewhere)], cudnn_setup_verify=False)
+    done, changed, failed = play(tmp_path, home, variables)
+    assert failed == 0 and elsewhere.is_file(), done.stdout
+    assert f"Theano does not read {elsewhere} here" in done.stdout, done.stdout
+
+
+def test_check_mode_on_a_node_without_the_tool_says_so(variables, tmp_path, home):
+    """A fleet's first `--check`: check mode installs no tool, and the role then ran the missing
+    program and failed every node with a template error ("object of type 'dict' has no
+    attribute 'error'"). It says what check mode cannot see, and changes nothing."""
+    root = Path(variables["cudnn_setup_cuda_root"])
+    venv = tmp_path / "node-venv"
+    variables.update(cudnn_setup_install_tool=True, cudnn_setup_venv=str(venv),
+                     cudnn_setup_pip_spec=str(REPO))
+    before = tree_state(root)
+    done, changed, failed = play(tmp_path, home, variables, "--check")
+    assert failed == 0 and changed >= 1, done.stdout + done.stderr
+    assert f"cudnn-setup is not in {venv} yet" in done.stdout, done.stdout
+    assert tree_state(root) == before and not venv.exists()
+    assert not (home / ".theanorc").exists()
+
+
+def test_a_tool_that_answers_no_json_fails_with_what_happened(variables, tmp_path, home):
+    """No JSON at all (the tool not where cudnn_setup_venv says) was a template error of the
+    lock-held retry; it is the role's own failure, naming the program it ran."""
+    missing = tmp_path / "no-venv"
+    variables["cudnn_setup_venv"] = str(missing)
+    done, changed, failed = play(tmp_path, home, variables)
+    assert failed == 1, done.stdout
+    assert "Error while evaluating conditional" not in done.stdout, done.stdout
+    assert "[no-output, exit" in done.stdout and f"{missing}/bin/cudnn-setup" in done.stdout
+
+
 def test_bad_archive_fails_the_play_with_the_tools_message(variables, tmp_path, home, compiler):
     from fixtures.hostile import CASES, build_case
 
@@ -95,6 +158,46 @@ def test_bad_archive_fails_the_play_with_the_tools_message(variables, tmp_path, 
     assert failed == 1
     assert "[archive-rejected, exit 3]" in done.stdout and "climbs out with '..'" in done.stdout
     assert tree_state(root) == before
+
+
+@pytest.fixture
+def tool_venv(tmp_path) -> Path:
+    """The tool in a virtualenv of its own, as the role installs it on a node: its dependencies,
+    but neither numpy nor Theano, which live in the users' interpreter."""
+    import sysconfig
+
+    venv = tmp_path / "tool-venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True,
+                   capture_output=True)
+    site = Path(subprocess.run([venv / "bin" / "python", "-c", "import sysconfig; print("
+                                "sysconfig.get_paths()['purelib'])"], check=True,
+                               capture_output=True, text=True).stdout.strip())
+    for entry in Path(sysconfig.get_paths()["purelib"]).iterdir():
+        if not entry.name.lower().startswith(("numpy", "scipy", "theano")):
+            (site / entry.name).symlink_to(entry)
+    tool = venv / "bin" / "cudnn-setup"
+    tool.write_text(f"#!{venv / 'bin' / 'python'}\nimport sys\n"
+                    "from cudnn_setup.cli import console_main\nsys.exit(console_main())\n")
+    tool.chmod(0o755)
+    has_numpy = subprocess.run([venv / "bin" / "python", "-c", "import numpy"],
+                               capture_output=True)
+    assert has_numpy.returncode != 0
+    return venv
+
+
+def test_the_theanorc_written_lets_the_users_theano_import(variables, tool_venv, tmp_path,
+                                                            home):
+    """The tool's own venv has no numpy: asked nothing else, the config it wrote lacked the
+    [blas] ldflags that Theano 1.0.5 needs under numpy 1.22 or later, and the users' Theano
+    (cudnn_setup_theano_python) then failed `import theano` while every task was ok."""
+    variables.update(cudnn_setup_venv=str(tool_venv), cudnn_setup_theano_python=sys.executable,
+                     cudnn_setup_verify=False)
+    done, changed, failed = play(tmp_path, home, variables)
+    assert failed == 0 and changed >= 2, done.stdout + done.stderr
+    assert "ldflags" in (home / ".theanorc").read_text()
+    imported = subprocess.run([sys.executable, "-c", "import theano"], cwd=tmp_path,
+                              env=clean_env(home), capture_output=True, text=True, timeout=300)
+    assert imported.returncode == 0, imported.stderr[-2000:]
 
 
 # --- by version, from a mirror of NVIDIA's redist tree on the node's disk ----------------------
@@ -128,6 +231,18 @@ def test_version_from_a_mirror_installs_the_roots_build_then_changes_nothing(by_
     assert "files | pass" in done.stdout
     done, changed, failed = play(tmp_path, home, by_version)
     assert failed == 0 and changed == 0, done.stdout
+
+
+def test_the_shipped_playbook_installs_by_version_as_its_readme_says(by_version, tmp_path, home):
+    """The README's by-version command runs contrib/ansible/playbook.yml, which pinned the
+    sha256 of one 8.9.7 archive for every run: any version given there was refused as a
+    checksum mismatch with a --sha256 nobody typed."""
+    root = Path(by_version["cudnn_setup_cuda_root"])
+    # become: the play's escalation to root; this test runs as the user the nodes' tool would
+    done, changed, failed = play(tmp_path, home, by_version, "-e", "ansible_become=false",
+                                 playbook=REPO / "contrib" / "ansible" / "playbook.yml")
+    assert failed == 0 and changed >= 1, done.stdout
+    assert (root / "lib" / "libcudnn.so.9.1.7").is_file()
 
 
 def test_version_without_a_build_for_the_root_fails_with_the_tools_message(by_version, tmp_path,

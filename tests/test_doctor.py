@@ -1,7 +1,12 @@
 """doctor: the machine's cuDNN picture, and Theano's startup line explained."""
+import importlib.util
 import os
+import subprocess
+import sys
 
-from conftest import run_json
+import pytest
+
+from conftest import clean_env, run_json
 from cudnn_setup.startup_line import explain
 from cudnn_setup.theanorc_merge import effective_config as theano_config
 
@@ -124,3 +129,26 @@ def test_theano_1_0s_line_for_an_unusable_cudnn_is_explained(archives, cuda_root
         said = explain(f"Can not use cuDNN on context cuda0: {why}")
         parts = {p["part"]: p["meaning"] for p in said}
         assert says in parts[why], (why, parts)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("theano") is None,
+                    reason="the theano extra is not installed")
+def test_doctor_says_when_the_pythons_theano_cannot_import_under_the_config(archives, cuda_root,
+                                                                            home):
+    """doctor runs no Theano, and said nothing wrong (exit 0, no problem about Theano) where
+    `import theano` in --python stops on numpy's missing blas_opt_info, which verify's theano
+    check fails on. It says so, naming the command that writes what is missing."""
+    root = cuda_root(version="10.2")
+    rc = home / ".theanorc"
+    rc.write_text("[global]\noptimizer_including = cudnn\n")
+    imported = subprocess.run([sys.executable, "-c", "import theano"], capture_output=True,
+                              text=True, timeout=300, env=clean_env(home))
+    assert "blas_opt_info" in imported.stderr  # the user's own import fails
+    done, out = run_json(["doctor", "--cuda-root", root, "--python", sys.executable], home)
+    blocked = [p for p in out["problems"] if p["check"] == "theano-config"
+               and "`import theano` fails" in p["message"]]
+    assert len(blocked) == 1 and "blas_opt_info" in blocked[0]["message"], out["problems"]
+    assert blocked[0]["fix"] == f"run `cudnn-setup theanorc --python {sys.executable}`"
+    rc.write_text(rc.read_text() + "\n[blas]\nldflags =\n")  # what theanorc writes here
+    done, out = run_json(["doctor", "--cuda-root", root, "--python", sys.executable], home)
+    assert not [p for p in out["problems"] if "`import theano` fails" in p["message"]]

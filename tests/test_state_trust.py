@@ -350,14 +350,18 @@ class KillAt(Filesystem):
         super().replace(src, dst)
 
 
-def _killed_upgrade(archives, root_path: Path) -> None:
+def _killed_upgrade(archives, root_path: Path, first: bool = False) -> None:
+    """An upgrade of the root's v7 killed after its third rename; `first`: the v7 install
+    itself, into a root the tool had no install in."""
     root = find_cuda_root({}, root_path)
-    engine.install(engine.Request(archives[V7], root))
+    if not first:
+        engine.install(engine.Request(archives[V7], root))
     pid = os.fork()
-    if pid == 0:  # the upgrade, killed after its third rename
+    if pid == 0:
         try:
-            engine.install(engine.Request(archives[GENERATION_SAMPLES["8.0-8.3.0"]], root,
-                                          force=True), fs=KillAt(3))
+            engine.install(engine.Request(archives[V7] if first else
+                                          archives[GENERATION_SAMPLES["8.0-8.3.0"]], root,
+                                          force=not first), fs=KillAt(3))
         finally:
             os._exit(3)
     _, status = os.waitpid(pid, 0)
@@ -390,6 +394,72 @@ def test_verify_and_doctor_report_an_interrupted_transaction_with_the_command_th
                           "--no-verify"], home)
     assert done.returncode == 0 and out["install"]["recovered"], done.stderr
     assert not (root / ".cudnn-setup" / "journal.json").exists()
+
+
+def test_repair_completes_a_killed_first_install_as_verify_says_it_will(archives, cuda_root,
+                                                                        home):
+    """verify and doctor name `repair` as the command that completes a transaction a killed run
+    left. For a first install killed before its commit, repair rolled it back (the libraries
+    it had placed removed) and then answered exit 2 `no-cudnn`, `changed: false`, with the
+    rollback said on stderr only; uninstall said `changed: false` too."""
+    root = cuda_root()
+    _killed_upgrade(archives, root, first=True)
+    placed = sorted(p.name for p in (root / "lib64").glob("libcudnn*"))
+    assert placed, "the kill came before anything was placed"
+    before = tree_state(root)
+    done, out = run_json(["repair", "--cuda-root", root, "--dry-run"], home)
+    assert done.returncode == 0 and out["error"] is None, out
+    assert out["would_change"] is True and out["changed"] is False, out
+    assert "completed first" in " ".join(out["repair"]["notes"]), out
+    assert tree_state(root) == before
+    done, out = run_json(["repair", "--cuda-root", root], home)
+    assert done.returncode == 0 and out["error"] is None, out
+    assert out["changed"] is True and "rolled back" in out["repair"]["recovered"], out
+    assert not list((root / "lib64").glob("libcudnn*"))
+    other = cuda_root()
+    _killed_upgrade(archives, other, first=True)
+    before = tree_state(other)
+    done, out = run_json(["uninstall", "--cuda-root", other, "--dry-run"], home)
+    assert done.returncode == 0 and "completed first" in " ".join(out["uninstall"]["notes"]), out
+    assert "nothing to do" not in done.stderr and tree_state(other) == before
+    done, out = run_json(["uninstall", "--cuda-root", other], home)
+    assert done.returncode == 0 and out["changed"] is True, out
+    assert "rolled back" in out["uninstall"]["recovered"], out
+    assert not list((other / "lib64").glob("libcudnn*"))
+
+
+def test_a_shared_cache_root_filled_serves_a_user_who_cannot_write_it(shared, compiler):
+    """A fleet sets CUDNN_SETUP_CACHE_DIR once; root fills it (`download`, under umask 077).
+    A user's `install VERSION` into their own root then failed, exit 5 `permission-denied` on
+    the cache's lock file, though the archive was there, readable, with the published sha256.
+    The copy is used as it is, checked against that sha256; the mirror is not asked for it."""
+    from fixtures.mirror import build_mirror
+    from httpserver import DirectoryServer
+
+    mirror = build_mirror(shared / "mirror", cc=compiler)
+    cache = shared / "cache"
+    user_root = make_cuda_root(shared / "user-cuda", "12.4", "lib64", cc=compiler)
+    subprocess.run(["chown", "-R", "65534:65534", str(user_root)], check=True)
+    with DirectoryServer(mirror.root) as served:
+        done, out = _cli(["download", "9.1", "--mirror", served.url, "--cuda", "12",
+                          "--cache-dir", cache], _home(shared, "admin"), umask=0o077)
+        assert done.returncode == 0, out
+        fetched = len(served.log)
+        done, out = _cli(["install", "9.1", "--mirror", served.url, "--cache-dir", cache,
+                          "--cuda-root", user_root, "--no-theanorc", "--no-verify"],
+                         _home(shared, "user"), user=True)
+        assert done.returncode == 0 and out["changed"] is True, out
+        assert out["download"]["from_cache"] is True, out["download"]
+        assert not [p for p in served.paths()[fetched:] if p.endswith(".tar.xz")]
+    assert (user_root / "lib64" / "libcudnn.so.9.1.7").is_file()
+    # a copy whose bytes are not the published ones is never taken: the error stands
+    archive = next(cache.glob("*.tar.xz"))
+    archive.write_bytes(archive.read_bytes()[:-1] + b"x")
+    with DirectoryServer(mirror.root) as served:
+        done, out = _cli(["install", "9.1", "--mirror", served.url, "--cache-dir", cache,
+                          "--cuda-root", user_root, "--no-theanorc", "--no-verify", "--force"],
+                         _home(shared, "user2"), user=True)
+    assert done.returncode != 0 and out["error"]["code"] == "permission-denied", out
 
 
 def test_a_root_this_user_cannot_write_is_refused_before_anything_is_downloaded(

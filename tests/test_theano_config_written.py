@@ -310,6 +310,25 @@ def test_a_flag_forced_earlier_is_said_active_not_contradicted(tmp_path):
     assert "optimizer_including = cudnn" in text and "not set by cudnn-setup" not in text
 
 
+def test_theanorc_asks_the_numpy_of_the_python_it_is_given(archives, cuda_root, home,
+                                                          bare_python):
+    """`theanorc` judged [blas] by the numpy of the interpreter running the tool, and took no
+    --python: installed on its own (pipx, a fleet's venv) it could not write what the users'
+    Theano needs, and its warning sent them to rerun `install`."""
+    root = cuda_root(version="10.0")
+    done, out = run_json(["install", archives["cudnn-10.0-linux-x64-v7.4.2.24.tgz"],
+                          "--cuda-root", root, "--no-theanorc", "--no-verify"], home)
+    assert done.returncode == 0, out
+    done, out = run_json(["theanorc", "--cuda-root", root, "--python", bare_python], home)
+    step = {c["name"]: c for c in out["checks"]}.get("theanorc")
+    assert done.returncode == 0 and step and step["status"] == "warn", out
+    assert f"numpy.distutils cannot be imported by {bare_python}" in step["detail"], step
+    assert "`cudnn-setup theanorc --python THAT` writes it" in step["detail"], step
+    done, out = run_json(["theanorc", "--cuda-root", root, "--python", sys.executable], home)
+    assert done.returncode == 0, out
+    assert "ldflags = " in (home / ".theanorc").read_text()
+
+
 def test_a_python_without_numpy_leaves_the_blas_unjudged_and_says_so(archives, cuda_root, home,
                                                                     bare_python):
     """cudnn-setup installed on its own (pipx, a venv of its own): its default --python has no

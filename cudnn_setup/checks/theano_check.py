@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -140,20 +141,23 @@ def scratch_compiledir(env: Mapping[str, str]) -> Iterator[dict[str, str]]:
         yield run_env
 
 
-def import_failure(error: str, numpy: str | None, run: TheanoRun) -> str:
-    """Why `import theano` failed under the user's config, and the fix where it is known."""
+def import_failure(error: str, numpy: str | None, run: TheanoRun, python: str) -> str:
+    """Why `import theano` failed under the user's config, and the fix where it is known.
+    The fix names `python`: theanorc asks that interpreter's numpy, and the tool's own (pipx,
+    a venv of its own) may have none."""
     said = f"`import theano` fails with {run.config_words()}: {error}"
     if "blas_opt_info" not in error:
         return said
+    theanorc = f"cudnn-setup theanorc --python {escape(shlex.quote(python))}"
     if not run.files and "THEANORC" in run.env:
         return (f"{said}; numpy {numpy or '?'} has no blas_opt_info, which Theano 1.0.5 reads "
                 "unless [blas] ldflags is set, and $THEANORC, set empty, names no config to set "
-                "it in. Fix: unset THEANORC (or name a file in it), then `cudnn-setup theanorc`")
+                f"it in. Fix: unset THEANORC (or name a file in it), then `{theanorc}`")
     where = run.files[-1] if run.files else Path("~/.theanorc")
     return (f"{said}; numpy {numpy or '?'} has no blas_opt_info, which Theano 1.0.5 reads "
-            "unless [blas] ldflags is set, and no config it reads sets it. Fix: `cudnn-setup "
-            f"theanorc` writes it (the BLAS this machine links, or empty), or add '[blas]' "
-            f"with 'ldflags =' to {where}")
+            f"unless [blas] ldflags is set, and no config it reads sets it. Fix: `{theanorc}` "
+            "writes it (the BLAS this machine links, or empty), or add '[blas]' with "
+            f"'ldflags =' to {where}")
 
 
 def has_theano(python: str, env: Mapping[str, str], runner: Runner | None = None) -> bool:
@@ -256,7 +260,7 @@ def check_theano(inst: Installation, facts: CheckFacts) -> Check:
     data = dict(said.to_dict(), config_files=[str(f) for f in run.files],
                 theano_flags=run.env.get("THEANO_FLAGS"))
     if said.import_error is not None:
-        return Check("theano", FAIL, import_failure(said.import_error, said.numpy, run), data)
+        return Check("theano", FAIL, import_failure(said.import_error, said.numpy, run, python), data)
     try:
         got = TheanoGraphs.read(result.answer(WHAT))
     except BadAnswer as exc:

@@ -25,6 +25,7 @@ from cudnn_setup.checks.theano_check import stale_dnn_paths
 from cudnn_setup.steps.command_wrapper import command
 from cudnn_setup.steps.context import Context, include_needs_lib_dir
 from cudnn_setup.steps.recovery import root_installation
+from cudnn_setup.steps.theano_step import theano_import_blocked
 from cudnn_setup.facts import host, loader
 from cudnn_setup.facts.cuda import CudaRoot
 from cudnn_setup.facts.survey import all_cuda_roots, machine_cudnn
@@ -66,6 +67,8 @@ def doctor(result: Result, ctx: Context, message: str | None = None,
     driver = ctx.facts.driver()
     ctx.status(f"importing the deep-learning frameworks of {python}")
     frameworks = ctx.facts.frameworks(python)
+    if (blocked := theano_import_blocked(ctx, python)) is not None:
+        d.findings.append(blocked)
     checks = [frameworks.check]
     if inst is not None:
         checks = run_checks(inst, CheckFacts(ctx.facts, python, theano=False,

@@ -103,7 +103,8 @@ def install(result: Result, ctx: Context, source: str, *, cuda_root: Path | None
     if pkg is not None and pkg.compression == WHEEL and not dry_run:
         outcome.notes += wheel_runpath_notes(pkg, outcome.lib_dir or root.lib_dir(), root.path)
     result.cudnn_version = outcome.cudnn_version
-    result.changed = outcome.changed and not dry_run
+    # finishing or rolling back what a killed run left changed the root too
+    result.changed = (outcome.changed or outcome.recovered is not None) and not dry_run
     result.add("install", outcome.to_dict())
     result.add("would_change", outcome.changed if dry_run else None)
     _describe(result, outcome, root, dry_run)

@@ -83,6 +83,11 @@ def _describe(result: Result, outcome: engine.RepairOutcome, root: str, dry_run:
     if outcome.recovered:
         result.lines.append(outcome.recovered)
     version = outcome.manifest.cudnn_version if outcome.manifest else "?"
+    if outcome.manifest is None:  # only an interrupted transaction was (or would be) completed
+        result.lines += [f"note: {n}" for n in outcome.notes]
+        result.lines.append(f"cudnn-setup has no install in {root} besides that; nothing else "
+                            "to repair")
+        return
     if not outcome.damage:
         result.lines.append(f"cuDNN {version} in {root} is as cudnn-setup installed it; "
                             "nothing to repair")

@@ -17,7 +17,7 @@ from cudnn_setup.theanorc_merge import TheanorcRefused
 @command("theanorc")
 def theanorc(result: Result, ctx: Context, *, cuda_root: Path | None = None,
              theanorc: Path | None = None, dry_run: bool = False,
-             force_theano_cudnn: bool = False) -> None:
+             force_theano_cudnn: bool = False, python: str | None = None) -> None:
     root = find_cuda_root(ctx.env, cuda_root)
     result.cuda_root = str(root.path)
     view = look_at_state(result, root)  # a pending transaction is said, not finished here
@@ -33,7 +33,7 @@ def theanorc(result: Result, ctx: Context, *, cuda_root: Path | None = None,
                          f"--cuda-root {root.path}`), or pass --cuda-root naming the CUDA root "
                          "that has it", code="no-cudnn")
     check = theanorc_step(result, theanorc_path(ctx, theanorc), root.path, inst.lib_dir, dry_run,
-                          inst.version, ctx=ctx, cuda_version=root.version,
+                          inst.version, ctx=ctx, python=python, cuda_version=root.version,
                           force_theano_cudnn=force_theano_cudnn)
     if check.status == FAIL:  # the step's own refusal, its code and hint kept
         raise TheanorcRefused(check.data["message"], check.data["hint"], code=check.data["code"])

@@ -25,12 +25,15 @@ def uninstall(result: Result, ctx: Context, *, cuda_root: Path | None = None,
                                on_commit=lambda: setattr(result, "changed", True))
     version = (outcome.manifest or {}).get("cudnn_version")
     result.cudnn_version = version
-    result.changed = outcome.changed and not dry_run
+    # finishing or rolling back what a killed run left changed the root too
+    result.changed = (outcome.changed or outcome.recovered is not None) and not dry_run
     result.add("uninstall", outcome.to_dict())
     if outcome.recovered:
         result.lines.append(outcome.recovered)
     if outcome.manifest is None:
-        result.lines.append(f"cudnn-setup has installed nothing in {root.path}; nothing to do")
+        result.lines += [f"note: {n}" for n in outcome.notes]
+        result.lines.append(f"cudnn-setup has installed nothing in {root.path}"
+                            + (" besides that" if outcome.notes else "; nothing to do"))
         return
     head = "plan:" if dry_run else f"removed cuDNN {version or '(version not recorded)'} from {root.path}:"
     rc = theanorc_path(ctx, None)

@@ -170,8 +170,32 @@ class Downloader:
         dest = directory / name
         _must_be_a_file_or_nothing(dest)
         expected = expected or expected_for(name, None)
-        with self._locked(dest):
-            return self._fetch(url, name, dest, expected, use_sidecar, arriving)
+        try:
+            with self._locked(dest):
+                return self._fetch(url, name, dest, expected, use_sidecar, arriving)
+        except OSError as exc:
+            if exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
+                raise
+            copy = self._read_only_copy(dest, expected)
+            if copy is None:
+                raise
+            return copy
+
+    def _read_only_copy(self, dest: Path, expected: Expected | None) -> Fetched | None:
+        """A cache this user may read but not write (a fleet's CUDNN_SETUP_CACHE_DIR that root
+        filled, a read-only mount): a finished copy there with the expected checksum is the
+        archive, read without the lock (the tool replaces a cached file only by a rename)."""
+        if expected is None or self.output_dir is not None or not dest.is_file():
+            return None
+        self.on_status(f"checking the copy of {escape(dest.name)} in {show_path(dest.parent)}, "
+                       "a cache this user cannot write")
+        try:
+            if not self._matches(dest, expected):
+                return None
+            sha = file_digest(dest) if expected.algorithm != "sha256" else expected.digest
+            return Fetched(dest, sha, dest.stat().st_size, True, 0, expected, self.requests_made)
+        except OSError:
+            return None
 
     def _fetch(self, url: str, name: str, dest: Path, expected: Expected | None,
                use_sidecar: bool, arriving: Arriving | None = None) -> Fetched:

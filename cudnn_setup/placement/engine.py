@@ -302,6 +302,10 @@ def _tell(committed: list[bool], on_commit: Callable[[], None]) -> None:
     on_commit()
 
 
+PENDING_FIRST = ("an interrupted transaction will be completed first (rolled back, or finished "
+                 "where it was committed, as its journal says)")
+
+
 def recover_pending(root: CudaRoot, lock_timeout: float = 300.0,
                     fs: Filesystem | None = None, sweep: bool = True,
                     on_wait: Callable[[str], None] | None = None) -> str | None:
@@ -329,9 +333,12 @@ def uninstall(root: CudaRoot, *, force: bool = False, dry_run: bool = False,
     if dry_run:
         manifest = state.manifest()
         plan = uninstall_plan(root.path, manifest, state.originals_rel, force)
-        return Outcome(manifest is not None, plan,
+        # what the real run does first, which may be all it does
+        pending = [PENDING_FIRST] if state.exists() and state.pending() else []
+        return Outcome(manifest is not None or bool(pending), plan,
                        manifest=manifest.to_dict() if manifest else None,
-                       notes=changed.uninstall_note(root.path, False) if manifest else [])
+                       notes=pending + (changed.uninstall_note(root.path, False)
+                                        if manifest else []))
     if not state.exists():
         return Outcome(False, Plan(), notes=["cudnn-setup has installed nothing here"])
     committed: list[bool] = []

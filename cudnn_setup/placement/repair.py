@@ -27,7 +27,7 @@ from cudnn_setup.errors import ArchiveRejected, InstallFailed, UsageError
 from cudnn_setup.facts.cuda import CudaRoot
 from cudnn_setup.fetch.checksums import Expected
 from cudnn_setup.placement.commit import commit_manifest, unfinished
-from cudnn_setup.placement.engine import _rolled_back_errors
+from cudnn_setup.placement.engine import PENDING_FIRST, _rolled_back_errors
 from cudnn_setup.placement.judge import stage
 from cudnn_setup.placement.targets import desired_entries, root_dirs
 from cudnn_setup.state.changed import kept_rel
@@ -197,9 +197,10 @@ def repair(root: CudaRoot, obtain: Obtain, *, dry_run: bool = False,
     if dry_run:
         manifest = state.manifest() if state.exists() else None
         if manifest is None:
+            if state.pending():  # what the real run does: complete it, which may be all
+                return RepairOutcome(True, [], None, notes=[PENDING_FIRST])
             raise not_managed(root.path)
-        notes = (["an interrupted transaction will be completed first"]
-                 if state.pending() else [])
+        notes = [PENDING_FIRST] if state.pending() else []
         damage = survey(root.path, manifest)
         return RepairOutcome(bool(damage), damage, manifest, notes=notes)
     if not state.exists() or not os.path.lexists(state.manifest_path):
@@ -217,11 +218,13 @@ def repair(root: CudaRoot, obtain: Obtain, *, dry_run: bool = False,
         manifest = state.manifest()
         if manifest is None:
             state.tidy()
+            if recovered:  # an install killed before its commit, rolled back: that was all
+                return RepairOutcome(True, [], None, recovered)
             raise not_managed(root.path)
         damage = survey(root.path, manifest)
         if not damage:
             state.tidy()
-            return RepairOutcome(False, [], manifest, recovered)
+            return RepairOutcome(recovered is not None, [], manifest, recovered)
         txid = new_txid()
         tx = state.tx_dir(txid)
         with tidied_after(state, tx):

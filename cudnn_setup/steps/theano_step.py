@@ -5,18 +5,19 @@ from __future__ import annotations
 import configparser
 import os
 import platform
+import shlex
 from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Mapping
 
 from cudnn_setup.child import Unanswered
-from cudnn_setup.checks.theano_check import theano_range_note, theano_supports
+from cudnn_setup.checks.theano_check import has_theano, theano_range_note, theano_supports
 from cudnn_setup.facts.cudnn import split_version
 from cudnn_setup.facts.theano import rule_for
 from cudnn_setup.parallel import Later
 from cudnn_setup.report import FAIL, PASS, WARN, Check, Result
 from cudnn_setup.steps.context import Context
-from cudnn_setup.text import show_path
+from cudnn_setup.text import escape, show_path
 from cudnn_setup.theano_blas import BlasFlags, NumpyBlas, find_blas, numpy_blas
 from cudnn_setup.theanorc_merge import (KEPT_ACTIVE, TheanorcRefused, config_files, configure,
                                         default_path, flag_name, read_config, settings,
@@ -182,7 +183,7 @@ def blas_needed(ctx: Context, python: str, path: Path,
                       "why": f"not judged: numpy.distutils cannot be imported by {python}, so "
                              "no Theano 1.0.5 runs there; where Theano runs under another "
                              "interpreter with numpy 1.22 or later, it needs [blas] ldflags to "
-                             "import (`cudnn-setup install … --python THAT` writes it)"}
+                             "import (`cudnn-setup theanorc --python THAT` writes it)"}
     if info.has_blas_opt_info:
         return None, {"needed": False, "why": f"numpy {info.numpy} has blas_opt_info"}
     found = find_blas(ctx.env, ctx.runner)
@@ -199,6 +200,29 @@ def numpy_asked_early(ctx: Context, python: str, explicit: Path | None
     if ldflags_set_in(ctx, theanorc_path(ctx, explicit)) is not None:
         return None
     return Later(numpy_blas, python, ctx.env, ctx.runner)
+
+
+def theano_import_blocked(ctx: Context, python: str) -> dict | None:
+    """doctor's finding where `python`'s Theano 1.0.5 stops at import under the user's config
+    files and THEANO_FLAGS: its numpy has no blas_opt_info and nothing sets [blas] ldflags
+    (what the theano check sees by running Theano, told from two short questions)."""
+    if "blas.ldflags" in theano_flags(ctx.env.get("THEANO_FLAGS", "")):
+        return None
+    if any(_sets_ldflags(rc) for rc in config_files(ctx.env, ctx.home)):
+        return None
+    try:
+        if not has_theano(python, ctx.env, ctx.runner):
+            return None
+        info = numpy_blas(python, ctx.env, ctx.runner)
+    except Unanswered:
+        return None  # not known: nothing is claimed
+    if info is None or info.has_blas_opt_info:
+        return None
+    return {"severity": WARN, "check": "theano-config",
+            "message": f"`import theano` fails in {python}: its numpy {info.numpy} has no "
+                       "blas_opt_info, which Theano 1.0.5 reads unless [blas] ldflags is set, "
+                       "and no config it reads (nor THEANO_FLAGS) sets it",
+            "fix": f"run `cudnn-setup theanorc --python {escape(shlex.quote(python))}`"}
 
 
 def ldflags_set_in(ctx: Context, path: Path) -> Path | None:
