@@ -459,7 +459,12 @@ def test_a_shared_cache_root_filled_serves_a_user_who_cannot_write_it(shared, co
         done, out = _cli(["install", "9.1", "--mirror", served.url, "--cache-dir", cache,
                           "--cuda-root", user_root, "--no-theanorc", "--no-verify", "--force"],
                          _home(shared, "user2"), user=True)
-    assert done.returncode != 0 and out["error"]["code"] == "permission-denied", out
+        assert done.returncode == 6 and out["error"]["code"] == "permission-denied", out
+        assert "--cache-dir" in out["error"]["hint"], out
+        # the same cache refused by `download`: the same exit code and words
+        done, again = _cli(["download", "9.1", "--mirror", served.url, "--cuda", "12",
+                            "--cache-dir", cache], _home(shared, "user3"), user=True)
+    assert done.returncode == 6 and again["error"]["message"] == out["error"]["message"], again
 
 
 def test_a_root_this_user_cannot_write_is_refused_before_anything_is_downloaded(

@@ -177,8 +177,11 @@ class Downloader:
             if exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
                 raise
             copy = self._read_only_copy(dest, expected)
-            if copy is None:
-                raise
+            if copy is None:  # a download that cannot be written, whichever command asked
+                error = os_error(exc, f"cannot write to the download cache {show_path(directory)}",
+                                 kind=DownloadFailed)
+                error.hint += " (or pass --cache-dir DIR somewhere writable)"
+                raise error from None
             return copy
 
     def _read_only_copy(self, dest: Path, expected: Expected | None) -> Fetched | None:
