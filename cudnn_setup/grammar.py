@@ -118,7 +118,8 @@ _RC_DEFAULT = "(default: last entry of $THEANORC, else ~/.theanorc)"
 JSON = Opt("--json", help="one JSON object on stdout; human output on stderr")
 CUDA_ROOT = Opt("--cuda-root", metavar="DIR", path=True, env="CUDNN_SETUP_CUDA_ROOT", env_here=True,
                 help="CUDA root (default: $CUDNN_SETUP_CUDA_ROOT, else discovered: $CUDA_ROOT, "
-                     "$CUDA_PATH, $CUDA_HOME, nvcc on PATH, /usr/local/cuda, /opt/cuda)")
+                     "$CUDA_PATH, $CUDA_HOME, nvcc on PATH, /usr/local/cuda, the newest "
+                     "/usr/local/cuda-X.Y, /opt/cuda)")
 THEANORC = Opt("--theanorc", metavar="FILE", path=True,
                help=f"Theano config to write {_RC_DEFAULT}")
 FORCE_THEANO_CUDNN = Opt("--force-theano-cudnn",

@@ -204,3 +204,21 @@ def test_install_help_says_what_source_may_be():
     out = io.StringIO()
     assert main(["inspect", "-h"], env={"COLUMNS": "80"}, stdout=out, stderr=io.StringIO()) == 0
     assert ".whl" in out.getvalue()
+
+
+def test_cuda_root_help_names_every_place_the_root_is_looked_for(tmp_path):
+    """--cuda-root's help lists discovery in full: a machine with only /usr/local/cuda-12.4
+    (no /usr/local/cuda link) is found, and its user should be able to read why."""
+    from cudnn_setup.facts.cuda import discovery_steps
+    (tmp_path / "usr" / "local").mkdir(parents=True)
+    places = [step()[1].replace(str(tmp_path), "") for step in
+              discovery_steps({}, None, prefix=tmp_path)]
+    assert len(places) == 7 and "newest /usr/local/cuda-X.Y" in places
+    for command in ("install", "verify", "doctor", "list", "uninstall", "repair", "theanorc",
+                    "bench"):
+        out = io.StringIO()
+        assert main([command, "-h"], env={"COLUMNS": "80"}, stdout=out,
+                    stderr=io.StringIO()) == 0
+        text = " ".join(out.getvalue().split())
+        for place in places:
+            assert place in text, (command, place)

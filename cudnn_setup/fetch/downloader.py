@@ -132,6 +132,9 @@ class Downloader:
         name = file_name(url)
         for suffix, algorithm, pattern in ((".sha256", "sha256", _HEX64), (".md5", "md5", _HEX32)):
             side = url.split("?", 1)[0].split("#", 1)[0] + suffix
+            # a step of its own: a server that does not answer holds it for the command's wait
+            self.on_status(f"asking {server(url)} for {escape(name + suffix)}, a checksum "
+                           "published beside the archive")
             try:
                 with self.client.request("GET", side) as r:
                     if r.status_code != 200:
