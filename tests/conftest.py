@@ -85,6 +85,17 @@ if CPU_LOG:
         log_cpu("", "collect")
 
 
+@pytest.fixture
+def refused_port():
+    """A port on 127.0.0.1 that refuses connections for the whole test: bound, never listening.
+    A port found free and let go could be given to another test's server meanwhile."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        yield s.getsockname()[1]
+
+
 @pytest.fixture(scope="session")
 def compiler(tmp_path_factory):
     return Compiler(tmp_path_factory.mktemp("cc"))

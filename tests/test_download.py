@@ -108,19 +108,18 @@ def test_404_and_refused_exit_6(server, tmp_path):
     assert "port" in info.value.hint
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_refused_connection_is_retried_until_the_server_is_up(archives, tmp_path):
     """Like a dropped connection: retried with backoff, so a mirror restarting is waited for."""
-    port = _free_port()
+    # The port stays bound, not listening, until the server takes it: connections to it are
+    # refused, and no other test's server can be given it meanwhile.
+    held = socket.socket()
+    held.bind(("127.0.0.1", 0))
+    port = held.getsockname()[1]
     started = []
 
     def start_later():
         time.sleep(0.4)
+        held.close()
         server = ArchiveServer(port).__enter__()
         server.files[f"/mirror/{V7}"] = archives[V7].read_bytes()
         started.append(server)
@@ -133,6 +132,7 @@ def test_refused_connection_is_retried_until_the_server_is_up(archives, tmp_path
         assert got.path.read_bytes() == archives[V7].read_bytes()
     finally:
         thread.join()
+        held.close()
         for server in started:
             server.__exit__(None, None, None)
 
@@ -413,21 +413,16 @@ def test_a_part_another_user_planted_is_not_resumed(server, tmp_path, home):
     assert (shared / V7).read_bytes() == real and out["download"]["sha256"] == _sha(real)
 
 
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.parametrize("host, code", [(None, "connection-refused"),
                                         ("cudnn-setup-test.invalid", "unknown-host")])
 @pytest.mark.parametrize("argv", [["download", "7.4"], ["install", "7.4", "--dry-run"]])
 def test_a_mirror_that_cannot_be_reached_is_coded_as_the_downloader_codes_it(argv, host, code,
-                                                                             home, cuda_root):
+                                                                             home, cuda_root,
+                                                                             refused_port):
     """The release manifests and indexes are read before any archive is downloaded: a mirror
     that refuses the connection, or whose host does not resolve (.invalid never does), has
     the codes docs/json.md gives those failures, not plain download-failed."""
-    mirror = f"http://{host or f'127.0.0.1:{_closed_port()}'}/"
+    mirror = f"http://{host or f'127.0.0.1:{refused_port}'}/"
     done, out = run_json([*argv, "--mirror", mirror, "--cuda-root", cuda_root("12.4")], home)
     assert done.returncode == 6, out
     assert out["error"]["code"] == code, out["error"]

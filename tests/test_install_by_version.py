@@ -6,7 +6,6 @@ import hashlib
 import io
 import json
 import shutil
-import socket
 from pathlib import Path
 
 import pytest
@@ -221,10 +220,8 @@ def test_manifest_contradicting_the_table_is_refused(tmp_path, cuda_root, home):
     assert done.returncode == DOWNLOAD_FAILED and out["error"]["code"] == "manifest-damaged"
 
 
-def test_unreachable_mirror_is_a_download_failure(cuda_root, home, tmp_path):
-    with socket.socket() as sock:  # a port nobody listens on
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+def test_unreachable_mirror_is_a_download_failure(cuda_root, home, tmp_path, refused_port):
+    port = refused_port
     root = cuda_root(version="12.4", layout="lib")
     for args in (["install", "9.1", "--cuda-root", root, "--no-theanorc"],
                  ["list", "--cuda-root", root]):
@@ -348,14 +345,11 @@ def test_mirror_setting_precedence(tmp_path, home):
 
 
 @pytest.mark.parametrize("where", ["user", "env"])
-def test_a_mirror_the_command_line_does_not_name_is_said_with_where_it_was_set(where, home):
+def test_a_mirror_the_command_line_does_not_name_is_said_with_where_it_was_set(where, home,
+                                                                               refused_port):
     """Set by the user's config.ini (or $CUDNN_SETUP_MIRROR): the run says which mirror it uses
     and who set it, and a mirror that cannot be reached is blamed on that setting."""
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        dead = f"http://127.0.0.1:{s.getsockname()[1]}/cudnn/"
+    dead = f"http://127.0.0.1:{refused_port}/cudnn/"
     user = home / ".config" / "cudnn-setup" / "config.ini"
     env = None
     if where == "user":
