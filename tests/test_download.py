@@ -426,3 +426,23 @@ def test_a_mirror_that_cannot_be_reached_is_coded_as_the_downloader_codes_it(arg
     done, out = run_json([*argv, "--mirror", mirror, "--cuda-root", cuda_root("12.4")], home)
     assert done.returncode == 6, out
     assert out["error"]["code"] == code, out["error"]
+
+
+def test_what_to_try_when_nvidia_cannot_be_reached_is_an_option_of_each_command(refused_port):
+    """NVIDIA's tree unreachable: the hint names the other sources of a version by options that
+    every command reading the tree takes (`mirror` has no --mirror; following a hint that
+    names it was a usage error)."""
+    import re
+
+    from cudnn_setup.fetch.http import Budget, Client
+    from cudnn_setup.fetch.remote import Reader
+    from cudnn_setup.grammar import COMMANDS
+
+    reader = Reader(client=Client(timeout=(1, 1), budget=Budget(2)), mirror=False)
+    with pytest.raises(DownloadFailed) as info:
+        reader.labels(f"http://127.0.0.1:{refused_port}/compute/cudnn/redist/")
+    named = set(re.findall(r"--[a-z][a-z-]*", info.value.hint))
+    assert "--from" in named, info.value.hint
+    for command in ("install", "download", "list", "mirror"):
+        takes = {flag for opt in COMMANDS[command].options for flag in opt.flags}
+        assert named <= takes, (command, named - takes)

@@ -31,8 +31,9 @@ def _label_order(label: str) -> tuple[int, ...]:
     return tuple(int(p) for p in label.split("."))
 
 
-# What to try when NVIDIA's own tree cannot be read: the other two sources of a version.
-ELSEWHERE = "or install from a mirror (--mirror) or a PyPI index (--from pypi)"
+# What to try when NVIDIA's own tree cannot be read: the other two sources of a version, in
+# the option every command that reads the tree takes (`mirror` has no --mirror).
+ELSEWHERE = "or take it from a mirror (--from URL|DIR) or a PyPI index (--from pypi)"
 
 
 class Reader:
