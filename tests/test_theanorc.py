@@ -390,6 +390,20 @@ def test_uninstall_is_not_failed_by_a_config_it_cannot_read(archives, cuda_root,
         assert done.returncode == 0 and json.loads(done.stdout)["changed"] is True, done.stderr
 
 
+def test_uninstall_says_in_its_answer_that_the_config_still_points_at_the_root(archives,
+                                                                              cuda_root, home):
+    """The note that Theano's config still names the root is in the JSON answer's notes, not
+    only on stderr: a fleet (the Ansible role) reads the answer."""
+    root = cuda_root()
+    done, _ = run_json(["install", archives[V7], "--cuda-root", root, "--no-verify"], home)
+    assert done.returncode == 0 and str(root) in (home / ".theanorc").read_text()
+    done, out = run_json(["uninstall", "--cuda-root", root], home)
+    assert done.returncode == 0 and out["changed"] is True, out
+    notes = [n for n in out["uninstall"]["notes"] if "still points Theano at" in n]
+    assert notes and str(root) in notes[0] and "cudnn-setup created it" in notes[0], out
+    assert f"note: {notes[0]}" in done.stderr
+
+
 def test_theanorc_command_keeps_each_refusals_code_and_hint(archives, cuda_root, tmp_path, home):
     """docs/json.md names a code for each refusal; the command must not flatten them into one."""
     root = cuda_root()

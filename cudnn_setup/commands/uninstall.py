@@ -27,27 +27,29 @@ def uninstall(result: Result, ctx: Context, *, cuda_root: Path | None = None,
     result.cudnn_version = version
     # finishing or rolling back what a killed run left changed the root too
     result.changed = (outcome.changed or outcome.recovered is not None) and not dry_run
-    result.add("uninstall", outcome.to_dict())
     if outcome.recovered:
         result.lines.append(outcome.recovered)
     if outcome.manifest is None:
+        result.add("uninstall", outcome.to_dict())
         result.lines += [f"note: {n}" for n in outcome.notes]
         result.lines.append(f"cudnn-setup has installed nothing in {root.path}"
                             + (" besides that" if outcome.notes else "; nothing to do"))
         return
     head = "plan:" if dry_run else f"removed cuDNN {version or '(version not recorded)'} from {root.path}:"
+    # what is said after the root changed goes into the answer's notes too: a fleet reads those
     rc = theanorc_path(ctx, None)
     if not dry_run and mentions(rc, str(root.path)):
         backup = rc.with_name(rc.name + BACKUP_SUFFIX)
         before = (f"its version before cudnn-setup is {backup}" if backup.exists()
                   else "cudnn-setup created it")
-        result.lines.append(f"note: {rc} still points Theano at {root.path} with "
-                            f"optimizer_including=cudnn ({before})")
+        outcome.notes.append(f"{rc} still points Theano at {root.path} with "
+                             f"optimizer_including=cudnn ({before})")
     lib_dir = root.path / outcome.manifest.get("lib_dir", "lib64")
     if not dry_run and outcome.changed and loader.remove_conf(ctx.ld_conf_dir, lib_dir):
         ok, out = loader.run_ldconfig(binary=ctx.ldconfig)
-        result.lines.append(f"removed {ctx.ld_conf_dir / loader.CONF_NAME}; ldconfig "
-                            + ("ran" if ok else f"failed: {out}"))
+        outcome.notes.append(f"removed {ctx.ld_conf_dir / loader.CONF_NAME}; ldconfig "
+                             + ("ran" if ok else f"failed: {out}"))
+    result.add("uninstall", outcome.to_dict())
     result.lines.append(head)
     result.lines += [describe_action(a) for a in outcome.plan.actions()]
     result.lines += [f"note: {n}" for n in outcome.notes]
