@@ -110,6 +110,8 @@ def test_html_index_list_hides_prereleases_and_other_platforms(wheels, cuda_root
                for r in out["releases"])
     assert out["source"]["kind"] == "pypi" and out["mirror"] is None
     assert "1 pre-release or yanked wheel(s) not listed" in done.stderr
+    # in the answer too, where a program reads it
+    assert any("1 pre-release or yanked wheel(s) not listed" in n for n in out["notes"]), out
     # pip's Accept header: JSON first, HTML accepted
     assert server.requests[0]["accept"].startswith(JSON)
 

@@ -50,6 +50,7 @@ def inspect(result: Result, ctx: Context, archive: Path, cuda_root: Path | None 
     result.add("built_for_cuda", built.to_dict())
     result.add("checksum", expected.to_dict() if expected else None)
     result.add("verdict", "installable" if refusal is None else "refused")
+    result.add("notes", list(notes))
     result.cuda_root = str(root.path) if root is not None else None
     result.lines += describe_package(pkg, built, root and str(root.path),
                                      root.version if root else None, refusal)

@@ -165,6 +165,7 @@ def list_releases(result: Result, ctx: Context, *, cuda: str | None = None,
     result.add("cuda_version", cuda_version)
     result.add("mirror", source.where if source.kind == MIRROR else None)
     result.add("source", {"kind": source.kind, "where": source.where})
+    result.add("notes", list(notes))
     _describe(result, listed, choice, cuda_version, root, source.where, installed, notes)
 
 
