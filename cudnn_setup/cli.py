@@ -342,10 +342,11 @@ def main(argv: list[str] | None = None, *, env: Mapping[str, str] | None = None,
         # Ctrl-C while arguments were parsed or a command module loaded: nothing had started
         if session.rendered:
             return session.code
-        from cudnn_setup.errors import interruption
+        from cudnn_setup.errors import interruption, rolled_back_or_not
         from cudnn_setup.report import Result
 
-        return _render(session, Result(command, error=interruption(False, read_only=True)), as_json)
+        error = rolled_back_or_not(interruption(False, read_only=True), command, False)
+        return _render(session, Result(command, error=error), as_json)
     except Exception as exc:
         return _last_resort(session, command, exc, as_json)
 

@@ -80,6 +80,18 @@ class NothingRolledBack(SetupError):
         return cls(exc.message, exc.hint, problems=exc.problems, code=exc.code)
 
 
+# The commands that only look: they never write to a root, so they never roll anything back.
+LOOKS_ONLY = frozenset({"verify", "doctor", "list", "inspect"})
+
+
+def rolled_back_or_not(error: SetupError, command: str, changed: bool) -> SetupError:
+    """Exit 5 says "rolled back": the same error after a committed change (which stands), or
+    from a command that only looks (which changes nothing), exits 1 instead, its code kept."""
+    if error.exit_code == INSTALL_FAILED and (changed or command in LOOKS_ONLY):
+        return NothingRolledBack.of(error)
+    return error
+
+
 class LeftUnfinished(NothingRolledBack):
     """A transaction that failed and could be neither rolled back nor shown to be committed
     (the state dir could not be read back, or the rollback itself failed): nothing was rolled

@@ -42,5 +42,39 @@ def test_interrupted_after_the_commit_names_verify_with_the_users_root():
 def test_a_command_that_only_looks_never_exits_5(name):
     for error in (Interrupted(), InstallFailed("cannot read it", code="permission-denied"),
                   OSError(errno.EIO, "Input/output error", "/x")):
-        result = command(name, read_only=True)(_body(error, changed=False))()
+        result = command(name)(_body(error, changed=False))()
         assert result.exit_code == 1, (name, error, result.error.to_dict())
+
+
+def test_verify_stopped_by_sigterm_at_any_moment_never_exits_5(archives, cuda_root, home):
+    """A SIGTERM while verify's arguments are read or its modules load (before the command's
+    own wrapper runs) exited 5, "rolled back", from a command that only looks; and once the
+    checks ran, 1. Real signals at moments from the start to the end: every answer is 1
+    (or 0 where verify had finished), never 5."""
+    import json
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from conftest import clean_env, run_json
+    from fixtures.generate import GENERATION_SAMPLES
+
+    root = cuda_root()
+    v7 = archives[GENERATION_SAMPLES["v4-v7"]]
+    run_json(["install", v7, "--cuda-root", root, "--no-verify", "--no-theanorc"], home)
+    answers = []
+    for delay in [0.06 + 0.03 * i for i in range(12)]:
+        proc = subprocess.Popen([sys.executable, "-m", "cudnn_setup", "verify", "--cuda-root",
+                                 str(root), "--no-theano", "--no-frameworks", "--json"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                env=clean_env(home))
+        time.sleep(delay)
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=120)
+        if proc.returncode < 0:  # before the program's first line: Python's own start-up
+            continue
+        answer = json.loads(out)
+        answers.append((delay, proc.returncode, (answer.get("error") or {}).get("code")))
+    assert answers and all(rc in (0, 1) for _, rc, _ in answers), answers
+    assert any(code == "interrupted" for _, _, code in answers), answers

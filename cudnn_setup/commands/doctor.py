@@ -38,7 +38,7 @@ from cudnn_setup.theanorc_merge import effective_config
 from cudnn_setup.settings import user_cache_dir
 
 
-@command("doctor", read_only=True)
+@command("doctor")
 def doctor(result: Result, ctx: Context, message: str | None = None,
            cuda_root: Path | None = None, *, python: str | None = None,
            lib_dir: Path | None = None, include_dir: Path | None = None) -> None:

@@ -21,7 +21,7 @@ from cudnn_setup.state.view import look
 from cudnn_setup.text import escape
 
 
-@command("inspect", read_only=True)
+@command("inspect")
 def inspect(result: Result, ctx: Context, archive: Path, cuda_root: Path | None = None) -> None:
     root = find_cuda_root(ctx.env, cuda_root) if cuda_root is not None else None
     # the driver is asked only for an archive that passed everything else (no thread or child

@@ -115,7 +115,7 @@ def rows(releases: list, installed: dict | None, judge: FitJudge | None = None) 
     return out
 
 
-@command("list", read_only=True)
+@command("list")
 def list_releases(result: Result, ctx: Context, *, cuda: str | None = None,
                   cuda_root: Path | None = None, mirror: str | None = None,
                   headers: list[str] | None = None, from_: str | None = None,

@@ -21,7 +21,7 @@ from cudnn_setup.report import FAIL, Result
 from cudnn_setup.settings import user_cache_dir
 
 
-@command("verify", read_only=True)
+@command("verify")
 def verify(result: Result, ctx: Context, *, cuda_root: Path | None = None,
            theanorc: Path | None = None, python: str | None = None, no_theano: bool = False,
            deep: bool = False, lib_dir: Path | None = None, include_dir: Path | None = None,

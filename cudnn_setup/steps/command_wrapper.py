@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Callable
 
 from cudnn_setup.child import waited_for
-from cudnn_setup.errors import (COMMITTED_STANDS, INSTALL_FAILED, DownloadFailed, InstallFailed, InternalError,
-                                 Interrupted, LeftUnfinished, NothingRolledBack, SetupError,
-                                 interruption, no_thread, os_error)
+from cudnn_setup.errors import (COMMITTED_STANDS, DownloadFailed, InstallFailed, InternalError,
+                                 Interrupted, LeftUnfinished, LOOKS_ONLY, SetupError,
+                                 interruption, no_thread, os_error, rolled_back_or_not)
 from cudnn_setup.orphans import Subreaper
 from cudnn_setup.report import Result
 from cudnn_setup.state.view import command_line
@@ -21,17 +21,20 @@ from cudnn_setup.text import escape
 from cudnn_setup.urls import scrub
 
 
-def command(name: str, fails_as: type[SetupError] = InstallFailed, read_only: bool = False):
+def command(name: str, fails_as: type[SetupError] = InstallFailed):
     """Run the body with a fresh Result; errors of any kind end up in it, never raised.
 
     An OSError that no step turned into a SetupError becomes one here, by errno, with the exit
     code of `fails_as`; whatever else escapes is a bug (exit 70, traceback kept). What the
     body recorded before the error (a committed install, its checks) stays in the Result.
     Exit 5 says "rolled back": an error after a committed change (which stands), or of a
-    `read_only` command (which changes nothing), exits 1 instead, its code kept.
+    command that only looks (errors.LOOKS_ONLY: it changes nothing), exits 1 instead, its code
+    kept.
     The body runs with the process as a child subreaper (orphans.py): whatever the code its
     children ran left running, daemons out of their sessions included, is ended with it.
     """
+
+    read_only = name in LOOKS_ONLY
 
     def wrap(body: Callable[..., None]) -> Callable[..., Result]:
         @functools.wraps(body)
@@ -65,9 +68,8 @@ def command(name: str, fails_as: type[SetupError] = InstallFailed, read_only: bo
                 # then a refusal): it runs in a session of its own, so leaving would orphan it.
                 if _end(ctx, reaper) and result.error is None:
                     result.error = interrupted(result, read_only)
-                if result.error is not None and result.error.exit_code == INSTALL_FAILED and \
-                        (result.changed or read_only):
-                    result.error = NothingRolledBack.of(result.error)
+                if result.error is not None:
+                    result.error = rolled_back_or_not(result.error, name, result.changed)
             return result
 
         return run
