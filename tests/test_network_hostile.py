@@ -459,6 +459,23 @@ def test_gzip_encoding_never_gives_a_false_checksum_mismatch(server, tmp_path, m
         assert info.value.code == "content-encoded" and "gzip" in info.value.message
 
 
+@pytest.mark.parametrize("expected", [True, False])
+def test_a_transfer_coding_but_chunked_is_refused_not_kept(server, tmp_path, expected):
+    """`Transfer-Encoding: gzip, chunked`: http.client reads such a body as if it had no
+    framing, so the chunk sizes and the gzip stream were kept as the archive: with a checksum
+    a false `checksum-mismatch`, without one a file that is not the archive, placed."""
+    data = server.files[f"/mirror/{V7}"]
+    server.gzip = "transfer"
+    out = tmp_path / "out"
+    want = Expected("sha256", hashlib.sha256(data).hexdigest(), "test") if expected else None
+    with pytest.raises(DownloadFailed) as info:
+        Downloader(tmp_path / "cache", retries=0, output_dir=out).fetch(
+            f"{server.base}/mirror/{V7}", want, use_sidecar=False)
+    assert info.value.code == "content-encoded", info.value.message
+    assert "Transfer-Encoding gzip, chunked" in info.value.message
+    assert not out.exists() or not any(out.iterdir())
+
+
 # --- nothing opened that could block or read without a bound ---------------------------------------
 
 def _process(args, home, env=None, timeout=30):

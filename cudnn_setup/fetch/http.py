@@ -371,12 +371,22 @@ class Client:
 
 
 def refuse_encoded(r: requests.Response, url: str) -> None:
+    """A body whose bytes are not the file's: a Content-Encoding other than identity, or a
+    Transfer-Encoding other than chunked framing alone. The client undoes neither (http.client
+    reads a body framed `gzip, chunked` as if it had no framing): its bytes would be kept as
+    the archive, framing and all, and judged as a checksum mismatch or a damaged archive."""
     encoding = r.headers.get("Content-Encoding", "").strip().lower()
     if encoding not in ("", "identity"):
         raise DownloadFailed(f"{redact(url)} was sent {escape(encoding[:40])}-encoded, though "
                              "the identity encoding was asked for", "the server or a proxy "
                              "re-encodes files: serve the archive as it is (no Content-Encoding)",
                              code="content-encoded")
+    transfer = r.headers.get("Transfer-Encoding", "").strip().lower()
+    if [c.strip() for c in transfer.split(",") if c.strip()] not in ([], ["chunked"]):
+        raise DownloadFailed(f"{redact(url)} was sent with Transfer-Encoding "
+                             f"{escape(transfer[:40])}, which this client does not undo",
+                             "the server or a proxy re-encodes files: serve the archive as it "
+                             "is (no transfer coding but chunked)", code="content-encoded")
 
 
 def status_error(url: str, status: int, what: str = "") -> DownloadFailed:
