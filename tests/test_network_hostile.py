@@ -476,6 +476,33 @@ def test_a_transfer_coding_but_chunked_is_refused_not_kept(server, tmp_path, exp
     assert not out.exists() or not any(out.iterdir())
 
 
+SNOWMAN = "p\u2603ss"  # beyond Latin-1, which HTTP/1.1 header values and Basic credentials are
+
+
+@pytest.mark.parametrize("where", ["header", "user-info", "user-info-quoted", "netrc"])
+def test_a_credential_http_cannot_carry_is_refused_before_a_request(where, server, home,
+                                                                    tmp_path):
+    """http.client sends header values as Latin-1 and requests encodes Basic credentials so:
+    a --header value, a URL's password or a ~/.netrc password beyond it raised
+    UnicodeEncodeError inside the request (download, install, list: exit 70)."""
+    url = f"{server.base}/mirror/{V7}"
+    args = ["download", url, "--cache-dir", tmp_path / "cache"]
+    if where == "header":
+        args += ["--header", f"X-Api-Key: {SNOWMAN}"]
+    elif where.startswith("user-info"):
+        secret = SNOWMAN if where == "user-info" else "p%E2%98%83ss"
+        args[1] = url.replace("http://", f"http://fleet:{secret}@")
+    else:
+        (home / ".netrc").write_text(f"machine 127.0.0.1 login fleet password {SNOWMAN}\n")
+        (home / ".netrc").chmod(0o600)
+    done, out = run_json(args, home)
+    code, exit_code = ("usage", 2) if where == "header" else ("bad-url", 6)
+    assert done.returncode == exit_code and out["error"]["code"] == code, done.stderr
+    assert "HTTP cannot carry" in out["error"]["message"]
+    assert SNOWMAN not in done.stdout + done.stderr and "%E2%98%83" not in done.stdout
+    assert server.requests == [] and not (tmp_path / "cache" / V7).exists()
+
+
 # --- nothing opened that could block or read without a bound ---------------------------------------
 
 def _process(args, home, env=None, timeout=30):

@@ -44,7 +44,7 @@ from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
 from cudnn_setup.errors import DownloadFailed
 from cudnn_setup.text import escape
-from cudnn_setup.urls import BadUrl, check, redact, scrub
+from cudnn_setup.urls import BadUrl, check, redact, scrub, server
 
 MAX_REDIRECTS = 10
 # Headers that carry credentials: never sent on past a redirect to another host, whatever the
@@ -221,6 +221,28 @@ class _Session(requests.Session):
         return None
 
 
+def carried(url: str, headers: Mapping[str, str], auth: tuple[str, str] | None) -> None:
+    """DownloadFailed, before anything is sent, when a header value or a credential holds a
+    character HTTP cannot carry: http.client sends header values as Latin-1, and requests
+    encodes Basic credentials (the URL's user-info, ~/.netrc's) so; either raised
+    UnicodeEncodeError from deep inside the request, an exit 70. Only what is sent is named,
+    never its value."""
+    from urllib.parse import unquote
+
+    parts = urlsplit(url)
+    pieces = [(f"the {escape(name[:40])} header", value) for name, value in headers.items()]
+    pieces += [("the user name or password in the URL", unquote(part))
+               for part in (parts.username, parts.password) if part]
+    pieces += [("the login or password ~/.netrc ($NETRC) gives", part) for part in auth or ()]
+    for what, value in pieces:
+        try:
+            value.encode("latin-1")
+        except UnicodeEncodeError:
+            raise DownloadFailed(f"{what} for {server(url)} holds a character HTTP cannot "
+                                 "carry (only Latin-1 text); nothing was sent",
+                                 "use only ASCII characters there", code="bad-url") from None
+
+
 class Client:
     """One command's HTTP: the user's headers, the environment's network settings, one budget."""
 
@@ -264,6 +286,7 @@ class Client:
             auth = None
             if not any(k.lower() == "authorization" for k in sent):
                 auth = self.network.credentials(url)
+            carried(url, sent, auth)
             timeouts = self._timeouts(url)
             self.requests_made += 1
             started = time.monotonic()
