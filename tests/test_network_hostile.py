@@ -479,11 +479,11 @@ def test_a_transfer_coding_but_chunked_is_refused_not_kept(server, tmp_path, exp
 SNOWMAN = "p\u2603ss"  # beyond Latin-1, which HTTP/1.1 header values and Basic credentials are
 
 
-@pytest.mark.parametrize("where", ["header", "user-info", "user-info-quoted", "netrc"])
+@pytest.mark.parametrize("where", ["header", "user-info", "user-info-quoted", "netrc", "proxy"])
 def test_a_credential_http_cannot_carry_is_refused_before_a_request(where, server, home,
                                                                     tmp_path):
     """http.client sends header values as Latin-1 and requests encodes Basic credentials so:
-    a --header value, a URL's password or a ~/.netrc password beyond it raised
+    a --header value, a URL's, a ~/.netrc or a proxy's password beyond it raised
     UnicodeEncodeError inside the request (download, install, list: exit 70)."""
     url = f"{server.base}/mirror/{V7}"
     args = ["download", url, "--cache-dir", tmp_path / "cache"]
@@ -492,10 +492,12 @@ def test_a_credential_http_cannot_carry_is_refused_before_a_request(where, serve
     elif where.startswith("user-info"):
         secret = SNOWMAN if where == "user-info" else "p%E2%98%83ss"
         args[1] = url.replace("http://", f"http://fleet:{secret}@")
-    else:
+    elif where == "netrc":
         (home / ".netrc").write_text(f"machine 127.0.0.1 login fleet password {SNOWMAN}\n")
         (home / ".netrc").chmod(0o600)
-    done, out = run_json(args, home)
+    env = {"http_proxy": f"http://fleet:{SNOWMAN}@127.0.0.1:{server.port}/"} \
+        if where == "proxy" else None
+    done, out = run_json(args, home, env)
     code, exit_code = ("usage", 2) if where == "header" else ("bad-url", 6)
     assert done.returncode == exit_code and out["error"]["code"] == code, done.stderr
     assert "HTTP cannot carry" in out["error"]["message"]

@@ -221,19 +221,27 @@ class _Session(requests.Session):
         return None
 
 
-def carried(url: str, headers: Mapping[str, str], auth: tuple[str, str] | None) -> None:
+def carried(url: str, headers: Mapping[str, str], auth: tuple[str, str] | None,
+            proxies: Mapping[str, str]) -> None:
     """DownloadFailed, before anything is sent, when a header value or a credential holds a
     character HTTP cannot carry: http.client sends header values as Latin-1, and requests
-    encodes Basic credentials (the URL's user-info, ~/.netrc's) so; either raised
+    encodes Basic credentials (the URL's user-info, ~/.netrc's, the proxy's) so; either raised
     UnicodeEncodeError from deep inside the request, an exit 70. Only what is sent is named,
     never its value."""
     from urllib.parse import unquote
 
-    parts = urlsplit(url)
+    def user_info(address: str, what: str) -> list[tuple[str, str]]:
+        try:
+            parts = urlsplit(address)
+            return [(what, unquote(p)) for p in (parts.username, parts.password) if p]
+        except ValueError:  # a proxy that does not parse: requests says so, as bad-url
+            return []
+
     pieces = [(f"the {escape(name[:40])} header", value) for name, value in headers.items()]
-    pieces += [("the user name or password in the URL", unquote(part))
-               for part in (parts.username, parts.password) if part]
+    pieces += user_info(url, "the user name or password in the URL")
     pieces += [("the login or password ~/.netrc ($NETRC) gives", part) for part in auth or ()]
+    for proxy in proxies.values():
+        pieces += user_info(proxy, "the user name or password of the proxy ($http_proxy…)")
     for what, value in pieces:
         try:
             value.encode("latin-1")
@@ -286,7 +294,8 @@ class Client:
             auth = None
             if not any(k.lower() == "authorization" for k in sent):
                 auth = self.network.credentials(url)
-            carried(url, sent, auth)
+            proxies = self.network.proxies(url)
+            carried(url, sent, auth, proxies)
             timeouts = self._timeouts(url)
             self.requests_made += 1
             started = time.monotonic()
@@ -296,7 +305,7 @@ class Client:
                     r = self.session.request(method, url, headers=sent, auth=auth,
                                              stream=stream, timeout=timeouts,
                                              allow_redirects=False,
-                                             proxies=self.network.proxies(url),
+                                             proxies=proxies,
                                              verify=self.network.verify())
             except (requests.exceptions.Timeout, urllib3.exceptions.TimeoutError) as exc:
                 self.budget.spend(time.monotonic() - started)
