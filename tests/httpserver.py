@@ -120,6 +120,10 @@ class ArchiveServer(_Background):
                     return self._plain(404, b"no such file")
                 start, status = 0, 200
                 m = re.match(r"bytes=(\d+)-$", self.headers.get("Range", ""))
+                if_range = self.headers.get("If-Range")
+                if if_range is not None and not (server.validators and if_range in (
+                        f'"{hashlib.sha256(data).hexdigest()[:16]}"', server.last_modified)):
+                    m = None  # the file changed since that validator: all of it (RFC 9110)
                 if m and not server.ignore_range and body:
                     start = int(m.group(1))
                     if start >= len(data):

@@ -50,12 +50,46 @@ def test_dropped_connection_is_resumed_with_range(server, tmp_path):
     assert ranges == [None, "bytes=1000-"]
 
 
+def _interrupted(server, cache, after: int = 1500) -> None:
+    """A run whose connection drops after `after` bytes and that gives up: its part stays."""
+    server.drop_after, server.drops_left = after, 1
+    with pytest.raises(DownloadFailed):
+        Downloader(cache, retries=0).fetch(f"{server.base}/mirror/{V7}", use_sidecar=False)
+    assert (cache / f"{V7}.part").stat().st_size == after
+
+
 def test_interrupted_run_resumes_next_time(server, tmp_path):
     data = server.files[f"/mirror/{V7}"]
-    (tmp_path / f"{V7}.part").write_bytes(data[:1500])
+    _interrupted(server, tmp_path)
     got = Downloader(tmp_path).fetch(f"{server.base}/mirror/{V7}", use_sidecar=False)
     assert got.resumed_from == 1500 and got.path.read_bytes() == data
     assert server.requests[-1]["headers"]["Range"] == "bytes=1500-"
+    etag = f'"{hashlib.sha256(data).hexdigest()[:16]}"'  # the server's, as the part began
+    assert server.requests[-1]["headers"]["If-Range"] == etag
+
+
+@pytest.mark.parametrize("checksum", [False, True])
+def test_a_part_of_a_file_changed_since_is_not_spliced(server, tmp_path, checksum):
+    """A part left by an interrupted run, then the server's file replaced (a mirror updated
+    under the same name): the Range request was unconditional, the new file's rest was
+    appended to the old file's start, and without a checksum that mix was saved as the
+    archive. The resume is conditional (If-Range) on what the server said when the part
+    began; a part nothing vouches for is not resumed without a checksum."""
+    _interrupted(server, tmp_path)
+    new = server.files[f"/mirror/{V7}"][::-1]
+    server.files[f"/mirror/{V7}"] = new
+    expected = Expected("sha256", hashlib.sha256(new).hexdigest(), "test") if checksum else None
+    got = Downloader(tmp_path, retries=0).fetch(f"{server.base}/mirror/{V7}", expected,
+                                                use_sidecar=False)
+    assert got.path.read_bytes() == new and got.resumed_from == 0
+    assert not list(tmp_path.glob("*.part*"))
+    # the same part with its record gone (an older release's, or removed): never resumed blind
+    (tmp_path / V7).unlink()
+    _interrupted(server, tmp_path)
+    (tmp_path / f"{V7}.part.cudnn-setup.json").unlink()
+    server.files[f"/mirror/{V7}"] = new[::-1]
+    got = Downloader(tmp_path, retries=0).fetch(f"{server.base}/mirror/{V7}", use_sidecar=False)
+    assert got.path.read_bytes() == new[::-1] and got.resumed_from == 0
 
 
 def test_server_ignoring_range_starts_over(server, tmp_path):
@@ -152,8 +186,7 @@ def test_resumed_only_after_a_matching_206(server, home, tmp_path):
         assert done.returncode == 0, done.stderr
         assert out["download"]["resumed_from"] == 0 and "resumed at byte" not in done.stderr
         assert (cache / V7).read_bytes() == data
-    (tmp_path / "c" / f"{V7}.part").parent.mkdir()
-    (tmp_path / "c" / f"{V7}.part").write_bytes(data[:1500])
+    server.drop_after, server.drops_left = 1500, 1  # resumed by the run's next attempt
     done, out = run_json(["download", url, "--cache-dir", tmp_path / "c"], home)
     assert out["download"]["resumed_from"] == 1500 and "resumed at byte 1500" in done.stderr
 

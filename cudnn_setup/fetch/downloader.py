@@ -1,7 +1,10 @@
 """Fetch an archive over HTTP(S) into a cache: streaming, resumable, checksummed, bounded.
 
 A download goes to `<dir>/<name>.part` and becomes `<dir>/<name>` only once it is complete and
-its checksum (when one is known) matches; an interrupted one is resumed with a Range request.
+its checksum (when one is known) matches; an interrupted one is resumed with a Range request
+made conditional (If-Range) on the validator the server gave when the part began, so a file
+that changed on the server since is fetched whole rather than spliced onto the old part's
+bytes; a part no validator vouches for is resumed only where a checksum will judge the result.
 `<dir>` is the cache, or the user's `-o DIR`: there a file of the archive's name is never
 replaced, only reused when it is that archive. What the server said about a file (size, ETag,
 Last-Modified) is kept in the cache, never beside a user's file, so a file without a known
@@ -49,6 +52,10 @@ MAX_ARCHIVE = 16 << 30  # no cuDNN archive is near this (9.x: under 1 GiB)
 PROGRESS_REFUNDS = 1 << 20  # bytes of progress after which an attempt's stall is not held
 LOCK_WAIT = 3600.0  # seconds to wait for another run's download of the same archive
 META_SUFFIX = ".cudnn-setup.json"  # what the server said about a cached file
+PART_META_SUFFIX = ".part" + META_SUFFIX  # …and about the file a part is the start of
+# A validator as If-Range may carry it: a strong ETag or an HTTP date, one printable line.
+_STRONG_ETAG = re.compile(r'"[\x21\x23-\x7e]{0,190}"')
+_HTTP_DATE = re.compile(r"[A-Za-z]{3}, \d{2} [A-Za-z]{3} \d{4} \d{2}:\d{2}:\d{2} GMT")
 _CONTENT_RANGE = re.compile(r"bytes (\d{1,15})-(\d{1,15})/(\d{1,15}|\*)\Z")
 _TOTAL_ONLY = re.compile(r"bytes \*/(\d{1,15})\Z")
 _HEX64 = re.compile(r"\b([0-9a-fA-F]{64})\b")
@@ -171,7 +178,11 @@ class Downloader:
         _must_be_a_file_or_nothing(dest)
         expected = expected or expected_for(name, None)
         with self._locked(dest):
-            return self._fetch(url, name, dest, expected, use_sidecar, arriving)
+            try:
+                return self._fetch(url, name, dest, expected, use_sidecar, arriving)
+            finally:
+                if not os.path.lexists(dest.with_name(name + ".part")):
+                    self._forget_part(dest)  # what was said of a part that is gone
 
     def _fetch(self, url: str, name: str, dest: Path, expected: Expected | None,
                use_sidecar: bool, arriving: Arriving | None = None) -> Fetched:
@@ -237,6 +248,7 @@ class Downloader:
             part.unlink()
             raise mismatch(escape(name), expected, got)
         self._place(part, dest)
+        self._forget_part(dest)
         self._remember(url, dest, size, sha, validators)
         return Fetched(dest, sha, size, False, resumed_from or 0, expected, self.requests_made)
 
@@ -277,6 +289,50 @@ class Downloader:
         # a user's directory holds only what they asked for: the record lives in the cache
         key = hashlib.sha256(os.fsencode(os.path.abspath(dest))).hexdigest()[:32]
         return self.cache_dir / "saved" / f"{key}{META_SUFFIX}"
+
+    def _part_meta_path(self, dest: Path) -> Path:
+        meta = self._meta_path(dest)
+        return meta.with_name(meta.name[:-len(META_SUFFIX)] + PART_META_SUFFIX)
+
+    def _remember_part(self, url: str, dest: Path, validators: dict[str, str]) -> None:
+        """What the server said of the file a new part is the start of: a later run resumes
+        the part only if the server still says so (If-Range)."""
+        path = self._part_meta_path(dest)
+        try:
+            path.unlink(missing_ok=True)  # an older part's: never this one's
+            if validators:
+                make_dirs(path.parent)
+                write_atomic(path, json.dumps({"url_sha256": hashlib.sha256(
+                    url.encode()).hexdigest(), **validators}).encode())
+        except OSError:
+            pass  # without it the part is not resumed without a checksum: slower, never wrong
+
+    def _forget_part(self, dest: Path) -> None:
+        try:
+            self._part_meta_path(dest).unlink(missing_ok=True)
+        except OSError:
+            pass
+
+    def _resume_validator(self, url: str, dest: Path) -> str | None:
+        """The If-Range value for resuming dest's part: the strong ETag, else the
+        Last-Modified date, the server gave when the part began; None when none was recorded
+        (by this user or root, for this URL) or it is not one a request can carry."""
+        path = self._part_meta_path(dest)
+        if not _nobody_else_wrote(path):
+            return None
+        try:
+            meta = json.loads(read_regular(path, 65536))
+        except (OSError, ValueError, RecursionError):
+            return None
+        if not isinstance(meta, dict) or \
+                meta.get("url_sha256") != hashlib.sha256(url.encode()).hexdigest():
+            return None
+        etag, date = meta.get("etag"), meta.get("last_modified")
+        if isinstance(etag, str) and _STRONG_ETAG.fullmatch(etag):
+            return etag
+        if isinstance(date, str) and _HTTP_DATE.fullmatch(date):
+            return date
+        return None
 
     def _remember(self, url: str, dest: Path, size: int, sha: str,
                   validators: dict[str, str]) -> None:
@@ -346,7 +402,16 @@ class Downloader:
         if limit is not None and have > limit:
             part.unlink()  # longer than the archive can be: nothing in it is worth keeping
             have = 0
+        dest = part.with_name(name)
+        if_range = self._resume_validator(url, dest) if have else None
+        if have and if_range is None and expected is None:
+            # nothing would tell the part's bytes from those of a file the server has changed
+            # since, and no checksum judges the result: started over, never spliced
+            part.unlink()
+            have = 0
         headers = {"Range": f"bytes={have}-"} if have else {}
+        if if_range is not None:
+            headers["If-Range"] = if_range
         try:
             r = self.client.request("GET", url, headers)
         except Stalled as exc:
@@ -394,10 +459,11 @@ class Downloader:
                     raise _Retry("the server resumed at another offset than asked; starting "
                                  "over")
                 mode = "ab"
-            else:  # 200: the server ignored Range, or there was nothing to resume
+            else:  # 200: the server ignored Range, the file changed, or nothing to resume
                 mode, start = "wb", 0
                 length = r.headers.get("Content-Length", "").strip()
                 total = int(length) if length.isdigit() and len(length) < 16 else None
+                self._remember_part(url, dest, validators)
             if expected is not None and expected.size and total is not None \
                     and total != expected.size:
                 # the manifest and the server disagree: refused before a byte is read
