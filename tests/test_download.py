@@ -314,6 +314,20 @@ def test_cached_url_without_checksum_is_reused_while_the_server_says_so(server, 
     assert out["download"]["from_cache"] is False
 
 
+def test_a_changed_etag_is_not_outvoted_by_an_unchanged_date(server, tmp_path, home):
+    """The server replaced the file with one of the same size: its ETag changed, its
+    Last-Modified did not (a copy that kept its mtime, or one within the same second). Either
+    validator matching was enough: the old copy was reused. Every validator both sides name
+    must match."""
+    url = f"{server.base}/mirror/{V7}"
+    args = ["download", url, "--cache-dir", tmp_path]
+    run_json(args, home)
+    server.files[f"/mirror/{V7}"] = server.files[f"/mirror/{V7}"][::-1]  # same size
+    done, out = run_json(args, home)
+    assert out["download"]["from_cache"] is False, done.stderr
+    assert (tmp_path / V7).read_bytes() == server.files[f"/mirror/{V7}"]
+
+
 def test_cached_copy_changed_on_disk_is_fetched_again(server, tmp_path, home):
     url = f"{server.base}/mirror/{V7}"
     run_json(["download", url, "--cache-dir", tmp_path], home)

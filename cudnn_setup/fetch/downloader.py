@@ -348,8 +348,9 @@ class Downloader:
     def _still_current(self, url: str, dest: Path) -> tuple[str, str] | None:
         """(sha256, how) when the file at dest is still what the server serves at `url`.
 
-        The server must name the same size and the same ETag or Last-Modified as when the file
-        was fetched (a HEAD request), and the file must still hash as it did then.
+        The server must name the same size, and the same value for each of ETag and
+        Last-Modified that it and the record both name, as when the file was fetched (a HEAD
+        request), and the file must still hash as it did then.
         """
         if not (_nobody_else_wrote(dest) and _nobody_else_wrote(self._meta_path(dest))):
             return None  # a shared cache: another user could have planted both with one size
@@ -370,10 +371,12 @@ class Downloader:
             return None
         if not length.isdigit() or int(length) != meta["size"]:
             return None
-        how = next((f"{k} unchanged" for k in ("etag", "last_modified")
-                    if now[k] and now[k] == meta.get(k)), None)
-        if how is None:
+        # every validator both sides name must match: a changed ETag is not outvoted by a
+        # Last-Modified that a copy kept, or that a change within the same second left alone
+        named = [k for k in ("etag", "last_modified") if now[k] and meta.get(k)]
+        if not named or any(now[k] != meta[k] for k in named):
             return None
+        how = f"{named[0]} unchanged"
         sha = file_digest(dest)
         return (sha, how) if sha == meta.get("sha256") else None
 
