@@ -44,6 +44,7 @@ from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
 from cudnn_setup.errors import DownloadFailed
 from cudnn_setup.text import escape
+from cudnn_setup.untrusted import NotRegular, regular_size
 from cudnn_setup.urls import BadUrl, check, redact, scrub, server
 
 MAX_REDIRECTS = 10
@@ -95,6 +96,9 @@ def leaves_origin(old: str, new: str) -> bool:
     return a.scheme != b.scheme or a_port != b_port
 
 
+MAX_NETRC_BYTES = 1 << 20  # real ones are a few lines
+
+
 class Network:
     """What the caller's environment says about reaching a URL: proxies, CA bundle, netrc."""
 
@@ -132,12 +136,15 @@ class Network:
 
     def credentials(self, url: str) -> tuple[str, str] | None:
         """(login, password) for the URL's host from $NETRC or ~/.netrc, as curl and requests
-        find them; a file that cannot be parsed is ignored, as requests ignores it."""
+        find them; a file that cannot be parsed is ignored, as requests ignores it, and so is
+        one past MAX_NETRC_BYTES: the netrc module reads a file whole and lexes it a character
+        at a time (a 20 MB one took 15 s and 220 MB here, growing with its size)."""
         if self._netrc is False:
             path = self.env.get("NETRC") or (str(self.home / ".netrc") if self.home else None)
             try:
-                self._netrc = netrc.netrc(path) if path and os.path.isfile(path) else None
-            except (netrc.NetrcParseError, OSError, UnicodeError):
+                fits = bool(path) and regular_size(path) <= MAX_NETRC_BYTES
+                self._netrc = netrc.netrc(path) if fits else None
+            except (netrc.NetrcParseError, OSError, UnicodeError, NotRegular):
                 self._netrc = None
         if not self._netrc:
             return None
