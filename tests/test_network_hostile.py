@@ -529,6 +529,29 @@ def _process(args, home, env=None, timeout=30):
                           env=env, capture_output=True, text=True, timeout=timeout)
 
 
+@pytest.mark.parametrize("bundle", ["fifo", "missing", "device"])
+def test_a_ca_bundle_that_is_no_file_is_refused_without_blocking(bundle, server, home,
+                                                                  tmp_path):
+    """$REQUESTS_CA_BUNDLE naming a FIFO: OpenSSL opened it and waited for a writer, so every
+    https request blocked for ever (killed at the test's 30 s); a missing one was said as
+    "download failed: OSError". Each is now tls-error, named, before anything is sent."""
+    path = {"fifo": tmp_path / "ca.pem", "missing": tmp_path / "none.pem",
+            "device": Path("/dev/zero")}[bundle]
+    if bundle == "fifo":
+        os.mkfifo(path)
+    url = f"https://127.0.0.1:{server.port}/mirror/{V7}"
+    done = _process(["download", url, "--cache-dir", tmp_path / "c"], home,
+                    {"REQUESTS_CA_BUNDLE": str(path)})
+    error = json.loads(done.stdout.splitlines()[-1])["error"]
+    assert done.returncode == 6 and error["code"] == "tls-error", done.stderr
+    assert f"$REQUESTS_CA_BUNDLE {path}" in error["message"]
+    assert server.requests == []
+    # a plain http URL never reads it, as before
+    done = _process(["download", f"{server.base}/mirror/{V7}", "--cache-dir", tmp_path / "c"],
+                    home, {"REQUESTS_CA_BUNDLE": str(path)})
+    assert done.returncode == 0, done.stderr
+
+
 def test_a_fifo_config_file_is_refused_without_blocking(home, tmp_path):
     config = home / ".config" / "cudnn-setup" / "config.ini"
     config.parent.mkdir(parents=True)

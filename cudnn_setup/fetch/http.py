@@ -32,6 +32,7 @@ from __future__ import annotations
 import netrc
 import os
 import socket
+import stat
 import threading
 import time
 from typing import Callable, Iterable, Mapping
@@ -44,7 +45,7 @@ from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
 from cudnn_setup.errors import DownloadFailed
 from cudnn_setup.text import escape
-from cudnn_setup.untrusted import NotRegular, regular_size
+from cudnn_setup.untrusted import NotRegular, kind, regular_size
 from cudnn_setup.urls import BadUrl, check, redact, scrub, server
 
 MAX_REDIRECTS = 10
@@ -131,8 +132,26 @@ class Network:
                 return True
         return False
 
-    def verify(self) -> str | bool:
-        return self.env.get("REQUESTS_CA_BUNDLE") or self.env.get("CURL_CA_BUNDLE") or True
+    def verify(self, url: str) -> str | bool:
+        """The CA bundle for an https `url`: $REQUESTS_CA_BUNDLE, else $CURL_CA_BUNDLE (a file or
+        a directory of certificates), else the default. One that is neither is refused from its
+        type, never handed to OpenSSL, which blocked for ever opening a FIFO; one that is not
+        there is said so (requests said only "OSError")."""
+        name = next((n for n in ("REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE") if self.env.get(n)),
+                    None)
+        if name is None or urlsplit(url).scheme != "https":
+            return True if name is None else self.env[name]
+        path = self.env[name]
+        hint = "point it at a PEM file of CA certificates (or a directory of them), or unset it"
+        try:
+            mode = os.stat(path).st_mode
+        except OSError as exc:
+            raise DownloadFailed(f"${name} {escape(path)} cannot be used as a CA bundle: "
+                                 f"{exc.strerror or exc}", hint, code="tls-error") from None
+        if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+            raise DownloadFailed(f"${name} {escape(path)} is {kind(mode)}, not a CA bundle",
+                                 hint, code="tls-error")
+        return path
 
     def credentials(self, url: str) -> tuple[str, str] | None:
         """(login, password) for the URL's host from $NETRC or ~/.netrc, as curl and requests
@@ -313,7 +332,7 @@ class Client:
                                              stream=stream, timeout=timeouts,
                                              allow_redirects=False,
                                              proxies=proxies,
-                                             verify=self.network.verify())
+                                             verify=self.network.verify(url))
             except (requests.exceptions.Timeout, urllib3.exceptions.TimeoutError) as exc:
                 self.budget.spend(time.monotonic() - started)
                 raise Stalled(f"no answer in {timeouts[1]:.0f} s ({reason(exc, url)})") from None
