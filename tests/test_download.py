@@ -3,6 +3,7 @@ import base64
 import hashlib
 import io
 import json
+import os
 import socket
 import threading
 import time
@@ -326,6 +327,30 @@ def test_a_changed_etag_is_not_outvoted_by_an_unchanged_date(server, tmp_path, h
     done, out = run_json(args, home)
     assert out["download"]["from_cache"] is False, done.stderr
     assert (tmp_path / V7).read_bytes() == server.files[f"/mirror/{V7}"]
+
+
+@pytest.mark.parametrize("planted", ["dangling-link", "link-to-a-file", "directory"])
+def test_a_lock_file_that_is_no_file_is_named_and_never_followed(planted, server, tmp_path,
+                                                                 home):
+    """`<cache>/<name>.lock`, which the tool makes as a plain file and removes, found as a
+    link or a directory: exit 6 os-error "Too many levels of symbolic links" (or "Is a
+    directory"), the lock file unnamed as such. Now download-target-exists saying what it is;
+    the link is neither followed nor removed."""
+    cache, victim = tmp_path / "cache", tmp_path / "victim"
+    cache.mkdir()
+    victim.write_bytes(b"not the tool's\n")
+    lock = cache / f"{V7}.lock"
+    if planted == "directory":
+        lock.mkdir()
+    else:
+        lock.symlink_to(victim if planted == "link-to-a-file" else tmp_path / "nothing")
+    done, out = run_json(["download", f"{server.base}/mirror/{V7}", "--cache-dir", cache], home)
+    assert done.returncode == 6 and out["error"]["code"] == "download-target-exists", done.stderr
+    what = "a directory" if planted == "directory" else "a symbolic link"
+    assert f"{V7}.lock exists and is {what}, not a lock file this tool made" in \
+        out["error"]["message"]
+    assert victim.read_bytes() == b"not the tool's\n" and os.path.lexists(lock)
+    assert not (cache / V7).exists()
 
 
 def test_cached_copy_changed_on_disk_is_fetched_again(server, tmp_path, home):

@@ -44,7 +44,7 @@ from cudnn_setup.fetch.http import (  # noqa: F401 - SECRET_HEADERS, leaves_orig
     refuse_encoded, status_error,
 )
 from cudnn_setup.text import escape, show_path
-from cudnn_setup.untrusted import read_regular
+from cudnn_setup.untrusted import kind, read_regular
 from cudnn_setup.urls import BadUrl, check, redact, server  # noqa: F401 - redact: re-exported
 
 CHUNK = 1 << 20
@@ -585,7 +585,16 @@ class _ArchiveLock:
         started = time.monotonic()
         last = None  # when the last line about the wait was said
         while True:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC |
+                             os.O_NONBLOCK, 0o600)
+            except OSError as exc:
+                if exc.errno not in (errno.ELOOP, errno.EISDIR, errno.ENXIO):
+                    raise
+                # the tool makes a plain file there and removes it: a link or a directory in
+                # its place is not the tool's, and is never followed or removed
+                _must_be_a_file_or_nothing(self.path, "a lock file this tool made")
+                raise
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -680,12 +689,12 @@ def _open_part(part: Path, mode: str) -> IO[bytes]:
     return os.fdopen(fd, mode)
 
 
-def _must_be_a_file_or_nothing(path: Path) -> None:
+def _must_be_a_file_or_nothing(path: Path, what: str = "") -> None:
     try:
         mode = os.lstat(path).st_mode
     except FileNotFoundError:
         return
     if not stat.S_ISREG(mode):
-        raise DownloadFailed(f"{show_path(path)} exists and is not a regular file",
-                             "move it aside, or download into another directory",
-                             code="download-target-exists")
+        raise DownloadFailed(f"{show_path(path)} exists and is {kind(mode)}, not "
+                             f"{what or 'a regular file'}", "move it aside, or download into "
+                             "another directory", code="download-target-exists")
