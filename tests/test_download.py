@@ -5,8 +5,10 @@ import io
 import json
 import os
 import socket
+import stat
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -351,6 +353,28 @@ def test_a_lock_file_that_is_no_file_is_named_and_never_followed(planted, server
         out["error"]["message"]
     assert victim.read_bytes() == b"not the tool's\n" and os.path.lexists(lock)
     assert not (cache / V7).exists()
+
+
+@pytest.mark.parametrize("given", ["-o", "--cache-dir"])
+def test_a_download_directory_that_is_no_directory_says_what_it_is(given, server, tmp_path,
+                                                                   home):
+    """`-o /dev/null`, a FIFO or a file: "cannot create the download directory X: File
+    exists", with a hint naming --cache-dir even for -o. Now what stands there is named, and
+    the hint names the option given; it is left as it is."""
+    fifo, plain = tmp_path / "fifo", tmp_path / "plain"
+    os.mkfifo(fifo)
+    plain.write_bytes(b"a file\n")
+    for where, what in ((fifo, "a FIFO"), (plain, "a file"), (Path("/dev/null"),
+                                                               "a character device")):
+        args = ["download", f"{server.base}/mirror/{V7}", given, where]
+        if given == "-o":
+            args += ["--cache-dir", tmp_path / "cache"]
+        done, out = run_json(args, home)
+        assert done.returncode == 6, done.stderr
+        assert out["error"]["code"] == "download-target-exists"
+        assert out["error"]["message"] == f"{where} is {what}, not a directory to download into"
+        assert out["error"]["hint"] == f"give {given} a directory"
+    assert plain.read_bytes() == b"a file\n" and stat.S_ISFIFO(os.lstat(fifo).st_mode)
 
 
 def test_cached_copy_changed_on_disk_is_fetched_again(server, tmp_path, home):

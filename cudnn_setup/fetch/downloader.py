@@ -167,12 +167,19 @@ class Downloader:
         name = file_name(url)
         directory = self.output_dir or self.cache_dir
         for d in dict.fromkeys((self.cache_dir, directory)):
+            option = "-o" if d == self.output_dir else "--cache-dir"
             try:
                 make_dirs(d)  # 0755 whatever the umask: under 000 anyone could swap the archive
+            except FileExistsError:  # a file, a FIFO, a device of that name: left as it is
+                mode = os.stat(d).st_mode if os.path.exists(d) else os.lstat(d).st_mode
+                what = "a file" if stat.S_ISREG(mode) else kind(mode)
+                raise DownloadFailed(f"{show_path(d)} is {what}, not a directory to "
+                                     "download into", f"give {option} a directory",
+                                     code="download-target-exists") from None
             except OSError as exc:
                 error = os_error(exc, f"cannot create the download directory {show_path(d)}",
                                  kind=DownloadFailed)
-                error.hint += " (or pass --cache-dir DIR somewhere writable)"
+                error.hint += f" (or pass {option} DIR somewhere writable)"
                 raise error from None
         dest = directory / name
         _must_be_a_file_or_nothing(dest)
