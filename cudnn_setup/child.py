@@ -60,6 +60,23 @@ class CommandEnded(Exception):
     """Raised by `Runner.scratch` once the command has ended: nothing new is started."""
 
 
+def signal_name(returncode: int | None) -> str | None:
+    """The signal's name when a child died of one (a negative returncode): SIGSEGV, SIGABRT."""
+    if returncode is None or returncode >= 0:
+        return None
+    try:
+        return signal.Signals(-returncode).name
+    except ValueError:
+        return f"signal {-returncode}"
+
+
+def ended(returncode: int) -> str:
+    """How a child that ran ended, in words: "exited with status 3", "died of SIGSEGV" (never
+    "status -11", which reads as an exit status no program can give)."""
+    name = signal_name(returncode)
+    return f"died of {name}" if name else f"exited with status {returncode}"
+
+
 @dataclass
 class Finished:
     returncode: int | None  # None when it never ran
@@ -94,8 +111,7 @@ class Finished:
             return "it was interrupted"
         last = next((line.strip() for line in reversed(self.err.splitlines()) if line.strip()),
                     "")
-        return f"it exited with status {self.returncode}" + (
-            f" ({escape(last[:200])})" if last else "")
+        return f"it {ended(self.returncode)}" + (f" ({escape(last[:200])})" if last else "")
 
     @property
     def out(self) -> str:

@@ -20,6 +20,10 @@ _IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]{0,31}://[^\s'\"<>]*")
 _URL_WORD = re.compile(r"(url: ?)(\S+)")  # urllib3's "with url: /path?query"
 _HOST_LABEL = re.compile(r"^[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?\Z")
 _CONTROL = re.compile(r"[\x00-\x20\x7f-\x9f]")
+# A lone surrogate: an undecodable byte of a command line, or JSON's `\ud800` escape in an
+# index page or a mirror's manifest. No request can carry it, and the file name taken from
+# the URL would make every system call raise.
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class BadUrl(ValueError):
@@ -150,6 +154,8 @@ def check(url: str, schemes: tuple[str, ...] = ("http", "https")) -> SplitResult
     text = str(url)
     if _CONTROL.search(text):
         raise BadUrl("it holds a space or a control character")
+    if _SURROGATE.search(text):
+        raise BadUrl("it holds a byte or a character that is not UTF-8 text (percent-encode it)")
     m = _SCHEME.match(text)
     if m and m[1].lower() not in schemes:
         raise BadUrl(f"scheme {m[1].lower()[:16]!r} is not supported (only "

@@ -77,7 +77,8 @@ class ArchiveServer(_Background):
         self.endless: set[str] = set()  # paths answered with a chunked body without end
         self.endless_cap = 256 << 20  # …that stops here, so a test of the old code ends
         self.claim_length: dict[str, int] = {}  # path -> the Content-Length sent instead
-        self.gzip: str | None = None  # "asked": gzip when Accept-Encoding has it; "always"
+        self.gzip: str | None = None  # "asked": gzip when Accept-Encoding has it; "always";
+        # "transfer": a gzip transfer coding under chunked framing, whatever was asked
         self.throttle: dict[str, float] = {}  # path -> seconds its body takes, in 50 pieces
         self.hold_after: dict[str, int] = {}  # path -> bytes sent before the body stalls…
         self.holds_left = 0  # …this many times (then it is served whole)
@@ -119,6 +120,10 @@ class ArchiveServer(_Background):
                     return self._plain(404, b"no such file")
                 start, status = 0, 200
                 m = re.match(r"bytes=(\d+)-$", self.headers.get("Range", ""))
+                if_range = self.headers.get("If-Range")
+                if if_range is not None and not (server.validators and if_range in (
+                        f'"{hashlib.sha256(data).hexdigest()[:16]}"', server.last_modified)):
+                    m = None  # the file changed since that validator: all of it (RFC 9110)
                 if m and not server.ignore_range and body:
                     start = int(m.group(1))
                     if start >= len(data):
@@ -131,6 +136,8 @@ class ArchiveServer(_Background):
                     if server.wrong_range:
                         start = max(0, start - 100)
                 payload = data[start:]
+                if server.gzip == "transfer":
+                    return self._transfer_gzip(status, payload, body)
                 encoded = server.gzip == "always" or (
                     server.gzip == "asked" and "gzip" in self.headers.get("Accept-Encoding", ""))
                 if encoded:
@@ -190,6 +197,15 @@ class ArchiveServer(_Background):
                             self.wfile.flush()
                 except OSError:  # the client hung up: what a refusing client does
                     self.close_connection = True
+
+            def _transfer_gzip(self, status, payload, body):
+                packed = gzip.compress(payload)
+                self.send_response(status)
+                self.send_header("Transfer-Encoding", "gzip, chunked")
+                self.end_headers()
+                if body:
+                    self.wfile.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(packed), packed))
+                self.close_connection = True
 
             def _endless(self, path):
                 self.send_response(200)

@@ -161,6 +161,31 @@ def test_cuda_version_sources(cuda_root, version_file, source):
     assert version == "11.8" and source in where
 
 
+@pytest.mark.parametrize("written", [
+    '{"cuda": {"version": "1\\n2.4"}}',  # a newline: int() of the major raised, exit 70
+    '{"cuda": {"version": "' + "9" * 5000 + '.4"}}',  # past int()'s 4,300 digits: exit 70
+    '{"cuda": {"version": "\\u0661\\u0662.\\u0664"}}',  # Arabic-Indic digits, read by int()
+    '{"cuda": {"version": "12.4\\u001b[31m"}}',
+    '{"cuda": {"version": {"major": 13}}}',
+], ids=["newline", "5000-digits", "arabic-indic", "escape", "object"])
+def test_a_version_file_that_holds_no_version_is_passed_over(written, archives, cuda_root, home):
+    """version.json is the root's, not the tool's: a version that is not ASCII digits and
+    dots, in bounds, is no version, and the next source (cuda.h's CUDA_VERSION) answers.
+    install, which compares the root's major with the archive's, ended in exit 70 on the
+    first two."""
+    from fixtures.generate import GENERATION_SAMPLES
+
+    root = cuda_root(version="12.4", version_file="json")
+    (root / "version.json").write_text(written)
+    version, where = cuda_version(root, {})
+    assert (version, where) == ("12.4", f"CUDA_VERSION in {root}/include/cuda.h")
+    done, out = run_json(["install", archives[GENERATION_SAMPLES["9.x"]], "--cuda-root", root,
+                          "--dry-run", "--no-theanorc"], home)
+    assert done.returncode == 0 and out["error"] is None, done.stderr
+    (root / "include" / "cuda.h").write_text("#define CUDA_VERSION " + "9" * 5000 + "\n")
+    assert cuda_version(root, {}) == (None, None)
+
+
 REAL = Path("/usr/local/cuda")
 
 

@@ -3,9 +3,12 @@ import base64
 import hashlib
 import io
 import json
+import os
 import socket
+import stat
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -50,12 +53,46 @@ def test_dropped_connection_is_resumed_with_range(server, tmp_path):
     assert ranges == [None, "bytes=1000-"]
 
 
+def _interrupted(server, cache, after: int = 1500) -> None:
+    """A run whose connection drops after `after` bytes and that gives up: its part stays."""
+    server.drop_after, server.drops_left = after, 1
+    with pytest.raises(DownloadFailed):
+        Downloader(cache, retries=0).fetch(f"{server.base}/mirror/{V7}", use_sidecar=False)
+    assert (cache / f"{V7}.part").stat().st_size == after
+
+
 def test_interrupted_run_resumes_next_time(server, tmp_path):
     data = server.files[f"/mirror/{V7}"]
-    (tmp_path / f"{V7}.part").write_bytes(data[:1500])
+    _interrupted(server, tmp_path)
     got = Downloader(tmp_path).fetch(f"{server.base}/mirror/{V7}", use_sidecar=False)
     assert got.resumed_from == 1500 and got.path.read_bytes() == data
     assert server.requests[-1]["headers"]["Range"] == "bytes=1500-"
+    etag = f'"{hashlib.sha256(data).hexdigest()[:16]}"'  # the server's, as the part began
+    assert server.requests[-1]["headers"]["If-Range"] == etag
+
+
+@pytest.mark.parametrize("checksum", [False, True])
+def test_a_part_of_a_file_changed_since_is_not_spliced(server, tmp_path, checksum):
+    """A part left by an interrupted run, then the server's file replaced (a mirror updated
+    under the same name): the Range request was unconditional, the new file's rest was
+    appended to the old file's start, and without a checksum that mix was saved as the
+    archive. The resume is conditional (If-Range) on what the server said when the part
+    began; a part nothing vouches for is not resumed without a checksum."""
+    _interrupted(server, tmp_path)
+    new = server.files[f"/mirror/{V7}"][::-1]
+    server.files[f"/mirror/{V7}"] = new
+    expected = Expected("sha256", hashlib.sha256(new).hexdigest(), "test") if checksum else None
+    got = Downloader(tmp_path, retries=0).fetch(f"{server.base}/mirror/{V7}", expected,
+                                                use_sidecar=False)
+    assert got.path.read_bytes() == new and got.resumed_from == 0
+    assert not list(tmp_path.glob("*.part*"))
+    # the same part with its record gone (an older release's, or removed): never resumed blind
+    (tmp_path / V7).unlink()
+    _interrupted(server, tmp_path)
+    (tmp_path / f"{V7}.part.cudnn-setup.json").unlink()
+    server.files[f"/mirror/{V7}"] = new[::-1]
+    got = Downloader(tmp_path, retries=0).fetch(f"{server.base}/mirror/{V7}", use_sidecar=False)
+    assert got.path.read_bytes() == new[::-1] and got.resumed_from == 0
 
 
 def test_server_ignoring_range_starts_over(server, tmp_path):
@@ -152,8 +189,7 @@ def test_resumed_only_after_a_matching_206(server, home, tmp_path):
         assert done.returncode == 0, done.stderr
         assert out["download"]["resumed_from"] == 0 and "resumed at byte" not in done.stderr
         assert (cache / V7).read_bytes() == data
-    (tmp_path / "c" / f"{V7}.part").parent.mkdir()
-    (tmp_path / "c" / f"{V7}.part").write_bytes(data[:1500])
+    server.drop_after, server.drops_left = 1500, 1  # resumed by the run's next attempt
     done, out = run_json(["download", url, "--cache-dir", tmp_path / "c"], home)
     assert out["download"]["resumed_from"] == 1500 and "resumed at byte 1500" in done.stderr
 
@@ -279,6 +315,66 @@ def test_cached_url_without_checksum_is_reused_while_the_server_says_so(server, 
     server.validators = False
     done, out = run_json(args, home)
     assert out["download"]["from_cache"] is False
+
+
+def test_a_changed_etag_is_not_outvoted_by_an_unchanged_date(server, tmp_path, home):
+    """The server replaced the file with one of the same size: its ETag changed, its
+    Last-Modified did not (a copy that kept its mtime, or one within the same second). Either
+    validator matching was enough: the old copy was reused. Every validator both sides name
+    must match."""
+    url = f"{server.base}/mirror/{V7}"
+    args = ["download", url, "--cache-dir", tmp_path]
+    run_json(args, home)
+    server.files[f"/mirror/{V7}"] = server.files[f"/mirror/{V7}"][::-1]  # same size
+    done, out = run_json(args, home)
+    assert out["download"]["from_cache"] is False, done.stderr
+    assert (tmp_path / V7).read_bytes() == server.files[f"/mirror/{V7}"]
+
+
+@pytest.mark.parametrize("planted", ["dangling-link", "link-to-a-file", "directory"])
+def test_a_lock_file_that_is_no_file_is_named_and_never_followed(planted, server, tmp_path,
+                                                                 home):
+    """`<cache>/<name>.lock`, which the tool makes as a plain file and removes, found as a
+    link or a directory: exit 6 os-error "Too many levels of symbolic links" (or "Is a
+    directory"), the lock file unnamed as such. Now download-target-exists saying what it is;
+    the link is neither followed nor removed."""
+    cache, victim = tmp_path / "cache", tmp_path / "victim"
+    cache.mkdir()
+    victim.write_bytes(b"not the tool's\n")
+    lock = cache / f"{V7}.lock"
+    if planted == "directory":
+        lock.mkdir()
+    else:
+        lock.symlink_to(victim if planted == "link-to-a-file" else tmp_path / "nothing")
+    done, out = run_json(["download", f"{server.base}/mirror/{V7}", "--cache-dir", cache], home)
+    assert done.returncode == 6 and out["error"]["code"] == "download-target-exists", done.stderr
+    what = "a directory" if planted == "directory" else "a symbolic link"
+    assert f"{V7}.lock exists and is {what}, not a lock file this tool made" in \
+        out["error"]["message"]
+    assert victim.read_bytes() == b"not the tool's\n" and os.path.lexists(lock)
+    assert not (cache / V7).exists()
+
+
+@pytest.mark.parametrize("given", ["-o", "--cache-dir"])
+def test_a_download_directory_that_is_no_directory_says_what_it_is(given, server, tmp_path,
+                                                                   home):
+    """`-o /dev/null`, a FIFO or a file: "cannot create the download directory X: File
+    exists", with a hint naming --cache-dir even for -o. Now what stands there is named, and
+    the hint names the option given; it is left as it is."""
+    fifo, plain = tmp_path / "fifo", tmp_path / "plain"
+    os.mkfifo(fifo)
+    plain.write_bytes(b"a file\n")
+    for where, what in ((fifo, "a FIFO"), (plain, "a file"), (Path("/dev/null"),
+                                                               "a character device")):
+        args = ["download", f"{server.base}/mirror/{V7}", given, where]
+        if given == "-o":
+            args += ["--cache-dir", tmp_path / "cache"]
+        done, out = run_json(args, home)
+        assert done.returncode == 6, done.stderr
+        assert out["error"]["code"] == "download-target-exists"
+        assert out["error"]["message"] == f"{where} is {what}, not a directory to download into"
+        assert out["error"]["hint"] == f"give {given} a directory"
+    assert plain.read_bytes() == b"a file\n" and stat.S_ISFIFO(os.lstat(fifo).st_mode)
 
 
 def test_cached_copy_changed_on_disk_is_fetched_again(server, tmp_path, home):

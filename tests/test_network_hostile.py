@@ -459,12 +459,97 @@ def test_gzip_encoding_never_gives_a_false_checksum_mismatch(server, tmp_path, m
         assert info.value.code == "content-encoded" and "gzip" in info.value.message
 
 
+@pytest.mark.parametrize("expected", [True, False])
+def test_a_transfer_coding_but_chunked_is_refused_not_kept(server, tmp_path, expected):
+    """`Transfer-Encoding: gzip, chunked`: http.client reads such a body as if it had no
+    framing, so the chunk sizes and the gzip stream were kept as the archive: with a checksum
+    a false `checksum-mismatch`, without one a file that is not the archive, placed."""
+    data = server.files[f"/mirror/{V7}"]
+    server.gzip = "transfer"
+    out = tmp_path / "out"
+    want = Expected("sha256", hashlib.sha256(data).hexdigest(), "test") if expected else None
+    with pytest.raises(DownloadFailed) as info:
+        Downloader(tmp_path / "cache", retries=0, output_dir=out).fetch(
+            f"{server.base}/mirror/{V7}", want, use_sidecar=False)
+    assert info.value.code == "content-encoded", info.value.message
+    assert "Transfer-Encoding gzip, chunked" in info.value.message
+    assert not out.exists() or not any(out.iterdir())
+
+
+SNOWMAN = "p\u2603ss"  # beyond Latin-1, which HTTP/1.1 header values and Basic credentials are
+
+
+@pytest.mark.parametrize("where", ["header", "user-info", "user-info-quoted", "netrc", "proxy"])
+def test_a_credential_http_cannot_carry_is_refused_before_a_request(where, server, home,
+                                                                    tmp_path):
+    """http.client sends header values as Latin-1 and requests encodes Basic credentials so:
+    a --header value, a URL's, a ~/.netrc or a proxy's password beyond it raised
+    UnicodeEncodeError inside the request (download, install, list: exit 70)."""
+    url = f"{server.base}/mirror/{V7}"
+    args = ["download", url, "--cache-dir", tmp_path / "cache"]
+    if where == "header":
+        args += ["--header", f"X-Api-Key: {SNOWMAN}"]
+    elif where.startswith("user-info"):
+        secret = SNOWMAN if where == "user-info" else "p%E2%98%83ss"
+        args[1] = url.replace("http://", f"http://fleet:{secret}@")
+    elif where == "netrc":
+        (home / ".netrc").write_text(f"machine 127.0.0.1 login fleet password {SNOWMAN}\n")
+        (home / ".netrc").chmod(0o600)
+    env = {"http_proxy": f"http://fleet:{SNOWMAN}@127.0.0.1:{server.port}/"} \
+        if where == "proxy" else None
+    done, out = run_json(args, home, env)
+    code, exit_code = ("usage", 2) if where == "header" else ("bad-url", 6)
+    assert done.returncode == exit_code and out["error"]["code"] == code, done.stderr
+    assert "HTTP cannot carry" in out["error"]["message"]
+    assert SNOWMAN not in done.stdout + done.stderr and "%E2%98%83" not in done.stdout
+    assert server.requests == [] and not (tmp_path / "cache" / V7).exists()
+
+
+def test_a_netrc_past_its_bound_is_not_read(server, home, tmp_path):
+    """The netrc module reads a file whole and lexes it a character at a time: a 32 MiB
+    sparse ~/.netrc cost the download 5.5 s of CPU (23 s on a loaded two-core machine), and
+    its time and memory grow with the file. Past 1 MiB it is not read, as one that does not
+    parse is not."""
+    with open(home / ".netrc", "wb") as f:
+        f.truncate(32 << 20)
+    (home / ".netrc").chmod(0o600)
+    started = time.process_time()
+    done, out = run_json(["download", f"{server.base}/mirror/{V7}", "--cache-dir",
+                          tmp_path / "cache"], home)
+    assert done.returncode == 0, done.stderr
+    assert time.process_time() - started < 2
+    assert (tmp_path / "cache" / V7).read_bytes() == server.files[f"/mirror/{V7}"]
+
+
 # --- nothing opened that could block or read without a bound ---------------------------------------
 
 def _process(args, home, env=None, timeout=30):
     env = clean_env(home, **(env or {}))
     return subprocess.run([sys.executable, "-m", "cudnn_setup", *map(str, args), "--json"],
                           env=env, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.parametrize("bundle", ["fifo", "missing", "device"])
+def test_a_ca_bundle_that_is_no_file_is_refused_without_blocking(bundle, server, home,
+                                                                  tmp_path):
+    """$REQUESTS_CA_BUNDLE naming a FIFO: OpenSSL opened it and waited for a writer, so every
+    https request blocked for ever (killed at the test's 30 s); a missing one was said as
+    "download failed: OSError". Each is now tls-error, named, before anything is sent."""
+    path = {"fifo": tmp_path / "ca.pem", "missing": tmp_path / "none.pem",
+            "device": Path("/dev/zero")}[bundle]
+    if bundle == "fifo":
+        os.mkfifo(path)
+    url = f"https://127.0.0.1:{server.port}/mirror/{V7}"
+    done = _process(["download", url, "--cache-dir", tmp_path / "c"], home,
+                    {"REQUESTS_CA_BUNDLE": str(path)})
+    error = json.loads(done.stdout.splitlines()[-1])["error"]
+    assert done.returncode == 6 and error["code"] == "tls-error", done.stderr
+    assert f"$REQUESTS_CA_BUNDLE {path}" in error["message"]
+    assert server.requests == []
+    # a plain http URL never reads it, as before
+    done = _process(["download", f"{server.base}/mirror/{V7}", "--cache-dir", tmp_path / "c"],
+                    home, {"REQUESTS_CA_BUNDLE": str(path)})
+    assert done.returncode == 0, done.stderr
 
 
 def test_a_fifo_config_file_is_refused_without_blocking(home, tmp_path):

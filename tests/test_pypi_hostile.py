@@ -168,6 +168,25 @@ def test_credentials_on_the_index_and_a_file_url_with_a_bad_port_is_not_exit_70(
     assert SECRET not in done.stdout + done.stderr
 
 
+@pytest.mark.parametrize("href", ["files/x\ud800.whl", "/files/\udce9.whl"])
+def test_a_url_no_request_can_carry_is_a_bad_url_not_exit_70(href, wheels, cuda_root, home):
+    """JSON's `\\ud800` escape in a file's URL reached the cache as a file name: os.lstat
+    raised UnicodeEncodeError, exit 70. An undecodable byte (`\\udce9`) went out as the
+    UTF-8 of a surrogate, a name no server has. Both are refused before any request."""
+    root = cuda_root("12.4", "lib")
+    name = wheels["9.1.7.99"].name
+    with IndexServer() as server:
+        server.routes[f"/simple/{PROJECT}/"] = (JSON, project_json(PROJECT, [IndexFile(
+            name, href, sha256(wheels["9.1.7.99"]))]))
+        before = tree_state(root)
+        done, out = run_json(["install", "9.1", "--from", "pypi", "--index-url",
+                              server.base + "/simple/", "--cuda-root", root, *NO_FLAGS], home)
+        asked = server.paths()
+    assert done.returncode == DOWNLOAD_FAILED and out["error"]["code"] == "bad-url", done.stderr
+    assert "not UTF-8" in out["error"]["message"] and "percent-encode" in out["error"]["message"]
+    assert asked == [f"/simple/{PROJECT}/"] and tree_state(root) == before
+
+
 # --- a CUDA major with no wheel -----------------------------------------------------------------
 
 def test_a_cuda_major_without_that_release_names_the_majors_that_have_it(wheels, home):

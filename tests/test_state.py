@@ -121,6 +121,15 @@ MANIFEST_CASES = {
     "no-format": (lambda m, o: m.pop("format"), "format is missing"),
     "version-a-number": (lambda m, o: m.update(cudnn_version=7), "cudnn_version"),
     "not-an-object": (lambda m, o: m.clear() or m.update(x=1), "missing"),
+    # JSON's \ud800 escape spells a lone surrogate that no file name can hold: every system
+    # call given it raised UnicodeEncodeError (exit 70); one undecodable byte (\udce9) can be
+    "surrogate-in-a-path": (lambda m, o: m["files"].append(_sentinel_record("include/\udce9\ud800")),
+                            "no file name can"),
+    "surrogate-in-a-link-target": (lambda m, o: next(f for f in m["files"] if f["type"] ==
+                                   "symlink").update(target="libcudnn\ud800"), "no file name can"),
+    "surrogate-in-an-original": (lambda m, o: m["originals"].update({"include/x\ud800": {
+                                 "type": "file", "sha256": "0" * 64, "mode": 0o644}}),
+                                 "no file name can"),
 }
 
 
@@ -144,6 +153,26 @@ def test_every_command_reads_state_through_the_validator(command, setup, home, a
     _edit(root, "manifest.json", lambda m: m["files"].append(_sentinel_record("../outside/x")))
     args = [archives[V7] if a == "ARCHIVE" else home / "rc" if a == "RC" else a for a in command]
     refused(root, outside, home, args, "normalised")
+
+
+@pytest.mark.parametrize("command", [["verify", "--no-theano"], ["doctor"], ["repair"]])
+def test_a_path_no_file_can_have_is_damaged_state_in_every_command(command, setup, home):
+    """A lone surrogate in a recorded path reached os.lstat in verify, doctor and repair: exit
+    70. It is damaged state, said where each command says it, and nothing changes."""
+    root, outside = setup
+    _edit(root, "manifest.json",
+          lambda m: m["files"].append(_sentinel_record("include/\ud800.h")))
+    if command[0] == "repair":
+        refused(root, outside, home, command, "no file name can")
+    elif command[0] == "verify":
+        reported(root, outside, home, "no file name can")
+    else:
+        before = tree_state(root)
+        done, out = run_json([*command, "--cuda-root", root], home)
+        assert done.returncode == 1 and out["error"] is None, done.stderr
+        [state] = [p for p in out["problems"] if p["check"] == "state"]
+        assert "no file name can" in state["message"]
+        assert tree_state(root) == before
 
 
 def test_verify_fails_the_state_check_on_damaged_state_and_runs_every_other_check(setup, home):

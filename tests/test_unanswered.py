@@ -38,8 +38,17 @@ def broken(tmp_path) -> Path:
                                                 "exit 1\n")
 
 
+@pytest.fixture
+def crashing(tmp_path) -> Path:
+    """An interpreter that dies of a signal before it runs anything (said "exited with status
+    -11", an exit status no program can give)."""
+    return _program(tmp_path / "crashing-python", "#!/bin/sh\necho 'numpy: core dumped' >&2\n"
+                                                   "kill -SEGV $$\n")
+
+
 @pytest.mark.parametrize("which, said", [("gone", "it could not be started"),
-                                         ("broken", "it exited with status 1 (sitecustomize")])
+                                         ("broken", "it exited with status 1 (sitecustomize"),
+                                         ("crashing", "it died of SIGSEGV (numpy: core dumped")])
 def test_an_interpreter_that_does_not_answer_is_not_one_without_theano(which, said, request,
                                                                        home, cuda_root):
     python = request.getfixturevalue(which)

@@ -29,7 +29,7 @@ from cudnn_setup.archive import whole_file
 from cudnn_setup.archive.decoder_choice import (BZIP2, GZIP, ISAL, LIBLZMA, PLAIN_TAR,  # noqa: F401
                                                 RAPIDGZIP, RAPIDGZIP_MIN_CORES, XZ,
                                                 XZ_PARALLEL, ZIP, ZLIB)
-from cudnn_setup.child import run_command
+from cudnn_setup.child import ended, run_command
 from cudnn_setup.errors import ArchiveRejected
 from cudnn_setup.facts import host
 from cudnn_setup.facts.host import available_memory, usable_cores
@@ -446,7 +446,7 @@ class Decoder:
         rc = self.proc.wait()
         self.raw.close()
         if complete and rc != 0:
-            return err.splitlines()[-1] if err else f"xz exited with status {rc}"
+            return err.splitlines()[-1] if err else f"xz {ended(rc)}"
         return None
 
     def _arrived_whole(self) -> str | None:

@@ -228,25 +228,33 @@ def cuda_version(root: Path, env: Mapping[str, str]) -> tuple[str | None, str | 
         try:
             data = json.loads(text)
             version = data.get("cuda", {}).get("version") or data.get("cuda_cudart", {}).get("version")
-            if version:
+            if isinstance(version, str) and _VERSION.fullmatch(version):
                 return _short(version), str(vj)
         except (ValueError, AttributeError, RecursionError):
             pass
     vt = root / "version.txt"
-    m = re.search(r"CUDA Version\s+(\d+\.\d+(?:\.\d+)?)", _head(vt) or "")
+    m = re.search(r"CUDA Version\s+([0-9]{1,4}\.[0-9]{1,4}(?:\.[0-9]{1,6})?)(?![0-9])",
+                  _head(vt) or "")
     if m:
         return _short(m[1]), str(vt)
     header = root / "include" / "cuda.h"
-    m = re.search(r"^#define\s+CUDA_VERSION\s+(\d+)", _head(header) or "", re.M)
+    m = re.search(r"^#define[ \t]+CUDA_VERSION[ \t]+([0-9]{1,7})(?![0-9])", _head(header) or "",
+                  re.M)
     if m:
         return version_text(int(m[1])), f"CUDA_VERSION in {header}"
     nvcc = root / "bin" / "nvcc"
     if nvcc.is_file() and os.access(nvcc, os.X_OK):
         out = run_command([str(nvcc), "--version"], 30, env).out
-        m = re.search(r"release (\d+\.\d+)", out)
+        m = re.search(r"release ([0-9]{1,4}\.[0-9]{1,4})(?![0-9])", out)
         if m:
             return m[1], f"{nvcc} --version"
     return None, None
+
+
+# What a toolkit's version can be, read from its files: ASCII digits (`\d` takes any script's,
+# which int() reads too), bounded (int() refuses more than 4,300 digits), nothing after it (a
+# newline or an escape sequence would reach every message naming the root's CUDA).
+_VERSION = re.compile(r"[0-9]{1,4}\.[0-9]{1,4}(?:\.[0-9]{1,6})?")
 
 
 def _head(path: Path, limit: int = 4 << 20) -> str | None:

@@ -1,7 +1,10 @@
 """Fetch an archive over HTTP(S) into a cache: streaming, resumable, checksummed, bounded.
 
 A download goes to `<dir>/<name>.part` and becomes `<dir>/<name>` only once it is complete and
-its checksum (when one is known) matches; an interrupted one is resumed with a Range request.
+its checksum (when one is known) matches; an interrupted one is resumed with a Range request
+made conditional (If-Range) on the validator the server gave when the part began, so a file
+that changed on the server since is fetched whole rather than spliced onto the old part's
+bytes; a part no validator vouches for is resumed only where a checksum will judge the result.
 `<dir>` is the cache, or the user's `-o DIR`: there a file of the archive's name is never
 replaced, only reused when it is that archive. What the server said about a file (size, ETag,
 Last-Modified) is kept in the cache, never beside a user's file, so a file without a known
@@ -41,7 +44,7 @@ from cudnn_setup.fetch.http import (  # noqa: F401 - SECRET_HEADERS, leaves_orig
     refuse_encoded, status_error,
 )
 from cudnn_setup.text import escape, show_path
-from cudnn_setup.untrusted import read_regular
+from cudnn_setup.untrusted import kind, read_regular
 from cudnn_setup.urls import BadUrl, check, redact, server  # noqa: F401 - redact: re-exported
 
 CHUNK = 1 << 20
@@ -49,6 +52,10 @@ MAX_ARCHIVE = 16 << 30  # no cuDNN archive is near this (9.x: under 1 GiB)
 PROGRESS_REFUNDS = 1 << 20  # bytes of progress after which an attempt's stall is not held
 LOCK_WAIT = 3600.0  # seconds to wait for another run's download of the same archive
 META_SUFFIX = ".cudnn-setup.json"  # what the server said about a cached file
+PART_META_SUFFIX = ".part" + META_SUFFIX  # …and about the file a part is the start of
+# A validator as If-Range may carry it: a strong ETag or an HTTP date, one printable line.
+_STRONG_ETAG = re.compile(r'"[\x21\x23-\x7e]{0,190}"')
+_HTTP_DATE = re.compile(r"[A-Za-z]{3}, \d{2} [A-Za-z]{3} \d{4} \d{2}:\d{2}:\d{2} GMT")
 _CONTENT_RANGE = re.compile(r"bytes (\d{1,15})-(\d{1,15})/(\d{1,15}|\*)\Z")
 _TOTAL_ONLY = re.compile(r"bytes \*/(\d{1,15})\Z")
 _HEX64 = re.compile(r"\b([0-9a-fA-F]{64})\b")
@@ -163,27 +170,40 @@ class Downloader:
         name = file_name(url)
         directory = self.output_dir or self.cache_dir
         for d in dict.fromkeys((self.cache_dir, directory)):
+            option = "-o" if d == self.output_dir else "--cache-dir"
             try:
                 make_dirs(d)  # 0755 whatever the umask: under 000 anyone could swap the archive
+            except FileExistsError:  # a file, a FIFO, a device of that name: left as it is
+                mode = os.stat(d).st_mode if os.path.exists(d) else os.lstat(d).st_mode
+                what = "a file" if stat.S_ISREG(mode) else kind(mode)
+                raise DownloadFailed(f"{show_path(d)} is {what}, not a directory to "
+                                     "download into", f"give {option} a directory",
+                                     code="download-target-exists") from None
             except OSError as exc:
                 error = os_error(exc, f"cannot create the download directory {show_path(d)}",
                                  kind=DownloadFailed)
-                error.hint += " (or pass --cache-dir DIR somewhere writable)"
+                error.hint += f" (or pass {option} DIR somewhere writable)"
                 raise error from None
         dest = directory / name
+        option = "-o" if directory == self.output_dir else "--cache-dir"
         _must_be_a_file_or_nothing(dest)
         expected = expected or expected_for(name, None)
         try:
             with self._locked(dest):
-                return self._fetch(url, name, dest, expected, use_sidecar, arriving)
+                try:
+                    return self._fetch(url, name, dest, expected, use_sidecar, arriving)
+                finally:
+                    if not os.path.lexists(dest.with_name(name + ".part")):
+                        self._forget_part(dest)  # what was said of a part that is gone
         except OSError as exc:
             if exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
                 raise
             copy = self._read_only_copy(dest, expected)
             if copy is None:  # a download that cannot be written, whichever command asked
-                error = os_error(exc, f"cannot write to the download cache {show_path(directory)}",
+                where = "download directory" if option == "-o" else "download cache"
+                error = os_error(exc, f"cannot write to the {where} {show_path(directory)}",
                                  kind=DownloadFailed)
-                error.hint += " (or pass --cache-dir DIR somewhere writable)"
+                error.hint += f" (or pass {option} DIR somewhere writable)"
                 raise error from None
             return copy
 
@@ -267,6 +287,7 @@ class Downloader:
             part.unlink()
             raise mismatch(escape(name), expected, got)
         self._place(part, dest)
+        self._forget_part(dest)
         self._remember(url, dest, size, sha, validators)
         return Fetched(dest, sha, size, False, resumed_from or 0, expected, self.requests_made)
 
@@ -308,6 +329,50 @@ class Downloader:
         key = hashlib.sha256(os.fsencode(os.path.abspath(dest))).hexdigest()[:32]
         return self.cache_dir / "saved" / f"{key}{META_SUFFIX}"
 
+    def _part_meta_path(self, dest: Path) -> Path:
+        meta = self._meta_path(dest)
+        return meta.with_name(meta.name[:-len(META_SUFFIX)] + PART_META_SUFFIX)
+
+    def _remember_part(self, url: str, dest: Path, validators: dict[str, str]) -> None:
+        """What the server said of the file a new part is the start of: a later run resumes
+        the part only if the server still says so (If-Range)."""
+        path = self._part_meta_path(dest)
+        try:
+            path.unlink(missing_ok=True)  # an older part's: never this one's
+            if validators:
+                make_dirs(path.parent)
+                write_atomic(path, json.dumps({"url_sha256": hashlib.sha256(
+                    url.encode()).hexdigest(), **validators}).encode())
+        except OSError:
+            pass  # without it the part is not resumed without a checksum: slower, never wrong
+
+    def _forget_part(self, dest: Path) -> None:
+        try:
+            self._part_meta_path(dest).unlink(missing_ok=True)
+        except OSError:
+            pass
+
+    def _resume_validator(self, url: str, dest: Path) -> str | None:
+        """The If-Range value for resuming dest's part: the strong ETag, else the
+        Last-Modified date, the server gave when the part began; None when none was recorded
+        (by this user or root, for this URL) or it is not one a request can carry."""
+        path = self._part_meta_path(dest)
+        if not _nobody_else_wrote(path):
+            return None
+        try:
+            meta = json.loads(read_regular(path, 65536))
+        except (OSError, ValueError, RecursionError):
+            return None
+        if not isinstance(meta, dict) or \
+                meta.get("url_sha256") != hashlib.sha256(url.encode()).hexdigest():
+            return None
+        etag, date = meta.get("etag"), meta.get("last_modified")
+        if isinstance(etag, str) and _STRONG_ETAG.fullmatch(etag):
+            return etag
+        if isinstance(date, str) and _HTTP_DATE.fullmatch(date):
+            return date
+        return None
+
     def _remember(self, url: str, dest: Path, size: int, sha: str,
                   validators: dict[str, str]) -> None:
         meta = {"url_sha256": hashlib.sha256(url.encode()).hexdigest(), "size": size,
@@ -322,8 +387,9 @@ class Downloader:
     def _still_current(self, url: str, dest: Path) -> tuple[str, str] | None:
         """(sha256, how) when the file at dest is still what the server serves at `url`.
 
-        The server must name the same size and the same ETag or Last-Modified as when the file
-        was fetched (a HEAD request), and the file must still hash as it did then.
+        The server must name the same size, and the same value for each of ETag and
+        Last-Modified that it and the record both name, as when the file was fetched (a HEAD
+        request), and the file must still hash as it did then.
         """
         if not (_nobody_else_wrote(dest) and _nobody_else_wrote(self._meta_path(dest))):
             return None  # a shared cache: another user could have planted both with one size
@@ -344,10 +410,12 @@ class Downloader:
             return None
         if not length.isdigit() or int(length) != meta["size"]:
             return None
-        how = next((f"{k} unchanged" for k in ("etag", "last_modified")
-                    if now[k] and now[k] == meta.get(k)), None)
-        if how is None:
+        # every validator both sides name must match: a changed ETag is not outvoted by a
+        # Last-Modified that a copy kept, or that a change within the same second left alone
+        named = [k for k in ("etag", "last_modified") if now[k] and meta.get(k)]
+        if not named or any(now[k] != meta[k] for k in named):
             return None
+        how = f"{named[0]} unchanged"
         sha = file_digest(dest)
         return (sha, how) if sha == meta.get("sha256") else None
 
@@ -376,7 +444,16 @@ class Downloader:
         if limit is not None and have > limit:
             part.unlink()  # longer than the archive can be: nothing in it is worth keeping
             have = 0
+        dest = part.with_name(name)
+        if_range = self._resume_validator(url, dest) if have else None
+        if have and if_range is None and expected is None:
+            # nothing would tell the part's bytes from those of a file the server has changed
+            # since, and no checksum judges the result: started over, never spliced
+            part.unlink()
+            have = 0
         headers = {"Range": f"bytes={have}-"} if have else {}
+        if if_range is not None:
+            headers["If-Range"] = if_range
         try:
             r = self.client.request("GET", url, headers)
         except Stalled as exc:
@@ -424,10 +501,11 @@ class Downloader:
                     raise _Retry("the server resumed at another offset than asked; starting "
                                  "over")
                 mode = "ab"
-            else:  # 200: the server ignored Range, or there was nothing to resume
+            else:  # 200: the server ignored Range, the file changed, or nothing to resume
                 mode, start = "wb", 0
                 length = r.headers.get("Content-Length", "").strip()
                 total = int(length) if length.isdigit() and len(length) < 16 else None
+                self._remember_part(url, dest, validators)
             if expected is not None and expected.size and total is not None \
                     and total != expected.size:
                 # the manifest and the server disagree: refused before a byte is read
@@ -546,7 +624,16 @@ class _ArchiveLock:
         started = time.monotonic()
         last = None  # when the last line about the wait was said
         while True:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC |
+                             os.O_NONBLOCK, 0o600)
+            except OSError as exc:
+                if exc.errno not in (errno.ELOOP, errno.EISDIR, errno.ENXIO):
+                    raise
+                # the tool makes a plain file there and removes it: a link or a directory in
+                # its place is not the tool's, and is never followed or removed
+                _must_be_a_file_or_nothing(self.path, "a lock file this tool made")
+                raise
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -641,12 +728,12 @@ def _open_part(part: Path, mode: str) -> IO[bytes]:
     return os.fdopen(fd, mode)
 
 
-def _must_be_a_file_or_nothing(path: Path) -> None:
+def _must_be_a_file_or_nothing(path: Path, what: str = "") -> None:
     try:
         mode = os.lstat(path).st_mode
     except FileNotFoundError:
         return
     if not stat.S_ISREG(mode):
-        raise DownloadFailed(f"{show_path(path)} exists and is not a regular file",
-                             "move it aside, or download into another directory",
-                             code="download-target-exists")
+        raise DownloadFailed(f"{show_path(path)} exists and is {kind(mode)}, not "
+                             f"{what or 'a regular file'}", "move it aside, or download into "
+                             "another directory", code="download-target-exists")

@@ -32,6 +32,7 @@ from __future__ import annotations
 import netrc
 import os
 import socket
+import stat
 import threading
 import time
 from typing import Callable, Iterable, Mapping
@@ -44,7 +45,8 @@ from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
 from cudnn_setup.errors import DownloadFailed
 from cudnn_setup.text import escape
-from cudnn_setup.urls import BadUrl, check, redact, scrub
+from cudnn_setup.untrusted import NotRegular, kind, regular_size
+from cudnn_setup.urls import BadUrl, check, redact, scrub, server
 
 MAX_REDIRECTS = 10
 # Headers that carry credentials: never sent on past a redirect to another host, whatever the
@@ -95,6 +97,9 @@ def leaves_origin(old: str, new: str) -> bool:
     return a.scheme != b.scheme or a_port != b_port
 
 
+MAX_NETRC_BYTES = 1 << 20  # real ones are a few lines
+
+
 class Network:
     """What the caller's environment says about reaching a URL: proxies, CA bundle, netrc."""
 
@@ -127,17 +132,38 @@ class Network:
                 return True
         return False
 
-    def verify(self) -> str | bool:
-        return self.env.get("REQUESTS_CA_BUNDLE") or self.env.get("CURL_CA_BUNDLE") or True
+    def verify(self, url: str) -> str | bool:
+        """The CA bundle for an https `url`: $REQUESTS_CA_BUNDLE, else $CURL_CA_BUNDLE (a file or
+        a directory of certificates), else the default. One that is neither is refused from its
+        type, never handed to OpenSSL, which blocked for ever opening a FIFO; one that is not
+        there is said so (requests said only "OSError")."""
+        name = next((n for n in ("REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE") if self.env.get(n)),
+                    None)
+        if name is None or urlsplit(url).scheme != "https":
+            return True if name is None else self.env[name]
+        path = self.env[name]
+        hint = "point it at a PEM file of CA certificates (or a directory of them), or unset it"
+        try:
+            mode = os.stat(path).st_mode
+        except OSError as exc:
+            raise DownloadFailed(f"${name} {escape(path)} cannot be used as a CA bundle: "
+                                 f"{exc.strerror or exc}", hint, code="tls-error") from None
+        if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+            raise DownloadFailed(f"${name} {escape(path)} is {kind(mode)}, not a CA bundle",
+                                 hint, code="tls-error")
+        return path
 
     def credentials(self, url: str) -> tuple[str, str] | None:
         """(login, password) for the URL's host from $NETRC or ~/.netrc, as curl and requests
-        find them; a file that cannot be parsed is ignored, as requests ignores it."""
+        find them; a file that cannot be parsed is ignored, as requests ignores it, and so is
+        one past MAX_NETRC_BYTES: the netrc module reads a file whole and lexes it a character
+        at a time (a 20 MB one took 15 s and 220 MB here, growing with its size)."""
         if self._netrc is False:
             path = self.env.get("NETRC") or (str(self.home / ".netrc") if self.home else None)
             try:
-                self._netrc = netrc.netrc(path) if path and os.path.isfile(path) else None
-            except (netrc.NetrcParseError, OSError, UnicodeError):
+                fits = bool(path) and regular_size(path) <= MAX_NETRC_BYTES
+                self._netrc = netrc.netrc(path) if fits else None
+            except (netrc.NetrcParseError, OSError, UnicodeError, NotRegular):
                 self._netrc = None
         if not self._netrc:
             return None
@@ -221,6 +247,36 @@ class _Session(requests.Session):
         return None
 
 
+def carried(url: str, headers: Mapping[str, str], auth: tuple[str, str] | None,
+            proxies: Mapping[str, str]) -> None:
+    """DownloadFailed, before anything is sent, when a header value or a credential holds a
+    character HTTP cannot carry: http.client sends header values as Latin-1, and requests
+    encodes Basic credentials (the URL's user-info, ~/.netrc's, the proxy's) so; either raised
+    UnicodeEncodeError from deep inside the request, an exit 70. Only what is sent is named,
+    never its value."""
+    from urllib.parse import unquote
+
+    def user_info(address: str, what: str) -> list[tuple[str, str]]:
+        try:
+            parts = urlsplit(address)
+            return [(what, unquote(p)) for p in (parts.username, parts.password) if p]
+        except ValueError:  # a proxy that does not parse: requests says so, as bad-url
+            return []
+
+    pieces = [(f"the {escape(name[:40])} header", value) for name, value in headers.items()]
+    pieces += user_info(url, "the user name or password in the URL")
+    pieces += [("the login or password ~/.netrc ($NETRC) gives", part) for part in auth or ()]
+    for proxy in proxies.values():
+        pieces += user_info(proxy, "the user name or password of the proxy ($http_proxy…)")
+    for what, value in pieces:
+        try:
+            value.encode("latin-1")
+        except UnicodeEncodeError:
+            raise DownloadFailed(f"{what} for {server(url)} holds a character HTTP cannot "
+                                 "carry (only Latin-1 text); nothing was sent",
+                                 "use only ASCII characters there", code="bad-url") from None
+
+
 class Client:
     """One command's HTTP: the user's headers, the environment's network settings, one budget."""
 
@@ -264,6 +320,8 @@ class Client:
             auth = None
             if not any(k.lower() == "authorization" for k in sent):
                 auth = self.network.credentials(url)
+            proxies = self.network.proxies(url)
+            carried(url, sent, auth, proxies)
             timeouts = self._timeouts(url)
             self.requests_made += 1
             started = time.monotonic()
@@ -273,8 +331,8 @@ class Client:
                     r = self.session.request(method, url, headers=sent, auth=auth,
                                              stream=stream, timeout=timeouts,
                                              allow_redirects=False,
-                                             proxies=self.network.proxies(url),
-                                             verify=self.network.verify())
+                                             proxies=proxies,
+                                             verify=self.network.verify(url))
             except (requests.exceptions.Timeout, urllib3.exceptions.TimeoutError) as exc:
                 self.budget.spend(time.monotonic() - started)
                 raise Stalled(f"no answer in {timeouts[1]:.0f} s ({reason(exc, url)})") from None
@@ -371,12 +429,22 @@ class Client:
 
 
 def refuse_encoded(r: requests.Response, url: str) -> None:
+    """A body whose bytes are not the file's: a Content-Encoding other than identity, or a
+    Transfer-Encoding other than chunked framing alone. The client undoes neither (http.client
+    reads a body framed `gzip, chunked` as if it had no framing): its bytes would be kept as
+    the archive, framing and all, and judged as a checksum mismatch or a damaged archive."""
     encoding = r.headers.get("Content-Encoding", "").strip().lower()
     if encoding not in ("", "identity"):
         raise DownloadFailed(f"{redact(url)} was sent {escape(encoding[:40])}-encoded, though "
                              "the identity encoding was asked for", "the server or a proxy "
                              "re-encodes files: serve the archive as it is (no Content-Encoding)",
                              code="content-encoded")
+    transfer = r.headers.get("Transfer-Encoding", "").strip().lower()
+    if [c.strip() for c in transfer.split(",") if c.strip()] not in ([], ["chunked"]):
+        raise DownloadFailed(f"{redact(url)} was sent with Transfer-Encoding "
+                             f"{escape(transfer[:40])}, which this client does not undo",
+                             "the server or a proxy re-encodes files: serve the archive as it "
+                             "is (no transfer coding but chunked)", code="content-encoded")
 
 
 def status_error(url: str, status: int, what: str = "") -> DownloadFailed:

@@ -12,14 +12,13 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import signal
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
 from cudnn_setup.probing.answer_values import Fields
-from cudnn_setup.child import Runner
+from cudnn_setup.child import Runner, signal_name
 from cudnn_setup.text import decode_output
 
 KEY_FIELD = "answer_key"  # probes/answer.py's: the probes cannot import the package
@@ -38,12 +37,7 @@ class ProbeResult:
     @property
     def crashed(self) -> str | None:
         """The signal's name when the child died of one (SIGABRT from a broken cuDNN…)."""
-        if self.returncode is not None and self.returncode < 0:
-            try:
-                return signal.Signals(-self.returncode).name
-            except ValueError:
-                return f"signal {-self.returncode}"
-        return None
+        return signal_name(self.returncode)
 
     def answer(self, what: str) -> Fields:
         """The answer read field by field (probing/answer_values.Fields); `what` names it in

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from cudnn_setup.state.paths import Damaged
+from cudnn_setup.state.paths import Damaged, not_a_name
 
 HEX_ID = re.compile(r"^[0-9a-f]{1,64}\Z")
 SHA256 = re.compile(r"^[0-9a-f]{64}\Z")
@@ -27,6 +27,7 @@ def text(value: Any, where: str, pattern: re.Pattern | None = None) -> str:
         raise Damaged(f"{where} is {_kind(value)}, not a string")
     if len(value) > MAX_TEXT or "\x00" in value:
         raise Damaged(f"{where} is too long or contains a NUL byte")
+    not_a_name(value, where)  # a link's target, a name: each may reach a system call
     if pattern is not None and not pattern.fullmatch(value):  # `$` would allow a final "\n"
         raise Damaged(f"{where} is not what the tool writes ({value[:80]!r})")
     return value

@@ -36,12 +36,23 @@ def relative(value: object, where: str) -> str:
         raise Damaged(f"{where} is empty or too long")
     if "\x00" in value:
         raise Damaged(f"{where} contains a NUL byte")
+    not_a_name(value, where)
     if value.startswith("/"):
         raise Damaged(f"{where} is an absolute path ({value!r})")
     for part in value.split("/"):
         if part in ("", ".", ".."):
             raise Damaged(f"{where} is not a normalised relative path ({value!r})")
     return value
+
+
+def not_a_name(value: str, where: str) -> None:
+    """Damaged if `value` holds a character no file name can (a lone surrogate that is not an
+    undecodable byte as os.fsdecode carries it, which JSON's `\\ud800` escape can spell):
+    every system call given it would raise, far from the record that holds it."""
+    try:
+        os.fsencode(value)
+    except UnicodeEncodeError as exc:
+        raise Damaged(f"{where} holds {value[exc.start]!r}, which no file name can") from None
 
 
 def is_within(path: str, base: str) -> bool:

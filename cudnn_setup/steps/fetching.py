@@ -33,6 +33,11 @@ def parse_headers(headers: list[str] | None) -> dict[str, str]:
         if not colon or not _TOKEN.fullmatch(key) or any(c in value for c in "\r\n\0"):
             raise UsageError("--header must look like 'Name: value' (one line, a name of "
                              "letters, digits and -)", "e.g. --header 'Authorization: Bearer TOKEN'")
+        try:  # http.client sends header values as Latin-1: anything else raised there
+            value.encode("latin-1")
+        except UnicodeEncodeError:
+            raise UsageError(f"--header {escape(key)}: its value holds a character HTTP cannot "
+                             "carry (only Latin-1 text)", "use only ASCII characters there") from None
         parsed[key] = value
     return parsed
 
