@@ -232,7 +232,7 @@ def test_a_removed_working_directory_is_a_usage_error_not_a_traceback(tmp_path, 
     gone = tmp_path / "gone"
     gone.mkdir()
     done = subprocess.run(
-        ["bash", "-c", f'cd "$1" && rmdir "$1" && exec "$2" -m cudnn_setup verify --json',
+        ["bash", "-c", 'cd "$1" && rmdir "$1" && exec "$2" -m cudnn_setup verify --json',
          "-", str(gone), sys.executable], env=clean_env(home), capture_output=True, text=True,
         timeout=120)
     assert "Traceback" not in done.stderr, done.stderr

@@ -8,7 +8,6 @@ import io
 import json
 import os
 import re
-import sys
 import textwrap
 import zipfile
 from pathlib import Path
@@ -145,8 +144,6 @@ def test_the_fused_step_warns_naming_nvrtc_where_cuDNN_cannot_open_it(tmp_path, 
 
 
 def test_the_real_probe_without_a_driver_says_skip(tmp_path):
-    import subprocess
-
     lib = layouts.built_set(tmp_path / "cudnn", tmp_path / "w")
     env = {k: v for k, v in os.environ.items() if not k.startswith("LD_")}
     done = run_probe([str(PROBE), str(lib / "libcudnn.so.9")], 60, env)

@@ -2,7 +2,6 @@
 failed check naming the file, every other check still run, never exit 70 or an OSError's exit.
 And facts/elf.py and facts/ldresolve/ fuzzed with cut and corrupted real libraries."""
 import os
-import shutil
 import struct
 
 import pytest

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, clean_env, run_cli, run_json, tree_state
+from conftest import REPO, clean_env, run_json, tree_state
 from cudnn_setup.placement import engine as inst
 from cudnn_setup.digest import file_digest
 from cudnn_setup.facts.cuda import find_cuda_root

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, example, given, settings, strategies as st
 
-from cudnn_setup.archive import library_facts, package, reader
+from cudnn_setup.archive import package, reader
 from cudnn_setup.archive.listing import Listing
 from cudnn_setup.facts import elf as E
 from elftools.elf.elffile import ELFFile

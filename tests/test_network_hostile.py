@@ -10,13 +10,11 @@ import shutil
 import subprocess
 import sys
 import time
-from functools import partial
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
-from conftest import REPO, clean_env, run_cli, run_json, tree_state
+from conftest import clean_env, run_cli, run_json, tree_state
 from cudnn_setup.steps.context import Context
 from cudnn_setup.commands.download import download
 from cudnn_setup.errors import ArchiveRejected, DownloadFailed

@@ -331,7 +331,7 @@ def test_what_a_kill_left_is_reported_by_doctor_then_named_when_removed(home, cu
     assert left[0].exists()  # doctor reported them; it removed nothing
     done = run_cli(["uninstall", "--cuda-root", root], home)
     assert done.returncode == 0, done.stderr
-    assert f"removed what an interrupted run left: " in done.stdout
+    assert "removed what an interrupted run left: " in done.stdout
     assert f"in {plural(len(left), 'file')} (tx/" in done.stdout
     assert not tx.exists()
 

@@ -101,11 +101,10 @@ def test_a_relative_home_is_the_one_the_user_meant(tmp_path, theano_compiledir):
     """HOME=sandbox/home, relative to where the command was given: the Theano check's child
     (run in a scratch directory of its own) reads the config the user's own Theano reads."""
     import json
-    import os
     import subprocess
     import sys
 
-    from conftest import REPO, clean_env
+    from conftest import clean_env
 
     work = tmp_path / "work"
     (work / "sandbox" / "home").mkdir(parents=True)

@@ -13,8 +13,7 @@ from conftest import run_json, tree_state
 from cudnn_setup.probing.load_answer import LoadAnswer
 from cudnn_setup.errors import ARCHIVE_REJECTED
 from fixtures.generate import SUB_C
-from fixtures.wheels import (IndexFile, build_wheel, project_json, sha256, wheel_files,
-                             wheel_name)
+from fixtures.wheels import IndexFile, build_wheel, project_json, sha256, wheel_name
 from httpserver import IndexServer
 
 JSON = "application/vnd.pypi.simple.v1+json"
