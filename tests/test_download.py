@@ -95,6 +95,21 @@ def test_a_part_of_a_file_changed_since_is_not_spliced(server, tmp_path, checksu
     assert got.path.read_bytes() == new[::-1] and got.resumed_from == 0
 
 
+def test_a_206_for_a_file_changed_since_is_not_spliced(server, tmp_path):
+    """A server or proxy that honours Range but ignores If-Range answers 206 with the rest of
+    the new file, under the new file's ETag: that rest was appended to the old file's start
+    and, with no checksum to judge it, kept as the archive. The 206's own validator must be
+    the one the resume was conditional on."""
+    _interrupted(server, tmp_path)
+    new = server.files[f"/mirror/{V7}"][::-1]
+    server.files[f"/mirror/{V7}"] = new
+    server.ignore_if_range = True
+    got = Downloader(tmp_path, backoff=0.01).fetch(f"{server.base}/mirror/{V7}",
+                                                    use_sidecar=False)
+    assert got.path.read_bytes() == new and got.resumed_from == 0
+    assert "Range" not in server.requests[-1]["headers"]
+
+
 def test_server_ignoring_range_starts_over(server, tmp_path):
     data = server.files[f"/mirror/{V7}"]
     server.ignore_range = True

@@ -495,6 +495,14 @@ class Downloader:
                                    "pages need a login, so use your mirror's address")
             refuse_encoded(r, url)
             if r.status_code == 206:
+                # If-Range is honoured by the server, but a proxy may pass Range on without it:
+                # a 206 under another validator than the one asked for is the new file's rest
+                said = validators.get("etag" if (if_range or "").startswith('"')
+                                      else "last_modified")
+                if if_range is not None and said is not None and said != if_range:
+                    part.unlink(missing_ok=True)
+                    raise _Retry("the server resumed a file that changed since the part began, "
+                                 "though asked not to (If-Range); starting over")
                 start, total = _resumed_range(r, have)
                 if start is None:
                     part.unlink(missing_ok=True)
