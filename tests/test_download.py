@@ -346,7 +346,7 @@ def test_a_changed_etag_is_not_outvoted_by_an_unchanged_date(server, tmp_path, h
     assert (tmp_path / V7).read_bytes() == server.files[f"/mirror/{V7}"]
 
 
-@pytest.mark.parametrize("planted", ["dangling-link", "link-to-a-file", "directory"])
+@pytest.mark.parametrize("planted", ["dangling-link", "link-to-a-file", "directory", "fifo"])
 def test_a_lock_file_that_is_no_file_is_named_and_never_followed(planted, server, tmp_path,
                                                                  home):
     """`<cache>/<name>.lock`, which the tool makes as a plain file and removes, found as a
@@ -359,11 +359,13 @@ def test_a_lock_file_that_is_no_file_is_named_and_never_followed(planted, server
     lock = cache / f"{V7}.lock"
     if planted == "directory":
         lock.mkdir()
+    elif planted == "fifo":  # opened and locked as if a file, then removed as the tool's own
+        os.mkfifo(lock)
     else:
         lock.symlink_to(victim if planted == "link-to-a-file" else tmp_path / "nothing")
     done, out = run_json(["download", f"{server.base}/mirror/{V7}", "--cache-dir", cache], home)
     assert done.returncode == 6 and out["error"]["code"] == "download-target-exists", done.stderr
-    what = "a directory" if planted == "directory" else "a symbolic link"
+    what = {"directory": "a directory", "fifo": "a FIFO"}.get(planted, "a symbolic link")
     assert f"{V7}.lock exists and is {what}, not a lock file this tool made" in \
         out["error"]["message"]
     assert victim.read_bytes() == b"not the tool's\n" and os.path.lexists(lock)

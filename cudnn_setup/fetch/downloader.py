@@ -642,6 +642,10 @@ class _ArchiveLock:
                 # its place is not the tool's, and is never followed or removed
                 _must_be_a_file_or_nothing(self.path, "a lock file this tool made")
                 raise
+            if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO opens (O_RDWR) and locks too
+                os.close(fd)
+                _must_be_a_file_or_nothing(self.path, "a lock file this tool made")
+                continue  # swapped for a file since it was opened: open that
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
