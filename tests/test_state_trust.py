@@ -508,3 +508,15 @@ def test_a_root_the_second_user_cannot_enter_is_said_to_be_unreadable(shared, co
     assert done.returncode == 4, out
     assert "cannot be read by this user" in out["error"]["message"], out["error"]
     assert "chmod a+rX" in out["error"]["hint"]
+
+
+def test_uninstall_where_nothing_was_installed_says_so_once(cuda_root, home):
+    """A root cudnn-setup never installed into: uninstall said "note: cudnn-setup has
+    installed nothing here", then "... installed nothing in ROOT besides that", a "that"
+    standing for nothing, where it had said "nothing to do"."""
+    root = cuda_root()
+    for dry_run in ([], ["--dry-run"]):
+        done, out = run_json(["uninstall", "--cuda-root", root, *dry_run], home)
+        assert done.returncode == 0 and out["changed"] is False, out
+        assert "besides that" not in done.stderr, done.stderr
+        assert f"cudnn-setup has installed nothing in {root}; nothing to do" in done.stderr
