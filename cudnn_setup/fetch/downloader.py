@@ -200,10 +200,15 @@ class Downloader:
                 raise
             copy = self._read_only_copy(dest, expected)
             if copy is None:  # a download that cannot be written, whichever command asked
-                where = "download directory" if option == "-o" else "download cache"
-                error = os_error(exc, f"cannot write to the {where} {show_path(directory)}",
+                # under -o the lock and the record are the cache's: name the one refused
+                in_output = option == "-o" and (exc.filename is None or Path(
+                    os.fsdecode(exc.filename)).parent == directory)
+                where = "download directory" if in_output else "download cache"
+                error = os_error(exc, f"cannot write to the {where} "
+                                 f"{show_path(directory if in_output else self.cache_dir)}",
                                  kind=DownloadFailed)
-                error.hint += f" (or pass {option} DIR somewhere writable)"
+                error.hint += f" (or pass {'-o' if in_output else '--cache-dir'} DIR " \
+                              "somewhere writable)"
                 raise error from None
             return copy
 
