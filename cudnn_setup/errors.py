@@ -81,7 +81,8 @@ class NothingRolledBack(SetupError):
 
 
 # The commands that only look: they never write to a root, so they never roll anything back.
-LOOKS_ONLY = frozenset({"verify", "doctor", "list", "inspect"})
+# bench is one: it runs Theano and cuDNN where verify does, and writes nowhere but scratch.
+LOOKS_ONLY = frozenset({"verify", "doctor", "list", "inspect", "bench"})
 
 
 def rolled_back_or_not(error: SetupError, command: str, changed: bool) -> SetupError:

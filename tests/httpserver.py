@@ -66,6 +66,7 @@ class ArchiveServer(_Background):
         self.drop_after: int | None = None  # bytes sent before cutting the first body short
         self.drops_left = 0
         self.ignore_range = False
+        self.ignore_if_range = False  # honour Range but not If-Range, as some proxies do
         self.wrong_range = False  # answer a Range with 206 for another offset than asked
         self.token: str | None = None  # required "Authorization: Bearer <token>"
         self.fail_5xx = 0  # answer this many requests with 503 first
@@ -121,7 +122,8 @@ class ArchiveServer(_Background):
                 start, status = 0, 200
                 m = re.match(r"bytes=(\d+)-$", self.headers.get("Range", ""))
                 if_range = self.headers.get("If-Range")
-                if if_range is not None and not (server.validators and if_range in (
+                if if_range is not None and not server.ignore_if_range and not (
+                        server.validators and if_range in (
                         f'"{hashlib.sha256(data).hexdigest()[:16]}"', server.last_modified)):
                     m = None  # the file changed since that validator: all of it (RFC 9110)
                 if m and not server.ignore_range and body:

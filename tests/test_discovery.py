@@ -1,4 +1,5 @@
 """CUDA root discovery follows its documented order, says how it found the root, and explains failures."""
+import json
 import os
 from pathlib import Path
 
@@ -159,6 +160,19 @@ def test_cuda_version_sources(cuda_root, version_file, source):
     root = cuda_root(version="11.8", version_file=version_file)
     version, where = cuda_version(root, {})
     assert version == "11.8" and source in where
+
+
+@pytest.mark.parametrize("written", ["11.8.20220929", "12.6.20241114", "13.0.2"])
+def test_a_toolkits_own_version_json_is_read(written, cuda_root):
+    """The CUDA SDK's version in a real toolkit's version.json: 11.x and 12.x installers write
+    the release date as its third part (11.8.20220929). The bounds put on that part refused
+    it, and the version was taken from cuda.h (or, without it, not known at all)."""
+    root = cuda_root(version="11.8", version_file="json")
+    (root / "version.json").write_text(json.dumps({"cuda": {"name": "CUDA SDK",
+                                                            "version": written}}))
+    (root / "include" / "cuda.h").unlink()
+    assert cuda_version(root, {}) == (".".join(written.split(".")[:2]),
+                                      str(root / "version.json"))
 
 
 @pytest.mark.parametrize("written", [

@@ -152,3 +152,15 @@ def test_doctor_says_when_the_pythons_theano_cannot_import_under_the_config(arch
     rc.write_text(rc.read_text() + "\n[blas]\nldflags =\n")  # what theanorc writes here
     done, out = run_json(["doctor", "--cuda-root", root, "--python", sys.executable], home)
     assert not [p for p in out["problems"] if "`import theano` fails" in p["message"]]
+
+
+def test_doctor_with_theano_flags_that_cannot_be_parsed_says_so(cuda_root, home):
+    """THEANO_FLAGS with an unclosed quote is a problem doctor lists ("cannot be parsed"), but
+    the question whether --python's Theano can import read the flags again, unguarded, and
+    doctor ended in exit 70, an internal error, on the very thing it diagnoses."""
+    root = cuda_root(version="10.2")
+    done, out = run_json(["doctor", "--cuda-root", root, "--python", sys.executable], home,
+                         {"THEANO_FLAGS": 'device="cuda'})
+    assert done.returncode != 70 and out["error"] is None, out["error"]
+    assert any("THEANO_FLAGS cannot be parsed" in p["message"] for p in out["problems"]), \
+        out["problems"]

@@ -95,6 +95,21 @@ def test_a_part_of_a_file_changed_since_is_not_spliced(server, tmp_path, checksu
     assert got.path.read_bytes() == new[::-1] and got.resumed_from == 0
 
 
+def test_a_206_for_a_file_changed_since_is_not_spliced(server, tmp_path):
+    """A server or proxy that honours Range but ignores If-Range answers 206 with the rest of
+    the new file, under the new file's ETag: that rest was appended to the old file's start
+    and, with no checksum to judge it, kept as the archive. The 206's own validator must be
+    the one the resume was conditional on."""
+    _interrupted(server, tmp_path)
+    new = server.files[f"/mirror/{V7}"][::-1]
+    server.files[f"/mirror/{V7}"] = new
+    server.ignore_if_range = True
+    got = Downloader(tmp_path, backoff=0.01).fetch(f"{server.base}/mirror/{V7}",
+                                                    use_sidecar=False)
+    assert got.path.read_bytes() == new and got.resumed_from == 0
+    assert "Range" not in server.requests[-1]["headers"]
+
+
 def test_server_ignoring_range_starts_over(server, tmp_path):
     data = server.files[f"/mirror/{V7}"]
     server.ignore_range = True
@@ -331,7 +346,7 @@ def test_a_changed_etag_is_not_outvoted_by_an_unchanged_date(server, tmp_path, h
     assert (tmp_path / V7).read_bytes() == server.files[f"/mirror/{V7}"]
 
 
-@pytest.mark.parametrize("planted", ["dangling-link", "link-to-a-file", "directory"])
+@pytest.mark.parametrize("planted", ["dangling-link", "link-to-a-file", "directory", "fifo"])
 def test_a_lock_file_that_is_no_file_is_named_and_never_followed(planted, server, tmp_path,
                                                                  home):
     """`<cache>/<name>.lock`, which the tool makes as a plain file and removes, found as a
@@ -344,11 +359,13 @@ def test_a_lock_file_that_is_no_file_is_named_and_never_followed(planted, server
     lock = cache / f"{V7}.lock"
     if planted == "directory":
         lock.mkdir()
+    elif planted == "fifo":  # opened and locked as if a file, then removed as the tool's own
+        os.mkfifo(lock)
     else:
         lock.symlink_to(victim if planted == "link-to-a-file" else tmp_path / "nothing")
     done, out = run_json(["download", f"{server.base}/mirror/{V7}", "--cache-dir", cache], home)
     assert done.returncode == 6 and out["error"]["code"] == "download-target-exists", done.stderr
-    what = "a directory" if planted == "directory" else "a symbolic link"
+    what = {"directory": "a directory", "fifo": "a FIFO"}.get(planted, "a symbolic link")
     assert f"{V7}.lock exists and is {what}, not a lock file this tool made" in \
         out["error"]["message"]
     assert victim.read_bytes() == b"not the tool's\n" and os.path.lexists(lock)

@@ -38,7 +38,7 @@ def test_interrupted_after_the_commit_names_verify_with_the_users_root():
     assert result.error.hint == "run `cudnn-setup verify --cuda-root '/opt/my cuda'` to check it"
 
 
-@pytest.mark.parametrize("name", ["verify", "doctor", "list", "inspect"])
+@pytest.mark.parametrize("name", ["verify", "doctor", "list", "inspect", "bench"])
 def test_a_command_that_only_looks_never_exits_5(name):
     for error in (Interrupted(), InstallFailed("cannot read it", code="permission-denied"),
                   OSError(errno.EIO, "Input/output error", "/x")):

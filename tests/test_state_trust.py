@@ -508,3 +508,37 @@ def test_a_root_the_second_user_cannot_enter_is_said_to_be_unreadable(shared, co
     assert done.returncode == 4, out
     assert "cannot be read by this user" in out["error"]["message"], out["error"]
     assert "chmod a+rX" in out["error"]["hint"]
+
+
+def test_uninstall_where_nothing_was_installed_says_so_once(cuda_root, home):
+    """A root cudnn-setup never installed into: uninstall said "note: cudnn-setup has
+    installed nothing here", then "... installed nothing in ROOT besides that", a "that"
+    standing for nothing, where it had said "nothing to do"."""
+    root = cuda_root()
+    for dry_run in ([], ["--dry-run"]):
+        done, out = run_json(["uninstall", "--cuda-root", root, *dry_run], home)
+        assert done.returncode == 0 and out["changed"] is False, out
+        assert "besides that" not in done.stderr, done.stderr
+        assert f"cudnn-setup has installed nothing in {root}; nothing to do" in done.stderr
+
+
+def test_download_into_a_writable_dir_names_the_cache_it_cannot_write(shared, archives):
+    """`download URL -o DIR` keeps its lock and what it knows of the file in the cache. With
+    DIR this user's own and the cache root's (a fleet's CUDNN_SETUP_CACHE_DIR), the error said
+    "cannot write to the download directory DIR (or pass -o DIR somewhere writable)": the one
+    directory that could be written, and an option that changes nothing."""
+    from httpserver import ArchiveServer
+
+    name = GENERATION_SAMPLES["v4-v7"]
+    cache, out_dir = shared / "cache", shared / "out"
+    cache.mkdir(mode=0o755)
+    out_dir.mkdir()
+    os.chown(out_dir, 65534, 65534)
+    with ArchiveServer() as server:
+        server.files[f"/{name}"] = archives[name].read_bytes()
+        done, out = _cli(["download", f"{server.base}/{name}", "-o", out_dir,
+                          "--cache-dir", cache], _home(shared, "user"), user=True)
+    assert done.returncode == 6 and out["error"]["code"] == "permission-denied", out
+    said = out["error"]["message"] + " " + out["error"]["hint"]
+    assert f"download cache {cache}" in said and "--cache-dir DIR" in said, said
+    assert str(out_dir) not in said and not list(out_dir.iterdir())

@@ -31,9 +31,15 @@ def uninstall(result: Result, ctx: Context, *, cuda_root: Path | None = None,
         result.lines.append(outcome.recovered)
     if outcome.manifest is None:
         result.add("uninstall", outcome.to_dict())
-        result.lines += [f"note: {n}" for n in outcome.notes]
-        result.lines.append(f"cudnn-setup has installed nothing in {root.path}"
-                            + (" besides that" if outcome.notes else "; nothing to do"))
+        # "besides that" only after a killed run's transaction, completed or to be: a root
+        # never installed into has a note too, which says just what the line does
+        if outcome.recovered is not None or outcome.changed:
+            result.lines += [f"note: {n}" for n in outcome.notes]
+            result.lines.append(f"cudnn-setup has installed nothing in {root.path} besides "
+                                "that")
+        else:
+            result.lines.append(f"cudnn-setup has installed nothing in {root.path}; nothing "
+                                "to do")
         return
     head = "plan:" if dry_run else f"removed cuDNN {version or '(version not recorded)'} from {root.path}:"
     # what is said after the root changed goes into the answer's notes too: a fleet reads those

@@ -233,8 +233,7 @@ def cuda_version(root: Path, env: Mapping[str, str]) -> tuple[str | None, str | 
         except (ValueError, AttributeError, RecursionError):
             pass
     vt = root / "version.txt"
-    m = re.search(r"CUDA Version\s+([0-9]{1,4}\.[0-9]{1,4}(?:\.[0-9]{1,6})?)(?![0-9])",
-                  _head(vt) or "")
+    m = re.search(rf"CUDA Version\s+({_VERSION.pattern})(?![0-9])", _head(vt) or "")
     if m:
         return _short(m[1]), str(vt)
     header = root / "include" / "cuda.h"
@@ -253,8 +252,9 @@ def cuda_version(root: Path, env: Mapping[str, str]) -> tuple[str | None, str | 
 
 # What a toolkit's version can be, read from its files: ASCII digits (`\d` takes any script's,
 # which int() reads too), bounded (int() refuses more than 4,300 digits), nothing after it (a
-# newline or an escape sequence would reach every message naming the root's CUDA).
-_VERSION = re.compile(r"[0-9]{1,4}\.[0-9]{1,4}(?:\.[0-9]{1,6})?")
+# newline or an escape sequence would reach every message naming the root's CUDA). The third
+# part is a build number or, in the version.json of CUDA 11 and 12, a date (11.8.20220929).
+_VERSION = re.compile(r"[0-9]{1,4}\.[0-9]{1,4}(?:\.[0-9]{1,8})?")
 
 
 def _head(path: Path, limit: int = 4 << 20) -> str | None:

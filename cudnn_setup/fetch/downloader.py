@@ -200,10 +200,15 @@ class Downloader:
                 raise
             copy = self._read_only_copy(dest, expected)
             if copy is None:  # a download that cannot be written, whichever command asked
-                where = "download directory" if option == "-o" else "download cache"
-                error = os_error(exc, f"cannot write to the {where} {show_path(directory)}",
+                # under -o the lock and the record are the cache's: name the one refused
+                in_output = option == "-o" and (exc.filename is None or Path(
+                    os.fsdecode(exc.filename)).parent == directory)
+                where = "download directory" if in_output else "download cache"
+                error = os_error(exc, f"cannot write to the {where} "
+                                 f"{show_path(directory if in_output else self.cache_dir)}",
                                  kind=DownloadFailed)
-                error.hint += f" (or pass {option} DIR somewhere writable)"
+                error.hint += f" (or pass {'-o' if in_output else '--cache-dir'} DIR " \
+                              "somewhere writable)"
                 raise error from None
             return copy
 
@@ -495,6 +500,14 @@ class Downloader:
                                    "pages need a login, so use your mirror's address")
             refuse_encoded(r, url)
             if r.status_code == 206:
+                # If-Range is honoured by the server, but a proxy may pass Range on without it:
+                # a 206 under another validator than the one asked for is the new file's rest
+                said = validators.get("etag" if (if_range or "").startswith('"')
+                                      else "last_modified")
+                if if_range is not None and said is not None and said != if_range:
+                    part.unlink(missing_ok=True)
+                    raise _Retry("the server resumed a file that changed since the part began, "
+                                 "though asked not to (If-Range); starting over")
                 start, total = _resumed_range(r, have)
                 if start is None:
                     part.unlink(missing_ok=True)
@@ -634,6 +647,10 @@ class _ArchiveLock:
                 # its place is not the tool's, and is never followed or removed
                 _must_be_a_file_or_nothing(self.path, "a lock file this tool made")
                 raise
+            if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO opens (O_RDWR) and locks too
+                os.close(fd)
+                _must_be_a_file_or_nothing(self.path, "a lock file this tool made")
+                continue  # swapped for a file since it was opened: open that
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:

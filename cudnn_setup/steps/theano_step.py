@@ -206,7 +206,10 @@ def theano_import_blocked(ctx: Context, python: str) -> dict | None:
     """doctor's finding where `python`'s Theano 1.0.5 stops at import under the user's config
     files and THEANO_FLAGS: its numpy has no blas_opt_info and nothing sets [blas] ldflags
     (what the theano check sees by running Theano, told from two short questions)."""
-    if "blas.ldflags" in theano_flags(ctx.env.get("THEANO_FLAGS", "")):
+    try:
+        if "blas.ldflags" in map(flag_name, theano_flags(ctx.env.get("THEANO_FLAGS", ""))):
+            return None
+    except ValueError:  # doctor lists flags that cannot be parsed as a problem of their own
         return None
     if any(_sets_ldflags(rc) for rc in config_files(ctx.env, ctx.home)):
         return None
