@@ -163,3 +163,16 @@ def test_doctor_says_what_a_missing_loader_entry_means(archives, cuda_root, home
                                       "ldconfig cache, the ld.so.conf directories")
     assert f"the cuDNN 9 found here ({root}" in loads["detail"]
     assert "not found" != loads["detail"] and " warn  not found" not in done.stderr
+
+
+def test_install_that_fails_a_check_says_failed_after_installed(archives, cuda_root, tmp_path,
+                                                                 home):
+    """Exit 1 after "installed cuDNN …": the summary says which checks failed, as verify's does."""
+    root = cuda_root()
+    (tmp_path / "a-file").write_text("")
+    done = run_cli(["install", archives[V7], "--cuda-root", root, "--no-verify",
+                    "--theanorc", tmp_path / "a-file" / ".theanorc"], home)
+    assert done.returncode == 1, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("installed cuDNN 7.4.2")
+    assert f"cuDNN in {root}: FAILED (theanorc)" in lines
