@@ -176,3 +176,26 @@ def test_install_that_fails_a_check_says_failed_after_installed(archives, cuda_r
     lines = done.stdout.splitlines()
     assert lines[0].startswith("installed cuDNN 7.4.2")
     assert f"cuDNN in {root}: FAILED (theanorc)" in lines
+
+
+def test_commands_to_run_quote_a_root_with_a_space(archives, cuda_root, tmp_path, home):
+    """A fix shown as a command runs as shown in a shell, for a root named like "/opt/my cuda"."""
+    import re
+    import shlex
+    import subprocess
+
+    root = cuda_root().rename(tmp_path / "my cuda")
+    done, out = run_json(["install", archives[V7], "--cuda-root", root, "--no-theanorc",
+                          "--no-verify"], home)
+    assert done.returncode == 0, out["error"]
+    done, out = run_json(["verify", "--cuda-root", root, "--no-theano", "--no-frameworks"], home)
+    loader = next(c for c in out["checks"] if c["name"] == "loader")
+    line = re.search(r"export LD_LIBRARY_PATH=\S*(?: \S+)*?\}", loader["detail"])[0]
+    echoed = subprocess.run(["bash", "-c", f"unset LD_LIBRARY_PATH; {line}; "
+                             'printf %s "$LD_LIBRARY_PATH"'], capture_output=True, text=True)
+    assert echoed.stdout == str(root / "lib64"), line
+    (root / "include" / "cudnn.h").write_text("changed\n")
+    done, out = run_json(["verify", "--cuda-root", root, "--no-theano", "--no-frameworks"], home)
+    files = next(c for c in out["checks"] if c["name"] == "files")
+    repair = re.search(r"`([^`]*)`", files["data"]["hint"])[1]
+    assert shlex.split(repair) == ["cudnn-setup", "repair", "--cuda-root", str(root)], repair
