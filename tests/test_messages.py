@@ -199,3 +199,12 @@ def test_commands_to_run_quote_a_root_with_a_space(archives, cuda_root, tmp_path
     files = next(c for c in out["checks"] if c["name"] == "files")
     repair = re.search(r"`([^`]*)`", files["data"]["hint"])[1]
     assert shlex.split(repair) == ["cudnn-setup", "repair", "--cuda-root", str(root)], repair
+
+
+def test_uninstall_of_a_root_it_never_touched_says_so_once(cuda_root, home):
+    root = cuda_root()
+    for args in ([], ["--dry-run"]):
+        done = run_cli(["uninstall", "--cuda-root", root, *args], home)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.splitlines() == [
+            f"cudnn-setup has installed nothing in {root}; nothing to do"], done.stdout
