@@ -208,3 +208,11 @@ def test_uninstall_of_a_root_it_never_touched_says_so_once(cuda_root, home):
         assert done.returncode == 0, done.stderr
         assert done.stdout.splitlines() == [
             f"cudnn-setup has installed nothing in {root}; nothing to do"], done.stdout
+
+
+def test_install_of_a_missing_file_names_no_step_for_it(cuda_root, tmp_path, home):
+    """The error is the first thing said: no "staging nope.tgz: reading…" before it."""
+    for missing in (tmp_path / "nope.tgz", tmp_path):
+        done = run_cli(["install", missing, "--cuda-root", cuda_root()], home)
+        assert done.returncode == 2
+        assert done.stderr.startswith("error: "), done.stderr
