@@ -559,3 +559,35 @@ def test_what_to_try_when_nvidia_cannot_be_reached_is_an_option_of_each_command(
     for command in ("install", "download", "list", "mirror"):
         takes = {flag for opt in COMMANDS[command].options for flag in opt.flags}
         assert named <= takes, (command, named - takes)
+
+
+def test_an_interrupted_download_says_its_bytes_are_kept_for_the_next_run(tmp_path, home):
+    """Ctrl-C mid-download: no "change rolled back" (none was), the .part stays and is resumed."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from conftest import clean_env
+    from httpserver import ArchiveServer
+
+    with ArchiveServer() as s:
+        s.files["/big.tgz"] = os.urandom(1 << 20)
+        s.hold_after["/big.tgz"], s.holds_left = 1 << 19, 1
+        out = tmp_path / "out"
+        proc = subprocess.Popen([sys.executable, "-m", "cudnn_setup", "download",
+                                 f"{s.base}/big.tgz", "-o", str(out), "--json"],
+                                env=clean_env(home), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        part = out / "big.tgz.part"
+        end = time.monotonic() + 60
+        while not (part.exists() and part.stat().st_size == 1 << 19) and time.monotonic() < end:
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=60)
+        s.released.set()
+    error = json.loads(stdout)["error"]
+    assert error["code"] == "interrupted", error
+    assert "rolled back" not in error["message"] and "kept" in error["message"], error
+    assert "resumes" in error["hint"]
+    assert part.stat().st_size == 1 << 19

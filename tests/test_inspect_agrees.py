@@ -2,6 +2,7 @@
 kind of refusal the same error code, message and exit code, and installable where install
 installs. (An archive install refused after 104 s for its checksum was once called
 "installable" by inspect.)"""
+import re
 import shutil
 
 import pytest
@@ -83,3 +84,23 @@ def test_inspect_gives_installs_verdict(code, make, archives, cuda_root, compile
     assert code in (out["error"]["code"], *[p.get("code") for p in out["error"].get("problems", [])])
     assert out["error"]["message"] == seen["error"]["message"]
     assert tree_state(root) == before  # install refused before writing, too
+
+
+INSPECT_OPTIONS = {"--cuda-root", "--json", "--help"}
+
+
+@pytest.mark.parametrize("make", [_other_cuda_major, _gpu_too_old, _driver_too_old],
+                         ids=["cuda-mismatch", "gpu-unsupported", "driver-too-old"])
+def test_inspect_hint_names_only_options_it_takes(make, archives, cuda_root, tmp_path, home):
+    """install's override (--force) is named with install: `inspect --force` is a usage error."""
+    archive, cuda, env = make(archives, tmp_path)
+    root = cuda_root(version=cuda, layout="lib")
+    env = dict(env, PATH=f"{tmp_path / 'no-smi'}:/usr/bin:/bin")
+    done, out = run_json(["inspect", archive, "--cuda-root", root], home, env)
+    assert done.returncode == 3
+    hint = out["error"]["hint"]
+    assert "--force" in hint
+    for clause in re.split(r"[;(]", hint):
+        if "cudnn-setup " in clause:  # a command named: its options are its own
+            continue
+        assert not set(re.findall(r"--[a-z][\w-]*", clause)) - INSPECT_OPTIONS, hint

@@ -5,6 +5,7 @@ read from a local copy wherever its URLs are resolved."""
 import hashlib
 import io
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -482,6 +483,11 @@ def test_resolve_probes_a_mirror_for_table_releases_newest_first(tmp_path, compi
     with pytest.raises(NotOnMirror) as err:
         resolve(parse_request("9.8"), tree, "linux-x86_64", "12.4", table)
     assert err.value.exit_code == DOWNLOAD_FAILED and err.value.code == "not-on-mirror"
+    # the one archive asked for is named without a "…" of more, and the hint gives no
+    # example version the mirror may not hold
+    assert err.value.message.endswith("(asked for the 1 newest: "
+                                      "cudnn-linux-x86_64-9.8.0.99_cuda12-archive.tar.xz)")
+    assert not re.search(r"\d+\.\d+\.\d+", err.value.hint), err.value.hint
     with pytest.raises(ManifestDamaged):
         (tmp_path / "redistrib_9.2.0.json").write_text("{}")
         resolve(parse_request("9.2.0"), tree, "linux-x86_64", "12.4", table)

@@ -163,3 +163,56 @@ def test_doctor_says_what_a_missing_loader_entry_means(archives, cuda_root, home
                                       "ldconfig cache, the ld.so.conf directories")
     assert f"the cuDNN 9 found here ({root}" in loads["detail"]
     assert "not found" != loads["detail"] and " warn  not found" not in done.stderr
+
+
+def test_install_that_fails_a_check_says_failed_after_installed(archives, cuda_root, tmp_path,
+                                                                 home):
+    """Exit 1 after "installed cuDNN …": the summary says which checks failed, as verify's does."""
+    root = cuda_root()
+    (tmp_path / "a-file").write_text("")
+    done = run_cli(["install", archives[V7], "--cuda-root", root, "--no-verify",
+                    "--theanorc", tmp_path / "a-file" / ".theanorc"], home)
+    assert done.returncode == 1, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("installed cuDNN 7.4.2")
+    assert f"cuDNN in {root}: FAILED (theanorc)" in lines
+
+
+def test_commands_to_run_quote_a_root_with_a_space(archives, cuda_root, tmp_path, home):
+    """A fix shown as a command runs as shown in a shell, for a root named like "/opt/my cuda"."""
+    import re
+    import shlex
+    import subprocess
+
+    root = cuda_root().rename(tmp_path / "my cuda")
+    done, out = run_json(["install", archives[V7], "--cuda-root", root, "--no-theanorc",
+                          "--no-verify"], home)
+    assert done.returncode == 0, out["error"]
+    done, out = run_json(["verify", "--cuda-root", root, "--no-theano", "--no-frameworks"], home)
+    loader = next(c for c in out["checks"] if c["name"] == "loader")
+    line = re.search(r"export LD_LIBRARY_PATH=\S*(?: \S+)*?\}", loader["detail"])[0]
+    echoed = subprocess.run(["bash", "-c", f"unset LD_LIBRARY_PATH; {line}; "
+                             'printf %s "$LD_LIBRARY_PATH"'], capture_output=True, text=True)
+    assert echoed.stdout == str(root / "lib64"), line
+    (root / "include" / "cudnn.h").write_text("changed\n")
+    done, out = run_json(["verify", "--cuda-root", root, "--no-theano", "--no-frameworks"], home)
+    files = next(c for c in out["checks"] if c["name"] == "files")
+    repair = re.search(r"`([^`]*)`", files["data"]["hint"])[1]
+    assert shlex.split(repair) == ["cudnn-setup", "repair", "--cuda-root", str(root)], repair
+
+
+def test_uninstall_of_a_root_it_never_touched_says_so_once(cuda_root, home):
+    root = cuda_root()
+    for args in ([], ["--dry-run"]):
+        done = run_cli(["uninstall", "--cuda-root", root, *args], home)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.splitlines() == [
+            f"cudnn-setup has installed nothing in {root}; nothing to do"], done.stdout
+
+
+def test_install_of_a_missing_file_names_no_step_for_it(cuda_root, tmp_path, home):
+    """The error is the first thing said: no "staging nope.tgz: reading…" before it."""
+    for missing in (tmp_path / "nope.tgz", tmp_path):
+        done = run_cli(["install", missing, "--cuda-root", cuda_root()], home)
+        assert done.returncode == 2
+        assert done.stderr.startswith("error: "), done.stderr

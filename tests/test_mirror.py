@@ -175,3 +175,13 @@ def test_a_repack_under_nvidias_name_is_refused_by_install(tmp_path, home, cuda_
     done, res = run_json(["install", "9.1", "--mirror", out, "--cuda-root", cuda_root("12.4", "lib"),
                           "--dry-run", *NO_FLAGS], home)
     assert done.returncode == 6 and res["error"]["code"] == "manifest-damaged"
+
+
+def test_mirror_summary_counts_in_words(source, tmp_path, home):
+    from conftest import run_cli
+
+    done = run_cli(["mirror", tmp_path / "fleet", "9.1", "--cuda", "12", "--from", source.url],
+                   home)
+    assert done.returncode == 0, done.stderr
+    assert f"mirror {tmp_path / 'fleet'}: 1 archive, 1 manifest written;" in done.stdout, \
+        done.stdout

@@ -345,9 +345,11 @@ def test_inspect_says_it_reads_and_verify_numbers_its_checks(home, cuda_root):
     run_cli(["install", SAMPLE, "--cuda-root", root, "--no-theanorc", "--no-verify"], home)
     done = run_cli(["verify", "--cuda-root", root, "--no-theano", "--no-frameworks"], home)
     steps = [l for l in done.stderr.splitlines() if l.startswith("cudnn-setup: check ")]
-    assert [s.split(":")[1].strip() for s in steps][:3] == ["check 1 of 13", "check 2 of 13",
-                                                            "check 3 of 13"]
-    assert len(steps) == 13 and steps[-1].startswith("cudnn-setup: check 13 of 13: clients")
+    # --no-frameworks: the frameworks are not imported, and the log does not say they are
+    assert [s.split(":")[1].strip() for s in steps][:3] == ["check 1 of 12", "check 2 of 12",
+                                                            "check 3 of 12"]
+    assert len(steps) == 12 and steps[-1].startswith("cudnn-setup: check 12 of 12: clients")
+    assert not any("frameworks" in s for s in steps), steps
 
 
 def test_bench_says_each_step(home, cuda_root, tmp_path):
@@ -468,3 +470,13 @@ def test_a_40_column_terminal_keeps_step_and_bytes_and_no_color_means_none(no_co
              .replace("\r", "\n").splitlines() if line.strip()]
     assert lines and all(len(line) <= 40 for line in lines), [l for l in lines if len(l) > 40]
     assert any(line.lstrip("⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏ ").startswith("placing cuDNN 7.4.2") for line in lines)
+
+
+def test_verify_of_a_root_without_cudnn_announces_only_what_runs(home, cuda_root):
+    """No cuDNN: the checks that need one are skipped, and the log never says it is loading
+    libcudnn or running a convolution."""
+    done = run_cli(["verify", "--cuda-root", cuda_root("10.0"), "--no-theano"], home)
+    assert done.returncode == 1
+    steps = [l for l in done.stderr.splitlines() if l.startswith("cudnn-setup: check ")]
+    assert steps and all(" of 4: " in s for s in steps), steps
+    assert not any("convolution" in s or "loading libcudnn" in s for s in steps), steps

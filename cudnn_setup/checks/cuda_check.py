@@ -1,6 +1,7 @@
 """The `cuda` layer: the CUDA this cuDNN was built for against the root's toolkit."""
 from __future__ import annotations
 
+import shlex
 from typing import TYPE_CHECKING
 
 from cudnn_setup.installation.built_for import built_for
@@ -31,7 +32,8 @@ def check_cuda_with(inst: Installation, load_data: LoadAnswer | None) -> Check:
     if not cuda.same_major(built, root_version):
         if inst.origin is None:  # the root's own cuDNN: another archive is the fix
             hint = (f"install the build for CUDA {root_version.split('.')[0]}: `cudnn-setup "
-                    f"install {inst.major or 'VERSION'} --cuda-root {inst.root.path}` picks it")
+                    f"install {inst.major or 'VERSION'} --cuda-root "
+                    f"{shlex.quote(str(inst.root.path))}` picks it")
         else:  # a cuDNN elsewhere, judged against a toolkit it may not be meant for
             hint = (f"pass --cuda-root naming the CUDA {built.split('.')[0]} toolkit your "
                     f"programs build against, or use a cuDNN built for CUDA "

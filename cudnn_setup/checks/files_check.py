@@ -75,7 +75,7 @@ def check_files(inst: Installation, facts: CheckFacts) -> Check:
         links_ours = recorded & set(links)
         if changed or links_ours or any(p.split(" ", 1)[0] in ours for p in problems):
             # the damage is in what the tool installed: the manifest can put it back
-            data["hint"] = (f"run `cudnn-setup repair --cuda-root {escape(str(root))}` to put "
+            data["hint"] = (f"run `{escape(command_line('repair', root))}` to put "
                             "back what cudnn-setup installed")
         return Check("files", FAIL, "; ".join(problems), data)
     origin = (f"{plural(len(entries), 'file and link', 'files and links')} as installed by cudnn-setup" if inst.manifest

@@ -71,7 +71,6 @@ def run_checks(inst: Installation, facts: CheckFacts,
                status: Callable[[str], None] | None = None) -> list[Check]:
     """verify's checks of `inst`, in ORDER; `status` hears one line as each check's result
     is waited for. Every verdict is the one the same check gives on its own."""
-    step = Steps(status, ORDER if facts.theano else ORDER[:-1])
     machine = facts.machine
     # The frameworks' children take the longest (each imports its framework): they start
     # first; the loader's facts (children of their own) are needed only to read their answers.
@@ -82,6 +81,10 @@ def run_checks(inst: Installation, facts: CheckFacts,
     if objects is not None:  # one memo of the libraries' ELF facts for every check
         inst.objects = objects
     skipped = skipped_without_cudnn(inst) or {}
+    # only what runs is announced: a check the options or a missing cuDNN skip says so in
+    # the report, never "running a convolution…" in the log
+    off = {"theano": not facts.theano, "frameworks": not facts.frameworks}
+    step = Steps(status, tuple(n for n in ORDER if n not in skipped and not off.get(n)))
     facts.started = {name: Later(CHECKS[name], inst, facts) for name in BACKGROUND
                      if name not in skipped}
     if skipped:

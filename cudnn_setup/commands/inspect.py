@@ -4,6 +4,7 @@ driver, and with --cuda-root the CUDA major of that root), installing nothing. I
 install's into that root: the same refusal, word for word, with the same exit code."""
 from __future__ import annotations
 
+import re
 import tempfile
 from pathlib import Path
 
@@ -61,7 +62,15 @@ def inspect(result: Result, ctx: Context, archive: Path, cuda_root: Path | None 
                             "(--cuda-root names one)")
     result.lines += [f"note         {n}" for n in notes]
     if refusal is not None:
-        raise refusal
+        raise _as_inspect_says_it(refusal)
+
+
+def _as_inspect_says_it(refusal: ArchiveRejected) -> ArchiveRejected:
+    """install's refusal, word for word, but for the hint's --force: inspect takes no such
+    option, so the override is named with the command that takes it."""
+    refusal.hint = re.sub(r"(?<![\w`-])--force(?![\w-])", "`cudnn-setup install --force`",
+                          refusal.hint)
+    return refusal
 
 
 def describe_package(pkg: Package, built: BuiltFor | None = None, root: str | None = None,

@@ -22,7 +22,7 @@ from cudnn_setup.steps.loader_step import (LoaderStep, change_to_try, changes_no
 from cudnn_setup.facts.cuda import CudaRoot, find_cuda_root
 from cudnn_setup.facts.ldresolve.loadable import NotLoadable, read_object
 from cudnn_setup.parallel import Done, Later
-from cudnn_setup.report import Result
+from cudnn_setup.report import FAIL, Result
 from cudnn_setup.state.plan import describe_action
 from cudnn_setup.text import escape, plural
 from cudnn_setup.settings import user_cache_dir
@@ -159,6 +159,9 @@ def install(result: Result, ctx: Context, source: str, *, cuda_root: Path | None
         result.checks += checks_later.result()
     elif verifying:
         result.checks += _verify(ctx, root, python, rc, Done(step), no_frameworks)
+    failed = [c.name for c in result.checks if c.status == FAIL]
+    if failed:  # after "installed …", exit 1 is said in words, as verify says it
+        result.lines.append(f"cuDNN in {root.path}: FAILED ({', '.join(failed)})")
     if step is not None and step.refused:
         raise step.refused
 

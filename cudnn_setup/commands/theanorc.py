@@ -1,6 +1,7 @@
 """`theanorc`: write the cuDNN settings for a CUDA root into Theano's config."""
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 from cudnn_setup.installation.model import find_installation
@@ -30,8 +31,8 @@ def theanorc(result: Result, ctx: Context, *, cuda_root: Path | None = None,
         # optimizer_including=cudnn and [dnn] paths to a root without cuDNN make Theano stop
         raise UsageError(f"no cuDNN in {root.path} ({absent}); Theano's config was left "
                          "untouched", f"install cuDNN there first (`cudnn-setup install ARCHIVE "
-                         f"--cuda-root {root.path}`), or pass --cuda-root naming the CUDA root "
-                         "that has it", code="no-cudnn")
+                         f"--cuda-root {shlex.quote(str(root.path))}`), or pass --cuda-root "
+                         "naming the CUDA root that has it", code="no-cudnn")
     check = theanorc_step(result, theanorc_path(ctx, theanorc), root.path, inst.lib_dir, dry_run,
                           inst.version, ctx=ctx, python=python, cuda_version=root.version,
                           force_theano_cudnn=force_theano_cudnn)

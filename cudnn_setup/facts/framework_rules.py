@@ -7,6 +7,7 @@ works; each rule below says where it comes from, so the tool's verdict is the fr
 from __future__ import annotations
 
 import re
+import shlex
 from dataclasses import dataclass
 from typing import Callable, Sequence, Tuple, Union
 
@@ -188,6 +189,6 @@ def safe_alternative(built_for: VersionLike, directory: str | None = None) -> st
         newer = f"a cuDNN {built[0]}.x at least as new as the one it was built against"
     else:
         newer = "a cuDNN at least as new as the one it was built against"
-    where = directory or "DIR"
+    where = shlex.quote(directory) if directory else "DIR"
     return ("set the library path only for the programs that need this cuDNN (a per-program "
             f"environment: `env LD_LIBRARY_PATH={where} program`), or install {newer}")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import glob
 import os
+import shlex
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
@@ -66,7 +67,9 @@ def on_loader_path(lib_dir: Path, conf: Path = Path("/etc/ld.so.conf")) -> bool:
 
 
 def ld_library_path_line(lib_dir: Path) -> str:
-    return f'export LD_LIBRARY_PATH={lib_dir}${{LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}}'
+    # quoted for a shell: the line is run as shown, and a root may have a space in its name
+    return (f'export LD_LIBRARY_PATH={shlex.quote(str(lib_dir))}'
+            '${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}')
 
 
 def run_ldconfig(args: tuple[str, ...] = (), binary: str | None = None) -> tuple[bool, str]:

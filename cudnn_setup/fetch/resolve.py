@@ -156,12 +156,14 @@ def resolve(request: VersionRequest, tree: Tree, platform: str | Sequence[str],
         url = tree.archive_url(release)
         if tree.reader.exists(url):
             return Choice(release, url, tuple(read), probes)
-    asked = ", ".join(r.file_name for r in candidates[:3])
+    asked = ", ".join(r.file_name for r in candidates[:3]) + ("…" if len(candidates) > 3 else "")
     raise NotOnMirror(
         f"the mirror {redact(tree.url)} has no archive of cuDNN {request} for {' or '.join(order)} and CUDA "
-        f"{cuda_version} (asked for the {min(len(candidates), MAX_PROBES)} newest: {asked}…)",
-        "ask for the exact version the mirror holds (e.g. 9.5.1), copy the archive into "
-        "cudnn/<platform>/ under NVIDIA's name, or add NVIDIA's redistrib_<X.Y.Z>.json")
+        f"{cuda_version} (asked for the {min(len(candidates), MAX_PROBES)} newest: {asked})",
+        # no example version: one the mirror does not hold would send the user after it
+        "ask for a version the mirror holds, all four parts as its archive names them, copy "
+        "the archive into cudnn/<platform>/ under NVIDIA's name, or add NVIDIA's "
+        "redistrib_<X.Y.Z>.json")
 
 
 def resolve_name(name: str, tree: Tree, table: Iterable[Release] | None = None) -> Choice | None:

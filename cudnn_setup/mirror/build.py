@@ -26,7 +26,7 @@ from cudnn_setup.mirror.directory import MirrorDir, hashes_of
 from cudnn_setup.mirror.manifest import Artifact, RepackedFrom
 from cudnn_setup.sources.base import WHEEL, Fetch, Offer, Source
 from cudnn_setup.state.layout import DEFAULT_LOCK_TIMEOUT
-from cudnn_setup.text import escape, show_path
+from cudnn_setup.text import escape, plural, show_path
 from cudnn_setup.urls import redact
 
 
@@ -145,9 +145,9 @@ def _build(request: MirrorRequest, mirror: MirrorDir, built: Built,
             why = next(s["why"] for s in built.skipped if s["version"] == str(version))
             raise NoVariant(f"no build of cuDNN {version} for any CUDA and platform asked for: "
                             f"{why}", "ask for another --cuda or --platform")
-    built.lines.append(f"mirror {mirror.root}: {len(built.placed)} archive(s), "
-                       f"{len(built.written)} manifest(s) written; serve it and install with "
-                       f"--mirror {mirror.root.as_uri()}/")
+    built.lines.append(f"mirror {show_path(mirror.root)}: {plural(len(built.placed), 'archive')}, "
+                       f"{plural(len(built.written), 'manifest')} written; serve it and install "
+                       f"with --mirror {mirror.root.as_uri()}/")
 
 
 _NOT_PLACED = "nothing was placed in the mirror"

@@ -340,7 +340,7 @@ def uninstall(root: CudaRoot, *, force: bool = False, dry_run: bool = False,
                        notes=pending + (changed.uninstall_note(root.path, False)
                                         if manifest else []))
     if not state.exists():
-        return Outcome(False, Plan(), notes=["cudnn-setup has installed nothing here"])
+        return Outcome(False, Plan())  # the command says so, once
     committed: list[bool] = []
     with _rolled_back_errors("uninstall", committed), state.locked(lock_timeout, on_status):
         recovered = recover(state)

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
-from cudnn_setup.archive import read_package
+from cudnn_setup.archive import check_readable, read_package
 from cudnn_setup.archive.decoders import Growing
 from cudnn_setup.archive.listing import Progress
 from cudnn_setup.archive.package import Package
@@ -88,6 +88,8 @@ def stage_and_judge(archive: Path, work: Path, root: CudaRoot, state: StateDir, 
     machine (`driver` waits for its facts); a misfit is refused unless `force`. `clients`
     names the frameworks on this machine, asked only when the release is the JIT flavour
     (flavour_notes)."""
+    if source is None:  # a path that is no file is said so, not named in a step first
+        check_readable(archive)
     # the step a log names again while the members are decoded after the bytes are read
     say(f"staging {escape(archive.name)}: reading, checking and writing its members")
     pkg = stage(archive, work / "staging", expected, on_read, xz, env, source)

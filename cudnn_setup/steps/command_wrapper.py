@@ -133,5 +133,11 @@ def internal_error(exc: BaseException) -> InternalError:
 
 
 def interrupted(result: Result, read_only: bool = False) -> SetupError:
+    if result.command == "download" and not result.changed:
+        # nothing is rolled back: the bytes received stay in the .part file, to be resumed
+        return InstallFailed("interrupted before the download finished; the bytes received "
+                             "are kept beside the file, nothing else was written",
+                             "run the command again: it resumes the download",
+                             code="interrupted")
     return interruption(result.changed, command_line("verify", result.cuda_root)
                         if result.cuda_root else "cudnn-setup verify", read_only)

@@ -3,6 +3,7 @@ libraries, and what each framework would load after that change (checked before 
 """
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -192,6 +193,6 @@ def loader_step(ctx: Context, lib_dir: Path, register: bool, verify_follows: boo
 def per_program(lib_dir: Path, breaking: list[str]) -> str:
     """The advice that replaces a bare LD_LIBRARY_PATH line when it would break a framework."""
     frameworks = ", ".join(dict.fromkeys(w.split(" ", 1)[0] for w in breaking))
-    return (f"give the programs that need this cuDNN their own environment "
-            f"(`env LD_LIBRARY_PATH={lib_dir} program`), not every program: with it, "
+    return (f"give the programs that need this cuDNN their own environment (`env "
+            f"LD_LIBRARY_PATH={shlex.quote(str(lib_dir))} program`), not every program: with it, "
             f"{frameworks} would load this cuDNN, which its rule refuses (see the ldconfig check)")
