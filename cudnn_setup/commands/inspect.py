@@ -53,7 +53,7 @@ def inspect(result: Result, ctx: Context, archive: Path, cuda_root: Path | None 
     result.add("verdict", "installable" if refusal is None else "refused")
     result.add("notes", list(notes))
     result.cuda_root = str(root.path) if root is not None else None
-    result.lines += describe_package(pkg, built, root and str(root.path),
+    result.lines += describe_package(pkg, built, str(root.path) if root else None,
                                      root.version if root else None, refusal)
     if expected is not None and pkg.sha256 == expected.digest:
         result.lines.append(f"checksum     matches the {expected.source}")
