@@ -10,8 +10,9 @@ from __future__ import annotations
 import glob
 import os
 import shlex
+from itertools import chain
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
+from typing import Iterable, Iterator, Mapping, Sequence
 
 from cudnn_setup.durable import write_atomic
 from cudnn_setup.child import Runner, Unanswered, run_command
@@ -31,27 +32,39 @@ BEFORE_THE_CACHE = "LD_LIBRARY_PATH"
 MAX_CONF_BYTES = 1 << 20  # of one ld.so.conf file: real ones are a few lines
 
 
-def conf_dirs(conf: Path = Path("/etc/ld.so.conf"), _seen: set | None = None) -> list[str]:
-    """Directories listed in ld.so.conf, following `include` lines like ldconfig does."""
-    seen = _seen if _seen is not None else set()
-    if str(conf) in seen or not conf.is_file():
-        return []
-    seen.add(str(conf))
+def conf_dirs(conf: Path = Path("/etc/ld.so.conf")) -> list[str]:
+    """Directories listed in ld.so.conf, following `include` lines like ldconfig does, however
+    deep they go: the files being read are a stack, not nested calls (a call per include ran
+    out of Python's recursion depth near a thousand, and lost the rest without a word)."""
+    seen: set[str] = set()
+
+    def lines(path: Path) -> Iterator[tuple[Path, str]]:
+        if str(path) in seen or not path.is_file():
+            return
+        seen.add(str(path))
+        try:
+            text = read_regular(path, MAX_CONF_BYTES).decode(errors="replace")
+        except OSError:  # ldconfig skips what it cannot read; so does the picture drawn from it
+            return
+        for raw in text.splitlines():
+            line = raw.split("#", 1)[0].strip()
+            if line:
+                yield path, line
+
     out: list[str] = []
-    try:
-        text = read_regular(conf, MAX_CONF_BYTES).decode(errors="replace")
-    except OSError:  # ldconfig skips what it cannot read; so does the picture drawn from it
-        return []
-    for raw in text.splitlines():
-        line = raw.split("#", 1)[0].strip()
-        if not line:
+    reading = [lines(conf)]  # the files being read, the innermost include last
+    while reading:
+        step = next(reading[-1], None)
+        if step is None:
+            reading.pop()
             continue
+        path, line = step
         if line.startswith("include "):
             pattern = line.split(None, 1)[1]
             if not os.path.isabs(pattern):
-                pattern = str(conf.parent / pattern)
-            for inc in sorted(glob.glob(pattern)):
-                out += conf_dirs(Path(inc), seen)
+                pattern = str(path.parent / pattern)
+            reading.append(chain.from_iterable(lines(Path(inc))
+                                               for inc in sorted(glob.glob(pattern))))
         elif not line.startswith("hwcap "):
             out.append(line)
     return out
