@@ -72,6 +72,7 @@ class ArchiveServer(_Background):
         self.fail_5xx = 0  # answer this many requests with 503 first
         self.redirects: dict[str, str] = {}  # path -> Location (absolute or relative)
         self.validators = True  # send ETag and Last-Modified
+        self.etag = True  # …the ETag among them
         self.last_modified = "Mon, 01 Jan 2024 00:00:00 GMT"
         self.hang: set[str] = set()  # paths answered with nothing, the connection held open
         self.drip: dict[str, float] = {}  # path -> seconds between single bytes of the body
@@ -124,7 +125,8 @@ class ArchiveServer(_Background):
                 if_range = self.headers.get("If-Range")
                 if if_range is not None and not server.ignore_if_range and not (
                         server.validators and if_range in (
-                        f'"{hashlib.sha256(data).hexdigest()[:16]}"', server.last_modified)):
+                        f'"{hashlib.sha256(data).hexdigest()[:16]}"' if server.etag else None,
+                        server.last_modified)):
                     m = None  # the file changed since that validator: all of it (RFC 9110)
                 if m and not server.ignore_range and body:
                     start = int(m.group(1))
@@ -150,7 +152,8 @@ class ArchiveServer(_Background):
                 self.send_header("Content-Length",
                                  str(server.claim_length.get(path, len(payload))))
                 if server.validators:
-                    self.send_header("ETag", f'"{hashlib.sha256(data).hexdigest()[:16]}"')
+                    if server.etag:
+                        self.send_header("ETag", f'"{hashlib.sha256(data).hexdigest()[:16]}"')
                     self.send_header("Last-Modified", server.last_modified)
                 if status == 206:
                     self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")

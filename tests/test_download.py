@@ -95,6 +95,23 @@ def test_a_part_of_a_file_changed_since_is_not_spliced(server, tmp_path, checksu
     assert got.path.read_bytes() == new[::-1] and got.resumed_from == 0
 
 
+def test_a_weak_date_is_no_ground_to_resume_on(server, tmp_path):
+    """No ETag, and a Last-Modified no second before the response's Date: a change within that
+    second keeps the date (RFC 9110 8.8.2.2: such a date is weak). Resumed with If-Range on it,
+    the file changed since under the same date had its rest spliced onto the old part and,
+    without a checksum, kept as the archive. A weak date vouches for nothing."""
+    import email.utils
+
+    server.etag = False
+    server.last_modified = email.utils.formatdate(time.time() + 3600, usegmt=True)
+    _interrupted(server, tmp_path)
+    new = server.files[f"/mirror/{V7}"][::-1]
+    server.files[f"/mirror/{V7}"] = new  # replaced, its Last-Modified the same
+    got = Downloader(tmp_path, retries=0).fetch(f"{server.base}/mirror/{V7}", use_sidecar=False)
+    assert got.path.read_bytes() == new and got.resumed_from == 0
+    assert "If-Range" not in server.requests[-1]["headers"]
+
+
 def test_a_206_for_a_file_changed_since_is_not_spliced(server, tmp_path):
     """A server or proxy that honours Range but ignores If-Range answers 206 with the rest of
     the new file, under the new file's ETag: that rest was appended to the old file's start

@@ -28,6 +28,7 @@ import re
 import stat
 import time
 from dataclasses import dataclass
+from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import IO, Callable, Iterable, Mapping
 
@@ -58,6 +59,21 @@ _STRONG_ETAG = re.compile(r'"[\x21\x23-\x7e]{0,190}"')
 _HTTP_DATE = re.compile(r"[A-Za-z]{3}, \d{2} [A-Za-z]{3} \d{4} \d{2}:\d{2}:\d{2} GMT")
 _CONTENT_RANGE = re.compile(r"bytes (\d{1,15})-(\d{1,15})/(\d{1,15}|\*)\Z")
 _TOTAL_ONLY = re.compile(r"bytes \*/(\d{1,15})\Z")
+
+
+def strong_only(validators: dict[str, str], date: str | None) -> dict[str, str]:
+    """The validators a resume may be made conditional on: the ETag, and a Last-Modified only
+    where the response's Date is a second or more after it. A file changed within that second
+    keeps its date, so such a date is weak (RFC 9110 8.8.2.2) and vouches for no part."""
+    modified = validators.get("last_modified")
+    if modified is None:
+        return validators
+    try:
+        strong = date is not None and (parsedate_to_datetime(date) -
+                                       parsedate_to_datetime(modified)).total_seconds() >= 1
+    except (TypeError, ValueError, IndexError, OverflowError):
+        strong = False
+    return validators if strong else {k: v for k, v in validators.items() if k != "last_modified"}
 _HEX64 = re.compile(r"\b([0-9a-fA-F]{64})\b")
 _HEX32 = re.compile(r"\b([0-9a-fA-F]{32})\b")
 
@@ -358,8 +374,8 @@ class Downloader:
             pass
 
     def _resume_validator(self, url: str, dest: Path) -> str | None:
-        """The If-Range value for resuming dest's part: the strong ETag, else the
-        Last-Modified date, the server gave when the part began; None when none was recorded
+        """The If-Range value for resuming dest's part: the strong ETag, else the strong
+        Last-Modified date (strong_only), the server gave when the part began; None when none was recorded
         (by this user or root, for this URL) or it is not one a request can carry."""
         path = self._part_meta_path(dest)
         if not _nobody_else_wrote(path):
@@ -518,7 +534,7 @@ class Downloader:
                 mode, start = "wb", 0
                 length = r.headers.get("Content-Length", "").strip()
                 total = int(length) if length.isdigit() and len(length) < 16 else None
-                self._remember_part(url, dest, validators)
+                self._remember_part(url, dest, strong_only(validators, r.headers.get("Date")))
             if expected is not None and expected.size and total is not None \
                     and total != expected.size:
                 # the manifest and the server disagree: refused before a byte is read
