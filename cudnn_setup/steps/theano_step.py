@@ -106,19 +106,28 @@ def unread_or_overridden(ctx: Context, path: Path, root: Path, lib_dir: Path) ->
                 f"THEANORC={show_path(path)} for the programs that should use it"]
     said = []
     for later in files[reals.index(mine) + 1:]:
-        parser = configparser.ConfigParser(interpolation=None)
-        try:
-            found = read_config(later)
-            if found is None:
-                continue
-            parser.read_string(found[0].decode("utf-8"))
-        except (OSError, ValueError, TheanorcRefused, configparser.Error):
-            continue  # what Theano makes of it is the theano check's (and doctor's) to say
-        taken = {f"{s}.{k}": v for s in parser.sections() for k, v in parser.items(s)}
+        taken = _settings_in(later)
+        if taken is None:
+            continue
         said += [f"{show_path(later)}, which Theano reads after {show_path(path)}, sets "
                  f"{name}={theirs}: Theano takes that, not {value}"
                  for name, value, theirs in _overridden(taken, root, lib_dir)]
     return said
+
+
+def _settings_in(path: Path) -> dict[str, str] | None:
+    """One config file's settings as Theano reads them, "section.key": value; None where it is
+    missing or cannot be read or parsed (what Theano makes of that is the theano check's, and
+    doctor's, to say; merging into it says it too)."""
+    try:
+        found = read_config(path)
+        if found is None:
+            return None
+        parser = configparser.ConfigParser(interpolation=None)
+        parser.read_string(found[0].decode("utf-8"))
+    except (OSError, ValueError, TheanorcRefused, configparser.Error):
+        return None
+    return {f"{s}.{k}": v for s in parser.sections() for k, v in parser.items(s)}
 
 
 def _overridden(taken: Mapping[str, str], root: Path, lib_dir: Path
@@ -235,12 +244,4 @@ def ldflags_set_in(ctx: Context, path: Path) -> Path | None:
 
 
 def _sets_ldflags(path: Path) -> bool:
-    try:
-        found = read_config(path)
-        if found is None:
-            return False
-        parser = configparser.ConfigParser(interpolation=None)
-        parser.read_string(found[0].decode("utf-8"))
-        return parser.has_option("blas", "ldflags")
-    except (TheanorcRefused, OSError, UnicodeDecodeError, configparser.Error):
-        return False  # merging it says what is wrong with it
+    return "blas.ldflags" in (_settings_in(path) or {})
