@@ -1,7 +1,6 @@
 """The `cuda` layer: the CUDA this cuDNN was built for against the root's toolkit."""
 from __future__ import annotations
 
-import shlex
 from typing import TYPE_CHECKING
 
 from cudnn_setup.installation.built_for import built_for
@@ -9,6 +8,7 @@ from cudnn_setup.installation.model import Installation
 from cudnn_setup.facts import cuda
 from cudnn_setup.probing.load_answer import LoadAnswer
 from cudnn_setup.report import FAIL, PASS, SKIP, Check
+from cudnn_setup.state.view import command_line
 
 if TYPE_CHECKING:
     from cudnn_setup.checks.check_facts import CheckFacts
@@ -31,9 +31,8 @@ def check_cuda_with(inst: Installation, load_data: LoadAnswer | None) -> Check:
     root = root_phrase(inst)
     if not cuda.same_major(built, root_version):
         if inst.origin is None:  # the root's own cuDNN: another archive is the fix
-            hint = (f"install the build for CUDA {root_version.split('.')[0]}: `cudnn-setup "
-                    f"install {inst.major or 'VERSION'} --cuda-root "
-                    f"{shlex.quote(str(inst.root.path))}` picks it")
+            again = command_line(f"install {inst.major or 'VERSION'}", inst.root.path)
+            hint = f"install the build for CUDA {root_version.split('.')[0]}: `{again}` picks it"
         else:  # a cuDNN elsewhere, judged against a toolkit it may not be meant for
             hint = (f"pass --cuda-root naming the CUDA {built.split('.')[0]} toolkit your "
                     f"programs build against, or use a cuDNN built for CUDA "

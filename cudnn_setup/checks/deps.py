@@ -33,7 +33,6 @@ from __future__ import annotations
 import dataclasses
 import glob
 import os
-import shlex
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -274,8 +273,7 @@ def check_deps_with(inst: Installation, env: Mapping[str, str], *,
     if manager is not None:
         available = _ask_together(available, missing, versions.cuda, manager, search, inst)
     # a root this tool manages: the same release again, its libraries from the package index
-    with_deps = (f"cudnn-setup install {inst.version} --from pypi --with-deps --cuda-root "
-                 f"{shlex.quote(str(inst.root.path))}"
+    with_deps = (command_line(f"install {inst.version} --from pypi --with-deps", inst.root.path)
                  if inst.manifest is not None and inst.version else None)
     repair = command_line("repair", inst.root.path) if inst.manifest is not None else None
     for e in missing:

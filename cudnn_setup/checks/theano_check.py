@@ -141,6 +141,12 @@ def scratch_compiledir(env: Mapping[str, str]) -> Iterator[dict[str, str]]:
         yield run_env
 
 
+def theanorc_for(python: str) -> str:
+    """The command that writes [blas] ldflags for `python`'s Theano, as a hint gives it: the
+    interpreter named, since the tool's own (pipx, a venv of its own) may have no numpy."""
+    return f"cudnn-setup theanorc --python {escape(shlex.quote(python))}"
+
+
 def import_failure(error: str, numpy: str | None, run: TheanoRun, python: str) -> str:
     """Why `import theano` failed under the user's config, and the fix where it is known.
     The fix names `python`: theanorc asks that interpreter's numpy, and the tool's own (pipx,
@@ -148,7 +154,7 @@ def import_failure(error: str, numpy: str | None, run: TheanoRun, python: str) -
     said = f"`import theano` fails with {run.config_words()}: {error}"
     if "blas_opt_info" not in error:
         return said
-    theanorc = f"cudnn-setup theanorc --python {escape(shlex.quote(python))}"
+    theanorc = theanorc_for(python)
     if not run.files and "THEANORC" in run.env:
         return (f"{said}; numpy {numpy or '?'} has no blas_opt_info, which Theano 1.0.5 reads "
                 "unless [blas] ldflags is set, and $THEANORC, set empty, names no config to set "

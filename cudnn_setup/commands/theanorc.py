@@ -1,7 +1,6 @@
 """`theanorc`: write the cuDNN settings for a CUDA root into Theano's config."""
 from __future__ import annotations
 
-import shlex
 from pathlib import Path
 
 from cudnn_setup.installation.model import find_installation
@@ -12,6 +11,7 @@ from cudnn_setup.steps.theano_step import theanorc_path, theanorc_step
 from cudnn_setup.facts.cuda import find_cuda_root
 from cudnn_setup.errors import UsageError
 from cudnn_setup.report import FAIL, WARN, Check, Result
+from cudnn_setup.state.view import command_line
 from cudnn_setup.theanorc_merge import TheanorcRefused
 
 
@@ -30,8 +30,8 @@ def theanorc(result: Result, ctx: Context, *, cuda_root: Path | None = None,
     if absent is not None and not dry_run:
         # optimizer_including=cudnn and [dnn] paths to a root without cuDNN make Theano stop
         raise UsageError(f"no cuDNN in {root.path} ({absent}); Theano's config was left "
-                         "untouched", f"install cuDNN there first (`cudnn-setup install ARCHIVE "
-                         f"--cuda-root {shlex.quote(str(root.path))}`), or pass --cuda-root "
+                         "untouched", f"install cuDNN there first "
+                         f"(`{command_line('install ARCHIVE', root.path)}`), or pass --cuda-root "
                          "naming the CUDA root that has it", code="no-cudnn")
     check = theanorc_step(result, theanorc_path(ctx, theanorc), root.path, inst.lib_dir, dry_run,
                           inst.version, ctx=ctx, python=python, cuda_version=root.version,

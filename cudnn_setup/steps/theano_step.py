@@ -5,19 +5,19 @@ from __future__ import annotations
 import configparser
 import os
 import platform
-import shlex
 from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Mapping
 
 from cudnn_setup.child import Unanswered
-from cudnn_setup.checks.theano_check import has_theano, theano_range_note, theano_supports
+from cudnn_setup.checks.theano_check import (has_theano, theano_range_note, theano_supports,
+                                             theanorc_for)
 from cudnn_setup.facts.cudnn import split_version
 from cudnn_setup.facts.theano import rule_for
 from cudnn_setup.parallel import Later
 from cudnn_setup.report import FAIL, PASS, WARN, Check, Result
 from cudnn_setup.steps.context import Context
-from cudnn_setup.text import escape, show_path
+from cudnn_setup.text import show_path
 from cudnn_setup.theano_blas import BlasFlags, NumpyBlas, find_blas, numpy_blas
 from cudnn_setup.theanorc_merge import (KEPT_ACTIVE, TheanorcRefused, config_files, configure,
                                         default_path, flag_name, read_config, settings,
@@ -234,7 +234,7 @@ def theano_import_blocked(ctx: Context, python: str) -> dict | None:
             "message": f"`import theano` fails in {python}: its numpy {info.numpy} has no "
                        "blas_opt_info, which Theano 1.0.5 reads unless [blas] ldflags is set, "
                        "and no config it reads (nor THEANO_FLAGS) sets it",
-            "fix": f"run `cudnn-setup theanorc --python {escape(shlex.quote(python))}`"}
+            "fix": f"run `{theanorc_for(python)}`"}
 
 
 def ldflags_set_in(ctx: Context, path: Path) -> Path | None:
