@@ -59,6 +59,8 @@ _STRONG_ETAG = re.compile(r'"[\x21\x23-\x7e]{0,190}"')
 _HTTP_DATE = re.compile(r"[A-Za-z]{3}, \d{2} [A-Za-z]{3} \d{4} \d{2}:\d{2}:\d{2} GMT")
 _CONTENT_RANGE = re.compile(r"bytes (\d{1,15})-(\d{1,15})/(\d{1,15}|\*)\Z")
 _TOTAL_ONLY = re.compile(r"bytes \*/(\d{1,15})\Z")
+_HEX64 = re.compile(r"\b([0-9a-fA-F]{64})\b")
+_HEX32 = re.compile(r"\b([0-9a-fA-F]{32})\b")
 
 
 def strong_only(validators: dict[str, str], date: str | None) -> dict[str, str]:
@@ -74,8 +76,6 @@ def strong_only(validators: dict[str, str], date: str | None) -> dict[str, str]:
     except (TypeError, ValueError, IndexError, OverflowError):
         strong = False
     return validators if strong else {k: v for k, v in validators.items() if k != "last_modified"}
-_HEX64 = re.compile(r"\b([0-9a-fA-F]{64})\b")
-_HEX32 = re.compile(r"\b([0-9a-fA-F]{32})\b")
 
 
 @dataclass
@@ -307,8 +307,7 @@ class Downloader:
         if expected is not None and got != expected.digest:
             part.unlink()
             raise mismatch(escape(name), expected, got)
-        self._place(part, dest)
-        self._forget_part(dest)
+        self._place(part, dest)  # the part's record goes once the part has (fetch)
         self._remember(url, dest, size, sha, validators)
         return Fetched(dest, sha, size, False, resumed_from or 0, expected, self.requests_made)
 
@@ -375,8 +374,9 @@ class Downloader:
 
     def _resume_validator(self, url: str, dest: Path) -> str | None:
         """The If-Range value for resuming dest's part: the strong ETag, else the strong
-        Last-Modified date (strong_only), the server gave when the part began; None when none was recorded
-        (by this user or root, for this URL) or it is not one a request can carry."""
+        Last-Modified date (strong_only), the server gave when the part began; None when none
+        was recorded (by this user or root, for this URL) or it is not one a request can
+        carry."""
         path = self._part_meta_path(dest)
         if not _nobody_else_wrote(path):
             return None
