@@ -73,6 +73,17 @@ def _last(pattern: re.Pattern[str], text: str) -> int | None:
 
 # In a file path: a segment `user:password@host` (a URL given where a path was expected, its
 # `//` folded by the path's normalisation) loses what is before its last `@`.
+def http_carries(text: str) -> bool:
+    """Whether a request can carry `text` in a header or in Basic credentials: http.client
+    sends header values, and requests the credentials, as Latin-1 (anything else raised
+    UnicodeEncodeError from deep inside the request)."""
+    try:
+        text.encode("latin-1")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def redact(url: str) -> str:
     """The URL fit to print: no user:password@ (whatever form the URL has, parsed or not), the
     query and fragment shown as `?…` / `#…`, escaped, at most SHOWN characters. A local path

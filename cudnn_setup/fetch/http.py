@@ -46,7 +46,7 @@ from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 from cudnn_setup.errors import DownloadFailed
 from cudnn_setup.text import escape
 from cudnn_setup.untrusted import NotRegular, kind, regular_size
-from cudnn_setup.urls import BadUrl, check, redact, scrub, server
+from cudnn_setup.urls import BadUrl, check, http_carries, redact, scrub, server
 
 MAX_REDIRECTS = 10
 # Headers that carry credentials: never sent on past a redirect to another host, whatever the
@@ -249,11 +249,9 @@ class _Session(requests.Session):
 
 def carried(url: str, headers: Mapping[str, str], auth: tuple[str, str] | None,
             proxies: Mapping[str, str]) -> None:
-    """DownloadFailed, before anything is sent, when a header value or a credential holds a
-    character HTTP cannot carry: http.client sends header values as Latin-1, and requests
-    encodes Basic credentials (the URL's user-info, ~/.netrc's, the proxy's) so; either raised
-    UnicodeEncodeError from deep inside the request, an exit 70. Only what is sent is named,
-    never its value."""
+    """DownloadFailed, before anything is sent, when a header value or a credential (the URL's
+    user-info, ~/.netrc's, the proxy's) holds a character HTTP cannot carry (urls.http_carries;
+    it was an exit 70). Only what is sent is named, never its value."""
     from urllib.parse import unquote
 
     def user_info(address: str, what: str) -> list[tuple[str, str]]:
@@ -269,12 +267,10 @@ def carried(url: str, headers: Mapping[str, str], auth: tuple[str, str] | None,
     for proxy in proxies.values():
         pieces += user_info(proxy, "the user name or password of the proxy ($http_proxy…)")
     for what, value in pieces:
-        try:
-            value.encode("latin-1")
-        except UnicodeEncodeError:
+        if not http_carries(value):
             raise DownloadFailed(f"{what} for {server(url)} holds a character HTTP cannot "
                                  "carry (only Latin-1 text); nothing was sent",
-                                 "use only ASCII characters there", code="bad-url") from None
+                                 "use only ASCII characters there", code="bad-url")
 
 
 class Client:

@@ -13,6 +13,7 @@ from cudnn_setup.errors import UsageError
 from cudnn_setup.fetch.checksums import Expected, expected_for
 from cudnn_setup.report import Result
 from cudnn_setup.text import escape, show_path
+from cudnn_setup.urls import http_carries
 
 if TYPE_CHECKING:  # requests and what it imports (about 70 ms): only for what downloads
     from cudnn_setup.fetch.arriving import Arriving
@@ -33,11 +34,9 @@ def parse_headers(headers: list[str] | None) -> dict[str, str]:
         if not colon or not _TOKEN.fullmatch(key) or any(c in value for c in "\r\n\0"):
             raise UsageError("--header must look like 'Name: value' (one line, a name of "
                              "letters, digits and -)", "e.g. --header 'Authorization: Bearer TOKEN'")
-        try:  # http.client sends header values as Latin-1: anything else raised there
-            value.encode("latin-1")
-        except UnicodeEncodeError:
+        if not http_carries(value):
             raise UsageError(f"--header {escape(key)}: its value holds a character HTTP cannot "
-                             "carry (only Latin-1 text)", "use only ASCII characters there") from None
+                             "carry (only Latin-1 text)", "use only ASCII characters there")
         parsed[key] = value
     return parsed
 
