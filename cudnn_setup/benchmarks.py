@@ -1,9 +1,10 @@
 """`bench`: what cuDNN buys — Theano with and without it, and cuDNN's own algorithm timings."""
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping
+
+from msgspec import Struct
 
 from cudnn_setup.probing.answer_values import BadAnswer, Fields
 from cudnn_setup.installation.model import Installation, find_cudart
@@ -20,8 +21,7 @@ BENCH_TIMEOUT = 900.0
 MAX_STEP_S = 1e6  # a step time past this (or not above 0) is no measurement
 
 
-@dataclass(frozen=True)
-class TheanoTimings:
+class TheanoTimings(Struct, frozen=True):
     """What probes/theano_bench.py answers, the fields the checks use; BadAnswer when one of
     them is missing or of another type (a step time must be above 0: it divides)."""
 

@@ -30,9 +30,10 @@ import tempfile
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Mapping
+
+from msgspec import Struct
 
 from cudnn_setup import loader_traps
 from cudnn_setup.text import decode_output, escape
@@ -77,8 +78,7 @@ def ended(returncode: int) -> str:
     return f"died of {name}" if name else f"exited with status {returncode}"
 
 
-@dataclass
-class Finished:
+class Finished(Struct):
     returncode: int | None  # None when it never ran
     stdout: bytes
     stderr: bytes

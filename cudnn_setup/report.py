@@ -15,6 +15,8 @@ PASS, WARN, FAIL, SKIP = "pass", "warn", "fail", "skip"
 BASE_KEYS = ("schema", "ok", "command", "cuda_root", "cudnn_version", "changed", "checks", "error")
 
 
+# Check and Result stay dataclasses, unlike the other records (msgspec Structs): a refusal
+# builds a Result before anything else loads, and importing msgspec would add to it.
 @dataclass
 class Check:
     name: str

@@ -13,9 +13,10 @@ os.environ, `~` or /etc on its own, but for root's own home (user_cache_dir).
 from __future__ import annotations
 
 import configparser
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
+
+from msgspec import Struct
 
 from cudnn_setup.errors import UsageError
 from cudnn_setup.private_dirs import root_in_another_users
@@ -30,8 +31,7 @@ SYSTEM_CONFIG = Path("/etc/cudnn-setup.conf")
 MAX_BYTES = 64 << 10  # a settings file, not a data file
 
 
-@dataclass(frozen=True)
-class Setting:
+class Setting(Struct, frozen=True):
     value: str
     origin: str  # where it was set, for messages: "--mirror", "$CUDNN_SETUP_MIRROR", a file
 

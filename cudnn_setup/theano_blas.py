@@ -10,8 +10,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from dataclasses import dataclass
 from typing import Mapping
+
+from msgspec import Struct
 
 from cudnn_setup.child import Runner, Unanswered, run_command
 from cudnn_setup.probing.answer_values import Fields
@@ -45,14 +46,12 @@ LINK_MISSES = ("undefined reference", "cannot find -l", "file format not recogni
 _LINK_PROGRAM = b"extern void dgemm_(void);\nint main(void) { dgemm_(); return 0; }\n"
 
 
-@dataclass(frozen=True)
-class NumpyBlas:
+class NumpyBlas(Struct, frozen=True):
     numpy: str
     has_blas_opt_info: bool
 
 
-@dataclass(frozen=True)
-class BlasFlags:
+class BlasFlags(Struct, frozen=True):
     """The value to write for `[blas] ldflags` and why, for a comment beside it."""
 
     ldflags: str

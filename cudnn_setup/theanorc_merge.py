@@ -13,9 +13,10 @@ import difflib
 import os
 import shlex
 import stat
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping
+
+from msgspec import Struct
 
 from cudnn_setup.durable import write_atomic
 from cudnn_setup.errors import SetupError, os_error
@@ -106,8 +107,7 @@ def not_regular(path: Path, mode: int) -> TheanorcRefused:
                            code="theanorc-not-a-file")
 
 
-@dataclass
-class TheanorcChange:
+class TheanorcChange(Struct):
     path: Path  # the file written (a symlink's target)
     changed: bool
     diff: str

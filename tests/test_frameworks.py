@@ -516,7 +516,7 @@ def test_what_if_names_a_mix_of_copies_behind_the_same_shim():
 
     wheel = "/venv/site-packages/nvidia/cudnn/lib"
     change = W.prepend_to_ld_library_path("/opt/old/lib64")
-    from dataclasses import replace
+    from msgspec.structs import replace
 
     now = fe.FrameworkEntry("torch", "2.11.0", "", cudnn_built_for="9.19.0",
                             loader=fe.LoaderView(fl.ChildLoader({}, None, NO_CACHE, fl.ElfFacts()),

@@ -243,15 +243,16 @@ def test_the_release_installed_is_asked_about_before_a_byte_is_fetched(cuda_root
 def test_the_engine_takes_one_request_and_has_no_mode_flag():
     """The install is asked as one typed request; whether it is needed at all is a question
     of its own (installed_already), not a flag that turns the install into a query."""
-    import dataclasses
     import inspect
+
+    import msgspec
 
     from cudnn_setup.placement import engine
 
     for entry in (engine.install, engine.installed_already, engine.uninstall,
                   engine.recover_pending):
         assert len(inspect.signature(entry).parameters) <= 8, entry.__name__
-    assert dataclasses.is_dataclass(engine.Request)
+    assert issubclass(engine.Request, msgspec.Struct)
     assert list(inspect.signature(engine.install).parameters)[0] == "request"
-    fields = {f.name for f in dataclasses.fields(engine.Request)}
+    fields = set(engine.Request.__struct_fields__)
     assert not {n for n in fields if n.endswith("_only")}, fields

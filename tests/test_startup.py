@@ -49,7 +49,8 @@ PARSER_MODULES = VERSION_MODULES | {"cudnn_setup.typer_app"}
 PARSER_GROWTH = 115
 # And an install of a local .tgz: ELF parsing, version numbers, ISA-L, BLAKE3 (the installed
 # files' content hash); not typer, which has nothing to say about a command line that parses.
-INSTALL = {"elftools", "packaging", "isal", "blake3"}
+# msgspec defines the tool's records (with typing_extensions, which it imports).
+INSTALL = {"elftools", "packaging", "isal", "blake3", "msgspec", "typing_extensions"}
 
 INSTALL_MODULES = {
     "cudnn_setup", "cudnn_setup.archive", "cudnn_setup.archive.decoder_choice",
@@ -96,10 +97,9 @@ INSTALL_MODULES = {
     "cudnn_setup.steps.fetching", "cudnn_setup.steps.loader_step", "cudnn_setup.text",
     "cudnn_setup.untrusted", "cudnn_setup.urls",
 }
-# Nor what this install does not use: liblzma's binding is for a .tar.xz, uuid (with its
-# platform probing) for twelve random hex digits, concurrent.futures (with logging) for one
-# worker thread.
-NOT_FOR_A_TGZ = {"uuid", "concurrent.futures", "logging", "cudnn_setup.archive.liblzma"}
+# Nor what this install does not use: liblzma's binding is for a .tar.xz, concurrent.futures
+# (with logging) for one worker thread.
+NOT_FOR_A_TGZ = {"concurrent.futures", "logging", "cudnn_setup.archive.liblzma"}
 # None of verify's checks, the frameworks' what-if or Theano's config step: this install has
 # neither verify, nor frameworks, nor a .theanorc to write.
 NOT_FOR_THIS_INSTALL = {"cudnn_setup.checks.suite", "cudnn_setup.checks.frameworks_check",

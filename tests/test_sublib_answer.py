@@ -3,6 +3,7 @@ the type they claim, or nothing; the coherence check reads only those fields."""
 import json
 
 import pytest
+from msgspec.structs import asdict
 
 from cudnn_setup.checks.coherence import judge
 from cudnn_setup.probing.sublib_answer import SublibsAnswer, SubLibraryAnswer, VersionCheck
@@ -54,7 +55,7 @@ def test_whatever_the_child_sends_is_read_without_raising(value):
             check = sub.version_check
             assert check.status is None and check.function is None and check.mapped == []
             assert not check.passed
-    json.dumps([vars(s) | {"version_check": s.version_check and s.version_check.to_dict()}
+    json.dumps([asdict(s) | {"version_check": s.version_check and s.version_check.to_dict()}
                 for s in got.sublibraries])
 
 

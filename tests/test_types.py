@@ -1,5 +1,5 @@
 """mypy over the typed modules (pyproject's [tool.mypy] `files`): the answers read from children
-are dataclasses there, so a misspelt field is an error before anything runs. A few seconds on
+are typed records there, so a misspelt field is an error before anything runs. A few seconds on
 two cores, from a cache in the test's own directory."""
 from __future__ import annotations
 

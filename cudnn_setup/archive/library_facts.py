@@ -13,8 +13,9 @@ from __future__ import annotations
 import os
 import queue
 import threading
-from dataclasses import dataclass
 from pathlib import Path
+
+from msgspec import Struct
 
 from cudnn_setup.facts import cudnn as gen
 from cudnn_setup.facts.composition import named_by
@@ -25,8 +26,7 @@ from cudnn_setup.facts.elf import ElfInfo, NotElf, code_problem, read_elf
 MAX_EARLY = 32
 
 
-@dataclass(frozen=True)
-class LibraryFacts:
+class LibraryFacts(Struct, frozen=True):
     """One staged library as the judge sees it."""
 
     elf: ElfInfo | None  # None: not an ELF file (or a damaged one); `not_elf` says what

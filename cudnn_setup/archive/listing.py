@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 import posixpath
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator
+
+from msgspec import Struct, field
 
 from cudnn_setup.archive.problems import Problem
 
@@ -12,8 +13,7 @@ if TYPE_CHECKING:
     from cudnn_setup.archive.library_facts import FactsReader
 
 
-@dataclass
-class Member:
+class Member(Struct):
     path: str  # relative to the archive root, normalised ("cuda/lib64/libcudnn.so.7")
     kind: str  # file | symlink | dir
     size: int = 0
@@ -34,8 +34,7 @@ class Member:
         return posixpath.dirname(self.path)
 
 
-@dataclass
-class Listing:
+class Listing(Struct):
     """Everything one pass over an archive learned."""
 
     compression: str

@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import posixpath
-from dataclasses import dataclass, field
+
+from msgspec import Struct, field
 
 from cudnn_setup.archive.listing import Listing, Member
 from cudnn_setup.archive.problems import ERROR, WARNING, Problem
@@ -15,8 +16,7 @@ from cudnn_setup.text import escape, plural
 _OS_NAMES = {"osx": "macOS", "windows": "Windows"}
 
 
-@dataclass
-class Library:
+class Library(Struct):
     name: str
     stem: str  # libcudnn_ops_infer
     version: str | None  # from the file name: "7.6.5", "6.5.18"
@@ -30,15 +30,13 @@ class Library:
                 "size": self.member.size, "sha256": self.member.sha256}
 
 
-@dataclass
-class Link:
+class Link(Struct):
     name: str
     target: str
     chain: list[str]  # names followed, ending at a file ([] when the chain is broken)
 
 
-@dataclass
-class Package:
+class Package(Struct):
     archive_name: str
     compression: str
     sha256: str | None = None

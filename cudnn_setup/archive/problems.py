@@ -1,14 +1,14 @@
 """A problem found in an archive: one line of what, one line of what to do."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from msgspec import Struct
+
 
 ERROR = "error"
 WARNING = "warning"
 
 
-@dataclass(frozen=True)
-class Problem:
+class Problem(Struct, frozen=True):
     code: str
     message: str
     hint: str = ""

@@ -9,16 +9,16 @@ from __future__ import annotations
 
 import stat
 import tarfile
-from dataclasses import dataclass, field
 from typing import Iterator
+
+from msgspec import Struct, field
 
 from cudnn_setup.archive.listing import Member
 from cudnn_setup.archive.problems import Problem
 from cudnn_setup.text import escape
 
 
-@dataclass(frozen=True)
-class Limits:
+class Limits(Struct, frozen=True):
     members: int = 5000  # real cuDNN archives have fewer than 200
     # The largest library NVIDIA ships (libcudnn_engines_precompiled.so.9) is under 1 GiB.
     member_bytes: int = 4 << 30
@@ -84,8 +84,7 @@ def parents(rel: str) -> Iterator[str]:
         yield "/".join(parts[:i])
 
 
-@dataclass
-class MemberRules:
+class MemberRules(Struct):
     """Judges members in archive order; remembers what earlier members were."""
 
     limits: Limits = field(default_factory=Limits)

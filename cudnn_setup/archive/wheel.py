@@ -38,10 +38,10 @@ import tarfile
 import threading
 import zipfile
 import zlib
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Callable, Iterator
 
+from msgspec import Struct
 from packaging.version import Version
 
 from cudnn_setup import parallel
@@ -68,8 +68,7 @@ MAX_VERSION_HEADER = 1 << 20  # cudnn_version.h is about 3 KB
 _ARCH = {"x86_64": "x86_64", "aarch64": "aarch64"}  # the platform tag's machine → archive arch
 
 
-@dataclass(frozen=True)
-class WheelName:
+class WheelName(Struct, frozen=True):
     """What an `nvidia-cudnn-cuNN` wheel's file name says (PEP 427, read by `packaging`)."""
 
     file_name: str

@@ -33,8 +33,9 @@ import os
 import struct
 import threading
 import zipfile
-from dataclasses import dataclass
 from pathlib import Path
+
+from msgspec import Struct
 
 from cudnn_setup import parallel
 from cudnn_setup.archive import library_facts, staging, wheel
@@ -54,8 +55,7 @@ VERSION_HEADER = wheel.PREFIX + "include/cudnn_version.h"
 _DATA_DESCRIPTOR, _ENCRYPTED, _UTF8 = 0x8, 0x1, 0x800
 
 
-@dataclass
-class Early:
+class Early(Struct):
     """A member staged from its local header, before the central directory was read."""
 
     info: zipfile.ZipInfo  # what the local header says

@@ -8,9 +8,10 @@ test (a child per framework).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Protocol
+
+from msgspec import Struct, field
 
 from cudnn_setup.checks.framework_entry import FrameworkEntry
 from cudnn_setup.child import Runner
@@ -22,16 +23,14 @@ from cudnn_setup.probing.load_answer import LoadAnswer
 from cudnn_setup.report import Check
 
 
-@dataclass(frozen=True)
-class Frameworks:
+class Frameworks(Struct, frozen=True):
     """The frameworks check and the report it came from (checks/frameworks_check.py)."""
 
     check: Check
     entries: list[FrameworkEntry]
 
 
-@dataclass(frozen=True)
-class Loaded:
+class Loaded(Struct, frozen=True):
     """The load check of one installation and the child's answer (None: it did not load)."""
 
     check: Check
@@ -60,8 +59,7 @@ def _no_fix() -> str | None:
     return None
 
 
-@dataclass
-class CheckFacts:
+class CheckFacts(Struct):
     """The command's facts of the machine, what verify was asked (`python`: the interpreter
     whose Theano and frameworks are checked; `loader_fix` waits for what the loader check
     advises instead of a bare LD_LIBRARY_PATH line; `cache_dir`: the user's cache, where the

@@ -33,10 +33,12 @@ from __future__ import annotations
 import dataclasses
 import glob
 import os
-from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
+
+from msgspec import Struct, field
+from msgspec.structs import asdict
 
 from cudnn_setup.probing.driver import driver_present as machine_has_driver
 from cudnn_setup.probing.load_answer import LoadAnswer
@@ -128,8 +130,7 @@ def rate(kind: str, name: str, driver_present: bool) -> str:
     return D.severity(name, driver_present)
 
 
-@dataclass
-class Entry:
+class Entry(Struct):
     """One dependency by name: who needs it, how, and whether the loader finds it."""
 
     name: str
@@ -280,7 +281,7 @@ def check_deps_with(inst: Installation, env: Mapping[str, str], *,
         e.severity = SKIP if e in internal or _outside_flavour(e, not_in_flavour) \
             else rate(e.kind, e.name, driver_present)
         e.what_breaks = what_breaks(e, inst.lib_dir)
-        e.fixes = [vars(f) for f in fixes_for(e, versions.cuda, manager, search, inst.lib_dir,
+        e.fixes = [asdict(f) for f in fixes_for(e, versions.cuda, manager, search, inst.lib_dir,
                                               available, inst.origin == "wheel", with_deps,
                                               repair)]
     data = {"lib_dir": str(inst.lib_dir), "libraries": [str(r) for r in roots],

@@ -2,7 +2,7 @@
 check, its what-if and the clients check read it (checks/frameworks_check.py makes them)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from msgspec import Struct
 
 from cudnn_setup.checks.framework_loader import ChildLoader
 from cudnn_setup.report import WARN
@@ -12,8 +12,7 @@ JSON_FIELDS = ("name", "version", "importable", "cudnn_built_for", "cudnn_built_
 LOADED_FIELDS = ("path", "dir", "version", "why", "detail")
 
 
-@dataclass(frozen=True)
-class LoadedCopy:
+class LoadedCopy(Struct, frozen=True):
     """The libcudnn a framework's process mapped: its real path and directory, the version it
     reports, why the loader took it (framework_loader.WHY_*), in words, and through which
     object (`via`, not in the JSON)."""
@@ -29,8 +28,7 @@ class LoadedCopy:
         return {k: getattr(self, k) for k in LOADED_FIELDS}
 
 
-@dataclass(frozen=True)
-class LoaderView:
+class LoaderView(Struct, frozen=True):
     """What the what-if needs of a framework's child to work out another loader set-up: its
     loader (environment, executable, the machine's cache), the objects it mapped, those of them
     that need libcudnn, and the libcudnn SONAME they ask for."""
@@ -41,8 +39,7 @@ class LoaderView:
     soname: str | None
 
 
-@dataclass
-class FrameworkEntry:
+class FrameworkEntry(Struct):
     """One framework of an interpreter: what it was built for, the cuDNN it loads and why, and
     whether the pair is right by its own rule. `loader` is None when its child gave no usable
     answer (the what-if then knows nothing of its cuDNN use); it is never in the JSON."""

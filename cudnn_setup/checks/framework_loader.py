@@ -11,8 +11,9 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-from dataclasses import dataclass
 from typing import Mapping, Sequence
+
+from msgspec import Struct
 
 from cudnn_setup.facts.ldresolve.environment import Environment
 from cudnn_setup.facts.ldresolve.ldconfig import CacheEntry
@@ -60,8 +61,7 @@ class ElfFacts:
             return None
 
 
-@dataclass(frozen=True)
-class Hit:
+class Hit(Struct, frozen=True):
     """The copy a search finds: its real path, the step (WHY_*) and what in it matched."""
 
     path: str

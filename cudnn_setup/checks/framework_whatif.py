@@ -15,10 +15,11 @@ libraries that need libcudnn would find it.
 """
 from __future__ import annotations
 
-import dataclasses
 import os
-from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence
+
+from msgspec import Struct
+import msgspec
 
 from cudnn_setup.checks.framework_loader import BEFORE_CACHE, WHY_FULL_PATH, ChildLoader
 from cudnn_setup.probing.framework_probe import library_version
@@ -32,8 +33,7 @@ from cudnn_setup.facts.ldresolve.ldconfig import CacheEntry, registered
 LD_LIBRARY_PATH, LDCONFIG = "ld_library_path", "ldconfig"
 
 
-@dataclass(frozen=True)
-class Change:
+class Change(Struct, frozen=True):
     """A change to where programs find libraries: `kind` is LD_LIBRARY_PATH or LDCONFIG."""
 
     kind: str
@@ -45,8 +45,7 @@ class Change:
         return f"register {self.directory} with ldconfig"
 
 
-@dataclass
-class WhatIf:
+class WhatIf(Struct):
     """What one framework would load after a change (the JSON's `frameworks_what_if` item):
     `loads_now` {path, version} and `would_load` {path, dir, version, why} or None;
     `affected`, `breaks`: None when not known; `status` by the framework's rule;
@@ -66,7 +65,7 @@ class WhatIf:
     safe_alternative: str | None = None
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        return msgspec.structs.asdict(self)
 
 
 def prepend_to_ld_library_path(directory: str | os.PathLike) -> Change:

@@ -12,10 +12,14 @@ it.
 """
 from __future__ import annotations
 
+import dataclasses
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
+
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping
+
+from msgspec.structs import replace
 
 from cudnn_setup.probing.answer_values import shown
 from cudnn_setup.probing.gpu_answer import GpuAnswer
@@ -63,7 +67,7 @@ def callers(step: str, version: str | None) -> str:
     return who
 
 
-@dataclass
+@dataclass  # as Check is
 class GpuCheck(Check):
     """The gpu check, with the probe's answer it was judged from (not part of the JSON: the
     theano check words from it why Theano may not use cuDNN here)."""
@@ -87,8 +91,8 @@ def without_driver(inst: Installation, env: Mapping[str, str],
     no NVIDIA kernel module and no libcuda.so.1 that its loader (the library's directory
     first on LD_LIBRARY_PATH) would find (probing/driver.no_driver, the driver probe's rule)."""
     probe_env = child_env(inst.lib_dir, env)
-    return no_driver(probe_env, replace(loader, ld_library_path=probe_env["LD_LIBRARY_PATH"]),
-                     smi=False)
+    loader = dataclasses.replace(loader, ld_library_path=probe_env["LD_LIBRARY_PATH"])
+    return no_driver(probe_env, loader, smi=False)
 
 
 def check_gpu(inst: Installation, facts: CheckFacts) -> Check:

@@ -5,9 +5,10 @@ import contextlib
 import os
 import shlex
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator, Mapping
+
+from msgspec import Struct
 
 from cudnn_setup.probing.answer_values import BadAnswer, Fields
 from cudnn_setup.installation.model import Installation
@@ -44,8 +45,7 @@ def with_fixed_hash_seed(base: Mapping[str, str]) -> dict[str, str]:
     return env
 
 
-@dataclass(frozen=True)
-class TheanoRun:
+class TheanoRun(Struct, frozen=True):
     """How the check starts Theano: the user's environment, the config files Theano reads in
     it (in order, later ones win) and, in words, which they are and which flags it ran with."""
 
@@ -194,8 +194,7 @@ def theano_supports(version: str | None) -> bool:
     return parts is not None and theano_facts.rule_for(parts).usable
 
 
-@dataclass(frozen=True)
-class TheanoGraphs:
+class TheanoGraphs(Struct, frozen=True):
     """What probes/theano_graph.py answers, the fields the check judges; BadAnswer when one of
     them is missing or of another type."""
 

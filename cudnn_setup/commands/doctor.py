@@ -11,8 +11,9 @@ it).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
+
+from msgspec import Struct, field
 
 from cudnn_setup.probing.driver import DriverFacts, describe_gpus, has_driver
 from cudnn_setup.checks.frameworks_check import frameworks_json, one_line
@@ -95,8 +96,7 @@ def doctor(result: Result, ctx: Context, message: str | None = None,
     _describe(result, d, driver, frameworks, inst)
 
 
-@dataclass
-class Diagnosis:
+class Diagnosis(Struct):
     cuda_roots: list[dict] = field(default_factory=list)
     cudnn_copies: list[dict] = field(default_factory=list)
     loads: list[dict] = field(default_factory=list)

@@ -16,7 +16,7 @@ there a client needs the whole release.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from msgspec import Struct
 
 from cudnn_setup.facts import cudnn as gen
 
@@ -33,8 +33,7 @@ PRECOMPILED_LIBS = ("libcudnn_graph", "libcudnn_heuristic", "libcudnn_engines_pr
 GRAPH_LEGACY_LIBS = ("libcudnn_ops", "libcudnn_adv")
 
 
-@dataclass(frozen=True)
-class ClientKind:
+class ClientKind(Struct, frozen=True):
     name: str
     clients: str  # who they are, in words
     needs: tuple[str, ...]  # library stems, cuDNN 9

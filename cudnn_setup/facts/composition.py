@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import os
 from collections import deque
-from dataclasses import dataclass, field
 from typing import Callable, Mapping
+
+from msgspec import Struct, field
 
 from cudnn_setup.facts import cudnn as gen
 from cudnn_setup.facts.ldresolve.loadable import NotLoadable, read_object
@@ -33,8 +34,7 @@ FULL, JIT = gen.FULL, gen.JIT
 MAX_LIBRARIES = 64  # cuDNN libraries one release may name, all told (9.28 has 10)
 
 
-@dataclass(frozen=True)
-class Composition:
+class Composition(Struct, frozen=True):
     """What a release is made of. `required`: library stems, libcudnn first; `why`: stem → how
     it was found to be needed; `optional`: names the release opens at run time that its
     flavour does without (JIT); `read_from`: the libraries whose names were read."""

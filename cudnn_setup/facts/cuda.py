@@ -9,9 +9,10 @@ import json
 import os
 import re
 import shutil
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping
+
+from msgspec import Struct
 
 from cudnn_setup.child import run_command
 from cudnn_setup.errors import NoCudaRoot
@@ -27,8 +28,7 @@ _CUDA_HEADERS = ("cuda.h", "cuda_runtime.h", "cuda_runtime_api.h")
 _EXEC_LINE = re.compile(r"^[ \t]*exec[ \t]+(?P<path>/\S+/bin/nvcc)\b", re.M)
 
 
-@dataclass(frozen=True)
-class BuiltFor:
+class BuiltFor(Struct, frozen=True):
     """The CUDA version a cuDNN was built for ("12.4", or only the major "12" from a wheel's
     name), and how that was learnt (FROM_NAME, FROM_LIBRARY, FROM_WHEEL_NAME, the manifest's
     record), as the install and the checks say it: an archive's, before it is installed, by
@@ -41,8 +41,7 @@ class BuiltFor:
         return {"version": self.version, "source": self.source}
 
 
-@dataclass(frozen=True)
-class CudaRoot:
+class CudaRoot(Struct, frozen=True):
     path: Path
     found_via: str
     version: str | None

@@ -45,9 +45,10 @@ from __future__ import annotations
 import os
 import re
 import shutil
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence
+
+from msgspec import Struct
 
 from cudnn_setup.child import Runner, run_command
 
@@ -63,8 +64,7 @@ _FAMILIES = {
 }
 
 
-@dataclass(frozen=True)
-class Need:
+class Need(Struct, frozen=True):
     """One known run-time dependency, by the library's base name (up to ".so")."""
 
     stem: str
@@ -183,8 +183,7 @@ def wheel_suffix(cuda_major: int) -> str:
     return f"-cu{cuda_major}" if cuda_major <= 12 else ""
 
 
-@dataclass(frozen=True)
-class Fix:
+class Fix(Struct, frozen=True):
     how: str  # directory | with-deps | wheel | package | repository | reinstall
     text: str  # what to run or do
     detail: str = ""

@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import struct
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Iterator
 
@@ -15,6 +14,7 @@ from elftools.elf.constants import SH_FLAGS
 from elftools.elf.dynamic import DynamicSection
 from elftools.elf.elffile import ELFFile
 from elftools.elf.segments import InterpSegment
+from msgspec import Struct
 
 from cudnn_setup.untrusted import NotRegular, open_regular
 
@@ -68,8 +68,7 @@ class NotElf(Exception):
         self.reason = reason
 
 
-@dataclass(frozen=True)
-class ElfInfo:
+class ElfInfo(Struct, frozen=True):
     machine: str  # x86_64, ppc64le, aarch64, or the raw e_machine
     bits: int
     kind: str  # ET_DYN, ET_EXEC, ET_REL

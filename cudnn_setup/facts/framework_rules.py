@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import re
 import shlex
-from dataclasses import dataclass
 from typing import Callable, Sequence, Tuple, Union
+
+from msgspec import Struct
 
 Version = Tuple[int, ...]  # 1 to 3 parts: (9,) when only the major is known
 VersionLike = Union[int, str, Sequence[int], None]
@@ -74,8 +75,7 @@ def version_text(version: Version | None) -> str | None:
     return ".".join(str(part) for part in version) if version else None
 
 
-@dataclass(frozen=True)
-class Rule:
+class Rule(Struct, frozen=True):
     framework: str
     summary: str  # the rule in one line, for people
     source: str  # where the framework states or enforces it

@@ -4,10 +4,11 @@ The tables are data with their sources; the functions below only read them.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 from packaging.version import InvalidVersion, Version
+
+from msgspec import Struct
 
 SM_760 = "https://docs.nvidia.com/deeplearning/cudnn/archives/cudnn_760/cudnn-support-matrix/index.html"
 SM_803 = "https://docs.nvidia.com/deeplearning/cudnn/archives/cudnn-803/support-matrix/index.html"
@@ -32,8 +33,7 @@ DRIVER_NOTES = "https://docs.nvidia.com/cuda/cuda-toolkit-release-notes/index.ht
 MINOR_COMPAT = "https://docs.nvidia.com/deploy/cuda-compatibility/minor-version-compatibility.html"
 
 
-@dataclass(frozen=True)
-class CudnnSupport:
+class CudnnSupport(Struct, frozen=True):
     """Compute capabilities cuDNN releases first..last (inclusive) support, per CUDA build."""
 
     first: str
@@ -107,8 +107,7 @@ def support_for(cudnn_version: str, cuda_major: int) -> CudnnSupport | None:
     return rows[0] if rows else None
 
 
-@dataclass(frozen=True)
-class Misfit:
+class Misfit(Struct, frozen=True):
     kind: str  # "gpu" or "driver"
     subject: str  # the GPU ("Tesla K80 (3.7)") or the driver
     severity: str  # "fail" refuses an install (unless --force); "warn" only says so

@@ -2,15 +2,15 @@
 which cuDNN release would serve it on a given CUDA."""
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Iterable, Optional, Sequence
+
+from msgspec import Struct
 
 THEANO = "1.0.5"
 DNN_SOURCE = "theano/gpuarray/dnn.py"
 
 
-@dataclass(frozen=True)
-class CudnnRule:
+class CudnnRule(Struct, frozen=True):
     """cuDNN releases from `first` to `last` (major, minor; inclusive, None: no end) and what
     Theano 1.0.5 does with them: `usable`, and `reason` (a format string taking `version`;
     None when there is nothing to say); `ask_by_default`: whether the config the tool writes
@@ -54,8 +54,7 @@ def rule_for(parts: Sequence[int]) -> CudnnRule:
     return next(r for r in CUDNN_RULES if r.covers(key))
 
 
-@dataclass(frozen=True)
-class Serving:
+class Serving(Struct, frozen=True):
     """The cuDNN release that serves Theano on a CUDA major, or why none does."""
 
     version: Optional[str]

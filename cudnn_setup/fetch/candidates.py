@@ -9,9 +9,9 @@ from __future__ import annotations
 import bisect
 import re
 import urllib.parse
-from dataclasses import dataclass
 from typing import Iterable, Sequence
 
+from msgspec import Struct
 from packaging.version import InvalidVersion, Version
 
 from cudnn_setup.errors import UsageError
@@ -31,8 +31,7 @@ class UnknownVersion(UsageError):
 
 # --- version requests ---------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class VersionRequest:
+class VersionRequest(Struct, frozen=True):
     """`9`, `9.17`, `9.17.0` or `9.17.0.29`: every final release whose version starts with these
     parts; or one pre-release asked for by its full version (`9.28.0.42rc1`, `exact`)."""
 
@@ -112,8 +111,7 @@ def nearest_versions(request: VersionRequest, versions: Iterable[str], n: int = 
 
 # --- releases -----------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class Release:
+class Release(Struct, frozen=True):
     """One archive that can be fetched: what it is, where it sits, what it must hash to."""
 
     version: str  # 9.17.0.29

@@ -1,14 +1,13 @@
 """What an archive's checksum should be, and where that expectation comes from."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from msgspec import Struct
 
 from cudnn_setup.errors import ArchiveRejected
 from cudnn_setup.fetch.known_releases import known_sha256, provenance_line
 
 
-@dataclass
-class Expected:
+class Expected(Struct):
     algorithm: str  # sha256 | md5
     digest: str
     source: str  # --sha256, known releases table, sidecar URL

@@ -27,11 +27,11 @@ import os
 import re
 import stat
 import time
-from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import IO, Callable, Iterable, Mapping
 
+from msgspec import Struct
 import requests
 import urllib3
 
@@ -78,8 +78,7 @@ def strong_only(validators: dict[str, str], date: str | None) -> dict[str, str]:
     return validators if strong else {k: v for k, v in validators.items() if k != "last_modified"}
 
 
-@dataclass
-class Fetched:
+class Fetched(Struct):
     path: Path
     sha256: str
     size: int

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import re
 import urllib.parse
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
+from msgspec import Struct
 from packaging.version import Version
 
 from cudnn_setup.errors import ArchiveRejected, DownloadFailed, UsageError
@@ -85,8 +85,7 @@ def platform_key(machine: str) -> str:
     return platform
 
 
-@dataclass(frozen=True)
-class PlatformChoice:
+class PlatformChoice(Struct, frozen=True):
     """The platforms whose builds may go on this machine, best first, and why.
 
     A Jetson takes NVIDIA's linux-aarch64 (Jetson) build of a release where one exists and the

@@ -26,9 +26,9 @@ What a tree holds:
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Iterable, Protocol, Sequence
 
+from msgspec import Struct
 from packaging.version import Version
 
 from cudnn_setup.errors import DownloadFailed
@@ -61,8 +61,7 @@ class Reader(Protocol):
     def exists(self, url: str) -> bool: ...
 
 
-@dataclass(frozen=True)
-class Tree:
+class Tree(Struct, frozen=True):
     """A redist tree: where it is (the `redist/` level, ending in /) and how to read it."""
 
     url: str
@@ -82,8 +81,7 @@ class Tree:
         return None if data is None else parse_redistrib(data, url, label)
 
 
-@dataclass(frozen=True)
-class Choice:
+class Choice(Struct, frozen=True):
     release: Release
     url: str
     manifests: tuple[str, ...]  # labels of the manifests read on the way
@@ -94,8 +92,7 @@ class Choice:
                 "archives_probed": self.probes}
 
 
-@dataclass(frozen=True)
-class Catalog:
+class Catalog(Struct, frozen=True):
     releases: list[Release]  # newest first
     manifests: tuple[str, ...]
     notes: tuple[str, ...]

@@ -31,6 +31,7 @@ def _header_text(path: Path) -> str | None:
         return None
 
 
+# A dataclass, not a Struct: its caches are left out of __init__, comparison and repr.
 @dataclass
 class Installation:
     root: CudaRoot

@@ -9,9 +9,10 @@ command line or the environment beyond what `MirrorRequest` holds.
 from __future__ import annotations
 
 import shutil
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping
+
+from msgspec import Struct, field
 
 from cudnn_setup.archive import inspect_archive
 from cudnn_setup.archive.repack import repack, repack_name
@@ -30,8 +31,7 @@ from cudnn_setup.text import escape, plural, show_path
 from cudnn_setup.urls import redact
 
 
-@dataclass(frozen=True)
-class PlatformSource:
+class PlatformSource(Struct, frozen=True):
     """Where one platform's builds come from, and how that source fetches."""
 
     platform: str
@@ -39,8 +39,7 @@ class PlatformSource:
     fetch: Fetch
 
 
-@dataclass(frozen=True)
-class MirrorRequest:
+class MirrorRequest(Struct, frozen=True):
     directory: Path
     versions: tuple[VersionRequest, ...]
     cudas: tuple[str, ...]
@@ -50,8 +49,7 @@ class MirrorRequest:
     lock_timeout: float = DEFAULT_LOCK_TIMEOUT
 
 
-@dataclass(frozen=True)
-class Placed:
+class Placed(Struct, frozen=True):
     """One archive the mirror holds after the run, and what the run did for it."""
 
     offer: Offer
@@ -74,8 +72,7 @@ class Placed:
                 + (f" from {self.offer.file_name}" if self.action == "repacked" else ""))
 
 
-@dataclass
-class Built:
+class Built(Struct):
     """What a run did, filled as it goes: the command reports it even when the run failed."""
 
     directory: Path

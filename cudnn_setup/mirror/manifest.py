@@ -10,7 +10,9 @@ was read, so a mirror that started as a copy of NVIDIA's tree stays one.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field, replace
+
+from msgspec import Struct, field
+from msgspec.structs import replace
 
 from cudnn_setup import __version__
 from cudnn_setup.errors import UsageError
@@ -45,8 +47,7 @@ def _object(value: object, where: str) -> dict:
     return value
 
 
-@dataclass(frozen=True)
-class RepackedFrom:
+class RepackedFrom(Struct, frozen=True):
     """The wheel an archive was repacked from (cudnn-setup's own key in the schema)."""
 
     wheel: str
@@ -62,8 +63,7 @@ class RepackedFrom:
         return {"wheel": self.wheel, "sha256": self.sha256}
 
 
-@dataclass(frozen=True)
-class Artifact:
+class Artifact(Struct, frozen=True):
     """One archive: where it sits below DIR, its checksums and size."""
 
     relative_path: str
@@ -98,8 +98,7 @@ class Artifact:
         return out
 
 
-@dataclass(frozen=True)
-class PlatformEntry:
+class PlatformEntry(Struct, frozen=True):
     """A platform's archives per CUDA variant, and the one NVIDIA gives it directly where it
     does (8.x's manifests; 9.27.0's windows-arm64 has both)."""
 
@@ -119,8 +118,7 @@ class PlatformEntry:
                 **{k: a.to_dict() for k, a in self.variants.items()}}
 
 
-@dataclass(frozen=True)
-class Component:
+class Component(Struct, frozen=True):
     """The `cudnn` component: its metadata, the CUDA majors it lists, and its platforms. A
     field NVIDIA's older manifests leave out (8.5.0.96's license_path, cuda_variant) is None
     and stays out when written back."""
@@ -157,8 +155,7 @@ class Component:
         return entry.variants.get(variant) if entry else None
 
 
-@dataclass(frozen=True)
-class Document:
+class Document(Struct, frozen=True):
     """One release's manifest. `kept`: what the tool does not write (other components,
     NVIDIA's other keys), as read and checked by the manifest parser, written back unchanged."""
 

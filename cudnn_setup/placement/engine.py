@@ -13,10 +13,11 @@ from __future__ import annotations
 import os
 import tempfile
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from functools import partial
 from typing import TYPE_CHECKING, Callable, Iterator, Mapping, Sequence
+
+from msgspec import Struct, field
 
 from cudnn_setup.archive.decoders import Growing
 from cudnn_setup.archive.listing import Progress
@@ -39,8 +40,7 @@ if TYPE_CHECKING:
     from cudnn_setup.probing.driver import DriverFacts
 
 
-@dataclass
-class Outcome:
+class Outcome(Struct):
     """What install or uninstall did (or, with dry_run, would do)."""
 
     changed: bool
@@ -84,8 +84,7 @@ def _no_clients() -> Sequence[str] | None:
     return None
 
 
-@dataclass(frozen=True)
-class Request:
+class Request(Struct, frozen=True):
     """One install: `archive` into `root`. `expected`: the checksum the archive must have as it
     is read; `provenance` (sources.base.Provenance) is recorded in the manifest; the libraries
     of `extra_wheels` (the wheels cuDNN's wheel declares, such as nvidia-cublas-cu12) are placed
@@ -122,8 +121,7 @@ class Request:
     arrived: Callable[[], dict | None] | None = None
 
 
-@dataclass(frozen=True)
-class Asked:
+class Asked(Struct, frozen=True):
     """A request and the include and library dirs inside the root's real tree (root_dirs),
     for the install's steps."""
 

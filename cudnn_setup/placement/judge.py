@@ -4,9 +4,10 @@ before anything in the root is touched.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Mapping, Sequence
+
+from msgspec import Struct, field
 
 from cudnn_setup.archive import check_readable, read_package
 from cudnn_setup.archive.decoders import Growing
@@ -27,8 +28,7 @@ if TYPE_CHECKING:
     from cudnn_setup.probing.driver import DriverFacts
 
 
-@dataclass
-class Judged:
+class Judged(Struct):
     """An archive staged and found fit to install, with what it was judged against."""
 
     package: Package

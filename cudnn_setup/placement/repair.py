@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import os
 import shutil
-from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import Callable, Mapping
+
+from msgspec import Struct, field
+from msgspec.structs import replace
 
 from cudnn_setup.archive.listing import Progress
 from cudnn_setup.archive.package import Package
@@ -45,8 +47,7 @@ MISSING, CHANGED_BYTES, MODE, REPLACED, LINK_MISSING, REPOINTED = (
 NEEDS_ARCHIVE = (MISSING, CHANGED_BYTES, REPLACED)
 
 
-@dataclass(frozen=True)
-class Damage:
+class Damage(Struct, frozen=True):
     """One recorded path that is not as the manifest says."""
 
     record: FileRecord
@@ -87,8 +88,7 @@ class Damage:
         return {"path": self.path, "damage": self.kind, "detail": self.describe()}
 
 
-@dataclass
-class RepairOutcome:
+class RepairOutcome(Struct):
     """What repair found and did (or, with dry_run, would do)."""
 
     changed: bool

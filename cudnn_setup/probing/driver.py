@@ -13,9 +13,11 @@ import os
 import re
 import shutil
 import time
-from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Mapping
+
+from msgspec import Struct, field
+from msgspec.structs import replace
 
 from cudnn_setup.child import Runner
 from cudnn_setup.facts import gpu_support as S
@@ -57,8 +59,7 @@ def no_driver(env: Mapping[str, str], loader: Environment | None = None,
             + ("; nvidia-smi is not on PATH" if smi else ""))
 
 
-@dataclass(frozen=True)
-class Gpu:
+class Gpu(Struct, frozen=True):
     index: int
     name: str
     compute_capability: str
@@ -68,8 +69,7 @@ class Gpu:
                 "compute_capability": self.compute_capability}
 
 
-@dataclass(frozen=True)
-class DriverFacts:
+class DriverFacts(Struct, frozen=True):
     """What the driver says, checked: `status` pass (GPUs listed) | skip (no driver or no GPU,
     `reason` says which) | error (the probe itself failed); `gpus`; `driver_version`
     ("580.65.06") and where it was read; `cuda_driver_version` (13000) and `cuda` ("13.0"),

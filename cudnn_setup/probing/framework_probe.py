@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
+
+from msgspec import Struct
 
 from cudnn_setup.probing.answer_values import Fields
 from cudnn_setup.probing.probe import probe_module, run_probe
@@ -23,8 +24,7 @@ LOG_TAIL = 256 * 1024  # bytes of a framework's own output kept for messages
 QUIET_GPU = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false", "TF_FORCE_GPU_ALLOW_GROWTH": "true"}
 
 
-@dataclass(frozen=True)
-class Listed:
+class Listed(Struct, frozen=True):
     """A framework `python` lists (probes/framework_loads.py --list), nothing imported: its
     module name (a module name, nothing else: it goes on a child's command line and into
     messages), whether it could be imported, and its distribution's version."""
@@ -41,8 +41,7 @@ class Listed:
         return cls(name, entry.flag("importable") is True, entry.text("version", 100))
 
 
-@dataclass
-class Run:
+class Run(Struct):
     data: dict | None
     failure: str | None  # how the child failed, one line, when it gave no answer
     output: str  # the tail of what the framework printed, decoded

@@ -1,14 +1,15 @@
 """The GPU probe's answer (probes/gpu_steps.py), read into types.
 
 Every field is taken through the one reader of an answer (probing/answer_values.Fields), and
-the gpu check's JSON is written from these dataclasses (`to_dict`), never from the child's own
+the gpu check's JSON is written from these records (`to_dict`), never from the child's own
 object: a key the child adds, or a field of another type or size, does not reach the output.
 """
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from typing import Collection
+
+from msgspec import Struct, field
 
 from cudnn_setup.probing.answer_values import Fields, shown
 from cudnn_setup.report import FAIL, PASS, SKIP, WARN
@@ -41,8 +42,7 @@ def _said(answer: Fields, key: str, limit: int) -> str | None:
     return shown(value, limit) if isinstance(value, str) else None
 
 
-@dataclass(frozen=True)
-class Engine:
+class Engine(Struct, frozen=True):
     """The engine a graph step ran: cuDNN's global index and its behaviour notes."""
 
     global_index: int | None = None
@@ -60,8 +60,7 @@ class Engine:
                 "tensor_core": self.tensor_core, "down_converts": self.down_converts}
 
 
-@dataclass(frozen=True)
-class GpuStep:
+class GpuStep(Struct, frozen=True):
     """One step the probe ran: `status` one of pass, warn, fail, skip (anything else a child
     says is a fail); `stage` where it got to; `blamed` the sub-library a failure points to."""
 
@@ -105,8 +104,7 @@ class GpuStep:
                 "timings": self.timings}
 
 
-@dataclass(frozen=True)
-class GpuAnswer:
+class GpuAnswer(Struct, frozen=True):
     """What the probe said of the GPU (device 0) and each step. `status` as the child said it
     (None for anything but pass, warn, fail, skip); `driver_version` is cuDriverGetVersion()."""
 
@@ -153,8 +151,7 @@ def _dims(value: object) -> tuple[int, ...]:
     return tuple(v for v in value if type(v) is int and 0 <= v < 1 << 31)
 
 
-@dataclass(frozen=True)
-class Algorithm:
+class Algorithm(Struct, frozen=True):
     """One forward algorithm cuDNN timed (`--bench`): its name, time and workspace."""
 
     algo: str | None = None
@@ -170,8 +167,7 @@ class Algorithm:
         return {"algo": self.algo, "ms": self.ms, "workspace_bytes": self.workspace_bytes}
 
 
-@dataclass(frozen=True)
-class BenchLayer:
+class BenchLayer(Struct, frozen=True):
     """One convolution layer of the benchmark: its shapes and the algorithms, fastest first."""
 
     input: tuple[int, ...] = ()
@@ -194,8 +190,7 @@ class BenchLayer:
                 "fastest": self.fastest.to_dict() if self.fastest is not None else None}
 
 
-@dataclass(frozen=True)
-class BenchAnswer:
+class BenchAnswer(Struct, frozen=True):
     """The probe's answer in `--bench` mode: the GPU as in GpuAnswer, and each layer timed."""
 
     gpu: GpuAnswer

@@ -7,7 +7,7 @@ check's JSON.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from msgspec import Struct
 
 from cudnn_setup.facts import cuda as cuda_facts
 from cudnn_setup.facts import cudnn as gen
@@ -17,8 +17,7 @@ WHAT = "the load probe's answer"
 PATH_LIMIT = 4096
 
 
-@dataclass(frozen=True)
-class LoadAnswer:
+class LoadAnswer(Struct, frozen=True):
     """`version`: cudnnGetVersion() (None: the library has none, as R1); `cudart_version`:
     cudnnGetCudartVersion(), the CUDA it was built for (12040); `mapped`: the libcudnn* files
     the child had mapped once loaded."""

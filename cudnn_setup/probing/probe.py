@@ -13,9 +13,10 @@ import json
 import os
 import secrets
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
+
+from msgspec import Struct
 
 from cudnn_setup.probing.answer_values import Fields
 from cudnn_setup.child import Runner, signal_name
@@ -24,8 +25,7 @@ from cudnn_setup.text import decode_output
 KEY_FIELD = "answer_key"  # probes/answer.py's: the probes cannot import the package
 
 
-@dataclass
-class ProbeResult:
+class ProbeResult(Struct):
     data: dict | None
     returncode: int | None
     stderr: str

@@ -7,7 +7,8 @@ is an AttributeError that the tests (and mypy) catch, not a silent None from `.g
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from msgspec import Struct, field
+
 from cudnn_setup.probing.answer_values import Fields, integer
 
 WHAT = "the sub-library probe's answer"
@@ -31,8 +32,7 @@ def _version(value: object) -> int | str | None:
     return value[:40] if isinstance(value, str) else None
 
 
-@dataclass(frozen=True)
-class VersionCheck:
+class VersionCheck(Struct, frozen=True):
     """cuDNN's own cudnn<Sub>VersionCheck(), called in a child of its own."""
 
     function: str | None
@@ -68,8 +68,7 @@ class VersionCheck:
         return out
 
 
-@dataclass(frozen=True)
-class SubLibraryAnswer:
+class SubLibraryAnswer(Struct, frozen=True):
     """What the probe's child that dlopened one sub-library said (or that it said nothing)."""
 
     reported: bool = False  # the probe sent an entry for it at all
@@ -95,8 +94,7 @@ class SubLibraryAnswer:
                    error=_said(f.raw("error")), version_check=VersionCheck.read(f.raw("version_check")))
 
 
-@dataclass(frozen=True)
-class SublibsAnswer:
+class SublibsAnswer(Struct, frozen=True):
     """The whole answer: libcudnn itself, then one entry per sub-library in the order asked."""
 
     loaded: bool

@@ -7,7 +7,7 @@ What the check cannot judge without (the version, device, results) it reads agai
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from msgspec import Struct
 
 from cudnn_setup.probing.answer_values import Fields
 
@@ -16,8 +16,7 @@ PATH_LIMIT = 4096
 OPS = 256  # op names kept from one graph
 
 
-@dataclass(frozen=True)
-class DnnConfig:
+class DnnConfig(Struct, frozen=True):
     """Theano's [dnn] section as Theano read it."""
 
     enabled: str | None = None
@@ -29,8 +28,7 @@ class DnnConfig:
                 "library_path": self.library_path}
 
 
-@dataclass(frozen=True)
-class TheanoAnswer:
+class TheanoAnswer(Struct, frozen=True):
     """Everything the probe said, each field as the type it claims or None (an answer with
     `import_error` has little else)."""
 

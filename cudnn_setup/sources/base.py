@@ -8,9 +8,10 @@ into the manifest and into `--json`.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
+
+from msgspec import Struct, field
 
 from cudnn_setup.fetch.candidates import VersionRequest, newest_first
 from cudnn_setup.fetch.checksums import Expected
@@ -26,8 +27,7 @@ ARCHIVE, WHEEL = "archive", "wheel"
 Fetch = Callable[[str, "Expected | None"], "Fetched"]
 
 
-@dataclass(frozen=True)
-class Offer:
+class Offer(Struct, frozen=True):
     """One release a source holds, in one build."""
 
     version: str  # as the source names it: 9.17.0.29, 9.28.0.42rc1
@@ -53,8 +53,7 @@ class Offer:
                 **self.details}
 
 
-@dataclass(frozen=True)
-class Provenance:
+class Provenance(Struct, frozen=True):
     """Where an installed archive's bytes came from and who vouched for their checksum."""
 
     source: str  # one of KINDS
@@ -70,8 +69,7 @@ class Provenance:
                 "format": self.format, "repacked_from": self.repacked_from}
 
 
-@dataclass(frozen=True)
-class Obtained:
+class Obtained(Struct, frozen=True):
     """A local file to install, the checksum it must have as it is read, and its provenance."""
 
     path: Path
@@ -80,8 +78,7 @@ class Obtained:
     fetched: Fetched | None = None  # when it was downloaded
 
 
-@dataclass(frozen=True)
-class Catalog:
+class Catalog(Struct, frozen=True):
     """What a source offers, newest first, and what to say about how complete that is."""
 
     offers: list[Offer]

@@ -13,9 +13,10 @@ from __future__ import annotations
 import configparser
 import os
 import stat
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
+
+from msgspec import Struct, field
 
 from cudnn_setup.errors import UsageError
 from cudnn_setup.text import escape
@@ -26,8 +27,7 @@ MAX_CONFIG_BYTES = 1 << 20
 SYSTEM_DIRS = (Path("/etc/xdg"), Path("/etc"))  # XDG_CONFIG_DIRS' default, and pip's /etc
 
 
-@dataclass(frozen=True)
-class IndexConfig:
+class IndexConfig(Struct, frozen=True):
     """The index URLs to ask, in order (the first is pip's index-url), with where each was set."""
 
     urls: tuple[str, ...]

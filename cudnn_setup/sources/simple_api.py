@@ -13,7 +13,8 @@ import html
 import json
 import re
 import urllib.parse
-from dataclasses import dataclass
+
+from msgspec import Struct
 
 from cudnn_setup.errors import DownloadFailed
 from cudnn_setup.text import escape
@@ -29,8 +30,7 @@ _NAME = re.compile(r"^[A-Za-z0-9._+!-]{1,255}\Z")
 _NOT_ONE_LINE = re.compile("[\r\n\0]")
 
 
-@dataclass(frozen=True)
-class IndexFile:
+class IndexFile(Struct, frozen=True):
     filename: str
     url: str  # absolute, without the fragment
     sha256: str | None  # as the index publishes it (lower case), or None

@@ -8,8 +8,9 @@ file is here" from "the old file is back" however many times recovery itself was
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
+
+from msgspec import Struct, field
 
 from cudnn_setup.state.fields import HEX_ID, Fields
 from cudnn_setup.state.paths import STATE_DIR, Damaged, contained, is_within, relative
@@ -19,8 +20,7 @@ PUT, REMOVE, MKDIR, RMDIR = "put", "remove", "mkdir", "rmdir"
 TX, ORIGINALS = "tx", "originals"
 
 
-@dataclass
-class Op:
+class Op(Struct):
     action: str  # put | remove | mkdir | rmdir
     path: str  # relative to the root
     source: str | None = None  # for put: relative to the root (staging or originals store)
@@ -37,8 +37,7 @@ class Op:
                 "ino": self.ino, **({"keep": True} if self.keep else {})}
 
 
-@dataclass
-class Journal:
+class Journal(Struct):
     txid: str
     ops: list[Op] = field(default_factory=list)
     # The commit point: the manifest of this txid is in place, or (None) no manifest is.

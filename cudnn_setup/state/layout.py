@@ -17,9 +17,10 @@ import os
 import stat
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, TypeVar
+
+from msgspec import Struct
 
 from cudnn_setup.durable import DIR_MODE, write_atomic
 from cudnn_setup.errors import InstallFailed
@@ -320,8 +321,7 @@ class StateDir:
         return measure(self.tx_path)
 
 
-@dataclass(frozen=True)
-class Leftovers:
+class Leftovers(Struct, frozen=True):
     """Transaction dirs under tx/: their names, files and bytes (counted up to a bound)."""
 
     names: tuple[str, ...]

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
+
+from msgspec import Struct, field
 
 from cudnn_setup.digest import BLAKE3, CONTENT_HASHES, SHA256 as SHA256_HASH
 from cudnn_setup.facts import cuda, cudnn as gen
@@ -29,8 +30,7 @@ _CUDA = re.compile(r"^\d{1,4}(\.\d{1,4}){0,2}\Z")
 _NAME = re.compile(r"^[^/\x00]{1,255}\Z")
 
 
-@dataclass(frozen=True)
-class Content:
+class Content(Struct, frozen=True):
     """What stands at a path: a file (bytes and mode), a symlink (target), a dir, or other.
 
     A file's bytes are known by their sha256, their BLAKE3 hash, or both (digest.py says why
@@ -97,8 +97,7 @@ class Content:
         return Content(kind)
 
 
-@dataclass
-class FileRecord:
+class FileRecord(Struct):
     """One header, library or link the tool placed."""
 
     path: str
@@ -118,8 +117,7 @@ class FileRecord:
         return out
 
 
-@dataclass(frozen=True)
-class Original:
+class Original(Struct, frozen=True):
     """A file the tool found where cuDNN goes and did not write.
 
     Kept in the originals store and put back by uninstall, or, when it was already exactly what
@@ -133,8 +131,7 @@ class Original:
         return dict(self.content.to_dict(), kept="in-place" if self.in_place else "store")
 
 
-@dataclass
-class Source:
+class Source(Struct):
     """The archive an install read: its name, sha256 and size, and the stat of the file it was
     read from (device, inode, size, mtime, ctime; None when it changed while it was read), by
     which the same file given again is known without reading it (placement.same_archive)."""
@@ -183,8 +180,7 @@ def _provenance(f: Fields | None) -> dict | None:
     return out
 
 
-@dataclass
-class Manifest:
+class Manifest(Struct):
     txid: str
     cudnn_version: str
     generation: str | None

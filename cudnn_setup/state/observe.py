@@ -7,16 +7,16 @@ which do no I/O and are tested case by case).
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping
+
+from msgspec import Struct, field
 
 from cudnn_setup.state.files import describe, describe_known
 from cudnn_setup.state.manifest import DIR, Content, Manifest
 
 
-@dataclass(frozen=True)
-class Observed:
+class Observed(Struct, frozen=True):
     """What stood at each path looked at, relative to the root."""
 
     at: Mapping[str, Content | None] = field(default_factory=dict)  # None: nothing there

@@ -25,8 +25,9 @@ not there is created first. `decide_uninstall` is the same for uninstall. `make_
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
+
+from msgspec import Struct, field
 
 from cudnn_setup.errors import InstallFailed
 from cudnn_setup.state.journal import MKDIR, ORIGINALS, PUT, REMOVE, RMDIR, Op
@@ -36,8 +37,7 @@ from cudnn_setup.state.paths import STATE_DIR, damaged_error
 from cudnn_setup.text import escape, plural
 
 
-@dataclass
-class Desired:
+class Desired(Struct):
     path: str  # relative to the root
     kind: str  # file | symlink
     sha256: str | None = None
@@ -56,8 +56,7 @@ class Desired:
         return self.content().same(current) and (self.kind != FILE or current.mode == self.mode)
 
 
-@dataclass
-class Plan:
+class Plan(Struct):
     ops: list[Op] = field(default_factory=list)
     unchanged: list[str] = field(default_factory=list)
     conflicts: list[str] = field(default_factory=list)  # changed since the tool installed them

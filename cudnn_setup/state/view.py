@@ -9,8 +9,9 @@ State they cannot use (damaged, unsafe, unreadable) is a finding for them, not t
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass
 from pathlib import Path
+
+from msgspec import Struct
 
 from cudnn_setup.errors import SetupError
 from cudnn_setup.state.layout import StateDir
@@ -23,8 +24,7 @@ def command_line(command: str, root: Path | str) -> str:
     return f"cudnn-setup {command} --cuda-root {shlex.quote(str(root))}"
 
 
-@dataclass(frozen=True)
-class Pending:
+class Pending(Struct, frozen=True):
     """A journal in the state dir: a transaction not finished."""
 
     txid: str
@@ -52,8 +52,7 @@ class Pending:
                 "finish_with": None if self.holder is not None else self.finish_with(root)}
 
 
-@dataclass(frozen=True)
-class StateView:
+class StateView(Struct, frozen=True):
     manifest: Manifest | None = None
     pending: Pending | None = None
     problem: SetupError | None = None  # damaged, unsafe or unreadable: no manifest is used

@@ -21,9 +21,10 @@ provenance.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from msgspec import Struct
 
 from cudnn_setup.steps.context import Context
 from cudnn_setup.errors import UsageError
@@ -221,8 +222,7 @@ def describe_offer(result: Result, offer: Offer, source: Source, why: str) -> No
                         f"{offer.file_name} from {source.where}; sha256 from {vouch}{repack}")
 
 
-@dataclass(frozen=True)
-class Release:
+class Release(Struct, frozen=True):
     """A published release SOURCE stands for, chosen and not fetched: where from, and what its
     archive must hash to, vouched for before a byte is fetched (the source's published sha256,
     else the user's --sha256)."""

@@ -1,4 +1,4 @@
-"""The facts one command looks at, each started at most once and answered as a dataclass.
+"""The facts one command looks at, each started at most once and answered as a record.
 
 Several steps of a command need the same slow facts: the driver and its GPUs (a child), the
 loader's cache and search order (three children), what libcudnn says when a child loads it,
@@ -11,9 +11,10 @@ with `loader_changed`, so what is asked after it is asked again.
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Mapping, Sequence, TypeVar
+
+from msgspec import Struct
 
 from cudnn_setup.child import Runner
 from cudnn_setup.errors import SetupError
@@ -37,8 +38,7 @@ T = TypeVar("T")
 DRIVER, LOADER = "driver", "loader"
 
 
-@dataclass(frozen=True)
-class LookedAhead:
+class LookedAhead(Struct, frozen=True):
     """What the frameworks of an interpreter load now, and would after `change` (None: the
     interpreter could not say; the frameworks check says why)."""
 

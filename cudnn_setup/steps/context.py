@@ -20,6 +20,7 @@ from cudnn_setup.text import escape
 Progress = Callable[[int, Optional[int]], None]  # bytes done, bytes in all (None: unknown)
 
 
+# A dataclass, not a Struct: `facts` is made from the other fields, outside __init__.
 @dataclass(frozen=True)
 class Context:
     """The outside world a command may look at, handed in by its caller."""

@@ -4,9 +4,10 @@ libraries, and what each framework would load after that change (checked before 
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
+
+from msgspec import Struct, field
 
 from cudnn_setup.errors import InstallFailed, SetupError, os_error
 from cudnn_setup.facts import loader
@@ -22,8 +23,7 @@ if TYPE_CHECKING:
 # the modules it uses): an install with --no-frameworks does not load the frameworks' checks.
 
 
-@dataclass
-class LoaderStep:
+class LoaderStep(Struct):
     """The `ldconfig` check, what the frameworks would do with the change it made or advises,
     and whether it changed what programs load."""
 
@@ -55,8 +55,7 @@ ASK_ROOT = "ask-root"  # on the loader path, not root: say `sudo ldconfig`
 ADVISE = "advise"  # off the loader path: say how programs find it (LD_LIBRARY_PATH or per program)
 
 
-@dataclass(frozen=True)
-class LoaderFacts:
+class LoaderFacts(Struct, frozen=True):
     """What the loader step is decided from. `on_loader_path` is None when it was not looked
     at (with --ldconfig it does not matter); `breaking`: what_if_warnings() of the change
     change_to_try() names, one line per framework it would break."""
@@ -70,8 +69,7 @@ class LoaderFacts:
     verify_follows: bool = False
 
 
-@dataclass(frozen=True)
-class LoaderPlan:
+class LoaderPlan(Struct, frozen=True):
     """What to do and say: `action` (REGISTER… ADVISE); `check` is the ldconfig check as it
     stands when nothing is applied (REGISTER and REFRESH make theirs from what ldconfig did);
     `loader_fix` replaces the loader check's LD_LIBRARY_PATH line; `refused`: the error of a

@@ -5,9 +5,10 @@ from __future__ import annotations
 import configparser
 import os
 import platform
-from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Mapping
+
+from msgspec.structs import replace
 
 from cudnn_setup.child import Unanswered
 from cudnn_setup.checks.theano_check import (has_theano, theano_range_note, theano_supports,

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import os
 from collections import deque
-from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
+
+from msgspec import Struct
 
 from cudnn_setup.facts.ldresolve.environment import Environment
 from cudnn_setup.facts.ldresolve.loadable import ElfObject
@@ -15,8 +16,7 @@ from cudnn_setup.facts.ldresolve.runtime_names import Versions, runtime_names, r
 from cudnn_setup.facts.ldresolve.search import Loaded, Resolution
 
 
-@dataclass
-class Dependency:
+class Dependency(Struct):
     requester: str  # path of the library that needs it
     name: str  # the name asked for (first candidate for run-time names)
     kind: str  # "root" (opened by path), "needed" (DT_NEEDED), "runtime" (dlopen by an embedded name)

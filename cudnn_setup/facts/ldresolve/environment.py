@@ -10,6 +10,7 @@ from cudnn_setup.facts.ldresolve.loader_facts import LoaderFacts
 from cudnn_setup.facts.ldresolve.read_once import Objects
 
 
+# A dataclass, not a Struct: `objects`, a cache, is left out of comparison and repr.
 @dataclass
 class Environment:
     """What a process's loader works from: its variables, the cache, the loader's facts."""

@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 import re
 import signal
-from dataclasses import dataclass
+
+from msgspec import Struct
 
 from cudnn_setup.child import Runner, Unanswered, run_command
 from cudnn_setup.facts.ldresolve.loadable import NotLoadable, read_object
@@ -24,8 +25,7 @@ CACHE_ABI = {("EM_X86_64", 64): "x86-64", ("EM_X86_64", 32): "x32", ("EM_386", 3
              ("EM_RISCV", 64): "double-float"}
 
 
-@dataclass(frozen=True)
-class CacheEntry:
+class CacheEntry(Struct, frozen=True):
     name: str
     path: str
     abi: str  # "x86-64", "" (32-bit default ABI), "AArch64" …

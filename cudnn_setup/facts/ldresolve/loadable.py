@@ -3,7 +3,8 @@ in its own words (open_verify in glibc's elf/dl-load.c). The reading is facts/el
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+
+from msgspec import Struct
 
 from cudnn_setup.facts.elf import NOT_ELF, NOT_REGULAR, UNOPENED, UNREAD, NotElf, read_elf
 from cudnn_setup.facts.ldresolve.rpath import split_path
@@ -17,8 +18,7 @@ class NotLoadable(Exception):
         self.fatal = fatal
 
 
-@dataclass(frozen=True)
-class ElfObject:
+class ElfObject(Struct, frozen=True):
     """What the loader reads from an object before and while mapping it."""
 
     path: str

@@ -3,7 +3,8 @@ searches by itself and the hwcaps subdirectories it tries in each, asked of ld.s
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+
+from msgspec import Struct
 
 from cudnn_setup.child import Runner, run_command
 from cudnn_setup.facts.elf import interpreter as interpreter_of
@@ -14,8 +15,7 @@ FALLBACK_DEFAULT_DIRS = ("/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "
                          "/usr/lib64", "/lib", "/usr/lib")
 
 
-@dataclass(frozen=True)
-class LoaderFacts:
+class LoaderFacts(Struct, frozen=True):
     """How this machine's ld.so expands names and which directories it searches by itself."""
 
     lib: str = "lib64"  # $LIB

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 import threading
-from dataclasses import replace
+
+from msgspec.structs import replace
 
 from cudnn_setup.facts.ldresolve.loadable import ElfObject, NotLoadable, read_object
 from cudnn_setup.facts.ldresolve.runtime_names import runtime_names

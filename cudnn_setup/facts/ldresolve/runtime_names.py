@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
 from typing import BinaryIO, Sequence
+
+from msgspec import Struct
 
 from cudnn_setup.facts.cudnn import OPENED_FIRST, V9, names_opened, so_base
 from cudnn_setup.facts.elf import PARSE_ERRORS, read_only_ranges
@@ -76,8 +77,7 @@ def _scan(f: BinaryIO, offset: int, end: int, found: dict[str, None], limit: int
         carry = tail if len(tail) <= 256 else b"\xff"  # too long to be a name
 
 
-@dataclass(frozen=True)
-class Versions:
+class Versions(Struct, frozen=True):
     """Numbers the library fills into the names it builds: cuDNN's own and its CUDA's."""
 
     cudnn: str | None = None  # "9.1.0"

@@ -3,8 +3,9 @@ facts/ldresolve/__init__.py), each candidate verified, and where the search stop
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator
+
+from msgspec import Struct, field
 
 from cudnn_setup.facts.ldresolve.environment import Environment
 from cudnn_setup.facts.ldresolve.ldconfig import CACHE_ABI
@@ -26,8 +27,7 @@ class SearchBudgetSpent(NotLoadable):
                          fatal=True)
 
 
-@dataclass
-class Loaded:
+class Loaded(Struct):
     """An object in the emulated process: how it was opened and who loaded it."""
 
     obj: ElfObject
@@ -46,8 +46,7 @@ STEP_RPATH, STEP_LD_LIBRARY_PATH, STEP_RUNPATH = "rpath", "ld_library_path", "ru
 STEP_CACHE, STEP_DEFAULT = "ld_cache", "default_dir"
 
 
-@dataclass
-class Resolution:
+class Resolution(Struct):
     name: str
     path: str | None = None  # as the loader opens it (search dir + name), symlinks kept
     via: str | None = None
