@@ -262,11 +262,26 @@ def test_hostile_step_fields_are_bounded_and_an_odd_status_is_a_failure(tmp_path
 
 
 def _header_enums(text: str) -> dict[str, int]:
-    """Every enumerator with an explicit value in NVIDIA's headers (deprecated ones too)."""
+    """Every enumerator in NVIDIA's headers (deprecated ones too), with C's rule for one without
+    a value: the one before it plus one (cuDNN 9.1's headers number most of theirs that way)."""
     text = re.sub(r"/\*.*?\*/", " ", text, flags=re.S)
     text = re.sub(r"//[^\n]*", " ", text)
-    return {m[0]: int(m[1], 0) for m in
-            re.findall(r"\b(CUDNN_\w+)\s*(?:CUDNN_DEPRECATED_ENUM\s*)?=\s*(0x[0-9a-fA-F]+|\d+)", text)}
+    text = re.sub(r"^\s*#[^\n]*", " ", text, flags=re.M)
+    values: dict[str, int] = {}
+    for body in re.findall(r"\benum\b[^{;]*\{([^}]*)\}", text):
+        following = 0
+        for item in body.split(","):
+            m = re.fullmatch(r"\s*(CUDNN_\w+)\s*(?:CUDNN_DEPRECATED_ENUM\s*)?"
+                             r"(?:=\s*(0x[0-9a-fA-F]+|\d+))?\s*", item)
+            if m is None:  # empty after a trailing comma, or a value that is an expression
+                following = None if item.strip() else following
+                continue
+            if m[2] is not None:
+                following = int(m[2], 0)
+            if following is not None:
+                values[m[1]] = following
+                following += 1
+    return values
 
 
 @pytest.mark.real_cudnn
