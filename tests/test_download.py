@@ -349,6 +349,32 @@ def test_cached_url_without_checksum_is_reused_while_the_server_says_so(server, 
     assert out["download"]["from_cache"] is False
 
 
+def test_a_weak_date_vouches_for_no_cached_copy(server, tmp_path, home):
+    """No ETag, and a Last-Modified no second before the response's Date: the file replaced
+    within that second by one of the same size keeps the date (RFC 9110 8.8.2.2: such a date
+    is weak). The cached copy was reused on it, the old bytes handed out as the new file's
+    with exit 0. A date vouches for a copy only where it was strong when the copy was made."""
+    import email.utils
+
+    url = f"{server.base}/mirror/{V7}"
+    args = ["download", url, "--cache-dir", tmp_path]
+    server.etag = False
+    server.last_modified = email.utils.formatdate(time.time() + 3600, usegmt=True)
+    done, out = run_json(args, home)
+    assert done.returncode == 0 and out["download"]["from_cache"] is False, done.stderr
+    server.files[f"/mirror/{V7}"] = server.files[f"/mirror/{V7}"][::-1]  # same size and date
+    done, out = run_json(args, home)
+    assert done.returncode == 0 and out["download"]["from_cache"] is False, done.stderr
+    assert (tmp_path / V7).read_bytes() == server.files[f"/mirror/{V7}"]
+    # a date a second or more before the response's is strong: the copy made under it is
+    # reused while the server says the same
+    server.last_modified = "Mon, 01 Jan 2024 00:00:00 GMT"
+    run_json(args, home)
+    done, out = run_json(args, home)
+    assert out["download"]["from_cache"] is True, done.stderr
+    assert out["download"]["validated_by"] == "last_modified unchanged"
+
+
 def test_a_changed_etag_is_not_outvoted_by_an_unchanged_date(server, tmp_path, home):
     """The server replaced the file with one of the same size: its ETag changed, its
     Last-Modified did not (a copy that kept its mtime, or one within the same second). Either

@@ -64,8 +64,8 @@ _HEX32 = re.compile(r"\b([0-9a-fA-F]{32})\b")
 
 
 def strong_only(validators: dict[str, str], date: str | None) -> dict[str, str]:
-    """The validators a resume may be made conditional on: the ETag, and a Last-Modified only
-    where the response's Date is a second or more after it. A file changed within that second
+    """The validators a resume or a cached copy's reuse may rest on: the ETag, and a
+    Last-Modified only where the response's Date is a second or more after it. A file changed within that second
     keeps its date, so such a date is weak (RFC 9110 8.8.2.2) and vouches for no part."""
     modified = validators.get("last_modified")
     if modified is None:
@@ -505,7 +505,7 @@ class Downloader:
             if r.status_code == 416:
                 m = _TOTAL_ONLY.match(r.headers.get("Content-Range", "").strip())
                 if m and int(m.group(1)) == have:
-                    return have, validators  # the part was already complete
+                    return have, strong_only(validators, r.headers.get("Date"))  # complete
                 part.unlink()
                 raise _Retry("the server refused to resume (416); starting over")
             if r.status_code >= 500:
@@ -544,7 +544,8 @@ class Downloader:
             digest.catch_up(part, start)
             self._write(r, url, name, part, mode, start, total, cap,
                         expected if limit is not None else None, digest, arriving)
-            return start, validators
+            # the cache's record, as the part's: a weak date vouches for no copy either
+            return start, strong_only(validators, r.headers.get("Date"))
 
     def _write(self, r: requests.Response, url: str, name: str, part: Path, mode: str,
                have: int, total: int | None, cap: int, promised: Expected | None,
