@@ -2,7 +2,8 @@
 
 cli → commands → steps → mirror → sources → placement → benchmarks → (archive, checks,
 installation, doctor_order, fetch, state, theanorc, settings, startup_line) → probing → facts →
-(errors, report, text, child, digest, durable, parallel, trees, private_dirs, untrusted, urls).
+(errors, report, records, text, child, digest, durable, parallel, trees, private_dirs,
+untrusted, urls).
 commands/ holds one module per CLI command, and none imports another: what several share is in steps/ (their
 context and wrapper, fetching, choosing a release, the recovery, Theano and loader steps); the
 install engine is placement/, which needs no verification layer; the mirror's is mirror/.
@@ -19,7 +20,7 @@ LAYER = {"cli": 4, "arguments": 4, "grammar": 4, "typer_app": 4, "crash_report":
          "placement": 2.25, "benchmarks": 2.1, "archive": 2,
          "checks": 2, "installation": 2, "doctor_order": 2, "fetch": 2, "probing": 1.5,
          "state": 2, "theanorc_merge": 2, "theano_blas": 2, "settings": 2, "startup_line": 2, "facts": 1,
-         "errors": 0, "report": 0, "text": 0, "child": 0, "digest": 0, "durable": 0, "parallel": 0,
+         "errors": 0, "records": 0, "report": 0, "text": 0, "child": 0, "digest": 0, "durable": 0, "parallel": 0,
          "untrusted": 0, "urls": 0, "orphans": 0, "loader_traps": 0, "trees": 0, "private_dirs": 0,
          "probes": None}
 

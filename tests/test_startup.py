@@ -85,7 +85,7 @@ INSTALL_MODULES = {
     "cudnn_setup.placement.commit", "cudnn_setup.placement.engine",
     "cudnn_setup.placement.fit", "cudnn_setup.placement.judge",
     "cudnn_setup.placement.same_archive", "cudnn_setup.placement.targets",
-    "cudnn_setup.private_dirs", "cudnn_setup.report", "cudnn_setup.settings", "cudnn_setup.sources",
+    "cudnn_setup.private_dirs", "cudnn_setup.records", "cudnn_setup.report", "cudnn_setup.settings", "cudnn_setup.sources",
     "cudnn_setup.sources.base", "cudnn_setup.sources.local", "cudnn_setup.sources.pipconf",
     "cudnn_setup.state", "cudnn_setup.state.changed", "cudnn_setup.state.fields",
     "cudnn_setup.state.files",

@@ -42,6 +42,22 @@ def test_a_misspelt_field_is_an_error(cache, tmp_path):
     assert 'has no attribute "sonmae"' in done.stdout
 
 
+def test_a_misspelt_field_in_a_replace_is_an_error(cache, tmp_path):
+    """A record changed with replace() is checked as one built: the driver probe's own module,
+    with one field of its replace() misspelt and another given a number, fails."""
+    source = (ROOT / "cudnn_setup" / "probing" / "driver.py").read_text()
+    right = 'replace(facts, driver_version=nvml.driver_version, driver_version_from="NVML")'
+    assert source.count(right) == 1
+    wrong = tmp_path / "driver_wrong.py"
+    wrong.write_text(source.replace(right, 'replace(facts, driver_version=13000, '
+                                           'driver_version_form="NVML")'))
+    done = mypy(cache, str(wrong))
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert 'Unexpected keyword argument "driver_version_form"' in done.stdout
+    assert 'Argument "driver_version" to "replace" of "DriverFacts" has incompatible type ' \
+           '"int"' in done.stdout
+
+
 def test_every_module_of_checks_and_facts_is_judged():
     """The verification layers, the child protocol and the facts are all in mypy's list (by
     file or by directory), so a new module there is typed from its first commit."""

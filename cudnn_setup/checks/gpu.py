@@ -19,8 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping
 
-from msgspec.structs import replace
-
 from cudnn_setup.probing.answer_values import shown
 from cudnn_setup.probing.gpu_answer import GpuAnswer
 from cudnn_setup.probing.driver import no_driver
@@ -32,6 +30,7 @@ from cudnn_setup.facts import cudnn as gen
 from cudnn_setup.facts.ldresolve.environment import Environment
 from cudnn_setup.facts import gpu_support as S
 from cudnn_setup.facts import theano as theano_facts
+from cudnn_setup.records import replace
 from cudnn_setup.report import FAIL, PASS, SKIP, WARN, Check
 
 if TYPE_CHECKING:

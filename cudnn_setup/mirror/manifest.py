@@ -12,13 +12,13 @@ from __future__ import annotations
 import json
 
 from msgspec import Struct, field
-from msgspec.structs import replace
 
 from cudnn_setup import __version__
 from cudnn_setup.errors import UsageError
 from cudnn_setup.fetch import redist
 from cudnn_setup.fetch.redist import ManifestDamaged
 from cudnn_setup.fetch.redistrib_json import ARTIFACT_KEYS, parse_redistrib
+from cudnn_setup.records import replace
 from cudnn_setup.text import escape
 
 COMPONENT = {"name": "NVIDIA CUDA Deep Neural Network library", "license": "cudnn",

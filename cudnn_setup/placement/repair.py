@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Callable, Mapping
 
 from msgspec import Struct, field
-from msgspec.structs import replace
 
 from cudnn_setup.archive.listing import Progress
 from cudnn_setup.archive.package import Package
@@ -32,6 +31,7 @@ from cudnn_setup.placement.commit import commit_manifest, unfinished
 from cudnn_setup.placement.engine import PENDING_FIRST, _rolled_back_errors
 from cudnn_setup.placement.judge import stage
 from cudnn_setup.placement.targets import desired_entries, root_dirs
+from cudnn_setup.records import replace
 from cudnn_setup.state.changed import kept_rel
 from cudnn_setup.state.journal import MKDIR, PUT, Op
 from cudnn_setup.state.layout import StateDir

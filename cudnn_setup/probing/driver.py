@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Mapping
 
 from msgspec import Struct, field
-from msgspec.structs import replace
 
 from cudnn_setup.child import Runner
 from cudnn_setup.facts import gpu_support as S
@@ -25,6 +24,7 @@ from cudnn_setup.facts.ldresolve.environment import Environment
 from cudnn_setup.facts.ldresolve.process import Process
 from cudnn_setup.probing.answer_values import Fields
 from cudnn_setup.probing.probe import ProbeResult, run_probe, stdlib_probe
+from cudnn_setup.records import replace
 from cudnn_setup.report import PASS, SKIP
 
 PROC_DRIVER = Path("/proc/driver/nvidia/version")  # there when the NVIDIA kernel module is loaded

@@ -8,14 +8,13 @@ import platform
 from pathlib import Path
 from typing import Callable, Mapping
 
-from msgspec.structs import replace
-
 from cudnn_setup.child import Unanswered
 from cudnn_setup.checks.theano_check import (has_theano, theano_range_note, theano_supports,
                                              theanorc_for)
 from cudnn_setup.facts.cudnn import split_version
 from cudnn_setup.facts.theano import rule_for
 from cudnn_setup.parallel import Later
+from cudnn_setup.records import replace
 from cudnn_setup.report import FAIL, PASS, WARN, Check, Result
 from cudnn_setup.steps.context import Context
 from cudnn_setup.text import show_path

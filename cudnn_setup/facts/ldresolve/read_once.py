@@ -5,10 +5,9 @@ from __future__ import annotations
 import os
 import threading
 
-from msgspec.structs import replace
-
 from cudnn_setup.facts.ldresolve.loadable import ElfObject, NotLoadable, read_object
 from cudnn_setup.facts.ldresolve.runtime_names import runtime_names
+from cudnn_setup.records import replace
 
 
 class Objects:
