@@ -23,7 +23,8 @@
    wheel is installed, against the fixed cost and the sha256 of the wheel; and, with one
    installed library's bytes changed, that it is still found (exit 5, changed-files).
 
-Every figure is the median and the minimum of --runs runs (a shared machine's noise goes one
+With --old, each start-up figure's ratio to the old code's, round by round (min and median),
+and the load average before and after the whole run are printed too. Every figure is the median and the minimum of --runs runs (a shared machine's noise goes one
 way only: the minimum is the cleaner figure, the median the fairer one). The tool runs as a
 user's install does: byte-compiled (compileall first), PYTHONDONTWRITEBYTECODE unset. Only a
 run that exits 0 is timed: a verify that fails a check (exit 1) answered a shorter question,
@@ -157,6 +158,10 @@ def startup(runs: int, base: Path, old: Path | None = None) -> dict:
                 out[label] = figure
             else:
                 out.setdefault("old code", {"tree": str(tree)})[label] = figure
+                # run for run, so that a slower moment slows both sides of a ratio
+                ratios = [a[0] / b[0] for a, b in zip(took[REPO], took[tree]) if b[0] > 0]
+                out.setdefault("this over the old code (wall)", {})[label] = {
+                    "min": round(min(ratios), 3), "median": round(statistics.median(ratios), 3)}
 
     def tool(*argv: str):
         return lambda i, tree: timed_cpu([*TOOL, *argv], cwd=tree)
@@ -452,7 +457,8 @@ def main() -> int:
         subprocess.run([sys.executable, "-m", "compileall", "-q", str(tree / "cudnn_setup")],
                        stdout=subprocess.DEVNULL, env=ENV)
     result = {"machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0],
-                          "uname": os.uname().release}}
+                          "uname": os.uname().release},
+              "load_average": {"before": [round(x, 2) for x in os.getloadavg()]}}
     with tempfile.TemporaryDirectory(prefix="cudnn-wait-") as tmp:
         base = Path(tmp)
         home = base / "home"
@@ -480,6 +486,9 @@ def main() -> int:
         if args.wheel and "by-version" not in args.skip:
             result["by_version"] = by_version(args.runs, args.wheel, base, home)
             print(json.dumps(result["by_version"], indent=1), flush=True)
+    result["load_average"]["after"] = [round(x, 2) for x in os.getloadavg()]
+    print(f"load average before {result['load_average']['before']}, "
+          f"after {result['load_average']['after']}", flush=True)
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))
     return 0
