@@ -23,14 +23,15 @@
    wheel is installed, against the fixed cost and the sha256 of the wheel; and, with one
    installed library's bytes changed, that it is still found (exit 5, changed-files).
 
-With --old, each start-up figure's ratio to the old code's, round by round (min and median),
-and the load average before and after the whole run are printed too. Every figure is the median and the minimum of --runs runs (a shared machine's noise goes one
-way only: the minimum is the cleaner figure, the median the fairer one). The tool runs as a
-user's install does: byte-compiled (compileall first), PYTHONDONTWRITEBYTECODE unset. Only a
-run that exits 0 is timed: a verify that fails a check (exit 1) answered a shorter question,
-so it is listed under "not counted" with the checks that failed. Each verify figure's label
-says which checks ran, read from its JSON answer (a check that skipped, such as the GPU check
-on a machine without a GPU, is named there with its reason), and so do the checks timed alone.
+The load average before and after the run is printed; with --old, so is each start-up figure's
+ratio to the old code's, round by round (min and median). Every figure is the median and the
+minimum of --runs runs (a shared machine's noise goes one way only: the minimum is the cleaner
+figure, the median the fairer one). The tool runs as a user's install does: byte-compiled
+(compileall first), PYTHONDONTWRITEBYTECODE unset. Only a run that exits 0 is timed: a verify
+that fails a check (exit 1) answered a shorter question, so it is listed under "not counted"
+with the checks that failed. Each verify figure's label says which checks ran, read from its
+JSON answer (a check that skipped, such as the GPU check on a machine without a GPU, is named
+there with its reason), and so do the checks timed alone.
 """
 from __future__ import annotations
 
