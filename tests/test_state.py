@@ -231,6 +231,43 @@ def test_manifest_that_is_a_symlink_or_a_fifo_is_refused(setup, home):
     reported(root, outside, home, "not a regular file", fifo=True, timeout=60, process=True)
 
 
+@pytest.mark.parametrize("name", ["manifest.json", "journal.json"])
+@pytest.mark.parametrize("what", ["directory", "socket"])
+def test_a_record_that_is_a_directory_or_a_socket_is_damaged_state(setup, home, name, what):
+    """Python's fdopen refuses a directory (EISDIR, naming the descriptor's number) and open(2)
+    a socket (ENXIO): each was a command's error, `os-error: Is a directory: 4`, verify's
+    included, instead of damaged state naming the record."""
+    import socket
+
+    root, outside = setup
+    path = _state(root) / name
+    path.unlink(missing_ok=True)
+    if what == "directory":
+        path.mkdir()
+    else:
+        with socket.socket(socket.AF_UNIX) as s:
+            s.bind(str(path))
+    said = f"{name} is not a regular file (a {what})"
+    before = tree_state(root, leave_out=".cudnn-setup")
+    done, out = run_json(["verify", "--no-theano", "--no-frameworks", "--cuda-root", root], home)
+    assert done.returncode == 1 and out["error"] is None, done.stderr
+    state = next(c for c in out["checks"] if c["name"] == "state")
+    assert state["status"] == "fail" and said in state["detail"], state
+    for command in (["uninstall"], ["repair"]):
+        done, out = run_json([*command, "--cuda-root", root], home)
+        assert done.returncode == 5, done.stderr
+        assert out["error"]["code"] == "state-damaged" and said in out["error"]["message"]
+    assert tree_state(root, leave_out=".cudnn-setup") == before
+    assert stat_kind(path) == what
+
+
+def stat_kind(path: Path) -> str:
+    import stat
+
+    mode = os.lstat(path).st_mode
+    return "directory" if stat.S_ISDIR(mode) else "socket" if stat.S_ISSOCK(mode) else "other"
+
+
 def _journal(root: Path, **changes) -> dict:
     manifest = json.loads((_state(root) / "manifest.json").read_text())
     journal = {"format": 1, "txid": "0123456789ab", "commit": {"manifest_txid": "fedcba987654"},

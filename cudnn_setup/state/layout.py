@@ -29,6 +29,7 @@ from cudnn_setup.state.manifest import Manifest
 from cudnn_setup.state.paths import STATE_DIR, Damaged, damaged_error, real_dir_chain
 from cudnn_setup.state.trust import owners, unsafe, unsafe_dirs, unsafe_error
 from cudnn_setup.text import escape, plural
+from cudnn_setup.untrusted import kind
 
 MANIFEST = "manifest.json"
 JOURNAL = "journal.json"
@@ -172,11 +173,14 @@ class StateDir:
             except OSError as exc:
                 if exc.errno == errno.ELOOP:
                     raise self.damaged(f"{name} is a symbolic link") from None
+                if exc.errno == errno.ENXIO:  # a socket: open(2) refuses it
+                    raise self.damaged(f"{name} is not a regular file (a socket)") from None
                 raise
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):  # judged before fdopen, which refuses a directory
+                os.close(fd)
+                raise self.damaged(f"{name} is not a regular file ({kind(st.st_mode)})")
             with os.fdopen(fd, "rb") as f:
-                st = os.fstat(f.fileno())
-                if not stat.S_ISREG(st.st_mode):
-                    raise self.damaged(f"{name} is not a regular file")
                 self.trust(st, self.path / name)  # the very file read
                 data = f.read(MAX_STATE_BYTES + 1)
         finally:
