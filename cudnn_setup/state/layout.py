@@ -268,6 +268,8 @@ class StateDir:
                 fd = os.open(self.path, flags)
             except FileNotFoundError:  # removed by an uninstall finishing meanwhile
                 fd = None
+            except PermissionError:  # a state dir this user may not read: no damage of it
+                raise permission_error(self.path, self.root) from None
             except OSError as exc:  # ELOOP, ENOTDIR: a symlink or a file appeared there
                 raise self.damaged(f"{self.path}: {exc.strerror}") from None
             if fd is not None:
