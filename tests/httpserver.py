@@ -134,6 +134,11 @@ class ArchiveServer(_Background):
                         self.send_response(416)
                         self.send_header("Content-Range", f"bytes */{len(data)}")
                         self.send_header("Content-Length", "0")
+                        if server.validators:  # as Apache's: the file's, as on a 200
+                            if server.etag:
+                                self.send_header(
+                                    "ETag", f'"{hashlib.sha256(data).hexdigest()[:16]}"')
+                            self.send_header("Last-Modified", server.last_modified)
                         self.end_headers()
                         return
                     status = 206
