@@ -110,6 +110,15 @@ MANIFEST_CASES = {
     "stat-short": (lambda m, o: m["files"][0].update(stat=[1, 2]), "stat"),
     "listed-twice": (lambda m, o: m["files"].append(dict(m["files"][0])), "twice"),
     "format-4": (lambda m, o: m.update(format=4), "format 4"),
+    # a name part no file system holds: an uninstall removed the files, failed at the rmdir
+    # and its rollback at the same name, and left a journal no later run could get past
+    "created-dir-name-too-long": (lambda m, o: m["created_dirs"].append("lib64/" + "c" * 256),
+                                  "longer than 255 bytes"),
+    "file-name-too-long": (lambda m, o: m["files"].append(_sentinel_record("include/" + "\xe9" * 128)),
+                           "longer than 255 bytes"),
+    "original-name-too-long": (lambda m, o: m["originals"].update({"lib64/" + "b" * 300: {
+                               "type": "file", "sha256": "0" * 64, "mode": 0o644}}),
+                               "longer than 255 bytes"),
     # `$` also matches before a final newline: each field is matched whole
     "version-and-a-newline": (lambda m, o: m.update(cudnn_version=m["cudnn_version"] + "\n"),
                               "cudnn_version"),
