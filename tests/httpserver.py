@@ -68,6 +68,7 @@ class ArchiveServer(_Background):
         self.ignore_range = False
         self.ignore_if_range = False  # honour Range but not If-Range, as some proxies do
         self.wrong_range = False  # answer a Range with 206 for another offset than asked
+        self.unknown_total = False  # a 206 says `bytes S-E/*`, no Content-Length, then closes
         self.token: str | None = None  # required "Authorization: Bearer <token>"
         self.fail_5xx = 0  # answer this many requests with 503 first
         self.redirects: dict[str, str] = {}  # path -> Location (absolute or relative)
@@ -154,14 +155,19 @@ class ArchiveServer(_Background):
                 self.send_response(status)
                 if encoded:
                     self.send_header("Content-Encoding", "gzip")
-                self.send_header("Content-Length",
-                                 str(server.claim_length.get(path, len(payload))))
+                if status == 206 and server.unknown_total:  # the body ends when the
+                    self.send_header("Connection", "close")  # connection does
+                    self.close_connection = True
+                else:
+                    self.send_header("Content-Length",
+                                     str(server.claim_length.get(path, len(payload))))
                 if server.validators:
                     if server.etag:
                         self.send_header("ETag", f'"{hashlib.sha256(data).hexdigest()[:16]}"')
                     self.send_header("Last-Modified", server.last_modified)
                 if status == 206:
-                    self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
+                    total = "*" if server.unknown_total else len(data)
+                    self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{total}")
                 self.end_headers()
                 if not body:
                     return

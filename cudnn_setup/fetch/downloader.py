@@ -713,17 +713,20 @@ class _Retry(Exception):
 
 
 def _resumed_range(r: requests.Response, have: int) -> tuple[int | None, int | None]:
-    """(start, total) of a 206 that continues exactly at `have`; (None, None) otherwise."""
+    """(start, the size the file will have) of a 206 that continues exactly at `have`; (None,
+    None) otherwise. Where the server names no total (`*`), the range's own end is the size:
+    a body that stops short of it is cut short, not the end of the file."""
     m = _CONTENT_RANGE.match(r.headers.get("Content-Range", "").strip())
     if not m or int(m.group(1)) != have or int(m.group(2)) < have:
         return None, None
+    end = int(m.group(2))
     total = int(m.group(3)) if m.group(3) != "*" else None
-    if total is not None and int(m.group(2)) != total - 1:
+    if total is not None and end != total - 1:
         return None, None  # a part of the file, not the rest of it
     length = r.headers.get("Content-Length", "").strip()
-    if length and length.isdigit() and int(length) != int(m.group(2)) - have + 1:
+    if length and length.isdigit() and int(length) != end - have + 1:
         return None, None
-    return have, total
+    return have, end + 1
 
 
 def _nobody_else_wrote(path: Path) -> bool:
