@@ -80,6 +80,7 @@ class ArchiveServer(_Background):
         self.endless: set[str] = set()  # paths answered with a chunked body without end
         self.endless_cap = 256 << 20  # …that stops here, so a test of the old code ends
         self.claim_length: dict[str, int] = {}  # path -> the Content-Length sent instead
+        self.second_length: dict[str, int] = {}  # path -> a second Content-Length sent too
         self.gzip: str | None = None  # "asked": gzip when Accept-Encoding has it; "always";
         # "transfer": a gzip transfer coding under chunked framing, whatever was asked
         self.throttle: dict[str, float] = {}  # path -> seconds its body takes, in 50 pieces
@@ -161,6 +162,8 @@ class ArchiveServer(_Background):
                 else:
                     self.send_header("Content-Length",
                                      str(server.claim_length.get(path, len(payload))))
+                    if path in server.second_length:
+                        self.send_header("Content-Length", str(server.second_length[path]))
                 if server.validators:
                     if server.etag:
                         self.send_header("ETag", f'"{hashlib.sha256(data).hexdigest()[:16]}"')
