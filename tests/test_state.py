@@ -361,6 +361,23 @@ def test_originals_that_is_a_symlink_is_refused(setup, home, archives):
             "originals is a symbolic link")
 
 
+def test_changed_that_is_a_symlink_is_refused_before_a_repair_commits(setup, home):
+    """`changed/` is where a repair keeps the files someone changed. Planted as a link, it was
+    not looked at until after the repair's commit: the repair put cudnn.h back, then ended
+    exit 1 `state-damaged` with the hint "nothing was changed", its journal left for a repair
+    that failed the same way every time. It is checked with tx/ and originals/, before
+    anything is done."""
+    root, outside = setup
+    (outside / "changed").mkdir()
+    (_state(root) / "changed").symlink_to(outside / "changed")
+    (root / "include" / "cudnn.h").write_text("/* changed by hand */\n")
+    out = refused(root, outside, home, ["repair"], "changed is a symbolic link")
+    assert out["changed"] is False
+    refused(root, outside, home, ["uninstall"], "changed is a symbolic link")
+    reported(root, outside, home, "changed is a symbolic link")
+    assert not (_state(root) / "journal.json").exists()
+
+
 def test_symlinked_dir_inside_a_transaction_is_not_followed(setup, home):
     """A journal whose backup dir holds a link out of the root: rollback must not pull the
     outside file into the root."""

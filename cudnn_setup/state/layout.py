@@ -24,6 +24,7 @@ from msgspec import Struct
 
 from cudnn_setup.durable import DIR_MODE, write_atomic
 from cudnn_setup.errors import InstallFailed
+from cudnn_setup.state.changed import CHANGED_REL
 from cudnn_setup.state.journal import ORIGINALS, TX, Journal
 from cudnn_setup.state.manifest import Manifest
 from cudnn_setup.state.paths import STATE_DIR, Damaged, damaged_error, real_dir_chain
@@ -125,12 +126,13 @@ class StateDir:
         return self._real_dir(self.path)
 
     def check(self) -> bool:
-        """The state dir, tx/ and originals/ are real directories where present; whether the
-        state dir exists."""
+        """The state dir, tx/, originals/ and changed/ are real directories where present;
+        whether the state dir exists."""
         if not self.exists():
             return False
         self._real_dir(self.tx_path)
         self._real_dir(self.originals)
+        self._real_dir(self.root / CHANGED_REL)  # a repair moves kept files there
         return True
 
     def inside(self, rel: str) -> Path:
