@@ -319,6 +319,26 @@ def test_a_state_dir_this_user_cannot_open_is_a_permission_not_damage(archives, 
     state.chmod(0o755)
 
 
+def test_verify_names_the_state_dir_it_cannot_search_not_a_piece_inside(archives, root12,
+                                                                          shared):
+    """A state dir of mode 000: verify's `state` finding said "permission denied:
+    …/.cudnn-setup/tx", a directory that does not exist; the one this user may not search is
+    the state dir."""
+    home = _home(shared, "home")
+    done, _ = _cli(["install", archives[V9], "--cuda-root", root12, "--no-theanorc",
+                    "--no-verify", "--no-frameworks"], home)
+    assert done.returncode == 0, done.stderr[-3000:]
+    state = root12 / ".cudnn-setup"
+    state.chmod(0o000)
+    try:
+        done, out = _cli(["verify", "--cuda-root", root12, "--no-theano", "--no-frameworks"],
+                         _home(shared, "user"), user=True)
+    finally:
+        state.chmod(0o755)
+    check = next(c for c in out["checks"] if c["name"] == "state")
+    assert check["detail"].startswith(f"permission denied: {state}:"), check
+
+
 def test_verify_and_doctor_run_every_check_as_a_second_user_on_a_root_installed_under_umask_077(
         archives, root12, shared):
     """Installed by root under umask 077, the root is verified by an ordinary user: every

@@ -112,8 +112,8 @@ class StateDir:
             st = os.lstat(path)
         except FileNotFoundError:
             return False
-        except PermissionError:
-            raise permission_error(path, self.root) from None
+        except PermissionError:  # lstat is refused only where a dir above it cannot be searched
+            raise permission_error(path.parent, self.root) from None
         if stat.S_ISLNK(st.st_mode):
             raise self.damaged(f"{path} is a symbolic link (to {os.readlink(path)!r}); the tool "
                                "never makes one there")
