@@ -68,6 +68,7 @@ class ArchiveServer(_Background):
         self.ignore_range = False
         self.ignore_if_range = False  # honour Range but not If-Range, as some proxies do
         self.wrong_range = False  # answer a Range with 206 for another offset than asked
+        self.unknown_total = False  # a 206 says `bytes S-E/*`, no Content-Length, then closes
         self.token: str | None = None  # required "Authorization: Bearer <token>"
         self.fail_5xx = 0  # answer this many requests with 503 first
         self.redirects: dict[str, str] = {}  # path -> Location (absolute or relative)
@@ -79,6 +80,7 @@ class ArchiveServer(_Background):
         self.endless: set[str] = set()  # paths answered with a chunked body without end
         self.endless_cap = 256 << 20  # …that stops here, so a test of the old code ends
         self.claim_length: dict[str, int] = {}  # path -> the Content-Length sent instead
+        self.second_length: dict[str, int] = {}  # path -> a second Content-Length sent too
         self.gzip: str | None = None  # "asked": gzip when Accept-Encoding has it; "always";
         # "transfer": a gzip transfer coding under chunked framing, whatever was asked
         self.throttle: dict[str, float] = {}  # path -> seconds its body takes, in 50 pieces
@@ -134,6 +136,11 @@ class ArchiveServer(_Background):
                         self.send_response(416)
                         self.send_header("Content-Range", f"bytes */{len(data)}")
                         self.send_header("Content-Length", "0")
+                        if server.validators:  # as Apache's: the file's, as on a 200
+                            if server.etag:
+                                self.send_header(
+                                    "ETag", f'"{hashlib.sha256(data).hexdigest()[:16]}"')
+                            self.send_header("Last-Modified", server.last_modified)
                         self.end_headers()
                         return
                     status = 206
@@ -149,14 +156,21 @@ class ArchiveServer(_Background):
                 self.send_response(status)
                 if encoded:
                     self.send_header("Content-Encoding", "gzip")
-                self.send_header("Content-Length",
-                                 str(server.claim_length.get(path, len(payload))))
+                if status == 206 and server.unknown_total:  # the body ends when the
+                    self.send_header("Connection", "close")  # connection does
+                    self.close_connection = True
+                else:
+                    self.send_header("Content-Length",
+                                     str(server.claim_length.get(path, len(payload))))
+                    if path in server.second_length:
+                        self.send_header("Content-Length", str(server.second_length[path]))
                 if server.validators:
                     if server.etag:
                         self.send_header("ETag", f'"{hashlib.sha256(data).hexdigest()[:16]}"')
                     self.send_header("Last-Modified", server.last_modified)
                 if status == 206:
-                    self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
+                    total = "*" if server.unknown_total else len(data)
+                    self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{total}")
                 self.end_headers()
                 if not body:
                     return

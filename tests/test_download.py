@@ -127,6 +127,41 @@ def test_a_206_for_a_file_changed_since_is_not_spliced(server, tmp_path):
     assert "Range" not in server.requests[-1]["headers"]
 
 
+def test_a_416_for_a_file_changed_since_keeps_no_stale_part(server, tmp_path):
+    """A part left whole (a run killed after its last byte, before the rename), then the file
+    replaced on the server by one of the same size, through a proxy that drops If-Range: the
+    Range from the part's end is answered 416 under the new file's ETag. The old bytes were
+    kept as the archive and recorded under the new ETag, so every later run reused them as
+    current. A 416 under another validator than the resume's starts the part over."""
+    url = f"{server.base}/mirror/{V7}"
+    old = server.files[f"/mirror/{V7}"]
+    _interrupted(server, tmp_path)  # the part and its record (the old file's ETag)
+    (tmp_path / f"{V7}.part").write_bytes(old)  # …then written to its end
+    new = old[::-1]
+    server.files[f"/mirror/{V7}"] = new
+    server.ignore_if_range = True
+    got = Downloader(tmp_path, backoff=0.01).fetch(url, use_sidecar=False)
+    assert got.path.read_bytes() == new and got.resumed_from == 0
+    again = Downloader(tmp_path, backoff=0.01).fetch(url, use_sidecar=False)
+    assert again.path.read_bytes() == new
+
+
+def test_a_206_of_unknown_total_cut_short_is_resumed_not_kept(server, tmp_path):
+    """A 206 whose Content-Range names no total (`bytes 1500-4867/*`) and no Content-Length,
+    its body ended by the connection closing early: the range's end says how many bytes were
+    to come, but only a known total was held against what came, so the short file was kept as
+    the archive (no checksum to judge it). It is a download cut short, resumed again."""
+    url = f"{server.base}/mirror/{V7}"
+    data = server.files[f"/mirror/{V7}"]
+    _interrupted(server, tmp_path)
+    server.unknown_total = True
+    server.drop_after, server.drops_left = 500, 1
+    got = Downloader(tmp_path, backoff=0.01).fetch(url, use_sidecar=False)
+    assert got.path.read_bytes() == data
+    assert [r["headers"].get("Range") for r in server.requests[-2:]] == ["bytes=1500-",
+                                                                        "bytes=2000-"]
+
+
 def test_server_ignoring_range_starts_over(server, tmp_path):
     data = server.files[f"/mirror/{V7}"]
     server.ignore_range = True

@@ -474,6 +474,24 @@ def test_a_transfer_coding_but_chunked_is_refused_not_kept(server, tmp_path, exp
     assert not out.exists() or not any(out.iterdir())
 
 
+def test_contradicting_content_lengths_are_the_servers_fault_not_a_break(server, home,
+                                                                        tmp_path):
+    """Two Content-Length headers of different values: requests refuses the answer
+    (InvalidHeader), which was worded as a download that broke off, "run again; a partial
+    download is resumed", though nothing came and nothing will resume."""
+    data = server.files[f"/mirror/{V7}"]
+    server.second_length[f"/mirror/{V7}"] = len(data) + 5
+    cache = tmp_path / "cache"
+    done, out = run_json(["download", f"{server.base}/mirror/{V7}", "--cache-dir", cache], home)
+    assert done.returncode == 6, done.stderr
+    error = out["error"]
+    assert error["code"] == "download-failed"
+    assert "headers that contradict each other" in error["message"], error
+    assert "Content-Length" in error["message"] and "broke off" not in error["message"]
+    assert "resumed" not in error["hint"]
+    assert not cache.exists() or not list(cache.glob(f"{V7}*"))
+
+
 SNOWMAN = "p\u2603ss"  # beyond Latin-1, which HTTP/1.1 header values and Basic credentials are
 
 

@@ -185,6 +185,27 @@ def test_an_archive_that_is_gone_is_a_clear_error(archives, cuda_root, home, tmp
     assert tree_state(root) == damaged
 
 
+@pytest.mark.parametrize("location", ["file://elsewhere/x.tgz", "/" + "a" * 300 + "/x.tgz"])
+def test_a_recorded_location_no_file_here_can_be_is_an_archive_that_is_gone(
+        archives, cuda_root, home, location):
+    """The manifest's location is read from disk, not typed: a `file://` URL of another host
+    was a usage error (exit 2, "names a remote host") and a name no file system holds exit 5
+    `name-too-long`, each before the cache was looked in. Both are an archive that is gone."""
+    root = cuda_root(_fitting(V9))
+    _install(archives[V9], root, home)
+    manifest = _manifest(root)
+    manifest["source"]["provenance"]["location"] = location
+    manifest["source"]["name"] = "n" * 300
+    (root / STATE / "manifest.json").write_text(json.dumps(manifest))
+    os.unlink(root / _library(root))
+    damaged = tree_state(root)
+    done, out = run_json(["repair", "--cuda-root", root], home)
+    assert done.returncode == 3, out["error"]
+    assert out["error"]["code"] == "archive-unreadable", out["error"]
+    assert location[:40] in out["error"]["message"]
+    assert tree_state(root) == damaged
+
+
 def test_a_root_without_a_managed_install(cuda_root, home):
     root = cuda_root()
     before = tree_state(root)

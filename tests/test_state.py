@@ -110,6 +110,15 @@ MANIFEST_CASES = {
     "stat-short": (lambda m, o: m["files"][0].update(stat=[1, 2]), "stat"),
     "listed-twice": (lambda m, o: m["files"].append(dict(m["files"][0])), "twice"),
     "format-4": (lambda m, o: m.update(format=4), "format 4"),
+    # a name part no file system holds: an uninstall removed the files, failed at the rmdir
+    # and its rollback at the same name, and left a journal no later run could get past
+    "created-dir-name-too-long": (lambda m, o: m["created_dirs"].append("lib64/" + "c" * 256),
+                                  "longer than 255 bytes"),
+    "file-name-too-long": (lambda m, o: m["files"].append(_sentinel_record("include/" + "\xe9" * 128)),
+                           "longer than 255 bytes"),
+    "original-name-too-long": (lambda m, o: m["originals"].update({"lib64/" + "b" * 300: {
+                               "type": "file", "sha256": "0" * 64, "mode": 0o644}}),
+                               "longer than 255 bytes"),
     # `$` also matches before a final newline: each field is matched whole
     "version-and-a-newline": (lambda m, o: m.update(cudnn_version=m["cudnn_version"] + "\n"),
                               "cudnn_version"),
@@ -231,6 +240,43 @@ def test_manifest_that_is_a_symlink_or_a_fifo_is_refused(setup, home):
     reported(root, outside, home, "not a regular file", fifo=True, timeout=60, process=True)
 
 
+@pytest.mark.parametrize("name", ["manifest.json", "journal.json"])
+@pytest.mark.parametrize("what", ["directory", "socket"])
+def test_a_record_that_is_a_directory_or_a_socket_is_damaged_state(setup, home, name, what):
+    """Python's fdopen refuses a directory (EISDIR, naming the descriptor's number) and open(2)
+    a socket (ENXIO): each was a command's error, `os-error: Is a directory: 4`, verify's
+    included, instead of damaged state naming the record."""
+    import socket
+
+    root, outside = setup
+    path = _state(root) / name
+    path.unlink(missing_ok=True)
+    if what == "directory":
+        path.mkdir()
+    else:
+        with socket.socket(socket.AF_UNIX) as s:
+            s.bind(str(path))
+    said = f"{name} is not a regular file (a {what})"
+    before = tree_state(root, leave_out=".cudnn-setup")
+    done, out = run_json(["verify", "--no-theano", "--no-frameworks", "--cuda-root", root], home)
+    assert done.returncode == 1 and out["error"] is None, done.stderr
+    state = next(c for c in out["checks"] if c["name"] == "state")
+    assert state["status"] == "fail" and said in state["detail"], state
+    for command in (["uninstall"], ["repair"]):
+        done, out = run_json([*command, "--cuda-root", root], home)
+        assert done.returncode == 5, done.stderr
+        assert out["error"]["code"] == "state-damaged" and said in out["error"]["message"]
+    assert tree_state(root, leave_out=".cudnn-setup") == before
+    assert stat_kind(path) == what
+
+
+def stat_kind(path: Path) -> str:
+    import stat
+
+    mode = os.lstat(path).st_mode
+    return "directory" if stat.S_ISDIR(mode) else "socket" if stat.S_ISSOCK(mode) else "other"
+
+
 def _journal(root: Path, **changes) -> dict:
     manifest = json.loads((_state(root) / "manifest.json").read_text())
     journal = {"format": 1, "txid": "0123456789ab", "commit": {"manifest_txid": "fedcba987654"},
@@ -313,6 +359,23 @@ def test_originals_that_is_a_symlink_is_refused(setup, home, archives):
     refused(root, outside, home, ["uninstall"], "originals is a symbolic link")
     refused(root, outside, home, ["install", archives[V7], "--no-theanorc", "--force"],
             "originals is a symbolic link")
+
+
+def test_changed_that_is_a_symlink_is_refused_before_a_repair_commits(setup, home):
+    """`changed/` is where a repair keeps the files someone changed. Planted as a link, it was
+    not looked at until after the repair's commit: the repair put cudnn.h back, then ended
+    exit 1 `state-damaged` with the hint "nothing was changed", its journal left for a repair
+    that failed the same way every time. It is checked with tx/ and originals/, before
+    anything is done."""
+    root, outside = setup
+    (outside / "changed").mkdir()
+    (_state(root) / "changed").symlink_to(outside / "changed")
+    (root / "include" / "cudnn.h").write_text("/* changed by hand */\n")
+    out = refused(root, outside, home, ["repair"], "changed is a symbolic link")
+    assert out["changed"] is False
+    refused(root, outside, home, ["uninstall"], "changed is a symbolic link")
+    reported(root, outside, home, "changed is a symbolic link")
+    assert not (_state(root) / "journal.json").exists()
 
 
 def test_symlinked_dir_inside_a_transaction_is_not_followed(setup, home):

@@ -295,6 +295,50 @@ def test_state_owned_by_another_user_is_refused(archives, root12, shared):
     assert (root12 / CUDART).is_file() and (root12 / "lib64" / "libcudnn.so.9").exists()
 
 
+def test_a_state_dir_this_user_cannot_open_is_a_permission_not_damage(archives, root12, shared):
+    """A second user's uninstall on a root whose state dir it may not read (mode 000, 0711):
+    the lock's open of the dir fails with EACCES, which was taken for a state dir replaced by
+    a link or a file: `state-damaged`, its hint to move the state dir aside. It is this user's
+    permission, and nothing changes."""
+    home = _home(shared, "home")
+    done, _ = _cli(["install", archives[V9], "--cuda-root", root12, "--no-theanorc",
+                    "--no-verify", "--no-frameworks"], home)
+    assert done.returncode == 0, done.stderr[-3000:]
+    state = root12 / ".cudnn-setup"
+    for mode in (0o000, 0o711):
+        state.chmod(mode)
+        before = tree_state(root12, leave_out=".cudnn-setup")
+        done, out = _cli(["uninstall", "--cuda-root", root12], _home(shared, f"u{mode:o}"),
+                         user=True)
+        assert done.returncode == 5, done.stderr[-3000:]
+        assert out["error"]["code"] == "permission-denied", out["error"]
+        assert out["error"]["message"] == f"permission denied: {state}"
+        assert "aside" not in out["error"]["hint"]
+        assert tree_state(root12, leave_out=".cudnn-setup") == before
+        assert stat.S_IMODE(state.stat().st_mode) == mode
+    state.chmod(0o755)
+
+
+def test_verify_names_the_state_dir_it_cannot_search_not_a_piece_inside(archives, root12,
+                                                                          shared):
+    """A state dir of mode 000: verify's `state` finding said "permission denied:
+    …/.cudnn-setup/tx", a directory that does not exist; the one this user may not search is
+    the state dir."""
+    home = _home(shared, "home")
+    done, _ = _cli(["install", archives[V9], "--cuda-root", root12, "--no-theanorc",
+                    "--no-verify", "--no-frameworks"], home)
+    assert done.returncode == 0, done.stderr[-3000:]
+    state = root12 / ".cudnn-setup"
+    state.chmod(0o000)
+    try:
+        done, out = _cli(["verify", "--cuda-root", root12, "--no-theano", "--no-frameworks"],
+                         _home(shared, "user"), user=True)
+    finally:
+        state.chmod(0o755)
+    check = next(c for c in out["checks"] if c["name"] == "state")
+    assert check["detail"].startswith(f"permission denied: {state}:"), check
+
+
 def test_verify_and_doctor_run_every_check_as_a_second_user_on_a_root_installed_under_umask_077(
         archives, root12, shared):
     """Installed by root under umask 077, the root is verified by an ordinary user: every

@@ -2,9 +2,11 @@
 installed from (the cache's copy, or fetched again where the manifest says it came from)."""
 from __future__ import annotations
 
+import errno
+import os
 from pathlib import Path
 
-from cudnn_setup.errors import ArchiveRejected
+from cudnn_setup.errors import ArchiveRejected, UsageError
 from cudnn_setup.facts.cuda import find_cuda_root
 from cudnn_setup.fetch.checksums import Expected
 from cudnn_setup.placement import repair as engine
@@ -13,6 +15,7 @@ from cudnn_setup.state.manifest import Manifest
 from cudnn_setup.steps.command_wrapper import command
 from cudnn_setup.steps.context import Context, which
 from cudnn_setup.text import escape, plural, show_path
+from cudnn_setup.urls import redact
 
 
 @command("repair")
@@ -43,12 +46,19 @@ def obtain(result: Result, ctx: Context, manifest: Manifest) -> Path:
     remote = location is not None and location.split("://", 1)[0].lower() in ("http", "https")
     tried = []
     if location is not None and not remote:
-        local = local_path(location) if location.lower().startswith("file:") else Path(location)
-        if local.is_file():
-            return local
-        tried.append(show_path(local))
+        try:
+            local = local_path(location) if location.lower().startswith("file:") else \
+                Path(location)
+            if local.is_file():
+                return local
+            tried.append(show_path(local))
+        except (UsageError, OSError) as exc:  # read from disk: a file:// URL of another
+            if isinstance(exc, OSError) and exc.errno != errno.ENAMETOOLONG:  # host, a name
+                raise  # too long for any file: as gone
+            tried.append(redact(location))
     # the recorded name is read from disk: only a plain file name may lead into the cache
-    plain = source.name not in ("", ".", "..") and "/" not in source.name
+    plain = source.name not in ("", ".", "..") and "/" not in source.name and \
+        len(os.fsencode(source.name)) <= 255  # a name no file system holds is in no cache
     cached = default_cache_dir(ctx.env, ctx.home) / source.name if plain else None
     if not remote:
         if cached is not None and cached.is_file():

@@ -502,12 +502,19 @@ class Downloader:
             validators = {k: v[:200] for k, v in (("etag", r.headers.get("ETag")),
                                                   ("last_modified", r.headers.get("Last-Modified")))
                           if v}
+            # If-Range is honoured by the server, but a proxy may pass Range on without it: a
+            # 206 or 416 under another validator than the one asked for is the new file's
+            said = validators.get("etag" if (if_range or "").startswith('"')
+                                  else "last_modified")
+            changed = if_range is not None and said is not None and said != if_range
             if r.status_code == 416:
                 m = _TOTAL_ONLY.match(r.headers.get("Content-Range", "").strip())
-                if m and int(m.group(1)) == have:
+                if m and int(m.group(1)) == have and not changed:
                     return have, strong_only(validators, r.headers.get("Date"))  # complete
                 part.unlink()
-                raise _Retry("the server refused to resume (416); starting over")
+                raise _Retry("the server refused to resume (416); starting over" if not changed
+                             else "the part is of a file that changed since it began; "
+                             "starting over")
             if r.status_code >= 500:
                 raise _Retry(f"server error {r.status_code}")
             if r.status_code not in (200, 206):
@@ -515,11 +522,7 @@ class Downloader:
                                    "pages need a login, so use your mirror's address")
             refuse_encoded(r, url)
             if r.status_code == 206:
-                # If-Range is honoured by the server, but a proxy may pass Range on without it:
-                # a 206 under another validator than the one asked for is the new file's rest
-                said = validators.get("etag" if (if_range or "").startswith('"')
-                                      else "last_modified")
-                if if_range is not None and said is not None and said != if_range:
+                if changed:  # the new file's rest
                     part.unlink(missing_ok=True)
                     raise _Retry("the server resumed a file that changed since the part began, "
                                  "though asked not to (If-Range); starting over")
@@ -710,17 +713,20 @@ class _Retry(Exception):
 
 
 def _resumed_range(r: requests.Response, have: int) -> tuple[int | None, int | None]:
-    """(start, total) of a 206 that continues exactly at `have`; (None, None) otherwise."""
+    """(start, the size the file will have) of a 206 that continues exactly at `have`; (None,
+    None) otherwise. Where the server names no total (`*`), the range's own end is the size:
+    a body that stops short of it is cut short, not the end of the file."""
     m = _CONTENT_RANGE.match(r.headers.get("Content-Range", "").strip())
     if not m or int(m.group(1)) != have or int(m.group(2)) < have:
         return None, None
+    end = int(m.group(2))
     total = int(m.group(3)) if m.group(3) != "*" else None
-    if total is not None and int(m.group(2)) != total - 1:
+    if total is not None and end != total - 1:
         return None, None  # a part of the file, not the rest of it
     length = r.headers.get("Content-Length", "").strip()
-    if length and length.isdigit() and int(length) != int(m.group(2)) - have + 1:
+    if length and length.isdigit() and int(length) != end - have + 1:
         return None, None
-    return have, total
+    return have, end + 1
 
 
 def _nobody_else_wrote(path: Path) -> bool:

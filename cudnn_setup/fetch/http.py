@@ -332,8 +332,14 @@ class Client:
             except (requests.exceptions.Timeout, urllib3.exceptions.TimeoutError) as exc:
                 self.budget.spend(time.monotonic() - started)
                 raise Stalled(f"no answer in {timeouts[1]:.0f} s ({reason(exc, url)})") from None
-            except requests.RequestException:
+            except requests.RequestException as exc:
                 if not watchdog.fired:
+                    if isinstance(exc.__context__, urllib3.exceptions.InvalidHeader):
+                        # the answer's headers contradict themselves: nothing came to resume
+                        raise DownloadFailed(f"{redact(url)} answered with headers that "
+                                             f"contradict each other ({reason(exc, url)})",
+                                             "the server, or a proxy on the way, is broken: "
+                                             "check the mirror", code="download-failed") from None
                     raise
                 self.budget.spend(time.monotonic() - started)
                 raise Stalled(f"the answer had not begun after {timeouts[0] + timeouts[1]:.0f} s "

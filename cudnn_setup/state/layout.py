@@ -24,11 +24,13 @@ from msgspec import Struct
 
 from cudnn_setup.durable import DIR_MODE, write_atomic
 from cudnn_setup.errors import InstallFailed
+from cudnn_setup.state.changed import CHANGED_REL
 from cudnn_setup.state.journal import ORIGINALS, TX, Journal
 from cudnn_setup.state.manifest import Manifest
 from cudnn_setup.state.paths import STATE_DIR, Damaged, damaged_error, real_dir_chain
 from cudnn_setup.state.trust import owners, unsafe, unsafe_dirs, unsafe_error
 from cudnn_setup.text import escape, plural
+from cudnn_setup.untrusted import kind
 
 MANIFEST = "manifest.json"
 JOURNAL = "journal.json"
@@ -110,8 +112,8 @@ class StateDir:
             st = os.lstat(path)
         except FileNotFoundError:
             return False
-        except PermissionError:
-            raise permission_error(path, self.root) from None
+        except PermissionError:  # lstat is refused only where a dir above it cannot be searched
+            raise permission_error(path.parent, self.root) from None
         if stat.S_ISLNK(st.st_mode):
             raise self.damaged(f"{path} is a symbolic link (to {os.readlink(path)!r}); the tool "
                                "never makes one there")
@@ -124,12 +126,13 @@ class StateDir:
         return self._real_dir(self.path)
 
     def check(self) -> bool:
-        """The state dir, tx/ and originals/ are real directories where present; whether the
-        state dir exists."""
+        """The state dir, tx/, originals/ and changed/ are real directories where present;
+        whether the state dir exists."""
         if not self.exists():
             return False
         self._real_dir(self.tx_path)
         self._real_dir(self.originals)
+        self._real_dir(self.root / CHANGED_REL)  # a repair moves kept files there
         return True
 
     def inside(self, rel: str) -> Path:
@@ -172,11 +175,14 @@ class StateDir:
             except OSError as exc:
                 if exc.errno == errno.ELOOP:
                     raise self.damaged(f"{name} is a symbolic link") from None
+                if exc.errno == errno.ENXIO:  # a socket: open(2) refuses it
+                    raise self.damaged(f"{name} is not a regular file (a socket)") from None
                 raise
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):  # judged before fdopen, which refuses a directory
+                os.close(fd)
+                raise self.damaged(f"{name} is not a regular file ({kind(st.st_mode)})")
             with os.fdopen(fd, "rb") as f:
-                st = os.fstat(f.fileno())
-                if not stat.S_ISREG(st.st_mode):
-                    raise self.damaged(f"{name} is not a regular file")
                 self.trust(st, self.path / name)  # the very file read
                 data = f.read(MAX_STATE_BYTES + 1)
         finally:
@@ -264,6 +270,8 @@ class StateDir:
                 fd = os.open(self.path, flags)
             except FileNotFoundError:  # removed by an uninstall finishing meanwhile
                 fd = None
+            except PermissionError:  # a state dir this user may not read: no damage of it
+                raise permission_error(self.path, self.root) from None
             except OSError as exc:  # ELOOP, ENOTDIR: a symlink or a file appeared there
                 raise self.damaged(f"{self.path}: {exc.strerror}") from None
             if fd is not None:

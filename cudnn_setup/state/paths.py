@@ -14,6 +14,7 @@ from cudnn_setup.errors import InstallFailed
 
 STATE_DIR = ".cudnn-setup"
 MAX_PATH = 4096
+NAME_MAX = 255  # bytes in one name (ext4, xfs, btrfs, tmpfs…)
 
 
 class Damaged(Exception):
@@ -42,6 +43,9 @@ def relative(value: object, where: str) -> str:
     for part in value.split("/"):
         if part in ("", ".", ".."):
             raise Damaged(f"{where} is not a normalised relative path ({value!r})")
+        if len(os.fsencode(part)) > NAME_MAX:  # every call given it fails, a rollback's too
+            raise Damaged(f"{where} has a name longer than {NAME_MAX} bytes, which no file "
+                          f"system holds ({part[:40]!r}…)")
     return value
 
 
