@@ -7,7 +7,7 @@
 #   2. the .tar.gz and the multi-block .tar.xz against decode-and-write (install_speed.py);
 #   3. the download overlapped with the install at 100 and 1000 MB/s, and the wheel against uv.
 #   bash docs/evidence/2026-12-06-records/run.sh [PARTS]   (results under $OUT/r8, r8.tgz)
-# PARTS: any of wait, gz, xz, overlap, wheel (default: wait gz xz).
+# PARTS: any of wait, gz, xz, overlap, wheel (default: wait gz xz); WAIT_RUNS (9) the start-up rounds.
 set -uo pipefail
 parts=" ${1:-wait gz xz} "
 want() { [[ $parts == *" $1 "* ]]; }
@@ -22,7 +22,7 @@ cp -r $OUT/r6/. $R/; rm -rf $OUT/r6 $OUT/r6.tgz; pack
 export PYTHONPATH=/tmp/site:$PWD PATH=/tmp/site/bin:$PATH
 if want wait; then
   old=/tmp/before; rm -rf $old; mkdir -p $old; tar xzf .whl/before.tgz -C $old
-  timeout 400 python3 bench/wait_speed.py --runs 9 --verify-runs 3 --root /tmp/r6/root --old $old \
+  timeout 400 python3 bench/wait_speed.py --runs ${WAIT_RUNS:-9} --verify-runs 3 --root /tmp/r6/root --old $old \
     --skip again --skip by-version --json $R/wait-speed.json > $R/wait-speed.txt 2>&1
   echo "wait_speed rc $?" >> $R/machine.txt; pack
 fi
