@@ -65,8 +65,9 @@ _HEX32 = re.compile(r"\b([0-9a-fA-F]{32})\b")
 
 def strong_only(validators: dict[str, str], date: str | None) -> dict[str, str]:
     """The validators a resume or a cached copy's reuse may rest on: the ETag, and a
-    Last-Modified only where the response's Date is a second or more after it. A file changed within that second
-    keeps its date, so such a date is weak (RFC 9110 8.8.2.2) and vouches for no part."""
+    Last-Modified only where the response's Date is a second or more after it. A file changed
+    within that second keeps its date, so such a date is weak (RFC 9110 8.8.2.2) and vouches
+    for no part and no copy."""
     modified = validators.get("last_modified")
     if modified is None:
         return validators
@@ -507,10 +508,12 @@ class Downloader:
             said = validators.get("etag" if (if_range or "").startswith('"')
                                   else "last_modified")
             changed = if_range is not None and said is not None and said != if_range
+            # what a later resume, or a reuse of the finished copy, may rest on
+            strong = strong_only(validators, r.headers.get("Date"))
             if r.status_code == 416:
                 m = _TOTAL_ONLY.match(r.headers.get("Content-Range", "").strip())
                 if m and int(m.group(1)) == have and not changed:
-                    return have, strong_only(validators, r.headers.get("Date"))  # complete
+                    return have, strong  # the part was already complete
                 part.unlink()
                 raise _Retry("the server refused to resume (416); starting over" if not changed
                              else "the part is of a file that changed since it began; "
@@ -536,7 +539,7 @@ class Downloader:
                 mode, start = "wb", 0
                 length = r.headers.get("Content-Length", "").strip()
                 total = int(length) if length.isdigit() and len(length) < 16 else None
-                self._remember_part(url, dest, strong_only(validators, r.headers.get("Date")))
+                self._remember_part(url, dest, strong)
             if expected is not None and expected.size and total is not None \
                     and total != expected.size:
                 # the manifest and the server disagree: refused before a byte is read
@@ -547,8 +550,7 @@ class Downloader:
             digest.catch_up(part, start)
             self._write(r, url, name, part, mode, start, total, cap,
                         expected if limit is not None else None, digest, arriving)
-            # the cache's record, as the part's: a weak date vouches for no copy either
-            return start, strong_only(validators, r.headers.get("Date"))
+            return start, strong
 
     def _write(self, r: requests.Response, url: str, name: str, part: Path, mode: str,
                have: int, total: int | None, cap: int, promised: Expected | None,
