@@ -71,8 +71,6 @@ def _last(pattern: re.Pattern[str], text: str) -> int | None:
     return at
 
 
-# In a file path: a segment `user:password@host` (a URL given where a path was expected, its
-# `//` folded by the path's normalisation) loses what is before its last `@`.
 def http_carries(text: str) -> bool:
     """Whether a request can carry `text` in a header or in Basic credentials: http.client
     sends header values, and requests the credentials, as Latin-1 (anything else raised
@@ -84,6 +82,8 @@ def http_carries(text: str) -> bool:
     return True
 
 
+# In a file path: a segment `user:password@host` (a URL given where a path was expected, its
+# `//` folded by the path's normalisation) loses what is before its last `@`.
 def redact(url: str) -> str:
     """The URL fit to print: no user:password@ (whatever form the URL has, parsed or not), the
     query and fragment shown as `?…` / `#…`, escaped, at most SHOWN characters. A local path
