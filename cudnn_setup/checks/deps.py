@@ -30,7 +30,6 @@ distribution's manager for the CUDA major cuDNN was built for, and the pip wheel
 """
 from __future__ import annotations
 
-import dataclasses
 import glob
 import os
 from functools import partial
@@ -40,6 +39,7 @@ from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 from msgspec import Struct, field
 from msgspec.structs import asdict
 
+from cudnn_setup.records import replace
 from cudnn_setup.probing.driver import driver_present as machine_has_driver
 from cudnn_setup.probing.load_answer import LoadAnswer
 from cudnn_setup.child import Runner
@@ -259,7 +259,7 @@ def check_deps_with(inst: Installation, env: Mapping[str, str], *,
     if after and _own_dir_unsearched(deps, inst.lib_dir):
         # libcudnn does not find its own directory here (no RUNPATH $ORIGIN, not on the path):
         # the loader check says so and how to fix it; judged as a program given that fix.
-        loader = dataclasses.replace(loader, ld_library_path=":".join(
+        loader = replace(loader, ld_library_path=":".join(
             p for p in (loader.ld_library_path, str(inst.lib_dir)) if p))
         deps = closure(first, loader, versions, after=after)
     entries = group(deps)

@@ -8,13 +8,13 @@ checked first, as the loader maps its objects before anything else (ld.so(8)).
 """
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
 from typing import Mapping, Sequence
 
 from msgspec import Struct
 
+from cudnn_setup.records import replace
 from cudnn_setup.facts.ldresolve.environment import Environment
 from cudnn_setup.facts.ldresolve.ldconfig import CacheEntry
 from cudnn_setup.facts.ldresolve.loadable import ElfObject, NotLoadable, read_object
@@ -91,14 +91,14 @@ class ChildLoader:
         self.elf = elf
         self.preload = {os.path.realpath(p) for p in re.split(r"[:\s]", child_env.get("LD_PRELOAD") or "")
                         if p.startswith("/")}
-        self.env = dataclasses.replace(search, ld_library_path=child_env.get("LD_LIBRARY_PATH") or None,
-                                       executable=exe if exe and elf(exe) else None)
+        self.env = replace(search, ld_library_path=child_env.get("LD_LIBRARY_PATH") or None,
+                           executable=exe if exe and elf(exe) else None)
 
     def with_cache_first(self, entries: Sequence[CacheEntry]) -> "ChildLoader":
         """The same process after `entries` were registered ahead of the cache it has."""
         other = object.__new__(ChildLoader)
         other.elf, other.preload = self.elf, self.preload
-        other.env = dataclasses.replace(self.env, cache=(*entries, *self.env.cache))
+        other.env = replace(self.env, cache=(*entries, *self.env.cache))
         return other
 
     def needs(self, obj: str, soname: str) -> bool:

@@ -12,10 +12,8 @@ it.
 """
 from __future__ import annotations
 
-import dataclasses
 import re
 from dataclasses import dataclass
-
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping
 
@@ -90,7 +88,7 @@ def without_driver(inst: Installation, env: Mapping[str, str],
     no NVIDIA kernel module and no libcuda.so.1 that its loader (the library's directory
     first on LD_LIBRARY_PATH) would find (probing/driver.no_driver, the driver probe's rule)."""
     probe_env = child_env(inst.lib_dir, env)
-    loader = dataclasses.replace(loader, ld_library_path=probe_env["LD_LIBRARY_PATH"])
+    loader = replace(loader, ld_library_path=probe_env["LD_LIBRARY_PATH"])
     return no_driver(probe_env, loader, smi=False)
 
 
